@@ -1,0 +1,32 @@
+"""``{prefix}_{ULID}`` ids (RT-12), monotonic within the process."""
+
+from __future__ import annotations
+
+import re
+
+from ulid import ULID
+
+from mailbox_actors.core.ulid import next_ulid_parts
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.rng import Rng
+
+__all__ = ["Ids", "PREFIX_RE"]
+
+PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+
+
+class Ids:
+    """Mints ``req_01J...``-style ids from a Clock and an Rng; strictly increasing per generator."""
+
+    def __init__(self, clock: Clock, rng: Rng) -> None:
+        self._clock = clock
+        self._rng = rng
+        self._last: tuple[int, int] | None = None
+
+    def new_id(self, prefix: str) -> str:
+        if not PREFIX_RE.match(prefix):
+            raise ValueError(f"id prefix must match {PREFIX_RE.pattern!r}, got {prefix!r}")
+        ms, rand = next_ulid_parts(self._last, self._clock.now_ms(), self._rng.random_bytes(10))
+        self._last = (ms, rand)
+        raw = ms.to_bytes(6, "big") + rand.to_bytes(10, "big")
+        return f"{prefix}_{ULID.from_bytes(raw)}"

@@ -1,0 +1,518 @@
+"""One actor's SQLite file (RT-2, RT-5, RT-6, RT-7, AL-1): synchronous SQL, transactions, KV, alarm.
+
+SQL runs synchronously on the event loop thread, as it does in a Durable Object: a transaction never
+interleaves with anything and costs no thread hop. User SQL is screened by an authorizer (workerd
+does the same): transaction control, ATTACH, VACUUM, PRAGMA writes and the reserved ``_ma_``/``_cf_``
+tables are refused. This module never decides what an actor does; it only stores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import secrets
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+
+from mailbox_actors.wire.errors import ErrorCode, LimitExceeded, MailboxActorsError
+
+__all__ = [
+    "AlarmSink",
+    "Durability",
+    "KvStorage",
+    "Limits",
+    "SqlCursor",
+    "SqlStorage",
+    "StatementRefused",
+    "StorageCorrupt",
+    "open_storage",
+]
+
+T = TypeVar("T")
+
+RUNTIME_SCHEMA_VERSION = 1
+_GIB = 1 << 30
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """RT-7 storage limits; the defaults are Durable Objects' own."""
+
+    max_bound_parameters: int = 100
+    max_statement_bytes: int = 100_000
+    max_value_bytes: int = 2_000_000
+    max_columns: int = 100
+    max_database_bytes: int = 10 * _GIB
+
+
+class Durability:
+    NORMAL = "normal"  # survives a process crash (WAL, synchronous=NORMAL)
+    FULL = "full"  # survives power loss (synchronous=FULL)
+    ALL = (NORMAL, FULL)
+
+
+class StatementRefused(MailboxActorsError):
+    """User SQL tried something only the runtime may do (RT-5)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(ErrorCode.INVALID_REQUEST, f"SQL statement refused: {reason}",
+                         details={"refused": reason})
+
+
+class StorageCorrupt(MailboxActorsError):
+    """The actor's file is not a usable database (REL-4): that actor fails alone."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.INTERNAL_ERROR, "the actor's storage file is unreadable",
+                         details={"storage": detail})
+
+
+class AlarmSink(Protocol):
+    """Where an actor's alarm changes go besides its own file (the node's alarm scheduler)."""
+
+    def before_commit(self, at_ms: int) -> None:
+        """Called inside the transaction that sets the alarm, before it commits."""
+
+    def committed(self, at_ms: int | None) -> None:
+        """Called after a commit that changed the alarm, with the committed value."""
+
+
+class _NoAlarmSink:
+    def before_commit(self, at_ms: int) -> None:
+        pass
+
+    def committed(self, at_ms: int | None) -> None:
+        pass
+
+
+_LEADING = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*([A-Za-z]+)", re.S)
+_REFUSED_FIRST_WORDS = {
+    "BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE", "ATTACH", "DETACH", "VACUUM",
+}
+_READ_FIRST_WORDS = {"SELECT", "VALUES", "EXPLAIN", "PRAGMA"}
+_WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b", re.I)
+# Pragmas that take an argument yet only read (table_info(x)); any other pragma with a value is a write.
+_READ_PRAGMAS_WITH_ARG = {
+    "table_info", "table_xinfo", "index_info", "index_xinfo", "index_list", "foreign_key_list",
+    "foreign_key_check", "integrity_check", "quick_check", "table_list",
+}
+_RESERVED = ("_ma_", "_cf_")
+
+_MAPPED_LIMITS: tuple[tuple[str, str], ...] = (
+    ("too many sql variables", "max_bound_parameters"),
+    ("string or blob too big", "max_value_bytes"),
+    ("too big", "max_value_bytes"),
+    ("query string is too large", "max_statement_bytes"),
+    ("statement too long", "max_statement_bytes"),
+    ("too many columns", "max_columns"),
+    ("database or disk is full", "max_database_bytes"),
+)
+
+
+class SqlCursor:
+    """The result of ``exec``: iterate it, or take ``one()`` / ``all()``."""
+
+    __slots__ = ("_cur", "rows_read", "rows_written")
+
+    def __init__(self, cur: sqlite3.Cursor, rows_written: int) -> None:
+        self._cur = cur
+        self.rows_read = 0
+        self.rows_written = rows_written
+
+    def __iter__(self) -> Iterator[sqlite3.Row]:
+        for row in self._cur:
+            self.rows_read += 1
+            yield row
+
+    def one(self) -> sqlite3.Row:
+        """Exactly one row, or ``ValueError``."""
+        rows = self._cur.fetchmany(2)
+        self.rows_read += len(rows)
+        if len(rows) != 1:
+            raise ValueError(f"expected exactly one row, got {'none' if not rows else 'more'}")
+        return rows[0]  # type: ignore[no-any-return]
+
+    def all(self) -> list[sqlite3.Row]:
+        rows = self._cur.fetchall()
+        self.rows_read += len(rows)
+        return rows
+
+    @property
+    def column_names(self) -> list[str]:
+        return [d[0] for d in self._cur.description or ()]
+
+
+class SqlStorage:
+    """An actor's storage: ``exec``, ``transaction_sync``, ``kv``, and the one alarm."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits,
+                 now_ms: Callable[[], int]) -> None:
+        self._conn = conn
+        self.path = path
+        self.limits = limits
+        self._now = now_ms
+        self._token = secrets.token_hex(8)  # makes runtime statement texts unguessable (see _sys)
+        self._sys_mode = False
+        self._deny_reason: str | None = None
+        self._depth = 0
+        self._implicit = False
+        self._txn_now: int | None = None
+        self._kinds: dict[str, bool] = {}  # query text -> writes? (after screening)
+        self._alarm: int | None = None
+        self._alarm_dirty = False
+        self.alarm_sink: AlarmSink = _NoAlarmSink()
+        self.alarm_hidden = False  # True while the alarm handler runs: get_alarm() is None
+        self.alarm_set_in_handler = False
+        self.before_transaction: Callable[[], None] | None = None  # deadline check (RPC-5)
+        self.kv = KvStorage(self)
+        self._begin = f"BEGIN /*{self._token}*/"
+        self._commit = f"COMMIT /*{self._token}*/"
+        self._rollback = f"ROLLBACK /*{self._token}*/"
+        conn.set_authorizer(self._authorize)
+        try:
+            row = self._sys("SELECT at_ms FROM _ma_alarm WHERE id = 1").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise StorageCorrupt(type(e).__name__) from e
+        self._alarm = row[0] if row else None
+
+    # ---- screening -------------------------------------------------------------------------
+
+    def _authorize(self, action: int, a1: str | None, a2: str | None, db: str | None,
+                   trigger: str | None) -> int:
+        if self._sys_mode:
+            return sqlite3.SQLITE_OK
+        if action in (sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT):
+            return self._deny("transaction control belongs to the runtime; use transaction_sync")
+        if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
+            return self._deny("ATTACH and DETACH are not allowed")
+        if action == sqlite3.SQLITE_PRAGMA:
+            if a2 is not None and (a1 or "").lower() not in _READ_PRAGMAS_WITH_ARG:
+                return self._deny(f"PRAGMA {a1} may not be written")
+            return sqlite3.SQLITE_OK
+        for name in (a1, a2):
+            if name and name.lower().startswith(_RESERVED):
+                return self._deny(f"names beginning {_RESERVED[0]!r} or {_RESERVED[1]!r} are "
+                                  "reserved for the runtime")
+        return sqlite3.SQLITE_OK
+
+    def _deny(self, reason: str) -> int:
+        self._deny_reason = reason
+        return sqlite3.SQLITE_DENY
+
+    def _classify(self, query: str) -> bool:
+        """Screen a query once; return whether it may write. Raises for refused statements."""
+        m = _LEADING.match(query)
+        word = m.group(1).upper() if m else ""
+        if word in _REFUSED_FIRST_WORDS:
+            hint = "" if word in ("ATTACH", "DETACH", "VACUUM") else "; use transaction_sync"
+            raise StatementRefused(f"{word} is not allowed in actor SQL{hint}")
+        if len(query.encode()) > self.limits.max_statement_bytes:
+            raise LimitExceeded("max_statement_bytes", self.limits.max_statement_bytes,
+                                "SQL statement longer than the statement limit")
+        if word == "WITH":
+            writes = bool(_WRITE_WORD.search(query))
+        else:
+            writes = word not in _READ_FIRST_WORDS
+        if len(self._kinds) < 4096:
+            self._kinds[query] = writes
+        return writes
+
+    def _map_error(self, e: sqlite3.Error) -> Exception:
+        text = str(e).lower()
+        if "not authorized" in text or "prohibited" in text:
+            reason, self._deny_reason = self._deny_reason or "not authorized", None
+            return StatementRefused(reason)
+        for needle, limit in _MAPPED_LIMITS:
+            if needle in text:
+                maximum = getattr(self.limits, limit)
+                return LimitExceeded(limit, maximum, f"SQLite limit {limit}={maximum} exceeded")
+        return e
+
+    # ---- SQL API (RT-6) --------------------------------------------------------------------
+
+    def exec(self, query: str, *params: Any) -> SqlCursor:
+        """Run one statement with ``?`` parameters; returns a cursor. Synchronous."""
+        writes = self._kinds.get(query)
+        if writes is None:
+            writes = self._classify(query)
+        if len(params) > self.limits.max_bound_parameters:
+            raise LimitExceeded("max_bound_parameters", self.limits.max_bound_parameters,
+                                f"{len(params)} bound parameters; the limit is "
+                                f"{self.limits.max_bound_parameters}")
+        if writes and self._depth == 0 and not self._implicit:
+            self._open_implicit()
+        conn = self._conn
+        before = conn.total_changes
+        try:
+            cur = conn.execute(query, params)
+        except sqlite3.Error as e:
+            raise self._map_error(e) from e
+        return SqlCursor(cur, conn.total_changes - before)
+
+    @property
+    def database_size(self) -> int:
+        """Bytes used by the database file (page_count * page_size)."""
+        pages = self._sys("PRAGMA page_count").fetchone()[0]
+        size = self._sys("PRAGMA page_size").fetchone()[0]
+        return int(pages * size)
+
+    def now_ms(self) -> int:
+        """The clock, frozen for the length of a transaction (RT-12)."""
+        return self._txn_now if self._txn_now is not None else self._now()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._depth > 0
+
+    def transaction_sync(self, fn: Callable[[SqlStorage], T]) -> T:
+        """Run ``fn(sql)`` in a transaction: commit when it returns, roll back when it raises.
+
+        Nested calls become savepoints. ``fn`` must be synchronous.
+        """
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError("transaction_sync takes a synchronous function, not a coroutine "
+                            "function: no await may happen inside a transaction")
+        if self._depth:
+            return self._savepoint(fn)
+        if self.before_transaction is not None:
+            self.before_transaction()
+        if self._implicit:
+            self.flush()
+        self._sys(self._begin)
+        self._depth = 1
+        self._txn_now = self._now()
+        try:
+            result = fn(self)
+            if inspect.iscoroutine(result):
+                result.close()
+                raise TypeError("transaction_sync's function returned a coroutine; it must be "
+                                "synchronous")
+        except BaseException:
+            self._depth = 0
+            self._txn_now = None
+            self._sys(self._rollback)
+            self._reload_alarm()
+            raise
+        self._depth = 0
+        self._txn_now = None
+        self._sys(self._commit)
+        self._after_commit()
+        return result
+
+    def _savepoint(self, fn: Callable[[SqlStorage], T]) -> T:
+        name = f"_ma_sp{self._depth}"
+        self._sys(f"SAVEPOINT {name} /*{self._token}*/")
+        self._depth += 1
+        try:
+            result = fn(self)
+            if inspect.iscoroutine(result):
+                result.close()
+                raise TypeError("transaction_sync's function returned a coroutine")
+        except BaseException:
+            self._depth -= 1
+            self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
+            self._sys(f"RELEASE {name} /*{self._token}*/")
+            raise
+        self._depth -= 1
+        self._sys(f"RELEASE {name} /*{self._token}*/")
+        return result
+
+    # Writes outside transaction_sync coalesce into one implicit transaction that commits at the
+    # next turn of the event loop, or earlier when a reply is about to leave (the output gate).
+    def _open_implicit(self) -> None:
+        self._sys(self._begin)
+        self._implicit = True
+        try:
+            asyncio.get_running_loop().call_soon(self.flush)
+        except RuntimeError:  # no loop: the caller must flush (the runtime always does)
+            pass
+
+    def flush(self) -> None:
+        """Commit the implicit transaction, if one is open (the output gate)."""
+        if self._implicit and self._depth == 0:
+            self._implicit = False
+            self._sys(self._commit)
+            self._after_commit()
+
+    def _after_commit(self) -> None:
+        if self._alarm_dirty:
+            self._alarm_dirty = False
+            self.alarm_sink.committed(self._alarm)
+
+    def _reload_alarm(self) -> None:
+        if self._alarm_dirty:
+            self._alarm_dirty = False
+            row = self._sys("SELECT at_ms FROM _ma_alarm WHERE id = 1").fetchone()
+            self._alarm = row[0] if row else None
+
+    def _sys(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Runtime-owned SQL, exempt from screening. Texts carry the connection's token so user
+        SQL can never hit their cached, pre-authorised statements."""
+        self._sys_mode = True
+        try:
+            return self._conn.execute(query, params)
+        finally:
+            self._sys_mode = False
+
+    def sys_exec(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """For the runtime's own tables (meta, migrations); never exposed to actor code."""
+        if self._depth == 0 and not self._implicit and not query.lstrip().upper().startswith(
+                ("SELECT", "PRAGMA")):
+            self._open_implicit()
+        try:
+            return self._sys(f"{query} /*{self._token}*/", params)
+        except sqlite3.Error as e:
+            raise self._map_error(e) from e
+
+    # ---- the alarm (AL-1) ------------------------------------------------------------------
+
+    def get_alarm(self) -> int | None:
+        """The alarm time in Unix ms, or None. None while the alarm handler runs (AL-3)."""
+        return None if self.alarm_hidden else self._alarm
+
+    def set_alarm(self, at_ms: int) -> None:
+        """Set the actor's one alarm; it commits with the surrounding transaction."""
+        if isinstance(at_ms, bool) or not isinstance(at_ms, int) or at_ms < 0:
+            raise TypeError("set_alarm takes Unix milliseconds as a non-negative int")
+        self._write_alarm(at_ms)
+
+    def delete_alarm(self) -> None:
+        self._write_alarm(None)
+
+    def stored_alarm(self) -> int | None:
+        """The alarm as stored, even while the handler runs (for the runtime)."""
+        return self._alarm
+
+    def _write_alarm(self, at_ms: int | None) -> None:
+        if self._depth == 0 and not self._implicit:
+            self._open_implicit()
+        if at_ms is None:
+            self._sys(f"DELETE FROM _ma_alarm WHERE id = 1 /*{self._token}*/")
+        else:
+            # Earlier-than-indexed alarms reach the node's index before this commits (AL-4).
+            self.alarm_sink.before_commit(at_ms)
+            self._sys(f"INSERT OR REPLACE INTO _ma_alarm (id, at_ms) VALUES (1, ?) "
+                      f"/*{self._token}*/", (at_ms,))
+        if self.alarm_hidden:
+            self.alarm_set_in_handler = True
+        self._alarm = at_ms
+        self._alarm_dirty = True
+
+    # ---- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit anything pending and close the file."""
+        try:
+            if self._depth == 0:
+                self.flush()
+        finally:
+            self._conn.close()
+
+
+class KvStorage:
+    """A synchronous key-value API over the same file (RT-6): JSON values, string keys."""
+
+    _MAX_KEY = 2048
+
+    def __init__(self, sql: SqlStorage) -> None:
+        self._sql = sql
+
+    def _key(self, key: object) -> str:
+        if not isinstance(key, str):
+            raise TypeError("KV keys are strings")
+        if len(key.encode()) > self._MAX_KEY:
+            raise LimitExceeded("max_key_bytes", self._MAX_KEY, "KV key longer than 2048 bytes")
+        return key
+
+    def get(self, key: str) -> Any:
+        row = self._sql.sys_exec("SELECT v FROM _ma_kv WHERE k = ?", (self._key(key),)).fetchone()
+        return None if row is None else msgspec.json.decode(row[0])
+
+    def put(self, key: str, value: Any) -> None:
+        data = msgspec.json.encode(value)
+        if len(data) > self._sql.limits.max_value_bytes:
+            raise LimitExceeded("max_value_bytes", self._sql.limits.max_value_bytes,
+                                "KV value larger than the value limit")
+        self._sql.sys_exec("INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)",
+                           (self._key(key), data))
+
+    def delete(self, key: str) -> bool:
+        cur = self._sql.sys_exec("DELETE FROM _ma_kv WHERE k = ?", (self._key(key),))
+        return cur.rowcount > 0
+
+    def list(self, *, prefix: str | None = None, start: str | None = None,
+             end: str | None = None, limit: int | None = None,
+             reverse: bool = False) -> dict[str, Any]:
+        """Keys in order (``start`` inclusive, ``end`` exclusive), optionally under ``prefix``."""
+        where, params = [], []
+        if prefix:
+            where.append("k >= ? AND k < ?")
+            params += [prefix, prefix + "\U0010ffff"]
+        if start is not None:
+            where.append("k >= ?")
+            params.append(start)
+        if end is not None:
+            where.append("k < ?")
+            params.append(end)
+        q = "SELECT k, v FROM _ma_kv"
+        if where:
+            q += " WHERE " + " AND ".join(where)
+        q += " ORDER BY k DESC" if reverse else " ORDER BY k"
+        if limit is not None:
+            if limit < 0:
+                raise ValueError("limit must be >= 0")
+            q += f" LIMIT {int(limit)}"
+        return {k: msgspec.json.decode(v) for k, v in self._sql.sys_exec(q, params)}
+
+
+_RUNTIME_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS _ma_alarm (id INTEGER PRIMARY KEY CHECK (id = 1), "
+    "at_ms INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS _ma_kv (k TEXT PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
+    f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION}",
+)
+
+
+def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
+                 now_ms: Callable[[], int]) -> SqlStorage | None:
+    """Open (or create) an actor's file. Returns None when it does not exist and ``create`` is
+    False, so probing an unknown id never leaves a file behind."""
+    try:
+        if create:
+            try:
+                conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
+            except sqlite3.OperationalError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
+        else:
+            try:
+                conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None,
+                                       cached_statements=256)
+            except sqlite3.OperationalError:
+                return None
+        conn.row_factory = sqlite3.Row
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("BEGIN")
+            for stmt in _RUNTIME_SCHEMA:
+                conn.execute(stmt)
+            conn.execute("COMMIT")
+        elif version > RUNTIME_SCHEMA_VERSION:
+            conn.close()
+            raise StorageCorrupt(f"runtime schema {version} is newer than this code knows")
+        conn.execute("PRAGMA synchronous = " + ("FULL" if durability == Durability.FULL
+                                                else "NORMAL"))
+        conn.execute(f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)}")
+    except sqlite3.DatabaseError as e:
+        raise StorageCorrupt(type(e).__name__) from e
+    conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
+    return SqlStorage(conn, path, limits, now_ms)
