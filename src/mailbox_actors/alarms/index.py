@@ -1,0 +1,71 @@
+"""The node's index of alarm wake-ups (AL-4), one SQLite file beside the actors.
+
+The actor's own file is the truth. The index only has to be early, never late: an alarm moved
+earlier reaches the index before the actor's transaction commits; an alarm moved later or deleted
+reaches it afterwards, lazily. A wrong entry can only cause a spurious wake, which the host ignores.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["AlarmIndex"]
+
+Key = tuple[str, str]
+
+
+class AlarmIndex:
+    """``alarms(namespace, object_id, at_ms)``, written synchronously and committed at once."""
+
+    def __init__(self, path: Path, *, durability_full: bool = False) -> None:
+        self.path = path
+        self.existed = path.exists()
+        self._conn = sqlite3.connect(path, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = " + ("FULL" if durability_full else "NORMAL"))
+        self._conn.execute("CREATE TABLE IF NOT EXISTS alarms (namespace TEXT NOT NULL, "
+                           "object_id TEXT NOT NULL, at_ms INTEGER NOT NULL, "
+                           "PRIMARY KEY (namespace, object_id)) WITHOUT ROWID")
+
+    def load(self) -> dict[Key, int]:
+        return {(ns, oid): at for ns, oid, at in
+                self._conn.execute("SELECT namespace, object_id, at_ms FROM alarms")}
+
+    def put(self, key: Key, at_ms: int) -> None:
+        """Durable before it returns (an autocommit statement)."""
+        self._conn.execute("INSERT OR REPLACE INTO alarms (namespace, object_id, at_ms) "
+                           "VALUES (?, ?, ?)", (key[0], key[1], at_ms))
+
+    def apply(self, changes: Mapping[Key, int | None]) -> None:
+        """Apply many lazy changes in one transaction (None deletes)."""
+        if not changes:
+            return
+        c = self._conn
+        c.execute("BEGIN")
+        try:
+            for (ns, oid), at in changes.items():
+                if at is None:
+                    c.execute("DELETE FROM alarms WHERE namespace = ? AND object_id = ?", (ns, oid))
+                else:
+                    c.execute("INSERT OR REPLACE INTO alarms (namespace, object_id, at_ms) "
+                              "VALUES (?, ?, ?)", (ns, oid, at))
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
+
+    def replace_all(self, alarms: Mapping[Key, int]) -> None:
+        c = self._conn
+        c.execute("BEGIN")
+        c.execute("DELETE FROM alarms")
+        c.executemany("INSERT INTO alarms (namespace, object_id, at_ms) VALUES (?, ?, ?)",
+                      [(ns, oid, at) for (ns, oid), at in alarms.items()])
+        c.execute("COMMIT")
+
+    def count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM alarms").fetchone()[0])
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,193 @@
+"""``Node``: one data directory's runtime, assembled and started (embedded use and ``serve``).
+
+It takes the data-directory lock, loads every pending alarm (scanning actor files when the index is
+missing), registers the objects, and runs the alarm and eviction loops on the real clock or hands
+them to a ``FakeClock``. It holds no business rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+import anyio
+import structlog
+
+from mailbox_actors.alarms.index import AlarmIndex
+from mailbox_actors.alarms.scheduler import AlarmScheduler
+from mailbox_actors.objects import DEFAULT_OBJECTS
+from mailbox_actors.platform.clock import Clock, SystemClock
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.locks import DataDirLock
+from mailbox_actors.platform.metrics import Metrics
+from mailbox_actors.platform.rng import Rng, SystemRng
+from mailbox_actors.platform.sql import Durability
+from mailbox_actors.rpc.router import Router
+from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.host import ActorHost
+from mailbox_actors.runtime.settings import RuntimeSettings
+
+__all__ = ["Node"]
+
+
+class Node:
+    """One node. Use ``async with Node(settings) as node:``; call with ``node.call(...)``."""
+
+    def __init__(self, settings: RuntimeSettings, *, clock: Clock | None = None,
+                 rng: Rng | None = None, objects: Sequence[type[Actor]] = DEFAULT_OBJECTS,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.rng: Rng = rng or SystemRng()
+        self.ids = Ids(self.clock, self.rng)
+        self.metrics = Metrics()
+        self.log = structlog.get_logger("mailbox_actors.node")
+        self._progress = progress
+        self._lock = DataDirLock(settings.path)
+        self._objects = tuple(objects)
+        self.host = ActorHost(settings, clock=self.clock, rng=self.rng, ids=self.ids,
+                              metrics=self.metrics, namespace_keys={})
+        self.router = Router(self.host, ids=self.ids, clock=self.clock, rng=self.rng,
+                             metrics=self.metrics, id_secret=settings.id_secret.encode())
+        for cls in self._objects:
+            ns = self.router.register(cls)
+            self.host._keys[cls.namespace] = ns.key
+        self.scheduler: AlarmScheduler | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._started = False
+        self._describe_metrics()
+
+    # ---- lifetime --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Node:
+        await self.start()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Lock the data directory, find every pending alarm, start the loops."""
+        self._lock.acquire()
+        try:
+            index = AlarmIndex(self.settings.path / "alarms.sqlite",
+                               durability_full=self.settings.durability == Durability.FULL)
+            self.scheduler = AlarmScheduler(
+                index, clock=self.clock, rng=self.rng, fire=self.host.fire_alarm,
+                abandon=self.host.abandon_alarm, concurrency=self.settings.alarm_concurrency,
+                metrics=self.metrics)
+            self.host.alarm_sinks = self.scheduler
+            if index.existed:
+                alarms = index.load()
+            else:
+                # No index (first start, or it was deleted): the actor files are the truth.
+                alarms = self.host.scan_alarms(
+                    lambda n: self._say(f"scanning actor files for alarms: {n} so far"))
+                index.replace_all(alarms)
+            self.scheduler.load(alarms)
+            now = self.clock.now_ms()
+            overdue = sum(1 for at in alarms.values() if at <= now)
+            self.log.info("node_started", node=self.settings.node_name,
+                          data_dir=str(self.settings.path), alarms_pending=len(alarms),
+                          alarms_overdue=overdue)
+            if self.clock.fake:
+                attach = getattr(self.clock, "attach")  # noqa: B009 - FakeClock only
+                attach(self.scheduler)
+                attach(self.host)
+            else:
+                self._tg = anyio.create_task_group()
+                await self._tg.__aenter__()
+                self._tg.start_soon(self.scheduler.run)
+                self._tg.start_soon(self._evict_loop)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._started = True
+
+    async def stop(self, grace_ms: int | None = None) -> None:
+        """Drain requests in flight (up to the grace period), stop alarms, close every file."""
+        if not self._started:
+            return
+        self._started = False
+        try:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+                await self._tg.__aexit__(None, None, None)
+                self._tg = None
+            if self.clock.fake:
+                detach = getattr(self.clock, "detach")  # noqa: B009 - FakeClock only
+                detach(self.scheduler)
+                detach(self.host)
+            await self.host.stop(grace_ms)
+            if self.scheduler is not None:
+                self.scheduler.flush_index()
+                self.scheduler.index.close()
+        finally:
+            self._lock.release()
+            self.log.info("node_stopped", node=self.settings.node_name)
+
+    async def _evict_loop(self) -> None:
+        period = min(self.settings.idle_ms, 1000) / 2000
+        while True:
+            await anyio.sleep(period)
+            self.host.evict_idle(self.clock.now_ms())
+
+    def _say(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress(text)
+
+    # ---- calling ---------------------------------------------------------------------------
+
+    async def call_bytes(self, namespace: str, object_id: str, body: bytes) -> bytes:
+        """The whole RPC path, envelope bytes in, result bytes out."""
+        return await self.router.call_bytes(namespace, object_id, body)
+
+    async def call(self, namespace: str, object_id: str, req: Any, **kw: Any) -> Any:
+        """In-process call; returns the ok value or raises ``MailboxActorsError``."""
+        return await self.router.call(namespace, object_id, req, **kw)
+
+    def id_from_name(self, namespace: str, name: str) -> str:
+        return self.router.id_from_name(namespace, name)
+
+    def new_unique_id(self, namespace: str) -> str:
+        return self.router.new_unique_id(namespace)
+
+    async def fire_alarm_now(self, namespace: str, object_id: str) -> bool:
+        """Run the actor's alarm handler now if it has an alarm (Miniflare's runDurableObjectAlarm).
+        Returns whether a handler ran."""
+        assert self.scheduler is not None, "the node is not started"
+        key = (namespace, self.router.id_from_string(namespace, object_id))
+        return await self.scheduler.fire_now(key)
+
+    # ---- observing -------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        import os
+
+        return {
+            "status": "ok" if self._started and not self.host.stopping else "stopping",
+            "node": self.settings.node_name,
+            "pid": os.getpid(),
+            "actors_active": self.host.active_count,
+            "alarms_pending": 0 if self.scheduler is None else self.scheduler.pending_count,
+            "data_dir": str(self.settings.path),
+        }
+
+    def _describe_metrics(self) -> None:
+        m = self.metrics
+        m.describe("rpc_requests_total", "RPC requests handled, by namespace, op and code",
+                   "counter")
+        m.describe("rpc_owner_mismatch_total", "Calls whose tenant/identity did not match the "
+                   "object's owner (always a bug upstream)", "counter")
+        m.describe("alarms_fired_total", "Alarm handlers that completed", "counter")
+        m.describe("alarm_retries_total", "Alarm handler failures scheduled for retry", "counter")
+        m.describe("alarms_abandoned_total", "Alarms given up after six retries", "counter")
+        m.describe("actor_overloaded_total", "Requests refused because an actor's queue was full",
+                   "counter")
+        m.register_gauge_fn("actors_active", lambda: float(self.host.active_count),
+                            "Actors with an open SQLite file")
+        m.register_gauge_fn("alarms_pending", lambda: float(
+            0 if self.scheduler is None else self.scheduler.pending_count),
+            "Alarms this node holds, evicted actors included")

@@ -1,0 +1,50 @@
+"""DomainMonitor (OBJ-3), first cut: init {domain} and status. DNS checks come later."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.runtime.actor import Actor, Call
+from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.wire.domain import DomainInit, DomainRequest, DomainStatus, DomainStatusReply
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+
+__all__ = ["DomainMonitor"]
+
+
+class DomainMonitor(Actor):
+    namespace = "domain_monitor"
+    requests = DomainRequest
+    init_request = DomainInit
+    owner_kind = "tenant"
+    not_found = ErrorCode.DOMAIN_NOT_FOUND
+    migrations = (
+        Migration(1, (
+            "CREATE TABLE domain (id INTEGER PRIMARY KEY CHECK (id = 1), name TEXT NOT NULL, "
+            "state TEXT NOT NULL, created_at_ms INTEGER NOT NULL)",
+        )),
+    )
+
+    async def handle(self, call: Call, req: Any) -> Any:
+        match req:
+            case DomainStatus():
+                name, state = self.sql.exec("SELECT name, state FROM domain WHERE id = 1").one()
+                return DomainStatusReply(tenant_id=self.ctx.owner_tenant or "", domain=name,
+                                         state=state, schema_version=self.ctx.schema_version,
+                                         alarm=self.sql.get_alarm())
+            case DomainInit():
+                return self.sql.transaction_sync(lambda tx: self._init(tx, call, req))
+        raise InvalidRequest(f"unknown op for {self.namespace}")
+
+    def _init(self, tx: SqlStorage, call: Call, req: DomainInit) -> dict[str, bool]:
+        created = self.ctx.claim_owner(call)
+        if created:
+            tx.exec("INSERT INTO domain (id, name, state, created_at_ms) VALUES (1, ?, 'pending', ?)",
+                    req.domain, tx.now_ms())
+            return {"created": True}
+        existing = tx.exec("SELECT name FROM domain WHERE id = 1").one()[0]
+        if existing != req.domain:
+            raise MailboxActorsError(ErrorCode.CONFLICT,
+                                     "this monitor already watches a different domain")
+        return {"created": False}

@@ -1,0 +1,162 @@
+"""TenantQuota (OBJ-2): per-tenant sending limits per minute and per day, as rolling windows.
+
+``reserve`` is idempotent on its key; ``release`` gives a reservation back; a daily maintenance alarm
+drops windows and reservations older than 48 hours. The window arithmetic lives in
+``core.rate_windows``; this module only reads, asks core, and writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mailbox_actors.core.rate_windows import (
+    DAY,
+    MINUTE,
+    RETENTION_MS,
+    Window,
+    bucket_start,
+    oldest_counted,
+    retry_after_ms,
+    used,
+)
+from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.runtime.actor import Actor, Call
+from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.quota import (
+    QuotaInit,
+    QuotaRelease,
+    QuotaRequest,
+    QuotaReserve,
+    QuotaStatus,
+    QuotaStatusReply,
+    QuotaUsage,
+    ReleaseReply,
+    ReserveReply,
+    UsageReply,
+)
+
+__all__ = ["TenantQuota"]
+
+MAINTENANCE_EVERY_MS = 86_400_000
+
+_BUCKETS = "SELECT start_ms, count FROM rate_windows WHERE scope = ? AND start_ms > ?"
+_BUMP = ("INSERT INTO rate_windows (scope, start_ms, count) VALUES (?, ?, ?) "
+         "ON CONFLICT (scope, start_ms) DO UPDATE SET count = count + excluded.count")
+
+
+class TenantQuota(Actor):
+    namespace = "tenant_quota"
+    requests = QuotaRequest
+    init_request = QuotaInit
+    owner_kind = "tenant"
+    not_found = ErrorCode.TENANT_NOT_FOUND
+    migrations = (
+        Migration(1, (
+            "CREATE TABLE limits (id INTEGER PRIMARY KEY CHECK (id = 1), "
+            "per_minute INTEGER NOT NULL, per_day INTEGER NOT NULL)",
+            "CREATE TABLE rate_windows (scope TEXT NOT NULL, start_ms INTEGER NOT NULL, "
+            "count INTEGER NOT NULL, PRIMARY KEY (scope, start_ms)) WITHOUT ROWID",
+            "CREATE TABLE reservations (key TEXT PRIMARY KEY, reservation_id TEXT NOT NULL UNIQUE, "
+            "count INTEGER NOT NULL, minute_start INTEGER NOT NULL, day_start INTEGER NOT NULL, "
+            "created_ms INTEGER NOT NULL, released INTEGER NOT NULL DEFAULT 0)",
+            "CREATE INDEX reservations_created ON reservations (created_ms)",
+        )),
+    )
+    alarm_purposes = {"maintenance": "maintenance"}
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self._limits: tuple[int, int] | None = None
+
+    def limits(self) -> tuple[int, int]:
+        if self._limits is None:
+            row = self.sql.exec("SELECT per_minute, per_day FROM limits WHERE id = 1").all()
+            if not row:
+                raise MailboxActorsError(ErrorCode.TENANT_NOT_FOUND, "the quota has no limits yet")
+            self._limits = (row[0][0], row[0][1])
+        return self._limits
+
+    async def handle(self, call: Call, req: Any) -> Any:
+        match req:
+            case QuotaReserve():
+                return self.sql.transaction_sync(lambda tx: self._reserve(tx, req))
+            case QuotaInit():
+                return self.sql.transaction_sync(lambda tx: self._init(tx, call, req))
+            case QuotaRelease():
+                return self.sql.transaction_sync(lambda tx: self._release(tx, req))
+            case QuotaUsage():
+                return self._usage()
+            case QuotaStatus():
+                per_minute, per_day = self.limits()
+                return QuotaStatusReply(tenant_id=self.ctx.owner_tenant or "",
+                                        per_minute=per_minute, per_day=per_day,
+                                        schema_version=self.ctx.schema_version,
+                                        alarm=self.sql.get_alarm())
+        raise InvalidRequest(f"unknown op for {self.namespace}")
+
+    def _init(self, tx: SqlStorage, call: Call, req: QuotaInit) -> dict[str, bool]:
+        created = self.ctx.claim_owner(call)
+        # A repeated init may change the limits; the owner is fixed.
+        tx.exec("INSERT OR REPLACE INTO limits (id, per_minute, per_day) VALUES (1, ?, ?)",
+                req.per_minute, req.per_day)
+        self._limits = (req.per_minute, req.per_day)
+        if created:
+            self.ctx.schedule("maintenance", tx.now_ms() + MAINTENANCE_EVERY_MS)
+        return {"created": created}
+
+    def _reserve(self, tx: SqlStorage, req: QuotaReserve) -> ReserveReply:
+        prior = tx.exec("SELECT reservation_id FROM reservations WHERE key = ?", req.key).all()
+        if prior:
+            return ReserveReply(reservation_id=prior[0][0])
+        per_minute, per_day = self.limits()
+        now = tx.now_ms()
+        waits = []
+        for w, limit in ((MINUTE, per_minute), (DAY, per_day)):
+            if req.count > limit:
+                raise InvalidRequest(f"count {req.count} exceeds the {w.scope} limit {limit}",
+                                     details={"count": req.count, "limit": limit})
+            buckets = tx.exec(_BUCKETS, w.scope, oldest_counted(w, now)).all()
+            wait = retry_after_ms(w, buckets, limit, req.count, now)
+            if wait is not None:
+                waits.append(wait)
+        if waits:
+            raise MailboxActorsError(ErrorCode.RATE_LIMITED, "the tenant's sending quota is full",
+                                     details={"retry_after_ms": max(waits)})
+        rid = self.ctx.new_id("rsv")
+        m, d = bucket_start(MINUTE, now), bucket_start(DAY, now)
+        tx.exec("INSERT INTO reservations (key, reservation_id, count, minute_start, day_start, "
+                "created_ms) VALUES (?, ?, ?, ?, ?, ?)", req.key, rid, req.count, m, d, now)
+        tx.exec(_BUMP, MINUTE.scope, m, req.count)
+        tx.exec(_BUMP, DAY.scope, d, req.count)
+        return ReserveReply(reservation_id=rid)
+
+    def _release(self, tx: SqlStorage, req: QuotaRelease) -> ReleaseReply:
+        row = tx.exec("SELECT count, minute_start, day_start, released FROM reservations "
+                      "WHERE reservation_id = ?", req.reservation_id).all()
+        if not row or row[0][3]:
+            return ReleaseReply(released=False)
+        count, m, d, _ = row[0]
+        for scope, start in ((MINUTE.scope, m), (DAY.scope, d)):
+            tx.exec("UPDATE rate_windows SET count = max(0, count - ?) "
+                    "WHERE scope = ? AND start_ms = ?", count, scope, start)
+        tx.exec("UPDATE reservations SET released = 1 WHERE reservation_id = ?", req.reservation_id)
+        return ReleaseReply(released=True)
+
+    def _used(self, w: Window, now: int) -> int:
+        return used(w, self.sql.exec(_BUCKETS, w.scope, oldest_counted(w, now)).all(), now)
+
+    def _usage(self) -> UsageReply:
+        per_minute, per_day = self.limits()
+        now = self.ctx.now_ms()
+        return UsageReply(minute_used=self._used(MINUTE, now), minute_limit=per_minute,
+                          day_used=self._used(DAY, now), day_limit=per_day)
+
+    async def maintenance(self) -> None:
+        """Daily: drop windows and idempotency rows older than 48 hours, then re-arm."""
+        def run(tx: SqlStorage) -> None:
+            cutoff = tx.now_ms() - RETENTION_MS
+            tx.exec("DELETE FROM rate_windows WHERE start_ms < ?", cutoff)
+            tx.exec("DELETE FROM reservations WHERE created_ms < ?", cutoff)
+            self.ctx.schedule("maintenance", tx.now_ms() + MAINTENANCE_EVERY_MS)
+        self.sql.transaction_sync(run)

@@ -1,0 +1,48 @@
+"""Single activation across processes (RT-3): an OS lock on the node's data directory.
+
+Every actor file lives under the data directory, so holding an exclusive ``flock`` on
+``DATA/.lock`` for the life of the node means no other process can open any of its actors. The
+lock dies with the process (SIGKILL included), so a crashed node never leaves a stale lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+__all__ = ["DataDirLock", "DataDirLocked"]
+
+
+class DataDirLocked(RuntimeError):
+    """Another live process holds the data directory."""
+
+
+class DataDirLock:
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / ".lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            finally:
+                os.close(fd)
+            raise DataDirLocked(
+                f"data directory {self.path.parent} is in use by process {holder} "
+                f"(lock file {self.path}); stop that node or use another data directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,192 @@
+"""The router (RPC-1..RPC-6, RPC-9): bytes in, bytes out, for every namespace of a node.
+
+It validates the namespace and the object id, decodes the envelope with the namespace's one
+decoder, hands the request to the host (which applies queue, gate, deadline and owner checks), and
+encodes ``{"ok": ...}`` or ``{"err": ...}``. It never answers with a stack trace: anything
+unexpected is logged with the request id and becomes ``internal_error``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+import structlog
+
+from mailbox_actors.core.actor_ids import NAMESPACE_RE, check_id, id_from_name, id_from_random
+from mailbox_actors.core.actor_ids import namespace_key as derive_namespace_key
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.rng import Rng
+from mailbox_actors.runtime.actor import Actor, current_deadline, current_request_id
+from mailbox_actors.runtime.host import ActorHost, MetricsSink
+from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope, RpcReply, VersionProbe
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+
+__all__ = ["DEFAULT_DEADLINE_MS", "LONG_DEADLINE_MS", "LONG_OPS", "Namespace", "Router",
+           "default_deadline_ms"]
+
+DEFAULT_DEADLINE_MS = 10_000
+LONG_DEADLINE_MS = 30_000
+LONG_OPS = frozenset({"ingest", "submit"})
+
+_ENC = msgspec.json.Encoder()
+_PROBE = msgspec.json.Decoder(VersionProbe)
+_REPLY = msgspec.json.Decoder(RpcReply)
+_PATH = re.compile(r"at `(\$[^`]*)`")
+
+
+def default_deadline_ms(op: str) -> int:
+    """How long a caller waits by default for ``op`` (RPC-5)."""
+    return LONG_DEADLINE_MS if op in LONG_OPS else DEFAULT_DEADLINE_MS
+
+
+def op_name(req: Any) -> str:
+    return str(type(req).__struct_config__.tag)
+
+
+class Namespace:
+    """One namespace of a node: its actor class, id key and envelope decoder."""
+
+    __slots__ = ("cls", "decoder", "key", "name", "ops")
+
+    def __init__(self, cls: type[Actor], key: bytes) -> None:
+        self.name = cls.namespace
+        self.cls = cls
+        self.key = key
+        self.decoder: msgspec.json.Decoder[Envelope[Any]] = msgspec.json.Decoder(
+            Envelope[cls.requests])  # type: ignore[name-defined]
+        self.ops = tuple(sorted(str(t.__struct_config__.tag) for t in _union_members(cls.requests)))
+
+
+def _union_members(tp: Any) -> tuple[Any, ...]:
+    return tuple(getattr(tp, "__args__", (tp,)))
+
+
+class Router:
+    def __init__(self, host: ActorHost, *, ids: Ids, clock: Clock, rng: Rng, metrics: MetricsSink,
+                 id_secret: bytes) -> None:
+        self.host = host
+        self.ids = ids
+        self.clock = clock
+        self.rng = rng
+        self.metrics = metrics
+        self._secret = id_secret
+        self._ns: dict[str, Namespace] = {}
+        self.log = structlog.get_logger("mailbox_actors.rpc")
+        host.call_actor = self.call
+
+    # ---- namespaces and ids (RT-1) ---------------------------------------------------------
+
+    def namespace_key(self, name: str) -> bytes:
+        return derive_namespace_key(name, self._secret)
+
+    def register(self, cls: type[Actor]) -> Namespace:
+        if not NAMESPACE_RE.match(cls.namespace):
+            raise ValueError(f"namespace {cls.namespace!r} must match {NAMESPACE_RE.pattern}")
+        ns = Namespace(cls, self.namespace_key(cls.namespace))
+        self._ns[cls.namespace] = ns
+        self.host.register(cls)
+        return ns
+
+    @property
+    def namespaces(self) -> dict[str, Namespace]:
+        return dict(self._ns)
+
+    def namespace(self, name: str) -> Namespace:
+        ns = self._ns.get(name)
+        if ns is None:
+            raise InvalidRequest(f"unknown namespace; known: {', '.join(sorted(self._ns))}",
+                                 details={"namespace": name[:64] if isinstance(name, str) else None})
+        return ns
+
+    def id_from_name(self, namespace: str, name: str) -> str:
+        if not isinstance(name, str) or not 1 <= len(name) <= 1024:
+            raise InvalidRequest("an object name is a string of 1 to 1024 characters")
+        return id_from_name(self.namespace(namespace).key, name)
+
+    def new_unique_id(self, namespace: str) -> str:
+        return id_from_random(self.namespace(namespace).key, self.rng.random_bytes(16))
+
+    def id_from_string(self, namespace: str, s: str) -> str:
+        reason = check_id(self.namespace(namespace).key, s)
+        if reason is not None:
+            raise InvalidRequest(reason)
+        return s
+
+    # ---- the call path ---------------------------------------------------------------------
+
+    async def call_bytes(self, namespace: str, object_id: str, body: bytes) -> bytes:
+        """The whole RPC: decode, route, check, run, encode. Never raises for bad input."""
+        request_id: str | None = None
+        op = "?"
+        code = "ok"
+        try:
+            ns = self._ns.get(namespace) or self.namespace(namespace)
+            reason = check_id(ns.key, object_id)
+            if reason is not None:
+                raise InvalidRequest(reason)
+            env = self._decode(ns, body)
+            request_id = env.request_id
+            op = op_name(env.req)
+            if env.v != ENVELOPE_VERSION:
+                raise MailboxActorsError(ErrorCode.UNSUPPORTED_VERSION,
+                                         f"envelope version {env.v} is not supported; send 1")
+            tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
+            rid = current_request_id.set(request_id)
+            try:
+                result = await self.host.deliver(ns.cls, object_id, env, env.req)
+            finally:
+                current_request_id.reset(rid)
+                structlog.contextvars.reset_contextvars(**tokens)
+            out = _ENC.encode({"ok": result})
+        except MailboxActorsError as e:
+            code = e.code.value
+            out = _ENC.encode({"err": e.to_body(request_id)})
+        except Exception as e:
+            code = ErrorCode.INTERNAL_ERROR.value
+            self.log.exception("rpc_internal_error", namespace=namespace, op=op,
+                               request_id=request_id, error=type(e).__name__)
+            out = _ENC.encode({"err": MailboxActorsError(
+                ErrorCode.INTERNAL_ERROR, "internal error; the request id is logged"
+            ).to_body(request_id)})
+        self.metrics.inc("rpc_requests_total", (("namespace", namespace if namespace in self._ns
+                                                 else "?"), ("op", op), ("code", code)))
+        return out
+
+    def _decode(self, ns: Namespace, body: bytes) -> Envelope[Any]:
+        try:
+            return ns.decoder.decode(body)
+        except msgspec.ValidationError as e:
+            try:
+                v = _PROBE.decode(body).v
+            except msgspec.DecodeError:
+                v = ENVELOPE_VERSION
+            if v != ENVELOPE_VERSION and not (isinstance(v, bool)):
+                raise MailboxActorsError(ErrorCode.UNSUPPORTED_VERSION,
+                                         "envelope version is not supported; send 1",
+                                         details={"path": "$.v"}) from e
+            m = _PATH.search(str(e))
+            raise InvalidRequest(str(e), details={"path": m.group(1) if m else "$",
+                                                  "ops": list(ns.ops)}) from e
+        except msgspec.DecodeError as e:
+            raise InvalidRequest(f"body is not valid JSON: {e}", details={"path": "$"}) from e
+
+    async def call(self, namespace: str, object_id: str, req: Any, *,
+                   tenant_id: str | None = None, identity_id: str | None = None,
+                   deadline_ms: int | None = None, request_id: str | None = None,
+                   actor_key_id: str | None = None) -> Any:
+        """In-process call through the same envelope bytes; returns the ``ok`` value as plain
+        JSON types or raises ``MailboxActorsError``. Inside an actor, the caller's request id and
+        deadline carry over (RPC-9)."""
+        if deadline_ms is None:
+            deadline_ms = current_deadline.get() or (
+                self.clock.now_ms() + default_deadline_ms(op_name(req)))
+        env = Envelope(v=ENVELOPE_VERSION, tenant_id=tenant_id, identity_id=identity_id,
+                       request_id=request_id or current_request_id.get() or self.ids.new_id("req"),
+                       actor_key_id=actor_key_id, deadline_ms=deadline_ms, req=req)
+        reply = _REPLY.decode(await self.call_bytes(namespace, object_id, _ENC.encode(env)))
+        if reply.err is not None:
+            raise MailboxActorsError.from_body(reply.err)
+        return reply.ok

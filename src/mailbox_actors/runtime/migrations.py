@@ -1,0 +1,57 @@
+"""Versioned schema migrations (RT-8), guarded by ``meta.schema_version``.
+
+Each actor class declares ordered migrations; they run on first access after activation, all pending
+ones in one transaction. A file newer than the code is refused, never downgraded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+__all__ = ["Migration", "SchemaTooNew", "apply_migrations", "check_migrations"]
+
+
+class Migration(NamedTuple):
+    version: int
+    statements: tuple[str, ...]
+
+
+class SchemaTooNew(MailboxActorsError):
+    def __init__(self, found: int, known: int) -> None:
+        super().__init__(ErrorCode.INTERNAL_ERROR,
+                         f"actor file has schema_version {found}; this code knows up to {known}",
+                         details={"schema_version": found, "known": known})
+
+
+def check_migrations(migrations: Sequence[Migration], owner: str) -> None:
+    """Refuse a migration list that does not count 1, 2, 3... (it would go backwards or skip)."""
+    for i, m in enumerate(migrations, start=1):
+        if not isinstance(m, Migration):
+            raise TypeError(f"{owner}.migrations[{i - 1}] must be a Migration")
+        if m.version != i:
+            raise ValueError(f"{owner}.migrations must be numbered 1, 2, 3...; position {i} has "
+                             f"version {m.version}")
+        if not m.statements or not all(isinstance(s, str) and s.strip() for s in m.statements):
+            raise ValueError(f"{owner}.migrations version {m.version} has an empty statement")
+
+
+def apply_migrations(sql: SqlStorage, migrations: Sequence[Migration], current: int) -> int:
+    """Bring the file from ``current`` to the newest version; return the version it is at."""
+    known = len(migrations)
+    if current > known:
+        raise SchemaTooNew(current, known)
+    if current == known:
+        return current
+
+    def run(tx: SqlStorage) -> None:
+        for m in migrations[current:]:
+            for stmt in m.statements:
+                tx.exec(stmt)
+        tx.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('schema_version', ?)", (str(known),))
+
+    sql.transaction_sync(run)
+    return known

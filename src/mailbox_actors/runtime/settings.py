@@ -1,0 +1,54 @@
+"""Node settings: every tunable of the runtime, validated once at start with a message naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from mailbox_actors.platform.sql import Durability, Limits
+
+__all__ = ["DEFAULT_ID_SECRET", "RuntimeSettings", "SettingsError"]
+
+# The namespace keys derive from this. Ids stay valid across restarts and between nodes of a cluster
+# as long as the secret is the same; a deployment may set its own.
+DEFAULT_ID_SECRET = "mailbox-actors-default-id-secret"
+
+
+class SettingsError(ValueError):
+    """A setting is out of range; the message names it."""
+
+
+class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
+    data_dir: str
+    node_name: str = "node-0"
+    durability: str = Durability.NORMAL
+    idle_ms: int = 10_000
+    max_active_actors: int = 10_000
+    max_queue: int = 1_000
+    alarm_concurrency: int = 32
+    shutdown_grace_ms: int = 10_000
+    id_secret: str = DEFAULT_ID_SECRET
+    limits: Limits = Limits()
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise SettingsError(f"setting {name!r} {what} (got {getattr(self, name)!r})")
+
+        need(bool(self.data_dir), "data_dir", "must be a directory path")
+        need(self.durability in Durability.ALL, "durability", f"must be one of {Durability.ALL}")
+        need(self.idle_ms >= 1, "idle_ms", "must be >= 1")
+        need(self.max_active_actors >= 1, "max_active_actors", "must be >= 1")
+        need(self.max_queue >= 1, "max_queue", "must be >= 1")
+        need(1 <= self.alarm_concurrency <= 10_000, "alarm_concurrency", "must be in 1..10000")
+        need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms", "must be >= 0")
+        need(len(self.id_secret) >= 8, "id_secret", "must be at least 8 characters")
+        lim = self.limits
+        for field in lim.__struct_fields__:
+            if getattr(lim, field) < 1:
+                raise SettingsError(f"setting 'limits.{field}' must be >= 1")
+
+    @property
+    def path(self) -> Path:
+        return Path(self.data_dir)

@@ -1,0 +1,32 @@
+"""DomainMonitor's requests and replies (OBJ-3), namespace ``domain_monitor``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+__all__ = ["DomainInit", "DomainRequest", "DomainStatus", "DomainStatusReply"]
+
+DomainName = Annotated[str, msgspec.Meta(
+    min_length=3, max_length=253,
+    pattern=r"^(?=.{3,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")]
+
+
+class DomainInit(msgspec.Struct, tag="init", tag_field="op", forbid_unknown_fields=True):
+    domain: DomainName
+
+
+class DomainStatus(msgspec.Struct, tag="status", tag_field="op", forbid_unknown_fields=True):
+    pass
+
+
+DomainRequest = DomainInit | DomainStatus
+
+
+class DomainStatusReply(msgspec.Struct):
+    tenant_id: str
+    domain: str
+    state: str
+    schema_version: int
+    alarm: int | None
