@@ -1,0 +1,34 @@
+# Developer and CI entry points. `make test` is what CI runs (via .ci/run): lint, types, layering,
+# then the tests; every step must pass.
+
+# python3.11 when there is one (the oldest version we support), else python3.
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.stamp
+
+.PHONY: venv test lint bench run
+
+venv: $(STAMP)
+
+# The stamp is newer than pyproject.toml once an install from it succeeded, so the install runs
+# again only when the dependencies may have changed.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+lint: venv
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: venv
+	$(BIN)/mailbox-actors bench --quick
+
+run: venv
+	$(BIN)/python examples/run_cluster.py
