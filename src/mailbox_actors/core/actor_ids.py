@@ -7,7 +7,6 @@ passes the key and, for unique ids, the random bytes.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 

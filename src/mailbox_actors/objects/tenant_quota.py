@@ -7,7 +7,8 @@ drops windows and reservations older than 48 hours. The window arithmetic lives 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from mailbox_actors.core.rate_windows import (
     DAY,
@@ -63,7 +64,7 @@ class TenantQuota(Actor):
             "CREATE INDEX reservations_created ON reservations (created_ms)",
         )),
     )
-    alarm_purposes = {"maintenance": "maintenance"}
+    alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance"}
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -116,7 +117,7 @@ class TenantQuota(Actor):
             if req.count > limit:
                 raise InvalidRequest(f"count {req.count} exceeds the {w.scope} limit {limit}",
                                      details={"count": req.count, "limit": limit})
-            buckets = tx.exec(_BUCKETS, w.scope, oldest_counted(w, now)).all()
+            buckets = [(r[0], r[1]) for r in tx.exec(_BUCKETS, w.scope, oldest_counted(w, now))]
             wait = retry_after_ms(w, buckets, limit, req.count, now)
             if wait is not None:
                 waits.append(wait)
@@ -144,7 +145,8 @@ class TenantQuota(Actor):
         return ReleaseReply(released=True)
 
     def _used(self, w: Window, now: int) -> int:
-        return used(w, self.sql.exec(_BUCKETS, w.scope, oldest_counted(w, now)).all(), now)
+        rows = self.sql.exec(_BUCKETS, w.scope, oldest_counted(w, now))
+        return used(w, [(r[0], r[1]) for r in rows], now)
 
     def _usage(self) -> UsageReply:
         per_minute, per_day = self.limits()

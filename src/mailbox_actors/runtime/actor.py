@@ -9,6 +9,7 @@ eviction and routing belong to the host and router, never here.
 from __future__ import annotations
 
 import contextvars
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -16,7 +17,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import anyio
 import msgspec
 
-from mailbox_actors.core.alarm_purposes import alarm_after_schedule, due_purposes, earliest, meta_key
+from mailbox_actors.core.alarm_purposes import (
+    alarm_after_schedule,
+    due_purposes,
+    earliest,
+    meta_key,
+)
 from mailbox_actors.platform.sql import SqlStorage
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.wire.envelope import Envelope
@@ -250,20 +256,25 @@ class ActorContext:
         now = self.host.clock.now_ms()
         for purpose in due_purposes(self.scheduled(), now):
             method_name = actor.alarm_purposes.get(purpose)
+            self.storage.transaction_sync(functools.partial(self._cancel_tx, purpose))
             if method_name is None:
                 self.host.log.warning("alarm_purpose_unknown", namespace=self.namespace,
                                       purpose=purpose)
-                self.storage.transaction_sync(lambda _tx, p=purpose: self.cancel(p))
                 continue
-            self.storage.transaction_sync(lambda _tx, p=purpose: self.cancel(p))
             try:
                 await getattr(actor, method_name)()
             except BaseException:
                 # Put it back so the retry (and a crash) runs it again.
-                self.storage.transaction_sync(lambda _tx, p=purpose: self.storage.sys_exec(
-                    "INSERT OR IGNORE INTO meta (k, v) VALUES (?, ?)", (meta_key(p), str(now))))
+                self.storage.transaction_sync(functools.partial(self._restore_tx, purpose, now))
                 raise
         self.storage.transaction_sync(lambda _tx: self._rearm())
+
+    def _cancel_tx(self, purpose: str, _tx: SqlStorage) -> None:
+        self.cancel(purpose)
+
+    def _restore_tx(self, purpose: str, at_ms: int, _tx: SqlStorage) -> None:
+        self.storage.sys_exec("INSERT OR IGNORE INTO meta (k, v) VALUES (?, ?)",
+                              (meta_key(purpose), str(at_ms)))
 
     def _rearm(self) -> None:
         nxt = earliest(self.scheduled())
