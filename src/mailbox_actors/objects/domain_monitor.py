@@ -7,7 +7,14 @@ from typing import Any
 from mailbox_actors.platform.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
-from mailbox_actors.wire.domain import DomainInit, DomainRequest, DomainStatus, DomainStatusReply
+from mailbox_actors.wire.common import InitReply
+from mailbox_actors.wire.domain import (
+    DOMAIN_REPLIES,
+    DomainInit,
+    DomainRequest,
+    DomainStatus,
+    DomainStatusReply,
+)
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
 __all__ = ["DomainMonitor"]
@@ -16,6 +23,7 @@ __all__ = ["DomainMonitor"]
 class DomainMonitor(Actor):
     namespace = "domain_monitor"
     requests = DomainRequest
+    replies = DOMAIN_REPLIES
     init_request = DomainInit
     owner_kind = "tenant"
     not_found = ErrorCode.DOMAIN_NOT_FOUND
@@ -37,14 +45,14 @@ class DomainMonitor(Actor):
                 return self.sql.transaction_sync(lambda tx: self._init(tx, call, req))
         raise InvalidRequest(f"unknown op for {self.namespace}")
 
-    def _init(self, tx: SqlStorage, call: Call, req: DomainInit) -> dict[str, bool]:
+    def _init(self, tx: SqlStorage, call: Call, req: DomainInit) -> InitReply:
         created = self.ctx.claim_owner(call)
         if created:
             tx.exec("INSERT INTO domain (id, name, state, created_at_ms) VALUES (1, ?, 'pending', ?)",
                     req.domain, tx.now_ms())
-            return {"created": True}
+            return InitReply(created=True)
         existing = tx.exec("SELECT name FROM domain WHERE id = 1").one()[0]
         if existing != req.domain:
             raise MailboxActorsError(ErrorCode.CONFLICT,
                                      "this monitor already watches a different domain")
-        return {"created": False}
+        return InitReply(created=False)

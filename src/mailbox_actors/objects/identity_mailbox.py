@@ -11,10 +11,11 @@ from typing import Any
 from mailbox_actors.platform.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.wire.common import InitReply
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
 from mailbox_actors.wire.mailbox import (
+    MAILBOX_REPLIES,
     EraseReply,
-    InitReply,
     MailboxErase,
     MailboxInit,
     MailboxRequest,
@@ -31,6 +32,7 @@ CONTENT_TABLES = ("messages",)
 class IdentityMailbox(Actor):
     namespace = "identity_mailbox"
     requests = MailboxRequest
+    replies = MAILBOX_REPLIES
     init_request = MailboxInit
     owner_kind = "identity"
     not_found = ErrorCode.IDENTITY_NOT_FOUND

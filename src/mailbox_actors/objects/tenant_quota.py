@@ -23,8 +23,10 @@ from mailbox_actors.core.rate_windows import (
 from mailbox_actors.platform.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.wire.common import InitReply
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.quota import (
+    QUOTA_REPLIES,
     QuotaInit,
     QuotaRelease,
     QuotaRequest,
@@ -49,6 +51,7 @@ _BUMP = ("INSERT INTO rate_windows (scope, start_ms, count) VALUES (?, ?, ?) "
 class TenantQuota(Actor):
     namespace = "tenant_quota"
     requests = QuotaRequest
+    replies = QUOTA_REPLIES
     init_request = QuotaInit
     owner_kind = "tenant"
     not_found = ErrorCode.TENANT_NOT_FOUND
@@ -96,7 +99,7 @@ class TenantQuota(Actor):
                                         alarm=self.sql.get_alarm())
         raise InvalidRequest(f"unknown op for {self.namespace}")
 
-    def _init(self, tx: SqlStorage, call: Call, req: QuotaInit) -> dict[str, bool]:
+    def _init(self, tx: SqlStorage, call: Call, req: QuotaInit) -> InitReply:
         created = self.ctx.claim_owner(call)
         # A repeated init may change the limits; the owner is fixed.
         tx.exec("INSERT OR REPLACE INTO limits (id, per_minute, per_day) VALUES (1, ?, ?)",
@@ -104,7 +107,7 @@ class TenantQuota(Actor):
         self._limits = (req.per_minute, req.per_day)
         if created:
             self.ctx.schedule("maintenance", tx.now_ms() + MAINTENANCE_EVERY_MS)
-        return {"created": created}
+        return InitReply(created=created)
 
     def _reserve(self, tx: SqlStorage, req: QuotaReserve) -> ReserveReply:
         prior = tx.exec("SELECT reservation_id FROM reservations WHERE key = ?", req.key).all()

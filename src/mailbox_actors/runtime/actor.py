@@ -68,6 +68,7 @@ class Actor:
 
     namespace: ClassVar[str]
     requests: ClassVar[Any]  # the tagged union of request Structs
+    replies: ClassVar[Mapping[str, Any]] = {}  # op -> reply type, for the published contract
     init_request: ClassVar[type]  # the one op an object without owner accepts
     owner_kind: ClassVar[str] = "tenant"  # "tenant" or "identity"
     not_found: ClassVar[ErrorCode] = ErrorCode.TENANT_NOT_FOUND

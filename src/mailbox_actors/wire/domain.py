@@ -6,7 +6,9 @@ from typing import Annotated
 
 import msgspec
 
-__all__ = ["DomainInit", "DomainRequest", "DomainStatus", "DomainStatusReply"]
+from mailbox_actors.wire.common import InitReply
+
+__all__ = ["DOMAIN_REPLIES", "DomainInit", "DomainRequest", "DomainStatus", "DomainStatusReply"]
 
 DomainName = Annotated[str, msgspec.Meta(
     min_length=3, max_length=253,
@@ -30,3 +32,6 @@ class DomainStatusReply(msgspec.Struct):
     state: str
     schema_version: int
     alarm: int | None
+
+
+DOMAIN_REPLIES: dict[str, type] = {"init": InitReply, "status": DomainStatusReply}

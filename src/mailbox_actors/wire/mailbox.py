@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
+from mailbox_actors.wire.common import InitReply
+
 __all__ = ["MailboxErase", "MailboxInit", "MailboxRequest", "MailboxStatus", "MailboxStatusReply",
-           "EraseReply", "InitReply"]
+           "EraseReply", "MAILBOX_REPLIES"]
 
 
 class MailboxInit(msgspec.Struct, tag="init", tag_field="op", forbid_unknown_fields=True):
@@ -23,10 +25,6 @@ class MailboxErase(msgspec.Struct, tag="erase", tag_field="op", forbid_unknown_f
 MailboxRequest = MailboxInit | MailboxStatus | MailboxErase
 
 
-class InitReply(msgspec.Struct):
-    created: bool
-
-
 class MailboxStatusReply(msgspec.Struct):
     tenant_id: str
     identity_id: str
@@ -39,3 +37,7 @@ class MailboxStatusReply(msgspec.Struct):
 class EraseReply(msgspec.Struct):
     erased: bool
     erased_at_ms: int
+
+
+MAILBOX_REPLIES: dict[str, type] = {"init": InitReply, "status": MailboxStatusReply,
+                                    "erase": EraseReply}

@@ -6,9 +6,11 @@ from typing import Annotated
 
 import msgspec
 
+from mailbox_actors.wire.common import InitReply
+
 __all__ = [
     "QuotaInit", "QuotaRelease", "QuotaRequest", "QuotaReserve", "QuotaStatus", "QuotaUsage",
-    "ReleaseReply", "ReserveReply", "QuotaStatusReply", "UsageReply",
+    "QUOTA_REPLIES", "ReleaseReply", "ReserveReply", "QuotaStatusReply", "UsageReply",
 ]
 
 Limit = Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)]
@@ -63,3 +65,8 @@ class QuotaStatusReply(msgspec.Struct):
     per_day: int
     schema_version: int
     alarm: int | None
+
+
+QUOTA_REPLIES: dict[str, type] = {"init": InitReply, "reserve": ReserveReply,
+                                  "release": ReleaseReply, "usage": UsageReply,
+                                  "status": QuotaStatusReply}

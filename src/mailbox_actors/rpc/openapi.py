@@ -1,0 +1,136 @@
+"""The published contract (RPC-10): an OpenAPI 3.1 document generated from the wire types.
+
+Every envelope, request, reply and error body comes from the msgspec Structs the node decodes and
+encodes, so the document cannot drift from the code; ``openapi.json`` at the repository root is this
+output, checked in, and a test keeps the two equal. For wire behaviour the document wins.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, cast
+
+import msgspec
+
+from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.wire.common import IdReply
+from mailbox_actors.wire.envelope import Envelope
+from mailbox_actors.wire.errors import ErrorBody, ErrorCode
+
+__all__ = ["openapi_document", "openapi_json"]
+
+_REF = "#/components/schemas/{name}"
+
+
+def _err(description: str, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "description": f"{description} (code `{code.value}`)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrResult"}}},
+    }
+
+
+def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, Any]:
+    types: list[Any] = [ErrorBody, IdReply]
+    types += [Envelope[cls.requests] for cls in objects]  # type: ignore[name-defined]
+    for cls in objects:
+        types.extend(cls.replies.values())
+    schemas, components = msgspec.json.schema_components(types, ref_template=_REF)
+    # msgspec names a generic instance after its type arguments; give envelopes readable names.
+    renames = {}
+    for cls, schema in zip(objects, schemas[2:2 + len(objects)], strict=True):
+        old = schema["$ref"].rsplit("/", 1)[1]
+        renames[old] = f"{cls.__name__}Envelope"
+        components[renames[old]] = components.pop(old)
+        schema["$ref"] = _REF.format(name=renames[old])
+    components["ErrResult"] = {
+        "type": "object", "required": ["err"], "additionalProperties": False,
+        "properties": {"err": {"$ref": "#/components/schemas/ErrorBody"}},
+    }
+    auth_errors = {
+        "401": _err("Missing or wrong cluster token", ErrorCode.UNAUTHENTICATED),
+        "403": _err("The operator token was sent where the cluster token is needed",
+                    ErrorCode.PERMISSION_DENIED),
+    }
+    paths: dict[str, Any] = {}
+    id_param = {"name": "object_id", "in": "path", "required": True,
+                "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}
+    for cls, envelope_schema in zip(objects, schemas[2:2 + len(objects)], strict=False):
+        ok_types = list(dict.fromkeys(cls.replies.values()))
+        ok_schema = {"oneOf": [{"$ref": _REF.format(name=t.__name__)} for t in ok_types]}
+        components[f"{cls.__name__}OkResult"] = {
+            "type": "object", "required": ["ok"], "additionalProperties": False,
+            "properties": {"ok": ok_schema},
+        }
+        ops = ", ".join(f"`{op}` -> {t.__name__}" for op, t in cls.replies.items())
+        paths[f"/rpc/{cls.namespace}/{{object_id}}"] = {"post": {
+            "operationId": f"rpc_{cls.namespace}",
+            "summary": f"Call a {cls.__name__} ({cls.namespace})",
+            "description": (f"Ops and their `ok` replies: {ops}. A handled request, success or "
+                            "error, is HTTP 200 with `{\"ok\": ...}` or `{\"err\": ...}`."),
+            "security": [{"clusterToken": []}],
+            "parameters": [id_param],
+            "requestBody": {"required": True,
+                            "content": {"application/json": {"schema": envelope_schema}}},
+            "responses": {
+                "200": {"description": "Handled: `ok` or `err`", "content": {"application/json": {
+                    "schema": {"oneOf": [
+                        {"$ref": f"#/components/schemas/{cls.__name__}OkResult"},
+                        {"$ref": "#/components/schemas/ErrResult"}]}}}},
+                **auth_errors,
+                "404": _err("Unknown path", ErrorCode.NOT_FOUND),
+                "405": _err("Wrong method", ErrorCode.METHOD_NOT_ALLOWED),
+                "413": _err("Body over the limit", ErrorCode.PAYLOAD_TOO_LARGE),
+            },
+        }}
+        id_ok = {"200": {"description": "The id", "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/IdReply"}}}}, **auth_errors,
+            "400": _err("Bad name", ErrorCode.INVALID_REQUEST)}
+        paths[f"/ids/{cls.namespace}/by-name/{{name}}"] = {"get": {
+            "operationId": f"id_by_name_{cls.namespace}",
+            "summary": f"The {cls.namespace} id for a name (deterministic)",
+            "security": [{"clusterToken": []}],
+            "parameters": [{"name": "name", "in": "path", "required": True,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 1024}}],
+            "responses": id_ok}}
+        paths[f"/ids/{cls.namespace}/unique"] = {"post": {
+            "operationId": f"id_unique_{cls.namespace}",
+            "summary": f"Mint a new unique {cls.namespace} id",
+            "security": [{"clusterToken": []}], "responses": id_ok}}
+    paths["/healthz"] = {"get": {
+        "operationId": "healthz", "summary": "Liveness and a summary of the node (no token)",
+        "responses": {"200": {"description": "JSON: status, node, pid, actors_active, ...",
+                              "content": {"application/json": {"schema": {"type": "object"}}}}}}}
+    paths["/metrics"] = {"get": {
+        "operationId": "metrics", "summary": "Prometheus text format (no token)",
+        "responses": {"200": {"description": "Prometheus text exposition format 0.0.4",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}}}}
+    paths["/openapi.json"] = {"get": {
+        "operationId": "openapi", "summary": "This document",
+        "responses": {"200": {"description": "OpenAPI 3.1",
+                              "content": {"application/json": {"schema": {"type": "object"}}}}}}}
+    doc = {
+        "openapi": "3.1.0",
+        "info": {"title": "mailbox-actors node", "version": version,
+                 "description": "RPC to actors emulating Durable Objects. Envelope version 1."},
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(components.items())),
+            "securitySchemes": {
+                "clusterToken": {"type": "http", "scheme": "bearer",
+                                 "description": "The cluster token (DATA/cluster.token)"},
+                "operatorToken": {"type": "http", "scheme": "bearer",
+                                  "description": "The operator token (DATA/operator.token)"},
+            },
+        },
+    }
+    text = json.dumps(doc)
+    for old, new in renames.items():
+        text = text.replace(f'"{_REF.format(name=old)}"', f'"{_REF.format(name=new)}"')
+    return cast(dict[str, Any], json.loads(text))
+
+
+def openapi_json(objects: Sequence[type[Actor]], version: str) -> bytes:
+    """The document as canonical, stable JSON (sorted keys, two-space indent, final newline)."""
+    return (json.dumps(openapi_document(objects, version), indent=2, sort_keys=True)
+            + "\n").encode()
