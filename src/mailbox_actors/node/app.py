@@ -1,0 +1,181 @@
+"""The node's HTTP application (RPC-7, CL-2): routes, tokens, forwarding to the owning node.
+
+``POST /rpc/{namespace}/{object_id}`` runs on the node that owns the id (rendezvous hashing over the
+cluster's node list) or is forwarded there in one hop. Tokens are compared in constant time; the
+operator token is refused where the cluster token is needed and the other way round. Answers never
+carry a stack trace, message content or addresses.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+import msgspec
+import structlog
+
+from mailbox_actors.core.placement import owner_index
+from mailbox_actors.node.node import Node
+from mailbox_actors.wire.common import IdReply
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+__all__ = ["FORWARDED_HEADER", "NodeApp", "Response"]
+
+FORWARDED_HEADER = "x-mailbox-actors-forwarded"
+Response = tuple[int, bytes, str]
+Forward = Callable[[int, str, str, Mapping[str, str], bytes], Awaitable[tuple[int, bytes]]]
+
+_JSON = "application/json"
+_ENC = msgspec.json.Encoder()
+
+
+def error_response(code: ErrorCode, message: str, *, status: int | None = None,
+                   details: dict[str, Any] | None = None) -> Response:
+    body = MailboxActorsError(code, message, details=details).to_body()
+    return (status or code.http_status), _ENC.encode({"err": body}), _JSON
+
+
+class NodeApp:
+    """``async __call__(method, path, headers, body) -> (status, body, content_type)``."""
+
+    def __init__(self, node: Node, *, cluster_token: str, operator_token: str,
+                 peers: Sequence[str] = (), self_index: int = 0, forward: Forward | None = None,
+                 openapi: bytes = b"{}") -> None:
+        self.node = node
+        self._cluster = cluster_token.encode()
+        self._operator = operator_token.encode()
+        self.peers = list(peers)  # node names in cluster order; empty: a single node
+        self.self_index = self_index
+        self._forward = forward
+        self._openapi = openapi
+        self._log = structlog.get_logger("mailbox_actors.http")
+        m = node.metrics
+        m.describe("rpc_request_duration_seconds", "Time to answer POST /rpc, by namespace",
+                   "histogram")
+        m.describe("http_responses_total", "HTTP responses by status", "counter")
+        m.describe("rpc_forwarded_total", "RPCs forwarded to the owning node", "counter")
+
+    # ---- auth (REL-3) ----------------------------------------------------------------------
+
+    def _auth(self, headers: Mapping[str, str], operator: bool) -> Response | None:
+        value = headers.get("authorization", "")
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return error_response(ErrorCode.UNAUTHENTICATED,
+                                  "missing 'Authorization: Bearer <token>' header")
+        given = token.strip().encode()
+        want, other = (self._operator, self._cluster) if operator else (self._cluster,
+                                                                       self._operator)
+        if hmac.compare_digest(given, want):
+            return None
+        if hmac.compare_digest(given, other):
+            return error_response(
+                ErrorCode.PERMISSION_DENIED,
+                "this endpoint needs the " + ("operator" if operator else "cluster")
+                + " token, not the " + ("cluster" if operator else "operator") + " token")
+        return error_response(ErrorCode.UNAUTHENTICATED, "wrong token")
+
+    # ---- routing ---------------------------------------------------------------------------
+
+    async def __call__(self, method: str, path: str, headers: Mapping[str, str],
+                       body: bytes) -> Response:
+        path = path.split("?", 1)[0]
+        parts = path.split("/")
+        try:
+            if len(parts) == 4 and parts[1] == "rpc":
+                if method != "POST":
+                    return _not_allowed("POST")
+                return await self._rpc(parts[2], parts[3], headers, body, path)
+            if path == "/healthz":
+                return self._get_only(method) or (200, _ENC.encode(self.health()), _JSON)
+            if path == "/metrics":
+                return self._get_only(method) or (
+                    200, self.node.metrics.render_prometheus().encode(),
+                    "text/plain; version=0.0.4; charset=utf-8")
+            if path == "/openapi.json":
+                return self._get_only(method) or (200, self._openapi, _JSON)
+            if len(parts) == 5 and parts[1] == "ids" and parts[3] == "by-name":
+                return self._get_only(method) or self._auth(headers, False) or self._id(
+                    lambda: self.node.id_from_name(parts[2], unquote(parts[4])))
+            if len(parts) == 4 and parts[1] == "ids" and parts[3] == "unique":
+                if method != "POST":
+                    return _not_allowed("POST")
+                return self._auth(headers, False) or self._id(
+                    lambda: self.node.new_unique_id(parts[2]))
+            if path == "/admin/status":
+                return self._get_only(method) or self._auth(headers, True) or (
+                    200, _ENC.encode(self.status()), _JSON)
+        except MailboxActorsError as e:
+            return e.code.http_status, _ENC.encode({"err": e.to_body()}), _JSON
+        return error_response(ErrorCode.NOT_FOUND, "no such endpoint",
+                              details={"endpoints": ["/rpc/{namespace}/{object_id}", "/healthz",
+                                                     "/metrics", "/openapi.json", "/ids/..."]})
+
+    def _get_only(self, method: str) -> Response | None:
+        return None if method in ("GET", "HEAD") else _not_allowed("GET")
+
+    def _id(self, make: Callable[[], str]) -> Response:
+        try:
+            return 200, _ENC.encode(IdReply(id=make())), _JSON
+        except MailboxActorsError as e:
+            return e.code.http_status, _ENC.encode({"err": e.to_body()}), _JSON
+
+    async def _rpc(self, namespace: str, object_id: str, headers: Mapping[str, str], body: bytes,
+                   path: str) -> Response:
+        denied = self._auth(headers, False)
+        if denied is not None:
+            return denied
+        owner = self._owner(namespace, object_id)
+        if owner != self.self_index and FORWARDED_HEADER not in headers:
+            return await self._forward_to(owner, path, headers, body)
+        started = time.perf_counter()
+        out = await self.node.call_bytes(namespace, object_id, body)
+        self.node.metrics.observe("rpc_request_duration_seconds", time.perf_counter() - started,
+                                  (("namespace", namespace if namespace in
+                                    self.node.router.namespaces else "?"),))
+        return 200, out, _JSON
+
+    def _owner(self, namespace: str, object_id: str) -> int:
+        if len(self.peers) <= 1:
+            return self.self_index
+        return owner_index(self.peers, namespace, object_id)
+
+    async def _forward_to(self, owner: int, path: str, headers: Mapping[str, str],
+                          body: bytes) -> Response:
+        if self._forward is None:
+            return error_response(ErrorCode.UNAVAILABLE, "the owning node is not reachable")
+        fwd = {"authorization": headers.get("authorization", ""), FORWARDED_HEADER: "1",
+               "content-type": _JSON}
+        self.node.metrics.inc("rpc_forwarded_total")
+        try:
+            status, out = await self._forward(owner, "POST", path, fwd, body)
+        except (OSError, ConnectionError, TimeoutError) as e:
+            self._log.warning("forward_failed", owner=self.peers[owner], error=type(e).__name__)
+            return 200, _ENC.encode({"err": MailboxActorsError(
+                ErrorCode.UNAVAILABLE, f"the owning node {self.peers[owner]} cannot be reached now"
+            ).to_body()}), _JSON
+        return status, out, _JSON
+
+    # ---- observing -------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        h = self.node.health()
+        h["cluster_nodes"] = len(self.peers) or 1
+        return h
+
+    def status(self) -> dict[str, Any]:
+        s = self.health()
+        s["alarms_fired"] = 0 if self.node.scheduler is None else self.node.scheduler.fired
+        s["activations"] = self.node.host.activations
+        s["evictions"] = self.node.host.evictions
+        s["pid"] = os.getpid()
+        return s
+
+
+def _not_allowed(allowed: str) -> Response:
+    return error_response(ErrorCode.METHOD_NOT_ALLOWED, f"use {allowed} on this endpoint",
+                          details={"allow": allowed})

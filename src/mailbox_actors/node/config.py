@@ -1,0 +1,159 @@
+"""Node and cluster configuration (CL-4): flags, then ``MAILBOX_ACTORS_*`` variables, then a TOML file.
+
+Everything is validated once, at start, and a bad value is reported with the setting's name and
+where it came from. Tokens are generated into the data directory on first start (mode 0600) unless
+given. Nothing here starts anything.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from mailbox_actors.platform.sql import Durability
+from mailbox_actors.runtime.settings import DEFAULT_ID_SECRET, RuntimeSettings, SettingsError
+
+__all__ = ["ENV_PREFIX", "NodeConfig", "Tokens", "ensure_tokens", "load_config"]
+
+ENV_PREFIX = "MAILBOX_ACTORS_"
+
+
+class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Every setting of ``serve`` and ``cluster``; the defaults are what ``make run`` uses."""
+
+    data: str = "./data"
+    host: str = "127.0.0.1"
+    port: int = 8787
+    nodes: int = 3
+    node_name: str = "node-0"
+    token: str | None = None
+    token_file: str | None = None
+    operator_token: str | None = None
+    operator_token_file: str | None = None
+    durability: str = Durability.NORMAL
+    idle_ms: int = 10_000
+    max_active_actors: int = 10_000
+    max_queue: int = 1_000
+    max_body_bytes: int = 1 << 20
+    read_timeout_s: float = 10.0
+    shutdown_grace_ms: int = 10_000
+    id_secret: str = DEFAULT_ID_SECRET
+    log_format: str = "auto"
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise SettingsError(f"setting {name!r} {what} (got {getattr(self, name)!r})")
+
+        need(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
+        need(1 <= self.nodes <= 64, "nodes", "must be 1..64")
+        need(self.log_format in ("auto", "json", "console"), "log_format",
+             "must be auto, json or console")
+        need(self.log_level in ("debug", "info", "warning", "error"), "log_level",
+             "must be debug, info, warning or error")
+        need(self.max_body_bytes >= 1024, "max_body_bytes", "must be >= 1024")
+        need(self.read_timeout_s > 0, "read_timeout_s", "must be > 0")
+        need(bool(self.host), "host", "must not be empty")
+
+    def runtime_settings(self, data_dir: str | None = None) -> RuntimeSettings:
+        return RuntimeSettings(
+            data_dir=data_dir or self.data, node_name=self.node_name, durability=self.durability,
+            idle_ms=self.idle_ms, max_active_actors=self.max_active_actors,
+            max_queue=self.max_queue, shutdown_grace_ms=self.shutdown_grace_ms,
+            id_secret=self.id_secret)
+
+
+def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
+                toml_file: str | None = None) -> NodeConfig:
+    """Merge the three sources (flags win, then environment, then the file) and validate."""
+    env = os.environ if env is None else env
+    fields = set(NodeConfig.__struct_fields__)
+    merged: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    path = toml_file or env.get(ENV_PREFIX + "CONFIG")
+    if path:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as e:
+            raise SettingsError(f"config file {path!r} cannot be read: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise SettingsError(f"config file {path!r} is not valid TOML: {e}") from None
+        for k, v in data.items():
+            name = k.replace("-", "_")
+            if name not in fields:
+                raise SettingsError(f"config file {path!r}: unknown setting {k!r}")
+            merged[name], source[name] = v, f"config file {path}"
+    for name in fields:
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is not None:
+            merged[name], source[name] = raw, f"environment variable {ENV_PREFIX}{name.upper()}"
+    for name, v in flags.items():
+        if v is not None:
+            if name not in fields:
+                raise SettingsError(f"unknown setting {name!r}")
+            merged[name], source[name] = v, f"flag --{name.replace('_', '-')}"
+    try:
+        return msgspec.convert(merged, NodeConfig, strict=False)
+    except msgspec.ValidationError as e:
+        text = str(e)
+        for name, where in source.items():
+            if f"`$.{name}`" in text:
+                raise SettingsError(f"setting {name!r} from {where}: {text.split(' - at')[0]}"
+                                    ) from None
+        raise SettingsError(str(e)) from None
+    except SettingsError as e:
+        for name, where in source.items():
+            if f"'{name}'" in str(e):
+                raise SettingsError(f"{e} [from {where}]") from None
+        raise
+
+
+class Tokens(msgspec.Struct, frozen=True):
+    cluster: str
+    operator: str
+    cluster_file: str | None
+    operator_file: str | None
+
+
+def _read_or_create(path: Path) -> str:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        token = path.read_text().strip()
+        if len(token) < 16:
+            raise SettingsError(f"token file {path} holds fewer than 16 characters") from None
+        return token
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def ensure_tokens(cfg: NodeConfig, data_dir: Path) -> Tokens:
+    """The cluster and operator tokens: given (flag, variable or file), else generated into the
+    data directory on first start with mode 0600. They must differ."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+
+    def pick(value: str | None, file: str | None, default_name: str) -> tuple[str, str | None]:
+        if value:
+            return value, None
+        path = Path(file) if file else data_dir / default_name
+        if file and not path.exists():
+            raise SettingsError(f"token file {path} does not exist")
+        return _read_or_create(path), str(path)
+
+    cluster, cluster_file = pick(cfg.token, cfg.token_file, "cluster.token")
+    operator, operator_file = pick(cfg.operator_token, cfg.operator_token_file, "operator.token")
+    if len(cluster) < 16 or len(operator) < 16:
+        raise SettingsError("tokens must be at least 16 characters")
+    if secrets.compare_digest(cluster, operator):
+        raise SettingsError("the cluster token and the operator token must differ")
+    return Tokens(cluster, operator, cluster_file, operator_file)
