@@ -170,7 +170,7 @@ def configure_logging(
 
     ``json=None`` chooses JSON lines unless the stream is a terminal. ``stream`` defaults to
     ``sys.stderr`` (stdout is for the command line's own output). ``hash_key`` keys the address
-    hashes; without one, a random per-process key is used.
+    hashes; without one the key in use is kept (at first, a random per-process key).
     """
     try:
         min_level = LEVELS[level.lower()]
