@@ -158,11 +158,6 @@ def test_malformed_ids_are_refused(bad: str) -> None:
     assert check_id(MAILBOX, bad) == "object id must be 64 lowercase hex digits"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/actor_ids.py matches with '^...$', and '$' also matches before a final newline "
-    "(bytes.fromhex then skips it): a valid id plus '\\n' is accepted. Use fullmatch.",
-)
 def test_valid_id_with_trailing_newline_is_refused() -> None:
     """A valid id followed by a newline is not an id: no path is built from it (RT-1, REL-2)."""
     oid = id_from_name(MAILBOX, "x")

@@ -12,32 +12,47 @@ from collections.abc import Sequence
 
 __all__ = ["main"]
 
-# subcommand -> (module with add_arguments(parser) and run(args) -> int, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "bench": ("mailbox_actors.bench.command", "measure the runtime against the physical limits"),
+# subcommand -> (module, its add-arguments function, its run(args) -> int function, help)
+SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
+    "serve": ("mailbox_actors.node.serve", "add_arguments", "run", "run one node"),
+    "cluster": ("mailbox_actors.node.cluster", "add_arguments", "run",
+                "run a local cluster of node processes (restarts nodes that die)"),
+    "status": ("mailbox_actors.node.commands", "add_status_arguments", "run_status",
+               "show nodes, pids, active actors and pending alarms"),
+    "id": ("mailbox_actors.node.commands", "add_id_arguments", "run_id",
+           "print the object id for a name"),
+    "call": ("mailbox_actors.node.commands", "add_call_arguments", "run_call",
+             "call an object and print the result (exit 0 ok, 1 err, 2 usage)"),
+    "bench": ("mailbox_actors.bench.command", "add_arguments", "run",
+              "measure the runtime against the physical limits"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that subcommand's module is imported (start-up stays fast
+    and one subcommand's imports cannot break another)."""
     parser = argparse.ArgumentParser(
         prog="mailbox-actors",
         description="A Python runtime that emulates Cloudflare Durable Objects.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in SUBCOMMANDS.items():
+    for name, (module, add, _run, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module).add_arguments(p)
+        if only is None or name == only:
+            getattr(importlib.import_module(module), add)(p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[args.command][0])
+    module, _add, run, _help = SUBCOMMANDS[args.command]
     try:
-        return int(module.run(args))
+        return int(getattr(importlib.import_module(module), run)(args))
     except KeyboardInterrupt:
         return 130
 

@@ -42,7 +42,7 @@ def check_id(key: bytes, s: object) -> str | None:
     """Return the reason ``s`` is not an id of this namespace, or None when it is."""
     if not isinstance(s, str):
         return "object id must be a string"
-    if not _HEX64.match(s):
+    if not _HEX64.fullmatch(s):
         return "object id must be 64 lowercase hex digits"
     raw = bytes.fromhex(s)
     if not hmac.compare_digest(raw[16:], hmac.digest(key, raw[:16], "sha256")[:16]):

@@ -1,0 +1,210 @@
+"""The RPC client for host services (RPC-8): pooled keep-alive HTTP straight to the owning node.
+
+It fills in ``request_id`` and ``deadline_ms`` (10 s; 30 s for ``ingest`` and ``submit``), maps an
+``err`` body to ``RpcError`` carrying the code, maps connection failures and unexpected statuses to
+``unavailable``, and retries only retryable errors of idempotent ops, with backoff, inside the
+deadline. Works from plain asyncio and from anyio code.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from mailbox_actors.core.backoff import exponential_delay_ms
+from mailbox_actors.core.placement import owner_index
+from mailbox_actors.platform.clock import Clock, SystemClock
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.rng import Rng, SystemRng
+from mailbox_actors.rpc.http_client import HttpPool
+from mailbox_actors.rpc.router import default_deadline_ms
+from mailbox_actors.wire.common import IdReply
+from mailbox_actors.wire.envelope import ENVELOPE_VERSION, RpcReply
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+__all__ = ["IDEMPOTENT_OPS", "Client", "RpcError"]
+
+# Ops that may be sent twice with the same effect as once; only these are retried automatically.
+IDEMPOTENT_OPS = frozenset({
+    "init", "status", "usage", "reserve", "release", "erase", "get_events", "get_email",
+    "submit", "ingest", "check", "cancel", "apply_delivery_event",
+})
+_ENC = msgspec.json.Encoder()
+_REPLY = msgspec.json.Decoder(RpcReply)
+_ID = msgspec.json.Decoder(IdReply)
+_HANDLED = {200, 400, 401, 403, 404, 405, 413}
+
+
+class RpcError(MailboxActorsError):
+    """An ``err`` result (or a transport failure, as ``unavailable``). ``.code`` is the ErrorCode."""
+
+
+class _Envelope(msgspec.Struct, kw_only=True):
+    v: int
+    tenant_id: str | None
+    identity_id: str | None
+    request_id: str
+    actor_key_id: str | None
+    deadline_ms: int
+    req: Any
+
+
+class Client:
+    """``async with Client(nodes, token) as c: await c.call("tenant_quota", id, {...})``.
+
+    ``nodes`` is the cluster's node list as (name, url) pairs in cluster order (a single URL string
+    works for one node). ``Client.from_data_dir(DIR)`` reads a local cluster's cluster.json and
+    token file.
+    """
+
+    def __init__(self, nodes: Sequence[tuple[str, str]] | str, token: str, *,
+                 clock: Clock | None = None, rng: Rng | None = None,
+                 max_attempts: int = 5, request_timeout_s: float | None = None) -> None:
+        if isinstance(nodes, str):
+            nodes = [("node-0", nodes)]
+        if not nodes:
+            raise ValueError("the node list is empty")
+        self.names = [n for n, _ in nodes]
+        self.urls = [u.rstrip("/") for _, u in nodes]
+        self._auth = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+        self.clock = clock or SystemClock()
+        self.rng = rng or SystemRng()
+        self._ids = Ids(self.clock, self.rng)
+        self.max_attempts = max_attempts
+        self._timeout = request_timeout_s
+        self._pool = HttpPool()
+
+    @classmethod
+    def from_data_dir(cls, data_dir: str | Path, **kw: Any) -> Client:
+        """Connect to the local cluster (or single node) whose data directory is ``data_dir``."""
+        d = Path(data_dir)
+        token = (d / "cluster.token").read_text().strip()
+        try:
+            doc = json.loads((d / "cluster.json").read_text())  # written by the supervisor
+            nodes = [(n["name"], n["url"]) for n in doc["nodes"]]
+        except FileNotFoundError:
+            nodes = [("node-0", kw.pop("url", "http://127.0.0.1:8787"))]
+        return cls(nodes, token, **kw)
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+    def owner_url(self, namespace: str, object_id: str) -> str:
+        return self.urls[owner_index(self.names, namespace, object_id)]
+
+    # ---- ids -------------------------------------------------------------------------------
+
+    async def id_from_name(self, namespace: str, name: str) -> str:
+        from urllib.parse import quote
+
+        return await self._id("GET", f"/ids/{namespace}/by-name/{quote(name, safe='')}")
+
+    async def new_unique_id(self, namespace: str) -> str:
+        return await self._id("POST", f"/ids/{namespace}/unique")
+
+    async def _id(self, method: str, path: str) -> str:
+        url = self.urls[secrets.randbelow(len(self.urls))]
+        status, body = await self._send(url, method, path, b"", 10.0)
+        if status == 200:
+            return _ID.decode(body).id
+        raise self._error_from(status, body, None)
+
+    # ---- calls -----------------------------------------------------------------------------
+
+    async def call(self, namespace: str, object_id: str, req: Any, *,
+                   tenant_id: str | None = None, identity_id: str | None = None,
+                   deadline_ms: int | None = None, request_id: str | None = None,
+                   actor_key_id: str | None = None, idempotent: bool | None = None) -> Any:
+        """Call an object; returns the ``ok`` value (plain JSON types) or raises ``RpcError``.
+
+        ``req`` is a request Struct or a dict with an ``"op"`` key.
+        """
+        op = _op_of(req)
+        now = self.clock.now_ms()
+        deadline = deadline_ms if deadline_ms is not None else now + default_deadline_ms(op)
+        rid = request_id or self._ids.new_id("req")
+        body = _ENC.encode(_Envelope(v=ENVELOPE_VERSION, tenant_id=tenant_id,
+                                     identity_id=identity_id, request_id=rid,
+                                     actor_key_id=actor_key_id, deadline_ms=deadline, req=req))
+        path = f"/rpc/{namespace}/{object_id}"
+        retry_ok = op in IDEMPOTENT_OPS if idempotent is None else idempotent
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining_s = (deadline - self.clock.now_ms()) / 1000
+            if remaining_s <= 0:
+                raise RpcError(ErrorCode.TIMEOUT, "the deadline passed before an answer came",
+                               request_id=rid)
+            timeout = min(remaining_s, self._timeout) if self._timeout else remaining_s
+            try:
+                status, out = await self._send(self.owner_url(namespace, object_id), "POST",
+                                               path, body, timeout)
+                err = self._result(status, out, rid)
+            except RpcError as e:
+                err = e
+            else:
+                return err
+            if not (retry_ok and err.code.retryable and attempt < self.max_attempts):
+                raise err
+            delay = exponential_delay_ms(attempt, 50, 2_000, 0.5, self.rng.random())
+            if err.code == ErrorCode.RATE_LIMITED and err.details:
+                delay = max(delay, int(err.details.get("retry_after_ms", 0)))
+            if self.clock.now_ms() + delay >= deadline:
+                raise err
+            await anyio.sleep(delay / 1000)
+
+    def _result(self, status: int, out: bytes, rid: str) -> Any:
+        if status != 200:
+            raise self._error_from(status, out, rid)
+        try:
+            reply = _REPLY.decode(out)
+        except msgspec.DecodeError:
+            raise RpcError(ErrorCode.UNAVAILABLE, "the node answered with a body that is not a "
+                           "result", request_id=rid) from None
+        if reply.err is not None:
+            raise RpcError.from_body(reply.err)
+        return reply.ok
+
+    def _error_from(self, status: int, body: bytes, rid: str | None) -> RpcError:
+        if status in _HANDLED:
+            try:
+                reply = _REPLY.decode(body)
+                if reply.err is not None:
+                    return RpcError.from_body(reply.err)  # type: ignore[return-value]
+            except msgspec.DecodeError:
+                pass
+        return RpcError(ErrorCode.UNAVAILABLE, f"the node answered HTTP {status}",
+                        details={"http_status": status}, request_id=rid)
+
+    async def _send(self, url: str, method: str, path: str, body: bytes,
+                    timeout_s: float) -> tuple[int, bytes]:
+        try:
+            return await self._pool.request(url, method, path, self._auth, body,
+                                            timeout_s=timeout_s)
+        except (OSError, ConnectionError, TimeoutError) as e:
+            raise RpcError(ErrorCode.UNAVAILABLE, f"cannot reach {url}: {type(e).__name__}",
+                           details={"url": url}) from None
+
+
+def _op_of(req: Any) -> str:
+    if isinstance(req, dict):
+        op = req.get("op")
+        if not isinstance(op, str):
+            raise TypeError("a request dict needs an 'op' string")
+        return op
+    cfg = getattr(type(req), "__struct_config__", None)
+    if cfg is None or cfg.tag is None:
+        raise TypeError("req must be a tagged request Struct or a dict with an 'op' key")
+    return str(cfg.tag)
