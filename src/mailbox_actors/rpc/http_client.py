@@ -1,0 +1,328 @@
+"""A keep-alive HTTP/1.1 connection pool for calls between host services and nodes.
+
+Owns sockets, request framing and response parsing (httptools) only: no retries, no envelopes, no
+error-body decoding (the RPC client above it decides those). Every failure to get an answer is raised
+as an ``HttpTransportError`` (a ``ConnectionError``) that says whether the request may have reached
+the server, so the caller can map it to ``unavailable`` and retry only where that is safe.
+Runs on asyncio (plain or under anyio); a pool belongs to the event loop it first ran on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Mapping
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+__all__ = [
+    "HttpConnectError",
+    "HttpConnectionLost",
+    "HttpPool",
+    "HttpProtocolError",
+    "HttpTimeout",
+    "HttpTransportError",
+]
+
+
+class HttpTransportError(ConnectionError):
+    """No HTTP answer was obtained. ``request_sent``: the server may have received the request."""
+
+    def __init__(self, message: str, *, base_url: str, request_sent: bool) -> None:
+        super().__init__(message)
+        self.base_url = base_url
+        self.request_sent = request_sent
+
+
+class HttpConnectError(HttpTransportError):
+    """The connection could not be opened (refused, unreachable, connect timeout): nothing sent."""
+
+
+class HttpConnectionLost(HttpTransportError):
+    """The connection closed or failed before the whole answer arrived."""
+
+
+class HttpProtocolError(HttpTransportError):
+    """The server's answer was not valid HTTP/1.1 (or was over the response size cap)."""
+
+
+class HttpTimeout(HttpTransportError, TimeoutError):
+    """``timeout_s`` passed before the whole answer arrived."""
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection: at most one request in flight."""
+
+    __slots__ = ("_body", "_max_body", "_parser", "_size", "closed", "fut", "keep", "last_used",
+                 "transport", "used")
+
+    def __init__(self, max_body: int) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self._max_body = max_body
+        self._body: list[bytes] = []
+        self._size = 0
+        self.transport: asyncio.Transport | None = None
+        self.fut: asyncio.Future[tuple[int, bytes]] | None = None
+        self.closed = False
+        self.keep = True
+        self.used = 0
+        self.last_used = 0.0
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.fut is None:   # nothing asked: a server talking out of turn cannot be trusted
+            self.abort()
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(HttpProtocolError, f"malformed HTTP response: {exc}")
+        except httptools.HttpParserUpgrade:
+            self._fail(HttpProtocolError, "unexpected protocol upgrade")
+
+    def eof_received(self) -> bool | None:
+        self.keep = False
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        why = f": {exc}" if exc else ""
+        self._fail(HttpConnectionLost, f"connection closed before the answer{why}")
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self._body = []
+        self._size = 0
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size > self._max_body:
+            raise ValueError("response body over the cap")
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        fut, self.fut = self.fut, None
+        if not self._parser.should_keep_alive():
+            self.keep = False
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        self._body = []
+        if fut is not None and not fut.done():
+            fut.set_result((self._parser.get_status_code(), body))
+
+    # pool side
+
+    def _fail(self, kind: type[HttpTransportError], message: str) -> None:
+        fut, self.fut = self.fut, None
+        self.keep = False
+        if fut is not None and not fut.done():
+            fut.set_exception(kind(message, base_url="", request_sent=True))
+        self.abort()
+
+    def abort(self) -> None:
+        self.keep = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+
+class _Host:
+    """The connections to one base URL."""
+
+    __slots__ = ("base_url", "host", "hostport", "idle", "port", "size", "waiters")
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"base_url must be http://host[:port], got {base_url!r}")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError(f"base_url must have no path, query or fragment: {base_url!r}")
+        self.base_url = base_url
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.hostport = (host if self.port == 80 else f"{host}:{self.port}").encode("idna")
+        self.idle: list[_Conn] = []
+        self.size = 0           # open or opening connections, idle or not
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+
+class HttpPool:
+    """Keep-alive HTTP/1.1 connections to a set of base URLs (``http://host:port``).
+
+    At most ``max_per_host`` connections per base URL; callers beyond that wait for one to come
+    free (inside their ``timeout_s``). Idle connections are dropped after ``idle_timeout_s``, which
+    must stay below the server's keep-alive timeout so a request is never sent on a connection the
+    server is closing.
+    """
+
+    def __init__(self, *, max_per_host: int = 64, connect_timeout_s: float = 5.0,
+                 idle_timeout_s: float = 30.0, max_response_bytes: int = 16 * 1024 * 1024) -> None:
+        if max_per_host < 1:
+            raise ValueError("max_per_host must be >= 1")
+        self.max_per_host = max_per_host
+        self.connect_timeout_s = connect_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_response_bytes = max_response_bytes
+        self._hosts: dict[str, _Host] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    async def request(self, base_url: str, method: str, path: str,
+                      headers: Mapping[str, str] | None, body: bytes,
+                      timeout_s: float) -> tuple[int, bytes]:
+        """Send one request and return ``(status, body)``; raise ``HttpTransportError`` otherwise.
+
+        ``path`` is sent as given (origin form); ``Host`` and ``Content-Length`` are set here.
+        """
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None:
+                raise RuntimeError("HttpPool is bound to another event loop")
+            self._loop = loop
+        if self._closed:
+            raise RuntimeError("HttpPool is closed")
+        host = self._hosts.get(base_url)
+        if host is None:
+            host = self._hosts[base_url] = _Host(base_url)
+        head = _request_head(method, path, host.hostport, headers, len(body))
+        deadline = loop.time() + timeout_s
+        conn = await self._acquire(loop, host, deadline)
+        fut: asyncio.Future[tuple[int, bytes]] = loop.create_future()
+        conn.fut = fut
+        transport = conn.transport
+        assert transport is not None
+        timer = loop.call_at(deadline, _expire, conn, fut)
+        ok = False
+        try:
+            transport.write(head + body if len(body) < 65536 else head)
+            if len(body) >= 65536:
+                transport.write(body)
+            status, data = await fut
+            ok = True
+            return status, data
+        except HttpTransportError as exc:
+            exc.base_url = base_url
+            raise
+        finally:
+            timer.cancel()
+            self._release(loop, host, conn, ok)
+
+    async def _acquire(self, loop: asyncio.AbstractEventLoop, host: _Host,
+                       deadline: float) -> _Conn:
+        while True:
+            now = loop.time()
+            while host.idle:
+                conn = host.idle.pop()
+                if not conn.closed and conn.keep and now - conn.last_used < self.idle_timeout_s:
+                    return conn
+                conn.abort()
+                host.size -= 1
+            if host.size < self.max_per_host:
+                host.size += 1
+                try:
+                    return await self._connect(loop, host, deadline)
+                except BaseException:
+                    host.size -= 1
+                    self._wake(host)
+                    raise
+            if now >= deadline:
+                raise HttpTimeout("no connection came free in time", base_url=host.base_url,
+                                  request_sent=False)
+            waiter: asyncio.Future[None] = loop.create_future()
+            host.waiters.append(waiter)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await waiter
+            except TimeoutError:
+                raise HttpTimeout("no connection came free in time", base_url=host.base_url,
+                                  request_sent=False) from None
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    host.waiters.remove(waiter)
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, host: _Host,
+                       deadline: float) -> _Conn:
+        limit = self.max_response_bytes
+        try:
+            async with asyncio.timeout_at(min(deadline, loop.time() + self.connect_timeout_s)):
+                _, conn = await loop.create_connection(lambda: _Conn(limit), host.host, host.port)
+        except TimeoutError:
+            raise HttpTimeout("connect timed out", base_url=host.base_url,
+                              request_sent=False) from None
+        except OSError as exc:
+            raise HttpConnectError(f"cannot connect: {exc.strerror or exc}",
+                                   base_url=host.base_url, request_sent=False) from exc
+        return conn
+
+    def _release(self, loop: asyncio.AbstractEventLoop, host: _Host, conn: _Conn,
+                 ok: bool) -> None:
+        conn.fut = None
+        if ok and conn.keep and not conn.closed and not self._closed:
+            conn.used += 1
+            conn.last_used = loop.time()
+            host.idle.append(conn)
+        else:   # unknown state (timeout, cancellation, error) or the server is closing it
+            conn.abort()
+            host.size -= 1
+        self._wake(host)
+
+    @staticmethod
+    def _wake(host: _Host) -> None:
+        while host.waiters:
+            waiter = host.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def aclose(self) -> None:
+        """Close every idle connection; connections in use close when their request ends."""
+        self._closed = True
+        for host in self._hosts.values():
+            for conn in host.idle:
+                conn.abort()
+            host.size -= len(host.idle)
+            host.idle.clear()
+            while host.waiters:
+                waiter = host.waiters.popleft()
+                if not waiter.done():
+                    waiter.cancel()
+        await asyncio.sleep(0)   # let the transports run connection_lost
+
+    async def __aenter__(self) -> HttpPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _expire(conn: _Conn, fut: asyncio.Future[tuple[int, bytes]]) -> None:
+    if not fut.done():
+        fut.set_exception(HttpTimeout("no answer before the timeout", base_url="",
+                                      request_sent=True))
+    conn.abort()
+
+
+def _request_head(method: str, path: str, hostport: bytes, headers: Mapping[str, str] | None,
+                  length: int) -> bytes:
+    if not path.startswith("/") or not method.isalpha():
+        raise ValueError("method must be a token and path must start with '/'")
+    lines = [f"{method} {path} HTTP/1.1\r\n".encode("latin-1"), b"host: ", hostport, b"\r\n"]
+    if headers:
+        for name, value in headers.items():
+            lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+    lines.append(b"content-length: %d\r\n\r\n" % length)
+    head = b"".join(lines)
+    # One check for the whole head: a CR or LF inside any part would split it into extra headers.
+    if head.count(b"\n") != len(lines) - 1 or head.count(b"\r") != head.count(b"\n"):
+        raise ValueError("CR or LF in the method, path or a header")
+    return head
