@@ -23,6 +23,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
            "print the object id for a name"),
     "call": ("mailbox_actors.node.commands", "add_call_arguments", "run_call",
              "call an object and print the result (exit 0 ok, 1 err, 2 usage)"),
+    "openapi": ("mailbox_actors.node.commands", "add_openapi_arguments", "run_openapi",
+                "print the OpenAPI 3.1 document of the HTTP interface"),
     "bench": ("mailbox_actors.bench.command", "add_arguments", "run",
               "measure the runtime against the physical limits"),
 }

@@ -20,8 +20,8 @@ import msgspec
 from mailbox_actors.rpc.client import Client, RpcError
 from mailbox_actors.rpc.http_client import HttpPool
 
-__all__ = ["add_call_arguments", "add_id_arguments", "add_status_arguments", "run_call", "run_id",
-           "run_status"]
+__all__ = ["add_call_arguments", "add_id_arguments", "add_openapi_arguments", "add_status_arguments",
+           "run_call", "run_id", "run_openapi", "run_status"]
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -139,3 +139,21 @@ def run_status(args: argparse.Namespace) -> int:
                   f"{r.get('actors_active', '-')!s:>8} {r.get('alarms_pending', '-')!s:>8}  "
                   f"{r['url']}")
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
+
+
+def add_openapi_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", help="write here instead of standard output")
+
+
+def run_openapi(args: argparse.Namespace) -> int:
+    """Print the OpenAPI document of this version (the checked-in openapi.json is this)."""
+    from mailbox_actors.node.serve import package_version
+    from mailbox_actors.objects import DEFAULT_OBJECTS
+    from mailbox_actors.rpc.openapi import openapi_json
+
+    doc = openapi_json(DEFAULT_OBJECTS, package_version())
+    if args.output:
+        Path(args.output).write_bytes(doc)
+    else:
+        sys.stdout.buffer.write(doc)
+    return 0

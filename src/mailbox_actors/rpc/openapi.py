@@ -134,3 +134,4 @@ def openapi_json(objects: Sequence[type[Actor]], version: str) -> bytes:
     """The document as canonical, stable JSON (sorted keys, two-space indent, final newline)."""
     return (json.dumps(openapi_document(objects, version), indent=2, sort_keys=True)
             + "\n").encode()
+
