@@ -132,7 +132,7 @@ class ActorHost:
         self._active[key] = ctx
         self.activations += 1
         if len(self._active) > self.settings.max_active_actors:
-            self._enforce_bound()
+            self._enforce_bound(keep=ctx)  # never the activation we are about to use
         return ctx
 
     # ---- requests --------------------------------------------------------------------------
@@ -276,12 +276,12 @@ class ActorHost:
         self.evict(ctx)
         ctx._open_gate()
 
-    def _enforce_bound(self) -> None:
+    def _enforce_bound(self, keep: ActorContext | None = None) -> None:
         excess = len(self._active) - self.settings.max_active_actors
         if excess <= 0:
             return
         for ctx in list(self._active.values()):
-            if self._idle(ctx):
+            if ctx is not keep and self._idle(ctx):
                 self.evict(ctx)
                 excess -= 1
                 if excess <= 0:
