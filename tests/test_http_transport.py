@@ -414,6 +414,23 @@ async def test_pool_timeout_and_recovery() -> None:
         assert status == 200
 
 
+async def test_pool_wait_for_a_free_connection_times_out() -> None:
+    """With every connection busy, a caller waits at most its timeout_s, nothing sent (RPC-8)."""
+    app = App()
+    async with serving(app) as (_, port), HttpPool(max_per_host=1) as pool:
+        base = f"http://127.0.0.1:{port}"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.request, base, "POST", "/hang", None, b"", 5.0)
+            await app.entered.wait()
+            with pytest.raises(HttpTimeout) as info:
+                await pool.request(base, "POST", "/waits", None, b"", 0.2)
+            assert info.value.request_sent is False
+            app.release.set()
+        status, _ = await pool.request(base, "POST", "/then", None, b"", 5.0)
+        assert status == 200
+    assert [c[1] for c in app.calls] == ["/hang", "/then"]
+
+
 async def test_pool_connection_lost_mid_request() -> None:
     """The server going away during a request raises HttpConnectionLost (RPC-8)."""
     app = App()

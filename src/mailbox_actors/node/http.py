@@ -116,7 +116,6 @@ class _Connection(asyncio.Protocol):
         self._reading_paused = False
         self._drain: asyncio.Future[None] | None = None   # set while the transport's buffer is full
         self.deadline: float | None = None                 # monotonic; the sweeper closes us after it
-        self.idle = True
         # the request being parsed
         self._url = b""
         self._headers: dict[str, str] = {}
@@ -196,7 +195,6 @@ class _Connection(asyncio.Protocol):
         self._head_len = 0
         self._head_size = 0
         self._in_head = True
-        self.idle = False
         self.deadline = self._loop.time() + self._server.request_timeout_s
 
     def on_url(self, url: bytes) -> None:
@@ -304,7 +302,6 @@ class _Connection(asyncio.Protocol):
         if self._closing:
             self._close()
         elif not self._queue and not self._in_head:
-            self.idle = True
             self.deadline = self._loop.time() + self._server.keepalive_timeout_s
 
     async def _call(self, req: _Request) -> tuple[int, bytes, str]:

@@ -238,17 +238,22 @@ class HttpPool:
                                   request_sent=False)
             waiter: asyncio.Future[None] = loop.create_future()
             host.waiters.append(waiter)
+            turn_taken = False
             try:
                 async with asyncio.timeout_at(deadline):
                     await waiter
+                turn_taken = True
             except TimeoutError:
                 raise HttpTimeout("no connection came free in time", base_url=host.base_url,
                                   request_sent=False) from None
             finally:
                 if not waiter.done():
                     waiter.cancel()
-                with contextlib.suppress(ValueError):
-                    host.waiters.remove(waiter)
+                    with contextlib.suppress(ValueError):
+                        host.waiters.remove(waiter)
+                elif not turn_taken and not waiter.cancelled() and waiter.exception() is None:
+                    # Woken, but leaving anyway (timeout or cancellation): pass the turn on.
+                    self._wake(host)
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, host: _Host,
                        deadline: float) -> _Conn:
@@ -292,10 +297,11 @@ class HttpPool:
                 conn.abort()
             host.size -= len(host.idle)
             host.idle.clear()
-            while host.waiters:
+            while host.waiters:   # callers waiting for a connection: fail, do not cancel them
                 waiter = host.waiters.popleft()
                 if not waiter.done():
-                    waiter.cancel()
+                    waiter.set_exception(HttpConnectError(
+                        "the pool was closed", base_url=host.base_url, request_sent=False))
         await asyncio.sleep(0)   # let the transports run connection_lost
 
     async def __aenter__(self) -> HttpPool:
@@ -314,8 +320,10 @@ def _expire(conn: _Conn, fut: asyncio.Future[tuple[int, bytes]]) -> None:
 
 def _request_head(method: str, path: str, hostport: bytes, headers: Mapping[str, str] | None,
                   length: int) -> bytes:
-    if not path.startswith("/") or not method.isalpha():
-        raise ValueError("method must be a token and path must start with '/'")
+    if not path.startswith("/") or not method.isalpha() or method == "HEAD":
+        # HEAD is refused: its answer carries a Content-Length but no body, which this
+        # parser cannot be told about.
+        raise ValueError("method must be a token other than HEAD; path must start with '/'")
     lines = [f"{method} {path} HTTP/1.1\r\n".encode("latin-1"), b"host: ", hostport, b"\r\n"]
     if headers:
         for name, value in headers.items():
