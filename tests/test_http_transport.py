@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -319,6 +320,72 @@ async def test_expect_100_continue() -> None:
             status, _, body = await read_response(stream)
             assert status == 200
             assert msgspec.json.decode(body)["len"] == 2
+
+
+def mutate(rng: random.Random, good: bytes) -> bytes:
+    """One malformed variant of ``good``: flipped, inserted, deleted or duplicated bytes."""
+    data = bytearray(good)
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.randrange(6)
+        at = rng.randrange(len(data) + 1)
+        if kind == 0 and data:
+            data[min(at, len(data) - 1)] = rng.randrange(256)
+        elif kind == 1:
+            data[at:at] = rng.choice([b"\r", b"\n", b"\x00", b" ", b":", b"\r\n\r\n", b"../"])
+        elif kind == 2:
+            del data[at:at + rng.randint(1, 8)]
+        elif kind == 3:
+            data[at:at] = rng.choice([b"Content-Length: 99999999999999999999\r\n",
+                                      b"Content-Length: -1\r\n", b"Transfer-Encoding: chunked\r\n",
+                                      b"Transfer-Encoding: gzip, chunked\r\n"])
+        elif kind == 4:
+            data = data[:at]
+        else:
+            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 32)))
+    return bytes(data)
+
+
+async def test_fuzzed_requests_never_break_the_server() -> None:
+    """A thousand seeded malformed requests each get a well-formed answer or a close (REL-2)."""
+    rng = random.Random(20261129)
+    good = request("/rpc/ns/id", b'{"v":1}', extra="Authorization: Bearer t\r\n")
+    seen: set[int] = set()
+    async with serving(max_body_bytes=4096, request_timeout_s=2.0) as (server, port):
+        async def one(data: bytes) -> None:
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                await stream.send(data)
+                await stream.send_eof()
+                got = b""
+                with anyio.fail_after(5):
+                    try:
+                        while True:
+                            got += await stream.receive()
+                    except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionResetError):
+                        pass
+            while got:   # every answer present is complete, well-formed HTTP
+                assert got.startswith(b"HTTP/1.1 "), got[:60]
+                head, sep, rest = got.partition(b"\r\n\r\n")
+                assert sep, got[:60]
+                status = int(head.split()[1])
+                seen.add(status)
+                if status == 100:
+                    got = rest
+                    continue
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                if status != 200:
+                    err_code(rest[:length])
+                got = rest[length:]
+
+        for _ in range(50):
+            async with anyio.create_task_group() as tg:
+                for _ in range(20):
+                    tg.start_soon(one, mutate(rng, good))
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(good)
+            assert (await read_response(stream))[0] == 200
+        assert server.connection_count <= 1
+    assert seen <= {100, 200, 400, 413}
+    assert {200, 400} <= seen
 
 
 async def test_handler_exception_is_500_and_keeps_serving() -> None:
