@@ -1,0 +1,277 @@
+"""Idle eviction and the bound on open actors (RT-9), graceful shutdown (RT-11), the clock within a
+transaction and request ids (RT-12), and a corrupt actor file failing alone (REL-4)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import actors_for_tests as afs
+from actors_for_tests import Scratch
+from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.runtime.actor import Call
+from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.errors import MailboxActorsError
+
+REQ_ID = re.compile(r"^req_[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Iterator[None]:
+    afs.reset_state()
+    yield
+    afs.reset_state()
+
+
+async def remember(actor: Scratch, call: Call, arg: Any) -> Any:
+    actor.memory = arg  # type: ignore[attr-defined]
+
+
+async def recall(actor: Scratch, call: Call, arg: Any) -> Any:
+    return getattr(actor, "memory", None)
+
+
+# ---- RT-9 ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_idle_actor_is_evicted_after_idle_ms_and_reactivates(tmp_path: Path) -> None:
+    """RT-9: an actor with nothing in flight for idle_ms is evicted (file closed, memory dropped);
+    its next request reactivates it with its storage intact."""
+    async with TestRuntime(tmp_path, idle_ms=10_000, objects=afs.ALL_OBJECTS) as rt:
+        host = rt.node.host
+        oid = await afs.new_scratch(rt, "a")
+        await afs.scratch(rt, oid, afs.Put(k="k", v="v"))
+        await afs.run(rt, oid, remember, "warm")
+        activations = host.activations
+
+        await rt.advance(9_999)
+        assert host.is_active("scratch", oid)
+        assert await afs.run(rt, oid, recall) == "warm"  # this use restarts the idle timer
+        await rt.advance(9_999)
+        assert host.is_active("scratch", oid)
+        await rt.advance(1)
+        assert not host.is_active("scratch", oid)
+        assert host.active_count == 0
+
+        assert await afs.run(rt, oid, recall) is None
+        assert host.is_active("scratch", oid)
+        assert host.activations == activations + 1
+        assert await afs.scratch(rt, oid, afs.Get(k="k")) == "v"
+
+
+@pytest.mark.anyio
+async def test_evicted_actor_alarm_still_fires(tmp_path: Path) -> None:
+    """RT-9, AL-4: an evicted actor's alarm fires at its time, reactivating it just for that."""
+    async with TestRuntime(tmp_path, idle_ms=1_000, objects=afs.ALL_OBJECTS) as rt:
+        host = rt.node.host
+        start = rt.now_ms()
+        oid = await afs.new_scratch(rt, "a", alarm_at=start + 60_000)
+        await rt.advance(30_000)
+        assert not host.is_active("scratch", oid)
+        assert afs.ALARM_LOG == []
+        await rt.advance(30_000)
+        assert [(s.object_id, s.now_ms) for s in afs.ALARM_LOG] == [(oid, start + 60_000)]
+        await rt.advance(1_000)
+        assert not host.is_active("scratch", oid)
+
+
+@pytest.mark.anyio
+async def test_open_actors_are_bounded_least_recently_used_first(tmp_path: Path) -> None:
+    """RT-9: with max_active_actors=3, opening a fourth evicts the least recently used idle one."""
+    async with TestRuntime(tmp_path, max_active_actors=3, objects=afs.ALL_OBJECTS) as rt:
+        host = rt.node.host
+        a, b, c, d, e = [await afs.new_scratch(rt, n) for n in "abcde"]
+        # Creating a..e touched them in order; only the three most recent stay open.
+        assert set(host.active_keys()) == {("scratch", x) for x in (c, d, e)}
+        await afs.scratch(rt, c, afs.Get(k="x"))  # c is now the most recent
+        await afs.scratch(rt, a, afs.Get(k="x"))  # reopen a: d (least recent) goes
+        assert set(host.active_keys()) == {("scratch", x) for x in (e, c, a)}
+        assert host.active_count == 3
+        for x in (a, b, c, d, e):
+            assert (await afs.scratch(rt, x, afs.Dump()))["total"] == 0
+            assert host.active_count <= 3
+
+
+@pytest.mark.anyio
+async def test_busy_actor_is_not_evicted(tmp_path: Path) -> None:
+    """RT-9: an actor with a request in flight is never evicted, even past idle_ms and the bound."""
+    async with TestRuntime(tmp_path, idle_ms=1_000, max_active_actors=1,
+                           objects=afs.ALL_OBJECTS) as rt:
+        host = rt.node.host
+        oid = await afs.new_scratch(rt, "busy")
+        release = anyio.Event()
+
+        async def wait(actor: Scratch, call: Call, arg: Any) -> Any:
+            actor.memory = "kept"  # type: ignore[attr-defined]
+            await release.wait()
+            return getattr(actor, "memory", None)
+
+        results: list[Any] = []
+
+        async def busy() -> None:
+            results.append(await afs.run(rt, oid, wait, deadline_ms=rt.now_ms() + 3_600_000))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(busy)
+            await anyio.wait_all_tasks_blocked()
+            await rt.advance(5_000)
+            other = await afs.new_scratch(rt, "other")  # over the bound of 1
+            assert host.is_active("scratch", oid)
+            await afs.scratch(rt, other, afs.Get(k="x"))
+            release.set()
+        assert results == ["kept"]
+        assert host.active_count <= 1
+
+
+# ---- RT-11 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_graceful_stop_drains_in_flight_requests_and_closes_files(tmp_path: Path) -> None:
+    """RT-11: stop refuses new requests (unavailable), lets the one in flight finish and commit,
+    then closes every actor's file; a new node on the directory sees the committed write."""
+    rt = TestRuntime(tmp_path, objects=afs.ALL_OBJECTS)
+    await rt.__aenter__()
+    try:
+        oid = await afs.new_scratch(rt, "a")
+        other = await afs.new_scratch(rt, "b")
+        release = anyio.Event()
+
+        async def slow_write(actor: Scratch, call: Call, arg: Any) -> Any:
+            await release.wait()
+            actor.sql.exec("INSERT INTO items (k, v) VALUES ('in-flight', '1')")
+            return "finished"
+
+        results: list[Any] = []
+
+        async def in_flight() -> None:
+            results.append(await afs.run(rt, oid, slow_write))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(in_flight)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(rt.node.stop)
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(MailboxActorsError) as e:
+                await afs.scratch(rt, other, afs.Get(k="x"))
+            assert e.value.code == "unavailable" and e.value.retryable
+            assert results == []
+            release.set()
+        assert results == ["finished"]
+        assert rt.node.host.active_count == 0
+    finally:
+        await rt.__aexit__(None, None, None)
+
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt2:
+        assert await afs.scratch(rt2, oid, afs.Get(k="in-flight")) == "1"
+
+
+# ---- RT-12 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_now_is_constant_within_a_transaction(tmp_path: Path) -> None:
+    """RT-12: within one transaction every read of the clock returns the same value, even if the
+    clock moves meanwhile; after it, the actor sees the new time."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        t0 = rt.now_ms()
+
+        async def tx_time(actor: Scratch, call: Call, arg: Any) -> Any:
+            def fn(tx: SqlStorage) -> list[int]:
+                first = tx.now_ms()
+                rt.clock.set_ms(t0 + 5_000)
+                second = actor.ctx.now_ms()
+                inner = tx.transaction_sync(lambda t: t.now_ms())
+                return [first, second, inner, tx.now_ms()]
+            inside = actor.sql.transaction_sync(fn)
+            return [*inside, actor.ctx.now_ms()]
+
+        assert await afs.run(rt, oid, tx_time) == [t0, t0, t0, t0, t0 + 5_000]
+
+
+@pytest.mark.anyio
+async def test_fake_clock_moves_only_when_advanced(tmp_path: Path) -> None:
+    """RT-12: the FakeClock does not move by itself, refuses to go backwards, and advance() moves
+    it by exactly the amount asked."""
+    async with TestRuntime(tmp_path, start_ms=1_000_000, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        for _ in range(3):
+            await afs.scratch(rt, oid, afs.Put(k="k", v="v"))
+            assert rt.now_ms() == 1_000_000
+        await rt.advance(1234)
+        assert rt.now_ms() == 1_001_234
+        with pytest.raises(ValueError):
+            await rt.advance(-1)
+        with pytest.raises(ValueError):
+            rt.clock.set_ms(999)
+
+
+@pytest.mark.anyio
+async def test_every_rpc_and_alarm_gets_a_req_id(tmp_path: Path) -> None:
+    """RT-12: each RPC carries a req_ ULID id (returned in error bodies) and each alarm run is
+    given a fresh one; ids minted in a process increase monotonically."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a", alarm_at=rt.now_ms() + 10)
+        seen: list[str] = []
+
+        async def fail(actor: Scratch, call: Call, arg: Any) -> Any:
+            seen.append(call.request_id)
+            raise MailboxActorsError(afs.ErrorCode.CONFLICT, "no")
+
+        for _ in range(3):
+            with pytest.raises(MailboxActorsError) as e:
+                await afs.run(rt, oid, fail)
+            assert e.value.request_id == seen[-1]
+        assert all(REQ_ID.match(r) for r in seen)
+        assert seen == sorted(seen) and len(set(seen)) == 3
+
+        await rt.advance(10)
+        (run,) = afs.ALARM_LOG
+        assert run.request_id is not None and REQ_ID.match(run.request_id)
+        assert run.request_id not in seen
+
+
+# ---- REL-4 ---------------------------------------------------------------------------------------
+
+
+def damage_file(path: Path, damage: str) -> None:
+    for extra in ("-wal", "-shm"):
+        Path(str(path) + extra).unlink(missing_ok=True)
+    data = path.read_bytes()
+    if damage == "garbage":
+        path.write_bytes(b"this is not a database" + bytes(range(256)) * 64)
+    else:
+        path.write_bytes(data[: len(data) // 3])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+async def test_corrupt_actor_file_fails_that_actor_alone(tmp_path: Path, damage: str) -> None:
+    """REL-4: a corrupt or truncated actor file makes that actor answer internal_error (with no
+    stack trace), while other actors on the node keep working and its alarms keep firing."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        bad = await afs.new_scratch(rt, "bad")
+        good = await afs.new_scratch(rt, "good", alarm_at=rt.now_ms() + 60_000)
+        for i in range(50):
+            await afs.scratch(rt, bad, afs.Put(k=f"k{i}", v="x" * 200))
+        path = rt.node.host.path_for("scratch", bad)
+    damage_file(path, damage)
+
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        for req in (afs.Dump(), afs.Put(k="new", v="1"), afs.Init()):
+            with pytest.raises(MailboxActorsError) as e:
+                await afs.scratch(rt, bad, req)
+            assert e.value.code == "internal_error"
+            assert "Traceback" not in e.value.message
+        assert await afs.scratch(rt, good, afs.Put(k="ok", v="1")) == {"k": "ok"}
+        other = await afs.new_scratch(rt, "created-after")
+        assert (await afs.scratch(rt, other, afs.Dump()))["total"] == 0
+        await rt.advance(60_000)
+        assert [s.object_id for s in afs.ALARM_LOG] == [good]
