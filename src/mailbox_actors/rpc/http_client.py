@@ -56,8 +56,8 @@ class HttpTimeout(HttpTransportError, TimeoutError):
 class _Conn(asyncio.Protocol):
     """One keep-alive connection: at most one request in flight."""
 
-    __slots__ = ("_body", "_max_body", "_parser", "_size", "closed", "fut", "keep", "last_used",
-                 "transport", "used")
+    __slots__ = ("_body", "_max_body", "_parser", "_size", "closed", "deadline", "fut", "keep",
+                 "last_used", "transport", "used")
 
     def __init__(self, max_body: int) -> None:
         self._parser = httptools.HttpResponseParser(self)
@@ -70,6 +70,7 @@ class _Conn(asyncio.Protocol):
         self.keep = True
         self.used = 0
         self.last_used = 0.0
+        self.deadline = 0.0
 
     # asyncio.Protocol
 
@@ -174,6 +175,8 @@ class HttpPool:
         self._hosts: dict[str, _Host] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._busy: set[_Conn] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def request(self, base_url: str, method: str, path: str,
                       headers: Mapping[str, str] | None, body: bytes,
@@ -194,16 +197,32 @@ class HttpPool:
             host = self._hosts[base_url] = _Host(base_url)
         head = _request_head(method, path, host.hostport, headers, len(body))
         deadline = loop.time() + timeout_s
-        conn = await self._acquire(loop, host, deadline)
+        if self._sweeper is None:
+            self._sweeper = loop.create_task(self._sweep())
+        conn: _Conn | None = None
+        idle = host.idle
+        while idle:   # the common case, without an extra coroutine
+            conn = idle.pop()
+            if not conn.closed and conn.keep and deadline - timeout_s - conn.last_used \
+                    < self.idle_timeout_s:
+                break
+            conn.abort()
+            host.size -= 1
+            conn = None
+        if conn is None:
+            conn = await self._acquire(loop, host, deadline)
         fut: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         conn.fut = fut
+        conn.deadline = deadline
+        self._busy.add(conn)
         transport = conn.transport
         assert transport is not None
-        timer = loop.call_at(deadline, _expire, conn, fut)
         ok = False
         try:
-            transport.write(head + body if len(body) < 65536 else head)
-            if len(body) >= 65536:
+            if len(body) < 65536:
+                transport.write(head + body)
+            else:
+                transport.write(head)
                 transport.write(body)
             status, data = await fut
             ok = True
@@ -212,8 +231,17 @@ class HttpPool:
             exc.base_url = base_url
             raise
         finally:
-            timer.cancel()
+            self._busy.discard(conn)
             self._release(loop, host, conn, ok)
+
+    async def _sweep(self) -> None:
+        """Fail requests past their deadline; one shared tick instead of a timer per request."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            now = loop.time()
+            for conn in [c for c in self._busy if c.deadline <= now]:
+                _expire(conn)
 
     async def _acquire(self, loop: asyncio.AbstractEventLoop, host: _Host,
                        deadline: float) -> _Conn:
@@ -302,6 +330,11 @@ class HttpPool:
                 if not waiter.done():
                     waiter.set_exception(HttpConnectError(
                         "the pool was closed", base_url=host.base_url, request_sent=False))
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
         await asyncio.sleep(0)   # let the transports run connection_lost
 
     async def __aenter__(self) -> HttpPool:
@@ -311,26 +344,42 @@ class HttpPool:
         await self.aclose()
 
 
-def _expire(conn: _Conn, fut: asyncio.Future[tuple[int, bytes]]) -> None:
-    if not fut.done():
+def _expire(conn: _Conn) -> None:
+    fut, conn.fut = conn.fut, None
+    if fut is not None and not fut.done():
         fut.set_exception(HttpTimeout("no answer before the timeout", base_url="",
                                       request_sent=True))
     conn.abort()
 
 
+_SWEEP_S = 0.02   # how late a timeout may fire; a shared tick is cheaper than a timer per call
+_header_blocks: dict[tuple[tuple[str, str], ...], bytes] = {}
+
+
+def _header_block(headers: Mapping[str, str]) -> bytes:
+    """The encoded header lines, cached: callers send the same few header sets again and again."""
+    key = tuple(headers.items())
+    block = _header_blocks.get(key)
+    if block is None:
+        block = "".join(f"{name}: {value}\r\n" for name, value in key).encode("latin-1")
+        # A CR or LF inside a name or value would split it into extra headers (injection).
+        if block.count(b"\n") != len(key) or block.count(b"\r") != len(key) or any(
+                not name or ":" in name or " " in name for name, _ in key):
+            raise ValueError("a header name or value contains CR, LF or is malformed")
+        if len(_header_blocks) >= 256:
+            _header_blocks.clear()
+        _header_blocks[key] = block
+    return block
+
+
 def _request_head(method: str, path: str, hostport: bytes, headers: Mapping[str, str] | None,
                   length: int) -> bytes:
-    if not path.startswith("/") or not method.isalpha() or method == "HEAD":
+    if not path.startswith("/") or "\r" in path or "\n" in path or " " in path:
+        raise ValueError("path must start with '/' and hold no space, CR or LF")
+    if not method.isalpha() or method == "HEAD":
         # HEAD is refused: its answer carries a Content-Length but no body, which this
         # parser cannot be told about.
-        raise ValueError("method must be a token other than HEAD; path must start with '/'")
-    lines = [f"{method} {path} HTTP/1.1\r\n".encode("latin-1"), b"host: ", hostport, b"\r\n"]
-    if headers:
-        for name, value in headers.items():
-            lines.append(f"{name}: {value}\r\n".encode("latin-1"))
-    lines.append(b"content-length: %d\r\n\r\n" % length)
-    head = b"".join(lines)
-    # One check for the whole head: a CR or LF inside any part would split it into extra headers.
-    if head.count(b"\n") != len(lines) - 1 or head.count(b"\r") != head.count(b"\n"):
-        raise ValueError("CR or LF in the method, path or a header")
-    return head
+        raise ValueError("method must be a token other than HEAD")
+    return b"%s %s HTTP/1.1\r\nhost: %s\r\n%scontent-length: %d\r\n\r\n" % (
+        method.encode("ascii"), path.encode("latin-1"), hostport,
+        _header_block(headers) if headers else b"", length)
