@@ -543,9 +543,12 @@ async def test_pool_refuses_header_injection_and_bad_urls() -> None:
 
 async def test_bench_helpers_return_figures() -> None:
     """The bench helpers measure an echo and an HTTP call and return plain figures (PERF)."""
-    echo = await tcp_echo(b"q" * 300, b"r" * 150, concurrency=4, seconds=0.2, warmup_s=0.05)
-    assert echo["calls"] > 0 and echo["errors"] == 0
-    assert echo["p50_ms"] <= echo["p99_ms"]
+    for style in ("protocol", "anyio"):
+        echo = await tcp_echo(b"q" * 300, b"r" * 150, concurrency=4, seconds=0.2,
+                              warmup_s=0.05, style=style)
+        assert echo["calls"] > 0 and echo["errors"] == 0
+        assert echo["p50_ms"] <= echo["p99_ms"]
+        assert echo["cpu_us_per_call"] > 0
     async with serving() as (_, port), HttpPool() as pool:
         base = f"http://127.0.0.1:{port}"
 
