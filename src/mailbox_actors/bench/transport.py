@@ -203,11 +203,13 @@ def _anyio_echo_handler(request_len: int,
 
 async def _anyio_echo(request: bytes, response: bytes, concurrency: int, seconds: float,
                       warmup_s: float, host: str, port: int | None) -> dict[str, float]:
+    listener: anyio.abc.Listener[SocketStream] | None = None
     async with anyio.create_task_group() as tg:
         if port is None:
-            listener = await anyio.create_tcp_listener(local_host=host, local_port=0)
-            port = listener.extra(SocketAttribute.local_port)
-            tg.start_soon(listener.serve, _anyio_echo_handler(len(request), response))
+            multi = await anyio.create_tcp_listener(local_host=host, local_port=0)
+            listener = multi
+            port = multi.extra(SocketAttribute.local_port)
+            tg.start_soon(multi.serve, _anyio_echo_handler(len(request), response))
         streams = [await anyio.connect_tcp(host, port) for _ in range(concurrency)]
         free = list(streams)
 
@@ -228,6 +230,8 @@ async def _anyio_echo(request: bytes, response: bytes, concurrency: int, seconds
             for stream in streams:
                 await stream.aclose()
             tg.cancel_scope.cancel()
+    if listener is not None:
+        await listener.aclose()
     return result
 
 
