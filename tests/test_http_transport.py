@@ -24,6 +24,18 @@ from mailbox_actors.rpc.http_client import (
 
 pytestmark = pytest.mark.anyio
 
+try:
+    import uvloop  # noqa: F401
+    _LOOPS = [("asyncio", {}), ("asyncio", {"use_uvloop": True})]
+except ImportError:   # uvloop is optional: the node falls back to asyncio's own loop
+    _LOOPS = [("asyncio", {})]
+
+
+@pytest.fixture(params=_LOOPS, ids=[("uvloop" if o else "asyncio") for _, o in _LOOPS])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """Both loops the node may run on (ADR 0003)."""
+    return request.param  # type: ignore[no-any-return]
+
 
 class App:
     """A tiny application: echoes what it got; ``/boom`` raises; ``/hang`` waits to be released."""
