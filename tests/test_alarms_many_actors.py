@@ -1,0 +1,114 @@
+"""10,000 actors with a bound of 100 open (RT-9, AL-4, AL-5): open actors, live activations and
+file descriptors stay bounded while every actor is created and while every alarm fires, each at
+its due time on the FakeClock."""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import actors_for_tests as afs
+from actors_for_tests import Scratch
+from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.runtime.actor import ActorContext, AlarmInfo
+from mailbox_actors.testing import TestRuntime
+
+ACTORS = 10_000
+BOUND = 100
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Iterator[None]:
+    afs.reset_state()
+    yield
+    afs.reset_state()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    """Real SQLite files, on tmpfs when there is one: the bounds are under test here, not the
+    disk's fsync rate (each eviction checkpoints a WAL), which would make this five times slower."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    d = Path(tempfile.mkdtemp(prefix="mailbox-actors-10k-", dir=shm))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def live(kind: type) -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, kind))
+
+
+class Peak:
+    def __init__(self) -> None:
+        self.active = 0
+        self.fds = 0
+
+    def sample(self, rt: TestRuntime) -> None:
+        self.active = max(self.active, rt.node.host.active_count)
+        self.fds = max(self.fds, open_fds())
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(600)
+async def test_ten_thousand_actors_bounded_and_every_alarm_fires(data_dir: Path) -> None:
+    """RT-9, AL-4, AL-5: with max_active_actors=100, creating 10,000 actors (each with an alarm)
+    keeps open actors <= 100 and file descriptors bounded; advancing the FakeClock fires every
+    alarm once, at its due time, within the same bounds; activations are not leaked."""
+    async with TestRuntime(data_dir, max_active_actors=BOUND, objects=afs.ALL_OBJECTS) as rt:
+        t0 = rt.now_ms()
+        base_fds = open_fds()
+        peak = Peak()
+        due: dict[str, int] = {}
+        for i in range(ACTORS):
+            # Several actors share each due instant; the order of creation is not the time order.
+            at = t0 + 1_000 + (i * 7_919) % 2_000 * 10
+            oid = await afs.new_scratch(rt, f"actor-{i}", alarm_at=at)
+            due[oid] = at
+            if i % 50 == 0:
+                peak.sample(rt)
+        assert peak.active <= BOUND
+        # Each open actor may hold its database, WAL and shared-memory files.
+        fd_budget = 3 * BOUND + 50
+        assert peak.fds - base_fds <= fd_budget
+        assert live(ActorContext) <= BOUND + 5
+        assert live(SqlStorage) <= BOUND + 5
+        assert rt.node.scheduler is not None and rt.node.scheduler.pending_count == ACTORS
+
+        async def sample(actor: Scratch, info: AlarmInfo) -> None:
+            peak.sample(rt)
+
+        for oid in list(due)[::97]:
+            afs.ALARM_HOOKS[oid] = sample
+        await rt.advance(30_000)
+
+        fired = {s.object_id: s for s in afs.ALARM_LOG}
+        assert len(afs.ALARM_LOG) == ACTORS and fired.keys() == due.keys()
+        assert all(s.now_ms == due[oid] == s.scheduled_ms for oid, s in fired.items())
+        times = [s.now_ms for s in afs.ALARM_LOG]
+        assert times == sorted(times)
+        assert rt.node.metrics.get("alarms_fired_total", (("namespace", "scratch"),)) == ACTORS
+        assert rt.node.scheduler.pending_count == 0
+        assert peak.active <= BOUND
+        assert peak.fds - base_fds <= fd_budget
+        assert live(ActorContext) <= BOUND + 5
+        assert live(SqlStorage) <= BOUND + 5
+        assert rt.node.host.active_count <= BOUND
+        assert open_fds() - base_fds <= fd_budget
