@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog
 
 import actors_for_tests as afs
 from actors_for_tests import DAY_MS, Scratch
@@ -212,7 +213,11 @@ async def test_failing_handler_retries_with_backoff_then_is_abandoned(tmp_path: 
             raise RuntimeError("handler failed")
 
         afs.ALARM_HOOKS[oid] = boom
-        await rt.advance(1_000 + 200_000)
+        with structlog.testing.capture_logs() as logs:
+            await rt.advance(1_000 + 200_000)
+        abandoned = [e for e in logs if e["event"] == "alarm_abandoned"]
+        assert len(abandoned) == 1 and abandoned[0]["object_id"] == oid
+        assert abandoned[0]["log_level"] == "error"
         runs = [s for s in afs.ALARM_LOG if s.object_id == oid]
         assert [s.retry_count for s in runs] == [0, 1, 2, 3, 4, 5, 6]
         assert [s.is_retry for s in runs] == [False] + [True] * 6

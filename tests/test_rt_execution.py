@@ -244,3 +244,35 @@ async def test_queued_request_past_its_deadline_answers_timeout_without_running(
         assert out.results["short"] == "timeout"
         assert out.results["long"] == {"k": "long"}
         assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == ["long"]
+
+
+@pytest.mark.anyio
+async def test_queued_request_is_answered_timeout_when_its_deadline_passes(
+        tmp_path: Path) -> None:
+    """RPC-5, RT-12: a request waiting behind block_concurrency_while is answered timeout as soon
+    as its deadline passes on the FakeClock, while the gate is still held (as it is on the system
+    clock), not only when the gate opens."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        release = anyio.Event()
+
+        async def hold(actor: Scratch, call: Call, arg: Any) -> Any:
+            async def wait() -> None:
+                await release.wait()
+            await actor.ctx.block_concurrency_while(wait)
+
+        now = rt.now_ms()
+        out = Outcomes()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(out.call, "holder", afs.run, rt, oid, hold)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(functools.partial(out.call, "queued", afs.scratch, rt, oid,
+                                            afs.Put(k="queued", v="1"), deadline_ms=now + 1_000))
+            await anyio.wait_all_tasks_blocked()
+            await rt.advance(1_001)
+            await anyio.wait_all_tasks_blocked()
+            try:
+                assert out.results == {"queued": "timeout"}
+            finally:
+                release.set()
+        assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == []

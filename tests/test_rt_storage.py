@@ -432,3 +432,59 @@ async def test_limits_are_settings(tmp_path: Path) -> None:
         err = await code_of(rt, oid, _sql("SELECT ?, ?, ?, ?", 1, 2, 3, 4))
         assert err.code == "limit_exceeded"
         assert err.details == {"limit": "max_bound_parameters", "max": 3}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stmt", [
+    "ALTER TABLE items RENAME TO _ma_items",
+    "ALTER TABLE items RENAME TO _cf_items",
+])
+async def test_renaming_a_table_to_a_reserved_name_is_refused(tmp_path: Path, stmt: str) -> None:
+    """RT-5: _ma_/_cf_ names are reserved for the runtime: a user table cannot be renamed into one
+    (invalid_request), and the table keeps its name."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        err = await code_of(rt, oid, _sql(stmt))
+        assert err.code == "invalid_request"
+        assert (await afs.scratch(rt, oid, afs.Dump()))["total"] == 0
+
+
+@pytest.mark.anyio
+async def test_user_trigger_cannot_write_reserved_tables_through_runtime_writes(
+        tmp_path: Path) -> None:
+    """RT-5, AL-1: user SQL cannot reach the runtime's _ma_ tables indirectly: a trigger on meta
+    that would write _ma_kv and _ma_alarm is refused, or at least never runs with the runtime's
+    rights when the runtime writes meta (here: ctx.schedule)."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        t0 = rt.now_ms()
+
+        async def plant(actor: Scratch, call: Call, arg: Any) -> Any:
+            try:
+                actor.sql.exec(
+                    "CREATE TRIGGER sneaky AFTER INSERT ON meta BEGIN "
+                    "INSERT OR REPLACE INTO _ma_kv (k, v) VALUES ('planted', '1'); "
+                    "DELETE FROM _ma_alarm; END")
+            except MailboxActorsError as e:
+                return e.code.value
+            return "created"
+
+        planted = await afs.run(rt, oid, plant)
+        assert planted in ("created", "invalid_request")
+
+        async def runtime_writes_meta(actor: Scratch, call: Call, arg: Any) -> Any:
+            try:
+                actor.sql.transaction_sync(lambda tx: actor.ctx.schedule("x", t0 + 5_000))
+            except MailboxActorsError as e:
+                return e.code.value
+            return "scheduled"
+
+        scheduled = await afs.run(rt, oid, runtime_writes_meta)
+
+        async def reserved_state(actor: Scratch, call: Call, arg: Any) -> Any:
+            return {"kv": actor.sql.kv.get("planted"), "alarm": actor.sql.get_alarm()}
+
+        state = await afs.run(rt, oid, reserved_state)
+        assert state["kv"] is None
+        if scheduled == "scheduled":
+            assert state["alarm"] == t0 + 5_000
