@@ -329,3 +329,40 @@ async def test_only_one_alarm_handler_runs_at_a_time(tmp_path: Path) -> None:
             release.set()
         assert len(afs.ALARM_LOG) == 1
         assert await afs.scratch(rt, oid, afs.GetAlarm()) is None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("change", ["set", "delete"])
+async def test_alarm_change_in_rolled_back_nested_transaction_is_undone(
+        tmp_path: Path, change: str) -> None:
+    """AL-1, RT-5: an alarm set or deleted inside a nested transaction_sync that raises is rolled
+    back with it, though the outer transaction commits: get_alarm, the file and the firing all
+    agree on the alarm as it was."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        t0 = rt.now_ms()
+        oid = await afs.new_scratch(rt, "a", alarm_at=t0 + 60_000)
+        path = rt.node.host.path_for("scratch", oid)
+
+        async def nested(actor: Scratch, call: Call, arg: Any) -> Any:
+            def inner(tx: Any) -> None:
+                if change == "set":
+                    tx.set_alarm(t0 + 1_000)
+                else:
+                    tx.delete_alarm()
+                raise RuntimeError("undo the inner part")
+
+            def outer(tx: Any) -> None:
+                tx.exec("INSERT INTO items (k, v) VALUES ('outer', '1')")
+                with pytest.raises(RuntimeError):
+                    tx.transaction_sync(inner)
+
+            actor.sql.transaction_sync(outer)
+            return actor.sql.get_alarm()
+
+        assert await afs.run(rt, oid, nested) == t0 + 60_000
+        assert alarm_in_file(path) == [(t0 + 60_000,)]
+        assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == ["outer"]
+        await rt.advance(59_999)
+        assert afs.ALARM_LOG == []
+        await rt.advance(1)
+        assert [(s.scheduled_ms, s.now_ms) for s in afs.ALARM_LOG] == [(t0 + 60_000, t0 + 60_000)]
