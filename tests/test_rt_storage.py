@@ -488,3 +488,34 @@ async def test_user_trigger_cannot_write_reserved_tables_through_runtime_writes(
         assert state["kv"] is None
         if scheduled == "scheduled":
             assert state["alarm"] == t0 + 5_000
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("in_tx", [True, False], ids=["transaction", "implicit"])
+async def test_database_size_limit_is_limit_exceeded(tmp_path: Path, in_tx: bool) -> None:
+    """RT-7: writing past max_database_bytes is refused with limit_exceeded naming
+    max_database_bytes; what was committed before stays, and the actor keeps working."""
+    from mailbox_actors.platform.sql import Limits
+
+    async with TestRuntime(tmp_path, limits=Limits(max_database_bytes=200_000),
+                           objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        await afs.scratch(rt, oid, afs.Put(k="kept", v="1"))
+
+        async def fill(actor: Scratch, call: Call, arg: Any) -> Any:
+            def work(sql: SqlStorage) -> None:
+                for i in range(100):
+                    sql.exec("INSERT INTO items (k, v) VALUES (?, ?)", f"fill{i:03d}", "x" * 10_000)
+            if in_tx:
+                actor.sql.transaction_sync(work)
+            else:
+                work(actor.sql)
+
+        err = await code_of(rt, oid, fill)
+        assert err.code == "limit_exceeded"
+        assert err.details is not None and err.details["limit"] == "max_database_bytes"
+        keys = (await afs.scratch(rt, oid, afs.Dump()))["keys"]
+        assert "kept" in keys
+        if in_tx:
+            assert keys == ["kept"]
+        assert await afs.scratch(rt, oid, afs.Put(k="small", v="2")) == {"k": "small"}
