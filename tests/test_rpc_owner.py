@@ -221,3 +221,31 @@ async def test_deadline_is_checked_before_each_transaction(tmp_path: Path) -> No
                 gate.set()
         assert results == {"in-time": "ok", "too-late": "timeout"}
         assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == ["in-time"]
+
+
+@pytest.mark.anyio
+async def test_deadline_is_checked_before_an_implicit_transaction(tmp_path: Path) -> None:
+    """RPC-5: a write outside transaction_sync (an implicit transaction) after the deadline has
+    passed is refused with timeout and writes nothing, like an explicit transaction."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        gate = anyio.Event()
+
+        async def wait_then_write(actor: Scratch, call: Call, arg: Any) -> Any:
+            await gate.wait()
+            actor.sql.exec("INSERT INTO items (k, v) VALUES ('late', '1')")
+            return "written"
+
+        results: list[str] = []
+
+        async def go() -> None:
+            results.append(await code(afs.run(rt, oid, wait_then_write,
+                                              deadline_ms=rt.now_ms() + 1_000)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(go)
+            await anyio.wait_all_tasks_blocked()
+            await rt.advance(5_000)
+            gate.set()
+        assert results == ["timeout"]
+        assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == []

@@ -383,6 +383,8 @@ LIMIT_CASES: list[tuple[str, afs.Hook, str]] = [
      "max_value_bytes"),
     ("blob over 2 MB", _sql_tx("INSERT INTO items (k, v) VALUES ('big', ?)", BIG.encode()),
      "max_value_bytes"),
+    ("row over 2 MB", _sql_tx("INSERT INTO items (k, v) VALUES (?, ?)", "k" * 1_200_000,
+                              "v" * 1_200_000), "max_value_bytes"),
     ("value built over 2 MB", _sql("SELECT zeroblob(2000001)"), "max_value_bytes"),
     ("kv value over 2 MB", _kv_put(BIG), "max_value_bytes"),
     ("table of 101 columns", _sql("CREATE TABLE wide (" + COLS_101 + ")"), "max_columns"),
