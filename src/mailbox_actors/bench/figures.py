@@ -1,0 +1,161 @@
+"""Benchmark results: the ``Figure`` record, its pass/miss rule, the sizes of a run, and progress.
+
+Only bookkeeping lives here; nothing here measures. A figure's ``ratio`` is always ``value / limit``
+and its ``target`` text says which way is good, so a reader never has to guess the sense.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from typing import Literal, TextIO
+
+import msgspec
+
+__all__ = [
+    "FIGURES",
+    "FULL",
+    "QUICK",
+    "TINY",
+    "Figure",
+    "Goal",
+    "Progress",
+    "Sizes",
+    "figure",
+    "median",
+    "percentile",
+]
+
+# Every figure the command prints, in the order it prints them.
+FIGURES: tuple[str, ...] = (
+    "state_changes_per_s",
+    "raw_sqlite_tx_per_s",
+    "cold_activation_us",
+    "raw_open_read_us",
+    "alarms_fired_per_s",
+    "raw_open_write_close_per_s",
+    "alarm_lateness_p99_ms",
+    "memory_per_evicted_actor_bytes",
+    "memory_per_active_actor_bytes",
+)
+
+
+class Goal(msgspec.Struct, frozen=True):
+    """``ratio_at_least``/``ratio_at_most`` compare ``value / limit``; ``at_least``/``below`` compare
+    ``value`` itself."""
+
+    kind: Literal["ratio_at_least", "ratio_at_most", "at_least", "below"]
+    bound: float
+
+    def text(self, unit: str) -> str:
+        b = f"{self.bound:g}"
+        return {
+            "ratio_at_least": f">= {b} of limit",
+            "ratio_at_most": f"<= {b}x limit",
+            "at_least": f">= {b} {unit}",
+            "below": f"< {b} {unit}",
+        }[self.kind]
+
+    def met(self, value: float, ratio: float | None) -> bool | None:
+        if self.kind == "at_least":
+            return value >= self.bound
+        if self.kind == "below":
+            return value < self.bound
+        if ratio is None:
+            return None
+        return ratio >= self.bound if self.kind == "ratio_at_least" else ratio <= self.bound
+
+
+class Figure(msgspec.Struct, kw_only=True):
+    """One line of output. ``passed`` is None for reference lines (the physical limits)."""
+
+    figure: str
+    value: float
+    unit: str
+    limit: float | None
+    ratio: float | None
+    target: str
+    passed: bool | None = msgspec.field(default=None, name="pass")
+    note: str | None = None
+
+
+def figure(name: str, value: float, unit: str, *, goal: Goal | None = None,
+           limit: float | None = None, note: str | None = None) -> Figure:
+    """Build a figure; the ratio, target text and pass/miss follow from ``goal`` and ``limit``."""
+    ratio = None if limit is None or limit == 0 else value / limit
+    if goal is None:
+        return Figure(figure=name, value=value, unit=unit, limit=limit, ratio=ratio,
+                      target="reference (the physical limit)", note=note)
+    return Figure(figure=name, value=value, unit=unit, limit=limit, ratio=ratio,
+                  target=goal.text(unit), passed=goal.met(value, ratio), note=note)
+
+
+def median(xs: Sequence[float]) -> float:
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def percentile(xs: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100): the smallest value with p% of samples at or below."""
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
+
+
+class Sizes(msgspec.Struct, frozen=True, kw_only=True):
+    """How much work each figure does. ``QUICK`` fits in two minutes on two cores."""
+
+    name: str
+    rounds: int  # interleaved rounds of the state-change pair
+    state_calls: int  # transactions per side per round
+    cold_actors: int  # actors per side for cold activation (each opened once)
+    cold_rows: int  # reservations written into each of them first
+    alarm_actors: int  # the population holding alarms (memory per evicted actor is measured on it)
+    alarm_rate: int  # arrivals per second in the lateness phase
+    alarm_batch_ms: int  # alarm times are rounded down to a multiple of this (1: every ms)
+    alarm_lead_ms: int  # the node's clock starts this long before the first alarm is due
+    alarm_phase_s: float  # each alarm phase stops after this long, fired or not
+    raw_alarm_sample: int  # files opened, written and closed raw for the alarm limit
+    memory_active: int  # actors opened and kept open
+    max_active: int  # the node's bound on open actors while alarms fire
+
+
+QUICK = Sizes(name="quick", rounds=7, state_calls=4_000, cold_actors=300, cold_rows=3,
+              alarm_actors=20_000, alarm_rate=10_000, alarm_batch_ms=5, alarm_lead_ms=1_000,
+              alarm_phase_s=8, raw_alarm_sample=2_000, memory_active=500, max_active=1_000)
+FULL = Sizes(name="full", rounds=9, state_calls=10_000, cold_actors=3_000, cold_rows=20,
+             alarm_actors=100_000, alarm_rate=10_000, alarm_batch_ms=1, alarm_lead_ms=1_000,
+             alarm_phase_s=300, raw_alarm_sample=10_000, memory_active=2_000, max_active=1_000)
+TINY = Sizes(name="tiny", rounds=2, state_calls=30, cold_actors=8, cold_rows=3,
+             alarm_actors=200, alarm_rate=10_000, alarm_batch_ms=1, alarm_lead_ms=300,
+             alarm_phase_s=20, raw_alarm_sample=20, memory_active=20, max_active=50)
+
+
+class Progress:
+    """Progress lines on stderr (stdout carries only results). ``tick`` speaks at most once a
+    second, so it may be called from loops that are not timed."""
+
+    def __init__(self, stream: TextIO | None = None, *, enabled: bool = True) -> None:
+        self._stream = stream
+        self.enabled = enabled
+        self._t0 = time.perf_counter()
+        self._last = self._t0
+
+    def say(self, text: str) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        self._last = now
+        stream = self._stream if self._stream is not None else sys.stderr
+        print(f"[{now - self._t0:6.1f}s] {text}", file=stream, flush=True)
+
+    def tick(self, template: str, *args: object) -> None:
+        """``say(template.format(*args))``, unless something was said less than a second ago."""
+        if self.enabled and time.perf_counter() - self._last >= 1.0:
+            self.say(template.format(*args))
