@@ -1,0 +1,242 @@
+"""The figures measured on one population of ``BenchTicker`` actors holding alarms.
+
+Alarms fired/s and lateness p99 (real clock; a node started on a shifted clock stands in for waiting
+days), memory per evicted and per active actor, and the raw open-write-close limit of an alarm on an
+evicted actor. The population is made through the runtime: one actor per alarm millisecond is
+created by ``init`` calls and its file copied for the others; a node start then indexes them all.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+import anyio
+
+from mailbox_actors.bench.actors import REARM_MS, BenchTicker, TickInit, ticker_name
+from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
+from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
+from mailbox_actors.node import Node
+from mailbox_actors.runtime.settings import RuntimeSettings
+
+__all__ = ["TICKER_FIGURES", "ShiftedClock", "create_tickers", "raw_alarm_write", "tickers"]
+
+NS = BenchTicker.namespace
+TENANT = "t_bench"
+# The population's first alarm, relative to the real clock when it is made: nothing fires early.
+FIRST_ALARM_AFTER_MS = 10 * 86_400_000
+TICKER_FIGURES = ("alarms_fired_per_s", "raw_open_write_close_per_s", "alarm_lateness_p99_ms",
+                  "memory_per_evicted_actor_bytes", "memory_per_active_actor_bytes")
+
+
+class ShiftedClock:
+    """The system clock moved by ``offset_ms``: real-time speed, another day."""
+
+    fake = False
+
+    def __init__(self, offset_ms: int = 0) -> None:
+        self.offset_ms = offset_ms
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000 + self.offset_ms
+
+
+def _real_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def create_tickers(node: Node, count: int, first_ms: int, step_ms: int,
+                         progress: Progress, what: str = "actors") -> None:
+    """``count`` tickers through ``node.call``; ticker i's alarm is at ``first_ms + i * step_ms``."""
+    for i in range(count):
+        await node.call(NS, node.id_from_name(NS, ticker_name(i)),
+                        TickInit(alarm_at_ms=first_ms + i * step_ms), tenant_id=TENANT)
+        progress.tick("  created {:,}/{:,} {}", i + 1, count, what)
+
+
+def _settings(data_dir: Path, sizes: Sizes) -> RuntimeSettings:
+    return RuntimeSettings(data_dir=str(data_dir), max_active_actors=sizes.max_active)
+
+
+def _due(i: int, first: int, sizes: Sizes) -> int:
+    """Ticker i's first alarm: i / rate seconds after ``first``, rounded down to a batch."""
+    g = sizes.alarm_batch_ms
+    return first + i * 1000 // sizes.alarm_rate // g * g
+
+
+async def make_population(work: Path, sizes: Sizes, progress: Progress) -> tuple[Path, int]:
+    """Ticker i's alarm at ``_due(i, first)``; returns (data dir, first)."""
+    n = sizes.alarm_actors
+    data, tpl_dir = work / "node", work / "templates"
+    first = _real_ms() + FIRST_ALARM_AFTER_MS
+    g = sizes.alarm_batch_ms
+    slots = _due(n - 1, 0, sizes) // g + 1
+    progress.say(f"alarms: population of {n:,} actors: creating {slots:,} through the runtime "
+                 f"(one per alarm time, every {g} ms)")
+    async with Node(RuntimeSettings(data_dir=str(tpl_dir), max_active_actors=64),
+                    objects=(BenchTicker,)) as tpl_node:
+        await create_tickers(tpl_node, slots, first, g, progress, "template actors")
+        templates = [tpl_node.host.path_for(NS, tpl_node.id_from_name(NS, ticker_name(k)))
+                     for k in range(slots)]
+    progress.say(f"alarms: copying them to {n:,} actors")
+    target = Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,))  # not started
+    made: set[Path] = set()
+    for i in range(n):
+        dest = target.host.path_for(NS, target.id_from_name(NS, ticker_name(i)))
+        if dest.parent not in made:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            made.add(dest.parent)
+        shutil.copyfile(templates[_due(i, 0, sizes) // g], dest)
+        progress.tick("  copied {:,}/{:,}", i + 1, n)
+    shutil.rmtree(tpl_dir)
+    progress.say(f"alarms: first node start scans the {n:,} files for alarms")
+    async with Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,),
+                    progress=lambda text: progress.tick("  {}", text)) as node:
+        assert node.scheduler is not None
+        if node.scheduler.pending_count != n:
+            raise RuntimeError(f"expected {n} alarms, the node found "
+                               f"{node.scheduler.pending_count}")
+    return data, first
+
+
+async def _wait_fired(node: Node, target: int, cap_s: float, progress: Progress,
+                      what: str) -> tuple[float, bool]:
+    """Poll every 5 ms until ``target`` alarms fired or ``cap_s`` passed; (perf_counter, done)."""
+    sched = node.scheduler
+    assert sched is not None
+    stop = time.perf_counter() + cap_s
+    BenchTicker.yield_after = stop
+    try:
+        while sched.fired < target:
+            now = time.perf_counter()
+            if now >= stop:
+                return now, False
+            await anyio.sleep(0.005)
+            progress.tick("  {}: {:,}/{:,} fired, {:,} actors open", what, sched.fired, target,
+                          node.host.active_count)
+        return time.perf_counter(), True
+    finally:
+        BenchTicker.yield_after = None
+
+
+async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
+                    ) -> tuple[list[int], int, bool]:
+    """Alarms arriving at ``rate``/s in real time; returns (lateness ms, fired, all fired)."""
+    n, rate = sizes.alarm_actors, sizes.alarm_rate
+    progress.say(f"alarms: lateness, {n:,} alarms arriving at {rate:,}/s "
+                 f"(stops after {sizes.alarm_phase_s:g} s)")
+    clock = ShiftedClock(first - 3_600_000 - _real_ms())  # nothing due while the node starts
+    node = Node(_settings(data, sizes), clock=clock, objects=(BenchTicker,))
+    await node.start()
+    try:
+        sched = node.scheduler
+        assert sched is not None
+        lateness: list[int] = []
+        sched.lateness_ms = lateness
+        clock.offset_ms = first - sizes.alarm_lead_ms - _real_ms()
+        _, done = await _wait_fired(node, n, n / rate + sizes.alarm_lead_ms / 1000
+                                    + sizes.alarm_phase_s, progress, "lateness")
+        fired = sched.fired
+        sched.lateness_ms = None
+        if not done:
+            # An alarm still waiting is at least this late: count it, or p99 would flatter us.
+            now = clock.now_ms()
+            for i in range(n):
+                at = sched.pending((NS, node.id_from_name(NS, ticker_name(i))))
+                if at is not None and at < first + REARM_MS // 2 and at <= now:
+                    lateness.append(now - at)
+    finally:
+        await node.stop()
+    return lateness, fired, done
+
+
+async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
+                      ) -> tuple[float, int, bool]:
+    """Every alarm overdue when the node starts; returns (fired/s, fired, all fired)."""
+    n = sizes.alarm_actors
+    progress.say(f"alarms: throughput, {n:,} alarms overdue at start "
+                 f"(stops after {sizes.alarm_phase_s:g} s)")
+    last_due = _due(n - 1, first, sizes) + REARM_MS
+    clock = ShiftedClock(last_due + 60_000 - _real_ms())
+    node = Node(_settings(data, sizes), clock=clock, objects=(BenchTicker,))
+    await node.start()
+    try:
+        sched = node.scheduler
+        assert sched is not None
+        t0, before = time.perf_counter(), sched.fired
+        t1, done = await _wait_fired(node, n, sizes.alarm_phase_s, progress, "throughput")
+        fired = sched.fired - before
+    finally:
+        await node.stop()
+    return fired / (t1 - t0), fired, done
+
+
+def raw_alarm_write(path: Path) -> None:
+    """What an alarm on an evicted actor must do at the least: open, one small write, close."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("BEGIN")
+    conn.execute("UPDATE ticks SET fired = fired + 1 WHERE id = 1")
+    conn.execute("UPDATE _ma_alarm SET at_ms = at_ms WHERE id = 1")  # the alarm row, unchanged
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def _raw_rates(paths: list[Path], progress: Progress) -> list[float]:
+    """Rates of chunks of up to 250 raw open-write-close runs."""
+    progress.say(f"alarms: raw open + write + close on {len(paths):,} of the actor files")
+    rates = []
+    for start in range(0, len(paths), 250):
+        chunk = paths[start:start + 250]
+        t = time.perf_counter()
+        for p in chunk:
+            raw_alarm_write(p)
+        rates.append(len(chunk) / (time.perf_counter() - t))
+    return rates
+
+
+async def tickers(work: Path, sizes: Sizes, progress: Progress,
+                  want: frozenset[str]) -> list[Figure]:
+    """The figures of ``TICKER_FIGURES`` that are in ``want``, on one population."""
+    n = sizes.alarm_actors
+    data, first = await make_population(work, sizes, progress)
+    scale = (f"{n:,} actors holding alarms" + ("" if n >= 100_000 else
+             f" ({sizes.name} run; the full run uses 100,000)"))
+    out: dict[str, Figure] = {}
+    if "memory_per_evicted_actor_bytes" in want:
+        out["memory_per_evicted_actor_bytes"] = await evicted_memory(
+            data, work / "empty", n, BenchTicker, progress, scale)
+    if "alarm_lateness_p99_ms" in want:
+        lateness, fired, done = await _lateness(data, first, sizes, progress)
+        cut = "" if done else (f"; stopped after {sizes.alarm_phase_s:g} s with {fired:,} "
+                               "fired, each unfired alarm counted as late as it was then")
+        out["alarm_lateness_p99_ms"] = figure(
+            "alarm_lateness_p99_ms", percentile(lateness, 99), "ms", goal=Goal("below", 50),
+            note=f"{scale}; arriving at {sizes.alarm_rate:,}/s in batches every "
+                 f"{sizes.alarm_batch_ms} ms, real clock; at most "
+                 f"{sizes.max_active:,} open; max {max(lateness, default=0):,} ms{cut}")
+    if {"alarms_fired_per_s", "raw_open_write_close_per_s"} & want:
+        target = Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,))  # not started
+        step = max(1, n // sizes.raw_alarm_sample)
+        paths = [target.host.path_for(NS, target.id_from_name(NS, ticker_name(i)))
+                 for i in range(0, n, step)][:sizes.raw_alarm_sample]
+        half = len(paths) // 2
+        rates = _raw_rates(paths[:half], progress)  # half before the runtime, half after
+        per_s, fired, done = await _throughput(data, first, sizes, progress)
+        rates += _raw_rates(paths[half:], progress)
+        raw = median(rates)
+        cut = "" if done else f"; stopped after {sizes.alarm_phase_s:g} s with {fired:,} fired"
+        out["alarms_fired_per_s"] = figure(
+            "alarms_fired_per_s", per_s, "alarms/s", goal=Goal("at_least", 10_000), limit=raw,
+            note=f"{scale}, all overdue at node start; at most {sizes.max_active:,} open{cut}; "
+                 "limit = raw open + write + close of an evicted actor's file")
+        out["raw_open_write_close_per_s"] = figure(
+            "raw_open_write_close_per_s", raw, "tx/s",
+            note=f"median of {len(rates)} chunks over {len(paths):,} actor files: sqlite3.connect, "
+                 "synchronous=NORMAL, one write transaction, close")
+    if "memory_per_active_actor_bytes" in want:
+        out["memory_per_active_actor_bytes"] = await active_memory(
+            data, min(sizes.memory_active, n // 2), progress)
+    return [out[name] for name in TICKER_FIGURES if name in out]
