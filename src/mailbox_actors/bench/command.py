@@ -1,0 +1,128 @@
+"""``mailbox-actors bench``: the performance figures of SPEC section 12, each beside its limit.
+
+Runs the figure groups in a scratch directory and prints one line per figure (a table, or JSON lines
+with ``--json``); progress goes to stderr. A missed target is a result, not a failure: the exit
+status is 1 only when a measurement could not be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+import msgspec
+
+from mailbox_actors.bench.figures import FIGURES, FULL, QUICK, Figure, Progress, Sizes
+from mailbox_actors.bench.runtime_figures import cold_activation, state_changes
+from mailbox_actors.bench.ticker_figures import TICKER_FIGURES, tickers
+from mailbox_actors.platform.logging import configure_logging
+
+__all__ = ["GROUPS", "add_arguments", "format_table", "measure", "run"]
+
+Measure = Callable[[Path, Sizes, Progress, frozenset[str]], Awaitable[list[Figure]]]
+
+
+async def _state(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str]
+                 ) -> list[Figure]:
+    return await state_changes(work, sizes, progress)
+
+
+async def _cold(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str]
+                ) -> list[Figure]:
+    return await cold_activation(work, sizes, progress)
+
+
+# group -> (the figures it yields, how to measure them)
+GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
+    "state": (("state_changes_per_s", "raw_sqlite_tx_per_s"), _state),
+    "cold": (("cold_activation_us", "raw_open_read_us"), _cold),
+    "tickers": (TICKER_FIGURES, tickers),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller sizes (20,000 actors holding alarms); under two minutes")
+    parser.add_argument("--json", action="store_true",
+                        help='one JSON object per line: {"figure", "value", "unit", "limit", '
+                             '"ratio", "target", "pass", "note"}')
+    parser.add_argument("--only", nargs="+", metavar="FIGURE", choices=FIGURES,
+                        help="measure only these figures (choices: %(choices)s)")
+    parser.add_argument("--dir", metavar="DIR",
+                        help="make the scratch directory under DIR (default: the system's "
+                             "temporary directory); it is removed afterwards")
+
+
+async def measure(work: Path, sizes: Sizes, want: frozenset[str], progress: Progress,
+                  ) -> tuple[list[Figure], list[str]]:
+    """Every wanted figure, in ``FIGURES`` order, and the errors of groups that failed."""
+    got: dict[str, Figure] = {}
+    errors: list[str] = []
+    for group, (names, fn) in GROUPS.items():
+        if not want & set(names):
+            continue
+        try:
+            for f in await fn(work / group, sizes, progress, want):
+                got[f.figure] = f
+        except Exception as e:  # one broken group must not hide the others' figures
+            errors.append(f"{group}: {type(e).__name__}: {e}")
+            progress.say(f"{group} failed: {type(e).__name__}: {e}")
+    return [got[name] for name in FIGURES if name in want and name in got], errors
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def format_table(figures: Sequence[Figure]) -> str:
+    """Aligned columns, then the notes."""
+    head = ("figure", "value", "unit", "limit", "ratio", "target", "result")
+    rows = [head] + [(f.figure, _num(f.value), f.unit, _num(f.limit),
+                      "-" if f.ratio is None else f"{f.ratio:.2f}", f.target,
+                      {True: "PASS", False: "MISS", None: "-"}[f.passed]) for f in figures]
+    width = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    right = {1, 3, 4}
+    lines = ["  ".join(c.rjust(width[i]) if i in right else c.ljust(width[i])
+                       for i, c in enumerate(r)).rstrip() for r in rows]
+    notes = [f"  {f.figure}: {f.note}" for f in figures if f.note]
+    return "\n".join(lines + (["", "notes:", *notes] if notes else [])) + "\n"
+
+
+def _write(figures: Sequence[Figure], as_json: bool, out: TextIO) -> None:
+    if as_json:
+        for f in figures:
+            out.write(msgspec.json.encode(f).decode() + "\n")
+    else:
+        out.write(format_table(figures))
+    out.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(level="warning")  # the runtime's info lines would drown the progress
+    sizes = QUICK if args.quick else FULL
+    want = frozenset(args.only or FIGURES)
+    progress = Progress()
+    progress.say(f"bench: {sizes.name} run of {len(want)} figure(s)")
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="mailbox-actors-bench-", dir=args.dir))
+    try:
+        figures, errors = anyio.run(measure, work, sizes, want, progress)
+    finally:
+        progress.say(f"bench: removing the scratch directory {work}")
+        shutil.rmtree(work, ignore_errors=True)
+    progress.say(f"bench: done in {time.perf_counter() - started:.1f} s")
+    _write(figures, args.json, sys.stdout)
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    return 1 if errors else 0
