@@ -101,6 +101,9 @@ _READ_PRAGMAS_WITH_ARG = {
     "foreign_key_check", "integrity_check", "quick_check", "table_list",
 }
 _RESERVED = ("_ma_", "_cf_")
+# The authorizer is never told the new name of ALTER TABLE ... RENAME TO, so screen the text.
+_RENAME_RESERVED = re.compile(r"\bRENAME\s+(?:COLUMN\s+)?\S*\s*(?:TO\s+)?[\"'`\[]?_(?:ma|cf)_",
+                              re.I)
 
 _MAPPED_LIMITS: tuple[tuple[str, str], ...] = (
     ("too many sql variables", "max_bound_parameters"),
@@ -172,6 +175,7 @@ class SqlStorage:
         self._begin = f"BEGIN /*{self._token}*/"
         self._commit = f"COMMIT /*{self._token}*/"
         self._rollback = f"ROLLBACK /*{self._token}*/"
+        self._alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{self._token}*/"
         conn.set_authorizer(self._authorize)
         try:
             row = self._sys("SELECT at_ms FROM _ma_alarm WHERE id = 1").fetchone()
@@ -183,7 +187,8 @@ class SqlStorage:
 
     def _authorize(self, action: int, a1: str | None, a2: str | None, db: str | None,
                    trigger: str | None) -> int:
-        if self._sys_mode:
+        if self._sys_mode and trigger is None:
+            # A trigger is always user code, even when a runtime statement fires it.
             return sqlite3.SQLITE_OK
         if action in (sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT):
             return self._deny("transaction control belongs to the runtime; use transaction_sync")
@@ -210,6 +215,8 @@ class SqlStorage:
         if word in _REFUSED_FIRST_WORDS:
             hint = "" if word in ("ATTACH", "DETACH", "VACUUM") else "; use transaction_sync"
             raise StatementRefused(f"{word} is not allowed in actor SQL{hint}")
+        if word == "ALTER" and _RENAME_RESERVED.search(query):
+            raise StatementRefused("names beginning '_ma_' or '_cf_' are reserved for the runtime")
         if len(query.encode()) > self.limits.max_statement_bytes:
             raise LimitExceeded("max_statement_bytes", self.limits.max_statement_bytes,
                                 "SQL statement longer than the statement limit")
@@ -250,6 +257,9 @@ class SqlStorage:
         try:
             cur = conn.execute(query, params)
         except sqlite3.Error as e:
+            if self._implicit and not conn.in_transaction:  # SQLite rolled it back (disk full)
+                self._implicit = False
+                self._reload_alarm()
             raise self._map_error(e) from e
         return SqlCursor(cur, conn.total_changes - before)
 
@@ -294,7 +304,8 @@ class SqlStorage:
         except BaseException:
             self._depth = 0
             self._txn_now = None
-            self._sys(self._rollback)
+            if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
+                self._sys(self._rollback)
             self._reload_alarm()
             raise
         self._depth = 0
@@ -314,8 +325,12 @@ class SqlStorage:
                 raise TypeError("transaction_sync's function returned a coroutine")
         except BaseException:
             self._depth -= 1
-            self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
-            self._sys(f"RELEASE {name} /*{self._token}*/")
+            if self._conn.in_transaction:
+                self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
+                self._sys(f"RELEASE {name} /*{self._token}*/")
+            if self._alarm_dirty:  # the savepoint may have undone an alarm change
+                row = self._sys(self._alarm_sql).fetchone()
+                self._alarm = row[0] if row else None
             raise
         self._depth -= 1
         self._sys(f"RELEASE {name} /*{self._token}*/")
@@ -324,6 +339,8 @@ class SqlStorage:
     # Writes outside transaction_sync coalesce into one implicit transaction that commits at the
     # next turn of the event loop, or earlier when a reply is about to leave (the output gate).
     def _open_implicit(self) -> None:
+        if self.before_transaction is not None:
+            self.before_transaction()  # RPC-5 holds for implicit transactions too
         self._sys(self._begin)
         self._implicit = True
         try:
@@ -335,6 +352,9 @@ class SqlStorage:
         """Commit the implicit transaction, if one is open (the output gate)."""
         if self._implicit and self._depth == 0:
             self._implicit = False
+            if not self._conn.in_transaction:  # SQLite rolled it back itself
+                self._reload_alarm()
+                return
             self._sys(self._commit)
             self._after_commit()
 
@@ -346,7 +366,7 @@ class SqlStorage:
     def _reload_alarm(self) -> None:
         if self._alarm_dirty:
             self._alarm_dirty = False
-            row = self._sys("SELECT at_ms FROM _ma_alarm WHERE id = 1").fetchone()
+            row = self._sys(self._alarm_sql).fetchone()
             self._alarm = row[0] if row else None
 
     def _sys(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:

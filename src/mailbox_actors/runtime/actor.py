@@ -149,22 +149,27 @@ class ActorContext:
             ev.set()
 
     async def wait_gate(self, deadline_ms: int | None) -> None:
-        """Wait, in arrival order, until no ``block_concurrency_while`` is running."""
+        """Wait, in arrival order, until no ``block_concurrency_while`` is running. A request whose
+        deadline passes while it waits is answered ``timeout`` without running (RPC-5)."""
+        clock = self.host.clock
         while self._gate_depth:
             ev = anyio.Event()
             self._gate_waiters.append(ev)
-            if self.host.clock.fake or deadline_ms is None:
+            if deadline_ms is None:
+                await ev.wait()
+            elif clock.fake:
+                self.host.wake_at_deadline(deadline_ms, ev)  # the FakeClock's advance wakes it
                 await ev.wait()
             else:
-                wait_s = max(0.0, (deadline_ms - self.host.clock.now_ms()) / 1000)
-                with anyio.move_on_after(wait_s):
+                with anyio.move_on_after(max(0.0, (deadline_ms + 1 - clock.now_ms()) / 1000)):
                     await ev.wait()
-                if not ev.is_set():
-                    self._gate_waiters.remove(ev)
-                    raise DeadlineExceeded("the deadline passed while the request was queued")
             if self.closed:
                 raise MailboxActorsError(ErrorCode.UNAVAILABLE,
                                          "the actor was reset while the request was queued")
+            if deadline_ms is not None and clock.now_ms() > deadline_ms:
+                if ev in self._gate_waiters:
+                    self._gate_waiters.remove(ev)
+                raise DeadlineExceeded("the deadline passed while the request was queued")
 
     def admit(self) -> None:
         if self.pending >= self.host.settings.max_queue:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 import structlog
 
 from mailbox_actors.core.actor_ids import check_id
@@ -66,6 +67,7 @@ class ActorHost:
         self._drained = anyio.Event()
         self._drained.set()
         self.stopping = False
+        self._deadline_wakes: list[tuple[int, anyio.Event]] = []  # FakeClock only
         self.activations = 0
         self.evictions = 0
 
@@ -300,13 +302,28 @@ class ActorHost:
             self.evict(ctx)
         return len(victims)
 
+    def wake_at_deadline(self, deadline_ms: int, ev: anyio.Event) -> None:
+        """FakeClock: wake a queued request once time passes its deadline."""
+        self._deadline_wakes.append((deadline_ms, ev))
+
     def next_due_ms(self) -> int | None:
+        due = [d + 1 for d, ev in self._deadline_wakes if not ev.is_set()]
         for ctx in self._active.values():
             if self._idle(ctx):
-                return ctx.last_used_ms + self.settings.idle_ms
-        return None
+                due.append(ctx.last_used_ms + self.settings.idle_ms)
+                break
+        return min(due, default=None)
 
     async def run_due(self, now_ms: int) -> None:
+        if self._deadline_wakes:
+            keep = []
+            for d, ev in self._deadline_wakes:
+                if d < now_ms:
+                    ev.set()
+                elif not ev.is_set():
+                    keep.append((d, ev))
+            self._deadline_wakes = keep
+            await anyio.lowlevel.checkpoint()  # let the woken requests answer
         self.evict_idle(now_ms)
 
     # ---- shutdown (RT-11) ------------------------------------------------------------------

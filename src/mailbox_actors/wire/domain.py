@@ -12,7 +12,7 @@ __all__ = ["DOMAIN_REPLIES", "DomainInit", "DomainRequest", "DomainStatus", "Dom
 
 DomainName = Annotated[str, msgspec.Meta(
     min_length=3, max_length=253,
-    pattern=r"^(?=.{3,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")]
+    pattern=r"^(?=.{3,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$(?!\n)")]  # see envelope.py
 
 
 class DomainInit(msgspec.Struct, tag="init", tag_field="op", forbid_unknown_fields=True):

@@ -26,10 +26,12 @@ ENVELOPE_VERSION = 1
 
 T = TypeVar("T")
 
-RequestId = Annotated[str, msgspec.Meta(pattern=r"^req_[0-9A-Za-z]{1,64}$",
+# Patterns end in "$(?!\n)": msgspec checks them with Python's re, where "$" also matches before a
+# final newline; JSON Schema (ECMA) reads "$" as the end, and the lookahead holds there trivially.
+RequestId = Annotated[str, msgspec.Meta(pattern=r"^req_[0-9A-Za-z]{1,64}$(?!\n)",
                                         description="req_ followed by a ULID")]
 OwnerId = Annotated[str, msgspec.Meta(min_length=1, max_length=128,
-                                      pattern=r"^[A-Za-z0-9_\-:.]+$")]
+                                      pattern=r"^[A-Za-z0-9_\-:.]+$(?!\n)")]
 
 
 class Envelope(msgspec.Struct, Generic[T], kw_only=True):
