@@ -126,7 +126,7 @@ async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
     """Alarms arriving at ``rate``/s in real time; returns (lateness ms, fired, all fired)."""
     n, rate = sizes.alarm_actors, sizes.alarm_rate
     progress.say(f"alarms: lateness, {n:,} alarms arriving at {rate:,}/s "
-                 f"(stops after {sizes.alarm_phase_s:g} s)")
+                 f"(stops {sizes.alarm_phase_s:g} s after the last is due)")
     clock = ShiftedClock(first - 3_600_000 - _real_ms())  # nothing due while the node starts
     node = Node(_settings(data, sizes), clock=clock, objects=(BenchTicker,))
     await node.start()
@@ -210,8 +210,9 @@ async def tickers(work: Path, sizes: Sizes, progress: Progress,
             data, work / "empty", n, BenchTicker, progress, scale)
     if "alarm_lateness_p99_ms" in want:
         lateness, fired, done = await _lateness(data, first, sizes, progress)
-        cut = "" if done else (f"; stopped after {sizes.alarm_phase_s:g} s with {fired:,} "
-                               "fired, each unfired alarm counted as late as it was then")
+        cut = "" if done else (f"; stopped {sizes.alarm_phase_s:g} s after the last was due, "
+                               f"with {fired:,} fired; each unfired alarm is counted as late as "
+                               "it was then")
         out["alarm_lateness_p99_ms"] = figure(
             "alarm_lateness_p99_ms", percentile(lateness, 99), "ms", goal=Goal("below", 50),
             note=f"{scale}; arriving at {sizes.alarm_rate:,}/s in batches every "
