@@ -28,7 +28,7 @@ from mailbox_actors.platform.logging import configure_logging
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.settings import RuntimeSettings
 
-__all__ = ["Probe", "active_memory", "evicted_memory", "rss_bytes", "sqlite_heap_fn"]
+__all__ = ["Probe", "Sample", "active_memory", "evicted_memory", "rss_bytes", "sqlite_heap_fn"]
 
 
 def sqlite_heap_fn() -> Callable[[], int] | None:

@@ -22,8 +22,10 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.wire.envelope import Envelope
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
 
-__all__ = ["RAW_INSERT", "RAW_LIMITS", "RAW_PRIOR", "cold_activation", "raw_reserve_tx", "raw_usage_read",
-           "state_changes"]
+__all__ = [
+    "RAW_INSERT", "RAW_LIMITS", "RAW_PRIOR", "cold_activation", "envelope", "open_raw_quota",
+    "raw_reserve_tx", "raw_usage_read", "state_changes",
+]
 
 NS = TenantQuota.namespace
 TENANT = "t_bench"

@@ -21,7 +21,9 @@ from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
 from mailbox_actors.node import Node
 from mailbox_actors.runtime.settings import RuntimeSettings
 
-__all__ = ["TICKER_FIGURES", "ShiftedClock", "create_tickers", "raw_alarm_write", "tickers"]
+__all__ = [
+    "TICKER_FIGURES", "ShiftedClock", "create_tickers", "make_population", "raw_alarm_write", "tickers",
+]
 
 NS = BenchTicker.namespace
 TENANT = "t_bench"
