@@ -125,7 +125,7 @@ class _Connection(asyncio.Protocol):
         self._head_size = 0
         self._in_head = False
 
-    # ---- asyncio.Protocol ----------------------------------------------------------------------
+    # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
@@ -185,7 +185,7 @@ class _Connection(asyncio.Protocol):
         if self._drain is not None and not self._drain.done():
             self._drain.set_result(None)
 
-    # ---- httptools callbacks -------------------------------------------------------------------
+    # httptools callbacks
 
     def on_message_begin(self) -> None:
         self._url = b""
@@ -240,7 +240,7 @@ class _Connection(asyncio.Protocol):
         if not keep_alive:
             self._closing = True
 
-    # ---- running requests in order -------------------------------------------------------------
+    # running requests in order
 
     def _header_error(self) -> MailboxActorsError:
         limit = self._server.max_header_bytes
