@@ -308,6 +308,18 @@ async def test_connection_close_is_honoured() -> None:
     assert [c[1] for c in app.calls] == ["/a"]
 
 
+async def test_upgrade_is_answered_as_plain_http_and_closed() -> None:
+    """An Upgrade request gets an ordinary answer, then the connection closes (REL-2)."""
+    async with serving() as (_, port):
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\n"
+                              b"Upgrade: websocket\r\n\r\nnot http anymore")
+            status, headers, _ = await read_response(stream)
+            assert status == 200
+            assert headers["connection"] == "close"
+            await assert_closed(stream)
+
+
 async def test_http10_without_keep_alive_closes() -> None:
     """An HTTP/1.0 request without keep-alive is answered and the connection closed (RPC-7)."""
     async with serving() as (_, port):
