@@ -1,0 +1,476 @@
+"""The control database (Q-3, the seed's D1): tenants, identities, domains and ``event_index``.
+
+One SQLite file per cluster, shared by every node process through aiosqlite: WAL, a busy timeout,
+and short ``BEGIN IMMEDIATE`` transactions, so writers queue on the lock instead of failing. Records are
+validated here before they are written. Never log, or put in an exception, a webhook secret.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiosqlite
+import anyio
+
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.wire.control import IDENTITY_STATUSES, Domain, EventIndexRow, Identity, Tenant
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+
+__all__ = ["MIGRATIONS", "ControlDb", "ControlDbTooNew"]
+
+# Ordered; position i (from 1) is schema version i. Append only: never edit a released migration.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE tenants (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            events_days INTEGER NOT NULL,
+            webhook_url TEXT,
+            webhook_secret TEXT,
+            created_at_ms INTEGER NOT NULL,
+            status TEXT NOT NULL DEFAULT 'active'
+        ) WITHOUT ROWID""",
+        """CREATE TABLE identities (
+            id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants (id),
+            name TEXT NOT NULL,
+            mailbox_id TEXT NOT NULL UNIQUE,
+            status TEXT NOT NULL CHECK (status IN ('creating', 'active', 'erased')),
+            created_at_ms INTEGER NOT NULL,
+            UNIQUE (tenant_id, name)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE domains (
+            id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants (id),
+            name TEXT NOT NULL UNIQUE,
+            monitor_id TEXT NOT NULL UNIQUE,
+            created_at_ms INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX domains_by_tenant ON domains (tenant_id, id)",
+        """CREATE TABLE event_index (
+            event_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            identity_id TEXT,
+            namespace TEXT NOT NULL,
+            object_id TEXT NOT NULL,
+            sequence INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            occurred_at_ms INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX event_index_by_tenant ON event_index (tenant_id, event_id)",
+    ),
+)
+
+_META = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
+_TENANT_COLS = "id, name, events_days, webhook_url, webhook_secret, created_at_ms, status"
+_IDENTITY_COLS = "id, tenant_id, name, mailbox_id, status, created_at_ms"
+_DOMAIN_COLS = "id, tenant_id, name, monitor_id, created_at_ms"
+_EVENT_COLS = "event_id, tenant_id, identity_id, namespace, object_id, sequence, type, occurred_at_ms"
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_DOMAIN = re.compile(r"(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+"
+                     r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+# Identity status moves only forward: creating -> active -> erased (or creating -> erased).
+_STATUS_FROM: dict[str, tuple[str, ...]] = {
+    "creating": ("creating",),
+    "active": ("creating", "active"),
+    "erased": ("creating", "active", "erased"),
+}
+_MIN_SECRET, _MAX_SECRET, _MAX_URL = 16, 1024, 2048
+
+_log = get_logger("mailbox_actors.control_db")
+
+
+class ControlDbTooNew(MailboxActorsError):
+    """The file was migrated by newer code; it is refused, never downgraded."""
+
+    def __init__(self, found: int, known: int) -> None:
+        super().__init__(ErrorCode.INTERNAL_ERROR,
+                         f"control database has schema_version {found}; this code knows up to {known}",
+                         details={"schema_version": found, "known": known},
+                         fix="Run the newer mailbox-actors that wrote this control database.")
+
+
+class ControlDb:
+    """The cluster's control database. Safe for many tasks and many processes at once."""
+
+    def __init__(self, path: Path, *, clock: Clock, ids: Ids, busy_timeout_ms: int = 5_000,
+                 migrations: Sequence[Sequence[str]] = MIGRATIONS) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._ids = ids
+        self._busy_timeout_ms = busy_timeout_ms
+        self._migrations = tuple(tuple(m) for m in migrations)
+        self._conn: aiosqlite.Connection | None = None
+        # One connection per instance: a transaction must not interleave with another task's SQL.
+        self._lock = anyio.Lock()
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, switch to WAL and bring the schema to the newest version (refusing newer files)."""
+        if self._conn is not None:
+            raise RuntimeError("ControlDb is already open")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = await aiosqlite.connect(self.path, timeout=self._busy_timeout_ms / 1000,
+                                           isolation_level=None)
+        except sqlite3.Error as e:
+            raise _unopenable(self.path, e) from e
+        try:
+            for pragma in (f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}",
+                           "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL",
+                           "PRAGMA foreign_keys = ON"):
+                await conn.execute(pragma)
+            self._conn = conn
+            await self._migrate()
+        except BaseException as e:
+            self._conn = None
+            with anyio.CancelScope(shield=True):
+                await conn.close()
+            if isinstance(e, sqlite3.Error):
+                raise _unopenable(self.path, e) from e
+            raise
+
+    async def close(self) -> None:
+        """Wait for the running statement or transaction, then close; closing twice is harmless."""
+        async with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await conn.close()
+
+    async def __aenter__(self) -> ControlDb:
+        await self.open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def schema_version(self) -> int:
+        row = await self.fetch_one("SELECT v FROM meta WHERE k = 'schema_version'")
+        return 0 if row is None else int(row[0])
+
+    async def _migrate(self) -> None:
+        known = len(self._migrations)
+        # Fast path without the write lock: a node restarting against a current file writes nothing.
+        if await self.fetch_one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"):
+            found = await self.schema_version()
+            if found > known:
+                raise ControlDbTooNew(found, known)
+            if found == known:
+                return
+        async with self._write() as conn:
+            # Re-read under BEGIN IMMEDIATE: another process may have migrated meanwhile.
+            await conn.execute(_META)
+            rows = list(await conn.execute_fetchall(
+                "SELECT v FROM meta WHERE k = 'schema_version'"))
+            found = int(rows[0][0]) if rows else 0
+            if found > known:
+                raise ControlDbTooNew(found, known)
+            for statements in self._migrations[found:]:
+                for stmt in statements:
+                    await conn.execute(stmt)
+            if found != known:
+                await conn.execute("INSERT OR REPLACE INTO meta (k, v) VALUES ('schema_version', ?)",
+                                   (str(known),))
+        if found != known:
+            _log.info("control_db.migrated", path=str(self.path), from_version=found, to_version=known)
+
+    # ---- the building blocks --------------------------------------------------------------------
+
+    def _require_conn(self) -> aiosqlite.Connection:
+        if self._conn is None:
+            raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database is not open")
+        return self._conn
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any failure."""
+        async with self._lock:
+            conn = self._require_conn()
+            try:
+                await conn.execute("BEGIN IMMEDIATE")
+                yield conn
+                await conn.execute("COMMIT")
+            except BaseException as e:
+                with anyio.CancelScope(shield=True):
+                    await conn.rollback()  # a no-op when BEGIN failed or COMMIT already landed
+                if isinstance(e, sqlite3.Error):
+                    raise _mapped(e) from e
+                raise
+
+    async def batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Run every statement in one transaction; if any fails, none of them took effect."""
+        async with self._write() as conn:
+            for sql, params in statements:
+                await conn.execute(sql, params)
+
+    async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self._lock:
+            conn = self._require_conn()
+            try:
+                rows = await conn.execute_fetchall(sql, params)
+            except sqlite3.Error as e:
+                raise _mapped(e) from e
+        return [tuple(r) for r in rows]
+
+    async def fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = await self.fetch_all(sql, params)
+        return rows[0] if rows else None
+
+    # ---- tenants ------------------------------------------------------------------------------
+
+    async def create_tenant(self, name: str, *, webhook_url: str | None = None,
+                            webhook_secret: str | None = None, events_days: int = 30) -> Tenant:
+        _check_text("name", name, 100)
+        _check_events_days(events_days)
+        _check_webhook(webhook_url, webhook_secret)
+        tenant = Tenant(id=self._ids.new_id("ten"), name=name, events_days=events_days,
+                        webhook_url=webhook_url, webhook_secret=webhook_secret,
+                        created_at_ms=self._clock.now_ms(), status="active")
+        await self.batch([(f"INSERT INTO tenants ({_TENANT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (tenant.id, tenant.name, tenant.events_days, tenant.webhook_url,
+                            tenant.webhook_secret, tenant.created_at_ms, tenant.status))])
+        _log.info("control_db.tenant_created", tenant_id=tenant.id,
+                  webhook=tenant.webhook_url is not None)
+        return tenant
+
+    async def get_tenant(self, tenant_id: str) -> Tenant | None:
+        row = await self.fetch_one(f"SELECT {_TENANT_COLS} FROM tenants WHERE id = ?", (tenant_id,))
+        return None if row is None else Tenant(*row)
+
+    async def list_tenants(self) -> list[Tenant]:
+        return [Tenant(*r) for r in await self.fetch_all(
+            f"SELECT {_TENANT_COLS} FROM tenants ORDER BY id")]
+
+    async def set_webhook(self, tenant_id: str, url: str | None, secret: str | None) -> None:
+        """Replace the tenant's endpoint and secret; ``None`` for both removes the webhook."""
+        _check_webhook(url, secret)
+        async with self._write() as conn:
+            cur = await conn.execute(
+                "UPDATE tenants SET webhook_url = ?, webhook_secret = ? WHERE id = ?",
+                (url, secret, tenant_id))
+            if cur.rowcount == 0:
+                raise _tenant_not_found(tenant_id)
+        _log.info("control_db.webhook_set", tenant_id=tenant_id, webhook=url is not None)
+
+    # ---- identities ---------------------------------------------------------------------------
+
+    async def create_identity(self, tenant_id: str, name: str, mailbox_id: str) -> Identity:
+        """Record a new identity in status ``creating``, before its IdentityMailbox is initialised."""
+        _check_text("name", name, 200)
+        _check_object_id("mailbox_id", mailbox_id)
+        identity = Identity(id=self._ids.new_id("idn"), tenant_id=tenant_id, name=name,
+                            mailbox_id=mailbox_id, status="creating",
+                            created_at_ms=self._clock.now_ms())
+        async with self._write() as conn:
+            await self._require_tenant(conn, tenant_id)
+            if await conn.execute_fetchall(
+                    "SELECT 1 FROM identities WHERE tenant_id = ? AND name = ?", (tenant_id, name)):
+                raise MailboxActorsError(ErrorCode.CONFLICT,
+                                         "the tenant already has an identity with this name",
+                                         details={"tenant_id": tenant_id, "field": "name"})
+            if await conn.execute_fetchall(
+                    "SELECT 1 FROM identities WHERE mailbox_id = ?", (mailbox_id,)):
+                raise MailboxActorsError(ErrorCode.CONFLICT,
+                                         "the mailbox id already belongs to another identity",
+                                         details={"mailbox_id": mailbox_id})
+            await conn.execute(f"INSERT INTO identities ({_IDENTITY_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
+                               (identity.id, identity.tenant_id, identity.name, identity.mailbox_id,
+                                identity.status, identity.created_at_ms))
+        _log.info("control_db.identity_created", tenant_id=tenant_id, identity_id=identity.id)
+        return identity
+
+    async def set_identity_status(self, identity_id: str, status: str) -> None:
+        """Move an identity forward (creating -> active -> erased); backwards is a conflict."""
+        if status not in IDENTITY_STATUSES:
+            raise InvalidRequest(f"status must be one of {', '.join(IDENTITY_STATUSES)}",
+                                 details={"field": "status"})
+        async with self._write() as conn:
+            rows = list(await conn.execute_fetchall(
+                "SELECT status FROM identities WHERE id = ?", (identity_id,)))
+            if not rows:
+                raise MailboxActorsError(ErrorCode.IDENTITY_NOT_FOUND, "no such identity",
+                                         details={"identity_id": identity_id})
+            current = rows[0][0]
+            if current not in _STATUS_FROM[status]:
+                raise MailboxActorsError(ErrorCode.CONFLICT,
+                                         f"an identity in status {current} cannot become {status}",
+                                         details={"identity_id": identity_id, "status": current})
+            if current != status:
+                await conn.execute("UPDATE identities SET status = ? WHERE id = ?",
+                                   (status, identity_id))
+
+    async def get_identity(self, identity_id: str) -> Identity | None:
+        row = await self.fetch_one(f"SELECT {_IDENTITY_COLS} FROM identities WHERE id = ?",
+                                   (identity_id,))
+        return None if row is None else Identity(*row)
+
+    async def get_identity_by_name(self, tenant_id: str, name: str) -> Identity | None:
+        row = await self.fetch_one(
+            f"SELECT {_IDENTITY_COLS} FROM identities WHERE tenant_id = ? AND name = ?",
+            (tenant_id, name))
+        return None if row is None else Identity(*row)
+
+    async def list_identities(self, tenant_id: str) -> list[Identity]:
+        return [Identity(*r) for r in await self.fetch_all(
+            f"SELECT {_IDENTITY_COLS} FROM identities WHERE tenant_id = ? ORDER BY id", (tenant_id,))]
+
+    # ---- domains ------------------------------------------------------------------------------
+
+    async def create_domain(self, tenant_id: str, name: str, monitor_id: str) -> Domain:
+        """Record a domain (names are case-insensitive and stored lower-cased); unique cluster-wide."""
+        name = _normalise_domain(name)
+        _check_object_id("monitor_id", monitor_id)
+        domain = Domain(id=self._ids.new_id("dom"), tenant_id=tenant_id, name=name,
+                        monitor_id=monitor_id, created_at_ms=self._clock.now_ms())
+        async with self._write() as conn:
+            await self._require_tenant(conn, tenant_id)
+            if await conn.execute_fetchall(
+                    "SELECT 1 FROM domains WHERE name = ? OR monitor_id = ?", (name, monitor_id)):
+                raise MailboxActorsError(ErrorCode.CONFLICT, "the domain is already registered",
+                                         details={"field": "name"})
+            await conn.execute(f"INSERT INTO domains ({_DOMAIN_COLS}) VALUES (?, ?, ?, ?, ?)",
+                               (domain.id, domain.tenant_id, domain.name, domain.monitor_id,
+                                domain.created_at_ms))
+        return domain
+
+    async def get_domain(self, domain_id: str) -> Domain | None:
+        row = await self.fetch_one(f"SELECT {_DOMAIN_COLS} FROM domains WHERE id = ?", (domain_id,))
+        return None if row is None else Domain(*row)
+
+    async def list_domains(self, tenant_id: str) -> list[Domain]:
+        return [Domain(*r) for r in await self.fetch_all(
+            f"SELECT {_DOMAIN_COLS} FROM domains WHERE tenant_id = ? ORDER BY id", (tenant_id,))]
+
+    # ---- event index (EV-2) -------------------------------------------------------------------
+
+    async def index_events(self, rows: Sequence[EventIndexRow]) -> int:
+        """INSERT OR IGNORE every row in one transaction; return how many were new (EV-2, EV-3)."""
+        if not rows:
+            return 0
+        for r in rows:
+            if not r.event_id or not r.tenant_id:
+                raise InvalidRequest("event index rows need an event_id and a tenant_id",
+                                     details={"field": "event_id" if not r.event_id else "tenant_id"})
+            _check_object_id("object_id", r.object_id)
+        async with self._write() as conn:
+            cur = await conn.executemany(
+                f"INSERT OR IGNORE INTO event_index ({_EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(r.event_id, r.tenant_id, r.identity_id, r.namespace, r.object_id, r.sequence,
+                  r.type, r.occurred_at_ms) for r in rows])
+            return cur.rowcount
+
+    async def events(self, tenant_id: str, *, after_event_id: str | None = None,
+                     limit: int = 100) -> list[EventIndexRow]:
+        """A tenant's indexed events in event-id (time) order, after ``after_event_id``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidRequest("limit must be an integer from 1 to 1000", details={"field": "limit"})
+        rows = await self.fetch_all(
+            f"SELECT {_EVENT_COLS} FROM event_index WHERE tenant_id = ? AND event_id > ? "
+            "ORDER BY event_id LIMIT ?", (tenant_id, after_event_id or "", limit))
+        return [EventIndexRow(*r) for r in rows]
+
+    async def counts(self) -> dict[str, int]:
+        row = await self.fetch_one(
+            "SELECT (SELECT count(*) FROM tenants), (SELECT count(*) FROM identities), "
+            "(SELECT count(*) FROM domains), (SELECT count(*) FROM event_index)")
+        assert row is not None
+        return dict(zip(("tenants", "identities", "domains", "events"), row, strict=True))
+
+    async def _require_tenant(self, conn: aiosqlite.Connection, tenant_id: str) -> None:
+        if not await conn.execute_fetchall("SELECT 1 FROM tenants WHERE id = ?", (tenant_id,)):
+            raise _tenant_not_found(tenant_id)
+
+
+# ---- validation and error mapping -------------------------------------------------------------
+
+
+def _check_text(field: str, value: object, max_len: int) -> None:
+    if not isinstance(value, str) or not 1 <= len(value) <= max_len or not value.strip():
+        raise InvalidRequest(f"{field} must be 1 to {max_len} characters, not all blank",
+                             details={"field": field, "max_length": max_len})
+    if _CONTROL_CHARS.search(value):
+        raise InvalidRequest(f"{field} must not contain control characters", details={"field": field})
+
+
+def _check_events_days(days: object) -> None:
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 3650:
+        raise InvalidRequest("events_days must be an integer from 1 to 3650",
+                             details={"field": "events_days", "min": 1, "max": 3650})
+
+
+def _check_webhook(url: str | None, secret: str | None) -> None:
+    """The URL (when given) must be http(s) with a host; the secret then at least 16 characters."""
+    if url is None:
+        if secret is not None:
+            raise InvalidRequest("webhook_secret was given without a webhook_url",
+                                 details={"field": "webhook_secret"})
+        return
+    if not isinstance(url, str) or len(url) > _MAX_URL or _CONTROL_CHARS.search(url) or " " in url:
+        raise InvalidRequest(f"webhook_url must be a URL of at most {_MAX_URL} characters without "
+                             "spaces or control characters", details={"field": "webhook_url"})
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018  (raises ValueError when the port is not a number in range)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidRequest("webhook_url must be an http:// or https:// URL with a host",
+                             details={"field": "webhook_url"})
+    if parts.username is not None or parts.password is not None:
+        raise InvalidRequest("webhook_url must not carry credentials; the secret signs each delivery",
+                             details={"field": "webhook_url"})
+    if not isinstance(secret, str) or not _MIN_SECRET <= len(secret) <= _MAX_SECRET:
+        raise InvalidRequest(f"webhook_secret must be {_MIN_SECRET} to {_MAX_SECRET} characters "
+                             "when webhook_url is set",
+                             details={"field": "webhook_secret", "min_length": _MIN_SECRET})
+
+
+def _check_object_id(field: str, value: object) -> None:
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
+        raise InvalidRequest(f"{field} must be 64 lowercase hex digits", details={"field": field})
+
+
+def _normalise_domain(name: object) -> str:
+    if isinstance(name, str):
+        lowered = name.lower().removesuffix(".")
+        if _DOMAIN.fullmatch(lowered):
+            return lowered
+    raise InvalidRequest("name must be a domain name such as example.com", details={"field": "name"})
+
+
+def _tenant_not_found(tenant_id: str) -> MailboxActorsError:
+    return MailboxActorsError(ErrorCode.TENANT_NOT_FOUND, "no such tenant",
+                              details={"tenant_id": tenant_id},
+                              fix="Create the tenant first (mailbox-actors tenant create).")
+
+
+def _mapped(e: sqlite3.Error) -> MailboxActorsError:
+    """SQLite's messages name tables and constraints, never bound values, so they are safe to carry."""
+    if isinstance(e, sqlite3.IntegrityError):
+        return MailboxActorsError(ErrorCode.CONFLICT, "a control database constraint refused the write",
+                                  details={"sqlite": str(e)})
+    if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+        return MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database stayed locked past the "
+                                  "busy timeout", details={"sqlite": str(e)})
+    return MailboxActorsError(ErrorCode.INTERNAL_ERROR, "control database error",
+                              details={"sqlite": str(e)})
+
+
+def _unopenable(path: Path, e: sqlite3.Error) -> MailboxActorsError:
+    return MailboxActorsError(ErrorCode.INTERNAL_ERROR,
+                              f"the control database at {path} cannot be opened",
+                              details={"sqlite": str(e)})
