@@ -127,6 +127,10 @@ def strategy(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         extra = st.dictionaries(st.text(min_size=1, max_size=10).filter(lambda k: k not in props),
                                 _JSON_LEAF, max_size=2)
         return st.tuples(obj, extra).map(lambda t: {**t[1], **t[0]})
+    if schema.get("type") == "object":  # a map: additionalProperties gives the values
+        values = schema.get("additionalProperties", {})
+        return st.dictionaries(st.text(min_size=1, max_size=10),
+                               strategy(values) if values else _JSON_LEAF, max_size=3)
     if schema.get("type") == "string" and "(?" in schema.get("pattern", ""):
         return _string_with_lookahead(schema)
     return from_schema(schema)
@@ -319,7 +323,9 @@ CANONICAL: dict[str, list[dict[str, Any]]] = {
     "tenant_quota": [{"op": "init", "per_minute": 5, "per_day": 10},
                      {"op": "reserve", "key": "k1"}, {"op": "usage"}, {"op": "status"},
                      {"op": "release", "reservation_id": "rsv_unknown"}],
-    "identity_mailbox": [{"op": "init"}, {"op": "status"}, {"op": "erase"}],
+    "identity_mailbox": [{"op": "init"}, {"op": "status"},
+                         {"op": "emit_event", "type": "identity.renamed", "data": {"n": 1}},
+                         {"op": "get_events", "after_sequence": 0}, {"op": "erase"}],
     "domain_monitor": [{"op": "init", "domain": "example.com"}, {"op": "status"}],
 }
 

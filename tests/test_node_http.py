@@ -206,7 +206,7 @@ async def test_client_calls_each_namespace(live: Live) -> None:
         await c.call("identity_mailbox", mid, MailboxInit(), tenant_id="acme", identity_id="i1")
         st = await c.call("identity_mailbox", mid, MailboxStatus(), tenant_id="acme",
                           identity_id="i1")
-        assert (st["tenant_id"], st["identity_id"], st["schema_version"]) == ("acme", "i1", 1)
+        assert (st["tenant_id"], st["identity_id"], st["schema_version"]) == ("acme", "i1", 2)
 
         did = await c.id_from_name("domain_monitor", "example.com")
         await c.call("domain_monitor", did, DomainInit(domain="example.com"), tenant_id="acme")

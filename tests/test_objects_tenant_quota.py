@@ -66,9 +66,13 @@ async def test_init_status_and_not_found_before_init(tmp_path: Path) -> None:
                 await q(req)
             assert e.value.code == "tenant_not_found"
         assert await q(QuotaInit(per_minute=3, per_day=100)) == {"created": True}
+        # The alarm is the outbox's (the quota.created event) until it is dispatched.
+        assert (await q(QuotaStatus()))["alarm"] == T0
+        await rt.run_until_idle()
         assert await q(QuotaStatus()) == {"tenant_id": TENANT, "per_minute": 3, "per_day": 100,
-                                          "schema_version": 1, "alarm": T0 + DAY}
+                                          "schema_version": 2, "alarm": T0 + DAY}
         assert await q(QuotaInit(per_minute=4, per_day=50)) == {"created": False}
+        await rt.run_until_idle()
         status = await q(QuotaStatus())
         assert (status["per_minute"], status["per_day"], status["alarm"]) == (4, 50, T0 + DAY)
 

@@ -7,6 +7,7 @@ from typing import Any
 from mailbox_actors.platform.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.common import InitReply
 from mailbox_actors.wire.domain import (
     DOMAIN_REPLIES,
@@ -32,6 +33,7 @@ class DomainMonitor(Actor):
             "CREATE TABLE domain (id INTEGER PRIMARY KEY CHECK (id = 1), name TEXT NOT NULL, "
             "state TEXT NOT NULL, created_at_ms INTEGER NOT NULL)",
         )),
+        Migration(2, OUTBOX_SCHEMA),
     )
 
     async def handle(self, call: Call, req: Any) -> Any:
@@ -50,6 +52,7 @@ class DomainMonitor(Actor):
         if created:
             tx.exec("INSERT INTO domain (id, name, state, created_at_ms) VALUES (1, ?, 'pending', ?)",
                     req.domain, tx.now_ms())
+            self.ctx.emit(tx, "domain.created", {"domain": req.domain, "state": "pending"})
             return InitReply(created=True)
         existing = tx.exec("SELECT name FROM domain WHERE id = 1").one()[0]
         if existing != req.domain:

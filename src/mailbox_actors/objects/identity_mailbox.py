@@ -1,20 +1,26 @@
-"""IdentityMailbox (OBJ-1), first cut: init, status and erase (RPC-3, RPC-4).
+"""IdentityMailbox (OBJ-1): init, status, erase, events and daily maintenance (RPC-3, RPC-4, EV, AL-6).
 
 The owner is the envelope's tenant and identity. ``erase`` removes the content in one transaction
-and keeps only the proof of erasure; afterwards every op answers ``identity_not_found``.
+and keeps only the proof of erasure; afterwards every op answers ``identity_not_found``. Every
+externally visible change emits an event through the outbox.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.platform.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA, read_events
 from mailbox_actors.wire.common import InitReply
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
+from mailbox_actors.wire.events import EmitEvent, GetEvents
 from mailbox_actors.wire.mailbox import (
     MAILBOX_REPLIES,
+    EmittedReply,
     EraseReply,
     MailboxErase,
     MailboxInit,
@@ -25,8 +31,10 @@ from mailbox_actors.wire.mailbox import (
 
 __all__ = ["IdentityMailbox"]
 
+DAY_MS = 86_400_000
+DEFAULT_EVENTS_DAYS = 30
 # Tables whose rows are the identity's content: erase empties them all.
-CONTENT_TABLES = ("messages",)
+CONTENT_TABLES = ("messages", "idempotency")
 
 
 class IdentityMailbox(Actor):
@@ -43,12 +51,28 @@ class IdentityMailbox(Actor):
             "CREATE TABLE messages (id TEXT PRIMARY KEY, received_at_ms INTEGER NOT NULL, "
             "size_bytes INTEGER NOT NULL, body BLOB)",
         )),
+        Migration(2, (
+            *OUTBOX_SCHEMA,
+            "CREATE TABLE idempotency (key TEXT PRIMARY KEY, expires_at_ms INTEGER NOT NULL, "
+            "result BLOB)",
+            "CREATE TABLE rate_windows (scope TEXT NOT NULL, start_ms INTEGER NOT NULL, "
+            "count INTEGER NOT NULL, PRIMARY KEY (scope, start_ms)) WITHOUT ROWID",
+        )),
     )
+    alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance"}
 
     async def handle(self, call: Call, req: Any) -> Any:
         match req:
             case MailboxStatus():
                 return self._status()
+            case GetEvents():
+                return read_events(self.sql, req.after_sequence, req.limit)
+            case EmitEvent():
+                if not req.type.startswith("identity."):
+                    raise InvalidRequest("emit_event takes identity.* event types",
+                                         details={"type": req.type})
+                return self.sql.transaction_sync(
+                    lambda tx: EmittedReply(id=self.ctx.emit(tx, req.type, dict(req.data)).id))
             case MailboxInit():
                 return self.sql.transaction_sync(lambda tx: self._init(tx, call))
             case MailboxErase():
@@ -58,7 +82,10 @@ class IdentityMailbox(Actor):
     def _init(self, tx: SqlStorage, call: Call) -> InitReply:
         created = self.ctx.claim_owner(call)
         if created:
-            tx.exec("INSERT INTO identity (id, created_at_ms) VALUES (1, ?)", tx.now_ms())
+            now = tx.now_ms()
+            tx.exec("INSERT INTO identity (id, created_at_ms) VALUES (1, ?)", now)
+            self.ctx.emit(tx, "identity.created", {"identity_id": call.identity_id})
+            self.ctx.schedule("maintenance", now + DAY_MS)
         return InitReply(created=created)
 
     def _status(self) -> MailboxStatusReply:
@@ -72,6 +99,26 @@ class IdentityMailbox(Actor):
         now = tx.now_ms()
         for table in CONTENT_TABLES:
             tx.exec(f"DELETE FROM {table}")
+        # Dispatched events are history; undispatched ones (ids only) still go out.
+        tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL")
         tx.exec("UPDATE identity SET erased_at_ms = ? WHERE id = 1", now)
+        self.ctx.emit(tx, "identity.erased", {"identity_id": self.ctx.owner_identity})
         self.ctx.mark_erased()
         return EraseReply(erased=True, erased_at_ms=now)
+
+    async def maintenance(self) -> None:
+        """AL-6, daily: expired idempotency rows, windows older than 48 h, events past the
+        tenant's events_days; then refresh meta.size_bytes and re-arm."""
+        days = await self.ctx.host.events_days(self.ctx.owner_tenant or "") or DEFAULT_EVENTS_DAYS
+
+        def run(tx: SqlStorage) -> None:
+            now = tx.now_ms()
+            tx.exec("DELETE FROM idempotency WHERE expires_at_ms <= ?", now)
+            tx.exec("DELETE FROM rate_windows WHERE start_ms < ?", now - RETENTION_MS)
+            tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL AND occurred_at_ms < ?",
+                    now - days * DAY_MS)
+            tx.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('size_bytes', ?)",
+                        (str(tx.database_size),))
+            self.ctx.schedule("maintenance", now + DAY_MS)
+
+        self.sql.transaction_sync(run)

@@ -23,6 +23,7 @@ from mailbox_actors.core.rate_windows import (
 from mailbox_actors.platform.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.common import InitReply
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.quota import (
@@ -66,6 +67,7 @@ class TenantQuota(Actor):
             "created_ms INTEGER NOT NULL, released INTEGER NOT NULL DEFAULT 0)",
             "CREATE INDEX reservations_created ON reservations (created_ms)",
         )),
+        Migration(2, OUTBOX_SCHEMA),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance"}
 
@@ -102,11 +104,16 @@ class TenantQuota(Actor):
     def _init(self, tx: SqlStorage, call: Call, req: QuotaInit) -> InitReply:
         created = self.ctx.claim_owner(call)
         # A repeated init may change the limits; the owner is fixed.
+        before = tx.exec("SELECT per_minute, per_day FROM limits WHERE id = 1").all()
         tx.exec("INSERT OR REPLACE INTO limits (id, per_minute, per_day) VALUES (1, ?, ?)",
                 req.per_minute, req.per_day)
         self._limits = (req.per_minute, req.per_day)
+        limits = {"per_minute": req.per_minute, "per_day": req.per_day}
         if created:
             self.ctx.schedule("maintenance", tx.now_ms() + MAINTENANCE_EVERY_MS)
+            self.ctx.emit(tx, "quota.created", limits)
+        elif before and tuple(before[0]) != (req.per_minute, req.per_day):
+            self.ctx.emit(tx, "quota.limits_changed", limits)
         return InitReply(created=created)
 
     def _reserve(self, tx: SqlStorage, req: QuotaReserve) -> ReserveReply:

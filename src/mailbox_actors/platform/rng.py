@@ -34,6 +34,9 @@ class SeededRng:
     def __init__(self, seed: int = 0) -> None:
         self._r = random.Random(seed)
 
+    def reseed(self, seed: int) -> None:
+        self._r.seed(seed)
+
     def random_bytes(self, n: int) -> bytes:
         return self._r.randbytes(n)
 

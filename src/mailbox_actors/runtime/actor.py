@@ -24,6 +24,7 @@ from mailbox_actors.core.alarm_purposes import (
     meta_key,
 )
 from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.wire.envelope import Envelope
 from mailbox_actors.wire.errors import (
@@ -32,6 +33,7 @@ from mailbox_actors.wire.errors import (
     MailboxActorsError,
     Overloaded,
 )
+from mailbox_actors.wire.events import Event
 
 if TYPE_CHECKING:
     from mailbox_actors.runtime.host import ActorHost
@@ -263,12 +265,15 @@ class ActorContext:
         for purpose in due_purposes(self.scheduled(), now):
             method_name = actor.alarm_purposes.get(purpose)
             self.storage.transaction_sync(functools.partial(self._cancel_tx, purpose))
-            if method_name is None:
+            if method_name is None and purpose != "outbox":
                 self.host.log.warning("alarm_purpose_unknown", namespace=self.namespace,
                                       purpose=purpose)
                 continue
             try:
-                await getattr(actor, method_name)()
+                if method_name is None:  # the runtime's own purpose
+                    await outbox.dispatch(self)
+                else:
+                    await getattr(actor, method_name)()
             except BaseException:
                 # Put it back so the retry (and a crash) runs it again.
                 self.storage.transaction_sync(functools.partial(self._restore_tx, purpose, now))
@@ -289,6 +294,12 @@ class ActorContext:
                 self.storage.delete_alarm()
         elif self.storage.get_alarm() != nxt:
             self.storage.set_alarm(nxt)
+
+    # ---- events (EV-1) --------------------------------------------------------------------
+
+    def emit(self, tx: SqlStorage, type_: str, data: dict[str, Any] | None = None) -> Event:
+        """Inside the state-change transaction: append an event to the outbox (EV-1)."""
+        return outbox.emit(self, tx, type_, data or {})
 
     # ---- calls to other actors (RPC-9) -----------------------------------------------------
 

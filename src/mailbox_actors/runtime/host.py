@@ -24,6 +24,7 @@ from mailbox_actors.platform.rng import Rng
 from mailbox_actors.platform.sql import StorageCorrupt, open_storage
 from mailbox_actors.runtime.actor import Actor, ActorContext, AlarmInfo, Call, current_deadline
 from mailbox_actors.runtime.migrations import apply_migrations, check_migrations
+from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError
 
@@ -63,6 +64,9 @@ class ActorHost:
         self._active: OrderedDict[Key, ActorContext] = OrderedDict()
         self.alarm_sinks: AlarmSinkFactory | None = None
         self.call_actor: Callable[..., Awaitable[Any]] = _no_router
+        self.event_sink: EventSink = RecordingEventSink()
+        # tenant id -> its events_days from the control database (None: unknown, use the default)
+        self.events_days: Callable[[str], Awaitable[int | None]] = _unknown_events_days
         self._inflight = 0
         self._drained = anyio.Event()
         self._drained.set()
@@ -371,6 +375,10 @@ class ActorHost:
                     if at is not None:
                         found[(cls.namespace, object_id)] = at
         return found
+
+
+async def _unknown_events_days(_tenant_id: str) -> int | None:
+    return None
 
 
 async def _no_router(*_args: Any, **_kwargs: Any) -> Any:

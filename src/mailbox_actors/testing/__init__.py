@@ -36,11 +36,19 @@ class TestRuntime:
         self.data_dir = Path(data_dir) if data_dir is not None else Path(
             tempfile.mkdtemp(prefix="mailbox-actors-test-"))
         self.clock = FakeClock(start_ms)
+        self._seed = seed
         self.rng = SeededRng(seed)
         self.settings = RuntimeSettings(data_dir=str(self.data_dir), **settings)
         self.node = Node(self.settings, clock=self.clock, rng=self.rng, objects=objects)
 
     async def __aenter__(self) -> TestRuntime:
+        # Reopening a directory must not mint the ids of an earlier run again (same seed, same
+        # fake time): each opening of a directory takes the next seed, deterministically.
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        runs_file = self.data_dir / ".testruntime-runs"
+        runs = int(runs_file.read_text()) + 1 if runs_file.exists() else 0
+        runs_file.write_text(str(runs))
+        self.rng.reseed(self._seed * 1_000_003 + runs)
         await self.node.start()
         return self
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import msgspec
 
 from mailbox_actors.wire.common import InitReply
+from mailbox_actors.wire.events import EmitEvent, EventsReply, GetEvents
 
 __all__ = ["MailboxErase", "MailboxInit", "MailboxRequest", "MailboxStatus", "MailboxStatusReply",
-           "EraseReply", "MAILBOX_REPLIES"]
+           "EmittedReply", "EraseReply", "MAILBOX_REPLIES"]
 
 
 class MailboxInit(msgspec.Struct, tag="init", tag_field="op", forbid_unknown_fields=True):
@@ -22,7 +23,7 @@ class MailboxErase(msgspec.Struct, tag="erase", tag_field="op", forbid_unknown_f
     pass
 
 
-MailboxRequest = MailboxInit | MailboxStatus | MailboxErase
+MailboxRequest = MailboxInit | MailboxStatus | MailboxErase | GetEvents | EmitEvent
 
 
 class MailboxStatusReply(msgspec.Struct):
@@ -34,10 +35,15 @@ class MailboxStatusReply(msgspec.Struct):
     created_at_ms: int
 
 
+class EmittedReply(msgspec.Struct):
+    id: str
+
+
 class EraseReply(msgspec.Struct):
     erased: bool
     erased_at_ms: int
 
 
 MAILBOX_REPLIES: dict[str, type] = {"init": InitReply, "status": MailboxStatusReply,
-                                    "erase": EraseReply}
+                                    "erase": EraseReply, "get_events": EventsReply,
+                                    "emit_event": EmittedReply}

@@ -1,0 +1,123 @@
+"""The transactional outbox (EV-1..EV-5): events leave an actor at least once and are never lost.
+
+``emit`` runs inside the state-change transaction: it bumps ``meta.event_seq``, stores the event in
+the actor's ``outbox`` table undispatched and schedules ``alarm:outbox`` for now. The outbox alarm
+publishes the undispatched events through the node's ``EventSink`` (index in the control database,
+one ``webhooks`` queue message per event) and only then marks them dispatched: a crash between any
+two steps repeats the step, and consumers deduplicate on the event id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+
+from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded
+from mailbox_actors.wire.events import Event, EventsReply
+
+if TYPE_CHECKING:
+    from mailbox_actors.runtime.actor import ActorContext
+
+__all__ = ["OUTBOX_BATCH", "OUTBOX_SCHEMA", "EventSink", "RecordingEventSink", "check_event_data",
+           "dispatch", "emit", "read_events"]
+
+# Statements an object adds to its migrations to get an outbox.
+OUTBOX_SCHEMA = (
+    "CREATE TABLE outbox (sequence INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
+    "type TEXT NOT NULL, occurred_at_ms INTEGER NOT NULL, body BLOB NOT NULL, "
+    "dispatched_at INTEGER)",
+    "CREATE INDEX outbox_undispatched ON outbox (sequence) WHERE dispatched_at IS NULL",
+)
+OUTBOX_BATCH = 200
+_MAX_DATA_BYTES = 4096
+_FORBIDDEN_KEYS = frozenset({"body", "text", "html", "subject", "content", "attachment",
+                             "attachments", "raw", "headers", "from", "to", "cc", "bcc",
+                             "address", "email"})
+_ENC = msgspec.json.Encoder()
+_DEC = msgspec.json.Decoder(Event)
+
+
+class EventSink(Protocol):
+    """Where dispatched events go: the control database's event_index and the webhooks queue."""
+
+    async def publish(self, namespace: str, object_id: str, events: Sequence[Event]) -> None: ...
+
+
+class RecordingEventSink:
+    """For embedded use and tests: keeps every published event in memory, in order."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[str, str, Event]] = []
+
+    async def publish(self, namespace: str, object_id: str, events: Sequence[Event]) -> None:
+        self.published.extend((namespace, object_id, e) for e in events)
+
+    def events(self, type_prefix: str = "") -> list[Event]:
+        return [e for _, _, e in self.published if e.type.startswith(type_prefix)]
+
+
+def check_event_data(data: dict[str, Any]) -> None:
+    """EV-5: event data is ids, counts and flags; never content or addresses."""
+    if len(_ENC.encode(data)) > _MAX_DATA_BYTES:
+        raise LimitExceeded("event_data_bytes", _MAX_DATA_BYTES, "event data over 4 KB")
+    for k, v in data.items():
+        if k.lower() in _FORBIDDEN_KEYS:
+            raise InvalidRequest(f"event data may not carry {k!r}: events carry ids only",
+                                 details={"field": k})
+        if isinstance(v, str) and ("@" in v or len(v) > 256):
+            raise InvalidRequest(f"event data field {k!r} looks like content or an address",
+                                 details={"field": k})
+        if isinstance(v, dict | list):
+            raise InvalidRequest(f"event data field {k!r} must be a string, number, bool or null",
+                                 details={"field": k})
+
+
+def emit(ctx: ActorContext, tx: SqlStorage, type_: str, data: dict[str, Any]) -> Event:
+    """Inside the state-change transaction: append the event and schedule the outbox now."""
+    if not tx.in_transaction:
+        raise RuntimeError("emit must run inside transaction_sync, with the state change")
+    check_event_data(data)
+    row = tx.sys_exec("SELECT v FROM meta WHERE k = 'event_seq'").fetchone()
+    seq = (int(row[0]) if row else 0) + 1
+    tx.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('event_seq', ?)", (str(seq),))
+    now = tx.now_ms()
+    event = Event(id=ctx.new_id("evt"), type=type_, sequence=seq,
+                  tenant_id=ctx.owner_tenant or "", identity_id=ctx.owner_identity,
+                  occurred_at_ms=now, data=data)
+    tx.exec("INSERT INTO outbox (sequence, id, type, occurred_at_ms, body) VALUES (?, ?, ?, ?, ?)",
+            seq, event.id, type_, now, _ENC.encode(event))
+    ctx.schedule("outbox", now)
+    return event
+
+
+async def dispatch(ctx: ActorContext) -> None:
+    """The outbox alarm: publish undispatched events in order, then mark them dispatched."""
+    sql = ctx.storage
+    rows = sql.exec("SELECT sequence, body FROM outbox WHERE dispatched_at IS NULL "
+                    "ORDER BY sequence LIMIT ?", OUTBOX_BATCH).all()
+    if not rows:
+        return
+    events = [_DEC.decode(r[1]) for r in rows]
+    await ctx.host.event_sink.publish(ctx.namespace, ctx.id, events)
+    last = rows[-1][0]
+
+    def mark(tx: SqlStorage) -> None:
+        tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence <= ? AND dispatched_at IS NULL",
+                tx.now_ms(), last)
+        if len(rows) == OUTBOX_BATCH:
+            ctx.schedule("outbox", tx.now_ms())
+
+    sql.transaction_sync(mark)
+
+
+def read_events(sql: SqlStorage, after_sequence: int, limit: int) -> EventsReply:
+    """EV-4: events after ``after_sequence`` in sequence order, for replay."""
+    rows = sql.exec("SELECT sequence, body FROM outbox WHERE sequence > ? ORDER BY sequence "
+                    "LIMIT ?", after_sequence, limit + 1).all()
+    more = len(rows) > limit
+    events = [_DEC.decode(r[1]) for r in rows[:limit]]
+    return EventsReply(events=events,
+                       next_after_sequence=events[-1].sequence if more and events else None)
