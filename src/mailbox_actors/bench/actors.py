@@ -1,7 +1,7 @@
 """``BenchTicker``: the smallest useful actor, for the alarm and memory figures.
 
-It holds one row and one alarm; its alarm handler does one small write and re-arms a day later in
-the same transaction (a recurring job, like TenantQuota's maintenance). It exists only for the
+It holds one row and one alarm; its alarm handler does one small write and re-arms a day from now
+in the same transaction (a recurring job, like TenantQuota's maintenance). It exists only for the
 benchmark and is never registered by a real node.
 """
 
@@ -70,9 +70,10 @@ class BenchTicker(Actor):
     yield_after: ClassVar[float | None] = None
 
     async def alarm(self, info: AlarmInfo) -> None:
+        if BenchTicker.yield_after is not None and time.perf_counter() >= BenchTicker.yield_after:
+            await anyio.lowlevel.checkpoint()  # before the write: a cancelled run leaves no trace
+
         def run(tx: SqlStorage) -> None:
             tx.exec("UPDATE ticks SET fired = fired + 1 WHERE id = 1")
-            tx.set_alarm(info.scheduled_ms + REARM_MS)
+            tx.set_alarm(tx.now_ms() + REARM_MS)
         self.sql.transaction_sync(run)
-        if BenchTicker.yield_after is not None and time.perf_counter() >= BenchTicker.yield_after:
-            await anyio.lowlevel.checkpoint()

@@ -120,7 +120,7 @@ async def _wait_fired(node: Node, target: int, cap_s: float, progress: Progress,
                           node.host.active_count)
         return time.perf_counter(), True
     finally:
-        BenchTicker.yield_after = None
+        BenchTicker.yield_after = 0.0  # from now on, so that stopping the node cancels promptly
 
 
 async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
@@ -151,6 +151,7 @@ async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
                     lateness.append(now - at)
     finally:
         await node.stop()
+        BenchTicker.yield_after = None
     return lateness, fired, done
 
 
@@ -160,8 +161,9 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
     n = sizes.alarm_actors
     progress.say(f"alarms: throughput, {n:,} alarms overdue at start "
                  f"(stops after {sizes.alarm_phase_s:g} s)")
-    last_due = _due(n - 1, first, sizes) + REARM_MS
-    clock = ShiftedClock(last_due + 60_000 - _real_ms())
+    # Past every alarm (first ones and those re-armed in the lateness phase); what fires here
+    # re-arms a day after this clock, so no actor fires twice.
+    clock = ShiftedClock(first + 2 * REARM_MS - _real_ms())
     node = Node(_settings(data, sizes), clock=clock, objects=(BenchTicker,))
     await node.start()
     try:
@@ -172,6 +174,7 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
         fired = sched.fired - before
     finally:
         await node.stop()
+        BenchTicker.yield_after = None
     return fired / (t1 - t0), fired, done
 
 
