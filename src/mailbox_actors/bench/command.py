@@ -26,16 +26,17 @@ from mailbox_actors.platform.logging import configure_logging
 
 __all__ = ["GROUPS", "add_arguments", "format_table", "measure", "run"]
 
-Measure = Callable[[Path, Sizes, Progress, frozenset[str]], Awaitable[list[Figure]]]
+# (scratch dir, sizes, progress, wanted figures, errors to add to) -> figures
+Measure = Callable[[Path, Sizes, Progress, frozenset[str], list[str]], Awaitable[list[Figure]]]
 
 
-async def _state(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str]
-                 ) -> list[Figure]:
+async def _state(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str],
+                 _errors: list[str]) -> list[Figure]:
     return await state_changes(work, sizes, progress)
 
 
-async def _cold(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str]
-                ) -> list[Figure]:
+async def _cold(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str],
+                _errors: list[str]) -> list[Figure]:
     return await cold_activation(work, sizes, progress)
 
 
@@ -69,7 +70,7 @@ async def measure(work: Path, sizes: Sizes, want: frozenset[str], progress: Prog
         if not want & set(names):
             continue
         try:
-            for f in await fn(work / group, sizes, progress, want):
+            for f in await fn(work / group, sizes, progress, want, errors):
                 got[f.figure] = f
         except Exception as e:  # one broken group must not hide the others' figures
             errors.append(f"{group}: {type(e).__name__}: {e}")

@@ -104,7 +104,7 @@ def _parts(s: Sample, n: int, counts_sqlite: bool) -> str:
 
 
 async def evicted_memory(data: Path, empty: Path, n: int, cls: type[Actor], progress: Progress,
-                         scale: str) -> Figure:
+                         scale: str) -> list[Figure]:
     """A node started on ``data`` holds every alarm and no open actor; an empty node is the base."""
     progress.say("memory: a node holding the population's alarms, no actor open")
     empty.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - setup; nothing else runs yet
@@ -128,13 +128,13 @@ async def evicted_memory(data: Path, empty: Path, n: int, cls: type[Actor], prog
         raise RuntimeError(f"expected {n} alarms and no open actor, found {held} and {active}")
     s = Sample(py=full.py - base.py, sqlite=full.sqlite - base.sqlite,
                rss=None if full.rss is None or base.rss is None else full.rss - base.rss)
-    return figure("memory_per_evicted_actor_bytes", (s.py + s.sqlite) / n, "B",
-                  goal=Goal("below", 1024),
-                  note=f"{scale}; value = Python heap + SQLite heap of a node that loaded them, "
-                       f"less an empty node; {_parts(s, n, counts_sqlite)}")
+    return [figure("memory_per_evicted_actor_bytes", (s.py + s.sqlite) / n, "B",
+                   goal=Goal("below", 1024),
+                   note=f"{scale}; value = Python heap + SQLite heap of a node that loaded them, "
+                        f"less an empty node; {_parts(s, n, counts_sqlite)}")]
 
 
-async def active_memory(data: Path, count: int, progress: Progress) -> Figure:
+async def active_memory(data: Path, count: int, progress: Progress) -> list[Figure]:
     """Open ``count`` of the population's actors in a fresh process and keep them open; beside
     them, ``count`` plain ``sqlite3`` connections to others, each after the same one read."""
     progress.say(f"memory: {count:,} actors activated and kept open, and {count:,} raw "
@@ -151,12 +151,12 @@ async def active_memory(data: Path, count: int, progress: Progress) -> Figure:
         value, limit, what = (rt.py + rt.sqlite) / count, (raw.py + raw.sqlite) / count, "heap"
     else:
         value, limit, what = rt.rss / count, raw.rss / count, "RSS"
-    return figure("memory_per_active_actor_bytes", value, "B", goal=Goal("below", 50 * 1024),
-                  limit=limit,
-                  note=f"{count:,} actors opened by a read and kept open; value = {what} growth "
-                       f"per actor; {_parts(rt, count, counts_sqlite)}; limit = the same for a "
-                       f"plain sqlite3 connection after the same read: "
-                       f"{_parts(raw, count, counts_sqlite)}")
+    return [figure("memory_per_active_actor_bytes", value, "B", goal=Goal("below", 50 * 1024),
+                   limit=limit,
+                   note=f"{count:,} actors opened by a read and kept open; value = {what} growth "
+                        f"per actor; {_parts(rt, count, counts_sqlite)}; limit = the same for a "
+                        f"plain sqlite3 connection after the same read: "
+                        f"{_parts(raw, count, counts_sqlite)}")]
 
 
 async def _active_child(data: str, count: int) -> tuple[Sample, Sample, bool]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -202,47 +203,69 @@ def _raw_rates(paths: list[Path], progress: Progress) -> list[float]:
     return rates
 
 
-async def tickers(work: Path, sizes: Sizes, progress: Progress,
-                  want: frozenset[str]) -> list[Figure]:
-    """The figures of ``TICKER_FIGURES`` that are in ``want``, on one population."""
+async def _lateness_figures(data: Path, first: int, sizes: Sizes, progress: Progress,
+                            scale: str) -> list[Figure]:
+    lateness, fired, done = await _lateness(data, first, sizes, progress)
+    cut = "" if done else (f"; stopped {sizes.alarm_phase_s:g} s after the last was due, "
+                           f"with {fired:,} fired; each unfired alarm is counted as late as "
+                           "it was then")
+    return [figure(
+        "alarm_lateness_p99_ms", percentile(lateness, 99), "ms", goal=Goal("below", 50),
+        note=f"{scale}; arriving at {sizes.alarm_rate:,}/s in batches every "
+             f"{sizes.alarm_batch_ms} ms, real clock; at most "
+             f"{sizes.max_active:,} open; max {max(lateness, default=0):,} ms{cut}")]
+
+
+async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Progress,
+                              scale: str) -> list[Figure]:
+    n = sizes.alarm_actors
+    target = Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,))  # not started
+    step = max(1, n // sizes.raw_alarm_sample)
+    paths = [target.host.path_for(NS, target.id_from_name(NS, ticker_name(i)))
+             for i in range(0, n, step)][:sizes.raw_alarm_sample]
+    half = len(paths) // 2
+    rates = _raw_rates(paths[:half], progress)  # half before the runtime, half after
+    per_s, fired, done = await _throughput(data, first, sizes, progress)
+    rates += _raw_rates(paths[half:], progress)
+    raw = median(rates)
+    cut = "" if done else f"; stopped after {sizes.alarm_phase_s:g} s with {fired:,} fired"
+    return [
+        figure("alarms_fired_per_s", per_s, "alarms/s", goal=Goal("at_least", 10_000),
+               limit=raw,
+               note=f"{scale}, all overdue at node start; at most {sizes.max_active:,} open"
+                    f"{cut}; limit = raw open + write + close of an evicted actor's file"),
+        figure("raw_open_write_close_per_s", raw, "tx/s",
+               note=f"median of {len(rates)} chunks over {len(paths):,} actor files: "
+                    "sqlite3.connect, synchronous=NORMAL, one write transaction, close"),
+    ]
+
+
+async def tickers(work: Path, sizes: Sizes, progress: Progress, want: frozenset[str],
+                  errors: list[str]) -> list[Figure]:
+    """The figures of ``TICKER_FIGURES`` that are in ``want``, on one population. A part that
+    fails is reported in ``errors`` and the others still run."""
     n = sizes.alarm_actors
     data, first = await make_population(work, sizes, progress)
     scale = (f"{n:,} actors holding alarms" + ("" if n >= 100_000 else
              f" ({sizes.name} run; the full run uses 100,000)"))
+    parts: list[tuple[set[str], Callable[[], Awaitable[list[Figure]]]]] = [
+        ({"memory_per_evicted_actor_bytes"}, lambda: evicted_memory(
+            data, work / "empty", n, BenchTicker, progress, scale)),
+        ({"alarm_lateness_p99_ms"}, lambda: _lateness_figures(data, first, sizes, progress,
+                                                              scale)),
+        ({"alarms_fired_per_s", "raw_open_write_close_per_s"},
+         lambda: _throughput_figures(data, first, sizes, progress, scale)),
+        ({"memory_per_active_actor_bytes"}, lambda: active_memory(
+            data, min(sizes.memory_active, n // 2), progress)),
+    ]
     out: dict[str, Figure] = {}
-    if "memory_per_evicted_actor_bytes" in want:
-        out["memory_per_evicted_actor_bytes"] = await evicted_memory(
-            data, work / "empty", n, BenchTicker, progress, scale)
-    if "alarm_lateness_p99_ms" in want:
-        lateness, fired, done = await _lateness(data, first, sizes, progress)
-        cut = "" if done else (f"; stopped {sizes.alarm_phase_s:g} s after the last was due, "
-                               f"with {fired:,} fired; each unfired alarm is counted as late as "
-                               "it was then")
-        out["alarm_lateness_p99_ms"] = figure(
-            "alarm_lateness_p99_ms", percentile(lateness, 99), "ms", goal=Goal("below", 50),
-            note=f"{scale}; arriving at {sizes.alarm_rate:,}/s in batches every "
-                 f"{sizes.alarm_batch_ms} ms, real clock; at most "
-                 f"{sizes.max_active:,} open; max {max(lateness, default=0):,} ms{cut}")
-    if {"alarms_fired_per_s", "raw_open_write_close_per_s"} & want:
-        target = Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,))  # not started
-        step = max(1, n // sizes.raw_alarm_sample)
-        paths = [target.host.path_for(NS, target.id_from_name(NS, ticker_name(i)))
-                 for i in range(0, n, step)][:sizes.raw_alarm_sample]
-        half = len(paths) // 2
-        rates = _raw_rates(paths[:half], progress)  # half before the runtime, half after
-        per_s, fired, done = await _throughput(data, first, sizes, progress)
-        rates += _raw_rates(paths[half:], progress)
-        raw = median(rates)
-        cut = "" if done else f"; stopped after {sizes.alarm_phase_s:g} s with {fired:,} fired"
-        out["alarms_fired_per_s"] = figure(
-            "alarms_fired_per_s", per_s, "alarms/s", goal=Goal("at_least", 10_000), limit=raw,
-            note=f"{scale}, all overdue at node start; at most {sizes.max_active:,} open{cut}; "
-                 "limit = raw open + write + close of an evicted actor's file")
-        out["raw_open_write_close_per_s"] = figure(
-            "raw_open_write_close_per_s", raw, "tx/s",
-            note=f"median of {len(rates)} chunks over {len(paths):,} actor files: sqlite3.connect, "
-                 "synchronous=NORMAL, one write transaction, close")
-    if "memory_per_active_actor_bytes" in want:
-        out["memory_per_active_actor_bytes"] = await active_memory(
-            data, min(sizes.memory_active, n // 2), progress)
+    for names, part in parts:
+        if not names & want:
+            continue
+        try:
+            for f in await part():
+                out[f.figure] = f
+        except Exception as e:  # the population is costly: keep what the other parts measure
+            errors.append(f"{'/'.join(sorted(names))}: {type(e).__name__}: {e}")
+            progress.say(f"{'/'.join(sorted(names))} failed: {type(e).__name__}: {e}")
     return [out[name] for name in TICKER_FIGURES if name in out]
