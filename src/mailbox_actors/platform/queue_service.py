@@ -1,0 +1,460 @@
+"""The cluster's durable queues (Q-1): one SQLite file, shared by every node process through aiosqlite.
+
+Delivery is at least once. A receive claims messages atomically (one ``UPDATE ... RETURNING``) under
+a lease that lapses after the visibility timeout, so a consumer that dies mid-batch has its messages
+delivered again, and two processes never hold one message at once. Every time decision uses the
+``Clock``. Each statement or transaction runs shielded from cancellation and short: it never waits
+on anything but SQLite's own lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+from weakref import WeakSet
+
+import aiosqlite
+import anyio
+import msgspec
+
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.queue_bodies import (
+    check_batch_size,
+    check_delay_ms,
+    check_queue_name,
+    encode_body,
+)
+from mailbox_actors.platform.queue_schema import MIGRATIONS
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+__all__ = ["DeadLetterInfo", "Message", "QueueService", "QueueWatcher"]
+
+_log = get_logger("mailbox_actors.queues")
+_decoder = msgspec.json.Decoder(dict[str, Any])
+_CLAIM_COLUMNS = ("seq, id, kind, body, attempts, enqueued_at_ms, origin_queue, reason, "
+                  "failed_attempts")
+_MAX_PARAMS = 500  # ids per statement in ack_many, well under SQLite's bound-parameter limit
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterInfo:
+    """Why a message sits in a dead-letter queue: where it came from, why, after how many
+    deliveries."""
+
+    origin_queue: str
+    reason: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    max_retries: int | None  # None: retry forever (the dead-letter recorder)
+    dead_letter_queue: str
+
+
+class Message:
+    """One delivery of a queued message. Settle it once: ``ack()`` or ``retry()``; later calls
+    do nothing."""
+
+    __slots__ = ("_lease", "_policy", "_service", "_settled", "attempts", "body", "dead_letter",
+                 "enqueued_at_ms", "id", "queue")
+
+    def __init__(self, service: QueueService, *, id: str, queue: str, body: dict[str, Any],
+                 attempts: int, enqueued_at_ms: int, lease: str, policy: _Policy,
+                 dead_letter: DeadLetterInfo | None) -> None:
+        self.id = id
+        self.queue = queue
+        self.body = body
+        self.attempts = attempts  # deliveries so far, this one included
+        self.enqueued_at_ms = enqueued_at_ms
+        self.dead_letter = dead_letter
+        self._service = service
+        self._lease = lease
+        self._policy = policy
+        self._settled = False
+
+    @property
+    def kind(self) -> str:
+        return str(self.body["kind"])
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
+    async def ack(self) -> None:
+        """Done: this message is never delivered again."""
+        if not self._settled:
+            self._settled = True
+            await self._service.ack_many(self.queue, [self.id])
+
+    async def retry(self, delay_seconds: float = 0) -> None:
+        """Deliver again after ``delay_seconds``; past ``max_retries`` it is dead-lettered instead."""
+        await self._retry(check_delay_ms(delay_seconds), "retries_exhausted")
+
+    async def _retry(self, delay_ms: int, reason: str) -> None:
+        if not self._settled:
+            self._settled = True
+            await self._service._retry_message(self, delay_ms, reason)
+
+    def __repr__(self) -> str:
+        return f"Message(id={self.id!r}, queue={self.queue!r}, attempts={self.attempts})"
+
+
+class QueueWatcher(Protocol):
+    """Told when a message of its queue becomes visible at ``at_ms`` (sent through this service)."""
+
+    def on_visible(self, at_ms: int) -> None: ...
+
+
+class QueueService:
+    """Every queue of a cluster in one SQLite file. ``async with QueueService(path, ...) as q:``"""
+
+    def __init__(self, path: Path, *, clock: Clock, ids: Ids, metrics: Any | None = None,
+                 busy_timeout_ms: int = 10_000) -> None:
+        self.path = Path(path)
+        self.metrics = metrics
+        self._clock = clock
+        self._ids = ids
+        self._busy_timeout_ms = busy_timeout_ms
+        self._conn: aiosqlite.Connection | None = None
+        # One connection serves every task of this service; a transaction must not interleave
+        # with another task's statements, so each statement or transaction holds this lock.
+        self._lock = anyio.Lock()
+        self._watchers: dict[str, WeakSet[QueueWatcher]] = {}
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._conn is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = await aiosqlite.connect(self.path, isolation_level=None,
+                                       timeout=self._busy_timeout_ms / 1000)
+        try:
+            await conn.execute_fetchall(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            await conn.execute_fetchall("PRAGMA journal_mode = WAL")
+            # WAL with synchronous=NORMAL survives a process crash (the node's failure model),
+            # without an fsync per message.
+            await conn.execute_fetchall("PRAGMA synchronous = NORMAL")
+            self._conn = conn
+            await self._migrate()
+        except BaseException:
+            self._conn = None
+            with anyio.CancelScope(shield=True):
+                await conn.close()
+            raise
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            async with self._lock:
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+
+    async def __aenter__(self) -> QueueService:
+        await self.open()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def _migrate(self) -> None:
+        async with self._transaction() as conn:
+            rows = await conn.execute_fetchall("PRAGMA user_version")
+            version = int(next(iter(rows))[0])
+            if version > len(MIGRATIONS):
+                raise MailboxActorsError(
+                    ErrorCode.INTERNAL_ERROR,
+                    f"queue database {self.path} has schema version {version}, newer than this "
+                    f"code's {len(MIGRATIONS)}; upgrade mailbox-actors")
+            for statements in MIGRATIONS[version:]:
+                for sql in statements:
+                    await conn.execute_fetchall(sql)
+            if version < len(MIGRATIONS):
+                await conn.execute_fetchall(f"PRAGMA user_version = {len(MIGRATIONS)}")
+
+    # ---- SQL plumbing --------------------------------------------------------------------------
+
+    def _require(self) -> aiosqlite.Connection:
+        if self._conn is None:
+            raise RuntimeError("QueueService is not open: call open() or use 'async with'")
+        return self._conn
+
+    async def _fetch(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+                     ) -> list[Any]:
+        """One statement in its own (implicit) transaction; its rows."""
+        conn = self._require()
+        async with self._lock:
+            with anyio.CancelScope(shield=True), _busy_is_unavailable(self.path):
+                rows = list(await conn.execute_fetchall(sql, params))
+        return rows
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """BEGIN IMMEDIATE: take the write lock first, so SQLite's busy timeout covers the wait
+        and the snapshot is never stale."""
+        conn = self._require()
+        async with self._lock:
+            with anyio.CancelScope(shield=True), _busy_is_unavailable(self.path):
+                await conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    await conn.rollback()
+                    raise
+                await conn.commit()
+
+    def watch(self, queue: str, watcher: QueueWatcher) -> None:
+        """Tell ``watcher`` when this service makes a message of ``queue`` visible (held weakly)."""
+        self._watchers.setdefault(queue, WeakSet()).add(watcher)
+
+    def _notify(self, queue: str, at_ms: int) -> None:
+        for watcher in list(self._watchers.get(queue, ())):
+            watcher.on_visible(at_ms)
+
+    # ---- producing -----------------------------------------------------------------------------
+
+    async def send(self, queue: str, body: Mapping[str, Any], *, delay_seconds: float = 0) -> str:
+        """Enqueue one body; its ``qm_`` id. Visible after ``delay_seconds``."""
+        return (await self.send_batch(queue, [body], delay_seconds=delay_seconds))[0]
+
+    async def send_batch(self, queue: str, bodies: Sequence[Mapping[str, Any]], *,
+                         delay_seconds: float = 0) -> list[str]:
+        """Enqueue every body in one transaction, or none if one is refused; their ids in order."""
+        check_queue_name(queue)
+        delay_ms = check_delay_ms(delay_seconds)
+        if isinstance(bodies, str | bytes | Mapping) or not isinstance(bodies, Sequence):
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST,
+                                     "send_batch takes a sequence of bodies", details={"field": "bodies"})
+        single = len(bodies) == 1
+        encoded = [encode_body(b, where="body" if single else f"bodies[{i}]")
+                   for i, b in enumerate(bodies)]
+        if not encoded:
+            return []
+        now = self._clock.now_ms()
+        visible = now + delay_ms
+        rows = [(self._ids.new_id("qm"), queue, kind, data.decode("utf-8"), now, visible)
+                for data, kind in encoded]
+        sql = ("INSERT INTO messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms) "
+               "VALUES (?, ?, ?, ?, ?, ?)")
+        if len(rows) == 1:
+            await self._fetch(sql, rows[0])
+        else:
+            async with self._transaction() as conn:
+                await conn.executemany(sql, rows)
+        self._notify(queue, visible)
+        return [r[0] for r in rows]
+
+    # ---- consuming -----------------------------------------------------------------------------
+
+    async def receive(self, queue: str, *, max_batch_size: int = 10, visibility_ms: int = 30_000,
+                      max_retries: int | None = 3, dead_letter_queue: str | None = None
+                      ) -> list[Message]:
+        """Claim up to ``max_batch_size`` visible messages, oldest first, for ``visibility_ms``.
+
+        A message delivered more than ``max_retries + 1`` times without being settled (its
+        consumers died) is dead-lettered here instead of returned. ``max_retries=None`` never
+        dead-letters.
+        """
+        check_queue_name(queue)
+        check_batch_size(max_batch_size)
+        if isinstance(visibility_ms, bool) or not isinstance(visibility_ms, int) or visibility_ms < 1:
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "visibility_ms must be >= 1",
+                                     details={"field": "visibility_ms"})
+        policy = self._policy(queue, max_retries, dead_letter_queue)
+        now = self._clock.now_ms()
+        lease = self._ids.new_id("qc")
+        rows = await self._fetch(
+            "UPDATE messages SET lease = ?, visible_at_ms = ?, attempts = attempts + 1 "
+            "WHERE seq IN (SELECT seq FROM messages WHERE queue = ? AND visible_at_ms <= ? "
+            f"ORDER BY seq LIMIT ?) RETURNING {_CLAIM_COLUMNS}",
+            (lease, now + visibility_ms, queue, now, max_batch_size))
+        rows.sort(key=lambda r: r[0])
+        out: list[Message] = []
+        for _seq, mid, _kind, body, attempts, enqueued, origin, reason, failed in rows:
+            msg = Message(self, id=mid, queue=queue, body=_decoder.decode(body), attempts=attempts,
+                          enqueued_at_ms=enqueued, lease=lease, policy=policy,
+                          dead_letter=None if origin is None else DeadLetterInfo(
+                              origin, reason or "unknown", failed or 0))
+            if policy.max_retries is not None and attempts > policy.max_retries + 1:
+                msg._settled = True
+                await self._dead_letter(msg, "visibility_timeout")
+                continue
+            out.append(msg)
+        return out
+
+    def _policy(self, queue: str, max_retries: int | None, dead_letter_queue: str | None) -> _Policy:
+        if max_retries is None:
+            return _Policy(None, dead_letter_queue or f"{queue}-dlq")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "max_retries must be >= 0",
+                                     details={"field": "max_retries"})
+        if dead_letter_queue is None:
+            dlq = f"{queue}-dlq"
+            if len(dlq) > 63:
+                raise MailboxActorsError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"queue name {queue!r} is too long to derive its dead-letter queue "
+                    f"({len(dlq)} > 63 characters); pass dead_letter_queue=",
+                    details={"field": "dead_letter_queue"})
+        else:
+            dlq = check_queue_name(dead_letter_queue, what="dead-letter queue")
+        if dlq == queue:
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST,
+                                     f"queue {queue!r} cannot be its own dead-letter queue",
+                                     details={"field": "dead_letter_queue"})
+        return _Policy(max_retries, dlq)
+
+    async def ack_many(self, queue: str, ids: Sequence[str]) -> None:
+        """Delete these messages of ``queue``, whoever holds them: they are never delivered again."""
+        check_queue_name(queue)
+        id_list = list(ids)
+        for i in range(0, len(id_list), _MAX_PARAMS):
+            chunk = id_list[i:i + _MAX_PARAMS]
+            marks = ",".join("?" * len(chunk))
+            await self._fetch(f"DELETE FROM messages WHERE queue = ? AND id IN ({marks})",
+                              (queue, *chunk))
+
+    async def retry_all(self, messages: Iterable[Message], *, delay_seconds: float = 0) -> None:
+        """``retry(delay_seconds)`` each unsettled message (Cloudflare's ``batch.retryAll``)."""
+        delay_ms = check_delay_ms(delay_seconds)
+        for msg in messages:
+            await msg._retry(delay_ms, "retries_exhausted")
+
+    async def _retry_message(self, msg: Message, delay_ms: int, reason: str) -> None:
+        budget = msg._policy.max_retries
+        if budget is not None and msg.attempts > budget:
+            await self._dead_letter(msg, reason)
+            return
+        visible = self._clock.now_ms() + delay_ms
+        rows = await self._fetch(
+            "UPDATE messages SET lease = NULL, visible_at_ms = ? WHERE id = ? AND lease = ? "
+            "RETURNING id", (visible, msg.id, msg._lease))
+        if rows:
+            self._notify(msg.queue, visible)
+
+    async def _dead_letter(self, msg: Message, reason: str) -> None:
+        """Move a held message to its dead-letter queue, ready at once, with why and how often."""
+        dlq = msg._policy.dead_letter_queue
+        now = self._clock.now_ms()
+        rows = await self._fetch(
+            "UPDATE messages SET queue = ?, lease = NULL, visible_at_ms = ?, attempts = 0, "
+            "origin_queue = ?, reason = ?, failed_attempts = ? WHERE id = ? AND lease = ? "
+            "RETURNING id", (dlq, now, msg.queue, reason, msg.attempts, msg.id, msg._lease))
+        if rows:
+            _log.warning("queue_message_dead_lettered", queue=msg.queue, dead_letter_queue=dlq,
+                         message_id=msg.id, kind=msg.kind, reason=reason, attempts=msg.attempts)
+            self._notify(dlq, now)
+
+    async def record_dead_letter(self, msg: Message) -> bool:
+        """Record a message held from a dead-letter queue in ``dead_letters`` and remove it, in one
+        transaction; log it at error level and count it. False if the lease had lapsed."""
+        info = msg.dead_letter or DeadLetterInfo(msg.queue, "sent_to_dead_letter_queue", msg.attempts)
+        async with self._transaction() as conn:
+            rows = list(await conn.execute_fetchall(
+                "DELETE FROM messages WHERE id = ? AND lease = ? RETURNING kind, body",
+                (msg.id, msg._lease)))
+            if rows:
+                kind, body = rows[0]
+                await conn.execute_fetchall(
+                    "INSERT OR IGNORE INTO dead_letters (queue, dead_letter_queue, message_id, kind, "
+                    "body, reason, attempts, enqueued_at_ms, recorded_at_ms) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (info.origin_queue, msg.queue, msg.id, kind, body, info.reason, info.attempts,
+                     msg.enqueued_at_ms, self._clock.now_ms()))
+        msg._settled = True
+        if not rows:
+            return False
+        _log.error("queue_dead_letter", queue=info.origin_queue, dead_letter_queue=msg.queue,
+                   message_id=msg.id, kind=msg.kind, reason=info.reason, attempts=info.attempts)
+        if self.metrics is not None:
+            self.metrics.inc("queue_dead_letters_total", (("queue", info.origin_queue),))
+        return True
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    async def depth(self, queue: str) -> int:
+        """Messages waiting (ready or delayed) plus those in flight."""
+        check_queue_name(queue)
+        rows = await self._fetch("SELECT COUNT(*) FROM messages WHERE queue = ?", (queue,))
+        return int(rows[0][0])
+
+    async def stats(self) -> dict[str, dict[str, int]]:
+        """Per queue: ready, delayed, in_flight, and dead_letters recorded from it."""
+        now = self._clock.now_ms()
+        out: dict[str, dict[str, int]] = {}
+
+        def entry(queue: str) -> dict[str, int]:
+            return out.setdefault(queue, {"ready": 0, "delayed": 0, "in_flight": 0,
+                                          "dead_letters": 0})
+
+        for queue, ready, delayed, in_flight in await self._fetch(
+                "SELECT queue, SUM(visible_at_ms <= :now), "
+                "SUM(visible_at_ms > :now AND lease IS NULL), "
+                "SUM(visible_at_ms > :now AND lease IS NOT NULL) FROM messages GROUP BY queue",
+                {"now": now}):
+            entry(queue).update(ready=ready, delayed=delayed, in_flight=in_flight)
+        for queue, n in await self._fetch(
+                "SELECT queue, COUNT(*) FROM dead_letters GROUP BY queue"):
+            entry(queue)["dead_letters"] = n
+        return dict(sorted(out.items()))
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The letters recorded from ``queue`` (its original name), oldest first."""
+        check_queue_name(queue)
+        rows = await self._fetch(
+            "SELECT message_id, dead_letter_queue, kind, body, reason, attempts, enqueued_at_ms, "
+            "recorded_at_ms FROM dead_letters WHERE queue = ? ORDER BY seq LIMIT ?",
+            (queue, max(0, int(limit))))
+        return [{"queue": queue, "message_id": mid, "dead_letter_queue": dlq, "kind": kind,
+                 "body": _decoder.decode(body), "reason": reason, "attempts": attempts,
+                 "enqueued_at_ms": enqueued, "recorded_at_ms": recorded}
+                for mid, dlq, kind, body, reason, attempts, enqueued, recorded in rows]
+
+    async def next_visible_ms(self, queue: str) -> int | None:
+        """When the next message of ``queue`` is (or was) visible; in-flight ones count at their
+        visibility timeout. None when the queue is empty."""
+        check_queue_name(queue)
+        rows = await self._fetch("SELECT MIN(visible_at_ms) FROM messages WHERE queue = ?", (queue,))
+        return None if rows[0][0] is None else int(rows[0][0])
+
+    async def batch_due_ms(self, queue: str, *, max_batch_size: int, max_batch_timeout_ms: int
+                           ) -> int | None:
+        """When a batch of ``queue`` is due: ``max_batch_size`` messages visible, or the oldest
+        visible one waited ``max_batch_timeout_ms``, whichever is first. None when empty."""
+        check_queue_name(queue)
+        check_batch_size(max_batch_size)
+        rows = await self._fetch(
+            "SELECT MIN(visible_at_ms), (SELECT visible_at_ms FROM messages WHERE queue = :q "
+            "ORDER BY visible_at_ms LIMIT 1 OFFSET :k) FROM messages WHERE queue = :q",
+            {"q": queue, "k": max_batch_size - 1})
+        oldest, full = rows[0]
+        if oldest is None:
+            return None
+        due = int(oldest) + max(0, max_batch_timeout_ms)
+        return due if full is None else min(due, int(full))
+
+
+@contextmanager
+def _busy_is_unavailable(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            raise MailboxActorsError(
+                ErrorCode.UNAVAILABLE,
+                f"queue database {path} stayed locked past the busy timeout") from exc
+        raise
