@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import structlog
 
 from mailbox_actors.alarms.index import AlarmIndex
@@ -195,6 +196,9 @@ class AlarmScheduler:
         try:
             while self._queue:
                 await self._fire(self._queue.popleft())
+                # Handlers that never suspend would otherwise hold the loop for the whole queue,
+                # starving requests, other workers and shutdown.
+                await anyio.lowlevel.checkpoint()
         finally:
             self._workers -= 1
             if not self._workers:

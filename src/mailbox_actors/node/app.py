@@ -108,7 +108,7 @@ class NodeApp:
                     lambda: self.node.new_unique_id(parts[2]))
             if path == "/admin/status":
                 return self._get_only(method) or self._auth(headers, True) or (
-                    200, _ENC.encode(self.status()), _JSON)
+                    200, _ENC.encode(await self.status()), _JSON)
         except MailboxActorsError as e:
             return e.code.http_status, _ENC.encode({"err": e.to_body()}), _JSON
         return error_response(ErrorCode.NOT_FOUND, "no such endpoint",
@@ -167,8 +167,10 @@ class NodeApp:
         h["cluster_nodes"] = len(self.peers) or 1
         return h
 
-    def status(self) -> dict[str, Any]:
+    async def status(self) -> dict[str, Any]:
         s = self.health()
+        if self.node.queues is not None:
+            s["queues"] = await self.node.queues.stats()
         s["alarms_fired"] = 0 if self.node.scheduler is None else self.node.scheduler.fired
         s["activations"] = self.node.host.activations
         s["evictions"] = self.node.host.evictions

@@ -76,7 +76,10 @@ class ClusterSupervisor:
                str(self.data / self.names[i]), "--host", self.cfg.host,
                "--port", str(self.cfg.port + i), "--node-name", self.names[i], "--peers", peers,
                "--durability", self.cfg.durability, "--log-format", self.cfg.log_format,
-               "--log-level", self.cfg.log_level]
+               "--log-level", self.cfg.log_level,
+               # One control database and one queue file for the whole cluster.
+               "--control-db", self.cfg.control_db or str(self.data / "control.sqlite"),
+               "--queues-db", self.cfg.queues_db or str(self.data / "queues.sqlite")]
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
 
     def write_cluster_file(self) -> None:

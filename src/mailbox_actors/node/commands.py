@@ -20,8 +20,9 @@ import msgspec
 from mailbox_actors.rpc.client import Client, RpcError
 from mailbox_actors.rpc.http_client import HttpPool
 
-__all__ = ["add_call_arguments", "add_id_arguments", "add_openapi_arguments", "add_status_arguments",
-           "run_call", "run_id", "run_openapi", "run_status"]
+__all__ = ["add_call_arguments", "add_id_arguments", "add_identity_arguments",
+           "add_openapi_arguments", "add_status_arguments", "add_tenant_arguments", "run_call",
+           "run_id", "run_identity", "run_openapi", "run_status", "run_tenant"]
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -130,14 +131,20 @@ def run_status(args: argparse.Namespace) -> int:
                 out.append({"name": name, "url": url} | row)
         return out
     rows = anyio.run(go)
+    queues: dict[str, Any] = next((r["queues"] for r in rows if r.get("queues")), {})
     if args.json:
-        print(json.dumps({"nodes": rows}, indent=2))
+        print(json.dumps({"nodes": rows, "queues": queues}, indent=2))
     else:
         print(f"{'node':8} {'status':12} {'pid':>8} {'actors':>8} {'alarms':>8}  url")
         for r in rows:
             print(f"{r['name']:8} {r.get('status', '?'):12} {r.get('pid', '-')!s:>8} "
                   f"{r.get('actors_active', '-')!s:>8} {r.get('alarms_pending', '-')!s:>8}  "
                   f"{r['url']}")
+        if queues:
+            print(f"\n{'queue':16} {'ready':>8} {'delayed':>8} {'in flight':>10} {'dead':>8}")
+            for name, q in sorted(queues.items()):
+                print(f"{name:16} {q.get('ready', 0):>8} {q.get('delayed', 0):>8} "
+                      f"{q.get('in_flight', 0):>10} {q.get('dead_letters', 0):>8}")
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
 
 
@@ -156,4 +163,69 @@ def run_openapi(args: argparse.Namespace) -> int:
         Path(args.output).write_bytes(doc)
     else:
         sys.stdout.buffer.write(doc)
+    return 0
+
+
+def add_tenant_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = sub.add_parser("create", help="create a tenant in the control database")
+    c.add_argument("name")
+    c.add_argument("--webhook-url", help="where the tenant's events are POSTed")
+    c.add_argument("--webhook-secret", help="HMAC key for the signature header (16+ chars)")
+    c.add_argument("--events-days", type=int, default=30, help="how long events are kept")
+    c.add_argument("--data", default="./data", help="the cluster's data directory")
+    sub.add_parser("list", help="list tenants").add_argument("--data", default="./data")
+
+
+def add_identity_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = sub.add_parser("create", help="create an identity and its IdentityMailbox")
+    c.add_argument("--tenant", required=True, help="the tenant id (ten_...)")
+    c.add_argument("--name", required=True, help="the identity's name, unique in the tenant")
+    _add_target(c)
+
+
+def _control_db(data: str) -> Any:
+    from mailbox_actors.platform.clock import SystemClock
+    from mailbox_actors.platform.control_db import ControlDb
+    from mailbox_actors.platform.ids import Ids
+    from mailbox_actors.platform.rng import SystemRng
+
+    clock = SystemClock()
+    return ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
+
+
+def run_tenant(args: argparse.Namespace) -> int:
+    from mailbox_actors.wire.errors import MailboxActorsError
+
+    async def go() -> Any:
+        async with _control_db(args.data) as db:
+            if args.action == "list":
+                return [msgspec.to_builtins(t) | {"webhook_secret": None}
+                        for t in await db.list_tenants()]
+            t = await db.create_tenant(args.name, webhook_url=args.webhook_url,
+                                       webhook_secret=args.webhook_secret,
+                                       events_days=args.events_days)
+            return msgspec.to_builtins(t) | {"webhook_secret": None}
+    try:
+        print(json.dumps(anyio.run(go), indent=2))
+    except MailboxActorsError as e:
+        return _fail("tenant", f"{e.code.value}: {e.message}", 1)
+    return 0
+
+
+def run_identity(args: argparse.Namespace) -> int:
+    from mailbox_actors.node.control_ops import create_identity
+    from mailbox_actors.wire.errors import MailboxActorsError
+
+    async def go() -> Any:
+        async with _control_db(args.data) as db, _client(args) as client:
+            return msgspec.to_builtins(await create_identity(db, client, args.tenant, args.name))
+    try:
+        print(json.dumps(anyio.run(go), indent=2))
+    except FileNotFoundError as e:
+        return _fail("identity", f"no token in {args.data} ({e.filename}); start the cluster "
+                     "first or pass --data", 2)
+    except MailboxActorsError as e:
+        return _fail("identity", f"{e.code.value}: {e.message}", 1)
     return 0

@@ -46,6 +46,9 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id_secret: str = DEFAULT_ID_SECRET
     log_format: str = "auto"
     log_level: str = "info"
+    control_db: str | None = None  # default DATA/control.sqlite (a cluster: DIR/control.sqlite)
+    queues_db: str | None = None  # default DATA/queues.sqlite (a cluster: DIR/queues.sqlite)
+    webhook_consumers: int = 4
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -63,11 +66,15 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         need(bool(self.host), "host", "must not be empty")
 
     def runtime_settings(self, data_dir: str | None = None) -> RuntimeSettings:
+        data = data_dir or self.data
         return RuntimeSettings(
-            data_dir=data_dir or self.data, node_name=self.node_name, durability=self.durability,
+            data_dir=data, node_name=self.node_name, durability=self.durability,
             idle_ms=self.idle_ms, max_active_actors=self.max_active_actors,
             max_queue=self.max_queue, shutdown_grace_ms=self.shutdown_grace_ms,
-            id_secret=self.id_secret)
+            id_secret=self.id_secret,
+            control_db=self.control_db or str(Path(data) / "control.sqlite"),
+            queues_db=self.queues_db or str(Path(data) / "queues.sqlite"),
+            webhook_consumers=self.webhook_consumers)
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,

@@ -8,6 +8,7 @@ them to a ``FakeClock``. It holds no business rules.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -16,11 +17,14 @@ import structlog
 
 from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.scheduler import AlarmScheduler
+from mailbox_actors.node.events import ControlEventSink
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import Clock, SystemClock
+from mailbox_actors.platform.control_db import ControlDb
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import DataDirLock
 from mailbox_actors.platform.metrics import Metrics
+from mailbox_actors.platform.queues import DeadLetterRecorder, QueueService
 from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.platform.sql import Durability
 from mailbox_actors.rpc.router import Router
@@ -54,6 +58,10 @@ class Node:
             ns = self.router.register(cls)
             self.host._keys[cls.namespace] = ns.key
         self.scheduler: AlarmScheduler | None = None
+        self.control_db: ControlDb | None = None
+        self.queues: QueueService | None = None
+        self.webhooks: Any = None  # a WebhookDeliverer once the control database is open
+        self.consumers: list[Any] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self._started = False
         self._describe_metrics()
@@ -87,6 +95,7 @@ class Node:
                     lambda n: self._say(f"scanning actor files for alarms: {n} so far"))
                 index.replace_all(alarms)
             self.scheduler.load(alarms)
+            await self._open_control()
             now = self.clock.now_ms()
             overdue = sum(1 for at in alarms.values() if at <= now)
             self.log.info("node_started", node=self.settings.node_name,
@@ -94,13 +103,15 @@ class Node:
                           alarms_overdue=overdue)
             if self.clock.fake:
                 attach = getattr(self.clock, "attach")  # noqa: B009 - FakeClock only
-                attach(self.scheduler)
-                attach(self.host)
+                for work in (self.scheduler, self.host, *self.consumers):
+                    attach(work)
             else:
                 self._tg = anyio.create_task_group()
                 await self._tg.__aenter__()
                 self._tg.start_soon(self.scheduler.run)
                 self._tg.start_soon(self._evict_loop)
+                for consumer in self.consumers:
+                    self._tg.start_soon(consumer.run)
         except BaseException:
             self._lock.release()
             raise
@@ -118,15 +129,41 @@ class Node:
                 self._tg = None
             if self.clock.fake:
                 detach = getattr(self.clock, "detach")  # noqa: B009 - FakeClock only
-                detach(self.scheduler)
-                detach(self.host)
+                for work in (self.scheduler, self.host, *self.consumers):
+                    detach(work)
             await self.host.stop(grace_ms)
             if self.scheduler is not None:
                 self.scheduler.flush_index()
                 self.scheduler.index.close()
+            for closing in (self.queues, self.control_db):
+                if closing is not None:
+                    await closing.close()
         finally:
             self._lock.release()
             self.log.info("node_stopped", node=self.settings.node_name)
+
+    async def _open_control(self) -> None:
+        """The cluster's control database and queues, the event sink and the webhook consumers."""
+        st = self.settings
+        if st.control_db is None or st.queues_db is None:
+            return
+        from mailbox_actors.node.webhooks import WebhookDeliverer  # noqa: PLC0415
+        self.control_db = ControlDb(Path(st.control_db), clock=self.clock, ids=self.ids)
+        await self.control_db.open()
+        self.queues = QueueService(Path(st.queues_db), clock=self.clock, ids=self.ids,
+                                   metrics=self.metrics)
+        await self.queues.open()
+        self.host.event_sink = ControlEventSink(self.control_db, self.queues)
+        self.host.events_days = self._events_days
+        self.webhooks = WebhookDeliverer(self.control_db, self.queues, clock=self.clock,
+                                         rng=self.rng, metrics=self.metrics)
+        self.consumers = [*self.webhooks.consumers(count=st.webhook_consumers)]
+        self.consumers.append(DeadLetterRecorder(self.queues, self.consumers[0].dead_letter_queue))
+
+    async def _events_days(self, tenant_id: str) -> int | None:
+        assert self.control_db is not None
+        tenant = await self.control_db.get_tenant(tenant_id)
+        return None if tenant is None else tenant.events_days
 
     async def _evict_loop(self) -> None:
         period = min(self.settings.idle_ms, 1000) / 2000
@@ -144,9 +181,13 @@ class Node:
         """The whole RPC path, envelope bytes in, result bytes out."""
         return await self.router.call_bytes(namespace, object_id, body)
 
-    async def call(self, namespace: str, object_id: str, req: Any, **kw: Any) -> Any:
+    async def call(self, namespace: str, object_id: str, req: Any, *,
+                   tenant_id: str | None = None, identity_id: str | None = None,
+                   deadline_ms: int | None = None, request_id: str | None = None) -> Any:
         """In-process call; returns the ok value or raises ``MailboxActorsError``."""
-        return await self.router.call(namespace, object_id, req, **kw)
+        return await self.router.call(namespace, object_id, req, tenant_id=tenant_id,
+                                      identity_id=identity_id, deadline_ms=deadline_ms,
+                                      request_id=request_id)
 
     def id_from_name(self, namespace: str, name: str) -> str:
         return self.router.id_from_name(namespace, name)

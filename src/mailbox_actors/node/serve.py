@@ -32,7 +32,7 @@ __all__ = ["add_arguments", "add_config_arguments", "package_version", "run", "s
 
 FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_token",
          "operator_token_file", "durability", "idle_ms", "max_active_actors", "max_queue",
-         "max_body_bytes", "log_format", "log_level")
+         "max_body_bytes", "log_format", "log_level", "control_db", "queues_db")
 
 
 def package_version() -> str:
@@ -60,6 +60,10 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", dest="log_format", choices=("auto", "json", "console"))
     p.add_argument("--log-level", dest="log_level",
                    choices=("debug", "info", "warning", "error"))
+    p.add_argument("--control-db", dest="control_db",
+                   help="the cluster's control database (default DATA/control.sqlite)")
+    p.add_argument("--queues-db", dest="queues_db",
+                   help="the cluster's queue database (default DATA/queues.sqlite)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -286,12 +286,14 @@ class ActorHost:
         excess = len(self._active) - self.settings.max_active_actors
         if excess <= 0:
             return
-        for ctx in list(self._active.values()):
+        victims = []
+        for ctx in self._active.values():  # least recently used first; stop once enough
             if ctx is not keep and self._idle(ctx):
-                self.evict(ctx)
-                excess -= 1
-                if excess <= 0:
-                    return
+                victims.append(ctx)
+                if len(victims) >= excess:
+                    break
+        for ctx in victims:
+            self.evict(ctx)
 
     def evict_idle(self, now_ms: int) -> int:
         """Evict every actor idle for ``idle_ms`` or more; returns how many."""

@@ -30,6 +30,11 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     shutdown_grace_ms: int = 10_000
     id_secret: str = DEFAULT_ID_SECRET
     limits: Limits = Limits()
+    # The cluster's shared control database and queues (None: events stay in memory, see
+    # RecordingEventSink); every node of a cluster names the same two files.
+    control_db: str | None = None
+    queues_db: str | None = None
+    webhook_consumers: int = 4
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -44,6 +49,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
         need(1 <= self.alarm_concurrency <= 10_000, "alarm_concurrency", "must be in 1..10000")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms", "must be >= 0")
         need(len(self.id_secret) >= 8, "id_secret", "must be at least 8 characters")
+        need((self.control_db is None) == (self.queues_db is None), "queues_db",
+             "must be set together with control_db")
+        need(1 <= self.webhook_consumers <= 64, "webhook_consumers", "must be in 1..64")
         lim = self.limits
         for field in lim.__struct_fields__:
             if getattr(lim, field) < 1:

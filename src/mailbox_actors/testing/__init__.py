@@ -19,6 +19,7 @@ from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.outbox import RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
 
 __all__ = ["FakeClock", "SeededRng", "TestRuntime"]
@@ -31,13 +32,16 @@ class TestRuntime:
 
     def __init__(self, data_dir: Path | str | None = None, *, start_ms: int = 1_767_225_600_000,
                  seed: int = 0, objects: Sequence[type[Actor]] = DEFAULT_OBJECTS,
-                 **settings: Any) -> None:
+                 control: bool = False, **settings: Any) -> None:
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(
             tempfile.mkdtemp(prefix="mailbox-actors-test-"))
         self.clock = FakeClock(start_ms)
         self._seed = seed
         self.rng = SeededRng(seed)
+        if control:  # the control database, queues and webhook consumers, in the data directory
+            settings.setdefault("control_db", str(self.data_dir / "control.sqlite"))
+            settings.setdefault("queues_db", str(self.data_dir / "queues.sqlite"))
         self.settings = RuntimeSettings(data_dir=str(self.data_dir), **settings)
         self.node = Node(self.settings, clock=self.clock, rng=self.rng, objects=objects)
 
@@ -57,6 +61,14 @@ class TestRuntime:
         await self.node.stop()
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    @property
+    def events(self) -> RecordingEventSink:
+        """Events published by outbox alarms (without ``control=True``)."""
+        sink = self.node.host.event_sink
+        if not isinstance(sink, RecordingEventSink):
+            raise RuntimeError("with control=True events go to the control database and queues")
+        return sink
 
     def now_ms(self) -> int:
         return self.clock.now_ms()

@@ -1,0 +1,50 @@
+"""Operations that span the control database and the actors (Q-3): creating tenants and identities.
+
+Creating an identity mints its IdentityMailbox id, stores it with the identity (status
+"creating"), sends ``init`` (which emits identity.created through the outbox) and marks it active.
+Every step can be repeated: a retry finds the stored id and ``init`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Protocol
+
+from mailbox_actors.platform.control_db import ControlDb
+from mailbox_actors.wire.control import Identity, Tenant
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.mailbox import MailboxInit
+
+__all__ = ["Caller", "create_identity", "create_tenant"]
+
+
+class Caller(Protocol):
+    """A Node (in process) or a Client (over the network)."""
+
+    def new_unique_id(self, namespace: str) -> Any: ...  # a str, or an awaitable of one
+
+    async def call(self, namespace: str, object_id: str, req: Any, *, tenant_id: str | None = ...,
+                   identity_id: str | None = ...) -> Any: ...
+
+
+async def create_tenant(db: ControlDb, name: str, *, webhook_url: str | None = None,
+                        webhook_secret: str | None = None, events_days: int = 30) -> Tenant:
+    return await db.create_tenant(name, webhook_url=webhook_url, webhook_secret=webhook_secret,
+                                  events_days=events_days)
+
+
+async def create_identity(db: ControlDb, caller: Caller, tenant_id: str, name: str) -> Identity:
+    if await db.get_tenant(tenant_id) is None:
+        raise MailboxActorsError(ErrorCode.TENANT_NOT_FOUND, "no such tenant")
+    existing = await db.get_identity_by_name(tenant_id, name)
+    if existing is None:
+        mailbox_id = caller.new_unique_id("identity_mailbox")
+        if inspect.isawaitable(mailbox_id):
+            mailbox_id = await mailbox_id
+        existing = await db.create_identity(tenant_id, name, str(mailbox_id))
+    if existing.status == "creating":
+        await caller.call("identity_mailbox", existing.mailbox_id, MailboxInit(),
+                          tenant_id=tenant_id, identity_id=existing.id)
+        await db.set_identity_status(existing.id, "active")
+        existing = await db.get_identity(existing.id) or existing
+    return existing
