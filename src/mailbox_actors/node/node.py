@@ -147,7 +147,7 @@ class Node:
         st = self.settings
         if st.control_db is None or st.queues_db is None:
             return
-        from mailbox_actors.node.webhooks import WebhookDeliverer  # noqa: PLC0415
+        from mailbox_actors.node.webhooks import WebhookDeliverer
         self.control_db = ControlDb(Path(st.control_db), clock=self.clock, ids=self.ids)
         await self.control_db.open()
         self.queues = QueueService(Path(st.queues_db), clock=self.clock, ids=self.ids,
