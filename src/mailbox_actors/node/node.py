@@ -135,6 +135,8 @@ class Node:
             if self.scheduler is not None:
                 self.scheduler.flush_index()
                 self.scheduler.index.close()
+            if self.webhooks is not None:
+                await self.webhooks.aclose()
             for closing in (self.queues, self.control_db):
                 if closing is not None:
                     await closing.close()

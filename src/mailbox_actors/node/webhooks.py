@@ -274,10 +274,7 @@ class WebhookDeliverer:
         _log.error("webhook_dead_lettered", reason=reason,
                    **(ids if ids is not None else {"message_id": msg.id}))
         self._inc("webhooks_failed_total")
-        # Message has no public dead_letter(reason) yet; this is what its retry() does once the
-        # queue's budget is spent, with our reason instead of "retries_exhausted".
-        msg._settled = True
-        await self._queues._dead_letter(msg, reason)
+        await msg.give_up(reason)
 
     # ---- per-tenant slots ------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ __all__ = [
     "get_logger",
     "hash_address",
     "refuse_content",
+    "reset_logging",
 ]
 
 REFUSED = "[refused]"
@@ -218,6 +219,13 @@ def configure_logging(
     )
     # A cached logger keeps the wrapper class (the level) it was built with; dropping the cache
     # of the loggers we handed out makes a new level reach them too.
+    for proxy in list(_proxies):
+        vars(proxy).pop("bind", None)
+
+
+def reset_logging() -> None:
+    """Back to structlog's defaults, dropping every cached logger (test isolation)."""
+    structlog.reset_defaults()
     for proxy in list(_proxies):
         vars(proxy).pop("bind", None)
 

@@ -98,6 +98,13 @@ class Message:
         """Deliver again after ``delay_seconds``; past ``max_retries`` it is dead-lettered instead."""
         await self._retry(check_delay_ms(delay_seconds), "retries_exhausted")
 
+    async def give_up(self, reason: str) -> None:
+        """Give up now: move to the dead-letter queue with ``reason`` (a consumer's own budget
+        is spent, or the message can never succeed)."""
+        if not self._settled:
+            self._settled = True
+            await self._service._dead_letter(self, reason)
+
     async def _retry(self, delay_ms: int, reason: str) -> None:
         if not self._settled:
             self._settled = True
