@@ -22,6 +22,7 @@ import anyio
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.sqlite_startup import execute_when_unlocked
 from mailbox_actors.wire.control import IDENTITY_STATUSES, Domain, EventIndexRow, Identity, Tenant
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
@@ -131,7 +132,7 @@ class ControlDb:
             for pragma in (f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}",
                            "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL",
                            "PRAGMA foreign_keys = ON"):
-                await conn.execute(pragma)
+                await execute_when_unlocked(conn, pragma, self._busy_timeout_ms)
             self._conn = conn
             await self._migrate()
         except BaseException as e:

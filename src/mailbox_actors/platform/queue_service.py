@@ -32,6 +32,7 @@ from mailbox_actors.platform.queue_bodies import (
     encode_body,
 )
 from mailbox_actors.platform.queue_schema import MIGRATIONS
+from mailbox_actors.platform.sqlite_startup import execute_when_unlocked
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["DeadLetterInfo", "Message", "QueueService", "QueueWatcher"]
@@ -150,7 +151,7 @@ class QueueService:
                                        timeout=self._busy_timeout_ms / 1000)
         try:
             await conn.execute_fetchall(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-            await conn.execute_fetchall("PRAGMA journal_mode = WAL")
+            await execute_when_unlocked(conn, "PRAGMA journal_mode = WAL", self._busy_timeout_ms)
             # WAL with synchronous=NORMAL survives a process crash (the node's failure model),
             # without an fsync per message.
             await conn.execute_fetchall("PRAGMA synchronous = NORMAL")
