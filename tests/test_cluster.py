@@ -231,3 +231,59 @@ def test_status_command_lists_every_node(cluster: Cluster) -> None:
     assert [n["name"] for n in doc["nodes"]] == ["node-0", "node-1", "node-2"]
     assert all(n["status"] == "ok" and n["pid"] > 0 for n in doc["nodes"])
     assert all("actors_active" in n and "alarms_pending" in n for n in doc["nodes"])
+
+
+def _cli(*args: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "mailbox_actors", *args], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+@pytest.mark.anyio
+async def test_identity_created_from_the_command_line_reaches_the_tenant_webhook(
+        cluster: Cluster) -> None:
+    """``tenant create`` and ``identity create`` on a running cluster: the identity's mailbox is
+    minted, stored and initialised, and identity.created reaches the tenant's webhook signed
+    (Q-3, Q-4, EV-2)."""
+    from mailbox_actors.node.http import RpcHttpServer
+    from mailbox_actors.node.webhooks import SIGNATURE_HEADER, verify
+
+    secret = "whsec-" + "x" * 26
+    got: list[dict[str, Any]] = []
+    arrived = anyio.Event()
+
+    async def receiver(method: str, path: str, headers: Any, body: bytes
+                       ) -> tuple[int, bytes, str]:
+        now_s = int(__import__("time").time())
+        if not verify(secret, headers.get(SIGNATURE_HEADER, ""), body, now_s=now_s):
+            return 401, b"{}", "application/json"
+        got.append(json.loads(body))
+        arrived.set()
+        return 200, b"{}", "application/json"
+
+    server = RpcHttpServer(receiver)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        tenant = await anyio.to_thread.run_sync(lambda: _cli(
+            "tenant", "create", "acme", "--webhook-url", f"http://127.0.0.1:{port}/hooks",
+            "--webhook-secret", secret, "--data", str(cluster.data)))
+        assert tenant["id"].startswith("ten_") and tenant["webhook_secret"] is None
+        ident = await anyio.to_thread.run_sync(lambda: _cli(
+            "identity", "create", "--tenant", tenant["id"], "--name", "support", "--data",
+            str(cluster.data)))
+        assert ident["status"] == "active" and len(ident["mailbox_id"]) == 64
+        with anyio.fail_after(30):  # bounded wait for the real webhook delivery
+            await arrived.wait()
+    finally:
+        await server.stop()
+    [event] = got
+    assert (event["type"], event["tenant_id"], event["identity_id"], event["sequence"]) == (
+        "identity.created", tenant["id"], ident["id"], 1)
+    async with Client.from_data_dir(cluster.data) as client:
+        page = await client.call("identity_mailbox", ident["mailbox_id"], {"op": "get_events"},
+                                 tenant_id=tenant["id"], identity_id=ident["id"])
+    assert [e["id"] for e in page["events"]] == [event["id"]]
+    status = await anyio.run_process([sys.executable, "-m", "mailbox_actors", "status", "--data",
+                                      str(cluster.data)])
+    assert b"webhooks" in status.stdout  # queue depths are shown

@@ -56,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    # Logs go to stderr, so a command's own output on stdout stays parseable; serve and cluster
+    # configure their own.
+    from mailbox_actors.platform.logging import configure_logging
+
+    configure_logging(level="warning")
     module, _add, run, _help = SUBCOMMANDS[args.command]
     try:
         return int(getattr(importlib.import_module(module), run)(args))

@@ -19,6 +19,7 @@ import msgspec
 import structlog
 
 from mailbox_actors.core.placement import owner_index
+from mailbox_actors.node.events import WEBHOOKS_QUEUE
 from mailbox_actors.node.node import Node
 from mailbox_actors.wire.common import IdReply
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
@@ -170,7 +171,11 @@ class NodeApp:
     async def status(self) -> dict[str, Any]:
         s = self.health()
         if self.node.queues is not None:
-            s["queues"] = await self.node.queues.stats()
+            stats = await self.node.queues.stats()
+            for name in (WEBHOOKS_QUEUE, f"{WEBHOOKS_QUEUE}-dlq"):  # shown even when empty
+                stats.setdefault(name, {"ready": 0, "delayed": 0, "in_flight": 0,
+                                        "dead_letters": 0})
+            s["queues"] = stats
         s["alarms_fired"] = 0 if self.node.scheduler is None else self.node.scheduler.fired
         s["activations"] = self.node.host.activations
         s["evictions"] = self.node.host.evictions
