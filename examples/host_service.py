@@ -1,5 +1,6 @@
-"""An example host service: creates tenants, mailboxes and domain monitors on a running cluster and
-drives real traffic through the project's client, printing what it does.
+"""An example host service: creates tenants (with a webhook it serves itself) and identities in the
+control database, domain monitors and quotas on a running cluster, and drives real traffic through
+the project's client, printing what it does and the events its webhook receives.
 
     python examples/host_service.py --data ./data [--tenants 5] [--seconds 0 (forever)]
 """
@@ -7,38 +8,71 @@ drives real traffic through the project's client, printing what it does.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from collections.abc import Mapping
+from pathlib import Path
 
 import anyio
 
+from mailbox_actors.node.control_ops import create_identity
+from mailbox_actors.node.http import RpcHttpServer
+from mailbox_actors.node.webhooks import SIGNATURE_HEADER, verify
+from mailbox_actors.platform.clock import SystemClock
+from mailbox_actors.platform.control_db import ControlDb
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import configure_logging
+from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.wire.domain import DomainInit
-from mailbox_actors.wire.mailbox import MailboxInit, MailboxStatus
+from mailbox_actors.wire.mailbox import MailboxStatus
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
+
+SECRET = "example-webhook-secret-0123456789"
 
 
 async def main(data: str, tenants: int, seconds: float, concurrency: int) -> None:
-    async with Client.from_data_dir(data) as client:
+    events: dict[str, int] = {}
+
+    async def webhook(method: str, path: str, headers: Mapping[str, str],
+                      body: bytes) -> tuple[int, bytes, str]:
+        if not verify(SECRET, headers.get(SIGNATURE_HEADER, ""), body, now_s=int(time.time())):
+            return 401, b"{}", "application/json"
+        event = json.loads(body)
+        events[event["id"]] = events.get(event["id"], 0) + 1  # deduplicate on the event id
+        if events[event["id"]] == 1:
+            print(f"webhook: {event['type']} sequence {event['sequence']} ({event['id']})",
+                  flush=True)
+        return 200, b"{}", "application/json"
+
+    receiver = RpcHttpServer(webhook)
+    port = await receiver.start("127.0.0.1", 0)
+    clock = SystemClock()
+    db = ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
+    async with Client.from_data_dir(data) as client, db:
         quotas: list[tuple[str, str]] = []
         for t in range(tenants):
-            tenant = f"tenant-{t}"
+            record = await db.create_tenant(f"tenant-{t}",
+                                            webhook_url=f"http://127.0.0.1:{port}/events",
+                                            webhook_secret=SECRET)
+            tenant = record.id
+            identity = await create_identity(db, client, tenant, "support")
             qid = await client.id_from_name("tenant_quota", tenant)
             # tenant-0 has a small quota so the output shows rate limiting; the rest are roomy.
             per_minute = 600 if t == 0 else 1_000_000
             await client.call("tenant_quota", qid,
                               QuotaInit(per_minute=per_minute, per_day=10_000_000),
                               tenant_id=tenant)
-            mid = await client.new_unique_id("identity_mailbox")
-            await client.call("identity_mailbox", mid, MailboxInit(), tenant_id=tenant,
-                              identity_id=f"idt-{t}")
+            mid = identity.mailbox_id
             status = await client.call("identity_mailbox", mid, MailboxStatus(),
-                                       tenant_id=tenant, identity_id=f"idt-{t}")
-            did = await client.id_from_name("domain_monitor", f"{tenant}.example.com")
-            await client.call("domain_monitor", did, DomainInit(domain=f"{tenant}.example.com"),
-                              tenant_id=tenant)
-            print(f"created {tenant}: quota {qid[:12]}..., mailbox {mid[:12]}... "
-                  f"(schema {status['schema_version']}), domain {tenant}.example.com", flush=True)
+                                       tenant_id=tenant, identity_id=identity.id)
+            domain = f"tenant-{t}.example.com"
+            did = await client.id_from_name("domain_monitor", domain)
+            await client.call("domain_monitor", did, DomainInit(domain=domain), tenant_id=tenant)
+            print(f"created {tenant}: identity {identity.id} with mailbox {mid[:12]}... "
+                  f"(schema {status['schema_version']}), quota {qid[:12]}..., domain {domain}",
+                  flush=True)
             quotas.append((tenant, qid))
 
         granted = limited = errors = 0
@@ -74,14 +108,15 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
                 usage = await client.call("tenant_quota", qid, QuotaUsage(), tenant_id=tenant)
                 print(f"{time.monotonic() - started:6.1f}s  {total - last:6d} calls/s  "
                       f"granted {granted}  rate_limited {limited}  errors {errors}  "
-                      f"{tenant} minute {usage['minute_used']}/{usage['minute_limit']}",
-                      flush=True)
+                      f"tenant-0 minute {usage['minute_used']}/{usage['minute_limit']}  "
+                      f"webhook events {len(events)}", flush=True)
                 last = total
 
         async with anyio.create_task_group() as tg:
             for w in range(concurrency):
                 tg.start_soon(worker, w)
             tg.start_soon(reporter)
+    await receiver.stop()
 
 
 if __name__ == "__main__":
@@ -91,6 +126,7 @@ if __name__ == "__main__":
     p.add_argument("--seconds", type=float, default=0)
     p.add_argument("--concurrency", type=int, default=16)
     a = p.parse_args()
+    configure_logging(level="warning")
     try:
         anyio.run(main, a.data, a.tenants, a.seconds, a.concurrency)
     except KeyboardInterrupt:
