@@ -258,42 +258,47 @@ class ActorContext:
     async def run_due_purposes(self, actor: Actor) -> None:
         """Run each due purpose's method, earliest first; then re-arm to the earliest pending.
 
-        A purpose is cleared just before its method runs; the method re-schedules itself if it
-        recurs. If a method raises, the remaining purposes stay pending and the runtime retries.
+        A purpose stays recorded while its method runs, so a crash or an exception leaves it due
+        and the retry (or the restarted node) runs it again; it is cleared after its method
+        returns, unless the method re-scheduled it. The alarm is re-armed even when a method
+        raises, so the retry finds it due.
         """
         now = self.host.clock.now_ms()
-        for purpose in due_purposes(self.scheduled(), now):
-            method_name = actor.alarm_purposes.get(purpose)
-            self.storage.transaction_sync(functools.partial(self._cancel_tx, purpose))
-            if method_name is None and purpose != "outbox":
-                self.host.log.warning("alarm_purpose_unknown", namespace=self.namespace,
-                                      purpose=purpose)
-                continue
-            try:
-                if method_name is None:  # the runtime's own purpose
+        pending = self.scheduled()
+        try:
+            for purpose in due_purposes(pending, now):
+                method_name = actor.alarm_purposes.get(purpose)
+                if method_name is None and purpose != "outbox":
+                    self.host.log.warning("alarm_purpose_unknown", namespace=self.namespace,
+                                          purpose=purpose)
+                elif method_name is None:  # the runtime's own purpose
                     await outbox.dispatch(self)
                 else:
                     await getattr(actor, method_name)()
-            except BaseException:
-                # Put it back so the retry (and a crash) runs it again.
-                self.storage.transaction_sync(functools.partial(self._restore_tx, purpose, now))
-                raise
-        self.storage.transaction_sync(lambda _tx: self._rearm())
+                self.storage.transaction_sync(functools.partial(
+                    self._clear_tx, purpose, pending[purpose], method_name is None))
+        finally:
+            if not self.closed:
+                self.storage.transaction_sync(lambda _tx: self._rearm())
 
-    def _cancel_tx(self, purpose: str, _tx: SqlStorage) -> None:
-        self.cancel(purpose)
-
-    def _restore_tx(self, purpose: str, at_ms: int, _tx: SqlStorage) -> None:
-        self.storage.sys_exec("INSERT OR IGNORE INTO meta (k, v) VALUES (?, ?)",
-                              (meta_key(purpose), str(at_ms)))
+    def _clear_tx(self, purpose: str, ran_at: int, runtime_outbox: bool, tx: SqlStorage) -> None:
+        if purpose == "outbox" and runtime_outbox and outbox.has_undispatched(tx):
+            self.schedule("outbox", tx.now_ms())  # events emitted while it ran
+            return
+        tx.sys_exec("DELETE FROM meta WHERE k = ? AND v = ?", (meta_key(purpose), str(ran_at)))
 
     def _rearm(self) -> None:
+        sql = self.storage
         nxt = earliest(self.scheduled())
+        current = sql.stored_alarm()
         if nxt is None:
-            if self.storage.get_alarm() is not None:
-                self.storage.delete_alarm()
-        elif self.storage.get_alarm() != nxt:
-            self.storage.set_alarm(nxt)
+            if current is not None and not sql.alarm_hidden:
+                sql.delete_alarm()
+            # inside the handler the host clears the fired alarm once the handler succeeds
+        elif nxt != current:
+            sql.set_alarm(nxt)
+        elif sql.alarm_hidden:
+            sql.alarm_set_in_handler = True  # still due as stored: the host must keep it
 
     # ---- events (EV-1) --------------------------------------------------------------------
 
@@ -307,5 +312,6 @@ class ActorContext:
                    identity_id: str | None = None) -> Any:
         """Call another actor through the same envelope and router; returns the ``ok`` value
         (as plain JSON types) or raises ``MailboxActorsError``."""
+        self.storage.flush()  # the output gate: no message leaves before the writes it follows
         return await self.host.call_actor(namespace, object_id, req, tenant_id=tenant_id,
                                           identity_id=identity_id)

@@ -9,6 +9,7 @@ two steps repeats the step, and consumers deduplicate on the event id.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from mailbox_actors.runtime.actor import ActorContext
 
 __all__ = ["OUTBOX_BATCH", "OUTBOX_SCHEMA", "EventSink", "RecordingEventSink", "check_event_data",
-           "dispatch", "emit", "read_events"]
+           "dispatch", "emit", "has_undispatched", "read_events"]
 
 # Statements an object adds to its migrations to get an outbox.
 OUTBOX_SCHEMA = (
@@ -94,23 +95,28 @@ def emit(ctx: ActorContext, tx: SqlStorage, type_: str, data: dict[str, Any]) ->
 
 
 async def dispatch(ctx: ActorContext) -> None:
-    """The outbox alarm: publish undispatched events in order, then mark them dispatched."""
+    """The outbox alarm: publish undispatched events in order, then mark them dispatched; in
+    batches until none is left."""
     sql = ctx.storage
-    rows = sql.exec("SELECT sequence, body FROM outbox WHERE dispatched_at IS NULL "
-                    "ORDER BY sequence LIMIT ?", OUTBOX_BATCH).all()
-    if not rows:
-        return
-    events = [_DEC.decode(r[1]) for r in rows]
-    await ctx.host.event_sink.publish(ctx.namespace, ctx.id, events)
-    last = rows[-1][0]
+    while True:
+        rows = sql.exec("SELECT sequence, body FROM outbox WHERE dispatched_at IS NULL "
+                        "ORDER BY sequence LIMIT ?", OUTBOX_BATCH).all()
+        if not rows:
+            return
+        await ctx.host.event_sink.publish(ctx.namespace, ctx.id,
+                                          [_DEC.decode(r[1]) for r in rows])
+        sql.transaction_sync(functools.partial(_mark_dispatched, int(rows[-1][0])))
+        if len(rows) < OUTBOX_BATCH:
+            return
 
-    def mark(tx: SqlStorage) -> None:
-        tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence <= ? AND dispatched_at IS NULL",
-                tx.now_ms(), last)
-        if len(rows) == OUTBOX_BATCH:
-            ctx.schedule("outbox", tx.now_ms())
 
-    sql.transaction_sync(mark)
+def _mark_dispatched(last: int, tx: SqlStorage) -> None:
+    tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence <= ? AND dispatched_at IS NULL",
+            tx.now_ms(), last)
+
+
+def has_undispatched(sql: SqlStorage) -> bool:
+    return bool(sql.exec("SELECT 1 FROM outbox WHERE dispatched_at IS NULL LIMIT 1").all())
 
 
 def read_events(sql: SqlStorage, after_sequence: int, limit: int) -> EventsReply:
