@@ -7,6 +7,7 @@ reaches it afterwards, lazily. A wrong entry can only cause a spurious wake, whi
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,13 +22,25 @@ class AlarmIndex:
 
     def __init__(self, path: Path, *, durability_full: bool = False) -> None:
         self.path = path
-        self.existed = path.exists()
         self._conn = sqlite3.connect(path, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = " + ("FULL" if durability_full else "NORMAL"))
         self._conn.execute("CREATE TABLE IF NOT EXISTS alarms (namespace TEXT NOT NULL, "
                            "object_id TEXT NOT NULL, at_ms INTEGER NOT NULL, "
                            "PRIMARY KEY (namespace, object_id)) WITHOUT ROWID")
+
+    @classmethod
+    def build(cls, path: Path, alarms: Mapping[Key, int], *, durability_full: bool = False) -> None:
+        """Write a complete index beside ``path`` and rename it into place (atomic)."""
+        tmp = path.with_name(path.name + ".building")
+        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+        index = cls(tmp, durability_full=durability_full)
+        try:
+            index.replace_all(alarms)
+        finally:
+            index.close()  # the last close folds the WAL into the file
+        os.replace(tmp, path)
 
     def load(self) -> dict[Key, int]:
         return {(ns, oid): at for ns, oid, at in

@@ -111,6 +111,10 @@ class AlarmScheduler:
 
     def _push(self, at: int, key: Key) -> None:
         heapq.heappush(self._heap, (at, next(self._seq), key))
+        if len(self._heap) > 2 * len(self._entries) + 1024:
+            # Moves leave stale entries behind; rebuild before they outnumber the live ones.
+            self._heap = [(e.at, next(self._seq), k) for k, e in self._entries.items()]
+            heapq.heapify(self._heap)
 
     def _before_commit(self, key: Key, at: int) -> None:
         indexed = self._indexed.get(key)

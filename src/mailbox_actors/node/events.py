@@ -10,6 +10,7 @@ alarm retries (delivery is at least once; consumers deduplicate on the event id)
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 import anyio
@@ -18,6 +19,7 @@ import msgspec
 from mailbox_actors.platform.control_db import ControlDb
 from mailbox_actors.platform.queues import QueueService
 from mailbox_actors.wire.control import EventIndexRow
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.events import Event, WebhookMessage
 
 __all__ = ["WEBHOOKS_QUEUE", "ControlEventSink"]
@@ -37,35 +39,32 @@ class ControlEventSink:
     def __init__(self, control_db: ControlDb, queues: QueueService) -> None:
         self._db = control_db
         self._queues = queues
-        self._open: _Group | None = None  # the group still accepting events
-        self._writing = False
+        self._pending: deque[_Group] = deque()  # groups not yet written, oldest first
+        self._lock = anyio.Lock()
 
     async def publish(self, namespace: str, object_id: str, events: Sequence[Event]) -> None:
         if not events:
             return
-        group = self._open
-        if group is None or len(group.items) >= _MAX_GROUP:
-            group = self._open = _Group()
+        if not self._pending or len(self._pending[-1].items) >= _MAX_GROUP:
+            self._pending.append(_Group())
+        group = self._pending[-1]
         group.items.extend((namespace, object_id, e) for e in events)
-        if not self._writing:
-            await self._write_groups()
-        await group.done.wait()
+        # Whoever holds the lock writes the oldest groups, and stops once its own is written:
+        # no publisher waits for more than the groups ahead of it.
+        async with self._lock:
+            while not group.done.is_set():
+                ahead = self._pending.popleft()
+                try:
+                    await self._write(ahead.items)
+                except BaseException as e:
+                    ahead.error = e if isinstance(e, Exception) else MailboxActorsError(
+                        ErrorCode.UNAVAILABLE, "event publishing was interrupted")
+                    if not isinstance(e, Exception):
+                        ahead.done.set()
+                        raise
+                ahead.done.set()
         if group.error is not None:
             raise group.error
-
-    async def _write_groups(self) -> None:
-        """One writer at a time; each round takes every event waiting so far."""
-        self._writing = True
-        try:
-            while self._open is not None:
-                group, self._open = self._open, None
-                try:
-                    await self._write(group.items)
-                except Exception as e:  # handed to every publisher of the group
-                    group.error = e
-                group.done.set()
-        finally:
-            self._writing = False
 
     async def _write(self, items: list[tuple[str, str, Event]]) -> None:
         rows = [EventIndexRow(event_id=e.id, tenant_id=e.tenant_id, identity_id=e.identity_id,

@@ -80,20 +80,22 @@ class Node:
         """Lock the data directory, find every pending alarm, start the loops."""
         self._lock.acquire()
         try:
-            index = AlarmIndex(self.settings.path / "alarms.sqlite",
-                               durability_full=self.settings.durability == Durability.FULL)
+            index_path = self.settings.path / "alarms.sqlite"
+            full = self.settings.durability == Durability.FULL
+            if not index_path.exists():
+                # No index (first start, or it was deleted): the actor files are the truth. The
+                # index is built aside and moved into place whole, so a scan that is killed
+                # half-way leaves no index and the next start scans again.
+                alarms = self.host.scan_alarms(
+                    lambda n: self._say(f"scanning actor files for alarms: {n} so far"))
+                AlarmIndex.build(index_path, alarms, durability_full=full)
+            index = AlarmIndex(index_path, durability_full=full)
+            alarms = index.load()
             self.scheduler = AlarmScheduler(
                 index, clock=self.clock, rng=self.rng, fire=self.host.fire_alarm,
                 abandon=self.host.abandon_alarm, concurrency=self.settings.alarm_concurrency,
                 metrics=self.metrics)
             self.host.alarm_sinks = self.scheduler
-            if index.existed:
-                alarms = index.load()
-            else:
-                # No index (first start, or it was deleted): the actor files are the truth.
-                alarms = self.host.scan_alarms(
-                    lambda n: self._say(f"scanning actor files for alarms: {n} so far"))
-                index.replace_all(alarms)
             self.scheduler.load(alarms)
             await self._open_control()
             now = self.clock.now_ms()

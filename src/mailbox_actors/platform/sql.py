@@ -30,6 +30,7 @@ __all__ = [
     "SqlStorage",
     "StatementRefused",
     "StorageCorrupt",
+    "StorageUnavailable",
     "open_storage",
 ]
 
@@ -230,6 +231,8 @@ class SqlStorage:
 
     def _map_error(self, e: sqlite3.Error) -> Exception:
         text = str(e).lower()
+        if isinstance(e, sqlite3.ProgrammingError) and "one statement" in text:
+            return StatementRefused("exec runs one statement at a time")
         if "not authorized" in text or "prohibited" in text:
             reason, self._deny_reason = self._deny_reason or "not authorized", None
             return StatementRefused(reason)
@@ -498,23 +501,43 @@ _RUNTIME_SCHEMA = (
 )
 
 
+class StorageUnavailable(MailboxActorsError):
+    """The file exists but cannot be opened now (no file descriptors left, permissions): retry."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, "the actor's storage cannot be opened now",
+                         details={"storage": detail})
+
+
+def _connect(path: Path, create: bool) -> sqlite3.Connection | None:
+    if create:
+        try:
+            return sqlite3.connect(path, isolation_level=None, cached_statements=256)
+        except sqlite3.OperationalError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return sqlite3.connect(path, isolation_level=None, cached_statements=256)
+    # mode=rw never creates the file; as_uri escapes '#', '%' and '?' in the directory name.
+    try:
+        return sqlite3.connect(path.absolute().as_uri() + "?mode=rw", uri=True,
+                               isolation_level=None, cached_statements=256)
+    except sqlite3.OperationalError as e:
+        if not path.exists():
+            return None  # no such object: the caller answers *_not_found
+        raise StorageUnavailable(type(e).__name__) from e
+
+
 def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
                  now_ms: Callable[[], int]) -> SqlStorage | None:
     """Open (or create) an actor's file. Returns None when it does not exist and ``create`` is
-    False, so probing an unknown id never leaves a file behind."""
+    False, so probing an unknown id never leaves a file behind. A file that exists but cannot be
+    opened now raises ``StorageUnavailable`` (retryable); an unreadable one ``StorageCorrupt``."""
     try:
-        if create:
-            try:
-                conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
-            except sqlite3.OperationalError:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
-        else:
-            try:
-                conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None,
-                                       cached_statements=256)
-            except sqlite3.OperationalError:
-                return None
+        conn = _connect(path, create)
+    except sqlite3.OperationalError as e:
+        raise StorageUnavailable(type(e).__name__) from e
+    if conn is None:
+        return None
+    try:
         conn.row_factory = sqlite3.Row
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
@@ -524,15 +547,19 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
                 conn.execute(stmt)
             conn.execute("COMMIT")
         elif version > RUNTIME_SCHEMA_VERSION:
-            conn.close()
             raise StorageCorrupt(f"runtime schema {version} is newer than this code knows")
         conn.execute("PRAGMA synchronous = " + ("FULL" if durability == Durability.FULL
                                                 else "NORMAL"))
         conn.execute(f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)}")
-    except sqlite3.DatabaseError as e:
-        raise StorageCorrupt(type(e).__name__) from e
-    conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
-    return SqlStorage(conn, path, limits, now_ms)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
+        return SqlStorage(conn, path, limits, now_ms)
+    except BaseException as e:
+        conn.close()  # never leave a descriptor behind for the garbage collector
+        if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
+            raise StorageUnavailable(type(e).__name__) from e
+        if isinstance(e, sqlite3.DatabaseError):
+            raise StorageCorrupt(type(e).__name__) from e
+        raise
