@@ -287,3 +287,24 @@ async def test_identity_created_from_the_command_line_reaches_the_tenant_webhook
     status = await anyio.run_process([sys.executable, "-m", "mailbox_actors", "status", "--data",
                                       str(cluster.data)])
     assert b"webhooks" in status.stdout  # queue depths are shown
+
+
+@pytest.mark.anyio
+async def test_a_non_owner_never_opens_its_own_copy_of_an_actor(cluster: Cluster) -> None:
+    """A request marked as already forwarded that reaches a node not owning the id is refused
+    (unavailable), never served from a second copy of the actor (RT-3, CL-2)."""
+    from mailbox_actors.node.app import FORWARDED_HEADER
+
+    token = (cluster.data / "cluster.token").read_text().strip()
+    async with Client.from_data_dir(cluster.data) as client, HttpPool() as pool:
+        qid = await client.id_from_name("tenant_quota", "solo")
+        owner = client.owner_url("tenant_quota", qid)
+        other = next(n for n in cluster.nodes() if n["url"] != owner)
+        env = {"v": 1, "tenant_id": "solo", "request_id": "req_01FWD", "deadline_ms": 2**52,
+               "req": {"op": "init", "per_minute": 5, "per_day": 50}}
+        status, body = await pool.request(
+            other["url"], "POST", f"/rpc/tenant_quota/{qid}",
+            {"authorization": f"Bearer {token}", FORWARDED_HEADER: "1"},
+            json.dumps(env).encode(), timeout_s=10)
+    assert status == 200 and json.loads(body)["err"]["code"] == "unavailable"
+    assert not list(Path(other["data"]).rglob(f"{qid}.sqlite"))

@@ -131,7 +131,13 @@ class NodeApp:
         if denied is not None:
             return denied
         owner = self._owner(namespace, object_id)
-        if owner != self.self_index and FORWARDED_HEADER not in headers:
+        if owner != self.self_index:
+            if FORWARDED_HEADER in headers:
+                # Never open a copy of an actor this node does not own (RT-3): a request already
+                # forwarded once that still lands on a non-owner means the node lists disagree.
+                return 200, _ENC.encode({"err": MailboxActorsError(
+                    ErrorCode.UNAVAILABLE, "misrouted: this node does not own the object",
+                    details={"owner": self.peers[owner]}).to_body()}), _JSON
             return await self._forward_to(owner, path, headers, body)
         started = time.perf_counter()
         out = await self.node.call_bytes(namespace, object_id, body)
