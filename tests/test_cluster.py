@@ -307,4 +307,4 @@ async def test_a_non_owner_never_opens_its_own_copy_of_an_actor(cluster: Cluster
             {"authorization": f"Bearer {token}", FORWARDED_HEADER: "1"},
             json.dumps(env).encode(), timeout_s=10)
     assert status == 200 and json.loads(body)["err"]["code"] == "unavailable"
-    assert not list(Path(other["data"]).rglob(f"{qid}.sqlite"))
+    assert not list(Path(other["data"]).rglob(f"{qid}.sqlite"))  # noqa: ASYNC240
