@@ -1,0 +1,115 @@
+"""``mailbox-actors serve`` as a real process: start-up output, a call, settings validation and a
+graceful stop on SIGTERM (CL-1, CL-3, CL-4, RT-11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mailbox_actors.rpc import Client
+from mailbox_actors.wire.quota import QuotaInit, QuotaUsage
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Lines:
+    """A child's output, read without Python's buffering so select() tells the truth."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        self.fd = proc.stdout.fileno()
+        self.buf = b""
+        self.seen: list[str] = []
+
+    def until(self, text: str, timeout_s: float = 60) -> list[str]:
+        start = len(self.seen)
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                self.seen.append(line.decode())
+                if text in self.seen[-1]:
+                    return self.seen[start:]
+            ready, _, _ = select.select([self.fd], [], [], timeout_s)
+            assert ready, f"no {text!r} within {timeout_s}s: {self.seen}"
+            chunk = os.read(self.fd, 65536)
+            assert chunk, f"the process ended before {text!r}: {self.seen}"
+            self.buf += chunk
+
+
+@pytest.mark.anyio
+async def test_serve_prints_where_it_listens_serves_and_stops_gracefully(tmp_path: Path) -> None:
+    """One node: start-up prints address, data and token files (tokens generated with mode
+    0600); it answers calls; SIGTERM drains and stops it with status 0 (CL-1, CL-3, RT-11)."""
+    data = tmp_path / "node"
+    port = _port()
+    proc = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "serve", "--data", str(data),  # noqa: ASYNC220
+                             "--port", str(port), "--log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = Lines(proc)
+    try:
+        out = lines.until("operator token in")
+        text = "\n".join(out)
+        assert f"listening on http://127.0.0.1:{port}" in text
+        assert f"data in {data}" in text
+        for name in ("cluster.token", "operator.token"):
+            assert (data / name).stat().st_mode & 0o777 == 0o600
+            assert str(data / name) in text
+        async with Client(f"http://127.0.0.1:{port}",
+                          (data / "cluster.token").read_text().strip()) as c:
+            qid = await c.id_from_name("tenant_quota", "acme")
+            await c.call("tenant_quota", qid, QuotaInit(per_minute=2, per_day=9), tenant_id="a")
+            assert (await c.call("tenant_quota", qid, QuotaUsage(), tenant_id="a"))[
+                "minute_limit"] == 2
+        proc.send_signal(signal.SIGTERM)
+        rest = await anyio.to_thread.run_sync(lambda: lines.until("stopped"))
+        assert any("draining" in line for line in rest)
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=30)) == 0
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.mark.parametrize(("args", "env", "needle"), [
+    (["--port", "70000"], {}, "'port'"),
+    ([], {"MAILBOX_ACTORS_IDLE_MS": "soon"}, "MAILBOX_ACTORS_IDLE_MS"),
+    ([], {"MAILBOX_ACTORS_LOG_LEVEL": "loud"}, "'log_level'"),
+])
+def test_bad_settings_are_refused_at_start_naming_the_setting(
+        tmp_path: Path, args: list[str], env: dict[str, str], needle: str) -> None:
+    """A bad flag or environment variable stops ``serve`` at start with exit status 2 and a
+    message naming the setting (CL-4)."""
+    out = subprocess.run([sys.executable, "-m", "mailbox_actors", "serve", "--data",
+                          str(tmp_path / "d"), *args], capture_output=True, text=True,
+                         timeout=60, env=os.environ | env)
+    assert out.returncode == 2
+    assert needle in out.stderr
+
+
+def test_toml_file_is_read_and_flags_win(tmp_path: Path) -> None:
+    """Settings come from flags, then MAILBOX_ACTORS_* variables, then the TOML file (CL-4)."""
+    from mailbox_actors.node.config import load_config
+
+    toml = tmp_path / "m.toml"
+    toml.write_text('port = 9001\nidle_ms = 5000\nlog_level = "error"\n')
+    cfg = load_config({"port": 9100}, {"MAILBOX_ACTORS_IDLE_MS": "7000"}, str(toml))
+    assert (cfg.port, cfg.idle_ms, cfg.log_level) == (9100, 7000, "error")
+    toml.write_text("colour = 1\n")
+    with pytest.raises(ValueError, match="unknown setting 'colour'"):
+        load_config({}, {}, str(toml))
+    assert json.dumps(cfg.runtime_settings(str(tmp_path)).control_db).endswith('control.sqlite"')
