@@ -233,6 +233,9 @@ class SqlStorage:
         text = str(e).lower()
         if isinstance(e, sqlite3.ProgrammingError) and "one statement" in text:
             return StatementRefused("exec runs one statement at a time")
+        if "incomplete input" in text or "syntax error" in text:
+            # Malformed SQL fails the same way every time: not worth a retry.
+            return StatementRefused(f"malformed SQL ({text[:80]})")
         if "not authorized" in text or "prohibited" in text:
             reason, self._deny_reason = self._deny_reason or "not authorized", None
             return StatementRefused(reason)
