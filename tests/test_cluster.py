@@ -308,3 +308,27 @@ async def test_a_non_owner_never_opens_its_own_copy_of_an_actor(cluster: Cluster
             json.dumps(env).encode(), timeout_s=10)
     assert status == 200 and json.loads(body)["err"]["code"] == "unavailable"
     assert not list(Path(other["data"]).rglob(f"{qid}.sqlite"))  # noqa: ASYNC240
+
+
+@pytest.mark.anyio
+async def test_call_and_id_commands_exit_with_0_1_2(cluster: Cluster) -> None:
+    """``mailbox-actors call`` prints the result and exits 0 for ok, 1 for an err, 2 for a usage
+    error; ``id`` prints the id for a name (CL-3)."""
+    base = [sys.executable, "-m", "mailbox_actors"]
+    data = ["--data", str(cluster.data)]
+    ident = await anyio.run_process([*base, "id", "tenant_quota", "--name", "acme", *data])
+    qid = ident.stdout.decode().strip()
+    assert len(qid) == 64
+    ok = await anyio.run_process([*base, "call", "tenant_quota", "acme",
+                                  '{"op":"init","per_minute":1,"per_day":5}', "--tenant", "acme",
+                                  *data])
+    assert json.loads(ok.stdout) == {"ok": {"created": True}}
+    by_id = await anyio.run_process([*base, "call", "tenant_quota", qid, '{"op":"usage"}',
+                                     "--tenant", "acme", *data])
+    assert json.loads(by_id.stdout)["ok"]["day_limit"] == 5
+    err = await anyio.run_process([*base, "call", "tenant_quota", qid, '{"op":"usage"}',
+                                   "--tenant", "mallory", *data], check=False)
+    assert err.returncode == 1 and json.loads(err.stdout)["err"]["code"] == "internal_error"
+    usage = await anyio.run_process([*base, "call", "tenant_quota", qid, "{not json", *data],
+                                    check=False)
+    assert usage.returncode == 2 and b"not valid JSON" in usage.stderr
