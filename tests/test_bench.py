@@ -11,6 +11,8 @@ import inspect
 import io
 import json
 import math
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,169 @@ def test_median_and_percentile() -> None:
     assert percentile(list(range(1, 101)), 99) == 99
     assert percentile([5], 99) == 5
     assert math.isnan(percentile([], 99))
+
+
+# ---- the HTTP and event figures (issues 3 and 4): real server processes, tiny sizes ----------
+
+
+def _processes_under(path: Path) -> list[int]:
+    """Pids of live processes whose command line mentions ``path`` (servers the bench started)."""
+    from mailbox_actors.bench.http_figures import pid_alive
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(path).encode() in cmdline and pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _measure(work: Path, want: tuple[str, ...]) -> tuple[list[Figure], list[str]]:
+    import anyio
+
+    return anyio.run(command.measure, work, TINY, frozenset(want), Progress(enabled=False))
+
+
+def test_every_figure_belongs_to_one_group() -> None:
+    """GROUPS yields each figure of ALL_FIGURES once; --only accepts the HTTP and event figures."""
+    names = [n for group, _ in command.GROUPS.values() for n in group]
+    assert sorted(names) == sorted(command.ALL_FIGURES)
+    assert len(set(command.ALL_FIGURES)) == len(command.ALL_FIGURES)
+    assert command.ALL_FIGURES[:len(FIGURES)] == FIGURES
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["--only", "http_rpc_calls_per_s", "cluster_rpc_p99_ms",
+                              "events_per_s", "event_latency_p99_ms"])
+    assert args.only == ["http_rpc_calls_per_s", "cluster_rpc_p99_ms", "events_per_s",
+                         "event_latency_p99_ms"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_http_figures_beside_both_echoes(tmp_path: Path) -> None:
+    """RPC over HTTP to a node process and to a three-node cluster, each judged against the anyio
+    echo measured in the same run, with the protocol echo printed beside it; nothing left running."""
+    from mailbox_actors.bench.http_figures import HTTP_FIGURES
+
+    try:
+        figures, errors = _measure(tmp_path, HTTP_FIGURES)
+        assert errors == []
+        assert [f.figure for f in figures] == list(HTTP_FIGURES)
+        by = {f.figure: f for f in figures}
+        for f in figures:
+            assert math.isfinite(f.value) and f.value > 0, f
+        rpc, anyio_echo = by["http_rpc_calls_per_s"], by["tcp_echo_anyio_per_s"]
+        assert rpc.limit == anyio_echo.value
+        assert rpc.passed in (True, False) and "anyio echo" in rpc.target
+        assert "protocol echo" in (rpc.note or "") and "FAILED" not in (rpc.note or "")
+        assert by["tcp_echo_protocol_per_s"].passed is None
+        assert "strict" in by["tcp_echo_protocol_per_s"].target
+        assert by["http_rpc_writes_per_s"].passed is None
+        assert by["http_rpc_p50_ms"].value <= by["http_rpc_p99_ms"].value
+        cluster = by["cluster_rpc_calls_per_s"]
+        assert cluster.limit is not None and cluster.passed in (True, False)
+        assert "3-node local cluster" in (cluster.note or "")
+        out = io.StringIO()
+        command._write(figures, True, out)
+        assert [json.loads(line)["figure"] for line in out.getvalue().splitlines()] \
+            == list(HTTP_FIGURES)
+    finally:
+        leftover = _processes_under(tmp_path)
+        for pid in leftover:
+            os.kill(pid, signal.SIGKILL)
+    assert leftover == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_event_figures_through_a_cluster(tmp_path: Path) -> None:
+    """Events from emit_event to the bench's webhook receiver through a three-node cluster, beside
+    the runtime's state changes/s of the same run; every committed event arrives."""
+    from mailbox_actors.bench.event_figures import EVENT_FIGURES
+
+    try:
+        figures, errors = _measure(tmp_path, EVENT_FIGURES)
+        assert errors == []
+        assert [f.figure for f in figures] == list(EVENT_FIGURES)
+        by = {f.figure: f for f in figures}
+        for f in figures:
+            assert math.isfinite(f.value) and f.value > 0, f
+        events = by["events_per_s"]
+        assert events.limit == by["event_runtime_state_changes_per_s"].value
+        assert events.passed in (True, False) and "state changes" in events.target
+        assert "NOT received" not in (events.note or "") and "FAILED" not in (events.note or "")
+        assert "3-node local cluster" in (events.note or "")
+        p99 = by["event_latency_p99_ms"]
+        assert p99.target == "< 100 ms" and p99.passed == (p99.value < 100)
+        assert by["event_latency_p50_ms"].value <= p99.value
+    finally:
+        leftover = _processes_under(tmp_path)
+        for pid in leftover:
+            os.kill(pid, signal.SIGKILL)
+    assert leftover == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_cluster_nodes_that_outlive_their_supervisor_are_killed(tmp_path: Path) -> None:
+    """Stopping a cluster checks its node pids: nodes orphaned by a dead supervisor are reported
+    and killed, by pid."""
+    import anyio
+
+    from mailbox_actors.bench.http_figures import pid_alive, start_cluster, stop_spawned
+
+    async def main() -> tuple[list[int], list[str]]:
+        sp = await start_cluster(tmp_path / "cluster", 2)
+        try:
+            os.kill(sp.pid, signal.SIGKILL)  # the supervisor dies; its nodes keep running
+            await sp.proc.wait()
+            assert all(pid_alive(p) for p in sp.node_pids)
+        finally:
+            problems = await stop_spawned(sp)
+        return sp.node_pids, problems
+
+    try:
+        pids, problems = anyio.run(main)
+        assert len(problems) == 2 and all("outlived its supervisor" in p for p in problems)
+        assert not any(pid_alive(p) for p in pids)
+    finally:
+        leftover = _processes_under(tmp_path)
+        for pid in leftover:
+            os.kill(pid, signal.SIGKILL)
+    assert leftover == []
+
+
+def test_webhook_receiver_dedupes_and_checks_signatures() -> None:
+    """The bench's receiver notes each event id once, counts duplicates and bad signatures, and
+    answers 200 at once (400 to a body that is not an event)."""
+    import time
+
+    import anyio
+
+    from mailbox_actors.bench.event_figures import EVENT_TYPE, SECRET, WebhookReceiver
+    from mailbox_actors.node.webhooks import SIGNATURE_HEADER, sign
+
+    def body(eid: str, n: int) -> bytes:
+        return json.dumps({"id": eid, "type": EVENT_TYPE, "sequence": n, "tenant_id": "t_1",
+                           "identity_id": "idn_1", "occurred_at_ms": 1, "data": {"n": n}}).encode()
+
+    async def main() -> WebhookReceiver:
+        rx = WebhookReceiver(SECRET)
+        now = int(time.time())
+        for eid, n, secret in (("evt_a", 1, SECRET), ("evt_a", 1, SECRET), ("evt_b", 2, "y" * 32)):
+            b = body(eid, n)
+            status, _, _ = await rx("POST", "/hook", {SIGNATURE_HEADER: sign(secret, now, b)}, b)
+            assert status == 200
+        assert (await rx("POST", "/hook", {}, b"nope"))[0] == 400
+        assert await rx.wait_for([1, 2], 1.0)
+        assert not await rx.wait_for([3], 0.05)
+        return rx
+
+    rx = anyio.run(main)
+    assert (rx.duplicates, rx.bad_signatures, rx.malformed) == (1, 1, 1)
+    assert sorted(rx.by_n) == [1, 2] and sorted(rx.first_seen) == ["evt_a", "evt_b"]

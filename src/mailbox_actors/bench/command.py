@@ -19,12 +19,14 @@ from typing import TextIO
 import anyio
 import msgspec
 
+from mailbox_actors.bench.event_figures import EVENT_FIGURES, event_figures
 from mailbox_actors.bench.figures import FIGURES, FULL, QUICK, Figure, Progress, Sizes
+from mailbox_actors.bench.http_figures import HTTP_FIGURES, http_figures
 from mailbox_actors.bench.runtime_figures import cold_activation, state_changes
 from mailbox_actors.bench.ticker_figures import TICKER_FIGURES, tickers
 from mailbox_actors.platform.logging import configure_logging
 
-__all__ = ["GROUPS", "add_arguments", "format_table", "measure", "run"]
+__all__ = ["ALL_FIGURES", "GROUPS", "add_arguments", "format_table", "measure", "run"]
 
 # (scratch dir, sizes, progress, wanted figures, errors to add to) -> figures
 Measure = Callable[[Path, Sizes, Progress, frozenset[str], list[str]], Awaitable[list[Figure]]]
@@ -45,7 +47,13 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "state": (("state_changes_per_s", "raw_sqlite_tx_per_s"), _state),
     "cold": (("cold_activation_us", "raw_open_read_us"), _cold),
     "tickers": (TICKER_FIGURES, tickers),
+    "http": (HTTP_FIGURES, http_figures),  # servers in child processes (issue 3)
+    "events": (EVENT_FIGURES, event_figures),  # a local cluster and a webhook receiver (issue 4)
 }
+
+# Every figure the command prints, in the order it prints them: the in-process figures of
+# ``FIGURES``, then those measured against server processes the bench starts.
+ALL_FIGURES: tuple[str, ...] = FIGURES + HTTP_FIGURES + EVENT_FIGURES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help='one JSON object per line: {"figure", "value", "unit", "limit", '
                              '"ratio", "target", "pass", "note"}')
-    parser.add_argument("--only", nargs="+", metavar="FIGURE", choices=FIGURES,
+    parser.add_argument("--only", nargs="+", metavar="FIGURE", choices=ALL_FIGURES,
                         help="measure only these figures (choices: %(choices)s)")
     parser.add_argument("--dir", metavar="DIR",
                         help="make the scratch directory under DIR (default: the system's "
@@ -63,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def measure(work: Path, sizes: Sizes, want: frozenset[str], progress: Progress,
                   ) -> tuple[list[Figure], list[str]]:
-    """Every wanted figure, in ``FIGURES`` order, and the errors of groups that failed."""
+    """Every wanted figure, in ``ALL_FIGURES`` order, and the errors of groups that failed."""
     got: dict[str, Figure] = {}
     errors: list[str] = []
     for group, (names, fn) in GROUPS.items():
@@ -75,7 +83,7 @@ async def measure(work: Path, sizes: Sizes, want: frozenset[str], progress: Prog
         except Exception as e:  # one broken group must not hide the others' figures
             errors.append(f"{group}: {type(e).__name__}: {e}")
             progress.say(f"{group} failed: {type(e).__name__}: {e}")
-    return [got[name] for name in FIGURES if name in want and name in got], errors
+    return [got[name] for name in ALL_FIGURES if name in want and name in got], errors
 
 
 def _num(x: float | None) -> str:
@@ -112,7 +120,7 @@ def _write(figures: Sequence[Figure], as_json: bool, out: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     configure_logging(level="warning")  # the runtime's info lines would drown the progress
     sizes = QUICK if args.quick else FULL
-    want = frozenset(args.only or FIGURES)
+    want = frozenset(args.only or ALL_FIGURES)
     progress = Progress()
     progress.say(f"bench: {sizes.name} run of {len(want)} figure(s)")
     started = time.perf_counter()
