@@ -509,3 +509,27 @@ async def test_logs_never_show_the_secret_url_or_event(world: World, clock: Fake
     for leak in (SECRET, "token-s3cr3t-path", "127.0.0.1", '"n":'):
         assert leak not in text
     assert SECRET not in repr(await world.db.get_tenant(tenant))
+
+
+@pytest.mark.anyio
+async def test_waiters_for_a_tenant_slot_survive_the_last_holder_leaving() -> None:
+    """Q-4: when the last attempt in flight for a tenant frees its slot, the deliveries that were
+    waiting for it take slots cleanly (no lost ack, no duplicate delivery from a crash)."""
+    deliverer = WebhookDeliverer(None, None, clock=FakeClock(), rng=SeededRng(1))  # type: ignore[arg-type]
+    deliverer.max_in_flight_per_tenant = 1
+    assert await deliverer._take_slot("t", "a")
+    taken: list[str] = []
+
+    async def wait_for_slot(key: str) -> None:
+        assert await deliverer._take_slot("t", key)
+        taken.append(key)
+        await anyio.lowlevel.checkpoint()
+        deliverer._free_slot("t", key)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait_for_slot, "b")
+        tg.start_soon(wait_for_slot, "c")
+        await anyio.wait_all_tasks_blocked()
+        deliverer._free_slot("t", "a")  # the last holder leaves: the tenant's entry is dropped
+    assert sorted(taken) == ["b", "c"]
+    assert deliverer._slots == {}

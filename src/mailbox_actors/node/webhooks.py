@@ -281,8 +281,11 @@ class WebhookDeliverer:
     async def _take_slot(self, tenant_id: str, key: str) -> bool:
         """A slot for one attempt, or False if the tenant stays at its cap (its endpoint is slow)."""
         cap = self.max_in_flight_per_tenant
-        slots = self._slots.setdefault(tenant_id, _Slots())
-        while cap is not None and len(slots.started) >= cap:
+        while True:
+            # Looked up afresh after every wait: the last holder may have dropped the entry.
+            slots = self._slots.setdefault(tenant_id, _Slots())
+            if cap is None or len(slots.started) < cap:
+                break
             wait_s = min(slots.started.values()) + _SLOT_WAIT_S - anyio.current_time()
             if wait_s <= 0:
                 return False
@@ -292,8 +295,9 @@ class WebhookDeliverer:
         return True
 
     def _free_slot(self, tenant_id: str, key: str) -> None:
-        slots = self._slots[tenant_id]
-        del slots.started[key]
+        slots = self._slots.get(tenant_id)
+        if slots is None or slots.started.pop(key, None) is None:
+            return
         slots.freed.set()
         slots.freed = anyio.Event()
         if not slots.started:
