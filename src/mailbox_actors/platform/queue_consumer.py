@@ -128,7 +128,16 @@ class Consumer:
             self._wake = anyio.Event()
             wait_s = self.poll_interval_s
             try:
-                due = await self._batch_due()
+                if not self.max_batch_timeout_ms:
+                    # No batch timeout: whatever is visible is a batch; claim it straight away
+                    # (one round trip to the queue file per batch, not two).
+                    batch = await self._receive()
+                    if batch:
+                        await self._handle_batch(batch)
+                        continue
+                    due = await self._service.next_visible_ms(self.queue)
+                else:
+                    due = await self._batch_due()
                 now = self._clock.now_ms()
                 if due is not None and due <= now:
                     await self._handle_batch(await self._receive())

@@ -286,8 +286,10 @@ class QueueService:
         lease = self._ids.new_id("qc")
         rows = await self._fetch(
             "UPDATE messages SET lease = ?, visible_at_ms = ?, attempts = attempts + 1 "
+            # Oldest visible first, in the index's own order (queue, visible_at_ms, rowid): the
+            # claim reads max_batch_size index entries, however long the backlog is.
             "WHERE seq IN (SELECT seq FROM messages WHERE queue = ? AND visible_at_ms <= ? "
-            f"ORDER BY seq LIMIT ?) RETURNING {_CLAIM_COLUMNS}",
+            f"ORDER BY visible_at_ms, seq LIMIT ?) RETURNING {_CLAIM_COLUMNS}",
             (lease, now + visibility_ms, queue, now, max_batch_size))
         rows.sort(key=lambda r: r[0])
         out: list[Message] = []
