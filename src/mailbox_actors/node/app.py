@@ -120,10 +120,7 @@ class NodeApp:
         return None if method in ("GET", "HEAD") else _not_allowed("GET")
 
     def _id(self, make: Callable[[], str]) -> Response:
-        try:
-            return 200, _ENC.encode(IdReply(id=make())), _JSON
-        except MailboxActorsError as e:
-            return e.code.http_status, _ENC.encode({"err": e.to_body()}), _JSON
+        return 200, _ENC.encode(IdReply(id=make())), _JSON  # errors: __call__ answers them
 
     async def _rpc(self, namespace: str, object_id: str, headers: Mapping[str, str], body: bytes,
                    path: str) -> Response:

@@ -25,7 +25,7 @@ from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.rpc.http_client import HttpPool
 from mailbox_actors.rpc.router import default_deadline_ms
 from mailbox_actors.wire.common import IdReply
-from mailbox_actors.wire.envelope import ENVELOPE_VERSION, RpcReply
+from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope, RpcReply
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["IDEMPOTENT_OPS", "Client", "RpcError"]
@@ -43,16 +43,6 @@ _HANDLED = {200, 400, 401, 403, 404, 405, 413}
 
 class RpcError(MailboxActorsError):
     """An ``err`` result (or a transport failure, as ``unavailable``). ``.code`` is the ErrorCode."""
-
-
-class _Envelope(msgspec.Struct, kw_only=True):
-    v: int
-    tenant_id: str | None
-    identity_id: str | None
-    request_id: str
-    actor_key_id: str | None
-    deadline_ms: int
-    req: Any
 
 
 class Client:
@@ -135,7 +125,7 @@ class Client:
         now = self.clock.now_ms()
         deadline = deadline_ms if deadline_ms is not None else now + default_deadline_ms(op)
         rid = request_id or self._ids.new_id("req")
-        body = _ENC.encode(_Envelope(v=ENVELOPE_VERSION, tenant_id=tenant_id,
+        body = _ENC.encode(Envelope(v=ENVELOPE_VERSION, tenant_id=tenant_id,
                                      identity_id=identity_id, request_id=rid,
                                      actor_key_id=actor_key_id, deadline_ms=deadline, req=req))
         path = f"/rpc/{namespace}/{object_id}"

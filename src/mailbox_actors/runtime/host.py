@@ -249,14 +249,6 @@ class ActorHost:
             ctx.storage.delete_alarm()
             ctx.storage.flush()
 
-    def stored_alarm(self, key: Key) -> int | None:
-        """The alarm as stored in the actor's file (used by the start-up scan)."""
-        cls = self._classes.get(key[0])
-        if cls is None:
-            return None
-        ctx = self.activate(cls, key[1], create=False)
-        return None if ctx is None else ctx.storage.stored_alarm()
-
     # ---- eviction (RT-9) -------------------------------------------------------------------
 
     @staticmethod
