@@ -52,10 +52,15 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
     db = ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
     async with Client.from_data_dir(data) as client, db:
         quotas: list[tuple[str, str]] = []
+        known = {t.name: t for t in await db.list_tenants()}  # a second run reuses them
+        hook = f"http://127.0.0.1:{port}/events"
         for t in range(tenants):
-            record = await db.create_tenant(f"tenant-{t}",
-                                            webhook_url=f"http://127.0.0.1:{port}/events",
-                                            webhook_secret=SECRET)
+            record = known.get(f"tenant-{t}")
+            if record is None:
+                record = await db.create_tenant(f"tenant-{t}", webhook_url=hook,
+                                                webhook_secret=SECRET)
+            else:
+                await db.set_webhook(record.id, hook, SECRET)
             tenant = record.id
             identity = await create_identity(db, client, tenant, "support")
             qid = await client.id_from_name("tenant_quota", tenant)
@@ -68,7 +73,7 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
             status = await client.call("identity_mailbox", mid, MailboxStatus(),
                                        tenant_id=tenant, identity_id=identity.id)
             domain = f"tenant-{t}.example.com"
-            did = await client.id_from_name("domain_monitor", domain)
+            did = await client.id_from_name("domain_monitor", f"{tenant}/{domain}")
             await client.call("domain_monitor", did, DomainInit(domain=domain), tenant_id=tenant)
             print(f"created {tenant}: identity {identity.id} with mailbox {mid[:12]}... "
                   f"(schema {status['schema_version']}), quota {qid[:12]}..., domain {domain}",
