@@ -533,3 +533,35 @@ async def test_waiters_for_a_tenant_slot_survive_the_last_holder_leaving() -> No
         deliverer._free_slot("t", "a")  # the last holder leaves: the tenant's entry is dropped
     assert sorted(taken) == ["b", "c"]
     assert deliverer._slots == {}
+
+
+@pytest.mark.anyio
+async def test_concurrent_deliveries_share_one_tenant_read_and_see_changes_soon() -> None:
+    """Q-3, Q-4: deliveries for one tenant re-read it from the control database, sharing one read
+    when they run at once, and a change is seen within 100 ms of fake time."""
+    clock = FakeClock()
+    reads: list[str] = []
+    release = anyio.Event()
+
+    class Db:
+        async def get_tenant(self, tenant_id: str) -> Any:
+            reads.append(tenant_id)
+            await release.wait()
+            return f"{tenant_id}@{clock.now_ms()}"
+
+    deliverer = WebhookDeliverer(Db(), None, clock=clock, rng=SeededRng(1))  # type: ignore[arg-type]
+    got: list[Any] = []
+
+    async def read() -> None:
+        got.append(await deliverer._tenant("t"))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(read)
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+    assert reads == ["t"] and len(set(got)) == 1 and len(got) == 5
+    await clock.advance(100)
+    assert await deliverer._tenant("t") == got[0] and reads == ["t"]  # still fresh
+    await clock.advance(1)
+    assert await deliverer._tenant("t") != got[0] and reads == ["t", "t"]  # read again

@@ -33,6 +33,7 @@ from mailbox_actors.rpc.http_client import (
     HttpProtocolError,
     HttpTimeout,
 )
+from mailbox_actors.wire.control import Tenant
 from mailbox_actors.wire.events import WebhookMessage
 
 __all__ = [
@@ -58,6 +59,7 @@ _PATH_SAFE = "/?=&%:@!$'()*+,;~-._[]"
 # A tenant at its in-flight cap waits this long (real time) for a slot before its message is
 # deferred; a fast endpoint frees one within milliseconds, a slow one does not.
 _SLOT_WAIT_S = 0.25
+_TENANT_FRESH_MS = 100  # how long a tenant row read for one delivery serves the next ones
 
 
 # ---- signatures ----------------------------------------------------------------------------------
@@ -146,6 +148,8 @@ class WebhookDeliverer:
         self.jitter_fraction = jitter_fraction
         self.max_in_flight_per_tenant = max_in_flight_per_tenant
         self._slots: dict[str, _Slots] = {}
+        self._tenant_cache: dict[str, tuple[int, Tenant | None]] = {}
+        self._tenant_reads: dict[str, anyio.Event] = {}
         if metrics is not None:
             for name, text in (
                     ("webhooks_delivered_total", "Events a webhook endpoint accepted (2xx)"),
@@ -189,7 +193,7 @@ class WebhookDeliverer:
             return
         ids: dict[str, Any] = {"message_id": msg.id, "event_id": job.event.id,
                                "tenant_id": job.tenant_id, "attempt": attempt + 1}
-        tenant = await self._db.get_tenant(job.tenant_id)  # Q-3: never trust the pointer blindly
+        tenant = await self._tenant(job.tenant_id)  # Q-3: never trust the pointer blindly
         if tenant is None or tenant.status != "active" or not tenant.webhook_url \
                 or not tenant.webhook_secret:
             why = "no_tenant" if tenant is None else (
@@ -277,6 +281,30 @@ class WebhookDeliverer:
         await msg.give_up(reason)
 
     # ---- per-tenant slots ------------------------------------------------------------------------
+
+    async def _tenant(self, tenant_id: str) -> Tenant | None:
+        """The tenant row, read from the control database. Concurrent deliveries for one tenant
+        share one read (single flight) and reuse it for ``_TENANT_FRESH_MS``, so a busy tenant
+        costs one read per wave, not one per event, and a change is seen within that time."""
+        now = self._clock.now_ms()
+        hit = self._tenant_cache.get(tenant_id)
+        if hit is not None and now - hit[0] <= _TENANT_FRESH_MS:
+            return hit[1]
+        flight = self._tenant_reads.get(tenant_id)
+        if flight is not None:
+            await flight.wait()
+            cached = self._tenant_cache.get(tenant_id)
+            return None if cached is None else cached[1]
+        flight = self._tenant_reads[tenant_id] = anyio.Event()
+        try:
+            tenant = await self._db.get_tenant(tenant_id)
+            if len(self._tenant_cache) > 10_000:
+                self._tenant_cache.clear()
+            self._tenant_cache[tenant_id] = (now, tenant)
+            return tenant
+        finally:
+            del self._tenant_reads[tenant_id]
+            flight.set()
 
     async def _take_slot(self, tenant_id: str, key: str) -> bool:
         """A slot for one attempt, or False if the tenant stays at its cap (its endpoint is slow)."""
