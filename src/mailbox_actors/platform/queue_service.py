@@ -10,7 +10,6 @@ on anything but SQLite's own lock.
 from __future__ import annotations
 
 import sqlite3
-from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import anyio
 import msgspec
 
 from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.group_commit import GroupCommit
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.queue_bodies import (
@@ -116,15 +116,6 @@ class Message:
         return f"Message(id={self.id!r}, queue={self.queue!r}, attempts={self.attempts})"
 
 
-class _AckGroup:
-    __slots__ = ("done", "error", "ids")
-
-    def __init__(self) -> None:
-        self.ids: list[tuple[str, str]] = []
-        self.done = anyio.Event()
-        self.error: BaseException | None = None
-
-
 class QueueWatcher(Protocol):
     """Told when a message of its queue becomes visible at ``at_ms`` (sent through this service)."""
 
@@ -145,8 +136,8 @@ class QueueService:
         # One connection serves every task of this service; a transaction must not interleave
         # with another task's statements, so each statement or transaction holds this lock.
         self._lock = anyio.Lock()
-        self._acks: deque[_AckGroup] = deque()  # acks waiting to be written, oldest first
-        self._ack_lock = anyio.Lock()
+        self._acks: GroupCommit[tuple[str, str]] = GroupCommit(self._delete,
+                                                               max_items=_MAX_PARAMS)
         self._watchers: dict[str, WeakSet[QueueWatcher]] = {}
 
     @property
@@ -342,30 +333,13 @@ class QueueService:
     async def ack_many(self, queue: str, ids: Sequence[str]) -> None:
         """Delete these messages of ``queue``, whoever holds them: they are never delivered again.
 
-        Acks of concurrent consumers are written together (group commit): whoever holds the ack
-        lock deletes every id waiting so far, and returns once its own are gone.
+        Acks of concurrent consumers are written together (``GroupCommit``): one DELETE for
+        every id waiting so far; this returns once its own are gone.
         """
         check_queue_name(queue)
         if not ids:
             return
-        if not self._acks or len(self._acks[-1].ids) >= _MAX_PARAMS:
-            self._acks.append(_AckGroup())
-        group = self._acks[-1]
-        group.ids.extend((queue, i) for i in ids)
-        async with self._ack_lock:
-            while not group.done.is_set():
-                ahead = self._acks.popleft()
-                try:
-                    await self._delete(ahead.ids)
-                except BaseException as e:
-                    ahead.error = e
-                    ahead.done.set()
-                    if not isinstance(e, Exception):
-                        raise
-                else:
-                    ahead.done.set()
-        if group.error is not None:
-            raise group.error
+        await self._acks.submit((queue, i) for i in ids)
 
     async def _delete(self, pairs: Sequence[tuple[str, str]]) -> None:
         by_queue: dict[str, list[str]] = {}
