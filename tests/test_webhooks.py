@@ -565,3 +565,39 @@ async def test_concurrent_deliveries_share_one_tenant_read_and_see_changes_soon(
     assert await deliverer._tenant("t") == got[0] and reads == ["t"]  # still fresh
     await clock.advance(1)
     assert await deliverer._tenant("t") != got[0] and reads == ["t", "t"]  # read again
+
+
+@pytest.mark.anyio
+async def test_a_failed_shared_tenant_read_is_not_taken_for_a_missing_tenant() -> None:
+    """Q-3, Q-4: when the read that concurrent deliveries share fails, the others read the
+    tenant themselves instead of treating it as absent (which would skip their events)."""
+    clock = FakeClock()
+    calls = 0
+    release = anyio.Event()
+
+    class Db:
+        async def get_tenant(self, tenant_id: str) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                await release.wait()
+                raise ConnectionError("control database busy")
+            return "tenant-row"
+
+    deliverer = WebhookDeliverer(Db(), None, clock=clock, rng=SeededRng(1))  # type: ignore[arg-type]
+    results: list[Any] = []
+
+    async def first() -> None:
+        with pytest.raises(ConnectionError):
+            await deliverer._tenant("t")
+
+    async def second() -> None:
+        results.append(await deliverer._tenant("t"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(second)
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+    assert results == ["tenant-row"] and calls == 2

@@ -286,15 +286,17 @@ class WebhookDeliverer:
         """The tenant row, read from the control database. Concurrent deliveries for one tenant
         share one read (single flight) and reuse it for ``_TENANT_FRESH_MS``, so a busy tenant
         costs one read per wave, not one per event, and a change is seen within that time."""
-        now = self._clock.now_ms()
-        hit = self._tenant_cache.get(tenant_id)
-        if hit is not None and now - hit[0] <= _TENANT_FRESH_MS:
-            return hit[1]
-        flight = self._tenant_reads.get(tenant_id)
-        if flight is not None:
+        while True:
+            now = self._clock.now_ms()
+            hit = self._tenant_cache.get(tenant_id)
+            if hit is not None and now - hit[0] <= _TENANT_FRESH_MS:
+                return hit[1]
+            flight = self._tenant_reads.get(tenant_id)
+            if flight is None:
+                break
+            # Another delivery is reading it; if that read fails, loop and read ourselves
+            # (never mistake a failed read for "no such tenant").
             await flight.wait()
-            cached = self._tenant_cache.get(tenant_id)
-            return None if cached is None else cached[1]
         flight = self._tenant_reads[tenant_id] = anyio.Event()
         try:
             tenant = await self._db.get_tenant(tenant_id)
