@@ -601,3 +601,33 @@ async def test_a_failed_shared_tenant_read_is_not_taken_for_a_missing_tenant() -
         await anyio.wait_all_tasks_blocked()
         release.set()
     assert results == ["tenant-row"] and calls == 2
+
+
+@pytest.mark.anyio
+async def test_deliveries_waiting_on_a_slow_tenant_read_use_its_result() -> None:
+    """Q-4: deliveries that waited for another's tenant read use that result even when the read
+    took longer than the freshness window, instead of reading again one after another."""
+    clock = FakeClock()
+    reads = 0
+    release = anyio.Event()
+
+    class Db:
+        async def get_tenant(self, tenant_id: str) -> Any:
+            nonlocal reads
+            reads += 1
+            await release.wait()
+            return "row"
+
+    deliverer = WebhookDeliverer(Db(), None, clock=clock, rng=SeededRng(1))  # type: ignore[arg-type]
+    got: list[Any] = []
+
+    async def read() -> None:
+        got.append(await deliverer._tenant("t"))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(read)
+        await anyio.wait_all_tasks_blocked()
+        clock.set_ms(clock.now_ms() + 1_000)  # the read outlasts the 100 ms window
+        release.set()
+    assert got == ["row"] * 5 and reads == 1

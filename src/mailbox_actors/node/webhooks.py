@@ -108,6 +108,17 @@ class _Slots:
         self.freed = anyio.Event()
 
 
+class _TenantRead:
+    """One control-database read of a tenant that concurrent deliveries share."""
+
+    __slots__ = ("done", "ok", "tenant")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.ok = False
+        self.tenant: Tenant | None = None
+
+
 class WebhookDeliverer:
     """Delivers the ``webhooks`` queue; ``handle`` is the consumers' handler, ``consumers()`` makes them.
 
@@ -149,7 +160,7 @@ class WebhookDeliverer:
         self.max_in_flight_per_tenant = max_in_flight_per_tenant
         self._slots: dict[str, _Slots] = {}
         self._tenant_cache: dict[str, tuple[int, Tenant | None]] = {}
-        self._tenant_reads: dict[str, anyio.Event] = {}
+        self._tenant_reads: dict[str, _TenantRead] = {}
         if metrics is not None:
             for name, text in (
                     ("webhooks_delivered_total", "Events a webhook endpoint accepted (2xx)"),
@@ -294,19 +305,22 @@ class WebhookDeliverer:
             flight = self._tenant_reads.get(tenant_id)
             if flight is None:
                 break
-            # Another delivery is reading it; if that read fails, loop and read ourselves
-            # (never mistake a failed read for "no such tenant").
-            await flight.wait()
-        flight = self._tenant_reads[tenant_id] = anyio.Event()
+            # Another delivery is reading it: use its result; if that read failed, loop and
+            # read ourselves (never mistake a failed read for "no such tenant").
+            await flight.done.wait()
+            if flight.ok:
+                return flight.tenant
+        flight = self._tenant_reads[tenant_id] = _TenantRead()
         try:
-            tenant = await self._db.get_tenant(tenant_id)
+            flight.tenant = await self._db.get_tenant(tenant_id)
+            flight.ok = True
             if len(self._tenant_cache) > 10_000:
                 self._tenant_cache.clear()
-            self._tenant_cache[tenant_id] = (now, tenant)
-            return tenant
+            self._tenant_cache[tenant_id] = (now, flight.tenant)
+            return flight.tenant
         finally:
             del self._tenant_reads[tenant_id]
-            flight.set()
+            flight.done.set()
 
     async def _take_slot(self, tenant_id: str, key: str) -> bool:
         """A slot for one attempt, or False if the tenant stays at its cap (its endpoint is slow)."""

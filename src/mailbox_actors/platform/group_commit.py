@@ -2,7 +2,8 @@
 
 Each caller adds its items to the newest open group and waits. Whoever holds the lock writes the
 oldest groups, one write per group, and stops once its own group is written, so no caller waits for
-more than the groups ahead of it. A failed write fails exactly the callers of that group.
+more than the groups ahead of it. A failed write fails exactly the callers of that group; a writer
+that is cancelled leaves its group for the next one (writes must be idempotent).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
 import anyio
-
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["GroupCommit"]
 
@@ -49,13 +48,14 @@ class GroupCommit(Generic[T]):
                 ahead = self._pending.popleft()
                 try:
                     await self._write(ahead.items)
-                except BaseException as e:
-                    # A cancelled writer must not leave the group's callers believing it done.
-                    ahead.error = e if isinstance(e, Exception) else MailboxActorsError(
-                        ErrorCode.UNAVAILABLE, "the write was interrupted; try again")
+                except Exception as e:
+                    ahead.error = e
                     ahead.done.set()
-                    if not isinstance(e, Exception):
-                        raise
+                except BaseException:
+                    # This writer was cancelled, not the group's other callers: put the group
+                    # back first in line for the next holder (writes are idempotent).
+                    self._pending.appendleft(ahead)
+                    raise
                 else:
                     ahead.done.set()
         if group.error is not None:
