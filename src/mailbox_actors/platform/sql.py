@@ -3,7 +3,8 @@
 SQL runs synchronously on the event loop thread, as it does in a Durable Object: a transaction never
 interleaves with anything and costs no thread hop. User SQL is screened by an authorizer (workerd
 does the same): transaction control, ATTACH, VACUUM, PRAGMA writes and the reserved ``_ma_``/``_cf_``
-tables are refused. This module never decides what an actor does; it only stores.
+tables are refused. This module never decides what an actor does; it only stores. Opening a file
+is ``sql_open``; the key-value API is ``kv``.
 """
 
 from __future__ import annotations
@@ -19,19 +20,17 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
+from mailbox_actors.platform.kv import KvStorage
 from mailbox_actors.wire.errors import ErrorCode, LimitExceeded, MailboxActorsError
 
 __all__ = [
     "AlarmSink",
     "Durability",
-    "KvStorage",
     "Limits",
     "SqlCursor",
     "SqlStorage",
     "StatementRefused",
     "StorageCorrupt",
-    "StorageUnavailable",
-    "open_storage",
 ]
 
 T = TypeVar("T")
@@ -437,132 +436,3 @@ class SqlStorage:
                 self.flush()
         finally:
             self._conn.close()
-
-
-class KvStorage:
-    """A synchronous key-value API over the same file (RT-6): JSON values, string keys."""
-
-    _MAX_KEY = 2048
-
-    def __init__(self, sql: SqlStorage) -> None:
-        self._sql = sql
-
-    def _key(self, key: object) -> str:
-        if not isinstance(key, str):
-            raise TypeError("KV keys are strings")
-        if len(key.encode()) > self._MAX_KEY:
-            raise LimitExceeded("max_key_bytes", self._MAX_KEY, "KV key longer than 2048 bytes")
-        return key
-
-    def get(self, key: str) -> Any:
-        row = self._sql.sys_exec("SELECT v FROM _ma_kv WHERE k = ?", (self._key(key),)).fetchone()
-        return None if row is None else msgspec.json.decode(row[0])
-
-    def put(self, key: str, value: Any) -> None:
-        data = msgspec.json.encode(value)
-        if len(data) > self._sql.limits.max_value_bytes:
-            raise LimitExceeded("max_value_bytes", self._sql.limits.max_value_bytes,
-                                "KV value larger than the value limit")
-        self._sql.sys_exec("INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)",
-                           (self._key(key), data))
-
-    def delete(self, key: str) -> bool:
-        cur = self._sql.sys_exec("DELETE FROM _ma_kv WHERE k = ?", (self._key(key),))
-        return cur.rowcount > 0
-
-    def list(self, *, prefix: str | None = None, start: str | None = None,
-             end: str | None = None, limit: int | None = None,
-             reverse: bool = False) -> dict[str, Any]:
-        """Keys in order (``start`` inclusive, ``end`` exclusive), optionally under ``prefix``."""
-        where, params = [], []
-        if prefix:
-            where.append("k >= ? AND k < ?")
-            params += [prefix, prefix + "\U0010ffff"]
-        if start is not None:
-            where.append("k >= ?")
-            params.append(start)
-        if end is not None:
-            where.append("k < ?")
-            params.append(end)
-        q = "SELECT k, v FROM _ma_kv"
-        if where:
-            q += " WHERE " + " AND ".join(where)
-        q += " ORDER BY k DESC" if reverse else " ORDER BY k"
-        if limit is not None:
-            if limit < 0:
-                raise ValueError("limit must be >= 0")
-            q += f" LIMIT {int(limit)}"
-        return {k: msgspec.json.decode(v) for k, v in self._sql.sys_exec(q, params)}
-
-
-_RUNTIME_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS _ma_alarm (id INTEGER PRIMARY KEY CHECK (id = 1), "
-    "at_ms INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS _ma_kv (k TEXT PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
-    f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION}",
-)
-
-
-class StorageUnavailable(MailboxActorsError):
-    """The file exists but cannot be opened now (no file descriptors left, permissions): retry."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(ErrorCode.UNAVAILABLE, "the actor's storage cannot be opened now",
-                         details={"storage": detail})
-
-
-def _connect(path: Path, create: bool) -> sqlite3.Connection | None:
-    if create:
-        try:
-            return sqlite3.connect(path, isolation_level=None, cached_statements=256)
-        except sqlite3.OperationalError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return sqlite3.connect(path, isolation_level=None, cached_statements=256)
-    # mode=rw never creates the file; as_uri escapes '#', '%' and '?' in the directory name.
-    try:
-        return sqlite3.connect(path.absolute().as_uri() + "?mode=rw", uri=True,
-                               isolation_level=None, cached_statements=256)
-    except sqlite3.OperationalError as e:
-        if not path.exists():
-            return None  # no such object: the caller answers *_not_found
-        raise StorageUnavailable(type(e).__name__) from e
-
-
-def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
-                 now_ms: Callable[[], int]) -> SqlStorage | None:
-    """Open (or create) an actor's file. Returns None when it does not exist and ``create`` is
-    False, so probing an unknown id never leaves a file behind. A file that exists but cannot be
-    opened now raises ``StorageUnavailable`` (retryable); an unreadable one ``StorageCorrupt``."""
-    try:
-        conn = _connect(path, create)
-    except sqlite3.OperationalError as e:
-        raise StorageUnavailable(type(e).__name__) from e
-    if conn is None:
-        return None
-    try:
-        conn.row_factory = sqlite3.Row
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("BEGIN")
-            for stmt in _RUNTIME_SCHEMA:
-                conn.execute(stmt)
-            conn.execute("COMMIT")
-        elif version > RUNTIME_SCHEMA_VERSION:
-            raise StorageCorrupt(f"runtime schema {version} is newer than this code knows")
-        conn.execute("PRAGMA synchronous = " + ("FULL" if durability == Durability.FULL
-                                                else "NORMAL"))
-        conn.execute(f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)}")
-        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
-        return SqlStorage(conn, path, limits, now_ms)
-    except BaseException as e:
-        conn.close()  # never leave a descriptor behind for the garbage collector
-        if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
-            raise StorageUnavailable(type(e).__name__) from e
-        if isinstance(e, sqlite3.DatabaseError):
-            raise StorageCorrupt(type(e).__name__) from e
-        raise

@@ -21,7 +21,8 @@ from mailbox_actors.core.actor_ids import check_id
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import Rng
-from mailbox_actors.platform.sql import StorageCorrupt, open_storage
+from mailbox_actors.platform.sql import StorageCorrupt
+from mailbox_actors.platform.sql_open import open_storage
 from mailbox_actors.runtime.actor import Actor, ActorContext, AlarmInfo, Call, current_deadline
 from mailbox_actors.runtime.migrations import apply_migrations, check_migrations
 from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
