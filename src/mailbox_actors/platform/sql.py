@@ -178,10 +178,9 @@ class SqlStorage:
         self._alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{self._token}*/"
         conn.set_authorizer(self._authorize)
         try:
-            row = self._sys("SELECT at_ms FROM _ma_alarm WHERE id = 1").fetchone()
+            self._read_alarm()  # the token in the text keeps user SQL off this cached statement
         except sqlite3.DatabaseError as e:
             raise StorageCorrupt(type(e).__name__) from e
-        self._alarm = row[0] if row else None
 
     # ---- screening -------------------------------------------------------------------------
 
@@ -301,11 +300,7 @@ class SqlStorage:
         self._depth = 1
         self._txn_now = self._now()
         try:
-            result = fn(self)
-            if inspect.iscoroutine(result):
-                result.close()
-                raise TypeError("transaction_sync's function returned a coroutine; it must be "
-                                "synchronous")
+            result = self._call(fn)
         except BaseException:
             self._depth = 0
             self._txn_now = None
@@ -319,23 +314,27 @@ class SqlStorage:
         self._after_commit()
         return result
 
+    def _call(self, fn: Callable[[SqlStorage], T]) -> T:
+        result = fn(self)
+        if inspect.iscoroutine(result):
+            result.close()
+            raise TypeError("transaction_sync's function returned a coroutine; it must be "
+                            "synchronous")
+        return result
+
     def _savepoint(self, fn: Callable[[SqlStorage], T]) -> T:
         name = f"_ma_sp{self._depth}"
         self._sys(f"SAVEPOINT {name} /*{self._token}*/")
         self._depth += 1
         try:
-            result = fn(self)
-            if inspect.iscoroutine(result):
-                result.close()
-                raise TypeError("transaction_sync's function returned a coroutine")
+            result = self._call(fn)
         except BaseException:
             self._depth -= 1
             if self._conn.in_transaction:
                 self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
                 self._sys(f"RELEASE {name} /*{self._token}*/")
-            if self._alarm_dirty:  # the savepoint may have undone an alarm change
-                row = self._sys(self._alarm_sql).fetchone()
-                self._alarm = row[0] if row else None
+            if self._alarm_dirty:  # the savepoint may have undone an alarm change; the outer
+                self._read_alarm()  # transaction still reports whatever it ends with
             raise
         self._depth -= 1
         self._sys(f"RELEASE {name} /*{self._token}*/")
@@ -369,10 +368,14 @@ class SqlStorage:
             self.alarm_sink.committed(self._alarm)
 
     def _reload_alarm(self) -> None:
+        """After a rollback: the stored alarm is again what the file says."""
         if self._alarm_dirty:
             self._alarm_dirty = False
-            row = self._sys(self._alarm_sql).fetchone()
-            self._alarm = row[0] if row else None
+            self._read_alarm()
+
+    def _read_alarm(self) -> None:
+        row = self._sys(self._alarm_sql).fetchone()
+        self._alarm = row[0] if row else None
 
     def _sys(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """Runtime-owned SQL, exempt from screening. Texts carry the connection's token so user
