@@ -407,7 +407,7 @@ async def test_slow_endpoint_does_not_block_other_tenants(world: World, clock: F
         handle = deliverer.handle
 
         async def handle_and_note(msg: Message) -> None:
-            await handle(msg)  # settles the message
+            await handle(msg)  # the consumer acks it after
             if msg.body["tenant_id"] == tenant_b:
                 b_done.set()
 

@@ -211,8 +211,7 @@ class WebhookDeliverer:
                 "tenant_inactive" if tenant.status != "active" else "no_webhook")
             self._inc("webhooks_skipped_total", (("reason", why),))
             _log.info("webhook_skipped", reason=why, **ids)
-            await msg.ack()
-            return
+            return  # the consumer acks it
         try:
             base_url, path = _target(tenant.webhook_url)
         except _Refused as exc:
@@ -226,8 +225,7 @@ class WebhookDeliverer:
         finally:
             self._free_slot(job.tenant_id, msg.id)
         if outcome is None:
-            self._inc("webhooks_delivered_total")
-            await msg.ack()
+            self._inc("webhooks_delivered_total")  # the consumer acks it (queue_acks)
         elif isinstance(outcome, _Refused):
             await self._give_up(msg, ids, str(outcome))
         elif attempt < len(self.schedule_s):

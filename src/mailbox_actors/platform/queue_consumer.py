@@ -16,7 +16,9 @@ import anyio
 
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.queue_acks import AckBehind
 from mailbox_actors.platform.queue_bodies import check_batch_size, check_delay_ms, check_queue_name
+from mailbox_actors.platform.queue_handoff import Handoff
 from mailbox_actors.platform.queue_service import Message, QueueService
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
@@ -28,6 +30,9 @@ _log = get_logger("mailbox_actors.queues")
 # Batches at one instant before drain/run_due give up: a handler that re-sends its message with no
 # delay, forever, must fail loudly rather than hang FakeClock.advance.
 _MAX_ROUNDS = 100_000
+# Messages each running consumer may have handed to it (queue_handoff) before sends go to the file
+# for any consumer of the cluster.
+_HANDOFF_ROOM = 512
 
 
 def _invalid(message: str, field: str) -> MailboxActorsError:
@@ -123,24 +128,60 @@ class Consumer:
 
     async def run(self) -> None:
         """Consume until cancelled: poll every ``poll_interval_s`` (other processes' sends), or at
-        once when woken by a send through this service."""
+        once when woken by a send through this service. Without a batch timeout, messages this
+        process sends to the queue are handed straight to its running consumers
+        (``queue_handoff``)."""
+        handoff = None
+        if not self.max_batch_timeout_ms:
+            handoff = self._service.join_handoff(
+                self.queue, visibility_ms=self.visibility_ms, max_retries=self.max_retries,
+                dead_letter_queue=self.dead_letter_queue, room=_HANDOFF_ROOM)
+        try:
+            async with anyio.create_task_group() as tg:
+                acks = AckBehind(self._service, self.queue, tg)
+                try:
+                    await self._run(handoff, acks)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await acks.close()
+        finally:
+            if handoff is not None:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self._service.leave_handoff(handoff, _HANDOFF_ROOM)
+                    except Exception as exc:  # the service closed first: the leases lapse
+                        _log.warning("queue_handoff_release_failed", queue=self.queue,
+                                     error_type=type(exc).__name__)
+
+    async def _run(self, handoff: Handoff | None, acks: AckBehind) -> None:
+        found = True  # whether the last claim found messages: then claim again at once
         while True:
             self._wake = anyio.Event()
             wait_s = self.poll_interval_s
             try:
+                if handoff is not None and len(handoff):
+                    batch, stale = handoff.take(self.max_batch_size, self._clock.now_ms())
+                    if stale:
+                        await self._service.release(stale)
+                    await self._handle_batch(batch, acks)
+                    continue
                 if not self.max_batch_timeout_ms:
-                    # No batch timeout: whatever is visible is a batch; claim it straight away
-                    # (one round trip to the queue file per batch, not two).
-                    batch = await self._receive()
-                    if batch:
-                        await self._handle_batch(batch)
-                        continue
-                    due = await self._service.next_visible_ms(self.queue)
+                    # No batch timeout: whatever is visible is a batch. A claim is a write (it
+                    # takes the file's write lock even when it finds nothing), so an idle consumer
+                    # first reads whether anything is visible.
+                    due = None if found else await self._service.next_visible_ms(self.queue)
+                    if found or (due is not None and due <= self._clock.now_ms()):
+                        batch = await self._receive()
+                        found = bool(batch)
+                        if batch:
+                            await self._handle_batch(batch, acks)
+                            continue
+                        due = await self._service.next_visible_ms(self.queue)
                 else:
                     due = await self._batch_due()
                 now = self._clock.now_ms()
                 if due is not None and due <= now:
-                    await self._handle_batch(await self._receive())
+                    await self._handle_batch(await self._receive(), acks)
                     continue
                 if due is not None:
                     wait_s = min(wait_s, (due - now) / 1000)
@@ -161,11 +202,11 @@ class Consumer:
             self.queue, max_batch_size=self.max_batch_size, visibility_ms=self.visibility_ms,
             max_retries=self.max_retries, dead_letter_queue=self.dead_letter_queue)
 
-    async def _handle_batch(self, batch: Sequence[Message]) -> None:
+    async def _handle_batch(self, batch: Sequence[Message], acks: AckBehind | None = None) -> None:
         for msg in batch:
-            await self._handle(msg)
+            await self._handle(msg, acks)
 
-    async def _handle(self, msg: Message) -> None:
+    async def _handle(self, msg: Message, acks: AckBehind | None = None) -> None:
         self.handled += 1
         try:
             try:
@@ -176,7 +217,12 @@ class Consumer:
                              kind=msg.kind, attempts=msg.attempts, error_type=type(exc).__name__)
                 await msg._retry(self.retry_delay_ms, f"handler_error: {type(exc).__name__}")
                 return
-            await msg.ack()  # a no-op when the handler settled it
+            if msg.settled:
+                return
+            if acks is not None:
+                await acks.add(msg)  # written behind (queue_acks)
+            else:
+                await msg.ack()
         except Exception as exc:
             # Settling failed (the database stayed locked): the lease lapses and the message is
             # delivered again; the rest of the batch goes on.

@@ -32,6 +32,7 @@ from mailbox_actors.platform.queue_bodies import (
     check_queue_name,
     encode_body,
 )
+from mailbox_actors.platform.queue_handoff import Handoff
 from mailbox_actors.platform.queue_schema import MIGRATIONS
 from mailbox_actors.platform.sqlite_startup import execute_when_unlocked
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
@@ -139,6 +140,7 @@ class QueueService:
         self._acks: GroupCommit[tuple[str, str]] = GroupCommit(self._delete,
                                                                max_items=_MAX_PARAMS)
         self._watchers: dict[str, WeakSet[QueueWatcher]] = {}
+        self._handoffs: dict[str, Handoff] = {}
 
     @property
     def clock(self) -> Clock:
@@ -258,15 +260,85 @@ class QueueService:
         visible = now + delay_ms
         rows = [(self._ids.new_id("qm"), queue, kind, data.decode("utf-8"), now, visible)
                 for data, kind in encoded]
+        handoff = self._handoffs.get(queue) if not delay_ms else None
+        held = rows[:handoff.space()] if handoff is not None else []
+        rows = rows[len(held):]
         sql = ("INSERT INTO messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms) "
                "VALUES (?, ?, ?, ?, ?, ?)")
-        if len(rows) == 1:
+        if len(rows) == 1 and not held:
             await self._fetch(sql, rows[0])
+        elif handoff is not None and held:
+            await self._send_held(handoff, held, rows, sql, now)
         else:
             async with self._transaction() as conn:
                 await conn.executemany(sql, rows)
-        self._notify(queue, visible)
-        return [r[0] for r in rows]
+        if rows:
+            self._notify(queue, visible)
+        return [r[0] for r in held + rows]
+
+    async def _send_held(self, handoff: Handoff, held: list[tuple[str, str, str, str, int, int]],
+                         rows: list[tuple[str, str, str, str, int, int]], sql: str, now: int
+                         ) -> None:
+        """Insert ``held`` already leased to this process's consumers (as a claim leaves them:
+        one delivery counted) and ``rows`` visible to all, in one transaction; then hand the held
+        ones over."""
+        lease = self._ids.new_id("qc")
+        until = now + handoff.visibility_ms
+        async with self._transaction() as conn:
+            await conn.executemany(
+                "INSERT INTO messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms, "
+                "attempts, lease) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
+                [(mid, q, kind, body, at, until, lease) for mid, q, kind, body, at, _ in held])
+            if rows:
+                await conn.executemany(sql, rows)
+        policy = _Policy(handoff.max_retries, handoff.dead_letter_queue)
+        handoff.put(until, [
+            Message(self, id=mid, queue=q, body=_decoder.decode(body), attempts=1,
+                    enqueued_at_ms=at, lease=lease, policy=policy, dead_letter=None)
+            for mid, q, _kind, body, at, _ in held])
+        self._notify(handoff.queue, now)
+
+    # ---- hand-off to consumers in this process ---------------------------------------------------
+
+    def join_handoff(self, queue: str, *, visibility_ms: int, max_retries: int | None,
+                     dead_letter_queue: str | None, room: int) -> Handoff | None:
+        """A running consumer of ``queue`` offers to take messages this process sends to it
+        (``queue_handoff``). None when another consumer of ``queue`` here already does so under
+        a different policy: this one then only claims."""
+        policy = self._policy(queue, max_retries, dead_letter_queue)
+        handoff = self._handoffs.get(queue)
+        if handoff is None:
+            handoff = self._handoffs[queue] = Handoff(
+                queue, visibility_ms=visibility_ms, max_retries=policy.max_retries,
+                dead_letter_queue=policy.dead_letter_queue, room=0)
+        elif (handoff.visibility_ms, handoff.max_retries, handoff.dead_letter_queue) != (
+                visibility_ms, policy.max_retries, policy.dead_letter_queue):
+            return None
+        handoff.runners += 1
+        handoff.room += room
+        return handoff
+
+    async def leave_handoff(self, handoff: Handoff, room: int) -> None:
+        """The consumer stops taking; the last one out gives back what is still held."""
+        handoff.runners -= 1
+        handoff.room -= room
+        if handoff.runners <= 0:
+            if self._handoffs.get(handoff.queue) is handoff:
+                del self._handoffs[handoff.queue]
+            await self.release(handoff.drain())
+
+    async def release(self, messages: Sequence[Message]) -> None:
+        """Make held, unsettled messages visible to every consumer now, as if never delivered."""
+        now = self._clock.now_ms()
+        for msg in messages:
+            if msg._settled:
+                continue
+            msg._settled = True
+            rows = await self._fetch(
+                "UPDATE messages SET lease = NULL, visible_at_ms = ?, attempts = attempts - 1 "
+                "WHERE id = ? AND lease = ? RETURNING id", (now, msg.id, msg._lease))
+            if rows:
+                self._notify(msg.queue, now)
 
     # ---- consuming -----------------------------------------------------------------------------
 
