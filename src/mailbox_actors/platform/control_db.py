@@ -1,8 +1,9 @@
 """The control database (Q-3, the seed's D1): tenants, identities, domains and ``event_index``.
 
-One SQLite file per cluster, shared by every node process through aiosqlite: WAL, a busy timeout,
-and short ``BEGIN IMMEDIATE`` transactions, so writers queue on the lock instead of failing. Records are
-validated here before they are written. Never log, or put in an exception, a webhook secret.
+One SQLite file per cluster, shared by every node process through aiosqlite: WAL and short
+``BEGIN IMMEDIATE`` transactions; a writer waits for another process's lock (``sqlite_shared``)
+instead of failing. Records are validated here before they are written. Never log, or put in an
+exception, a webhook secret.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import anyio
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
-from mailbox_actors.platform.sqlite_startup import execute_when_unlocked
+from mailbox_actors.platform.sqlite_shared import execute_when_unlocked, retry_while_locked
 from mailbox_actors.wire.control import IDENTITY_STATUSES, Domain, EventIndexRow, Identity, Tenant
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
@@ -76,6 +77,7 @@ _TENANT_COLS = "id, name, events_days, webhook_url, webhook_secret, created_at_m
 _IDENTITY_COLS = "id, tenant_id, name, mailbox_id, status, created_at_ms"
 _DOMAIN_COLS = "id, tenant_id, name, monitor_id, created_at_ms"
 _EVENT_COLS = "event_id, tenant_id, identity_id, namespace, object_id, sequence, type, occurred_at_ms"
+_INDEX_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite's 32,766
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
@@ -124,12 +126,12 @@ class ControlDb:
             raise RuntimeError("ControlDb is already open")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            conn = await aiosqlite.connect(self.path, timeout=self._busy_timeout_ms / 1000,
-                                           isolation_level=None)
+            # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
+            conn = await aiosqlite.connect(self.path, timeout=0, isolation_level=None)
         except sqlite3.Error as e:
             raise _unopenable(self.path, e) from e
         try:
-            for pragma in (f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}",
+            for pragma in ("PRAGMA busy_timeout = 0",
                            "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL",
                            "PRAGMA foreign_keys = ON"):
                 await execute_when_unlocked(conn, pragma, self._busy_timeout_ms)
@@ -201,7 +203,8 @@ class ControlDb:
         async with self._lock:
             conn = self._require_conn()
             try:
-                await conn.execute("BEGIN IMMEDIATE")
+                await retry_while_locked(lambda: conn.execute("BEGIN IMMEDIATE"),
+                                         self._busy_timeout_ms)
                 yield conn
                 await conn.execute("COMMIT")
             except BaseException as e:
@@ -221,7 +224,8 @@ class ControlDb:
         async with self._lock:
             conn = self._require_conn()
             try:
-                rows = await conn.execute_fetchall(sql, params)
+                rows = await retry_while_locked(lambda: conn.execute_fetchall(sql, params),
+                                                self._busy_timeout_ms)
             except sqlite3.Error as e:
                 raise _mapped(e) from e
         return [tuple(r) for r in rows]
@@ -366,12 +370,18 @@ class ControlDb:
                 raise InvalidRequest("event index rows need an event_id and a tenant_id",
                                      details={"field": "event_id" if not r.event_id else "tenant_id"})
             _check_object_id("object_id", r.object_id)
+        values = [(r.event_id, r.tenant_id, r.identity_id, r.namespace, r.object_id, r.sequence,
+                   r.type, r.occurred_at_ms) for r in rows]
+        chunks = [values[i:i + _INDEX_ROWS] for i in range(0, len(values), _INDEX_ROWS)]
+        if len(chunks) == 1:
+            # One statement is atomic on its own: one round trip, no BEGIN and COMMIT.
+            return len(await self.fetch_all(_index_sql(len(values)), [v for r in values for v in r]))
+        new = 0
         async with self._write() as conn:
-            cur = await conn.executemany(
-                f"INSERT OR IGNORE INTO event_index ({_EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(r.event_id, r.tenant_id, r.identity_id, r.namespace, r.object_id, r.sequence,
-                  r.type, r.occurred_at_ms) for r in rows])
-            return cur.rowcount
+            for chunk in chunks:
+                new += len(list(await conn.execute_fetchall(
+                    _index_sql(len(chunk)), [v for r in chunk for v in r])))
+        return new
 
     async def events(self, tenant_id: str, *, after_event_id: str | None = None,
                      limit: int = 100) -> list[EventIndexRow]:
@@ -451,6 +461,12 @@ def _normalise_domain(name: object) -> str:
         if _DOMAIN.fullmatch(lowered):
             return lowered
     raise InvalidRequest("name must be a domain name such as example.com", details={"field": "name"})
+
+
+def _index_sql(n: int) -> str:
+    """INSERT OR IGNORE of ``n`` event_index rows; RETURNING names only the rows it inserted."""
+    return (f"INSERT OR IGNORE INTO event_index ({_EVENT_COLS}) VALUES "
+            + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n) + " RETURNING event_id")
 
 
 def _tenant_not_found(tenant_id: str) -> MailboxActorsError:

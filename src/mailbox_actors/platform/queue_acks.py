@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import anyio
 from anyio.abc import TaskGroup
 
 from mailbox_actors.platform.logging import get_logger
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 __all__ = ["AckBehind"]
 
 _log = get_logger("mailbox_actors.queues")
+_GATHER_S = 0.01  # real time an ack may wait for others to share its write
+_GATHER_COUNT = 64  # ...or until this many wait
 
 
 class AckBehind:
@@ -37,12 +40,15 @@ class AckBehind:
         self._pending: list[str] = []
         self._writing: list[str] = []
         self._writer_running = False
+        self._full = anyio.Event()  # set when _GATHER_COUNT acks wait
 
     async def add(self, msg: Message) -> None:
         msg._settled = True
         self._pending.append(msg.id)
         if len(self._pending) >= self._max:
             await self._write()
+        elif len(self._pending) >= _GATHER_COUNT:
+            self._full.set()
         elif not self._writer_running:
             self._writer_running = True
             self._tg.start_soon(self._writer)
@@ -50,12 +56,17 @@ class AckBehind:
     async def _writer(self) -> None:
         try:
             while self._pending:
+                # Let acks gather for a moment: every write takes the file's write lock, which the
+                # other processes of the cluster wait for. A later ack only delays a redelivery.
+                with anyio.move_on_after(_GATHER_S):
+                    await self._full.wait()
                 await self._write()
         finally:
             self._writer_running = False
 
     async def _write(self) -> None:
         ids, self._pending = self._pending, []
+        self._full = anyio.Event()
         self._writing.extend(ids)
         try:
             await self._service.ack_many(self._queue, ids)

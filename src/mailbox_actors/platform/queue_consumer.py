@@ -69,6 +69,7 @@ class Consumer:
         self._due: int | None = None
         self._due_known = False  # until a first look at the queue, next_due_ms says "now"
         self._wake: anyio.Event | None = None
+        self._look = True  # run(): whether the file may have news (a send, a poll interval passed)
         service.watch(queue, self)
 
     # ---- waking --------------------------------------------------------------------------------
@@ -76,6 +77,11 @@ class Consumer:
     def wake(self) -> None:
         """Look at the queue again now (``run()``), and at the next FakeClock step."""
         self._due_known = False
+        self._look = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def _wake_for_handoff(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
@@ -84,6 +90,7 @@ class Consumer:
         # finds nothing due just looks again, so erring early is safe and erring late is not.
         if self._due_known:
             self._due = at_ms if self._due is None else min(self._due, at_ms)
+        self._look = True
         if self._wake is not None:
             self._wake.set()
 
@@ -134,8 +141,9 @@ class Consumer:
         handoff = None
         if not self.max_batch_timeout_ms:
             handoff = self._service.join_handoff(
-                self.queue, visibility_ms=self.visibility_ms, max_retries=self.max_retries,
-                dead_letter_queue=self.dead_letter_queue, room=_HANDOFF_ROOM)
+                self.queue, self._wake_for_handoff, visibility_ms=self.visibility_ms,
+                max_retries=self.max_retries, dead_letter_queue=self.dead_letter_queue,
+                room=_HANDOFF_ROOM)
         try:
             async with anyio.create_task_group() as tg:
                 acks = AckBehind(self._service, self.queue, tg)
@@ -148,7 +156,8 @@ class Consumer:
             if handoff is not None:
                 with anyio.CancelScope(shield=True):
                     try:
-                        await self._service.leave_handoff(handoff, _HANDOFF_ROOM)
+                        await self._service.leave_handoff(handoff, self._wake_for_handoff,
+                                                          _HANDOFF_ROOM)
                     except Exception as exc:  # the service closed first: the leases lapse
                         _log.warning("queue_handoff_release_failed", queue=self.queue,
                                      error_type=type(exc).__name__)
@@ -169,8 +178,15 @@ class Consumer:
                     # No batch timeout: whatever is visible is a batch. A claim is a write (it
                     # takes the file's write lock even when it finds nothing), so an idle consumer
                     # first reads whether anything is visible.
-                    due = None if found else await self._service.next_visible_ms(self.queue)
+                    if not (found or self._look):
+                        # Woken by a hand-off another consumer took: nothing new in the file.
+                        due = None
+                    else:
+                        self._look = False
+                        due = None if found else await self._service.next_visible_ms(self.queue)
                     if found or (due is not None and due <= self._clock.now_ms()):
+                        if not found:
+                            self._service._notify(self.queue, due or 0)  # wake the others too
                         batch = await self._receive()
                         found = bool(batch)
                         if batch:
@@ -187,8 +203,14 @@ class Consumer:
                     wait_s = min(wait_s, (due - now) / 1000)
             except Exception as exc:  # a busy database or a closed service: keep consuming
                 _log.error("queue_consumer_error", queue=self.queue, error_type=type(exc).__name__)
-            with anyio.move_on_after(wait_s):
+            if handoff is not None and wait_s == self.poll_interval_s:
+                # The running consumers of this process take turns to look at the file: together
+                # they read it about once per poll interval, and the one that finds work wakes all.
+                wait_s *= max(1, handoff.runners)
+            with anyio.move_on_after(wait_s) as waited:
                 await self._wake.wait()
+            if waited.cancelled_caught:
+                self._look = True
 
     # ---- handling ------------------------------------------------------------------------------
 
@@ -203,8 +225,21 @@ class Consumer:
             max_retries=self.max_retries, dead_letter_queue=self.dead_letter_queue)
 
     async def _handle_batch(self, batch: Sequence[Message], acks: AckBehind | None = None) -> None:
-        for msg in batch:
-            await self._handle(msg, acks)
+        for i, msg in enumerate(batch):
+            try:
+                await self._handle(msg, acks)
+            except BaseException:
+                if acks is None:  # drain() and run_due(): tests stop these to play a crash
+                    raise
+                # run() stopped mid-batch: the messages not yet started go back to the queue at
+                # once (the one being handled keeps its lease: its effect may have happened).
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self._service.release(batch[i + 1:])
+                    except Exception as exc:  # the leases lapse instead
+                        _log.warning("queue_release_failed", queue=self.queue,
+                                     error_type=type(exc).__name__)
+                raise
 
     async def _handle(self, msg: Message, acks: AckBehind | None = None) -> None:
         self.handled += 1

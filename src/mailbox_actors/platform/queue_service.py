@@ -10,7 +10,7 @@ on anything but SQLite's own lock.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,7 @@ from mailbox_actors.platform.queue_bodies import (
 )
 from mailbox_actors.platform.queue_handoff import Handoff
 from mailbox_actors.platform.queue_schema import MIGRATIONS
-from mailbox_actors.platform.sqlite_startup import execute_when_unlocked
+from mailbox_actors.platform.sqlite_shared import execute_when_unlocked, retry_while_locked
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["DeadLetterInfo", "Message", "QueueService", "QueueWatcher"]
@@ -44,6 +44,12 @@ _decoder = msgspec.json.Decoder(dict[str, Any])
 _CLAIM_COLUMNS = ("seq, id, kind, body, attempts, enqueued_at_ms, origin_queue, reason, "
                   "failed_attempts")
 _MAX_PARAMS = 500  # ids per statement in ack_many, well under SQLite's bound-parameter limit
+_INSERT_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite's 32,766
+
+
+def _insert_sql(n: int) -> str:
+    return ("INSERT INTO messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms, attempts, "
+            "lease) VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +158,10 @@ class QueueService:
         if self._conn is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = await aiosqlite.connect(self.path, isolation_level=None,
-                                       timeout=self._busy_timeout_ms / 1000)
+        # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
+        conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=0)
         try:
-            await conn.execute_fetchall(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            await conn.execute_fetchall("PRAGMA busy_timeout = 0")
             await execute_when_unlocked(conn, "PRAGMA journal_mode = WAL", self._busy_timeout_ms)
             # WAL with synchronous=NORMAL survives a process crash (the node's failure model),
             # without an fsync per message.
@@ -211,7 +217,8 @@ class QueueService:
         conn = self._require()
         async with self._lock:
             with anyio.CancelScope(shield=True), _busy_is_unavailable(self.path):
-                rows = list(await conn.execute_fetchall(sql, params))
+                rows = list(await retry_while_locked(
+                    lambda: conn.execute_fetchall(sql, params), self._busy_timeout_ms))
         return rows
 
     @asynccontextmanager
@@ -221,7 +228,8 @@ class QueueService:
         conn = self._require()
         async with self._lock:
             with anyio.CancelScope(shield=True), _busy_is_unavailable(self.path):
-                await conn.execute("BEGIN IMMEDIATE")
+                await retry_while_locked(lambda: conn.execute("BEGIN IMMEDIATE"),
+                                         self._busy_timeout_ms)
                 try:
                     yield conn
                 except BaseException:
@@ -258,50 +266,44 @@ class QueueService:
             return []
         now = self._clock.now_ms()
         visible = now + delay_ms
-        rows = [(self._ids.new_id("qm"), queue, kind, data.decode("utf-8"), now, visible)
-                for data, kind in encoded]
         handoff = self._handoffs.get(queue) if not delay_ms else None
-        held = rows[:handoff.space()] if handoff is not None else []
-        rows = rows[len(held):]
-        sql = ("INSERT INTO messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms) "
-               "VALUES (?, ?, ?, ?, ?, ?)")
-        if len(rows) == 1 and not held:
-            await self._fetch(sql, rows[0])
-        elif handoff is not None and held:
-            await self._send_held(handoff, held, rows, sql, now)
-        else:
-            async with self._transaction() as conn:
-                await conn.executemany(sql, rows)
-        if rows:
+        n_held = min(len(encoded), handoff.space(now)) if handoff is not None else 0
+        # The first n_held go to this process's running consumers, leased to them as a claim
+        # would leave them (one delivery counted); the rest are visible to every consumer.
+        lease = self._ids.new_id("qc") if n_held else None
+        until = now + handoff.visibility_ms if handoff is not None and n_held else visible
+        rows = [(self._ids.new_id("qm"), queue, kind, data.decode("utf-8"), now,
+                 until if i < n_held else visible, 1 if i < n_held else 0,
+                 lease if i < n_held else None)
+                for i, (data, kind) in enumerate(encoded)]
+        await self._insert(rows)
+        if handoff is not None and n_held and lease is not None:
+            policy = _Policy(handoff.max_retries, handoff.dead_letter_queue)
+            handoff.put(now, [
+                Message(self, id=mid, queue=queue, body=_decoder.decode(body), attempts=1,
+                        enqueued_at_ms=now, lease=lease, policy=policy, dead_letter=None)
+                for mid, _q, _kind, body, *_ in rows[:n_held]])
+        if len(rows) > n_held:
             self._notify(queue, visible)
-        return [r[0] for r in held + rows]
+        return [r[0] for r in rows]
 
-    async def _send_held(self, handoff: Handoff, held: list[tuple[str, str, str, str, int, int]],
-                         rows: list[tuple[str, str, str, str, int, int]], sql: str, now: int
-                         ) -> None:
-        """Insert ``held`` already leased to this process's consumers (as a claim leaves them:
-        one delivery counted) and ``rows`` visible to all, in one transaction; then hand the held
-        ones over."""
-        lease = self._ids.new_id("qc")
-        until = now + handoff.visibility_ms
+    async def _insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """All ``rows`` or none. One multi-row INSERT when they fit in one statement (a statement is
+        atomic on its own: one round trip to the connection's thread, no BEGIN and COMMIT); else
+        one transaction of several."""
+        chunks = [rows[i:i + _INSERT_ROWS] for i in range(0, len(rows), _INSERT_ROWS)]
+        if len(chunks) == 1:
+            await self._fetch(_insert_sql(len(rows)), [v for r in rows for v in r])
+            return
         async with self._transaction() as conn:
-            await conn.executemany(
-                "INSERT INTO messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms, "
-                "attempts, lease) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
-                [(mid, q, kind, body, at, until, lease) for mid, q, kind, body, at, _ in held])
-            if rows:
-                await conn.executemany(sql, rows)
-        policy = _Policy(handoff.max_retries, handoff.dead_letter_queue)
-        handoff.put(until, [
-            Message(self, id=mid, queue=q, body=_decoder.decode(body), attempts=1,
-                    enqueued_at_ms=at, lease=lease, policy=policy, dead_letter=None)
-            for mid, q, _kind, body, at, _ in held])
-        self._notify(handoff.queue, now)
+            for chunk in chunks:
+                await conn.execute(_insert_sql(len(chunk)), [v for r in chunk for v in r])
 
     # ---- hand-off to consumers in this process ---------------------------------------------------
 
-    def join_handoff(self, queue: str, *, visibility_ms: int, max_retries: int | None,
-                     dead_letter_queue: str | None, room: int) -> Handoff | None:
+    def join_handoff(self, queue: str, wake: Callable[[], None], *, visibility_ms: int,
+                     max_retries: int | None, dead_letter_queue: str | None, room: int
+                     ) -> Handoff | None:
         """A running consumer of ``queue`` offers to take messages this process sends to it
         (``queue_handoff``). None when another consumer of ``queue`` here already does so under
         a different policy: this one then only claims."""
@@ -314,13 +316,13 @@ class QueueService:
         elif (handoff.visibility_ms, handoff.max_retries, handoff.dead_letter_queue) != (
                 visibility_ms, policy.max_retries, policy.dead_letter_queue):
             return None
-        handoff.runners += 1
+        handoff.wakers.append(wake)
         handoff.room += room
         return handoff
 
-    async def leave_handoff(self, handoff: Handoff, room: int) -> None:
+    async def leave_handoff(self, handoff: Handoff, wake: Callable[[], None], room: int) -> None:
         """The consumer stops taking; the last one out gives back what is still held."""
-        handoff.runners -= 1
+        handoff.wakers.remove(wake)
         handoff.room -= room
         if handoff.runners <= 0:
             if self._handoffs.get(handoff.queue) is handoff:
