@@ -291,6 +291,15 @@ async def test_index_events_is_idempotent(db: ControlDb) -> None:
 
 
 @pytest.mark.anyio
+async def test_index_events_beyond_one_statement_is_one_transaction(db: ControlDb) -> None:
+    """Q-3, EV-2: more rows than one INSERT takes are indexed together; the count is of new rows."""
+    rows = [event(n) for n in range(1, 1_201)]
+    assert await db.index_events(rows[:700]) == 700
+    assert await db.index_events(rows) == 500
+    assert (await db.counts())["events"] == 1_200
+
+
+@pytest.mark.anyio
 async def test_events_page_by_event_id_per_tenant(db: ControlDb) -> None:
     """Q-3: events() returns one tenant's rows in event-id order, paged with after_event_id."""
     rows = [event(n, tenant_id="ten_1" if n % 3 else "ten_2") for n in range(1, 31)]

@@ -547,6 +547,26 @@ async def test_batch_with_one_bad_body_enqueues_nothing(queues: QueueService) ->
     assert await queues.send_batch("jobs", []) == []
 
 
+@pytest.mark.anyio
+async def test_batch_beyond_one_statement_is_all_or_nothing(queues: QueueService) -> None:
+    """Q-1: a batch larger than one INSERT takes is still one transaction: a row refused in its
+    second statement enqueues none; without it, every body arrives, in order."""
+    holder = sqlite3.connect(queues.path, isolation_level=None)
+    holder.execute("CREATE TRIGGER refuse_900 BEFORE INSERT ON messages "
+                   "WHEN json_extract(NEW.body, '$.n') = 900 BEGIN SELECT RAISE(ABORT, 'no'); END")
+    with pytest.raises(sqlite3.IntegrityError):
+        await queues.send_batch("jobs", [job(n) for n in range(1_200)])
+    assert await queues.depth("jobs") == 0
+    holder.execute("DROP TRIGGER refuse_900")
+    holder.close()
+    sent = await queues.send_batch("jobs", [job(n) for n in range(1_200)])
+    got: list[Message] = []
+    while batch := await queues.receive("jobs", max_batch_size=100):
+        got += batch
+    assert [m.id for m in got] == sent
+    assert [m.body["n"] for m in got] == list(range(1_200))
+
+
 @pytest.mark.parametrize("name", ["", "Jobs", "1jobs", "-jobs", "jobs.dlq", "a b", "é", "a" * 64, 5])
 @pytest.mark.anyio
 async def test_bad_queue_names_are_refused(queues: QueueService, name: Any) -> None:
