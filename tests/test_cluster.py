@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from mailbox_actors.core.actor_ids import id_from_name, namespace_key
 from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.rpc.http_client import HttpPool
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
@@ -51,12 +52,12 @@ def _free_port_block(n: int) -> int:
 class Cluster:
     """``mailbox-actors cluster`` as a child process, with its output read line by line."""
 
-    def __init__(self, data: Path, nodes: int) -> None:
+    def __init__(self, data: Path, nodes: int, extra: tuple[str, ...] = ()) -> None:
         self.data = data
         self.port = _free_port_block(nodes)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mailbox_actors", "cluster", "--nodes", str(nodes), "--data",
-             str(data), "--port", str(self.port), "--log-level", "warning"],
+             str(data), "--port", str(self.port), "--log-level", "warning", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
@@ -220,6 +221,28 @@ async def test_any_node_forwards_to_the_owner_and_owner_checks_hold(cluster: Clu
             json.dumps(env).encode(), timeout_s=10)
         assert json.loads(body)["err"]["code"] == "internal_error"
         assert await _metric(pool, owner, "rpc_owner_mismatch_total") == 1
+
+
+@pytest.mark.anyio
+async def test_settings_from_a_config_file_reach_every_node(tmp_path: Path) -> None:
+    """CL-4: what the supervisor was configured with (a TOML file here) is every node's setting:
+    ids are minted with the configured secret, and the configured body limit holds on each node."""
+    config = tmp_path / "cluster.toml"
+    config.write_text('id_secret = "a-custom-id-secret"\nmax_body_bytes = 2048\n')
+    c = Cluster(tmp_path / "cluster", 2, extra=("--config", str(config)))
+    try:
+        c.wait_for("cluster: running")
+        token = (c.data / "cluster.token").read_text().strip()
+        async with Client.from_data_dir(c.data) as client, HttpPool() as pool:
+            qid = await client.id_from_name("tenant_quota", "acme")
+            assert qid == id_from_name(namespace_key("tenant_quota", b"a-custom-id-secret"), "acme")
+            for node in c.nodes():
+                status, _ = await pool.request(
+                    node["url"], "POST", f"/rpc/tenant_quota/{qid}",
+                    {"authorization": f"Bearer {token}"}, b"x" * 4096, timeout_s=10)
+                assert status == 413
+    finally:
+        c.stop()
 
 
 def test_status_command_lists_every_node(cluster: Cluster) -> None:

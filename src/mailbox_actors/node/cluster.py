@@ -20,13 +20,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from mailbox_actors.node.config import NodeConfig, ensure_tokens, load_config
+from mailbox_actors.node.config import ENV_PREFIX, NodeConfig, ensure_tokens, load_config
 from mailbox_actors.node.serve import add_config_arguments, flags_of
 from mailbox_actors.runtime.settings import SettingsError
 
 __all__ = ["CLUSTER_FILE", "ClusterSupervisor", "add_arguments", "read_cluster_file", "run"]
 
 CLUSTER_FILE = "cluster.json"
+# Settings each node gets its own value of (flags), or that travel another way (the tokens).
+_PER_NODE = frozenset({"data", "host", "port", "nodes", "node_name", "token", "token_file",
+                       "operator_token", "operator_token_file", "control_db", "queues_db"})
 _RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -69,14 +72,19 @@ class ClusterSupervisor:
     def _spawn(self, i: int) -> subprocess.Popen[bytes]:
         peers = ",".join(f"{n}={u}" for n, u in zip(self.names, self.urls, strict=True))
         env = dict(os.environ)
-        # Tokens travel in the environment, never in argv where `ps` would show them.
-        env["MAILBOX_ACTORS_TOKEN"] = self.tokens.cluster
-        env["MAILBOX_ACTORS_OPERATOR_TOKEN"] = self.tokens.operator
+        # Every cluster-wide setting, however the supervisor got it (flag, environment, TOML
+        # file), reaches the node through its environment, which only the node's own flags
+        # outrank: never argv, where `ps` would show the tokens and the id secret.
+        for name in NodeConfig.__struct_fields__:
+            value = getattr(self.cfg, name)
+            if name not in _PER_NODE and value is not None:
+                env[ENV_PREFIX + name.upper()] = str(value)
+        env[ENV_PREFIX + "TOKEN"] = self.tokens.cluster
+        env[ENV_PREFIX + "OPERATOR_TOKEN"] = self.tokens.operator
+        env.pop(ENV_PREFIX + "CONFIG", None)  # read once, here
         cmd = [sys.executable, "-m", "mailbox_actors", "serve", "--data",
                str(self.data / self.names[i]), "--host", self.cfg.host,
                "--port", str(self.cfg.port + i), "--node-name", self.names[i], "--peers", peers,
-               "--durability", self.cfg.durability, "--log-format", self.cfg.log_format,
-               "--log-level", self.cfg.log_level,
                # One control database and one queue file for the whole cluster.
                "--control-db", self.cfg.control_db or str(self.data / "control.sqlite"),
                "--queues-db", self.cfg.queues_db or str(self.data / "queues.sqlite")]
