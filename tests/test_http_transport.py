@@ -554,7 +554,7 @@ async def test_pool_cancelled_request_does_not_poison_the_pool() -> None:
 
 
 async def test_pool_refuses_header_injection_and_bad_urls() -> None:
-    """CR/LF in a header or path, and a non-http base URL, are refused before sending (REL-2)."""
+    """CR/LF in a header or path, and a base URL that is not http(s), are refused before sending (REL-2)."""
     async with serving() as (_, port), HttpPool() as pool:
         base = f"http://127.0.0.1:{port}"
         with pytest.raises(ValueError):
@@ -562,7 +562,7 @@ async def test_pool_refuses_header_injection_and_bad_urls() -> None:
         with pytest.raises(ValueError):
             await pool.request(base, "POST", "/x HTTP/1.1\r\nx: y", None, b"", 5.0)
         with pytest.raises(ValueError):
-            await pool.request("https://127.0.0.1:1", "POST", "/x", None, b"", 5.0)
+            await pool.request("ftp://127.0.0.1:1", "POST", "/x", None, b"", 5.0)
 
 
 async def test_bench_helpers_return_figures() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import ssl
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,6 +50,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     control_db: str | None = None  # default DATA/control.sqlite (a cluster: DIR/control.sqlite)
     queues_db: str | None = None  # default DATA/queues.sqlite (a cluster: DIR/queues.sqlite)
     webhook_consumers: int = 4
+    webhook_ca_file: str | None = None  # PEM CAs for https webhooks (default: the system's)
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -64,6 +66,13 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         need(self.max_body_bytes >= 1024, "max_body_bytes", "must be >= 1024")
         need(self.read_timeout_s > 0, "read_timeout_s", "must be > 0")
         need(bool(self.host), "host", "must not be empty")
+        need(1 <= self.webhook_consumers <= 64, "webhook_consumers", "must be 1..64")
+        if self.webhook_ca_file is not None:
+            try:
+                ssl.create_default_context(cafile=self.webhook_ca_file)
+            except (OSError, ssl.SSLError) as e:
+                raise SettingsError(f"setting 'webhook_ca_file' names no readable PEM file of CA "
+                                    f"certificates (got {self.webhook_ca_file!r}: {e})") from None
 
     def runtime_settings(self, data_dir: str | None = None) -> RuntimeSettings:
         data = data_dir or self.data
@@ -74,7 +83,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             id_secret=self.id_secret,
             control_db=self.control_db or str(Path(data) / "control.sqlite"),
             queues_db=self.queues_db or str(Path(data) / "queues.sqlite"),
-            webhook_consumers=self.webhook_consumers)
+            webhook_consumers=self.webhook_consumers, webhook_ca_file=self.webhook_ca_file)
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,

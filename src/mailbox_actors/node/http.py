@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from ssl import SSLContext
 from typing import Any, Protocol
 
 from mailbox_actors.node._http_connection import Connection
@@ -78,12 +79,15 @@ class RpcHttpServer:
             raise RuntimeError("RpcHttpServer is not started")
         return self._loop
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *,
+                    ssl: SSLContext | None = None) -> int:
+        """Listen; the bound port. ``ssl``: serve HTTPS (a webhook receiver; nodes serve HTTP)."""
         if self._server is not None:
             raise RuntimeError("RpcHttpServer already started")
         self._loop = asyncio.get_running_loop()
         self._server = await self._loop.create_server(
-            lambda: Connection(self), host, port, backlog=self._backlog, reuse_address=True)
+            lambda: Connection(self), host, port, backlog=self._backlog, reuse_address=True,
+            ssl=ssl)
         self.port = int(self._server.sockets[0].getsockname()[1])
         self._sweeper = self._loop.create_task(self._sweep())
         return self.port

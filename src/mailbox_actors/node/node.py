@@ -160,7 +160,8 @@ class Node:
         self.host.event_sink = ControlEventSink(self.control_db, self.queues)
         self.host.events_days = self._events_days
         self.webhooks = WebhookDeliverer(self.control_db, self.queues, clock=self.clock,
-                                         rng=self.rng, metrics=self.metrics)
+                                         rng=self.rng, metrics=self.metrics,
+                                         ca_file=st.webhook_ca_file)
         self.consumers = [*self.webhooks.consumers(count=st.webhook_consumers)]
         self.consumers.append(DeadLetterRecorder(self.queues, self.consumers[0].dead_letter_queue))
 

@@ -32,7 +32,8 @@ __all__ = ["add_arguments", "add_config_arguments", "package_version", "run", "s
 
 FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_token",
          "operator_token_file", "durability", "idle_ms", "max_active_actors", "max_queue",
-         "max_body_bytes", "log_format", "log_level", "control_db", "queues_db")
+         "max_body_bytes", "log_format", "log_level", "control_db", "queues_db",
+         "webhook_consumers", "webhook_ca_file")
 
 
 def package_version() -> str:
@@ -64,6 +65,11 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                    help="the cluster's control database (default DATA/control.sqlite)")
     p.add_argument("--queues-db", dest="queues_db",
                    help="the cluster's queue database (default DATA/queues.sqlite)")
+    p.add_argument("--webhook-consumers", dest="webhook_consumers", type=int,
+                   help="webhook deliveries in flight per node (default 4)")
+    p.add_argument("--webhook-ca-file", dest="webhook_ca_file",
+                   help="PEM file of the CAs https webhook endpoints are checked against "
+                        "(default: the system's)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

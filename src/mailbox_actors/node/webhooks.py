@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import math
 import re
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -32,6 +33,7 @@ from mailbox_actors.rpc.http_client import (
     HttpPool,
     HttpProtocolError,
     HttpTimeout,
+    HttpTlsError,
 )
 from mailbox_actors.wire.control import Tenant
 from mailbox_actors.wire.events import WebhookMessage
@@ -43,6 +45,7 @@ __all__ = [
     "SIGNATURE_HEADER",
     "WebhookDeliverer",
     "sign",
+    "tls_context",
     "verify",
 ]
 
@@ -60,6 +63,7 @@ _PATH_SAFE = "/?=&%:@!$'()*+,;~-._[]"
 # deferred; a fast endpoint frees one within milliseconds, a slow one does not.
 _SLOT_WAIT_S = 0.25
 _TENANT_FRESH_MS = 100  # how long a tenant row read for one delivery serves the next ones
+_PORTS = {"http": 80, "https": 443}
 
 
 # ---- signatures ----------------------------------------------------------------------------------
@@ -127,12 +131,14 @@ class WebhookDeliverer:
     At most ``max_in_flight_per_tenant`` attempts per tenant run at once (default: one fewer than
     the consumers), so a slow endpoint leaves a consumer free for everyone else; a message over
     that cap is deferred (re-sent unchanged after ``attempt_timeout_s``), not counted as an attempt.
+    https endpoints are verified against the system's CAs, or only ``ca_file``'s when given.
     """
 
     def __init__(self, control_db: ControlDb, queues: QueueService, *, clock: Clock, rng: Rng,
                  pool: HttpPool | None = None, metrics: Metrics | None = None,
                  attempt_timeout_s: float = 10.0, schedule_s: Sequence[float] = DEFAULT_SCHEDULE_S,
-                 jitter_fraction: float = 0.1, max_in_flight_per_tenant: int | None = None) -> None:
+                 jitter_fraction: float = 0.1, max_in_flight_per_tenant: int | None = None,
+                 ca_file: str | None = None) -> None:
         if not (math.isfinite(attempt_timeout_s) and 0 < attempt_timeout_s <= 300):
             raise ValueError("attempt_timeout_s must be in (0, 300]")
         if not 0 <= jitter_fraction <= 1:
@@ -152,7 +158,7 @@ class WebhookDeliverer:
             connect_timeout_s=min(5.0, attempt_timeout_s), max_response_bytes=1024 * 1024,
             # Below the 5 s keep-alive of common servers, so a reused connection is not one the
             # receiver is closing.
-            idle_timeout_s=4.0)
+            idle_timeout_s=4.0, ssl_context=tls_context(ca_file))
         self._metrics = metrics
         self.attempt_timeout_s = attempt_timeout_s
         self.schedule_s = tuple(float(d) for d in schedule_s)
@@ -251,6 +257,8 @@ class WebhookDeliverer:
                 outcome = None if 200 <= status < 300 else f"http {status}"
             except HttpTimeout:
                 outcome = "timeout"
+            except HttpTlsError:  # its text names the host: never logged
+                outcome = "tls failed (certificate not trusted or not for this host)"
             except HttpConnectError:
                 outcome = "connect failed"
             except HttpConnectionLost:
@@ -350,6 +358,15 @@ class WebhookDeliverer:
             self._metrics.inc(name, labels)
 
 
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """How https endpoints are verified: the system's trusted CAs, or only those of ``ca_file``
+    (a PEM bundle: a private CA, or a test's). Certificates and host names are always checked."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"webhook CA file {ca_file!r} cannot be loaded: {e}") from None
+
+
 def _decode(body: Mapping[str, Any]) -> WebhookMessage:
     try:
         job = msgspec.convert(body, WebhookMessage)
@@ -363,19 +380,16 @@ def _decode(body: Mapping[str, Any]) -> WebhookMessage:
 
 
 def _target(url: str) -> tuple[str, str]:
-    """``(base_url, request target)`` for the pool; https is refused (the pool speaks no TLS)."""
+    """``(base_url, request target)`` for the pool."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
         raise _Refused("webhook_url is not a valid URL") from None
-    if parts.scheme == "https":
-        raise _Refused("https webhook endpoints are not supported: this node's HTTP client has no "
-                       "TLS (use an http:// endpoint, e.g. behind a local TLS proxy)")
-    if parts.scheme != "http" or not parts.hostname:
-        raise _Refused("webhook_url is not an http:// URL with a host")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _Refused("webhook_url is not an http:// or https:// URL with a host")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     target = quote(parts.path or "/", safe=_PATH_SAFE)
     if parts.query:
         target += "?" + quote(parts.query, safe=_PATH_SAFE)
-    return f"http://{host}:{port or 80}", target
+    return f"{parts.scheme}://{host}:{port or _PORTS[parts.scheme]}", target

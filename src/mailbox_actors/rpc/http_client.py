@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections import deque
 from collections.abc import Mapping
 from typing import cast
@@ -24,8 +25,12 @@ __all__ = [
     "HttpPool",
     "HttpProtocolError",
     "HttpTimeout",
+    "HttpTlsError",
     "HttpTransportError",
 ]
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class HttpTransportError(ConnectionError):
@@ -39,6 +44,10 @@ class HttpTransportError(ConnectionError):
 
 class HttpConnectError(HttpTransportError):
     """The connection could not be opened (refused, unreachable, connect timeout): nothing sent."""
+
+
+class HttpTlsError(HttpConnectError):
+    """The TLS handshake failed (the certificate was not accepted, or no common protocol)."""
 
 
 class HttpConnectionLost(HttpTransportError):
@@ -137,26 +146,29 @@ class _Conn(asyncio.Protocol):
 class _Host:
     """The connections to one base URL."""
 
-    __slots__ = ("base_url", "host", "hostport", "idle", "port", "size", "waiters")
+    __slots__ = ("base_url", "host", "hostport", "idle", "port", "size", "tls", "waiters")
 
     def __init__(self, base_url: str) -> None:
         parts = urlsplit(base_url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"base_url must be http://host[:port], got {base_url!r}")
+        if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+            raise ValueError(f"base_url must be http(s)://host[:port], got {base_url!r}")
         if parts.path not in ("", "/") or parts.query or parts.fragment:
             raise ValueError(f"base_url must have no path, query or fragment: {base_url!r}")
         self.base_url = base_url
+        self.tls = parts.scheme == "https"
         self.host = parts.hostname
-        self.port = parts.port or 80
+        default_port = _DEFAULT_PORTS[parts.scheme]
+        self.port = parts.port or default_port
         host = f"[{self.host}]" if ":" in self.host else self.host
-        self.hostport = (host if self.port == 80 else f"{host}:{self.port}").encode("idna")
+        self.hostport = (host if self.port == default_port else f"{host}:{self.port}").encode("idna")
         self.idle: list[_Conn] = []
         self.size = 0           # open or opening connections, idle or not
         self.waiters: deque[asyncio.Future[None]] = deque()
 
 
 class HttpPool:
-    """Keep-alive HTTP/1.1 connections to a set of base URLs (``http://host:port``).
+    """Keep-alive HTTP/1.1 connections to a set of base URLs (``http://host:port``, or ``https://``
+    verified against ``ssl_context``, by default the system's trusted CAs).
 
     At most ``max_per_host`` connections per base URL; callers beyond that wait for one to come
     free (inside their ``timeout_s``). Idle connections are dropped after ``idle_timeout_s``, which
@@ -165,9 +177,12 @@ class HttpPool:
     """
 
     def __init__(self, *, max_per_host: int = 64, connect_timeout_s: float = 5.0,
-                 idle_timeout_s: float = 30.0, max_response_bytes: int = 16 * 1024 * 1024) -> None:
+                 idle_timeout_s: float = 30.0, max_response_bytes: int = 16 * 1024 * 1024,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         if max_per_host < 1:
             raise ValueError("max_per_host must be >= 1")
+        # For https base URLs; None: the system's trusted CAs, made on first use.
+        self._ssl = ssl_context
         self.max_per_host = max_per_host
         self.connect_timeout_s = connect_timeout_s
         self.idle_timeout_s = idle_timeout_s
@@ -286,12 +301,25 @@ class HttpPool:
     async def _connect(self, loop: asyncio.AbstractEventLoop, host: _Host,
                        deadline: float) -> _Conn:
         limit = self.max_response_bytes
+        tls: ssl.SSLContext | None = None
+        if host.tls:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            tls = self._ssl
         try:
             async with asyncio.timeout_at(min(deadline, loop.time() + self.connect_timeout_s)):
-                _, conn = await loop.create_connection(lambda: _Conn(limit), host.host, host.port)
+                _, conn = await loop.create_connection(
+                    lambda: _Conn(limit), host.host, host.port, ssl=tls,
+                    server_hostname=host.host if tls is not None else None)
         except TimeoutError:
             raise HttpTimeout("connect timed out", base_url=host.base_url,
                               request_sent=False) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise HttpTlsError(f"TLS certificate not accepted: {exc.verify_message}",
+                               base_url=host.base_url, request_sent=False) from exc
+        except ssl.SSLError as exc:
+            raise HttpTlsError(f"TLS handshake failed: {exc.reason or exc}",
+                               base_url=host.base_url, request_sent=False) from exc
         except OSError as exc:
             raise HttpConnectError(f"cannot connect: {exc.strerror or exc}",
                                    base_url=host.base_url, request_sent=False) from exc

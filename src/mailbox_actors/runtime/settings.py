@@ -35,6 +35,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     control_db: str | None = None
     queues_db: str | None = None
     webhook_consumers: int = 4
+    webhook_ca_file: str | None = None  # PEM CAs for https webhooks (None: the system's)
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
