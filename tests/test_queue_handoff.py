@@ -7,15 +7,17 @@ FakeClock). Leases run on the FakeClock; ``run()`` uses real time only for its p
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
-from mailbox_actors.platform.clock import FakeClock
+from mailbox_actors.platform.clock import FakeClock, SystemClock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.queues import Consumer, Message, QueueService
 from mailbox_actors.platform.rng import SeededRng
@@ -64,8 +66,8 @@ class Blocker:
 async def running(queues: QueueService, handler: Callable[[Message], Awaitable[None]],
                   **options: Any) -> AsyncIterator[Consumer]:
     """``Consumer.run`` (no batch timeout) in a task, cancelled on exit, as a node stops it."""
-    consumer = Consumer(queues, "jobs", handler, max_batch_timeout_s=0, poll_interval_s=3_600,
-                        visibility_ms=LEASE_MS, **options)
+    options = {"poll_interval_s": 3_600, "visibility_ms": LEASE_MS, **options}
+    consumer = Consumer(queues, "jobs", handler, max_batch_timeout_s=0, **options)
     async with anyio.create_task_group() as tg:
         tg.start_soon(consumer.run)
         await anyio.wait_all_tasks_blocked()  # run() has started, so it takes what is sent
@@ -261,3 +263,113 @@ async def test_taken_batch_is_released_on_stop(tmp_path: Path, clock: FakeClock)
             await wait(blocker.holding)
         taken = await receive_all(b)
         assert sorted((m.body["n"], m.attempts) for m in taken) == [(n, 1) for n in range(1, 6)]
+
+
+# ---- found by review: the file is still read while hand-offs keep coming ------------------------
+
+
+class Watch:
+    """A handler that sets ``seen`` when message ``n`` arrives."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.seen = anyio.Event()
+
+    async def __call__(self, msg: Message) -> None:
+        if msg.body["n"] == self.n:
+            self.seen.set()
+
+
+async def send_until(queues: QueueService, seen: anyio.Event) -> None:
+    """Keep this process's consumers busy with hand-offs until ``seen``: each send wakes them."""
+    n = 1_000
+    with anyio.fail_after(5):
+        while not seen.is_set():
+            await queues.send("jobs", job(n))
+            n += 1
+            await anyio.lowlevel.checkpoint()  # the consumers take it; no pause to poll in
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("consumers", [1, 4])
+async def test_another_process_message_is_read_while_hand_offs_keep_coming(
+        tmp_path: Path, clock: FakeClock, consumers: int) -> None:
+    """Q-1: a message another process sent is claimed within a poll interval even while this
+    process's own sends wake its consumers without end (a wake must not put off the file read)."""
+    watch = Watch(1)
+    async with two_processes(tmp_path, clock) as (a, b):
+        cs = [Consumer(a, "jobs", watch, max_batch_timeout_s=0, poll_interval_s=0.02,
+                       visibility_ms=LEASE_MS) for _ in range(consumers)]
+        async with anyio.create_task_group() as tg:
+            for c in cs:
+                tg.start_soon(c.run)
+            await anyio.wait_all_tasks_blocked()
+            await b.send("jobs", job(1))  # no wake reaches process a
+            await send_until(a, watch.seen)
+            tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_own_delayed_send_is_handled_while_hand_offs_keep_coming(tmp_path: Path) -> None:
+    """Q-1: a delayed send (the webhook retry) becomes due while hand-offs keep waking the
+    consumer: it is handled, its due time not forgotten."""
+    watch = Watch(1)
+    clock = SystemClock()
+    async with two_processes(tmp_path, clock) as (a, _):  # type: ignore[arg-type]
+        async with running(a, watch, poll_interval_s=0.02):
+            await a.send("jobs", job(1), delay_seconds=0.05)
+            await send_until(a, watch.seen)
+
+
+@pytest.mark.anyio
+async def test_a_send_racing_the_last_consumer_stopping_is_given_back(
+        tmp_path: Path, clock: FakeClock) -> None:
+    """Q-1: a send that chose the hand-off, then waited for the file while the last consumer
+    stopped, makes its message visible to every process instead of leaving it leased to nobody."""
+    async with two_processes(tmp_path, clock) as (a, b):
+        other = sqlite3.connect(tmp_path / "queues.sqlite", isolation_level=None)
+        sent = anyio.Event()
+
+        async def send() -> None:
+            await a.send("jobs", job(1))
+            sent.set()
+
+        async with anyio.create_task_group() as outer:
+            async with running(a, Watch(1)):
+                other.execute("BEGIN IMMEDIATE")  # another process writes: a's INSERT waits
+                outer.start_soon(send)
+                await anyio.wait_all_tasks_blocked()
+            other.execute("COMMIT")
+            await wait(sent)
+        other.close()
+        assert [(m.body["n"], m.attempts) for m in await receive_all(b)] == [(1, 1)]
+
+
+@pytest.mark.anyio
+async def test_a_failed_give_back_does_not_drop_the_batch_taken_with_it(
+        tmp_path: Path, clock: FakeClock) -> None:
+    """Q-1: when giving back stale messages fails (the file stays locked), the fresh message taken
+    with them is still handled."""
+    seen_2 = Watch(2)
+    blocker = Blocker()
+
+    async def handler(msg: Message) -> None:
+        await seen_2(msg)
+        await blocker(msg)
+
+    path = tmp_path / "queues.sqlite"
+    async with QueueService(path, clock=clock, ids=Ids(clock, SeededRng(1)),
+                            busy_timeout_ms=20) as a:
+        other = sqlite3.connect(path, isolation_level=None)
+        # A 1 s lease: a message is stale once held 500 ms (half its lease), before the
+        # hand-off counts as behind (BEHIND_MS) and sends go to the file instead.
+        async with running(a, handler, max_batch_size=1, visibility_ms=1_000):
+            await hold(a, blocker)
+            await a.send("jobs", job(1))
+            await clock.advance(600)      # message 1 is stale at the next take
+            await a.send("jobs", job(2))  # held, fresh
+            other.execute("BEGIN IMMEDIATE")
+            blocker.go.set()
+            await wait(seen_2.seen)
+            other.execute("COMMIT")
+        other.close()

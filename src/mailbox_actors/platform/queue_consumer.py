@@ -35,6 +35,15 @@ _MAX_ROUNDS = 100_000
 _HANDOFF_ROOM = 512
 
 
+class _Looks:
+    """When a consumer without a hand-off next reads the file (anyio time)."""
+
+    __slots__ = ("look_at",)
+
+    def __init__(self) -> None:
+        self.look_at = 0.0
+
+
 def _invalid(message: str, field: str) -> MailboxActorsError:
     return MailboxActorsError(ErrorCode.INVALID_REQUEST, message, details={"field": field})
 
@@ -163,6 +172,10 @@ class Consumer:
                                      error_type=type(exc).__name__)
 
     async def _run(self, handoff: Handoff | None, acks: AckBehind) -> None:
+        # When the file is next read (anyio time): shared through the hand-off by the running
+        # consumers of this queue in this process, so together they read it once per poll
+        # interval. Only reading the file moves it: a hand-off wake must not put the read off.
+        looks = handoff if handoff is not None else _Looks()
         found = True  # whether the last claim found messages: then claim again at once
         while True:
             self._wake = anyio.Event()
@@ -171,46 +184,65 @@ class Consumer:
                 if handoff is not None and len(handoff):
                     batch, stale = handoff.take(self.max_batch_size, self._clock.now_ms())
                     if stale:
-                        await self._service.release(stale)
+                        await self._give_back(stale)
                     await self._handle_batch(batch, acks)
                     continue
                 if not self.max_batch_timeout_ms:
-                    # No batch timeout: whatever is visible is a batch. A claim is a write (it
-                    # takes the file's write lock even when it finds nothing), so an idle consumer
-                    # first reads whether anything is visible.
-                    if not (found or self._look):
-                        # Woken by a hand-off another consumer took: nothing new in the file.
-                        due = None
+                    if not (found or self._look or anyio.current_time() >= looks.look_at):
+                        pass  # woken by a hand-off another consumer took: nothing new in the file
+                    elif await self._claim(looks, found, acks):
+                        found = True
+                        continue
                     else:
-                        self._look = False
-                        due = None if found else await self._service.next_visible_ms(self.queue)
-                    if found or (due is not None and due <= self._clock.now_ms()):
-                        if not found:
-                            self._service._notify(self.queue, due or 0)  # wake the others too
-                        batch = await self._receive()
-                        found = bool(batch)
-                        if batch:
-                            await self._handle_batch(batch, acks)
-                            continue
-                        due = await self._service.next_visible_ms(self.queue)
+                        found = False
                 else:
                     due = await self._batch_due()
-                now = self._clock.now_ms()
-                if due is not None and due <= now:
-                    await self._handle_batch(await self._receive(), acks)
-                    continue
-                if due is not None:
-                    wait_s = min(wait_s, (due - now) / 1000)
+                    now = self._clock.now_ms()
+                    if due is not None and due <= now:
+                        await self._handle_batch(await self._receive(), acks)
+                        continue
+                    if due is not None:
+                        wait_s = min(wait_s, (due - now) / 1000)
             except Exception as exc:  # a busy database or a closed service: keep consuming
                 _log.error("queue_consumer_error", queue=self.queue, error_type=type(exc).__name__)
-            if handoff is not None and wait_s == self.poll_interval_s:
-                # The running consumers of this process take turns to look at the file: together
-                # they read it about once per poll interval, and the one that finds work wakes all.
-                wait_s *= max(1, handoff.runners)
-            with anyio.move_on_after(wait_s) as waited:
-                await self._wake.wait()
-            if waited.cancelled_caught:
-                self._look = True
+                looks.look_at = anyio.current_time() + self.poll_interval_s
+                found = False
+            if not self.max_batch_timeout_ms:
+                with anyio.move_on_at(looks.look_at):
+                    await self._wake.wait()
+            else:
+                with anyio.move_on_after(wait_s):
+                    await self._wake.wait()
+
+    async def _claim(self, looks: _Looks | Handoff, found: bool, acks: AckBehind) -> bool:
+        """Without a batch timeout, whatever is visible is a batch: claim it and handle it; False
+        when nothing was visible. A claim is a write (it takes the file's write lock even when it
+        finds nothing), so unless the last claim found messages, read first whether any is."""
+        self._look = False
+        due = None if found else await self._service.next_visible_ms(self.queue)
+        if found or (due is not None and due <= self._clock.now_ms()):
+            if not found:
+                self._service._notify(self.queue, due or 0)  # wake the others too
+            batch = await self._receive()
+            if batch:
+                await self._handle_batch(batch, acks)
+                return True
+            due = await self._service.next_visible_ms(self.queue)
+        now_rt, now = anyio.current_time(), self._clock.now_ms()
+        if due is not None and due <= now:
+            # Visible but not claimed: those the claim dead-lettered. Look again at once.
+            looks.look_at = now_rt
+            return False
+        looks.look_at = now_rt + self.poll_interval_s
+        if due is not None:  # a delayed message, or a lease that lapses, before the next poll
+            looks.look_at = min(looks.look_at, now_rt + (due - now) / 1000)
+        return False
+
+    async def _give_back(self, stale: Sequence[Message]) -> None:
+        try:
+            await self._service.release(stale)
+        except Exception as exc:  # their leases lapse instead; the batch taken with them goes on
+            _log.warning("queue_release_failed", queue=self.queue, error_type=type(exc).__name__)
 
     # ---- handling ------------------------------------------------------------------------------
 

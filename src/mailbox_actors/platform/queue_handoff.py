@@ -35,6 +35,7 @@ class Handoff:
     __slots__ = (
         "_held",
         "dead_letter_queue",
+        "look_at",
         "max_retries",
         "queue",
         "room",
@@ -50,6 +51,7 @@ class Handoff:
         self.dead_letter_queue = dead_letter_queue
         self.room = room
         self.wakers: list[Callable[[], None]] = []  # one per running consumer
+        self.look_at = 0.0  # when the running consumers next read the queue file (anyio time)
         self._held: deque[tuple[int, Message]] = deque()  # (held since, message), oldest first
 
     @property

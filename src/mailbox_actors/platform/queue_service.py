@@ -279,10 +279,13 @@ class QueueService:
         await self._insert(rows)
         if handoff is not None and n_held and lease is not None:
             policy = _Policy(handoff.max_retries, handoff.dead_letter_queue)
-            handoff.put(now, [
-                Message(self, id=mid, queue=queue, body=_decoder.decode(body), attempts=1,
-                        enqueued_at_ms=now, lease=lease, policy=policy, dead_letter=None)
-                for mid, _q, _kind, body, *_ in rows[:n_held]])
+            held = [Message(self, id=mid, queue=queue, body=_decoder.decode(body), attempts=1,
+                            enqueued_at_ms=now, lease=lease, policy=policy, dead_letter=None)
+                    for mid, _q, _kind, body, *_ in rows[:n_held]]
+            if self._handoffs.get(queue) is handoff and handoff.runners:
+                handoff.put(now, held)
+            else:  # the last consumer stopped while the rows were written: nobody would take them
+                await self.release(held)
         if len(rows) > n_held:
             self._notify(queue, visible)
         return [r[0] for r in rows]
