@@ -43,6 +43,7 @@ from mailbox_actors.platform.logging import configure_logging
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.platform.queues import Consumer, DeadLetterRecorder, Message, QueueService
 from mailbox_actors.platform.rng import SeededRng
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.events import Event
 
 T0 = 1_767_225_600_000
@@ -628,3 +629,14 @@ async def test_deliveries_waiting_on_a_slow_tenant_read_use_its_result() -> None
         clock.set_ms(clock.now_ms() + 1_000)  # the read outlasts the 100 ms window
         release.set()
     assert got == ["row"] * 5 and reads == 1
+
+
+@pytest.mark.anyio
+async def test_a_failed_index_write_fails_the_publish_with_its_own_error(world: World) -> None:
+    """EV-2: the event index and the queue are written side by side; when one fails, the outbox
+    alarm's publish raises that error itself (retryable unavailable here), so it is retried and
+    logged under its own name."""
+    await world.db.close()
+    with pytest.raises(MailboxActorsError) as info:
+        await world.emit("ten_1", 1)
+    assert info.value.code is ErrorCode.UNAVAILABLE and info.value.retryable

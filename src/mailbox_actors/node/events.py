@@ -49,6 +49,9 @@ class ControlEventSink:
         # Two files, two connections: written side by side (the group waits for the slower one,
         # not for both in turn). Both are idempotent for the outbox's retry: the index ignores a
         # row it has, a second queue message is a duplicate receivers drop.
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._db.index_events, rows)
-            tg.start_soon(functools.partial(self._queues.send_batch, WEBHOOKS_QUEUE, bodies))
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._db.index_events, rows)
+                tg.start_soon(functools.partial(self._queues.send_batch, WEBHOOKS_QUEUE, bodies))
+        except ExceptionGroup as group:  # the publishers see (and log) the first failure itself
+            raise group.exceptions[0] from None
