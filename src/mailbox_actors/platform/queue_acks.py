@@ -18,7 +18,8 @@ from anyio.abc import TaskGroup
 from mailbox_actors.platform.logging import get_logger
 
 if TYPE_CHECKING:
-    from mailbox_actors.platform.queue_service import Message, QueueService
+    from mailbox_actors.platform.queue_message import Message
+    from mailbox_actors.platform.queue_service import QueueService
 
 __all__ = ["AckBehind"]
 

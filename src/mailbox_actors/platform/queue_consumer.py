@@ -19,7 +19,8 @@ from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.queue_acks import AckBehind
 from mailbox_actors.platform.queue_bodies import check_batch_size, check_delay_ms, check_queue_name
 from mailbox_actors.platform.queue_handoff import Handoff
-from mailbox_actors.platform.queue_service import Message, QueueService
+from mailbox_actors.platform.queue_message import Message
+from mailbox_actors.platform.queue_service import QueueService
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["Consumer", "DeadLetterRecorder", "Handler", "age_ms", "reenqueue_with_attempt"]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mailbox_actors.platform.queue_service import Message
+    from mailbox_actors.platform.queue_message import Message
 
 __all__ = ["BEHIND_MS", "STALE_MS", "Handoff"]
 

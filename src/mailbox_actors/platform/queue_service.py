@@ -3,23 +3,17 @@
 Delivery is at least once. A receive claims messages atomically (one ``UPDATE ... RETURNING``) under
 a lease that lapses after the visibility timeout, so a consumer that dies mid-batch has its messages
 delivered again, and two processes never hold one message at once. Every time decision uses the
-``Clock``. Each statement or transaction runs shielded from cancellation and short: it never waits
-on anything but SQLite's own lock.
+``Clock``. How statements run on the file is ``queue_file``'s; a delivery is ``queue_message``'s.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 from weakref import WeakSet
 
-import aiosqlite
-import anyio
 import msgspec
 
 from mailbox_actors.platform.clock import Clock
@@ -32,12 +26,12 @@ from mailbox_actors.platform.queue_bodies import (
     check_queue_name,
     encode_body,
 )
+from mailbox_actors.platform.queue_file import QueueFile
 from mailbox_actors.platform.queue_handoff import Handoff
-from mailbox_actors.platform.queue_schema import MIGRATIONS
-from mailbox_actors.platform.sqlite_shared import execute_when_unlocked, retry_while_locked
+from mailbox_actors.platform.queue_message import DeadLetterInfo, Message, Policy
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-__all__ = ["DeadLetterInfo", "Message", "QueueService", "QueueWatcher"]
+__all__ = ["QueueService", "QueueWatcher"]
 
 _log = get_logger("mailbox_actors.queues")
 _decoder = msgspec.json.Decoder(dict[str, Any])
@@ -52,77 +46,6 @@ def _insert_sql(n: int) -> str:
             "lease) VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n))
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetterInfo:
-    """Why a message sits in a dead-letter queue: where it came from, why, after how many
-    deliveries."""
-
-    origin_queue: str
-    reason: str
-    attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Policy:
-    max_retries: int | None  # None: retry forever (the dead-letter recorder)
-    dead_letter_queue: str
-
-
-class Message:
-    """One delivery of a queued message. Settle it once: ``ack()`` or ``retry()``; later calls
-    do nothing."""
-
-    __slots__ = ("_lease", "_policy", "_service", "_settled", "attempts", "body", "dead_letter",
-                 "enqueued_at_ms", "id", "queue")
-
-    def __init__(self, service: QueueService, *, id: str, queue: str, body: dict[str, Any],
-                 attempts: int, enqueued_at_ms: int, lease: str, policy: _Policy,
-                 dead_letter: DeadLetterInfo | None) -> None:
-        self.id = id
-        self.queue = queue
-        self.body = body
-        self.attempts = attempts  # deliveries so far, this one included
-        self.enqueued_at_ms = enqueued_at_ms
-        self.dead_letter = dead_letter
-        self._service = service
-        self._lease = lease
-        self._policy = policy
-        self._settled = False
-
-    @property
-    def kind(self) -> str:
-        return str(self.body["kind"])
-
-    @property
-    def settled(self) -> bool:
-        return self._settled
-
-    async def ack(self) -> None:
-        """Done: this message is never delivered again."""
-        if not self._settled:
-            self._settled = True
-            await self._service.ack_many(self.queue, [self.id])
-
-    async def retry(self, delay_seconds: float = 0) -> None:
-        """Deliver again after ``delay_seconds``; past ``max_retries`` it is dead-lettered instead."""
-        await self._retry(check_delay_ms(delay_seconds), "retries_exhausted")
-
-    async def give_up(self, reason: str) -> None:
-        """Give up now: move to the dead-letter queue with ``reason`` (a consumer's own budget
-        is spent, or the message can never succeed)."""
-        if not self._settled:
-            self._settled = True
-            await self._service._dead_letter(self, reason)
-
-    async def _retry(self, delay_ms: int, reason: str) -> None:
-        if not self._settled:
-            self._settled = True
-            await self._service._retry_message(self, delay_ms, reason)
-
-    def __repr__(self) -> str:
-        return f"Message(id={self.id!r}, queue={self.queue!r}, attempts={self.attempts})"
-
-
 class QueueWatcher(Protocol):
     """Told when a message of its queue becomes visible at ``at_ms`` (sent through this service)."""
 
@@ -134,15 +57,11 @@ class QueueService:
 
     def __init__(self, path: Path, *, clock: Clock, ids: Ids, metrics: Any | None = None,
                  busy_timeout_ms: int = 10_000) -> None:
-        self.path = Path(path)
+        self._file = QueueFile(path, busy_timeout_ms=busy_timeout_ms)
+        self.path = self._file.path
         self.metrics = metrics
         self._clock = clock
         self._ids = ids
-        self._busy_timeout_ms = busy_timeout_ms
-        self._conn: aiosqlite.Connection | None = None
-        # One connection serves every task of this service; a transaction must not interleave
-        # with another task's statements, so each statement or transaction holds this lock.
-        self._lock = anyio.Lock()
         self._acks: GroupCommit[tuple[str, str]] = GroupCommit(self._delete,
                                                                max_items=_MAX_PARAMS)
         self._watchers: dict[str, WeakSet[QueueWatcher]] = {}
@@ -152,34 +71,11 @@ class QueueService:
     def clock(self) -> Clock:
         return self._clock
 
-    # ---- lifecycle -----------------------------------------------------------------------------
-
     async def open(self) -> None:
-        if self._conn is not None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
-        conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=0)
-        try:
-            await conn.execute_fetchall("PRAGMA busy_timeout = 0")
-            await execute_when_unlocked(conn, "PRAGMA journal_mode = WAL", self._busy_timeout_ms)
-            # WAL with synchronous=NORMAL survives a process crash (the node's failure model),
-            # without an fsync per message.
-            await conn.execute_fetchall("PRAGMA synchronous = NORMAL")
-            self._conn = conn
-            await self._migrate()
-        except BaseException:
-            self._conn = None
-            with anyio.CancelScope(shield=True):
-                await conn.close()
-            raise
+        await self._file.open()
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            async with self._lock:
-                with anyio.CancelScope(shield=True):
-                    await conn.close()
+        await self._file.close()
 
     async def __aenter__(self) -> QueueService:
         await self.open()
@@ -189,53 +85,7 @@ class QueueService:
                         tb: TracebackType | None) -> None:
         await self.close()
 
-    async def _migrate(self) -> None:
-        async with self._transaction() as conn:
-            rows = await conn.execute_fetchall("PRAGMA user_version")
-            version = int(next(iter(rows))[0])
-            if version > len(MIGRATIONS):
-                raise MailboxActorsError(
-                    ErrorCode.INTERNAL_ERROR,
-                    f"queue database {self.path} has schema version {version}, newer than this "
-                    f"code's {len(MIGRATIONS)}; upgrade mailbox-actors")
-            for statements in MIGRATIONS[version:]:
-                for sql in statements:
-                    await conn.execute_fetchall(sql)
-            if version < len(MIGRATIONS):
-                await conn.execute_fetchall(f"PRAGMA user_version = {len(MIGRATIONS)}")
-
-    # ---- SQL plumbing --------------------------------------------------------------------------
-
-    def _require(self) -> aiosqlite.Connection:
-        if self._conn is None:
-            raise RuntimeError("QueueService is not open: call open() or use 'async with'")
-        return self._conn
-
-    async def _fetch(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
-                     ) -> list[Any]:
-        """One statement in its own (implicit) transaction; its rows."""
-        conn = self._require()
-        async with self._lock:
-            with anyio.CancelScope(shield=True), _busy_is_unavailable(self.path):
-                rows = list(await retry_while_locked(
-                    lambda: conn.execute_fetchall(sql, params), self._busy_timeout_ms))
-        return rows
-
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """BEGIN IMMEDIATE: take the write lock first, so SQLite's busy timeout covers the wait
-        and the snapshot is never stale."""
-        conn = self._require()
-        async with self._lock:
-            with anyio.CancelScope(shield=True), _busy_is_unavailable(self.path):
-                await retry_while_locked(lambda: conn.execute("BEGIN IMMEDIATE"),
-                                         self._busy_timeout_ms)
-                try:
-                    yield conn
-                except BaseException:
-                    await conn.rollback()
-                    raise
-                await conn.commit()
+    # ---- watchers ------------------------------------------------------------------------------
 
     def watch(self, queue: str, watcher: QueueWatcher) -> None:
         """Tell ``watcher`` when this service makes a message of ``queue`` visible (held weakly)."""
@@ -278,7 +128,7 @@ class QueueService:
                 for i, (data, kind) in enumerate(encoded)]
         await self._insert(rows)
         if handoff is not None and n_held and lease is not None:
-            policy = _Policy(handoff.max_retries, handoff.dead_letter_queue)
+            policy = Policy(handoff.max_retries, handoff.dead_letter_queue)
             held = [Message(self, id=mid, queue=queue, body=_decoder.decode(body), attempts=1,
                             enqueued_at_ms=now, lease=lease, policy=policy, dead_letter=None)
                     for mid, _q, _kind, body, *_ in rows[:n_held]]
@@ -296,9 +146,9 @@ class QueueService:
         one transaction of several."""
         chunks = [rows[i:i + _INSERT_ROWS] for i in range(0, len(rows), _INSERT_ROWS)]
         if len(chunks) == 1:
-            await self._fetch(_insert_sql(len(rows)), [v for r in rows for v in r])
+            await self._file.fetch(_insert_sql(len(rows)), [v for r in rows for v in r])
             return
-        async with self._transaction() as conn:
+        async with self._file.transaction() as conn:
             for chunk in chunks:
                 await conn.execute(_insert_sql(len(chunk)), [v for r in chunk for v in r])
 
@@ -339,7 +189,7 @@ class QueueService:
             if msg._settled:
                 continue
             msg._settled = True
-            rows = await self._fetch(
+            rows = await self._file.fetch(
                 "UPDATE messages SET lease = NULL, visible_at_ms = ?, attempts = attempts - 1 "
                 "WHERE id = ? AND lease = ? RETURNING id", (now, msg.id, msg._lease))
             if rows:
@@ -364,7 +214,7 @@ class QueueService:
         policy = self._policy(queue, max_retries, dead_letter_queue)
         now = self._clock.now_ms()
         lease = self._ids.new_id("qc")
-        rows = await self._fetch(
+        rows = await self._file.fetch(
             "UPDATE messages SET lease = ?, visible_at_ms = ?, attempts = attempts + 1 "
             # Oldest visible first, in the index's own order (queue, visible_at_ms, rowid): the
             # claim reads max_batch_size index entries, however long the backlog is.
@@ -385,9 +235,9 @@ class QueueService:
             out.append(msg)
         return out
 
-    def _policy(self, queue: str, max_retries: int | None, dead_letter_queue: str | None) -> _Policy:
+    def _policy(self, queue: str, max_retries: int | None, dead_letter_queue: str | None) -> Policy:
         if max_retries is None:
-            return _Policy(None, dead_letter_queue or f"{queue}-dlq")
+            return Policy(None, dead_letter_queue or f"{queue}-dlq")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "max_retries must be >= 0",
                                      details={"field": "max_retries"})
@@ -405,7 +255,7 @@ class QueueService:
             raise MailboxActorsError(ErrorCode.INVALID_REQUEST,
                                      f"queue {queue!r} cannot be its own dead-letter queue",
                                      details={"field": "dead_letter_queue"})
-        return _Policy(max_retries, dlq)
+        return Policy(max_retries, dlq)
 
     async def ack_many(self, queue: str, ids: Sequence[str]) -> None:
         """Delete these messages of ``queue``, whoever holds them: they are never delivered again.
@@ -426,7 +276,7 @@ class QueueService:
             for start in range(0, len(id_list), _MAX_PARAMS):
                 chunk = id_list[start:start + _MAX_PARAMS]
                 marks = ",".join("?" * len(chunk))
-                await self._fetch(f"DELETE FROM messages WHERE queue = ? AND id IN ({marks})",
+                await self._file.fetch(f"DELETE FROM messages WHERE queue = ? AND id IN ({marks})",
                                   (q, *chunk))
 
     async def retry_all(self, messages: Iterable[Message], *, delay_seconds: float = 0) -> None:
@@ -441,7 +291,7 @@ class QueueService:
             await self._dead_letter(msg, reason)
             return
         visible = self._clock.now_ms() + delay_ms
-        rows = await self._fetch(
+        rows = await self._file.fetch(
             "UPDATE messages SET lease = NULL, visible_at_ms = ? WHERE id = ? AND lease = ? "
             "RETURNING id", (visible, msg.id, msg._lease))
         if rows:
@@ -451,7 +301,7 @@ class QueueService:
         """Move a held message to its dead-letter queue, ready at once, with why and how often."""
         dlq = msg._policy.dead_letter_queue
         now = self._clock.now_ms()
-        rows = await self._fetch(
+        rows = await self._file.fetch(
             "UPDATE messages SET queue = ?, lease = NULL, visible_at_ms = ?, attempts = 0, "
             "origin_queue = ?, reason = ?, failed_attempts = ? WHERE id = ? AND lease = ? "
             "RETURNING id", (dlq, now, msg.queue, reason, msg.attempts, msg.id, msg._lease))
@@ -464,7 +314,7 @@ class QueueService:
         """Record a message held from a dead-letter queue in ``dead_letters`` and remove it, in one
         transaction; log it at error level and count it. False if the lease had lapsed."""
         info = msg.dead_letter or DeadLetterInfo(msg.queue, "sent_to_dead_letter_queue", msg.attempts)
-        async with self._transaction() as conn:
+        async with self._file.transaction() as conn:
             rows = list(await conn.execute_fetchall(
                 "DELETE FROM messages WHERE id = ? AND lease = ? RETURNING kind, body",
                 (msg.id, msg._lease)))
@@ -490,7 +340,7 @@ class QueueService:
     async def depth(self, queue: str) -> int:
         """Messages waiting (ready or delayed) plus those in flight."""
         check_queue_name(queue)
-        rows = await self._fetch("SELECT COUNT(*) FROM messages WHERE queue = ?", (queue,))
+        rows = await self._file.fetch("SELECT COUNT(*) FROM messages WHERE queue = ?", (queue,))
         return int(rows[0][0])
 
     async def stats(self) -> dict[str, dict[str, int]]:
@@ -502,13 +352,13 @@ class QueueService:
             return out.setdefault(queue, {"ready": 0, "delayed": 0, "in_flight": 0,
                                           "dead_letters": 0})
 
-        for queue, ready, delayed, in_flight in await self._fetch(
+        for queue, ready, delayed, in_flight in await self._file.fetch(
                 "SELECT queue, SUM(visible_at_ms <= :now), "
                 "SUM(visible_at_ms > :now AND lease IS NULL), "
                 "SUM(visible_at_ms > :now AND lease IS NOT NULL) FROM messages GROUP BY queue",
                 {"now": now}):
             entry(queue).update(ready=ready, delayed=delayed, in_flight=in_flight)
-        for queue, n in await self._fetch(
+        for queue, n in await self._file.fetch(
                 "SELECT queue, COUNT(*) FROM dead_letters GROUP BY queue"):
             entry(queue)["dead_letters"] = n
         return dict(sorted(out.items()))
@@ -516,7 +366,7 @@ class QueueService:
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[dict[str, Any]]:
         """The letters recorded from ``queue`` (its original name), oldest first."""
         check_queue_name(queue)
-        rows = await self._fetch(
+        rows = await self._file.fetch(
             "SELECT message_id, dead_letter_queue, kind, body, reason, attempts, enqueued_at_ms, "
             "recorded_at_ms FROM dead_letters WHERE queue = ? ORDER BY seq LIMIT ?",
             (queue, max(0, int(limit))))
@@ -529,7 +379,7 @@ class QueueService:
         """When the next message of ``queue`` is (or was) visible; in-flight ones count at their
         visibility timeout. None when the queue is empty."""
         check_queue_name(queue)
-        rows = await self._fetch("SELECT MIN(visible_at_ms) FROM messages WHERE queue = ?", (queue,))
+        rows = await self._file.fetch("SELECT MIN(visible_at_ms) FROM messages WHERE queue = ?", (queue,))
         return None if rows[0][0] is None else int(rows[0][0])
 
     async def batch_due_ms(self, queue: str, *, max_batch_size: int, max_batch_timeout_ms: int
@@ -538,7 +388,7 @@ class QueueService:
         visible one waited ``max_batch_timeout_ms``, whichever is first. None when empty."""
         check_queue_name(queue)
         check_batch_size(max_batch_size)
-        rows = await self._fetch(
+        rows = await self._file.fetch(
             "SELECT MIN(visible_at_ms), (SELECT visible_at_ms FROM messages WHERE queue = :q "
             "ORDER BY visible_at_ms LIMIT 1 OFFSET :k) FROM messages WHERE queue = :q",
             {"q": queue, "k": max_batch_size - 1})
@@ -547,16 +397,3 @@ class QueueService:
             return None
         due = int(oldest) + max(0, max_batch_timeout_ms)
         return due if full is None else min(due, int(full))
-
-
-@contextmanager
-def _busy_is_unavailable(path: Path) -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        text = str(exc)
-        if "locked" in text or "busy" in text:
-            raise MailboxActorsError(
-                ErrorCode.UNAVAILABLE,
-                f"queue database {path} stayed locked past the busy timeout") from exc
-        raise

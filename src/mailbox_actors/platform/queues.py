@@ -52,12 +52,8 @@ from mailbox_actors.platform.queue_consumer import (
     age_ms,
     reenqueue_with_attempt,
 )
-from mailbox_actors.platform.queue_service import (
-    DeadLetterInfo,
-    Message,
-    QueueService,
-    QueueWatcher,
-)
+from mailbox_actors.platform.queue_message import DeadLetterInfo, Message
+from mailbox_actors.platform.queue_service import QueueService, QueueWatcher
 
 __all__ = [
     "MAX_BATCH_SIZE",
