@@ -2,25 +2,31 @@
 
 One SQLite file per cluster, shared by every node process through aiosqlite: WAL and short
 ``BEGIN IMMEDIATE`` transactions; a writer waits for another process's lock (``sqlite_shared``)
-instead of failing. Records are validated here before they are written. Never log, or put in an
-exception, a webhook secret.
+instead of failing. Records are checked (``control_checks``) before they are written; the schema
+is ``control_schema``'s. Never log, or put in an exception, a webhook secret.
 """
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiosqlite
 import anyio
 
 from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.control_checks import (
+    check_events_days,
+    check_object_id,
+    check_text,
+    check_webhook,
+    normalise_domain,
+)
+from mailbox_actors.platform.control_schema import META, MIGRATIONS
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.sqlite_shared import execute_when_unlocked, retry_while_locked
@@ -29,67 +35,18 @@ from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsE
 
 __all__ = ["MIGRATIONS", "ControlDb", "ControlDbTooNew"]
 
-# Ordered; position i (from 1) is schema version i. Append only: never edit a released migration.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE tenants (
-            id TEXT PRIMARY KEY,
-            name TEXT NOT NULL,
-            events_days INTEGER NOT NULL,
-            webhook_url TEXT,
-            webhook_secret TEXT,
-            created_at_ms INTEGER NOT NULL,
-            status TEXT NOT NULL DEFAULT 'active'
-        ) WITHOUT ROWID""",
-        """CREATE TABLE identities (
-            id TEXT PRIMARY KEY,
-            tenant_id TEXT NOT NULL REFERENCES tenants (id),
-            name TEXT NOT NULL,
-            mailbox_id TEXT NOT NULL UNIQUE,
-            status TEXT NOT NULL CHECK (status IN ('creating', 'active', 'erased')),
-            created_at_ms INTEGER NOT NULL,
-            UNIQUE (tenant_id, name)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE domains (
-            id TEXT PRIMARY KEY,
-            tenant_id TEXT NOT NULL REFERENCES tenants (id),
-            name TEXT NOT NULL UNIQUE,
-            monitor_id TEXT NOT NULL UNIQUE,
-            created_at_ms INTEGER NOT NULL
-        ) WITHOUT ROWID""",
-        "CREATE INDEX domains_by_tenant ON domains (tenant_id, id)",
-        """CREATE TABLE event_index (
-            event_id TEXT PRIMARY KEY,
-            tenant_id TEXT NOT NULL,
-            identity_id TEXT,
-            namespace TEXT NOT NULL,
-            object_id TEXT NOT NULL,
-            sequence INTEGER NOT NULL,
-            type TEXT NOT NULL,
-            occurred_at_ms INTEGER NOT NULL
-        ) WITHOUT ROWID""",
-        "CREATE INDEX event_index_by_tenant ON event_index (tenant_id, event_id)",
-    ),
-)
-
-_META = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
 _TENANT_COLS = "id, name, events_days, webhook_url, webhook_secret, created_at_ms, status"
 _IDENTITY_COLS = "id, tenant_id, name, mailbox_id, status, created_at_ms"
 _DOMAIN_COLS = "id, tenant_id, name, monitor_id, created_at_ms"
 _EVENT_COLS = "event_id, tenant_id, identity_id, namespace, object_id, sequence, type, occurred_at_ms"
 _INDEX_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite's 32,766
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_DOMAIN = re.compile(r"(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+"
-                     r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 # Identity status moves only forward: creating -> active -> erased (or creating -> erased).
 _STATUS_FROM: dict[str, tuple[str, ...]] = {
     "creating": ("creating",),
     "active": ("creating", "active"),
     "erased": ("creating", "active", "erased"),
 }
-_MIN_SECRET, _MAX_SECRET, _MAX_URL = 16, 1024, 2048
 
 _log = get_logger("mailbox_actors.control_db")
 
@@ -175,7 +132,7 @@ class ControlDb:
                 return
         async with self._write() as conn:
             # Re-read under BEGIN IMMEDIATE: another process may have migrated meanwhile.
-            await conn.execute(_META)
+            await conn.execute(META)
             rows = list(await conn.execute_fetchall(
                 "SELECT v FROM meta WHERE k = 'schema_version'"))
             found = int(rows[0][0]) if rows else 0
@@ -238,9 +195,9 @@ class ControlDb:
 
     async def create_tenant(self, name: str, *, webhook_url: str | None = None,
                             webhook_secret: str | None = None, events_days: int = 30) -> Tenant:
-        _check_text("name", name, 100)
-        _check_events_days(events_days)
-        _check_webhook(webhook_url, webhook_secret)
+        check_text("name", name, 100)
+        check_events_days(events_days)
+        check_webhook(webhook_url, webhook_secret)
         tenant = Tenant(id=self._ids.new_id("ten"), name=name, events_days=events_days,
                         webhook_url=webhook_url, webhook_secret=webhook_secret,
                         created_at_ms=self._clock.now_ms(), status="active")
@@ -261,7 +218,7 @@ class ControlDb:
 
     async def set_webhook(self, tenant_id: str, url: str | None, secret: str | None) -> None:
         """Replace the tenant's endpoint and secret; ``None`` for both removes the webhook."""
-        _check_webhook(url, secret)
+        check_webhook(url, secret)
         async with self._write() as conn:
             cur = await conn.execute(
                 "UPDATE tenants SET webhook_url = ?, webhook_secret = ? WHERE id = ?",
@@ -274,8 +231,8 @@ class ControlDb:
 
     async def create_identity(self, tenant_id: str, name: str, mailbox_id: str) -> Identity:
         """Record a new identity in status ``creating``, before its IdentityMailbox is initialised."""
-        _check_text("name", name, 200)
-        _check_object_id("mailbox_id", mailbox_id)
+        check_text("name", name, 200)
+        check_object_id("mailbox_id", mailbox_id)
         identity = Identity(id=self._ids.new_id("idn"), tenant_id=tenant_id, name=name,
                             mailbox_id=mailbox_id, status="creating",
                             created_at_ms=self._clock.now_ms())
@@ -336,8 +293,8 @@ class ControlDb:
 
     async def create_domain(self, tenant_id: str, name: str, monitor_id: str) -> Domain:
         """Record a domain (names are case-insensitive and stored lower-cased); unique cluster-wide."""
-        name = _normalise_domain(name)
-        _check_object_id("monitor_id", monitor_id)
+        name = normalise_domain(name)
+        check_object_id("monitor_id", monitor_id)
         domain = Domain(id=self._ids.new_id("dom"), tenant_id=tenant_id, name=name,
                         monitor_id=monitor_id, created_at_ms=self._clock.now_ms())
         async with self._write() as conn:
@@ -369,7 +326,7 @@ class ControlDb:
             if not r.event_id or not r.tenant_id:
                 raise InvalidRequest("event index rows need an event_id and a tenant_id",
                                      details={"field": "event_id" if not r.event_id else "tenant_id"})
-            _check_object_id("object_id", r.object_id)
+            check_object_id("object_id", r.object_id)
         values = [(r.event_id, r.tenant_id, r.identity_id, r.namespace, r.object_id, r.sequence,
                    r.type, r.occurred_at_ms) for r in rows]
         chunks = [values[i:i + _INDEX_ROWS] for i in range(0, len(values), _INDEX_ROWS)]
@@ -406,61 +363,6 @@ class ControlDb:
 
 
 # ---- validation and error mapping -------------------------------------------------------------
-
-
-def _check_text(field: str, value: object, max_len: int) -> None:
-    if not isinstance(value, str) or not 1 <= len(value) <= max_len or not value.strip():
-        raise InvalidRequest(f"{field} must be 1 to {max_len} characters, not all blank",
-                             details={"field": field, "max_length": max_len})
-    if _CONTROL_CHARS.search(value):
-        raise InvalidRequest(f"{field} must not contain control characters", details={"field": field})
-
-
-def _check_events_days(days: object) -> None:
-    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 3650:
-        raise InvalidRequest("events_days must be an integer from 1 to 3650",
-                             details={"field": "events_days", "min": 1, "max": 3650})
-
-
-def _check_webhook(url: str | None, secret: str | None) -> None:
-    """The URL (when given) must be http(s) with a host; the secret then at least 16 characters."""
-    if url is None:
-        if secret is not None:
-            raise InvalidRequest("webhook_secret was given without a webhook_url",
-                                 details={"field": "webhook_secret"})
-        return
-    if not isinstance(url, str) or len(url) > _MAX_URL or _CONTROL_CHARS.search(url) or " " in url:
-        raise InvalidRequest(f"webhook_url must be a URL of at most {_MAX_URL} characters without "
-                             "spaces or control characters", details={"field": "webhook_url"})
-    try:
-        parts = urlsplit(url)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-        parts.port  # noqa: B018  (raises ValueError when the port is not a number in range)
-    except ValueError:
-        ok = False
-    if not ok:
-        raise InvalidRequest("webhook_url must be an http:// or https:// URL with a host",
-                             details={"field": "webhook_url"})
-    if parts.username is not None or parts.password is not None:
-        raise InvalidRequest("webhook_url must not carry credentials; the secret signs each delivery",
-                             details={"field": "webhook_url"})
-    if not isinstance(secret, str) or not _MIN_SECRET <= len(secret) <= _MAX_SECRET:
-        raise InvalidRequest(f"webhook_secret must be {_MIN_SECRET} to {_MAX_SECRET} characters "
-                             "when webhook_url is set",
-                             details={"field": "webhook_secret", "min_length": _MIN_SECRET})
-
-
-def _check_object_id(field: str, value: object) -> None:
-    if not isinstance(value, str) or not _HEX64.fullmatch(value):
-        raise InvalidRequest(f"{field} must be 64 lowercase hex digits", details={"field": field})
-
-
-def _normalise_domain(name: object) -> str:
-    if isinstance(name, str):
-        lowered = name.lower().removesuffix(".")
-        if _DOMAIN.fullmatch(lowered):
-            return lowered
-    raise InvalidRequest("name must be a domain name such as example.com", details={"field": "name"})
 
 
 def _index_sql(n: int) -> str:

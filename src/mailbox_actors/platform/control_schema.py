@@ -1,0 +1,51 @@
+"""The control database's schema (Q-3) as ordered migrations; ``meta.schema_version`` counts those
+applied. Never edit a migration that has shipped; append one."""
+
+from __future__ import annotations
+
+__all__ = ["META", "MIGRATIONS"]
+
+# Ordered; position i (from 1) is schema version i. Append only: never edit a released migration.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE tenants (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            events_days INTEGER NOT NULL,
+            webhook_url TEXT,
+            webhook_secret TEXT,
+            created_at_ms INTEGER NOT NULL,
+            status TEXT NOT NULL DEFAULT 'active'
+        ) WITHOUT ROWID""",
+        """CREATE TABLE identities (
+            id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants (id),
+            name TEXT NOT NULL,
+            mailbox_id TEXT NOT NULL UNIQUE,
+            status TEXT NOT NULL CHECK (status IN ('creating', 'active', 'erased')),
+            created_at_ms INTEGER NOT NULL,
+            UNIQUE (tenant_id, name)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE domains (
+            id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants (id),
+            name TEXT NOT NULL UNIQUE,
+            monitor_id TEXT NOT NULL UNIQUE,
+            created_at_ms INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX domains_by_tenant ON domains (tenant_id, id)",
+        """CREATE TABLE event_index (
+            event_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            identity_id TEXT,
+            namespace TEXT NOT NULL,
+            object_id TEXT NOT NULL,
+            sequence INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            occurred_at_ms INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX event_index_by_tenant ON event_index (tenant_id, event_id)",
+    ),
+)
+
+META = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
