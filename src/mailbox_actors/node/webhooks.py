@@ -3,15 +3,13 @@
 Each message re-reads its tenant from the control database (Q-3), answers a 2xx with an ack, and any
 other answer, connection failure or timeout with a re-enqueued copy (``attempt`` + 1, seed section 7)
 until the schedule is spent, then dead-letters it. It must never log or expose the webhook secret,
-the endpoint URL or the event body, and one slow endpoint must never hold up other tenants.
+the endpoint URL or the event body, and one slow endpoint must never hold up other tenants. The
+signature and headers are ``webhook_signature``'s (re-exported here).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import math
-import re
 import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +19,14 @@ import anyio
 import msgspec
 
 from mailbox_actors.node.events import WEBHOOKS_QUEUE
+from mailbox_actors.node.webhook_signature import (
+    ATTEMPT_HEADER,
+    EVENT_ID_HEADER,
+    EVENT_TYPE_HEADER,
+    SIGNATURE_HEADER,
+    sign,
+    verify,
+)
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control_db import ControlDb
 from mailbox_actors.platform.logging import get_logger
@@ -49,50 +55,16 @@ __all__ = [
     "verify",
 ]
 
-SIGNATURE_HEADER = "x-mailbox-actors-signature"
-EVENT_ID_HEADER = "x-mailbox-actors-event-id"
-EVENT_TYPE_HEADER = "x-mailbox-actors-event-type"
-ATTEMPT_HEADER = "x-mailbox-actors-delivery-attempt"
 DEFAULT_SCHEDULE_S: tuple[float, ...] = (1, 5, 30, 120, 600, 1800, 3600)
 
 _log = get_logger("mailbox_actors.webhooks")
 _encode = msgspec.json.Encoder().encode
-_HEX_SHA256 = re.compile(r"[0-9a-f]{64}")
 _PATH_SAFE = "/?=&%:@!$'()*+,;~-._[]"
 # A tenant at its in-flight cap waits this long (real time) for a slot before its message is
 # deferred; a fast endpoint frees one within milliseconds, a slow one does not.
 _SLOT_WAIT_S = 0.25
 _TENANT_FRESH_MS = 100  # how long a tenant row read for one delivery serves the next ones
 _PORTS = {"http": 80, "https": 443}
-
-
-# ---- signatures ----------------------------------------------------------------------------------
-
-
-def sign(secret: str, timestamp_s: int, body: bytes) -> str:
-    """The signature header's value: ``t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "t." + body)>``."""
-    mac = hmac.new(secret.encode(), f"{timestamp_s}.".encode() + body, hashlib.sha256)
-    return f"t={timestamp_s},v1={mac.hexdigest()}"
-
-
-def verify(secret: str, header: str, body: bytes, *, now_s: int, tolerance_s: int = 300) -> bool:
-    """Whether ``header`` signs ``body`` with ``secret`` within ``tolerance_s`` of ``now_s``.
-
-    Several ``v1=`` values may be present (a secret being rotated); any one matching is enough.
-    """
-    timestamp: int | None = None
-    candidates: list[bytes] = []
-    for part in header.split(","):
-        key, _, value = part.strip().partition("=")
-        if key == "t" and value.isascii() and value.isdigit():
-            timestamp = int(value)
-        elif key == "v1" and _HEX_SHA256.fullmatch(value):
-            candidates.append(value.encode())
-    if timestamp is None or not candidates or abs(now_s - timestamp) > tolerance_s:
-        return False
-    expected = sign(secret, timestamp, body).rpartition("v1=")[2].encode()
-    # Compare against every candidate, so the time taken does not say which one matched.
-    return sum(hmac.compare_digest(expected, c) for c in candidates) > 0
 
 
 # ---- delivery ------------------------------------------------------------------------------------
