@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trustme
 
+import test_webhooks
 from mailbox_actors.node.config import load_config
 from mailbox_actors.node.http import RpcHttpServer
 from mailbox_actors.node.webhooks import SIGNATURE_HEADER, tls_context, verify
@@ -20,21 +21,8 @@ from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.runtime.settings import SettingsError
 from test_webhooks import SECRET, T0, Receiver, World
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
-
-
-@pytest.fixture
-async def world(tmp_path: Path, clock: FakeClock) -> AsyncIterator[World]:
-    w = World(tmp_path, clock)
-    await w.db.open()
-    await w.queues.open()
-    try:
-        yield w
-    finally:
-        await w.close()
+clock = test_webhooks.clock  # the same fixtures as the plain-http webhook tests
+world = test_webhooks.world
 
 
 @pytest.fixture(scope="module")
