@@ -3,6 +3,7 @@ owner checks across nodes (CL-1, CL-2, CL-3, REL-1)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -19,6 +20,8 @@ import anyio
 import pytest
 
 from mailbox_actors.core.actor_ids import id_from_name, namespace_key
+from mailbox_actors.node.cluster import ClusterSupervisor
+from mailbox_actors.node.config import load_config
 from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.rpc.http_client import HttpPool
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
@@ -52,12 +55,14 @@ def _free_port_block(n: int) -> int:
 class Cluster:
     """``mailbox-actors cluster`` as a child process, with its output read line by line."""
 
-    def __init__(self, data: Path, nodes: int, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, data: Path, nodes: int, extra: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.data = data
         self.port = _free_port_block(nodes)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mailbox_actors", "cluster", "--nodes", str(nodes), "--data",
              str(data), "--port", str(self.port), "--log-level", "warning", *extra],
+            env=None if env is None else {**os.environ, **env},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
@@ -241,6 +246,54 @@ async def test_settings_from_a_config_file_reach_every_node(tmp_path: Path) -> N
                     node["url"], "POST", f"/rpc/tenant_quota/{qid}",
                     {"authorization": f"Bearer {token}"}, b"x" * 4096, timeout_s=10)
                 assert status == 413
+    finally:
+        c.stop()
+
+
+@pytest.mark.parametrize("toml", ['id_secret = "s3cr3t"\n', "idle_ms = 0\n",
+                                  'durability = "fsync"\n', 'id_secret = "abcdefgh\\u0000ijk"\n'],
+                         ids=["short-id-secret", "idle-ms-0", "bad-durability", "nul"])
+def test_a_setting_the_nodes_would_refuse_stops_the_cluster_at_start(tmp_path: Path,
+                                                                     toml: str) -> None:
+    """CL-4: a bad setting is refused by `cluster` itself, exit status 2, before any node starts
+    (not a node restarted forever), and the message never quotes the id secret."""
+    config = tmp_path / "cluster.toml"
+    config.write_text(toml)
+    c = Cluster(tmp_path / "cluster", 1, extra=("--config", str(config)))
+    try:
+        assert c.proc.wait(timeout=60) == 2
+        c._reader.join(timeout=10)
+        out = []
+        while not c.lines.empty():
+            out.append(c.lines.get())
+        text = "\n".join(out)
+        assert "mailbox-actors cluster: setting" in text and "Traceback" not in text
+        assert "s3cr3t" not in text and "starting" not in text
+    finally:
+        c.stop()
+
+
+def test_a_node_that_refuses_its_settings_is_not_restarted(tmp_path: Path) -> None:
+    """CL-2, CL-4: a node that exits with status 2 (it refused its settings) is not restarted
+    forever: the supervisor stops the cluster and exits 2."""
+    cfg = load_config({"data": str(tmp_path / "cluster"), "nodes": 1}, env={})
+    out = io.StringIO()
+    sup = ClusterSupervisor(cfg, out=out)
+    refused = subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"])
+    refused.wait(timeout=60)
+    sup.procs[0] = refused
+    sup.supervise_once()
+    assert sup.failed and sup.restarts == [0] and sup.procs[0] is refused
+    assert "not restarting it" in out.getvalue()
+
+
+def test_the_users_own_per_node_variables_do_not_reach_the_nodes(tmp_path: Path) -> None:
+    """CL-4: MAILBOX_ACTORS_NODES (or _PORT, _DATA...) in the user's environment does not override
+    what the supervisor gives each node: `cluster --nodes 1` still starts its node."""
+    c = Cluster(tmp_path / "cluster", 1, env={"MAILBOX_ACTORS_NODES": "100"})
+    try:
+        c.wait_for("cluster: running")
+        assert any("node-0 ready" in line for line in c.log)
     finally:
         c.stop()
 

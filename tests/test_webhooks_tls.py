@@ -92,8 +92,8 @@ async def test_a_certificate_not_accepted_is_never_sent_to_and_ends_dead_lettere
         await clock.advance(3_000)
     assert receiver.hits == []
     [letter] = await world.queues.dead_letters("webhooks")
-    assert letter["reason"] == ("tls failed (certificate not trusted or not for this host) after 3 "
-                                "attempts")
+    assert letter["reason"] == ("tls certificate not accepted (not trusted, or not for this host) "
+                                "after 3 attempts")
     assert world.metrics.get("webhooks_failed_total") == 1
 
 
@@ -108,3 +108,23 @@ def test_a_bad_webhook_ca_file_is_refused_at_start(tmp_path: Path, ca_file: str)
             load_config({"webhook_ca_file": str(bad)}, env={})
         with pytest.raises(ValueError, match="cannot be loaded"):
             tls_context(str(bad))
+
+
+@pytest.mark.anyio
+async def test_an_https_url_to_a_plain_http_endpoint_is_not_called_a_certificate_problem(
+        world: World, clock: FakeClock) -> None:
+    """Q-4: an https:// URL whose endpoint speaks plain HTTP fails the handshake; the dead letter
+    says so, and does not send the operator to look at certificates."""
+    receiver = Receiver(clock)
+    server = RpcHttpServer(receiver)
+    port = await server.start("127.0.0.1", 0)  # plain HTTP
+    try:
+        tenant = await https_tenant(world, port)
+        world.attach(world.deliverer(schedule_s=()))
+        await world.emit(tenant, 1)
+        await clock.run_until_idle()
+    finally:
+        await server.stop(grace_s=0.5)
+    [letter] = await world.queues.dead_letters("webhooks")
+    assert letter["reason"] == "tls handshake failed after 1 attempt"
+    assert receiver.hits == []

@@ -27,6 +27,7 @@ from mailbox_actors.runtime.settings import SettingsError
 __all__ = ["CLUSTER_FILE", "ClusterSupervisor", "add_arguments", "read_cluster_file", "run"]
 
 CLUSTER_FILE = "cluster.json"
+_SETTINGS_ERROR = 2  # what `serve` exits with when it refuses its settings
 # Settings each node gets its own value of (flags), or that travel another way (the tokens).
 _PER_NODE = frozenset({"data", "host", "port", "nodes", "node_name", "token", "token_file",
                        "operator_token", "operator_token_file", "control_db", "queues_db"})
@@ -64,6 +65,7 @@ class ClusterSupervisor:
         self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.nodes)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * cfg.nodes
         self.restarts = [0] * cfg.nodes
+        self.failed = False  # a node refused its settings
         self._stopping = False
 
     def say(self, text: str) -> None:
@@ -77,7 +79,9 @@ class ClusterSupervisor:
         # outrank: never argv, where `ps` would show the tokens and the id secret.
         for name in NodeConfig.__struct_fields__:
             value = getattr(self.cfg, name)
-            if name not in _PER_NODE and value is not None:
+            if name in _PER_NODE:
+                env.pop(ENV_PREFIX + name.upper(), None)  # the node's own comes as a flag
+            elif value is not None:
                 env[ENV_PREFIX + name.upper()] = str(value)
         env[ENV_PREFIX + "TOKEN"] = self.tokens.cluster
         env[ENV_PREFIX + "OPERATOR_TOKEN"] = self.tokens.operator
@@ -140,6 +144,13 @@ class ClusterSupervisor:
         for i, p in enumerate(self.procs):
             if p is None or p.poll() is None or self._stopping:
                 continue
+            if p.returncode == _SETTINGS_ERROR:
+                # Restarting cannot help: the node refused its settings (it said why above).
+                self.say(f"{self.names[i]} exited with status {p.returncode} (its settings were "
+                         "refused); not restarting it: stopping the cluster")
+                self.failed = True
+                self._stopping = True
+                return
             self.restarts[i] += 1
             delay = _RESTART_BACKOFF_S[min(self.restarts[i] - 1, len(_RESTART_BACKOFF_S) - 1)]
             self.say(f"{self.names[i]} exited with status {p.returncode}; restarting in "
@@ -185,4 +196,4 @@ class ClusterSupervisor:
                 time.sleep(0.1)
         finally:
             self.stop()
-        return 0
+        return _SETTINGS_ERROR if self.failed else 0

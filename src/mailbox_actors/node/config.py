@@ -18,7 +18,12 @@ from typing import Any
 import msgspec
 
 from mailbox_actors.platform.sql import Durability
-from mailbox_actors.runtime.settings import DEFAULT_ID_SECRET, RuntimeSettings, SettingsError
+from mailbox_actors.runtime.settings import (
+    DEFAULT_ID_SECRET,
+    SECRET_SETTINGS,
+    RuntimeSettings,
+    SettingsError,
+)
 
 __all__ = ["ENV_PREFIX", "NodeConfig", "Tokens", "ensure_tokens", "load_config"]
 
@@ -55,7 +60,15 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
             if not ok:
-                raise SettingsError(f"setting {name!r} {what} (got {getattr(self, name)!r})")
+                value = getattr(self, name)
+                got = f"{len(value)} characters" if name in SECRET_SETTINGS else repr(value)
+                raise SettingsError(f"setting {name!r} {what} (got {got})")
+
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            # A NUL cannot travel in a path or an environment variable (TOML can hold one).
+            need(not isinstance(value, str) or "\0" not in value, name,
+                 "must not contain a NUL character")
 
         need(1 <= self.port <= 65535 or self.port == 0, "port", "must be 0..65535")
         need(1 <= self.nodes <= 64, "nodes", "must be 1..64")
@@ -73,6 +86,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             except (OSError, ssl.SSLError) as e:
                 raise SettingsError(f"setting 'webhook_ca_file' names no readable PEM file of CA "
                                     f"certificates (got {self.webhook_ca_file!r}: {e})") from None
+        self.runtime_settings()  # the node's own checks too, so every entry point refuses at start
 
     def runtime_settings(self, data_dir: str | None = None) -> RuntimeSettings:
         data = data_dir or self.data

@@ -209,7 +209,8 @@ class WebhookDeliverer:
         elif attempt < len(self.schedule_s):
             await self._again(msg, ids, attempt, outcome)
         else:
-            await self._give_up(msg, ids, f"{outcome} after {attempt + 1} attempts")
+            tries = attempt + 1
+            await self._give_up(msg, ids, f"{outcome} after {tries} attempt{'s' * (tries != 1)}")
 
     async def _post(self, base_url: str, path: str, job: WebhookMessage, secret: str,
                     attempt: int) -> str | _Refused | None:
@@ -229,8 +230,9 @@ class WebhookDeliverer:
                 outcome = None if 200 <= status < 300 else f"http {status}"
             except HttpTimeout:
                 outcome = "timeout"
-            except HttpTlsError:  # its text names the host: never logged
-                outcome = "tls failed (certificate not trusted or not for this host)"
+            except HttpTlsError as exc:  # its text names the host: never logged
+                outcome = ("tls certificate not accepted (not trusted, or not for this host)"
+                           if exc.certificate else "tls handshake failed")
             except HttpConnectError:
                 outcome = "connect failed"
             except HttpConnectionLost:

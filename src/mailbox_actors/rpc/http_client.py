@@ -47,7 +47,13 @@ class HttpConnectError(HttpTransportError):
 
 
 class HttpTlsError(HttpConnectError):
-    """The TLS handshake failed (the certificate was not accepted, or no common protocol)."""
+    """The TLS handshake failed. ``certificate``: because the server's certificate was not
+    accepted (not trusted, or not for this host); else for another reason (no common protocol,
+    a server that does not speak TLS)."""
+
+    def __init__(self, message: str, *, base_url: str, certificate: bool) -> None:
+        super().__init__(message, base_url=base_url, request_sent=False)
+        self.certificate = certificate
 
 
 class HttpConnectionLost(HttpTransportError):
@@ -316,10 +322,10 @@ class HttpPool:
                               request_sent=False) from None
         except ssl.SSLCertVerificationError as exc:
             raise HttpTlsError(f"TLS certificate not accepted: {exc.verify_message}",
-                               base_url=host.base_url, request_sent=False) from exc
+                               base_url=host.base_url, certificate=True) from exc
         except ssl.SSLError as exc:
             raise HttpTlsError(f"TLS handshake failed: {exc.reason or exc}",
-                               base_url=host.base_url, request_sent=False) from exc
+                               base_url=host.base_url, certificate=False) from exc
         except OSError as exc:
             raise HttpConnectError(f"cannot connect: {exc.strerror or exc}",
                                    base_url=host.base_url, request_sent=False) from exc

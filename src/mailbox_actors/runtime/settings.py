@@ -8,7 +8,10 @@ import msgspec
 
 from mailbox_actors.platform.sql import Durability, Limits
 
-__all__ = ["DEFAULT_ID_SECRET", "RuntimeSettings", "SettingsError"]
+__all__ = ["DEFAULT_ID_SECRET", "SECRET_SETTINGS", "RuntimeSettings", "SettingsError"]
+
+# Settings whose values an error message must never quote.
+SECRET_SETTINGS = frozenset({"id_secret", "token", "operator_token"})
 
 # The namespace keys derive from this. Ids stay valid across restarts and between nodes of a cluster
 # as long as the secret is the same; a deployment may set its own.
@@ -40,7 +43,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
             if not ok:
-                raise SettingsError(f"setting {name!r} {what} (got {getattr(self, name)!r})")
+                value = getattr(self, name)
+                got = f"{len(value)} characters" if name in SECRET_SETTINGS else repr(value)
+                raise SettingsError(f"setting {name!r} {what} (got {got})")
 
         need(bool(self.data_dir), "data_dir", "must be a directory path")
         need(self.durability in Durability.ALL, "durability", f"must be one of {Durability.ALL}")
