@@ -113,3 +113,19 @@ def test_toml_file_is_read_and_flags_win(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown setting 'colour'"):
         load_config({}, {}, str(toml))
     assert json.dumps(cfg.runtime_settings(str(tmp_path)).control_db).endswith('control.sqlite"')
+
+
+def test_a_node_that_fails_to_start_closes_what_it_opened_and_exits(tmp_path: Path) -> None:
+    """CL-1, RT-11: a start that fails after the control database was opened (here the queue file
+    cannot be opened: its path is a directory) ends the process with the error; nothing left open
+    keeps it alive."""
+    (tmp_path / "queues-is-a-dir").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "mailbox_actors", "serve", "--data", str(tmp_path / "data"),
+         "--port", str(_port()), "--control-db", str(tmp_path / "control.sqlite"),
+         "--queues-db", str(tmp_path / "queues-is-a-dir")],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "queue database" in proc.stderr and "cannot be opened" in proc.stderr
+    assert (tmp_path / "control.sqlite").exists()  # it was opened before the failure

@@ -7,7 +7,7 @@ them to a ``FakeClock``. It holds no business rules.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -115,6 +115,10 @@ class Node:
                 for consumer in self.consumers:
                     self._tg.start_soon(consumer.run)
         except BaseException:
+            # Close what was opened: an aiosqlite connection left open keeps its (non-daemon)
+            # thread, and with it the process, alive after the error.
+            with anyio.CancelScope(shield=True):
+                await self._close_files()
             self._lock.release()
             raise
         self._started = True
@@ -136,15 +140,30 @@ class Node:
             await self.host.stop(grace_ms)
             if self.scheduler is not None:
                 self.scheduler.flush_index()
-                self.scheduler.index.close()
-            if self.webhooks is not None:
-                await self.webhooks.aclose()
-            for closing in (self.queues, self.control_db):
-                if closing is not None:
-                    await closing.close()
         finally:
+            with anyio.CancelScope(shield=True):
+                await self._close_files()
             self._lock.release()
             self.log.info("node_stopped", node=self.settings.node_name)
+
+    async def _close_files(self) -> None:
+        """Close the alarm index, the webhook pool, the queues and the control database, each even
+        if another fails (the failure is logged)."""
+        closers: list[tuple[str, Callable[[], Awaitable[None] | None]]] = []
+        if self.scheduler is not None:
+            closers.append(("alarm_index", self.scheduler.index.close))
+        if self.webhooks is not None:
+            closers.append(("webhooks", self.webhooks.aclose))
+        for name, closing in (("queues", self.queues), ("control_db", self.control_db)):
+            if closing is not None:
+                closers.append((name, closing.close))
+        for name, close in closers:
+            try:
+                done = close()
+                if done is not None:
+                    await done
+            except Exception as e:
+                self.log.error("node_close_failed", what=name, error=type(e).__name__)
 
     async def _open_control(self) -> None:
         """The cluster's control database and queues, the event sink and the webhook consumers."""

@@ -27,6 +27,7 @@ from mailbox_actors.platform.logging import configure_logging
 from mailbox_actors.rpc.http_client import HttpPool
 from mailbox_actors.rpc.openapi import openapi_json
 from mailbox_actors.runtime.settings import SettingsError
+from mailbox_actors.wire.errors import MailboxActorsError
 
 __all__ = ["add_arguments", "add_config_arguments", "package_version", "run", "serve"]
 
@@ -93,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
         anyio.run(serve, cfg, peers, backend="asyncio", backend_options=loop_backend_options())
     except DataDirLocked as e:
         print(f"mailbox-actors serve: {e}", file=sys.stderr)
+        return 1
+    except MailboxActorsError as e:  # a file that cannot be opened, and the like: said plainly
+        sqlite = e.details.get("sqlite") if isinstance(e.details, dict) else None
+        print(f"mailbox-actors serve: {e.message}" + (f" ({sqlite})" if sqlite else ""),
+              file=sys.stderr)
         return 1
     except SettingsError as e:
         print(f"mailbox-actors serve: {e}", file=sys.stderr)

@@ -42,7 +42,12 @@ class QueueFile:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
-        conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=0)
+        try:
+            conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=0)
+        except sqlite3.Error as e:
+            raise MailboxActorsError(ErrorCode.INTERNAL_ERROR,
+                                     f"the queue database at {self.path} cannot be opened",
+                                     details={"sqlite": str(e)}) from e
         try:
             await conn.execute_fetchall("PRAGMA busy_timeout = 0")
             await execute_when_unlocked(conn, "PRAGMA journal_mode = WAL", self._busy_timeout_ms)
