@@ -274,6 +274,47 @@ def test_cluster_nodes_that_outlive_their_supervisor_are_killed(tmp_path: Path) 
     assert leftover == []
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_node_restarted_since_the_start_is_stopped_too(tmp_path: Path) -> None:
+    """Stopping a cluster also stops the nodes it lists now (a node the supervisor restarted has a
+    pid the bench never saw at start), by pid."""
+    import subprocess
+    import sys
+
+    import anyio
+
+    from mailbox_actors.bench.http_figures import pid_alive, start_cluster, stop_spawned
+
+    restarted = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+    async def main() -> list[str]:
+        sp = await start_cluster(tmp_path / "cluster", 2)
+        try:
+            os.kill(sp.pid, signal.SIGKILL)  # the supervisor dies, leaving its last cluster.json
+            await sp.proc.wait()
+            listing = tmp_path / "cluster" / "cluster.json"
+            doc = json.loads(listing.read_text())
+            doc["nodes"][0]["pid"] = restarted.pid  # as if node-0 had been restarted
+            listing.write_text(json.dumps(doc))
+        finally:
+            problems = await stop_spawned(sp)
+        return problems
+
+    try:
+        problems = anyio.run(main)
+        assert restarted.wait(timeout=30) == -signal.SIGKILL
+        assert any(f"pid {restarted.pid} outlived" in p for p in problems)
+        assert not pid_alive(restarted.pid)
+    finally:
+        if restarted.poll() is None:
+            restarted.kill()
+        leftover = _processes_under(tmp_path)
+        for pid in leftover:
+            os.kill(pid, signal.SIGKILL)
+    assert leftover == []
+
+
 def test_webhook_receiver_dedupes_and_checks_signatures() -> None:
     """The bench's receiver notes each event id once, counts duplicates and bad signatures, and
     answers 200 at once (400 to a body that is not an event)."""

@@ -45,6 +45,7 @@ from anyio.abc import SocketAttribute, SocketStream
 
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median
 from mailbox_actors.bench.transport import measure_calls, spawn_server, tcp_echo
+from mailbox_actors.node.cluster import read_cluster_file
 from mailbox_actors.node.http import loop_backend_options
 from mailbox_actors.rpc import Client
 from mailbox_actors.rpc.http_client import HttpPool, HttpTransportError
@@ -277,6 +278,14 @@ async def stop_spawned(sp: Spawned, *, grace_s: float = 20.0) -> list[str]:
     """SIGTERM by pid, SIGKILL after ``grace_s``; for a cluster, then check that its nodes are gone
     (killing any that are not). Returns what went wrong, for the run's errors."""
     problems: list[str] = []
+    if sp.node_pids:
+        # The supervisor may have restarted a node since the start (a new pid): take the pids it
+        # wrote last, before it stops and removes the file.
+        try:
+            listed = [int(n["pid"]) for n in read_cluster_file(sp.data)["nodes"] if n.get("pid")]
+        except (OSError, ValueError, KeyError, TypeError):
+            listed = []
+        sp.node_pids = sorted(set(sp.node_pids) | set(listed))
     if sp.proc.returncode is None:
         try:
             os.kill(sp.pid, signal.SIGTERM)
