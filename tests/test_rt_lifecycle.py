@@ -275,3 +275,27 @@ async def test_corrupt_actor_file_fails_that_actor_alone(tmp_path: Path, damage:
         assert (await afs.scratch(rt, other, afs.Dump()))["total"] == 0
         await rt.advance(60_000)
         assert [s.object_id for s in afs.ALARM_LOG] == [good]
+
+
+@pytest.mark.anyio
+async def test_a_background_loop_that_fails_marks_the_node_failed(tmp_path: Path) -> None:
+    """RT-11: a background loop (alarms, eviction, a queue consumer) that ends with an error is
+    logged with where it failed (not the error's text) and sets ``node.failed``, on which
+    ``serve`` stops the node (exit status 1) for a supervisor to restart it."""
+    import structlog
+
+    from mailbox_actors.node import Node
+    from mailbox_actors.runtime.settings import RuntimeSettings
+
+    async def broken_loop() -> None:
+        raise RuntimeError("a bug")
+
+    async with Node(RuntimeSettings(data_dir=str(tmp_path))) as node:
+        assert not node.failed.is_set()
+        with structlog.testing.capture_logs() as logs:
+            await node._guarded("alarm_scheduler", broken_loop)
+        assert node.failed.is_set()
+        assert node.failure == "alarm_scheduler failed (RuntimeError)"
+        [entry] = [e for e in logs if e["event"] == "node_loop_failed"]
+        assert entry["log_level"] == "critical" and entry["error"] == "RuntimeError"
+        assert entry["at"].startswith("test_rt_lifecycle.py:") and "a bug" not in str(entry)

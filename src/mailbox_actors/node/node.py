@@ -7,6 +7,7 @@ them to a ``FakeClock``. It holds no business rules.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +65,10 @@ class Node:
         self.consumers: list[Any] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self._started = False
+        # Set when a background loop (alarms, eviction, a queue consumer) ended with an error:
+        # the node can no longer keep its promises, so whoever runs it should stop it.
+        self.failed = anyio.Event()
+        self.failure: str | None = None
         self._describe_metrics()
 
     # ---- lifetime --------------------------------------------------------------------------
@@ -110,10 +115,10 @@ class Node:
             else:
                 self._tg = anyio.create_task_group()
                 await self._tg.__aenter__()
-                self._tg.start_soon(self.scheduler.run)
-                self._tg.start_soon(self._evict_loop)
+                self._tg.start_soon(self._guarded, "alarm_scheduler", self.scheduler.run)
+                self._tg.start_soon(self._guarded, "eviction", self._evict_loop)
                 for consumer in self.consumers:
-                    self._tg.start_soon(consumer.run)
+                    self._tg.start_soon(self._guarded, f"consumer:{consumer.queue}", consumer.run)
         except BaseException:
             # Close what was opened: an aiosqlite connection left open keeps its (non-daemon)
             # thread, and with it the process, alive after the error.
@@ -188,6 +193,20 @@ class Node:
         assert self.control_db is not None
         tenant = await self.control_db.get_tenant(tenant_id)
         return None if tenant is None else tenant.events_days
+
+    async def _guarded(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run a background loop; if it ends with an error, say where and set ``failed`` (a node
+        that kept answering calls with its alarms or deliveries dead would fail silently)."""
+        try:
+            await loop()
+        except Exception as e:
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            # The type and the place only: an exception's text may quote content.
+            self.log.critical("node_loop_failed", loop=name, error=type(e).__name__,
+                              at=f"{Path(where.filename).name}:{where.lineno} in {where.name}")
+            if self.failure is None:
+                self.failure = f"{name} failed ({type(e).__name__})"
+            self.failed.set()
 
     async def _evict_loop(self) -> None:
         period = min(self.settings.idle_ms, 1000) / 2000

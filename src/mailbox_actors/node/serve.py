@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"mailbox-actors serve: {e}", file=sys.stderr)
         return 2
     try:
-        anyio.run(serve, cfg, peers, backend="asyncio", backend_options=loop_backend_options())
+        return anyio.run(serve, cfg, peers, backend="asyncio",
+                         backend_options=loop_backend_options())
     except DataDirLocked as e:
         print(f"mailbox-actors serve: {e}", file=sys.stderr)
         return 1
@@ -103,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"mailbox-actors serve: {e}", file=sys.stderr)
         return 2
-    return 0
 
 
 def parse_peers(text: str) -> list[tuple[str, str]]:
@@ -116,7 +116,9 @@ def parse_peers(text: str) -> list[tuple[str, str]]:
     return out
 
 
-async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> None:
+async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
+    """Run one node until SIGTERM or SIGINT (exit status 0), or until a background loop of the
+    node fails (1: a cluster supervisor restarts it)."""
     data = Path(os.path.abspath(cfg.data))  # noqa: ASYNC240 - once, before serving
     tokens = ensure_tokens(cfg, data)
     configure_logging(json=None if cfg.log_format == "auto" else cfg.log_format == "json",
@@ -146,11 +148,21 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> None:
               f"{cfg.node_name}: cluster token in {tokens.cluster_file or '(given)'}, "
               f"operator token in {tokens.operator_file or '(given)'}", flush=True)
         try:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    break
+            async with anyio.create_task_group() as tg:
+                async def stop_on_failure() -> None:
+                    await node.failed.wait()
+                    print(f"{cfg.node_name}: {node.failure}; stopping so it can be restarted",
+                          file=sys.stderr, flush=True)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(stop_on_failure)
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        break
+                tg.cancel_scope.cancel()
         finally:
             print(f"{cfg.node_name}: stopping (draining requests in flight)", flush=True)
             await server.stop()
             await pool.aclose()
     print(f"{cfg.node_name}: stopped", flush=True)
+    return 1 if node.failed.is_set() else 0
