@@ -159,6 +159,36 @@ class SlowControlPlane:
 
 
 @pytest.mark.anyio
+async def test_every_event_is_indexed_before_it_is_queued() -> None:
+    """EV-2: the outbox writes an event's index row, then its queue message: a receiver is never
+    sent an event the index does not have yet, even when the index is the slower write."""
+
+    class SlowIndex(SlowControlPlane):
+        async def index_events(self, rows: list[EventIndexRow]) -> None:
+            for _ in range(3 * self.TURNS):
+                await anyio.lowlevel.checkpoint()
+            await super().index_events(rows)
+
+    plane = SlowIndex()
+    sink = ControlEventSink(plane, plane)  # type: ignore[arg-type]
+
+    async def publish(i: int) -> None:
+        event = Event(id=f"evt_{i}", type="x", sequence=i, tenant_id="t", occurred_at_ms=0)
+        await sink.publish("scratch", f"actor-{i}", [event])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(publish, i)
+            await anyio.lowlevel.checkpoint()
+    first: dict[tuple[str, str], int] = {}
+    for at, (kind, ids) in enumerate(plane.log):
+        for event_id in ids:
+            first.setdefault((kind, event_id), at)
+    for i in range(20):
+        assert first[("indexed", f"evt_{i}")] < first[("sent", f"evt_{i}")]
+
+
+@pytest.mark.anyio
 async def test_first_publisher_returns_once_its_own_group_is_written() -> None:
     """EV-2: under a steady stream of publishers, the event sink's first publisher returns as soon
     as its own group is written, not after the whole stream; no publisher returns earlier."""

@@ -3,17 +3,15 @@ queue, one message per event.
 
 Outbox alarms of many actors publish at once under load; this sink groups whatever is waiting into
 one control-database write and one queue write (group commit), so dispatch costs two writes per
-group, not per event, made at the same time. ``publish`` returns only when its events are durable in
+group, not per event. ``publish`` returns only when its events are durable in
 both places; if either write fails, every publisher in the group sees the error and its outbox
 alarm retries (delivery is at least once; consumers deduplicate on the event id).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
-import anyio
 import msgspec
 
 from mailbox_actors.platform.control_db import ControlDb
@@ -46,12 +44,8 @@ class ControlEventSink:
         bodies = [msgspec.to_builtins(WebhookMessage(tenant_id=e.tenant_id, namespace=ns,
                                                      object_id=oid, event=e))
                   for ns, oid, e in items]
-        # Two files, two connections: written side by side (the group waits for the slower one,
-        # not for both in turn). Both are idempotent for the outbox's retry: the index ignores a
-        # row it has, a second queue message is a duplicate receivers drop.
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._db.index_events, rows)
-                tg.start_soon(functools.partial(self._queues.send_batch, WEBHOOKS_QUEUE, bodies))
-        except ExceptionGroup as group:  # the publishers see (and log) the first failure itself
-            raise group.exceptions[0] from None
+        # The index first, then the queue (EV-2): an event a receiver is sent is always in the
+        # index already. Both are idempotent for the outbox's retry: the index ignores a row it
+        # has, a second queue message is a duplicate receivers drop.
+        await self._db.index_events(rows)
+        await self._queues.send_batch(WEBHOOKS_QUEUE, bodies)
