@@ -189,13 +189,11 @@ class Consumer:
                     await self._handle_batch(batch, acks)
                     continue
                 if not self.max_batch_timeout_ms:
-                    if not (found or self._look or anyio.current_time() >= looks.look_at):
-                        pass  # woken by a hand-off another consumer took: nothing new in the file
-                    elif await self._claim(looks, found, acks):
-                        found = True
-                        continue
-                    else:
-                        found = False
+                    # Else woken by a hand-off another consumer took: nothing new in the file.
+                    if found or self._look or anyio.current_time() >= looks.look_at:
+                        found = await self._claim(looks, found, acks)
+                        if found:
+                            continue
                 else:
                     due = await self._batch_due()
                     now = self._clock.now_ms()
@@ -239,10 +237,11 @@ class Consumer:
             looks.look_at = min(looks.look_at, now_rt + (due - now) / 1000)
         return False
 
-    async def _give_back(self, stale: Sequence[Message]) -> None:
+    async def _give_back(self, messages: Sequence[Message]) -> None:
+        """Make messages this consumer took but will not handle visible to every consumer."""
         try:
-            await self._service.release(stale)
-        except Exception as exc:  # their leases lapse instead; the batch taken with them goes on
+            await self._service.release(messages)
+        except Exception as exc:  # their leases lapse instead; whatever else was taken goes on
             _log.warning("queue_release_failed", queue=self.queue, error_type=type(exc).__name__)
 
     # ---- handling ------------------------------------------------------------------------------
@@ -267,11 +266,7 @@ class Consumer:
                 # run() stopped mid-batch: the messages not yet started go back to the queue at
                 # once (the one being handled keeps its lease: its effect may have happened).
                 with anyio.CancelScope(shield=True):
-                    try:
-                        await self._service.release(batch[i + 1:])
-                    except Exception as exc:  # the leases lapse instead
-                        _log.warning("queue_release_failed", queue=self.queue,
-                                     error_type=type(exc).__name__)
+                    await self._give_back(batch[i + 1:])
                 raise
 
     async def _handle(self, msg: Message, acks: AckBehind | None = None) -> None:

@@ -185,15 +185,20 @@ class QueueService:
     async def release(self, messages: Sequence[Message]) -> None:
         """Make held, unsettled messages visible to every consumer now, as if never delivered."""
         now = self._clock.now_ms()
+        by_lease: dict[tuple[str, str], list[str]] = {}  # (queue, lease) -> ids: one send's or claim's
         for msg in messages:
-            if msg._settled:
-                continue
-            msg._settled = True
-            rows = await self._file.fetch(
-                "UPDATE messages SET lease = NULL, visible_at_ms = ?, attempts = attempts - 1 "
-                "WHERE id = ? AND lease = ? RETURNING id", (now, msg.id, msg._lease))
-            if rows:
-                self._notify(msg.queue, now)
+            if not msg._settled:
+                msg._settled = True
+                by_lease.setdefault((msg.queue, msg._lease), []).append(msg.id)
+        for (queue, lease), id_list in by_lease.items():
+            for start in range(0, len(id_list), _MAX_PARAMS):
+                chunk = id_list[start:start + _MAX_PARAMS]
+                rows = await self._file.fetch(
+                    "UPDATE messages SET lease = NULL, visible_at_ms = ?, attempts = attempts - 1 "
+                    f"WHERE lease = ? AND id IN ({','.join('?' * len(chunk))}) RETURNING id",
+                    (now, lease, *chunk))
+                if rows:
+                    self._notify(queue, now)
 
     # ---- consuming -----------------------------------------------------------------------------
 
