@@ -144,7 +144,7 @@ def test_median_and_percentile() -> None:
 
 def _processes_under(path: Path) -> list[int]:
     """Pids of live processes whose command line mentions ``path`` (servers the bench started)."""
-    from mailbox_actors.bench.http_figures import pid_alive
+    from mailbox_actors.bench.servers import pid_alive
 
     found = []
     for entry in Path("/proc").iterdir():
@@ -251,7 +251,7 @@ def test_cluster_nodes_that_outlive_their_supervisor_are_killed(tmp_path: Path) 
     and killed, by pid."""
     import anyio
 
-    from mailbox_actors.bench.http_figures import pid_alive, start_cluster, stop_spawned
+    from mailbox_actors.bench.servers import pid_alive, start_cluster, stop_spawned
 
     async def main() -> tuple[list[int], list[str]]:
         sp = await start_cluster(tmp_path / "cluster", 2)
@@ -284,7 +284,7 @@ def test_a_node_restarted_since_the_start_is_stopped_too(tmp_path: Path) -> None
 
     import anyio
 
-    from mailbox_actors.bench.http_figures import pid_alive, start_cluster, stop_spawned
+    from mailbox_actors.bench.servers import pid_alive, start_cluster, stop_spawned
 
     restarted = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 

@@ -32,8 +32,8 @@ import anyio
 import msgspec
 
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
-from mailbox_actors.bench.http_figures import Spawned, start_cluster, start_node, stop_spawned
 from mailbox_actors.bench.runtime_figures import state_changes
+from mailbox_actors.bench.servers import Spawned, start_cluster, start_node, stop_spawned
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.node.http import RpcHttpServer
 from mailbox_actors.node.webhooks import SIGNATURE_HEADER, verify

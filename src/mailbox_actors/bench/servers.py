@@ -1,0 +1,235 @@
+"""Server processes the bench starts and stops: free ports, ``serve`` and ``cluster`` as children,
+waiting until healthy, CPU seconds, and stopping by pid (a cluster's nodes too, as listed last).
+Shared by the HTTP and event figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import anyio
+import anyio.abc
+
+from mailbox_actors.node.cluster import read_cluster_file
+from mailbox_actors.rpc.http_client import HttpPool, HttpTransportError
+
+__all__ = ["HOST", "Spawned", "cpu_seconds", "free_port_block", "pid_alive", "start_cluster",
+           "start_node", "stop_spawned"]
+
+HOST = "127.0.0.1"
+
+
+def free_port_block(n: int, host: str = HOST, tries: int = 100) -> int:
+    """A port P with P..P+n-1 all free on ``host`` right now (a cluster listens on P+i)."""
+    for _ in range(tries):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            base = int(s.getsockname()[1])
+        if base + n - 1 > 65_535:
+            continue
+        try:
+            for p in range(base + 1, base + n):
+                with socket.socket() as s:
+                    s.bind((host, p))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no block of {n} free ports found")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust kill(0)
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def cpu_seconds(pids: Sequence[int]) -> float | None:
+    """User + system CPU seconds of ``pids`` so far, from /proc (None where there is no /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return " | ".join(text.strip().splitlines()[-lines:]) or "(empty log)"
+
+
+@dataclass
+class Spawned:
+    """A server process the bench started: a node (``serve``) or a supervisor (``cluster``)."""
+
+    what: str
+    proc: anyio.abc.Process
+    data: Path
+    urls: list[str]
+    log: Path
+    token: str = ""
+    node_pids: list[int] = field(default_factory=list)  # a cluster's node processes
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def server_pids(self) -> list[int]:
+        return self.node_pids or [self.proc.pid]
+
+
+async def _open(cmd: list[str], log: Path) -> tuple[anyio.abc.Process, IO[bytes]]:
+    out = log.open("ab")  # the child's stdout must not mix with the bench's results
+    try:
+        proc = await anyio.open_process(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                        stderr=subprocess.STDOUT)
+    except BaseException:
+        out.close()
+        raise
+    return proc, out
+
+
+async def _wait_healthy(pool: HttpPool, sp: Spawned, timeout_s: float) -> None:
+    with anyio.move_on_after(timeout_s):
+        pending = list(sp.urls)
+        while pending:
+            if sp.proc.returncode is not None:
+                raise RuntimeError(f"{sp.what} exited with status {sp.proc.returncode}: "
+                                   f"{_tail(sp.log)}")
+            try:
+                status, _ = await pool.request(pending[0], "GET", "/healthz", None, b"",
+                                               timeout_s=1.0)
+                if status == 200:
+                    pending.pop(0)
+                    continue
+            except (HttpTransportError, OSError):
+                pass
+            await anyio.sleep(0.05)
+        return
+    raise RuntimeError(f"{sp.what} did not answer /healthz within {timeout_s:g} s: {_tail(sp.log)}")
+
+
+async def start_node(data: Path, *, timeout_s: float = 30.0) -> Spawned:
+    """``python -m mailbox_actors serve --data DATA --port P --log-level warning``, healthy, with
+    its cluster token (generated into DATA/cluster.token)."""
+    data.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before the process starts
+    log = data.parent / f"{data.name}.log"
+    for attempt in range(3):  # a free port can be taken between the probe and the bind
+        port = free_port_block(1)
+        cmd = [sys.executable, "-m", "mailbox_actors", "serve", "--data", str(data),
+               "--port", str(port), "--log-level", "warning"]
+        proc, out = await _open(cmd, log)
+        out.close()
+        sp = Spawned("node", proc, data, [f"http://{HOST}:{port}"], log)
+        try:
+            async with HttpPool() as pool:
+                await _wait_healthy(pool, sp, timeout_s)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await stop_spawned(sp)
+            if attempt == 2 or "in use" not in _tail(sp.log):
+                raise
+            continue
+        sp.token = (data / "cluster.token").read_text().strip()
+        return sp
+    raise AssertionError("unreachable")
+
+
+async def start_cluster(data: Path, nodes: int = 3, *, timeout_s: float = 60.0) -> Spawned:
+    """``python -m mailbox_actors cluster --nodes N --data DIR --port P``, every node healthy, with
+    the nodes' pids from DIR/cluster.json."""
+    data.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before the process starts
+    log = data.parent / f"{data.name}.log"
+    port = free_port_block(nodes)
+    cmd = [sys.executable, "-m", "mailbox_actors", "cluster", "--nodes", str(nodes),
+           "--data", str(data), "--port", str(port), "--log-level", "warning"]
+    proc, out = await _open(cmd, log)
+    out.close()
+    sp = Spawned("cluster", proc, data, [f"http://{HOST}:{port + i}" for i in range(nodes)], log)
+    try:
+        async with HttpPool() as pool:
+            await _wait_healthy(pool, sp, timeout_s)
+        with anyio.fail_after(10):
+            while True:
+                try:
+                    doc = json.loads((data / "cluster.json").read_text())
+                    pids = [n["pid"] for n in doc["nodes"]]
+                    if all(isinstance(p, int) for p in pids):
+                        break
+                except (OSError, ValueError, KeyError):
+                    pass
+                await anyio.sleep(0.05)
+        sp.node_pids = pids
+        sp.token = (data / "cluster.token").read_text().strip()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await stop_spawned(sp)
+        raise
+    return sp
+
+
+async def stop_spawned(sp: Spawned, *, grace_s: float = 20.0) -> list[str]:
+    """SIGTERM by pid, SIGKILL after ``grace_s``; for a cluster, then check that its nodes are gone
+    (killing any that are not). Returns what went wrong, for the run's errors."""
+    problems: list[str] = []
+    if sp.node_pids:
+        # The supervisor may have restarted a node since the start (a new pid): take the pids it
+        # wrote last, before it stops and removes the file.
+        try:
+            listed = [int(n["pid"]) for n in read_cluster_file(sp.data)["nodes"] if n.get("pid")]
+        except (OSError, ValueError, KeyError, TypeError):
+            listed = []
+        sp.node_pids = sorted(set(sp.node_pids) | set(listed))
+    if sp.proc.returncode is None:
+        try:
+            os.kill(sp.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        with anyio.move_on_after(grace_s):
+            await sp.proc.wait()
+        if sp.proc.returncode is None:
+            problems.append(f"{sp.what} (pid {sp.pid}) did not stop within {grace_s:g} s of "
+                            "SIGTERM; killed")
+            try:
+                os.kill(sp.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await sp.proc.wait()
+    # The supervisor waits for its nodes before it exits, so any still here were left behind.
+    with anyio.move_on_after(2):
+        while any(pid_alive(p) for p in sp.node_pids):  # noqa: ASYNC110 - other processes' pids
+            await anyio.sleep(0.05)
+    left = [p for p in sp.node_pids if pid_alive(p)]
+    for pid in left:
+        problems.append(f"cluster node pid {pid} outlived its supervisor; killed")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    with anyio.move_on_after(5):
+        while any(pid_alive(p) for p in left):  # noqa: ASYNC110 - other processes' pids
+            await anyio.sleep(0.02)
+    return problems
