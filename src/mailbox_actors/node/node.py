@@ -187,7 +187,10 @@ class Node:
                                          rng=self.rng, metrics=self.metrics,
                                          ca_file=st.webhook_ca_file)
         self.consumers = [*self.webhooks.consumers(count=st.webhook_consumers)]
-        self.consumers.append(DeadLetterRecorder(self.queues, self.consumers[0].dead_letter_queue))
+        # Letters this node makes wake its recorder at once; other nodes' wait for a poll, which
+        # need not be frequent: a letter is recorded, not delivered.
+        self.consumers.append(DeadLetterRecorder(self.queues, self.consumers[0].dead_letter_queue,
+                                                 poll_interval_s=0.5))
 
     async def _events_days(self, tenant_id: str) -> int | None:
         assert self.control_db is not None

@@ -151,7 +151,7 @@ class WebhookDeliverer:
             metrics.describe("webhook_attempt_seconds", "Webhook POST durations", "histogram")
 
     def consumers(self, *, count: int = 4, max_batch_size: int = 1,
-                  poll_interval_s: float = 0.02) -> list[Consumer]:
+                  poll_interval_s: float = 0.05) -> list[Consumer]:
         """``count`` competing consumers of the ``webhooks`` queue. One message per batch by default,
         so a slow endpoint never holds another tenant's message in its batch; no batch timeout."""
         if count < 1:

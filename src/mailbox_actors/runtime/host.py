@@ -69,8 +69,8 @@ class ActorHost:
         # tenant id -> its events_days from the control database (None: unknown, use the default)
         self.events_days: Callable[[str], Awaitable[int | None]] = _unknown_events_days
         self._inflight = 0
-        self._drained = anyio.Event()
-        self._drained.set()
+        # Made only by stop(), when it waits for work in flight: not an Event per busy period.
+        self._drained: anyio.Event | None = None
         self.stopping = False
         self._deadline_wakes: list[tuple[int, anyio.Event]] = []  # FakeClock only
         self.activations = 0
@@ -174,8 +174,6 @@ class ActorHost:
             self._release(ctx)
 
     def _enter(self) -> None:
-        if self._inflight == 0:
-            self._drained = anyio.Event()
         self._inflight += 1
 
     def _release(self, ctx: ActorContext) -> None:
@@ -184,7 +182,7 @@ class ActorHost:
         if not ctx.closed:
             self._active.move_to_end(ctx.key)
         self._inflight -= 1
-        if self._inflight == 0:
+        if self._inflight == 0 and self._drained is not None:
             self._drained.set()
         if len(self._active) > self.settings.max_active_actors:
             self._enforce_bound()
@@ -331,8 +329,10 @@ class ActorHost:
         """Refuse new work, let work in flight finish (up to the grace period), close every file."""
         self.stopping = True
         grace = self.settings.shutdown_grace_ms if grace_ms is None else grace_ms
-        with anyio.move_on_after(grace / 1000):
-            await self._drained.wait()
+        if self._inflight:
+            self._drained = anyio.Event()
+            with anyio.move_on_after(grace / 1000):
+                await self._drained.wait()
         if self._inflight:
             self.log.warning("shutdown_grace_expired", inflight=self._inflight)
         for ctx in list(self._active.values()):
