@@ -200,3 +200,20 @@ async def test_rpc_requests_are_counted_by_namespace_op_and_code(tmp_path: Path)
                                             ("code", "ok"))) == 1
         assert m.get("rpc_requests_total", (("namespace", "tenant_quota"), ("op", "status"),
                                             ("code", "internal_error"))) == 1
+
+
+@pytest.mark.anyio
+async def test_an_id_used_in_one_namespace_is_still_refused_by_another(tmp_path: Path) -> None:
+    """RT-1: once an id has been served in its namespace (its check is remembered, so a hot actor
+    skips the digest), another namespace still refuses it, and a tampered copy is still refused."""
+    async with TestRuntime(tmp_path) as rt:
+        oid = rt.id_from_name("tenant_quota", "t1")
+        ok = await send(rt, "tenant_quota", oid,
+                        envelope(rt, {"op": "init", "per_minute": 5, "per_day": 10}))
+        assert ok == {"ok": {"created": True}}
+        assert (await send(rt, "tenant_quota", oid, envelope(rt, {"op": "usage"})))["ok"]
+        err = (await send(rt, "domain_monitor", oid, envelope(rt, {"op": "status"})))["err"]
+        assert err["code"] == "invalid_request" and "namespace" in err["message"]
+        tampered = oid[:-1] + ("0" if oid[-1] != "0" else "1")
+        err = (await send(rt, "tenant_quota", tampered, envelope(rt, {"op": "usage"})))["err"]
+        assert err["code"] == "invalid_request"
