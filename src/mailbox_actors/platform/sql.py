@@ -3,25 +3,33 @@
 SQL runs synchronously on the event loop thread, as it does in a Durable Object: a transaction never
 interleaves with anything and costs no thread hop. User SQL is screened by an authorizer (workerd
 does the same): transaction control, ATTACH, VACUUM, PRAGMA writes and the reserved ``_ma_``/``_cf_``
-tables are refused. This module never decides what an actor does; it only stores. Opening a file
-is ``sql_open``; the key-value API is ``kv``.
+tables are refused (the rules are ``sql_screen``'s; the types ``sql_types``'s). This module never
+decides what an actor does; it only stores. Opening a file is ``sql_open``; the key-value API is
+``kv``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import re
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
-
-import msgspec
+from typing import Any, TypeVar
 
 from mailbox_actors.platform.kv import KvStorage
-from mailbox_actors.wire.errors import ErrorCode, LimitExceeded, MailboxActorsError
+from mailbox_actors.platform.sql_screen import classify, denial, map_error
+from mailbox_actors.platform.sql_types import (
+    AlarmSink,
+    Durability,
+    Limits,
+    NoAlarmSink,
+    SqlCursor,
+    StatementRefused,
+    StorageCorrupt,
+)
+from mailbox_actors.wire.errors import LimitExceeded
 
 __all__ = [
     "AlarmSink",
@@ -36,117 +44,6 @@ __all__ = [
 T = TypeVar("T")
 
 RUNTIME_SCHEMA_VERSION = 1
-_GIB = 1 << 30
-
-
-class Limits(msgspec.Struct, frozen=True, kw_only=True):
-    """RT-7 storage limits; the defaults are Durable Objects' own."""
-
-    max_bound_parameters: int = 100
-    max_statement_bytes: int = 100_000
-    max_value_bytes: int = 2_000_000
-    max_columns: int = 100
-    max_database_bytes: int = 10 * _GIB
-
-
-class Durability:
-    NORMAL = "normal"  # survives a process crash (WAL, synchronous=NORMAL)
-    FULL = "full"  # survives power loss (synchronous=FULL)
-    ALL = (NORMAL, FULL)
-
-
-class StatementRefused(MailboxActorsError):
-    """User SQL tried something only the runtime may do (RT-5)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(ErrorCode.INVALID_REQUEST, f"SQL statement refused: {reason}",
-                         details={"refused": reason})
-
-
-class StorageCorrupt(MailboxActorsError):
-    """The actor's file is not a usable database (REL-4): that actor fails alone."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(ErrorCode.INTERNAL_ERROR, "the actor's storage file is unreadable",
-                         details={"storage": detail})
-
-
-class AlarmSink(Protocol):
-    """Where an actor's alarm changes go besides its own file (the node's alarm scheduler)."""
-
-    def before_commit(self, at_ms: int) -> None:
-        """Called inside the transaction that sets the alarm, before it commits."""
-
-    def committed(self, at_ms: int | None) -> None:
-        """Called after a commit that changed the alarm, with the committed value."""
-
-
-class _NoAlarmSink:
-    def before_commit(self, at_ms: int) -> None:
-        pass
-
-    def committed(self, at_ms: int | None) -> None:
-        pass
-
-
-_LEADING = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*([A-Za-z]+)", re.S)
-_REFUSED_FIRST_WORDS = {
-    "BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE", "ATTACH", "DETACH", "VACUUM",
-}
-_READ_FIRST_WORDS = {"SELECT", "VALUES", "EXPLAIN", "PRAGMA"}
-_WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b", re.I)
-# Pragmas that take an argument yet only read (table_info(x)); any other pragma with a value is a write.
-_READ_PRAGMAS_WITH_ARG = {
-    "table_info", "table_xinfo", "index_info", "index_xinfo", "index_list", "foreign_key_list",
-    "foreign_key_check", "integrity_check", "quick_check", "table_list",
-}
-_RESERVED = ("_ma_", "_cf_")
-# The authorizer is never told the new name of ALTER TABLE ... RENAME TO, so screen the text.
-_RENAME_RESERVED = re.compile(r"\bRENAME\s+(?:COLUMN\s+)?\S*\s*(?:TO\s+)?[\"'`\[]?_(?:ma|cf)_",
-                              re.I)
-
-_MAPPED_LIMITS: tuple[tuple[str, str], ...] = (
-    ("too many sql variables", "max_bound_parameters"),
-    ("string or blob too big", "max_value_bytes"),
-    ("too big", "max_value_bytes"),
-    ("query string is too large", "max_statement_bytes"),
-    ("statement too long", "max_statement_bytes"),
-    ("too many columns", "max_columns"),
-    ("database or disk is full", "max_database_bytes"),
-)
-
-
-class SqlCursor:
-    """The result of ``exec``: iterate it, or take ``one()`` / ``all()``."""
-
-    __slots__ = ("_cur", "rows_read", "rows_written")
-
-    def __init__(self, cur: sqlite3.Cursor, rows_written: int) -> None:
-        self._cur = cur
-        self.rows_read = 0
-        self.rows_written = rows_written
-
-    def __iter__(self) -> Iterator[sqlite3.Row]:
-        for row in self._cur:
-            self.rows_read += 1
-            yield row
-
-    def one(self) -> sqlite3.Row:
-        """Exactly one row, or ``ValueError``."""
-        rows = self._cur.fetchmany(2)
-        self.rows_read += len(rows)
-        if len(rows) != 1:
-            raise ValueError(f"expected exactly one row, got {'none' if not rows else 'more'}")
-        return rows[0]  # type: ignore[no-any-return]
-
-    def all(self) -> list[sqlite3.Row]:
-        rows = self._cur.fetchall()
-        self.rows_read += len(rows)
-        return rows
-
-    @property
-    def column_names(self) -> list[str]:
-        return [d[0] for d in self._cur.description or ()]
 
 
 class SqlStorage:
@@ -167,7 +64,7 @@ class SqlStorage:
         self._kinds: dict[str, bool] = {}  # query text -> writes? (after screening)
         self._alarm: int | None = None
         self._alarm_dirty = False
-        self.alarm_sink: AlarmSink = _NoAlarmSink()
+        self.alarm_sink: AlarmSink = NoAlarmSink()
         self.alarm_hidden = False  # True while the alarm handler runs: get_alarm() is None
         self.alarm_set_in_handler = False
         self.before_transaction: Callable[[], None] | None = None  # deadline check (RPC-5)
@@ -189,59 +86,22 @@ class SqlStorage:
         if self._sys_mode and trigger is None:
             # A trigger is always user code, even when a runtime statement fires it.
             return sqlite3.SQLITE_OK
-        if action in (sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT):
-            return self._deny("transaction control belongs to the runtime; use transaction_sync")
-        if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
-            return self._deny("ATTACH and DETACH are not allowed")
-        if action == sqlite3.SQLITE_PRAGMA:
-            if a2 is not None and (a1 or "").lower() not in _READ_PRAGMAS_WITH_ARG:
-                return self._deny(f"PRAGMA {a1} may not be written")
+        reason = denial(action, a1, a2)
+        if reason is None:
             return sqlite3.SQLITE_OK
-        for name in (a1, a2):
-            if name and name.lower().startswith(_RESERVED):
-                return self._deny(f"names beginning {_RESERVED[0]!r} or {_RESERVED[1]!r} are "
-                                  "reserved for the runtime")
-        return sqlite3.SQLITE_OK
-
-    def _deny(self, reason: str) -> int:
         self._deny_reason = reason
         return sqlite3.SQLITE_DENY
 
     def _classify(self, query: str) -> bool:
-        """Screen a query once; return whether it may write. Raises for refused statements."""
-        m = _LEADING.match(query)
-        word = m.group(1).upper() if m else ""
-        if word in _REFUSED_FIRST_WORDS:
-            hint = "" if word in ("ATTACH", "DETACH", "VACUUM") else "; use transaction_sync"
-            raise StatementRefused(f"{word} is not allowed in actor SQL{hint}")
-        if word == "ALTER" and _RENAME_RESERVED.search(query):
-            raise StatementRefused("names beginning '_ma_' or '_cf_' are reserved for the runtime")
-        if len(query.encode()) > self.limits.max_statement_bytes:
-            raise LimitExceeded("max_statement_bytes", self.limits.max_statement_bytes,
-                                "SQL statement longer than the statement limit")
-        if word == "WITH":
-            writes = bool(_WRITE_WORD.search(query))
-        else:
-            writes = word not in _READ_FIRST_WORDS
+        """Screen a query once (``sql_screen``); return whether it may write."""
+        writes = classify(query, self.limits)
         if len(self._kinds) < 4096:
             self._kinds[query] = writes
         return writes
 
     def _map_error(self, e: sqlite3.Error) -> Exception:
-        text = str(e).lower()
-        if isinstance(e, sqlite3.ProgrammingError) and "one statement" in text:
-            return StatementRefused("exec runs one statement at a time")
-        if "incomplete input" in text or "syntax error" in text:
-            # Malformed SQL fails the same way every time: not worth a retry.
-            return StatementRefused(f"malformed SQL ({text[:80]})")
-        if "not authorized" in text or "prohibited" in text:
-            reason, self._deny_reason = self._deny_reason or "not authorized", None
-            return StatementRefused(reason)
-        for needle, limit in _MAPPED_LIMITS:
-            if needle in text:
-                maximum = getattr(self.limits, limit)
-                return LimitExceeded(limit, maximum, f"SQLite limit {limit}={maximum} exceeded")
-        return e
+        denied, self._deny_reason = self._deny_reason, None
+        return map_error(e, self.limits, denied)
 
     # ---- SQL API (RT-6) --------------------------------------------------------------------
 

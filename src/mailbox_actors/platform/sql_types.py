@@ -1,0 +1,102 @@
+"""The types around an actor's SQL storage (RT-6, RT-7, AL-1): its limits, durability modes, the
+errors it raises, the sink told about alarm changes, and the cursor ``exec`` returns."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import Protocol
+
+import msgspec
+
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+__all__ = ["AlarmSink", "Durability", "Limits", "NoAlarmSink", "SqlCursor", "StatementRefused",
+           "StorageCorrupt"]
+
+_GIB = 1 << 30
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """RT-7 storage limits; the defaults are Durable Objects' own."""
+
+    max_bound_parameters: int = 100
+    max_statement_bytes: int = 100_000
+    max_value_bytes: int = 2_000_000
+    max_columns: int = 100
+    max_database_bytes: int = 10 * _GIB
+
+
+class Durability:
+    NORMAL = "normal"  # survives a process crash (WAL, synchronous=NORMAL)
+    FULL = "full"  # survives power loss (synchronous=FULL)
+    ALL = (NORMAL, FULL)
+
+
+class StatementRefused(MailboxActorsError):
+    """User SQL tried something only the runtime may do (RT-5)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(ErrorCode.INVALID_REQUEST, f"SQL statement refused: {reason}",
+                         details={"refused": reason})
+
+
+class StorageCorrupt(MailboxActorsError):
+    """The actor's file is not a usable database (REL-4): that actor fails alone."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.INTERNAL_ERROR, "the actor's storage file is unreadable",
+                         details={"storage": detail})
+
+
+class AlarmSink(Protocol):
+    """Where an actor's alarm changes go besides its own file (the node's alarm scheduler)."""
+
+    def before_commit(self, at_ms: int) -> None:
+        """Called inside the transaction that sets the alarm, before it commits."""
+
+    def committed(self, at_ms: int | None) -> None:
+        """Called after a commit that changed the alarm, with the committed value."""
+
+
+class NoAlarmSink:
+    """Where alarm changes go when nobody schedules them (a storage opened alone)."""
+
+    def before_commit(self, at_ms: int) -> None:
+        pass
+
+    def committed(self, at_ms: int | None) -> None:
+        pass
+
+
+class SqlCursor:
+    """The result of ``exec``: iterate it, or take ``one()`` / ``all()``."""
+
+    __slots__ = ("_cur", "rows_read", "rows_written")
+
+    def __init__(self, cur: sqlite3.Cursor, rows_written: int) -> None:
+        self._cur = cur
+        self.rows_read = 0
+        self.rows_written = rows_written
+
+    def __iter__(self) -> Iterator[sqlite3.Row]:
+        for row in self._cur:
+            self.rows_read += 1
+            yield row
+
+    def one(self) -> sqlite3.Row:
+        """Exactly one row, or ``ValueError``."""
+        rows = self._cur.fetchmany(2)
+        self.rows_read += len(rows)
+        if len(rows) != 1:
+            raise ValueError(f"expected exactly one row, got {'none' if not rows else 'more'}")
+        return rows[0]  # type: ignore[no-any-return]
+
+    def all(self) -> list[sqlite3.Row]:
+        rows = self._cur.fetchall()
+        self.rows_read += len(rows)
+        return rows
+
+    @property
+    def column_names(self) -> list[str]:
+        return [d[0] for d in self._cur.description or ()]
