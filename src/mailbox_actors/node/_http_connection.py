@@ -100,6 +100,11 @@ class Connection(asyncio.Protocol):
         self._head_len = 0
         self._head_size = 0
         self._in_head = False
+        self._mid_body = False     # head done, body (or chunked trailers) still arriving
+        self._msg_len = 0          # bytes fed since this request began (head, body, framing)
+        # A request ended inside the current read: how many of its bytes were the next request's
+        # is unknown, so that read is not counted (an undercount of at most one read).
+        self._began_here = False
 
     # asyncio.Protocol
 
@@ -112,6 +117,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        self._began_here = False
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -131,12 +137,16 @@ class Connection(asyncio.Protocol):
                 details={"reason": str(exc)[:200]},
                 fix="Send a well-formed HTTP/1.1 request (RFC 9112)."))
         else:
-            if self._in_head:
-                # Everything fed since the request began is header bytes: cap it before it completes
-                # so a client cannot make us buffer an endless header line.
-                self._head_len += len(data)
-                if self._head_len > self._server.max_header_bytes:
-                    self._fail(400, self._header_error())
+            if (self._in_head or self._mid_body) and not self._began_here:
+                # Cap what a request may make us buffer before it completes: an endless header
+                # line, or endless chunk framing and trailers after a small body.
+                self._msg_len += len(data)
+                if self._in_head:
+                    self._head_len += len(data)
+                    if self._head_len > self._server.max_header_bytes:
+                        self._fail(400, self._header_error())
+                elif self._msg_len > self._message_cap():
+                    self._fail(413, self._message_error())
 
     def eof_received(self) -> bool | None:
         # The client finished sending: answer what is queued, then close.
@@ -170,6 +180,7 @@ class Connection(asyncio.Protocol):
         self._body_len = 0
         self._head_len = 0
         self._head_size = 0
+        self._msg_len = 0
         self._in_head = True
         self.deadline = self._loop.time() + self._server.request_timeout_s
 
@@ -178,6 +189,8 @@ class Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_size += len(name) + len(value) + 4
+        if len(self._url) + self._head_size > self._server.max_header_bytes:
+            raise _Reject(400, self._header_error())
         key = name.decode("latin-1").lower()
         val = value.decode("latin-1")
         old = self._headers.get(key)
@@ -185,6 +198,7 @@ class Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._mid_body = True
         if len(self._url) + self._head_size > self._server.max_header_bytes:
             raise _Reject(400, self._header_error())
         length = self._headers.get("content-length")
@@ -203,6 +217,8 @@ class Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._mid_body = False
+        self._began_here = True   # a message ended inside this chunk: the next head's offset is unknown
         self.deadline = None
         method = self._parser.get_method().decode("ascii", "replace")
         path = self._url.decode("latin-1")
@@ -223,6 +239,17 @@ class Connection(asyncio.Protocol):
         return MailboxActorsError(
             ErrorCode.LIMIT_EXCEEDED, f"request head over {limit} bytes",
             details={"limit": "header_bytes", "max": limit})
+
+    def _message_cap(self) -> int:
+        # Room for the head, the body twice over (chunk framing) and one read of slack.
+        return self._server.max_header_bytes + 2 * self._server.max_body_bytes + 65536
+
+    def _message_error(self) -> MailboxActorsError:
+        cap = self._message_cap()
+        return MailboxActorsError(
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            f"request over {cap} bytes with its chunk framing and trailers",
+            details={"limit": "message_bytes", "max": cap})
 
     def _body_error(self) -> MailboxActorsError:
         limit = self._server.max_body_bytes
@@ -269,15 +296,17 @@ class Connection(asyncio.Protocol):
                 if last:
                     self._queue.clear()
                     break
-                if self._drain is not None:
+                if self._drain is not None and not self._drain.done():
+                    self.deadline = self._loop.time() + self._server.request_timeout_s
                     await self._drain
+                    self.deadline = None
         finally:
             self._worker = None
         if self._lingering:
             return
         if self._closing:
             self._close()
-        elif not self._queue and not self._in_head:
+        elif not self._queue and not self._in_head and not self._mid_body:
             self.deadline = self._loop.time() + self._server.keepalive_timeout_s
 
     async def _call(self, req: _Request) -> tuple[int, bytes, str]:

@@ -72,6 +72,7 @@ class RpcHttpServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._connections: set[Connection] = set()
         self._drained: asyncio.Event | None = None
+        self._idle_waiters: list[asyncio.Event] = []
         self.port: int | None = None
 
     def _loop_or_raise(self) -> asyncio.AbstractEventLoop:
@@ -104,8 +105,19 @@ class RpcHttpServer:
 
     def _forget(self, conn: Connection) -> None:
         self._connections.discard(conn)
-        if not self._connections and self._drained is not None:
-            self._drained.set()
+        if not self._connections:
+            if self._drained is not None:
+                self._drained.set()
+            for idle in self._idle_waiters:
+                idle.set()
+            self._idle_waiters.clear()
+
+    async def wait_idle(self) -> None:
+        """Return once no connection is open: every client has gone or was timed out."""
+        if self._connections:
+            idle = asyncio.Event()
+            self._idle_waiters.append(idle)
+            await idle.wait()
 
     @property
     def connection_count(self) -> int:

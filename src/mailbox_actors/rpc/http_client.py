@@ -71,14 +71,15 @@ class HttpTimeout(HttpTransportError, TimeoutError):
 class _Conn(asyncio.Protocol):
     """One keep-alive connection: at most one request in flight."""
 
-    __slots__ = ("_body", "_max_body", "_parser", "_size", "closed", "deadline", "fut", "keep",
-                 "last_used", "transport", "used")
+    __slots__ = ("_body", "_framed", "_max_body", "_parser", "_size", "closed", "deadline", "fut",
+                 "keep", "last_used", "transport", "used")
 
     def __init__(self, max_body: int) -> None:
         self._parser = httptools.HttpResponseParser(self)
         self._max_body = max_body
         self._body: list[bytes] = []
         self._size = 0
+        self._framed = True
         self.transport: asyncio.Transport | None = None
         self.fut: asyncio.Future[tuple[int, bytes]] | None = None
         self.closed = False
@@ -110,6 +111,9 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self._framed and exc is None and self.fut is not None:  # body ends at close
+            self._framed = True
+            self.on_message_complete()
         why = f": {exc}" if exc else ""
         self._fail(HttpConnectionLost, f"connection closed before the answer{why}")
 
@@ -118,6 +122,16 @@ class _Conn(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._body = []
         self._size = 0
+        self._framed = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self._framed = True
+
+    def on_headers_complete(self) -> None:
+        st = self._parser.get_status_code()
+        if 100 <= st < 200 or st in (204, 304):
+            self._framed = True
 
     def on_body(self, body: bytes) -> None:
         self._size += len(body)
@@ -126,6 +140,10 @@ class _Conn(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._framed = True
+        if 100 <= self._parser.get_status_code() < 200:   # interim answer: wait for the final one
+            self._body = []
+            return
         fut, self.fut = self.fut, None
         if not self._parser.should_keep_alive():
             self.keep = False
