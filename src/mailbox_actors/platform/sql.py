@@ -94,6 +94,10 @@ class SqlStorage:
 
     def _classify(self, query: str) -> bool:
         """Screen a query once (``sql_screen``); return whether it may write."""
+        if self._token in query:
+            # The text of a runtime statement: its cached, pre-authorised copy must stay the
+            # runtime's alone.
+            raise StatementRefused("this statement belongs to the runtime")
         writes = classify(query, self.limits)
         if len(self._kinds) < 4096:
             self._kinds[query] = writes

@@ -42,8 +42,26 @@ _MAPPED_LIMITS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Functions user SQL may not call: fts3_tokenizer takes a raw pointer (a crafted one crashes the
+# process, SQLite builds with ENABLE_FTS3_TOKENIZER); load_extension runs native code.
+_REFUSED_FUNCTIONS = {"fts3_tokenizer", "load_extension"}
+# Tables a build may offer that see past the authorizer: the prepared statements of the connection
+# (the runtime's, with their token) and the raw pages of the file.
+_REFUSED_TABLES = {"sqlite_stmt", "sqlite_dbpage", "dbstat"}
+_TEMP_ACTIONS = {sqlite3.SQLITE_CREATE_TEMP_INDEX, sqlite3.SQLITE_CREATE_TEMP_TABLE,
+                 sqlite3.SQLITE_CREATE_TEMP_TRIGGER, sqlite3.SQLITE_CREATE_TEMP_VIEW}
+
+
 def denial(action: int, a1: str | None, a2: str | None) -> str | None:
     """Why SQLite's authorizer must refuse this action of user SQL, or None to allow it."""
+    if action == sqlite3.SQLITE_FUNCTION:
+        return f"function {a2} is not allowed" if (a2 or "").lower() in _REFUSED_FUNCTIONS else None
+    if action in _TEMP_ACTIONS:
+        # Temporary objects live outside the file and its size limit.
+        return "temporary tables, views, indexes and triggers are not allowed"
+    if action in (sqlite3.SQLITE_READ, sqlite3.SQLITE_SELECT) and \
+            (a1 or "").lower() in _REFUSED_TABLES:
+        return f"{a1} is not available to actor SQL"
     if action in (sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT):
         return "transaction control belongs to the runtime; use transaction_sync"
     if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
