@@ -15,6 +15,7 @@ import inspect
 import secrets
 import sqlite3
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ from mailbox_actors.platform.sql_types import (
     SqlCursor,
     StatementRefused,
     StorageCorrupt,
+    TransactionRolledBack,
 )
 from mailbox_actors.wire.errors import LimitExceeded
 
@@ -39,9 +41,15 @@ __all__ = [
     "SqlStorage",
     "StatementRefused",
     "StorageCorrupt",
+    "TransactionRolledBack",
+    "implicit_writes",
 ]
 
 T = TypeVar("T")
+
+# Set by the host for each request and alarm run: the implicit transactions its writes went into,
+# so it is not answered as a success when SQLite rolled one of them back with another's statement.
+implicit_writes: ContextVar[list[int] | None] = ContextVar("implicit_writes", default=None)
 
 RUNTIME_SCHEMA_VERSION = 1
 
@@ -64,6 +72,9 @@ class SqlStorage:
         self._kinds: dict[str, bool] = {}  # query text -> writes? (after screening)
         self._alarm: int | None = None
         self._alarm_dirty = False
+        self._aborted: BaseException | None = None  # SQLite ended the explicit transaction: why
+        self._gen = 0  # the current (or last) implicit transaction
+        self._lost: set[int] = set()  # implicit transactions SQLite rolled back
         self.alarm_sink: AlarmSink = NoAlarmSink()
         self.alarm_hidden = False  # True while the alarm handler runs: get_alarm() is None
         self.alarm_set_in_handler = False
@@ -118,18 +129,48 @@ class SqlStorage:
             raise LimitExceeded("max_bound_parameters", self.limits.max_bound_parameters,
                                 f"{len(params)} bound parameters; the limit is "
                                 f"{self.limits.max_bound_parameters}")
-        if writes and self._depth == 0 and not self._implicit:
-            self._open_implicit()
+        if writes:
+            self._before_write()
         conn = self._conn
         before = conn.total_changes
-        try:
-            cur = conn.execute(query, params)
-        except sqlite3.Error as e:
-            if self._implicit and not conn.in_transaction:  # SQLite rolled it back (disk full)
-                self._implicit = False
-                self._reload_alarm()
-            raise self._map_error(e) from e
+        cur = self._run(lambda: conn.execute(query, params))
         return SqlCursor(cur, conn.total_changes - before)
+
+    def _before_write(self) -> None:
+        """A write is about to run: refuse it inside a transaction SQLite already ended; outside
+        transaction_sync, join (or open) the implicit transaction and note it for the request."""
+        if self._depth:
+            if self._aborted is not None:
+                raise TransactionRolledBack(self._aborted)
+            return
+        if not self._implicit:
+            self._open_implicit()
+        writes = implicit_writes.get()
+        if writes is not None and (not writes or writes[-1] != self._gen):
+            writes.append(self._gen)
+
+    def _run(self, statement: Callable[[], sqlite3.Cursor]) -> sqlite3.Cursor:
+        """Run one statement; if SQLite ended the whole transaction with it, remember that."""
+        if self._depth and self._aborted is not None:
+            raise TransactionRolledBack(self._aborted)
+        try:
+            return statement()
+        except sqlite3.Error as e:
+            mapped = self._map_error(e)
+            if not self._conn.in_transaction:  # disk full, OR ROLLBACK, RAISE(ROLLBACK)
+                if self._depth:
+                    self._aborted = mapped
+                elif self._implicit:
+                    self._implicit = False
+                    self._lost.add(self._gen)
+                    self._reload_alarm()
+            raise mapped from e
+
+    def check_writes(self, gens: Sequence[int]) -> None:
+        """Raise if SQLite rolled back an implicit transaction these writes went into (the output
+        gate: never acknowledge a write that was not stored)."""
+        if any(g in self._lost for g in gens):
+            raise TransactionRolledBack(None)
 
     @property
     def database_size(self) -> int:
@@ -163,14 +204,20 @@ class SqlStorage:
         self._sys(self._begin)
         self._depth = 1
         self._txn_now = self._now()
+        self._aborted = None
+        set_in_handler = self.alarm_set_in_handler  # a rollback undoes a set_alarm, and this
         try:
             result = self._call(fn)
+            if self._aborted is not None:  # fn went on after SQLite ended the transaction
+                raise TransactionRolledBack(self._aborted)
         except BaseException:
             self._depth = 0
             self._txn_now = None
+            self._aborted = None
             if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
                 self._sys(self._rollback)
             self._reload_alarm()
+            self.alarm_set_in_handler = set_in_handler
             raise
         self._depth = 0
         self._txn_now = None
@@ -190,8 +237,11 @@ class SqlStorage:
         name = f"_ma_sp{self._depth}"
         self._sys(f"SAVEPOINT {name} /*{self._token}*/")
         self._depth += 1
+        set_in_handler = self.alarm_set_in_handler
         try:
             result = self._call(fn)
+            if self._aborted is not None:  # the whole transaction is gone, not just this part
+                raise TransactionRolledBack(self._aborted)
         except BaseException:
             self._depth -= 1
             if self._conn.in_transaction:
@@ -199,6 +249,7 @@ class SqlStorage:
                 self._sys(f"RELEASE {name} /*{self._token}*/")
             if self._alarm_dirty:  # the savepoint may have undone an alarm change; the outer
                 self._read_alarm()  # transaction still reports whatever it ends with
+            self.alarm_set_in_handler = set_in_handler
             raise
         self._depth -= 1
         self._sys(f"RELEASE {name} /*{self._token}*/")
@@ -211,6 +262,9 @@ class SqlStorage:
             self.before_transaction()  # RPC-5 holds for implicit transactions too
         self._sys(self._begin)
         self._implicit = True
+        self._gen += 1
+        if len(self._lost) > 1000:  # only the transactions of requests still running matter
+            self._lost = {g for g in self._lost if g > self._gen - 1000}
         try:
             asyncio.get_running_loop().call_soon(self.flush)
         except RuntimeError:  # no loop: the caller must flush (the runtime always does)
@@ -221,9 +275,17 @@ class SqlStorage:
         if self._implicit and self._depth == 0:
             self._implicit = False
             if not self._conn.in_transaction:  # SQLite rolled it back itself
+                self._lost.add(self._gen)
                 self._reload_alarm()
                 return
-            self._sys(self._commit)
+            try:
+                self._sys(self._commit)
+            except sqlite3.Error as e:
+                self._lost.add(self._gen)
+                if self._conn.in_transaction:
+                    self._sys(self._rollback)
+                self._reload_alarm()
+                raise self._map_error(e) from e
             self._after_commit()
 
     def _after_commit(self) -> None:
@@ -252,13 +314,9 @@ class SqlStorage:
 
     def sys_exec(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """For the runtime's own tables (meta, migrations); never exposed to actor code."""
-        if self._depth == 0 and not self._implicit and not query.lstrip().upper().startswith(
-                ("SELECT", "PRAGMA")):
-            self._open_implicit()
-        try:
-            return self._sys(f"{query} /*{self._token}*/", params)
-        except sqlite3.Error as e:
-            raise self._map_error(e) from e
+        if not query.lstrip().upper().startswith(("SELECT", "PRAGMA")):
+            self._before_write()
+        return self._run(lambda: self._sys(f"{query} /*{self._token}*/", params))
 
     # ---- the alarm (AL-1) ------------------------------------------------------------------
 
@@ -280,15 +338,14 @@ class SqlStorage:
         return self._alarm
 
     def _write_alarm(self, at_ms: int | None) -> None:
-        if self._depth == 0 and not self._implicit:
-            self._open_implicit()
+        self._before_write()
         if at_ms is None:
-            self._sys(f"DELETE FROM _ma_alarm WHERE id = 1 /*{self._token}*/")
+            self._run(lambda: self._sys(f"DELETE FROM _ma_alarm WHERE id = 1 /*{self._token}*/"))
         else:
             # Earlier-than-indexed alarms reach the node's index before this commits (AL-4).
             self.alarm_sink.before_commit(at_ms)
-            self._sys(f"INSERT OR REPLACE INTO _ma_alarm (id, at_ms) VALUES (1, ?) "
-                      f"/*{self._token}*/", (at_ms,))
+            self._run(lambda: self._sys(f"INSERT OR REPLACE INTO _ma_alarm (id, at_ms) VALUES "
+                                        f"(1, ?) /*{self._token}*/", (at_ms,)))
         if self.alarm_hidden:
             self.alarm_set_in_handler = True
         self._alarm = at_ms

@@ -12,7 +12,7 @@ import msgspec
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["AlarmSink", "Durability", "Limits", "NoAlarmSink", "SqlCursor", "StatementRefused",
-           "StorageCorrupt"]
+           "StorageCorrupt", "TransactionRolledBack"]
 
 _GIB = 1 << 30
 
@@ -47,6 +47,17 @@ class StorageCorrupt(MailboxActorsError):
     def __init__(self, detail: str) -> None:
         super().__init__(ErrorCode.INTERNAL_ERROR, "the actor's storage file is unreadable",
                          details={"storage": detail})
+
+
+class TransactionRolledBack(MailboxActorsError):
+    """SQLite ended a whole transaction itself (disk full, ``OR ROLLBACK``, ``RAISE(ROLLBACK)``):
+    nothing of it was stored, whatever the code went on to do."""
+
+    def __init__(self, cause: BaseException | None) -> None:
+        code = cause.code if isinstance(cause, MailboxActorsError) else ErrorCode.INTERNAL_ERROR
+        why = cause.message if isinstance(cause, MailboxActorsError) else type(cause).__name__
+        super().__init__(code, f"SQLite rolled the whole transaction back ({why}); none of its "
+                               "writes were stored", details={"rolled_back": True})
 
 
 class AlarmSink(Protocol):

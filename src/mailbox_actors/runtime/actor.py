@@ -23,7 +23,7 @@ from mailbox_actors.core.alarm_purposes import (
     earliest,
     meta_key,
 )
-from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.platform.sql import SqlStorage, implicit_writes
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.wire.envelope import Envelope
@@ -313,5 +313,8 @@ class ActorContext:
         """Call another actor through the same envelope and router; returns the ``ok`` value
         (as plain JSON types) or raises ``MailboxActorsError``."""
         self.storage.flush()  # the output gate: no message leaves before the writes it follows
+        writes = implicit_writes.get()
+        if writes:
+            self.storage.check_writes(writes)  # ...nor after writes SQLite rolled back
         return await self.host.call_actor(namespace, object_id, req, tenant_id=tenant_id,
                                           identity_id=identity_id)

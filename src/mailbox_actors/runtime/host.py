@@ -21,7 +21,7 @@ from mailbox_actors.core.actor_ids import check_id
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import Rng
-from mailbox_actors.platform.sql import StorageCorrupt
+from mailbox_actors.platform.sql import StorageCorrupt, implicit_writes
 from mailbox_actors.platform.sql_open import open_storage
 from mailbox_actors.runtime.actor import Actor, ActorContext, AlarmInfo, Call, current_deadline
 from mailbox_actors.runtime.migrations import apply_migrations, check_migrations
@@ -164,12 +164,17 @@ class ActorHost:
                 raise DeadlineExceeded()
             ctx.check_owner(call, is_init)
             token = current_deadline.set(call.deadline_ms)
+            writes: list[int] = []
+            writes_token = implicit_writes.set(writes)
             try:
-                return await ctx.actor.handle(call, req)
+                result = await ctx.actor.handle(call, req)
             finally:
                 current_deadline.reset(token)
+                implicit_writes.reset(writes_token)
                 if not ctx.closed:
                     ctx.storage.flush()  # the output gate: nothing leaves before its writes commit
+            ctx.storage.check_writes(writes)  # ...and never as a success if they were not stored
+            return result
         finally:
             self._release(ctx)
 
@@ -218,6 +223,8 @@ class ActorHost:
                 await ctx.wait_gate(None)
             sql.alarm_hidden = True
             sql.alarm_set_in_handler = False
+            writes: list[int] = []
+            writes_token = implicit_writes.set(writes)
             with structlog.contextvars.bound_contextvars(request_id=self.ids.new_id("req")):
                 try:
                     await ctx.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
@@ -228,11 +235,21 @@ class ActorHost:
                                      reason=str(e)[:200])
                 finally:
                     sql.alarm_hidden = False
+                    implicit_writes.reset(writes_token)
             if ctx.closed:
                 return ("failed", None)
+            sql.flush()
+            try:
+                sql.check_writes(writes)
+            except MailboxActorsError:
+                # SQLite rolled back what the handler wrote (and any alarm it set): a failed run,
+                # retried with backoff, not a success that loses its writes.
+                self.log.warning("alarm_handler_writes_rolled_back", namespace=key[0],
+                                 object_id=key[1], retry_count=retry_count)
+                ok = False
             if ok and not sql.alarm_set_in_handler and sql.stored_alarm() == stored:
                 sql.delete_alarm()
-            sql.flush()
+                sql.flush()
             return ("done" if ok else "failed", sql.stored_alarm())
         finally:
             ctx.alarm_running = False
