@@ -10,7 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -169,3 +169,57 @@ async def test_an_alarm_moved_in_a_rolled_back_transaction_is_not_kept_firing(
         await rt.advance(1_000)
         assert len(afs.ALARM_LOG) == 1
         assert await afs.scratch(rt, oid, afs.GetAlarm()) is None
+
+
+@pytest.mark.anyio
+async def test_block_concurrency_while_excludes_requests_already_running(tmp_path: Path) -> None:
+    """RT-4: a request that was already running when another closed the gate, and then asks for
+    its own critical section, waits for the other's to end: never two at once."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        seen: list[str] = []
+        x_go, y_release = anyio.Event(), anyio.Event()
+
+        def critical(name: str, hold: anyio.Event | None) -> Callable[[], Awaitable[None]]:
+            async def fn() -> None:
+                seen.append(f"{name}:start")
+                if hold is not None:
+                    await hold.wait()
+                seen.append(f"{name}:end")
+            return fn
+
+        async def x(actor: afs.Scratch, call: object, arg: object) -> None:  # running first
+            await x_go.wait()
+            await actor.ctx.block_concurrency_while(critical("X", None))
+
+        async def y(actor: afs.Scratch, call: object, arg: object) -> None:
+            await actor.ctx.block_concurrency_while(critical("Y", y_release))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(afs.run, rt, oid, x)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(afs.run, rt, oid, y)
+            await anyio.wait_all_tasks_blocked()
+            x_go.set()
+            await anyio.wait_all_tasks_blocked()
+            y_release.set()
+        assert seen == ["Y:start", "Y:end", "X:start", "X:end"]
+
+
+@pytest.mark.anyio
+async def test_block_concurrency_while_nested_in_its_own_goes_straight_in(tmp_path: Path) -> None:
+    """RT-4: a critical section inside the caller's own does not wait for itself."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+
+        async def hook(actor: afs.Scratch, call: object, arg: object) -> str:
+            async def inner() -> str:
+                return "inner ran"
+
+            async def outer() -> str:
+                return await actor.ctx.block_concurrency_while(inner)
+
+            with anyio.fail_after(5):
+                return await actor.ctx.block_concurrency_while(outer)
+
+        assert await afs.run(rt, oid, hook) == "inner ran"

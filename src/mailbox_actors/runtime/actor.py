@@ -48,6 +48,9 @@ current_deadline: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "mailbox_actors_deadline", default=None)
 current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "mailbox_actors_request_id", default=None)
+# The actors whose block_concurrency_while the current task is inside (its own nested calls go in).
+_gates_held: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
+    "gates_held", default=())
 
 
 class AlarmInfo(msgspec.Struct, frozen=True):
@@ -133,7 +136,13 @@ class ActorContext:
         """Deliver no other request or alarm to this actor until ``fn`` completes.
 
         If ``fn`` raises, the actor is reset: its in-memory state is dropped, its storage kept.
+        A request already running that asks for its own critical section while another's runs
+        waits for it (with its deadline); one nested inside its own goes straight in.
         """
+        inside = _gates_held.get()
+        if id(self) not in inside:
+            await self.wait_gate(current_deadline.get())  # returns with the gate open: no await
+        held = _gates_held.set((*inside, id(self)))      # between that and closing it here
         self._gate_depth += 1
         try:
             return await fn()
@@ -141,6 +150,7 @@ class ActorContext:
             self.host.reset(self)
             raise
         finally:
+            _gates_held.reset(held)
             self._gate_depth -= 1
             if not self._gate_depth:
                 self._open_gate()
