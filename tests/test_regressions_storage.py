@@ -215,3 +215,38 @@ async def test_incomplete_statement_is_invalid_request(tmp_path: Path) -> None:
             await afs.run(rt, oid, exec_all, "INSERT INTO items (k, v) VALUES ('a',")
         assert e.value.code == ErrorCode.INVALID_REQUEST
         assert await afs.run(rt, oid, exec_all, "SELECT k FROM items") == []
+
+
+@pytest.mark.anyio
+async def test_an_alarm_outlasts_a_file_that_cannot_be_opened_past_every_retry(
+        tmp_path: Path) -> None:
+    """AL-4: a file that cannot be opened for longer than the handler's whole retry budget (here
+    ten minutes without descriptors) is not the handler failing: the alarm is neither abandoned
+    nor dropped from the index, and fires once the file opens again."""
+    async with TestRuntime(tmp_path, idle_ms=1_000, objects=afs.ALL_OBJECTS) as rt:
+        sched = rt.node.scheduler
+        assert sched is not None
+        oid = await afs.new_scratch(rt, "x", alarm_at=rt.now_ms() + 10_000)
+        await rt.advance(1_000)
+        assert not rt.node.host.is_active("scratch", oid)
+        with no_free_descriptors():
+            await rt.advance(600_000)
+        assert afs.ALARM_LOG == [] and sched.abandoned == 0
+        sched.flush_index()
+        assert ("scratch", oid) in sched.index.load()
+        await rt.advance(HOUR)
+        assert [s.object_id for s in afs.ALARM_LOG] == [oid]
+
+
+@pytest.mark.anyio
+async def test_a_start_without_a_namespace_keeps_its_alarms_for_a_later_start(
+        tmp_path: Path) -> None:
+    """AL-4: a node started once without an object class (a deploy that left it out) does not
+    drop that class's alarms from the index: the next start with the class fires them."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a", alarm_at=rt.now_ms() + 60_000)
+    async with TestRuntime(tmp_path) as rt:  # the default objects only: no Scratch
+        await rt.advance(120_000)
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        await rt.advance(HOUR)
+        assert [s.object_id for s in afs.ALARM_LOG] == [oid]

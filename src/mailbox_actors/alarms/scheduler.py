@@ -31,6 +31,7 @@ AbandonFn = Callable[[Key, int | None], None]
 
 _LAZY_FLUSH_MS = 200
 _MAX_ROUNDS = 10_000  # a handler that re-arms for "now" forever must not wedge advance()
+_UNAVAILABLE_RETRY_MS = 64_000  # an actor file that cannot be opened: look again this much later
 
 
 class _Entry:
@@ -245,6 +246,20 @@ class AlarmScheduler:
                 self._push(e.at, key)
         elif outcome == "failed":
             self._retry(key, e, retry, stored)
+        elif outcome == "unavailable":
+            # The actor's file cannot be opened now (no descriptors left, a newer schema): not
+            # the handler failing, and the alarm is still stored. Try again, as long as it takes.
+            at = self._clock.now_ms() + _UNAVAILABLE_RETRY_MS
+            self._log.warning("alarm_actor_unavailable", namespace=key[0], object_id=key[1],
+                              retry_in_ms=_UNAVAILABLE_RETRY_MS)
+            if e is None:
+                e = self._entries[key] = _Entry(at)
+            e.at = at
+            self._push(at, key)
+        elif outcome == "unknown":
+            # This node does not serve the namespace (started without it): the index keeps the
+            # alarm for a node that does.
+            self._entries.pop(key, None)
         elif outcome in ("later", "busy") and stored is not None:
             if e is None:
                 e = self._entries[key] = _Entry(stored)
@@ -266,8 +281,12 @@ class AlarmScheduler:
             try:
                 self._abandon_fn(key, stored)
             except Exception as exc:
+                # The alarm is still stored in the actor's file: keep it in the index, so the
+                # next start schedules it again.
                 self._log.error("alarm_abandon_failed", namespace=key[0], object_id=key[1],
                                 error=type(exc).__name__)
+                self._entries.pop(key, None)
+                return
             self._entries.pop(key, None)
             if key in self._indexed:
                 self._lazy[key] = None

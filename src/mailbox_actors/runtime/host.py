@@ -32,7 +32,8 @@ from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActor
 __all__ = ["ActorHost", "AlarmOutcome", "MetricsSink"]
 
 Key = tuple[str, str]
-# (what happened, the alarm now stored): "done" | "failed" | "later" | "gone" | "busy"
+# (what happened, the alarm now stored): "done" | "failed" | "later" | "gone" | "busy", or
+# "unavailable" (the actor's file cannot be opened now) | "unknown" (no such namespace here)
 AlarmOutcome = tuple[str, int | None]
 
 _META_SQL = "SELECT k, v FROM meta WHERE k IN ('schema_version', 'owner_tenant', " \
@@ -199,11 +200,11 @@ class ActorHost:
         (AL-3, AL-4)."""
         cls = self._classes.get(key[0])
         if cls is None or self.stopping:
-            return ("gone", None) if cls is None else ("busy", None)
+            return ("unknown", None) if cls is None else ("busy", None)
         try:
             ctx = self.activate(cls, key[1], create=False)
         except MailboxActorsError:
-            return ("failed", None)
+            return ("unavailable", None)
         if ctx is None:
             return ("gone", None)
         sql = ctx.storage
