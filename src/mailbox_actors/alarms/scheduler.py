@@ -27,7 +27,7 @@ __all__ = ["AlarmScheduler"]
 
 Key = tuple[str, str]
 FireFn = Callable[[Key, int, bool], Awaitable[tuple[str, int | None]]]
-AbandonFn = Callable[[Key, int | None], None]
+AbandonFn = Callable[[Key, int | None], int | None]  # -> the alarm stored after it
 
 _LAZY_FLUSH_MS = 200
 _MAX_ROUNDS = 10_000  # a handler that re-arms for "now" forever must not wedge advance()
@@ -278,18 +278,20 @@ class AlarmScheduler:
             self._log.error("alarm_abandoned", namespace=key[0], object_id=key[1],
                             retries=ALARM_MAX_RETRIES)
             self._metrics.inc("alarms_abandoned_total", (("namespace", key[0]),))
+            self._entries.pop(key, None)
             try:
-                self._abandon_fn(key, stored)
+                now_stored = self._abandon_fn(key, stored)
             except Exception as exc:
                 # The alarm is still stored in the actor's file: keep it in the index, so the
                 # next start schedules it again.
                 self._log.error("alarm_abandon_failed", namespace=key[0], object_id=key[1],
                                 error=type(exc).__name__)
-                self._entries.pop(key, None)
                 return
-            self._entries.pop(key, None)
-            if key in self._indexed:
-                self._lazy[key] = None
+            if now_stored is None:
+                if key in self._indexed:
+                    self._lazy[key] = None
+            else:  # set meanwhile, or re-armed for purposes still pending: it stands
+                self._committed(key, now_stored)
             return
         self.retried += 1
         self._metrics.inc("alarm_retries_total", (("namespace", key[0]),))

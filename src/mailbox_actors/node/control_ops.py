@@ -42,6 +42,10 @@ async def create_identity(db: ControlDb, caller: Caller, tenant_id: str, name: s
         if inspect.isawaitable(mailbox_id):
             mailbox_id = await mailbox_id
         existing = await db.create_identity(tenant_id, name, str(mailbox_id))
+    if existing.status == "erased":
+        raise MailboxActorsError(ErrorCode.CONFLICT, "an identity of this name was erased",
+                                 details={"identity_id": existing.id},
+                                 fix="Choose another name: an erased identity is not reused.")
     if existing.status == "creating":
         await caller.call("identity_mailbox", existing.mailbox_id, MailboxInit(),
                           tenant_id=tenant_id, identity_id=existing.id)

@@ -117,9 +117,20 @@ class TenantQuota(Actor):
         return InitReply(created=created)
 
     def _reserve(self, tx: SqlStorage, req: QuotaReserve) -> ReserveReply:
-        prior = tx.exec("SELECT reservation_id FROM reservations WHERE key = ?", req.key).all()
-        if prior:
-            return ReserveReply(reservation_id=prior[0][0])
+        prior = tx.exec("SELECT reservation_id, count, released FROM reservations WHERE key = ?",
+                        req.key).all()
+        if prior:  # a replay: the same answer, for the same request only
+            rid, count, released = prior[0]
+            if count != req.count:
+                raise MailboxActorsError(
+                    ErrorCode.CONFLICT, f"idempotency key reused with count {req.count}; it "
+                    f"reserved {count}", details={"count": count},
+                    fix="Use a new key for a different reservation.")
+            if released:
+                raise MailboxActorsError(
+                    ErrorCode.CONFLICT, "this key's reservation was released",
+                    fix="Use a new key to reserve again.")
+            return ReserveReply(reservation_id=rid)
         per_minute, per_day = self.limits()
         now = tx.now_ms()
         waits = []

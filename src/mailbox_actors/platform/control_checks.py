@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
+from mailbox_actors.wire.domain import DOMAIN_PATTERN
 from mailbox_actors.wire.errors import InvalidRequest
 
 __all__ = ["check_events_days", "check_object_id", "check_text", "check_webhook",
@@ -13,8 +14,7 @@ __all__ = ["check_events_days", "check_object_id", "check_text", "check_webhook"
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_DOMAIN = re.compile(r"(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+"
-                     r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_DOMAIN = re.compile(DOMAIN_PATTERN)  # the one DomainMonitor's init accepts
 _MIN_SECRET, _MAX_SECRET, _MAX_URL = 16, 1024, 2048
 
 

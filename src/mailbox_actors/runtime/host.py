@@ -35,6 +35,7 @@ Key = tuple[str, str]
 # (what happened, the alarm now stored): "done" | "failed" | "later" | "gone" | "busy", or
 # "unavailable" (the actor's file cannot be opened now) | "unknown" (no such namespace here)
 AlarmOutcome = tuple[str, int | None]
+_ABANDONED_PURPOSE_RETRY_MS = 64_000  # a purpose whose runs were abandoned is tried again then
 
 _META_SQL = "SELECT k, v FROM meta WHERE k IN ('schema_version', 'owner_tenant', " \
             "'owner_identity', 'erased')"
@@ -256,15 +257,24 @@ class ActorHost:
             ctx.alarm_running = False
             self._release(ctx)
 
-    def abandon_alarm(self, key: Key, fired_ms: int | None) -> None:
-        """After the last retry: clear the alarm unless something set a new one meanwhile."""
+    def abandon_alarm(self, key: Key, fired_ms: int | None) -> int | None:
+        """After the last retry: clear the alarm unless something set a new one meanwhile, or
+        purposes are still pending (then it is re-armed). Returns the alarm stored after it."""
         cls = self._classes.get(key[0])
         if cls is None:
-            return
+            return None
         ctx = self.activate(cls, key[1], create=False)
         if ctx is not None and (fired_ms is None or ctx.storage.stored_alarm() == fired_ms):
-            ctx.storage.delete_alarm()
+            pending = ctx.scheduled()
+            if pending:
+                # Purposes are still recorded (the outbox, maintenance): the actor's only alarm
+                # must stay, or nothing would ever run them again. Give up on this run only.
+                ctx.storage.set_alarm(max(min(pending.values()),
+                                          self.clock.now_ms() + _ABANDONED_PURPOSE_RETRY_MS))
+            else:
+                ctx.storage.delete_alarm()
             ctx.storage.flush()
+        return None if ctx is None else ctx.storage.stored_alarm()
 
     # ---- eviction (RT-9) -------------------------------------------------------------------
 

@@ -8,11 +8,13 @@ import msgspec
 
 from mailbox_actors.wire.common import InitReply
 
-__all__ = ["DOMAIN_REPLIES", "DomainInit", "DomainRequest", "DomainStatus", "DomainStatusReply"]
+__all__ = ["DOMAIN_PATTERN", "DOMAIN_REPLIES", "DomainInit", "DomainRequest", "DomainStatus",
+           "DomainStatusReply"]
 
-DomainName = Annotated[str, msgspec.Meta(
-    min_length=3, max_length=253,
-    pattern=r"^(?=.{3,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$(?!\n)")]  # see envelope.py
+# A DNS name with an alphabetic top-level label; the control database stores domains by it too.
+DOMAIN_PATTERN = r"^(?=.{3,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$(?!\n)"
+DomainName = Annotated[str, msgspec.Meta(min_length=3, max_length=253,
+                                         pattern=DOMAIN_PATTERN)]  # see envelope.py
 
 
 class DomainInit(msgspec.Struct, tag="init", tag_field="op", forbid_unknown_fields=True):
