@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mailbox_actors.testing import TestRuntime
-from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.quota import (
     QuotaInit,
     QuotaRelease,
@@ -80,14 +80,17 @@ async def test_init_status_and_not_found_before_init(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_reserve_is_granted_and_idempotent_on_its_key(tmp_path: Path) -> None:
     """OBJ-2: reserve returns {reservation_id, granted: true}; the same key again returns the same
-    reservation and consumes nothing more, even after a restart."""
+    reservation and consumes nothing more, even after a restart; the same key with another count is
+    a conflict (a replay answers only its own request)."""
     async with TestRuntime(tmp_path, start_ms=T0) as rt:
         q = Quota(rt)
         await q(QuotaInit(per_minute=10, per_day=100))
         first = await q.reserve("send-1")
         assert first["granted"] is True and first["reservation_id"].startswith("rsv_")
         assert await q.reserve("send-1") == first
-        assert await q.reserve("send-1", count=3) == first
+        with pytest.raises(MailboxActorsError) as info:
+            await q.reserve("send-1", count=3)
+        assert info.value.code is ErrorCode.CONFLICT
         second = await q.reserve("send-2", count=2)
         assert second["reservation_id"] != first["reservation_id"]
         assert await q(QuotaUsage()) == {"minute_used": 3, "minute_limit": 10, "day_used": 3,

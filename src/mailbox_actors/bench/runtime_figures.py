@@ -32,7 +32,7 @@ TENANT = "t_bench"
 FAR_DEADLINE_MS = 4_102_444_800_000  # 2100-01-01: no request in the benchmark runs out of time
 BIG_LIMIT = 1_000_000_000
 # TenantQuota.reserve's other two statements (a test checks they are still the object's own).
-RAW_PRIOR = "SELECT reservation_id FROM reservations WHERE key = ?"
+RAW_PRIOR = "SELECT reservation_id, count, released FROM reservations WHERE key = ?"
 RAW_LIMITS = "SELECT per_minute, per_day FROM limits WHERE id = 1"
 RAW_INSERT = ("INSERT INTO reservations (key, reservation_id, count, minute_start, day_start, "
               "created_ms) VALUES (?, ?, ?, ?, ?, ?)")
