@@ -81,11 +81,11 @@ class ControlDb:
         """Connect, switch to WAL and bring the schema to the newest version (refusing newer files)."""
         if self._conn is not None:
             raise RuntimeError("ControlDb is already open")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
             conn = await aiosqlite.connect(self.path, timeout=0, isolation_level=None)
-        except sqlite3.Error as e:
+        except (sqlite3.Error, OSError) as e:
             raise _unopenable(self.path, e) from e
         try:
             for pragma in ("PRAGMA busy_timeout = 0",
@@ -389,7 +389,7 @@ def _mapped(e: sqlite3.Error) -> MailboxActorsError:
                               details={"sqlite": str(e)})
 
 
-def _unopenable(path: Path, e: sqlite3.Error) -> MailboxActorsError:
+def _unopenable(path: Path, e: sqlite3.Error | OSError) -> MailboxActorsError:
     return MailboxActorsError(ErrorCode.INTERNAL_ERROR,
                               f"the control database at {path} cannot be opened",
                               details={"sqlite": str(e)})

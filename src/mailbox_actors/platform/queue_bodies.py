@@ -95,7 +95,7 @@ def encode_body(body: object, *, where: str = "body") -> tuple[bytes, str]:
     # JSON (bytes, sets, datetimes); the walk below refuses those so a body reads back as sent.
     try:
         data = _encoder.encode(body)
-    except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
         why = _json_problem(body, where, 0) or f"{where}: {type(exc).__name__}"
         raise _invalid(f"queue {where} is not JSON-serialisable: {why}", field=where) from None
     if len(data) > MAX_BODY_BYTES:

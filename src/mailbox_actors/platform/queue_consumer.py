@@ -66,6 +66,9 @@ class Consumer:
             raise _invalid("poll_interval_s must be > 0", "poll_interval_s")
         # The service checks these on every receive; checking here reports them at start-up.
         self.dead_letter_queue = service._policy(queue, max_retries, dead_letter_queue).dead_letter_queue
+        if isinstance(visibility_ms, bool) or not isinstance(visibility_ms, int) \
+                or visibility_ms < 1:
+            raise _invalid("visibility_ms must be an integer >= 1", "visibility_ms")
         self.max_batch_timeout_ms = round(max_batch_timeout_s * 1000)
         # Before a message whose handler raised is delivered again (0, as in Cloudflare Queues).
         self.retry_delay_ms = check_delay_ms(retry_delay_s)

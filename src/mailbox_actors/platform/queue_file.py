@@ -40,11 +40,11 @@ class QueueFile:
     async def open(self) -> None:
         if self._conn is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=0)
-        except sqlite3.Error as e:
+        except (sqlite3.Error, OSError) as e:
             raise MailboxActorsError(ErrorCode.INTERNAL_ERROR,
                                      f"the queue database at {self.path} cannot be opened",
                                      details={"sqlite": str(e)}) from e

@@ -235,15 +235,20 @@ class QueueService:
                               origin, reason or "unknown", failed or 0))
             if policy.max_retries is not None and attempts > policy.max_retries + 1:
                 msg._settled = True
-                await self._dead_letter(msg, "visibility_timeout")
+                try:  # this claim delivered nothing: record the deliveries that did happen
+                    await self._dead_letter(msg, "visibility_timeout", deliveries=attempts - 1)
+                except Exception as exc:
+                    # Its lease lapses and the next claim dead-letters it; the rest of the batch
+                    # is still handed out, not left leased with a delivery counted for nothing.
+                    _log.error("queue_dead_letter_failed", queue=queue, message_id=mid,
+                               error_type=type(exc).__name__)
                 continue
             out.append(msg)
         return out
 
     def _policy(self, queue: str, max_retries: int | None, dead_letter_queue: str | None) -> Policy:
-        if max_retries is None:
-            return Policy(None, dead_letter_queue or f"{queue}-dlq")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        if max_retries is not None and (isinstance(max_retries, bool)
+                                        or not isinstance(max_retries, int) or max_retries < 0):
             raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "max_retries must be >= 0",
                                      details={"field": "max_retries"})
         if dead_letter_queue is None:
@@ -302,17 +307,20 @@ class QueueService:
         if rows:
             self._notify(msg.queue, visible)
 
-    async def _dead_letter(self, msg: Message, reason: str) -> None:
-        """Move a held message to its dead-letter queue, ready at once, with why and how often."""
+    async def _dead_letter(self, msg: Message, reason: str, *, deliveries: int | None = None
+                           ) -> None:
+        """Move a held message to its dead-letter queue, ready at once, with why and after how
+        many deliveries (``msg.attempts`` unless told)."""
         dlq = msg._policy.dead_letter_queue
         now = self._clock.now_ms()
+        tried = msg.attempts if deliveries is None else deliveries
         rows = await self._file.fetch(
             "UPDATE messages SET queue = ?, lease = NULL, visible_at_ms = ?, attempts = 0, "
             "origin_queue = ?, reason = ?, failed_attempts = ? WHERE id = ? AND lease = ? "
-            "RETURNING id", (dlq, now, msg.queue, reason, msg.attempts, msg.id, msg._lease))
+            "RETURNING id", (dlq, now, msg.queue, reason, tried, msg.id, msg._lease))
         if rows:
             _log.warning("queue_message_dead_lettered", queue=msg.queue, dead_letter_queue=dlq,
-                         message_id=msg.id, kind=msg.kind, reason=reason, attempts=msg.attempts)
+                         message_id=msg.id, kind=msg.kind, reason=reason, attempts=tried)
             self._notify(dlq, now)
 
     async def record_dead_letter(self, msg: Message) -> bool:

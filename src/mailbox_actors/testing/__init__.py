@@ -7,6 +7,7 @@ node). ``advance(ms)`` fires due alarms in order; ``fire_alarm_now`` runs an act
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -36,29 +37,43 @@ class TestRuntime:
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(
             tempfile.mkdtemp(prefix="mailbox-actors-test-"))
-        self.clock = FakeClock(start_ms)
-        self._seed = seed
-        self.rng = SeededRng(seed)
-        if control:  # the control database, queues and webhook consumers, in the data directory
-            settings.setdefault("control_db", str(self.data_dir / "control.sqlite"))
-            settings.setdefault("queues_db", str(self.data_dir / "queues.sqlite"))
-        self.settings = RuntimeSettings(data_dir=str(self.data_dir), **settings)
-        self.node = Node(self.settings, clock=self.clock, rng=self.rng, objects=objects)
+        try:
+            self.clock = FakeClock(start_ms)
+            self._seed = seed
+            self.rng = SeededRng(seed)
+            if control:  # the control database, queues and webhook consumers, in the directory
+                settings.setdefault("control_db", str(self.data_dir / "control.sqlite"))
+                settings.setdefault("queues_db", str(self.data_dir / "queues.sqlite"))
+            self.settings = RuntimeSettings(data_dir=str(self.data_dir), **settings)
+            self.node = Node(self.settings, clock=self.clock, rng=self.rng, objects=objects)
+        except BaseException:
+            self._remove_own_dir()  # a refused setting must not leave the directory behind
+            raise
 
     async def __aenter__(self) -> TestRuntime:
         # Reopening a directory must not mint the ids of an earlier run again (same seed, same
         # fake time): each opening of a directory takes the next seed, deterministically.
         self.data_dir.mkdir(parents=True, exist_ok=True)
         runs_file = self.data_dir / ".testruntime-runs"
-        runs = int(runs_file.read_text()) + 1 if runs_file.exists() else 0
-        runs_file.write_text(str(runs))
+        text = runs_file.read_text().strip() if runs_file.exists() else ""
+        runs = int(text) + 1 if text.isdigit() else 0
+        staged = runs_file.with_suffix(".tmp")  # replaced whole: a kill never leaves it empty
+        staged.write_text(str(runs))
+        os.replace(staged, runs_file)
         self.rng.reseed(self._seed * 1_000_003 + runs)
-        await self.node.start()
+        try:
+            await self.node.start()
+        except BaseException:
+            self._remove_own_dir()
+            raise
         return self
 
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
                         tb: TracebackType | None) -> None:
         await self.node.stop()
+        self._remove_own_dir()
+
+    def _remove_own_dir(self) -> None:
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
