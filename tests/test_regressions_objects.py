@@ -133,3 +133,50 @@ async def test_the_control_database_stores_exactly_the_domains_a_monitor_accepts
         except MailboxActorsError:
             watched = False
         assert stored == watched == (name == "example.com")
+
+
+@pytest.mark.anyio
+async def test_paging_the_event_index_never_misses_an_event_indexed_late(tmp_path: Path) -> None:
+    """Q-3, EV-2: an event whose dispatch was retried is indexed after newer ones; a consumer
+    paging with after_event_id still gets it on its next page."""
+    from mailbox_actors.platform.clock import FakeClock
+    from mailbox_actors.platform.control_db import ControlDb
+    from mailbox_actors.platform.ids import Ids
+    from mailbox_actors.platform.rng import SeededRng
+    from mailbox_actors.wire.control import EventIndexRow
+
+    def row(event_id: str) -> EventIndexRow:
+        return EventIndexRow(event_id, "ten_1", None, "identity_mailbox", "a" * 64, 1, "t.x", 0)
+
+    clock = FakeClock()
+    async with ControlDb(tmp_path / "c.sqlite", clock=clock, ids=Ids(clock, SeededRng(1))) as db:
+        await db.index_events([row("evt_2"), row("evt_3")])
+        page = await db.events("ten_1")
+        await db.index_events([row("evt_1")])  # older id, indexed late
+        later = await db.events("ten_1", after_event_id=page[-1].event_id)
+    assert [r.event_id for r in page + later] == ["evt_2", "evt_3", "evt_1"]
+
+
+@pytest.mark.anyio
+async def test_an_older_control_database_keeps_its_events_when_upgraded(tmp_path: Path) -> None:
+    """Q-3: a file at schema version 1 (events paged by id) is upgraded with every event kept,
+    in id order, and new events come after them."""
+    from mailbox_actors.platform.clock import FakeClock
+    from mailbox_actors.platform.control_db import MIGRATIONS, ControlDb
+    from mailbox_actors.platform.ids import Ids
+    from mailbox_actors.platform.rng import SeededRng
+    from mailbox_actors.wire.control import EventIndexRow
+
+    def row(event_id: str) -> EventIndexRow:
+        return EventIndexRow(event_id, "ten_1", None, "identity_mailbox", "a" * 64, 1, "t.x", 0)
+
+    clock = FakeClock()
+    path = tmp_path / "c.sqlite"
+    async with ControlDb(path, clock=clock, ids=Ids(clock, SeededRng(1)),
+                         migrations=MIGRATIONS[:1]) as db:
+        await db.index_events([row("evt_3"), row("evt_1"), row("evt_2")])
+    async with ControlDb(path, clock=clock, ids=Ids(clock, SeededRng(1))) as db:
+        assert await db.schema_version() == len(MIGRATIONS)
+        await db.index_events([row("evt_0")])
+        assert [r.event_id for r in await db.events("ten_1")] == ["evt_1", "evt_2", "evt_3",
+                                                                  "evt_0"]

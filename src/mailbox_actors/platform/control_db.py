@@ -342,12 +342,21 @@ class ControlDb:
 
     async def events(self, tenant_id: str, *, after_event_id: str | None = None,
                      limit: int = 100) -> list[EventIndexRow]:
-        """A tenant's indexed events in event-id (time) order, after ``after_event_id``."""
+        """A tenant's indexed events in the order they were indexed, after ``after_event_id`` (the
+        last one of the previous page): a consumer paging on never misses one indexed late."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise InvalidRequest("limit must be an integer from 1 to 1000", details={"field": "limit"})
+        after = 0
+        if after_event_id is not None:
+            row = await self.fetch_one("SELECT seq FROM event_index WHERE event_id = ? AND "
+                                       "tenant_id = ?", (after_event_id, tenant_id))
+            if row is None:
+                raise InvalidRequest("after_event_id is not an indexed event of this tenant",
+                                     details={"field": "after_event_id"})
+            after = int(row[0])
         rows = await self.fetch_all(
-            f"SELECT {_EVENT_COLS} FROM event_index WHERE tenant_id = ? AND event_id > ? "
-            "ORDER BY event_id LIMIT ?", (tenant_id, after_event_id or "", limit))
+            f"SELECT {_EVENT_COLS} FROM event_index WHERE tenant_id = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?", (tenant_id, after, limit))
         return [EventIndexRow(*r) for r in rows]
 
     async def counts(self) -> dict[str, int]:

@@ -46,6 +46,27 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID""",
         "CREATE INDEX event_index_by_tenant ON event_index (tenant_id, event_id)",
     ),
+    (
+        # 2: the order events were indexed in, for a paging cursor that never passes an event
+        # indexed late (an outbox retry indexes an older event id after newer ones).
+        """CREATE TABLE event_index_v2 (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL UNIQUE,
+            tenant_id TEXT NOT NULL,
+            identity_id TEXT,
+            namespace TEXT NOT NULL,
+            object_id TEXT NOT NULL,
+            sequence INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            occurred_at_ms INTEGER NOT NULL
+        )""",
+        "INSERT INTO event_index_v2 (event_id, tenant_id, identity_id, namespace, object_id, "
+        "sequence, type, occurred_at_ms) SELECT event_id, tenant_id, identity_id, namespace, "
+        "object_id, sequence, type, occurred_at_ms FROM event_index ORDER BY event_id",
+        "DROP TABLE event_index",
+        "ALTER TABLE event_index_v2 RENAME TO event_index",
+        "CREATE INDEX event_index_by_tenant ON event_index (tenant_id, seq)",
+    ),
 )
 
 META = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
