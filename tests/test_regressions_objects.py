@@ -180,3 +180,23 @@ async def test_an_older_control_database_keeps_its_events_when_upgraded(tmp_path
         await db.index_events([row("evt_0")])
         assert [r.event_id for r in await db.events("ten_1")] == ["evt_1", "evt_2", "evt_3",
                                                                   "evt_0"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("forged", ["identity.created", "identity.erased"])
+async def test_emit_event_cannot_forge_the_mailboxs_own_lifecycle_events(
+        tmp_path: Path, forged: str) -> None:
+    """EV-1, OBJ-1: identity.created and identity.erased come from init and erase only; a caller's
+    emit_event of either is invalid_request, so receivers can trust them."""
+    from mailbox_actors.wire.events import EmitEvent, GetEvents
+    from mailbox_actors.wire.mailbox import MailboxInit
+
+    async with TestRuntime(tmp_path) as rt:
+        m = rt.id_from_name("identity_mailbox", "a")
+        ids = {"tenant_id": "t1", "identity_id": "i1"}
+        await rt.call("identity_mailbox", m, MailboxInit(), **ids)
+        with pytest.raises(MailboxActorsError) as info:
+            await rt.call("identity_mailbox", m, EmitEvent(type=forged), **ids)
+        assert info.value.code is ErrorCode.INVALID_REQUEST
+        events = (await rt.call("identity_mailbox", m, GetEvents(), **ids))["events"]
+        assert [e["type"] for e in events] == ["identity.created"]

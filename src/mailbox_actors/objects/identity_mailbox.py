@@ -31,6 +31,9 @@ from mailbox_actors.wire.mailbox import (
 
 __all__ = ["IdentityMailbox"]
 
+# Lifecycle events only the mailbox emits (init, erase): emit_event may not forge them.
+_OWN_EVENTS = frozenset({"identity.created", "identity.erased"})
+
 DAY_MS = 86_400_000
 DEFAULT_EVENTS_DAYS = 30
 # Tables whose rows are the identity's content: erase empties them all.
@@ -70,6 +73,9 @@ class IdentityMailbox(Actor):
             case EmitEvent():
                 if not req.type.startswith("identity."):
                     raise InvalidRequest("emit_event takes identity.* event types",
+                                         details={"type": req.type})
+                if req.type in _OWN_EVENTS:  # receivers must be able to trust these
+                    raise InvalidRequest(f"{req.type} is emitted by the mailbox itself",
                                          details={"type": req.type})
                 return self.sql.transaction_sync(
                     lambda tx: EmittedReply(id=self.ctx.emit(tx, req.type, dict(req.data)).id))
