@@ -162,6 +162,29 @@ async def test_maintenance_prunes_old_events_and_refreshes_size(tmp_path: Path) 
         conn.close()
 
 
+@pytest.mark.anyio
+async def test_tenant_quota_maintenance_prunes_its_old_events_too(tmp_path: Path) -> None:
+    """EV-4: TenantQuota's daily maintenance also deletes its dispatched events past events_days
+    (not only IdentityMailbox's), and keeps the rest."""
+    async with TestRuntime(tmp_path) as rt:
+        q = rt.id_from_name("tenant_quota", "t1")
+        await rt.call("tenant_quota", q, QuotaInit(per_minute=5, per_day=50), tenant_id="t1")
+        await rt.run_until_idle()
+        await rt.advance(29 * 86_400_000)
+        await rt.call("tenant_quota", q, QuotaInit(per_minute=6, per_day=50), tenant_id="t1")
+        await rt.run_until_idle()
+        await rt.advance(2 * 86_400_000)  # quota.created is now 31 days old
+        path = rt.node.host.path_for("tenant_quota", q)
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        types = [r[0] for r in conn.execute("SELECT type FROM outbox ORDER BY sequence")]
+    finally:
+        conn.close()
+    assert types == ["quota.limits_changed"]
+
+
 def _start(data: Path, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(HERE / "_outbox_proc.py"), str(data), mode],
                             stdout=subprocess.PIPE, text=True)

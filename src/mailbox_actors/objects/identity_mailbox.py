@@ -12,11 +12,12 @@ from typing import Any, ClassVar
 
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA, read_events
 from mailbox_actors.wire.common import InitReply
-from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
 from mailbox_actors.wire.events import EmitEvent, GetEvents
 from mailbox_actors.wire.mailbox import (
     MAILBOX_REPLIES,
@@ -35,7 +36,6 @@ __all__ = ["IdentityMailbox"]
 _OWN_EVENTS = frozenset({"identity.created", "identity.erased"})
 
 DAY_MS = 86_400_000
-DEFAULT_EVENTS_DAYS = 30
 # Tables whose rows are the identity's content: erase empties them all.
 CONTENT_TABLES = ("messages", "idempotency")
 
@@ -115,19 +115,13 @@ class IdentityMailbox(Actor):
     async def maintenance(self) -> None:
         """AL-6, daily: expired idempotency rows, windows older than 48 h, events past the
         tenant's events_days; then refresh meta.size_bytes and re-arm."""
-        try:
-            days: int | None = await self.ctx.host.events_days(self.ctx.owner_tenant or "") \
-                or DEFAULT_EVENTS_DAYS
-        except MailboxActorsError:  # the control database is away: keep every event this time
-            days = None
+        days = await outbox.retention_days(self.ctx)
 
         def run(tx: SqlStorage) -> None:
             now = tx.now_ms()
             tx.exec("DELETE FROM idempotency WHERE expires_at_ms <= ?", now)
             tx.exec("DELETE FROM rate_windows WHERE start_ms < ?", now - RETENTION_MS)
-            if days is not None:
-                tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL "
-                        "AND occurred_at_ms < ?", now - days * DAY_MS)
+            outbox.prune(tx, days)
             tx.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('size_bytes', ?)",
                         (str(tx.database_size),))
             self.ctx.schedule("maintenance", now + DAY_MS)

@@ -21,6 +21,7 @@ from mailbox_actors.core.rate_windows import (
     used,
 )
 from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
@@ -176,10 +177,14 @@ class TenantQuota(Actor):
                           day_used=self._used(DAY, now), day_limit=per_day)
 
     async def maintenance(self) -> None:
-        """Daily: drop windows and idempotency rows older than 48 hours, then re-arm."""
+        """Daily: drop windows and idempotency rows older than 48 hours and events past the
+        tenant's events_days (EV-4), then re-arm."""
+        days = await outbox.retention_days(self.ctx)
+
         def run(tx: SqlStorage) -> None:
             cutoff = tx.now_ms() - RETENTION_MS
             tx.exec("DELETE FROM rate_windows WHERE start_ms < ?", cutoff)
             tx.exec("DELETE FROM reservations WHERE created_ms < ?", cutoff)
+            outbox.prune(tx, days)
             self.ctx.schedule("maintenance", tx.now_ms() + MAINTENANCE_EVERY_MS)
         self.sql.transaction_sync(run)

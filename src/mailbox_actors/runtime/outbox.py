@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from mailbox_actors.platform.sql import SqlStorage
-from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded
+from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded, MailboxActorsError
 from mailbox_actors.wire.events import Event, EventsReply
 
 if TYPE_CHECKING:
     from mailbox_actors.runtime.actor import ActorContext
 
-__all__ = ["OUTBOX_BATCH", "OUTBOX_SCHEMA", "EventSink", "RecordingEventSink", "check_event_data",
-           "dispatch", "emit", "has_undispatched", "read_events"]
+__all__ = ["DEFAULT_EVENTS_DAYS", "OUTBOX_BATCH", "OUTBOX_SCHEMA", "EventSink", "RecordingEventSink",
+           "check_event_data", "dispatch", "emit", "has_undispatched", "prune", "read_events",
+           "retention_days"]
 
 # Statements an object adds to its migrations to get an outbox.
 OUTBOX_SCHEMA = (
@@ -33,6 +34,8 @@ OUTBOX_SCHEMA = (
     "CREATE INDEX outbox_undispatched ON outbox (sequence) WHERE dispatched_at IS NULL",
 )
 OUTBOX_BATCH = 200
+DEFAULT_EVENTS_DAYS = 30  # a tenant the control database does not know (embedded use)
+_DAY_MS = 86_400_000
 _MAX_DATA_BYTES = 4096
 _FORBIDDEN_KEYS = frozenset({"body", "text", "html", "subject", "content", "attachment",
                              "attachments", "raw", "headers", "from", "to", "cc", "bcc",
@@ -113,6 +116,23 @@ async def dispatch(ctx: ActorContext) -> None:
 def _mark_dispatched(last: int, tx: SqlStorage) -> None:
     tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence <= ? AND dispatched_at IS NULL",
             tx.now_ms(), last)
+
+
+async def retention_days(ctx: ActorContext) -> int | None:
+    """How many days of events the actor's tenant keeps (EV-4), or None when the control
+    database cannot say now: then maintenance keeps every event this time."""
+    try:
+        return await ctx.host.events_days(ctx.owner_tenant or "") or DEFAULT_EVENTS_DAYS
+    except MailboxActorsError:
+        return None
+
+
+def prune(tx: SqlStorage, days: int | None) -> None:
+    """Maintenance (EV-4): delete dispatched events older than ``days``; undispatched ones still
+    go out."""
+    if days is not None:
+        tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL AND occurred_at_ms < ?",
+                tx.now_ms() - days * _DAY_MS)
 
 
 def has_undispatched(sql: SqlStorage) -> bool:
