@@ -56,9 +56,9 @@ class Cluster:
     """``mailbox-actors cluster`` as a child process, with its output read line by line."""
 
     def __init__(self, data: Path, nodes: int, extra: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.data = data
-        self.port = _free_port_block(nodes)
+        self.port = port if port is not None else _free_port_block(nodes)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mailbox_actors", "cluster", "--nodes", str(nodes), "--data",
              str(data), "--port", str(self.port), "--log-level", "warning", *extra],
@@ -270,6 +270,28 @@ def test_a_setting_the_nodes_would_refuse_stops_the_cluster_at_start(tmp_path: P
         assert "mailbox-actors cluster: setting" in text and "Traceback" not in text
         assert "s3cr3t" not in text and "starting" not in text
     finally:
+        c.stop()
+
+
+def test_a_port_another_process_holds_is_never_taken_for_a_ready_node(tmp_path: Path) -> None:
+    """CL-2, CL-3: when a node's port is taken by another listener, the node refuses it, the
+    supervisor never reports it ready (it checks that /healthz answers with its child's pid),
+    and the cluster stops (exit 2)."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    c = Cluster(tmp_path / "cluster", 1, port=holder.getsockname()[1])
+    try:
+        assert c.proc.wait(timeout=60) == 2
+        c._reader.join(timeout=10)
+        out = []
+        while not c.lines.empty():
+            out.append(c.lines.get())
+        text = "\n".join(out)
+        assert "cannot listen on" in text and "not restarting it" in text
+        assert "node-0 ready" not in text
+    finally:
+        holder.close()
         c.stop()
 
 

@@ -129,3 +129,20 @@ def test_a_node_that_fails_to_start_closes_what_it_opened_and_exits(tmp_path: Pa
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "queue database" in proc.stderr and "cannot be opened" in proc.stderr
     assert (tmp_path / "control.sqlite").exists()  # it was opened before the failure
+
+
+def test_a_port_in_use_is_refused_as_a_setting(tmp_path: Path) -> None:
+    """CL-1, CL-4: a port another process listens on stops serve with exit status 2 and a message
+    naming the address (no traceback), so a supervisor does not restart it forever."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mailbox_actors", "serve", "--data", str(tmp_path / "d"),
+             "--port", str(port)], capture_output=True, text=True, timeout=60)
+    finally:
+        holder.close()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr

@@ -116,9 +116,10 @@ class ClusterSupervisor:
                 return False
             try:
                 with urllib.request.urlopen(self.urls[i] + "/healthz", timeout=1) as r:
-                    if r.status == 200:
+                    # Its own node, not whatever else answers on that port.
+                    if r.status == 200 and json.loads(r.read()).get("pid") == p.pid:
                         return True
-            except OSError:
+            except (OSError, ValueError):
                 pass
             time.sleep(0.05)  # an operator tool polling a child's port, not a test
         return False

@@ -33,7 +33,8 @@ __all__ = ["add_arguments", "add_config_arguments", "package_version", "run", "s
 
 FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_token",
          "operator_token_file", "durability", "idle_ms", "max_active_actors", "max_queue",
-         "max_body_bytes", "log_format", "log_level", "control_db", "queues_db",
+         "max_body_bytes", "read_timeout_s", "shutdown_grace_ms", "log_format", "log_level",
+         "control_db", "queues_db",
          "webhook_consumers", "webhook_ca_file")
 
 
@@ -59,6 +60,10 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-active-actors", dest="max_active_actors", type=int)
     p.add_argument("--max-queue", dest="max_queue", type=int)
     p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int)
+    p.add_argument("--read-timeout-s", dest="read_timeout_s", type=float,
+                   help="a request must arrive whole within this (default 10)")
+    p.add_argument("--shutdown-grace-ms", dest="shutdown_grace_ms", type=int,
+                   help="on stop, how long requests in flight may finish (default 10000)")
     p.add_argument("--log-format", dest="log_format", choices=("auto", "json", "console"))
     p.add_argument("--log-level", dest="log_level",
                    choices=("debug", "info", "warning", "error"))
@@ -142,7 +147,11 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                       openapi=openapi_json(DEFAULT_OBJECTS, package_version()))
         server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
                                request_timeout_s=cfg.read_timeout_s)
-        port = await server.start(cfg.host, cfg.port)
+        try:
+            port = await server.start(cfg.host, cfg.port)
+        except OSError as e:  # a port in use is a setting to change, not a crash to restart
+            raise SettingsError(f"cannot listen on {cfg.host}:{cfg.port}: "
+                                f"{e.strerror or e}") from None
         print(f"{cfg.node_name}: listening on http://{cfg.host}:{port} (pid {os.getpid()})\n"
               f"{cfg.node_name}: data in {data}\n"
               f"{cfg.node_name}: cluster token in {tokens.cluster_file or '(given)'}, "
