@@ -86,6 +86,14 @@ class Cluster:
             if text in line:
                 return line
 
+    def exit_output(self, timeout_s: float = 60) -> tuple[int, str]:
+        """Wait for the supervisor to exit; its status and everything it printed."""
+        status = self.proc.wait(timeout=timeout_s)
+        self._reader.join(timeout=10)
+        while not self.lines.empty():
+            self.log.append(self.lines.get())
+        return status, "\n".join(self.log)
+
     def nodes(self) -> list[dict[str, Any]]:
         return list(json.loads((self.data / "cluster.json").read_text())["nodes"])
 
@@ -261,12 +269,8 @@ def test_a_setting_the_nodes_would_refuse_stops_the_cluster_at_start(tmp_path: P
     config.write_text(toml)
     c = Cluster(tmp_path / "cluster", 1, extra=("--config", str(config)))
     try:
-        assert c.proc.wait(timeout=60) == 2
-        c._reader.join(timeout=10)
-        out = []
-        while not c.lines.empty():
-            out.append(c.lines.get())
-        text = "\n".join(out)
+        status, text = c.exit_output()
+        assert status == 2
         assert "mailbox-actors cluster: setting" in text and "Traceback" not in text
         assert "s3cr3t" not in text and "starting" not in text
     finally:
@@ -282,12 +286,8 @@ def test_a_port_another_process_holds_is_never_taken_for_a_ready_node(tmp_path: 
     holder.listen()
     c = Cluster(tmp_path / "cluster", 1, port=holder.getsockname()[1])
     try:
-        assert c.proc.wait(timeout=60) == 2
-        c._reader.join(timeout=10)
-        out = []
-        while not c.lines.empty():
-            out.append(c.lines.get())
-        text = "\n".join(out)
+        status, text = c.exit_output()
+        assert status == 2
         assert "cannot listen on" in text and "not restarting it" in text
         assert "node-0 ready" not in text
     finally:

@@ -10,12 +10,31 @@ from pathlib import Path
 import pytest
 
 from mailbox_actors.node.control_ops import create_identity
+from mailbox_actors.platform.clock import FakeClock
+from mailbox_actors.platform.control_db import MIGRATIONS, ControlDb
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.control import EventIndexRow, Identity, Tenant
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.mailbox import MailboxStatus
 from mailbox_actors.wire.quota import QuotaInit, QuotaRelease, QuotaReserve, QuotaUsage
 
 DAY = 86_400_000
+
+
+async def alice(rt: TestRuntime) -> tuple[ControlDb, Tenant, Identity]:
+    """The control database, a tenant and its identity "alice", her identity.created delivered."""
+    db = rt.node.control_db
+    assert db is not None
+    tenant = await db.create_tenant("acme")
+    ident = await create_identity(db, rt.node, tenant.id, "alice")
+    await rt.run_until_idle()
+    return db, tenant, ident
+
+
+def index_row(event_id: str) -> EventIndexRow:
+    return EventIndexRow(event_id, "ten_1", None, "identity_mailbox", "a" * 64, 1, "t.x", 0)
 
 
 @pytest.mark.anyio
@@ -56,11 +75,7 @@ async def test_an_event_is_delivered_after_an_outage_longer_than_the_alarm_retri
     """EV-3: the control database is away for five minutes (the outbox alarm's retries give up
     after about two); once it is back, the event is indexed all the same: never lost."""
     async with TestRuntime(tmp_path, control=True) as rt:
-        db = rt.node.control_db
-        assert db is not None
-        tenant = await db.create_tenant("acme")
-        ident = await create_identity(db, rt.node, tenant.id, "alice")
-        await rt.run_until_idle()
+        db, tenant, ident = await alice(rt)
         await db.close()
         await rt.call("identity_mailbox", ident.mailbox_id, _emit("identity.updated"),
                       tenant_id=tenant.id, identity_id=ident.id)
@@ -77,11 +92,7 @@ async def test_daily_maintenance_survives_the_control_database_being_away(
     """AL-6: maintenance that cannot read the tenant's events_days still runs (keeping every
     event this time) and re-arms for the next day."""
     async with TestRuntime(tmp_path, control=True) as rt:
-        db = rt.node.control_db
-        assert db is not None
-        tenant = await db.create_tenant("acme")
-        ident = await create_identity(db, rt.node, tenant.id, "alice")
-        await rt.run_until_idle()
+        db, tenant, ident = await alice(rt)
         await db.close()
         await rt.advance(DAY + 300_000)
         status = await rt.call("identity_mailbox", ident.mailbox_id, MailboxStatus(),
@@ -139,20 +150,11 @@ async def test_the_control_database_stores_exactly_the_domains_a_monitor_accepts
 async def test_paging_the_event_index_never_misses_an_event_indexed_late(tmp_path: Path) -> None:
     """Q-3, EV-2: an event whose dispatch was retried is indexed after newer ones; a consumer
     paging with after_event_id still gets it on its next page."""
-    from mailbox_actors.platform.clock import FakeClock
-    from mailbox_actors.platform.control_db import ControlDb
-    from mailbox_actors.platform.ids import Ids
-    from mailbox_actors.platform.rng import SeededRng
-    from mailbox_actors.wire.control import EventIndexRow
-
-    def row(event_id: str) -> EventIndexRow:
-        return EventIndexRow(event_id, "ten_1", None, "identity_mailbox", "a" * 64, 1, "t.x", 0)
-
     clock = FakeClock()
     async with ControlDb(tmp_path / "c.sqlite", clock=clock, ids=Ids(clock, SeededRng(1))) as db:
-        await db.index_events([row("evt_2"), row("evt_3")])
+        await db.index_events([index_row("evt_2"), index_row("evt_3")])
         page = await db.events("ten_1")
-        await db.index_events([row("evt_1")])  # older id, indexed late
+        await db.index_events([index_row("evt_1")])  # older id, indexed late
         later = await db.events("ten_1", after_event_id=page[-1].event_id)
     assert [r.event_id for r in page + later] == ["evt_2", "evt_3", "evt_1"]
 
@@ -161,23 +163,14 @@ async def test_paging_the_event_index_never_misses_an_event_indexed_late(tmp_pat
 async def test_an_older_control_database_keeps_its_events_when_upgraded(tmp_path: Path) -> None:
     """Q-3: a file at schema version 1 (events paged by id) is upgraded with every event kept,
     in id order, and new events come after them."""
-    from mailbox_actors.platform.clock import FakeClock
-    from mailbox_actors.platform.control_db import MIGRATIONS, ControlDb
-    from mailbox_actors.platform.ids import Ids
-    from mailbox_actors.platform.rng import SeededRng
-    from mailbox_actors.wire.control import EventIndexRow
-
-    def row(event_id: str) -> EventIndexRow:
-        return EventIndexRow(event_id, "ten_1", None, "identity_mailbox", "a" * 64, 1, "t.x", 0)
-
     clock = FakeClock()
     path = tmp_path / "c.sqlite"
     async with ControlDb(path, clock=clock, ids=Ids(clock, SeededRng(1)),
                          migrations=MIGRATIONS[:1]) as db:
-        await db.index_events([row("evt_3"), row("evt_1"), row("evt_2")])
+        await db.index_events([index_row("evt_3"), index_row("evt_1"), index_row("evt_2")])
     async with ControlDb(path, clock=clock, ids=Ids(clock, SeededRng(1))) as db:
         assert await db.schema_version() == len(MIGRATIONS)
-        await db.index_events([row("evt_0")])
+        await db.index_events([index_row("evt_0")])
         assert [r.event_id for r in await db.events("ten_1")] == ["evt_1", "evt_2", "evt_3",
                                                                   "evt_0"]
 
