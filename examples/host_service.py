@@ -16,15 +16,15 @@ from pathlib import Path
 
 import anyio
 
+from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.control_ops import create_identity
-from mailbox_actors.node.http import RpcHttpServer
-from mailbox_actors.node.webhooks import SIGNATURE_HEADER, verify
 from mailbox_actors.platform.clock import SystemClock
-from mailbox_actors.platform.control_db import ControlDb
+from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import configure_logging
 from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.rpc import Client, RpcError
+from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, verify
 from mailbox_actors.wire.domain import DomainInit
 from mailbox_actors.wire.mailbox import MailboxStatus
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage

@@ -19,7 +19,7 @@ import msgspec
 import structlog
 
 from mailbox_actors.objects import DEFAULT_OBJECTS
-from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, AlarmInfo, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest

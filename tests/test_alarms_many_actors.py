@@ -15,7 +15,7 @@ import pytest
 
 import actors_for_tests as afs
 from actors_for_tests import Scratch
-from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import ActorContext, AlarmInfo
 from mailbox_actors.testing import TestRuntime
 

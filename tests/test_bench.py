@@ -323,7 +323,7 @@ def test_webhook_receiver_dedupes_and_checks_signatures() -> None:
     import anyio
 
     from mailbox_actors.bench.event_figures import EVENT_TYPE, SECRET, WebhookReceiver
-    from mailbox_actors.node.webhooks import SIGNATURE_HEADER, sign
+    from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, sign
 
     def body(eid: str, n: int) -> bytes:
         return json.dumps({"id": eid, "type": EVENT_TYPE, "sequence": n, "tenant_id": "t_1",

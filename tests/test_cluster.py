@@ -19,11 +19,11 @@ from typing import Any
 import anyio
 import pytest
 
+from mailbox_actors.cli.cluster import ClusterSupervisor
 from mailbox_actors.core.actor_ids import id_from_name, namespace_key
-from mailbox_actors.node.cluster import ClusterSupervisor
+from mailbox_actors.http.client import HttpPool
 from mailbox_actors.node.config import load_config
 from mailbox_actors.rpc import Client, RpcError
-from mailbox_actors.rpc.http_client import HttpPool
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
 
 pytestmark = pytest.mark.slow
@@ -344,8 +344,8 @@ async def test_identity_created_from_the_command_line_reaches_the_tenant_webhook
     """``tenant create`` and ``identity create`` on a running cluster: the identity's mailbox is
     minted, stored and initialised, and identity.created reaches the tenant's webhook signed
     (Q-3, Q-4, EV-2)."""
-    from mailbox_actors.node.http import RpcHttpServer
-    from mailbox_actors.node.webhooks import SIGNATURE_HEADER, verify
+    from mailbox_actors.http.server import RpcHttpServer
+    from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, verify
 
     secret = "whsec-" + "x" * 26
     got: list[dict[str, Any]] = []

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from mailbox_actors.platform.clock import FakeClock
-from mailbox_actors.platform.control_db import MIGRATIONS, ControlDb, ControlDbTooNew
+from mailbox_actors.platform.control.database import MIGRATIONS, ControlDb, ControlDbTooNew
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.wire.control import EventIndexRow
@@ -430,7 +430,7 @@ _WRITER = textwrap.dedent("""
     from pathlib import Path
     import anyio
     from mailbox_actors.platform.clock import SystemClock
-    from mailbox_actors.platform.control_db import ControlDb
+    from mailbox_actors.platform.control.database import ControlDb
     from mailbox_actors.platform.ids import Ids
     from mailbox_actors.platform.rng import SystemRng
     from mailbox_actors.wire.control import EventIndexRow

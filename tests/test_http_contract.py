@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 from jsonschema import Draft202012Validator
 
+from mailbox_actors.http.client import HttpPool
+from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.app import NodeApp
-from mailbox_actors.node.http import RpcHttpServer
 from mailbox_actors.objects import DEFAULT_OBJECTS
-from mailbox_actors.rpc.http_client import HttpPool
 from mailbox_actors.rpc.openapi import openapi_json
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import ErrorCode

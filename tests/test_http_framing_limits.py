@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 import test_http_transport
-from mailbox_actors.rpc.http_client import HttpPool
+from mailbox_actors.http.client import HttpPool
 from test_http_transport import App, assert_closed, read_response, read_responses, serving
 
 pytestmark = pytest.mark.anyio

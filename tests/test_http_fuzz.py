@@ -23,10 +23,10 @@ import anyio
 import httptools
 import pytest
 
+from mailbox_actors.http.client import HttpPool, HttpTransportError
+from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.app import NodeApp
-from mailbox_actors.node.http import RpcHttpServer
 from mailbox_actors.objects import DEFAULT_OBJECTS
-from mailbox_actors.rpc.http_client import HttpPool, HttpTransportError
 from mailbox_actors.rpc.openapi import openapi_json
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import ErrorCode

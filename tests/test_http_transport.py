@@ -13,14 +13,14 @@ import pytest
 from anyio.abc import SocketStream
 
 from mailbox_actors.bench.transport import measure_calls, tcp_echo
-from mailbox_actors.node.http import RpcHttpServer, loop_backend_options
-from mailbox_actors.rpc.http_client import (
+from mailbox_actors.http.client import (
     HttpConnectError,
     HttpConnectionLost,
     HttpPool,
     HttpTimeout,
     HttpTransportError,
 )
+from mailbox_actors.http.server import RpcHttpServer, loop_backend_options
 
 pytestmark = pytest.mark.anyio
 

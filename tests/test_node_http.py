@@ -12,11 +12,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from mailbox_actors.http.client import HttpPool
+from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.app import NodeApp
-from mailbox_actors.node.http import RpcHttpServer
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.rpc import Client, RpcError
-from mailbox_actors.rpc.http_client import HttpPool
 from mailbox_actors.rpc.openapi import openapi_json
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.domain import DomainInit, DomainStatus

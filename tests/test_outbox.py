@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from mailbox_actors.node.http import RpcHttpServer
+from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
 from mailbox_actors.wire.events import EmitEvent, GetEvents

@@ -24,7 +24,6 @@ import structlog
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.metrics import Metrics
-from mailbox_actors.platform.queue_schema import SCHEMA_VERSION
 from mailbox_actors.platform.queues import (
     MAX_BODY_BYTES,
     Consumer,
@@ -34,6 +33,7 @@ from mailbox_actors.platform.queues import (
     age_ms,
     reenqueue_with_attempt,
 )
+from mailbox_actors.platform.queues.schema import SCHEMA_VERSION
 from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 

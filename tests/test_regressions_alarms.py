@@ -16,8 +16,8 @@ import pytest
 import _procs
 import _regress_proc
 import actors_for_tests as afs
-from mailbox_actors.node.events import ControlEventSink
 from mailbox_actors.testing import TestRuntime
+from mailbox_actors.webhooks.publish import ControlEventSink
 from mailbox_actors.wire.control import EventIndexRow
 from mailbox_actors.wire.events import Event
 

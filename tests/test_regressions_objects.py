@@ -11,7 +11,7 @@ import pytest
 
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.platform.clock import FakeClock
-from mailbox_actors.platform.control_db import MIGRATIONS, ControlDb
+from mailbox_actors.platform.control.database import MIGRATIONS, ControlDb
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.testing import TestRuntime

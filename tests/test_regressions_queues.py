@@ -15,8 +15,8 @@ import pytest
 
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.ids import Ids
-from mailbox_actors.platform.queue_bodies import encode_body
 from mailbox_actors.platform.queues import Consumer, Message, QueueService
+from mailbox_actors.platform.queues.bodies import encode_body
 from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError

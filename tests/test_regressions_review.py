@@ -18,7 +18,7 @@ import anyio.lowlevel
 import pytest
 
 import actors_for_tests as afs
-from mailbox_actors.platform.sql import Limits, SqlStorage
+from mailbox_actors.platform.storage.sql import Limits, SqlStorage
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import LimitExceeded, MailboxActorsError
 

@@ -14,7 +14,7 @@ import pytest
 
 import actors_for_tests as afs
 from actors_for_tests import Scratch
-from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
@@ -425,7 +425,7 @@ async def test_limits_are_limit_exceeded_naming_the_limit(tmp_path: Path) -> Non
 @pytest.mark.anyio
 async def test_limits_are_settings(tmp_path: Path) -> None:
     """RT-7: the limits are settings; a lower max_bound_parameters is enforced and named."""
-    from mailbox_actors.platform.sql import Limits
+    from mailbox_actors.platform.storage.sql import Limits
 
     async with TestRuntime(tmp_path, limits=Limits(max_bound_parameters=3),
                            objects=afs.ALL_OBJECTS) as rt:
@@ -497,7 +497,7 @@ async def test_user_trigger_cannot_write_reserved_tables_through_runtime_writes(
 async def test_database_size_limit_is_limit_exceeded(tmp_path: Path, in_tx: bool) -> None:
     """RT-7: writing past max_database_bytes is refused with limit_exceeded naming
     max_database_bytes; what was committed before stays, and the actor keeps working."""
-    from mailbox_actors.platform.sql import Limits
+    from mailbox_actors.platform.storage.sql import Limits
 
     async with TestRuntime(tmp_path, limits=Limits(max_database_bytes=200_000),
                            objects=afs.ALL_OBJECTS) as rt:

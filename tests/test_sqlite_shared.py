@@ -10,7 +10,7 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
-from mailbox_actors.platform.sqlite_shared import is_locked, retry_while_locked
+from mailbox_actors.platform.shared_sqlite import is_locked, retry_while_locked
 
 
 @pytest.fixture

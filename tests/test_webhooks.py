@@ -25,9 +25,15 @@ import msgspec
 import pytest
 import structlog
 
-from mailbox_actors.node.events import ControlEventSink
-from mailbox_actors.node.http import RpcHttpServer
-from mailbox_actors.node.webhooks import (
+from mailbox_actors.http.server import RpcHttpServer
+from mailbox_actors.platform.clock import FakeClock
+from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import configure_logging
+from mailbox_actors.platform.metrics import Metrics
+from mailbox_actors.platform.queues import Consumer, DeadLetterRecorder, Message, QueueService
+from mailbox_actors.platform.rng import SeededRng
+from mailbox_actors.webhooks.delivery import (
     DEFAULT_SCHEDULE_S,
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,
@@ -36,13 +42,7 @@ from mailbox_actors.node.webhooks import (
     sign,
     verify,
 )
-from mailbox_actors.platform.clock import FakeClock
-from mailbox_actors.platform.control_db import ControlDb
-from mailbox_actors.platform.ids import Ids
-from mailbox_actors.platform.logging import configure_logging
-from mailbox_actors.platform.metrics import Metrics
-from mailbox_actors.platform.queues import Consumer, DeadLetterRecorder, Message, QueueService
-from mailbox_actors.platform.rng import SeededRng
+from mailbox_actors.webhooks.publish import ControlEventSink
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.events import Event
 

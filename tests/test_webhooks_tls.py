@@ -14,11 +14,11 @@ import pytest
 import trustme
 
 import test_webhooks
+from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.config import load_config
-from mailbox_actors.node.http import RpcHttpServer
-from mailbox_actors.node.webhooks import SIGNATURE_HEADER, tls_context, verify
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.runtime.settings import SettingsError
+from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, tls_context, verify
 from test_webhooks import SECRET, T0, Receiver, World
 
 clock = test_webhooks.clock  # the same fixtures as the plain-http webhook tests

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import anyio
 import msgspec
 
-from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, AlarmInfo, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.wire.errors import InvalidRequest

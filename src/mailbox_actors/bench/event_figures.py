@@ -34,14 +34,14 @@ import msgspec
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
 from mailbox_actors.bench.runtime_figures import state_changes
 from mailbox_actors.bench.servers import Spawned, start_cluster, start_node, stop_spawned
+from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.control_ops import create_identity
-from mailbox_actors.node.http import RpcHttpServer
-from mailbox_actors.node.webhooks import SIGNATURE_HEADER, verify
 from mailbox_actors.platform.clock import SystemClock
-from mailbox_actors.platform.control_db import ControlDb
+from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.rpc import Client, RpcError
+from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, verify
 from mailbox_actors.wire.control import Identity
 from mailbox_actors.wire.events import EmitEvent, Event
 

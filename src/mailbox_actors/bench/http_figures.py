@@ -46,7 +46,7 @@ from mailbox_actors.bench.servers import (
     stop_spawned,
 )
 from mailbox_actors.bench.transport import measure_calls, spawn_server, tcp_echo
-from mailbox_actors.node.http import loop_backend_options
+from mailbox_actors.http.server import loop_backend_options
 from mailbox_actors.rpc import Client
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
 

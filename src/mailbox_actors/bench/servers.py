@@ -18,8 +18,8 @@ from typing import IO
 import anyio
 import anyio.abc
 
-from mailbox_actors.node.cluster import read_cluster_file
-from mailbox_actors.rpc.http_client import HttpPool, HttpTransportError
+from mailbox_actors.http.client import HttpPool, HttpTransportError
+from mailbox_actors.node.cluster_file import read_cluster_file
 
 __all__ = ["HOST", "Spawned", "cpu_seconds", "free_port_block", "pid_alive", "start_cluster",
            "start_node", "stop_spawned"]

@@ -20,7 +20,7 @@ from typing import Any, cast
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
-from mailbox_actors.node.http import HttpApp, RpcHttpServer, loop_backend_options
+from mailbox_actors.http.server import HttpApp, RpcHttpServer, loop_backend_options
 
 __all__ = [
     "fixed_reply_app",

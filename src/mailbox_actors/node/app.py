@@ -19,10 +19,10 @@ import msgspec
 import structlog
 
 from mailbox_actors.core.placement import owner_index
-from mailbox_actors.node.events import WEBHOOKS_QUEUE
 from mailbox_actors.node.node import Node
-from mailbox_actors.wire.common import IdReply
+from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.shared_replies import IdReply
 
 __all__ = ["FORWARDED_HEADER", "NodeApp", "Response"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from mailbox_actors.platform.sql import Durability
+from mailbox_actors.platform.storage.sql import Durability
 from mailbox_actors.runtime.settings import (
     DEFAULT_ID_SECRET,
     SECRET_SETTINGS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Protocol
 
-from mailbox_actors.platform.control_db import ControlDb
+from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.wire.control import Identity, Tenant
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.mailbox import MailboxInit

@@ -18,20 +18,21 @@ import structlog
 
 from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.scheduler import AlarmScheduler
-from mailbox_actors.node.events import ControlEventSink
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import Clock, SystemClock
-from mailbox_actors.platform.control_db import ControlDb
+from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import DataDirLock
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.platform.queues import DeadLetterRecorder, QueueService
 from mailbox_actors.platform.rng import Rng, SystemRng
-from mailbox_actors.platform.sql import Durability
+from mailbox_actors.platform.services import Services
+from mailbox_actors.platform.storage.sql import Durability
 from mailbox_actors.rpc.router import Router
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.host import ActorHost
 from mailbox_actors.runtime.settings import RuntimeSettings
+from mailbox_actors.webhooks.publish import ControlEventSink
 
 __all__ = ["Node"]
 
@@ -41,7 +42,8 @@ class Node:
 
     def __init__(self, settings: RuntimeSettings, *, clock: Clock | None = None,
                  rng: Rng | None = None, objects: Sequence[type[Actor]] = DEFAULT_OBJECTS,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None,
+                 services: Services | None = None) -> None:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.rng: Rng = rng or SystemRng()
@@ -52,7 +54,8 @@ class Node:
         self._lock = DataDirLock(settings.path)
         self._objects = tuple(objects)
         self.host = ActorHost(settings, clock=self.clock, rng=self.rng, ids=self.ids,
-                              metrics=self.metrics, namespace_keys={})
+                              metrics=self.metrics, namespace_keys={},
+                              services=services)
         self.router = Router(self.host, ids=self.ids, clock=self.clock, rng=self.rng,
                              metrics=self.metrics, id_secret=settings.id_secret.encode())
         for cls in self._objects:
@@ -175,7 +178,7 @@ class Node:
         st = self.settings
         if st.control_db is None or st.queues_db is None:
             return
-        from mailbox_actors.node.webhooks import WebhookDeliverer
+        from mailbox_actors.webhooks.delivery import WebhookDeliverer
         self.control_db = ControlDb(Path(st.control_db), clock=self.clock, ids=self.ids)
         await self.control_db.open()
         self.queues = QueueService(Path(st.queues_db), clock=self.clock, ids=self.ids,

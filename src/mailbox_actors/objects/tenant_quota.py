@@ -20,12 +20,11 @@ from mailbox_actors.core.rate_windows import (
     retry_after_ms,
     used,
 )
-from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
-from mailbox_actors.wire.common import InitReply
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.quota import (
     QUOTA_REPLIES,
@@ -40,6 +39,7 @@ from mailbox_actors.wire.quota import (
     ReserveReply,
     UsageReply,
 )
+from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = ["TenantQuota"]
 

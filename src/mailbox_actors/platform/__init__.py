@@ -1,4 +1,4 @@
-"""Clocks, randomness, ids, actor storage, locks, logging, metrics, the control database and
-the queues; import from the modules."""
+"""Clocks, randomness, ids, locks, logging, metrics; actor storage, the control database, the queues,
+mail transports and DNS as subpackages; import from the modules."""
 
 __all__: list[str] = []

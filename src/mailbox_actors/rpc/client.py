@@ -19,14 +19,14 @@ import msgspec
 
 from mailbox_actors.core.backoff import exponential_delay_ms
 from mailbox_actors.core.placement import owner_index
+from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import Rng, SystemRng
-from mailbox_actors.rpc.http_client import HttpPool
 from mailbox_actors.rpc.router import default_deadline_ms
-from mailbox_actors.wire.common import IdReply
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope, RpcReply
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.shared_replies import IdReply
 
 __all__ = ["IDEMPOTENT_OPS", "Client", "RpcError"]
 

@@ -14,9 +14,9 @@ from typing import Any, cast
 import msgspec
 
 from mailbox_actors.runtime.actor import Actor
-from mailbox_actors.wire.common import IdReply
 from mailbox_actors.wire.envelope import Envelope
 from mailbox_actors.wire.errors import ErrorBody, ErrorCode
+from mailbox_actors.wire.shared_replies import IdReply
 
 __all__ = ["openapi_document", "openapi_json"]
 

@@ -23,7 +23,8 @@ from mailbox_actors.core.alarm_purposes import (
     earliest,
     meta_key,
 )
-from mailbox_actors.platform.sql import SqlStorage, implicit_writes
+from mailbox_actors.platform.services import ServiceKey
+from mailbox_actors.platform.storage.sql import SqlStorage, implicit_writes
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.wire.envelope import Envelope
@@ -124,6 +125,10 @@ class ActorContext:
 
     def new_id(self, prefix: str) -> str:
         return self.host.ids.new_id(prefix)
+
+    def service(self, key: ServiceKey[T]) -> T | None:
+        """The node's collaborator under ``key`` (a mail transport, a resolver), or None."""
+        return self.host.services.get(key)
 
     # ---- execution model (RT-4, RT-5) ------------------------------------------------------
 

@@ -21,8 +21,9 @@ from mailbox_actors.core.actor_ids import check_id
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import Rng
-from mailbox_actors.platform.sql import StorageCorrupt, implicit_writes
-from mailbox_actors.platform.sql_open import open_storage
+from mailbox_actors.platform.services import Services
+from mailbox_actors.platform.storage.opening import open_storage
+from mailbox_actors.platform.storage.sql import StorageCorrupt, implicit_writes
 from mailbox_actors.runtime.actor import Actor, ActorContext, AlarmInfo, Call, current_deadline
 from mailbox_actors.runtime.migrations import apply_migrations, check_migrations
 from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
@@ -54,8 +55,10 @@ class ActorHost:
     """Live activations of one node, and the only way a request or alarm reaches an actor."""
 
     def __init__(self, settings: RuntimeSettings, *, clock: Clock, rng: Rng, ids: Ids,
-                 metrics: MetricsSink, namespace_keys: dict[str, bytes]) -> None:
+                 metrics: MetricsSink, namespace_keys: dict[str, bytes],
+                 services: Services | None = None) -> None:
         self.settings = settings
+        self.services = services or Services()
         self.clock = clock
         self.rng = rng
         self.ids = ids

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["Migration", "SchemaTooNew", "apply_migrations", "check_migrations"]

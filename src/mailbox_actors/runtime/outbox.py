@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from mailbox_actors.platform.sql import SqlStorage
+from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded, MailboxActorsError
 from mailbox_actors.wire.events import Event, EventsReply
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from mailbox_actors.platform.sql import Durability, Limits
+from mailbox_actors.platform.storage.sql import Durability, Limits
 
 __all__ = ["DEFAULT_ID_SECRET", "SECRET_SETTINGS", "RuntimeSettings", "SettingsError"]
 

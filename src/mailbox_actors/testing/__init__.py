@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,6 +19,7 @@ from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.rng import SeededRng
+from mailbox_actors.platform.services import ServiceKey, Services
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.outbox import RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
@@ -33,7 +34,8 @@ class TestRuntime:
 
     def __init__(self, data_dir: Path | str | None = None, *, start_ms: int = 1_767_225_600_000,
                  seed: int = 0, objects: Sequence[type[Actor]] = DEFAULT_OBJECTS,
-                 control: bool = False, **settings: Any) -> None:
+                 control: bool = False, services: Mapping[ServiceKey[Any], Any] | None = None,
+                 **settings: Any) -> None:
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(
             tempfile.mkdtemp(prefix="mailbox-actors-test-"))
@@ -45,7 +47,8 @@ class TestRuntime:
                 settings.setdefault("control_db", str(self.data_dir / "control.sqlite"))
                 settings.setdefault("queues_db", str(self.data_dir / "queues.sqlite"))
             self.settings = RuntimeSettings(data_dir=str(self.data_dir), **settings)
-            self.node = Node(self.settings, clock=self.clock, rng=self.rng, objects=objects)
+            self.node = Node(self.settings, clock=self.clock, rng=self.rng, objects=objects,
+                             services=Services(services))
         except BaseException:
             self._remove_own_dir()  # a refused setting must not leave the directory behind
             raise

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from mailbox_actors.wire.common import InitReply
 from mailbox_actors.wire.events import EmitEvent, EventsReply, GetEvents
+from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = ["MailboxErase", "MailboxInit", "MailboxRequest", "MailboxStatus", "MailboxStatusReply",
            "EmittedReply", "EraseReply", "MAILBOX_REPLIES"]

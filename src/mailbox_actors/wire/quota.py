@@ -6,7 +6,7 @@ from typing import Annotated
 
 import msgspec
 
-from mailbox_actors.wire.common import InitReply
+from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = [
     "QuotaInit", "QuotaRelease", "QuotaRequest", "QuotaReserve", "QuotaStatus", "QuotaUsage",

@@ -1,0 +1,72 @@
+"""The ``mailbox-actors`` command line: one subcommand per module, dispatched from here.
+
+Exit status: 0 success, 1 the operation failed (an ``err`` result), 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+# subcommand -> (module, its add-arguments function, its run(args) -> int function, help)
+SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
+    "serve": ("mailbox_actors.cli.serve", "add_arguments", "run", "run one node"),
+    "cluster": ("mailbox_actors.cli.cluster", "add_arguments", "run",
+                "run a local cluster of node processes (restarts nodes that die)"),
+    "status": ("mailbox_actors.cli.remote", "add_status_arguments", "run_status",
+               "show nodes, pids, active actors and pending alarms"),
+    "id": ("mailbox_actors.cli.remote", "add_id_arguments", "run_id",
+           "print the object id for a name"),
+    "call": ("mailbox_actors.cli.remote", "add_call_arguments", "run_call",
+             "call an object and print the result (exit 0 ok, 1 err, 2 usage)"),
+    "tenant": ("mailbox_actors.cli.remote", "add_tenant_arguments", "run_tenant",
+               "create or list tenants in the control database"),
+    "identity": ("mailbox_actors.cli.remote", "add_identity_arguments", "run_identity",
+                 "create an identity: mint its IdentityMailbox, store it, send init"),
+    "openapi": ("mailbox_actors.cli.remote", "add_openapi_arguments", "run_openapi",
+                "print the OpenAPI 3.1 document of the HTTP interface"),
+    "bench": ("mailbox_actors.bench.command", "add_arguments", "run",
+              "measure the runtime against the physical limits"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that subcommand's module is imported (start-up stays fast
+    and one subcommand's imports cannot break another)."""
+    parser = argparse.ArgumentParser(
+        prog="mailbox-actors",
+        description="A Python runtime that emulates Cloudflare Durable Objects.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, add, _run, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or name == only:
+            getattr(importlib.import_module(module), add)(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in SUBCOMMANDS else None)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    # Logs go to stderr, so a command's own output on stdout stays parseable; serve and cluster
+    # configure their own.
+    from mailbox_actors.platform.logging import configure_logging
+
+    configure_logging(level="warning")
+    module, _add, run, _help = SUBCOMMANDS[args.command]
+    try:
+        return int(getattr(importlib.import_module(module), run)(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

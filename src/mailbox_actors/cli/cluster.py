@@ -1,0 +1,195 @@
+"""``mailbox-actors cluster`` (CL-2): a supervisor that runs N node processes and restarts the dead.
+
+Node i listens on port P+i with its own data directory DIR/node-i and owns part of the id space by
+rendezvous hashing over the node list. The supervisor writes DIR/cluster.json (names, URLs, pids,
+data directories) for ``status`` and for clients, generates the tokens once, and on Ctrl-C or
+SIGTERM stops every node gracefully (SIGKILL only after the grace period).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from mailbox_actors.cli.serve import add_config_arguments, flags_of
+from mailbox_actors.node.cluster_file import CLUSTER_FILE, read_cluster_file
+from mailbox_actors.node.config import ENV_PREFIX, NodeConfig, ensure_tokens, load_config
+from mailbox_actors.runtime.settings import SettingsError
+
+__all__ = ["CLUSTER_FILE", "ClusterSupervisor", "add_arguments", "read_cluster_file", "run"]
+
+_SETTINGS_ERROR = 2  # what `serve` exits with when it refuses its settings
+# Settings each node gets its own value of (flags), or that travel another way (the tokens).
+_PER_NODE = frozenset({"data", "host", "port", "nodes", "node_name", "token", "token_file",
+                       "operator_token", "operator_token_file", "control_db", "queues_db"})
+_RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p)
+    p.add_argument("--nodes", type=int, help="number of node processes (default 3)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        flags = flags_of(args) | {"nodes": args.nodes}
+        cfg = load_config(flags, os.environ, args.config)
+        sup = ClusterSupervisor(cfg)
+    except SettingsError as e:
+        print(f"mailbox-actors cluster: {e}", file=sys.stderr)
+        return 2
+    return sup.run()
+
+
+class ClusterSupervisor:
+    def __init__(self, cfg: NodeConfig, *, out: Any = None) -> None:
+        self.cfg = cfg
+        self.data = Path(cfg.data).resolve()
+        self.tokens = ensure_tokens(cfg, self.data)
+        self.out = out or sys.stdout
+        self.names = [f"node-{i}" for i in range(cfg.nodes)]
+        self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.nodes)]
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * cfg.nodes
+        self.restarts = [0] * cfg.nodes
+        self.failed = False  # a node refused its settings
+        self._stopping = False
+
+    def say(self, text: str) -> None:
+        print(f"cluster: {text}", file=self.out, flush=True)
+
+    def _spawn(self, i: int) -> subprocess.Popen[bytes]:
+        peers = ",".join(f"{n}={u}" for n, u in zip(self.names, self.urls, strict=True))
+        env = dict(os.environ)
+        # Every cluster-wide setting, however the supervisor got it (flag, environment, TOML
+        # file), reaches the node through its environment, which only the node's own flags
+        # outrank: never argv, where `ps` would show the tokens and the id secret.
+        for name in NodeConfig.__struct_fields__:
+            value = getattr(self.cfg, name)
+            if name in _PER_NODE:
+                env.pop(ENV_PREFIX + name.upper(), None)  # the node's own comes as a flag
+            elif value is not None:
+                env[ENV_PREFIX + name.upper()] = str(value)
+        env[ENV_PREFIX + "TOKEN"] = self.tokens.cluster
+        env[ENV_PREFIX + "OPERATOR_TOKEN"] = self.tokens.operator
+        env.pop(ENV_PREFIX + "CONFIG", None)  # read once, here
+        cmd = [sys.executable, "-m", "mailbox_actors", "serve", "--data",
+               str(self.data / self.names[i]), "--host", self.cfg.host,
+               "--port", str(self.cfg.port + i), "--node-name", self.names[i], "--peers", peers,
+               # One control database and one queue file for the whole cluster.
+               "--control-db", self.cfg.control_db or str(self.data / "control.sqlite"),
+               "--queues-db", self.cfg.queues_db or str(self.data / "queues.sqlite")]
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+
+    def write_cluster_file(self) -> None:
+        doc = {
+            "nodes": [{"name": n, "url": u, "pid": p.pid if p else None,
+                       "data": str(self.data / n), "restarts": r}
+                      for n, u, p, r in zip(self.names, self.urls, self.procs, self.restarts,
+                                            strict=True)],
+            "supervisor_pid": os.getpid(),
+            "cluster_token_file": self.tokens.cluster_file,
+            "operator_token_file": self.tokens.operator_file,
+        }
+        tmp = self.data / (CLUSTER_FILE + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, self.data / CLUSTER_FILE)
+
+    def wait_healthy(self, i: int, timeout_s: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            p = self.procs[i]
+            if p is None or p.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(self.urls[i] + "/healthz", timeout=1) as r:
+                    # Its own node, not whatever else answers on that port.
+                    if r.status == 200 and json.loads(r.read()).get("pid") == p.pid:
+                        return True
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)  # an operator tool polling a child's port, not a test
+        return False
+
+    def start(self) -> None:
+        self.say(f"starting {len(self.names)} nodes, data in {self.data}")
+        self.say(f"cluster token in {self.tokens.cluster_file or '(given)'}, "
+                 f"operator token in {self.tokens.operator_file or '(given)'}")
+        for i in range(len(self.names)):
+            self.procs[i] = self._spawn(i)
+        self.write_cluster_file()
+        for i, name in enumerate(self.names):
+            ok = self.wait_healthy(i)
+            self.say(f"{name} {'ready' if ok else 'NOT ready'} at {self.urls[i]} "
+                     f"(pid {self._pid(i)})")
+
+    def _pid(self, i: int) -> str:
+        p = self.procs[i]
+        return "-" if p is None else str(p.pid)
+
+    def supervise_once(self) -> None:
+        """Restart any node that has exited (CL-2)."""
+        for i, p in enumerate(self.procs):
+            if p is None or p.poll() is None or self._stopping:
+                continue
+            if p.returncode == _SETTINGS_ERROR:
+                # Restarting cannot help: the node refused its settings (it said why above).
+                self.say(f"{self.names[i]} exited with status {p.returncode} (its settings were "
+                         "refused); not restarting it: stopping the cluster")
+                self.failed = True
+                self._stopping = True
+                return
+            self.restarts[i] += 1
+            delay = _RESTART_BACKOFF_S[min(self.restarts[i] - 1, len(_RESTART_BACKOFF_S) - 1)]
+            self.say(f"{self.names[i]} exited with status {p.returncode}; restarting in "
+                     f"{delay:.1f} s (restart {self.restarts[i]})")
+            time.sleep(delay)
+            self.procs[i] = self._spawn(i)
+            self.write_cluster_file()
+            ok = self.wait_healthy(i)
+            self.say(f"{self.names[i]} {'back' if ok else 'NOT back'} at {self.urls[i]} "
+                     f"(pid {self._pid(i)})")
+
+    def stop(self, grace_s: float | None = None) -> None:
+        self._stopping = True
+        grace = self.cfg.shutdown_grace_ms / 1000 + 2 if grace_s is None else grace_s
+        self.say("stopping nodes")
+        for p in self.procs:
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for i, p in enumerate(self.procs):
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.say(f"{self.names[i]} did not stop in time; killing it")
+                p.kill()
+                p.wait()
+        (self.data / CLUSTER_FILE).unlink(missing_ok=True)
+        self.say("stopped")
+
+    def run(self) -> int:
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self._stopping = True
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        try:
+            self.start()
+            self.say("running; Ctrl-C stops every node")
+            while not self._stopping:
+                self.supervise_once()
+                time.sleep(0.1)
+        finally:
+            self.stop()
+        return _SETTINGS_ERROR if self.failed else 0

@@ -1,0 +1,231 @@
+"""Operator commands over the network (CL-3): ``status``, ``id`` and ``call``.
+
+Each reads the cluster description and tokens from the data directory (or takes a URL), talks to
+the nodes through the project's client, and prints. Exit status: 0 ok, 1 an ``err`` result or an
+unreachable node, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from mailbox_actors.http.client import HttpPool
+from mailbox_actors.rpc.client import Client, RpcError
+
+__all__ = ["add_call_arguments", "add_id_arguments", "add_identity_arguments",
+           "add_openapi_arguments", "add_status_arguments", "add_tenant_arguments", "run_call",
+           "run_id", "run_identity", "run_openapi", "run_status", "run_tenant"]
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _add_target(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default="./data",
+                   help="the cluster's (or node's) data directory (default ./data)")
+    p.add_argument("--url", help="a single node's URL when DATA has no cluster.json "
+                   "(default http://127.0.0.1:8787)")
+
+
+def add_status_arguments(p: argparse.ArgumentParser) -> None:
+    _add_target(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def add_id_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("namespace")
+    p.add_argument("--name", required=True, help="the object's name")
+    _add_target(p)
+
+
+def add_call_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("namespace")
+    p.add_argument("object", metavar="ID_OR_NAME", help="a 64-hex object id, or a name")
+    p.add_argument("request", metavar="JSON", help='the request, e.g. \'{"op":"status"}\'')
+    p.add_argument("--tenant", help="tenant_id for the envelope")
+    p.add_argument("--identity", help="identity_id for the envelope")
+    _add_target(p)
+
+
+def _client(args: argparse.Namespace) -> Client:
+    kw = {"url": args.url} if args.url else {}
+    return Client.from_data_dir(args.data, **kw)
+
+
+def _fail(cmd: str, text: str, status: int) -> int:
+    print(f"mailbox-actors {cmd}: {text}", file=sys.stderr)
+    return status
+
+
+def run_id(args: argparse.Namespace) -> int:
+    async def go() -> str:
+        async with _client(args) as c:
+            return await c.id_from_name(args.namespace, args.name)
+    try:
+        print(anyio.run(go))
+    except FileNotFoundError as e:
+        return _fail("id", f"no token in {args.data} ({e.filename}); start the cluster first or "
+                     "pass --data", 2)
+    except RpcError as e:
+        return _fail("id", f"{e.code.value}: {e.message}", 1)
+    return 0
+
+
+def run_call(args: argparse.Namespace) -> int:
+    try:
+        req = json.loads(args.request)
+    except json.JSONDecodeError as e:
+        return _fail("call", f"JSON is not valid JSON: {e}", 2)
+    if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+        return _fail("call", 'JSON must be an object with an "op", e.g. {"op":"status"}', 2)
+
+    async def go() -> Any:
+        async with _client(args) as c:
+            oid = args.object if _HEX64.match(args.object) else await c.id_from_name(
+                args.namespace, args.object)
+            return await c.call(args.namespace, oid, req, tenant_id=args.tenant,
+                                identity_id=args.identity)
+    try:
+        result = anyio.run(go)
+    except FileNotFoundError as e:
+        return _fail("call", f"no token in {args.data} ({e.filename}); start the cluster first "
+                     "or pass --data", 2)
+    except RpcError as e:
+        print(json.dumps({"err": msgspec.to_builtins(e.to_body())}))
+        return 1
+    print(json.dumps({"ok": result}))
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    data = Path(args.data)
+    try:
+        operator = (data / "operator.token").read_text().strip()
+    except FileNotFoundError:
+        return _fail("status", f"no operator token in {data}; start the cluster first or pass "
+                     "--data", 2)
+    try:
+        nodes = [(n["name"], n["url"]) for n in json.loads((data / "cluster.json").read_text())[
+            "nodes"]]
+    except FileNotFoundError:
+        nodes = [("node-0", args.url or "http://127.0.0.1:8787")]
+
+    async def go() -> list[dict[str, Any]]:
+        out = []
+        async with HttpPool() as pool:
+            for name, url in nodes:
+                try:
+                    status, body = await pool.request(
+                        url, "GET", "/admin/status", {"authorization": f"Bearer {operator}"}, b"",
+                        timeout_s=5.0)
+                    row = json.loads(body) if status == 200 else {"status": f"HTTP {status}"}
+                except (OSError, ConnectionError, TimeoutError):
+                    row = {"status": "unreachable"}
+                out.append({"name": name, "url": url} | row)
+        return out
+    rows = anyio.run(go)
+    queues: dict[str, Any] = next((r["queues"] for r in rows if r.get("queues")), {})
+    if args.json:
+        print(json.dumps({"nodes": rows, "queues": queues}, indent=2))
+    else:
+        print(f"{'node':8} {'status':12} {'pid':>8} {'actors':>8} {'alarms':>8}  url")
+        for r in rows:
+            print(f"{r['name']:8} {r.get('status', '?'):12} {r.get('pid', '-')!s:>8} "
+                  f"{r.get('actors_active', '-')!s:>8} {r.get('alarms_pending', '-')!s:>8}  "
+                  f"{r['url']}")
+        if queues:
+            print(f"\n{'queue':16} {'ready':>8} {'delayed':>8} {'in flight':>10} {'dead':>8}")
+            for name, q in sorted(queues.items()):
+                print(f"{name:16} {q.get('ready', 0):>8} {q.get('delayed', 0):>8} "
+                      f"{q.get('in_flight', 0):>10} {q.get('dead_letters', 0):>8}")
+    return 0 if all(r.get("status") == "ok" for r in rows) else 1
+
+
+def add_openapi_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", help="write here instead of standard output")
+
+
+def run_openapi(args: argparse.Namespace) -> int:
+    """Print the OpenAPI document of this version (the checked-in openapi.json is this)."""
+    from mailbox_actors.cli.serve import package_version
+    from mailbox_actors.objects import DEFAULT_OBJECTS
+    from mailbox_actors.rpc.openapi import openapi_json
+
+    doc = openapi_json(DEFAULT_OBJECTS, package_version())
+    if args.output:
+        Path(args.output).write_bytes(doc)
+    else:
+        sys.stdout.buffer.write(doc)
+    return 0
+
+
+def add_tenant_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = sub.add_parser("create", help="create a tenant in the control database")
+    c.add_argument("name")
+    c.add_argument("--webhook-url", help="where the tenant's events are POSTed")
+    c.add_argument("--webhook-secret", help="HMAC key for the signature header (16+ chars)")
+    c.add_argument("--events-days", type=int, default=30, help="how long events are kept")
+    c.add_argument("--data", default="./data", help="the cluster's data directory")
+    sub.add_parser("list", help="list tenants").add_argument("--data", default="./data")
+
+
+def add_identity_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = sub.add_parser("create", help="create an identity and its IdentityMailbox")
+    c.add_argument("--tenant", required=True, help="the tenant id (ten_...)")
+    c.add_argument("--name", required=True, help="the identity's name, unique in the tenant")
+    _add_target(c)
+
+
+def _control_db(data: str) -> Any:
+    from mailbox_actors.platform.clock import SystemClock
+    from mailbox_actors.platform.control.database import ControlDb
+    from mailbox_actors.platform.ids import Ids
+    from mailbox_actors.platform.rng import SystemRng
+
+    clock = SystemClock()
+    return ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
+
+
+def run_tenant(args: argparse.Namespace) -> int:
+    from mailbox_actors.wire.errors import MailboxActorsError
+
+    async def go() -> Any:
+        async with _control_db(args.data) as db:
+            if args.action == "list":
+                return [msgspec.to_builtins(t) | {"webhook_secret": None}
+                        for t in await db.list_tenants()]
+            t = await db.create_tenant(args.name, webhook_url=args.webhook_url,
+                                       webhook_secret=args.webhook_secret,
+                                       events_days=args.events_days)
+            return msgspec.to_builtins(t) | {"webhook_secret": None}
+    try:
+        print(json.dumps(anyio.run(go), indent=2))
+    except MailboxActorsError as e:
+        return _fail("tenant", f"{e.code.value}: {e.message}", 1)
+    return 0
+
+
+def run_identity(args: argparse.Namespace) -> int:
+    from mailbox_actors.node.control_ops import create_identity
+    from mailbox_actors.wire.errors import MailboxActorsError
+
+    async def go() -> Any:
+        async with _control_db(args.data) as db, _client(args) as client:
+            return msgspec.to_builtins(await create_identity(db, client, args.tenant, args.name))
+    try:
+        print(json.dumps(anyio.run(go), indent=2))
+    except FileNotFoundError as e:
+        return _fail("identity", f"no token in {args.data} ({e.filename}); start the cluster "
+                     "first or pass --data", 2)
+    except MailboxActorsError as e:
+        return _fail("identity", f"{e.code.value}: {e.message}", 1)
+    return 0

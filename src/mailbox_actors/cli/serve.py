@@ -1,0 +1,177 @@
+"""``mailbox-actors serve`` (CL-1): one node process on the network until SIGTERM or Ctrl-C.
+
+Prints where it listens, where its data is and where the tokens are, then serves. A stop drains
+requests in flight, stops alarms and closes every file (RT-11). Inside a cluster the supervisor
+starts it with ``--peers`` so it can forward requests for ids another node owns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mailbox_actors.http.client import HttpPool
+from mailbox_actors.http.server import RpcHttpServer, loop_backend_options
+from mailbox_actors.node.app import NodeApp
+from mailbox_actors.node.config import NodeConfig, ensure_tokens, load_config
+from mailbox_actors.node.node import Node
+from mailbox_actors.objects import DEFAULT_OBJECTS
+from mailbox_actors.platform.locks import DataDirLocked
+from mailbox_actors.platform.logging import configure_logging
+from mailbox_actors.rpc.openapi import openapi_json
+from mailbox_actors.runtime.settings import SettingsError
+from mailbox_actors.wire.errors import MailboxActorsError
+
+__all__ = ["add_arguments", "add_config_arguments", "package_version", "run", "serve"]
+
+FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_token",
+         "operator_token_file", "durability", "idle_ms", "max_active_actors", "max_queue",
+         "max_body_bytes", "read_timeout_s", "shutdown_grace_ms", "log_format", "log_level",
+         "control_db", "queues_db",
+         "webhook_consumers", "webhook_ca_file")
+
+
+def package_version() -> str:
+    try:
+        return version("mailbox-actors")
+    except PackageNotFoundError:  # running from a source tree without installing
+        return "0.0.0"
+
+
+def add_config_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="data directory (default ./data)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8787)")
+    p.add_argument("--config", help="TOML file of settings (flags and MAILBOX_ACTORS_* win)")
+    p.add_argument("--token", help="cluster token (default: generated into DATA/cluster.token)")
+    p.add_argument("--token-file", dest="token_file")
+    p.add_argument("--operator-token", dest="operator_token",
+                   help="operator token (default: generated into DATA/operator.token)")
+    p.add_argument("--operator-token-file", dest="operator_token_file")
+    p.add_argument("--durability", choices=("normal", "full"))
+    p.add_argument("--idle-ms", dest="idle_ms", type=int)
+    p.add_argument("--max-active-actors", dest="max_active_actors", type=int)
+    p.add_argument("--max-queue", dest="max_queue", type=int)
+    p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int)
+    p.add_argument("--read-timeout-s", dest="read_timeout_s", type=float,
+                   help="a request must arrive whole within this (default 10)")
+    p.add_argument("--shutdown-grace-ms", dest="shutdown_grace_ms", type=int,
+                   help="on stop, how long requests in flight may finish (default 10000)")
+    p.add_argument("--log-format", dest="log_format", choices=("auto", "json", "console"))
+    p.add_argument("--log-level", dest="log_level",
+                   choices=("debug", "info", "warning", "error"))
+    p.add_argument("--control-db", dest="control_db",
+                   help="the cluster's control database (default DATA/control.sqlite)")
+    p.add_argument("--queues-db", dest="queues_db",
+                   help="the cluster's queue database (default DATA/queues.sqlite)")
+    p.add_argument("--webhook-consumers", dest="webhook_consumers", type=int,
+                   help="webhook deliveries in flight per node (default 4)")
+    p.add_argument("--webhook-ca-file", dest="webhook_ca_file",
+                   help="PEM file of the CAs https webhook endpoints are checked against "
+                        "(default: the system's)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p)
+    p.add_argument("--node-name", dest="node_name", help="this node's name (default node-0)")
+    p.add_argument("--peers", help=argparse.SUPPRESS)  # name=url,... set by the cluster supervisor
+
+
+def flags_of(args: argparse.Namespace, names: tuple[str, ...] = FLAGS) -> dict[str, Any]:
+    return {k: getattr(args, k, None) for k in names}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(flags_of(args), os.environ, args.config)
+        peers = parse_peers(args.peers) if args.peers else []
+    except SettingsError as e:
+        print(f"mailbox-actors serve: {e}", file=sys.stderr)
+        return 2
+    try:
+        return anyio.run(serve, cfg, peers, backend="asyncio",
+                         backend_options=loop_backend_options())
+    except DataDirLocked as e:
+        print(f"mailbox-actors serve: {e}", file=sys.stderr)
+        return 1
+    except MailboxActorsError as e:  # a file that cannot be opened, and the like: said plainly
+        sqlite = e.details.get("sqlite") if isinstance(e.details, dict) else None
+        print(f"mailbox-actors serve: {e.message}" + (f" ({sqlite})" if sqlite else ""),
+              file=sys.stderr)
+        return 1
+    except SettingsError as e:
+        print(f"mailbox-actors serve: {e}", file=sys.stderr)
+        return 2
+
+
+def parse_peers(text: str) -> list[tuple[str, str]]:
+    out = []
+    for item in text.split(","):
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url.startswith("http://"):
+            raise SettingsError(f"setting 'peers' must be name=http://host:port,... (got {item!r})")
+        out.append((name, url.rstrip("/")))
+    return out
+
+
+async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
+    """Run one node until SIGTERM or SIGINT (exit status 0), or until a background loop of the
+    node fails (1: a cluster supervisor restarts it)."""
+    data = Path(os.path.abspath(cfg.data))  # noqa: ASYNC240 - once, before serving
+    tokens = ensure_tokens(cfg, data)
+    configure_logging(json=None if cfg.log_format == "auto" else cfg.log_format == "json",
+                      level=cfg.log_level)
+    names = [n for n, _ in peers]
+    if names and cfg.node_name not in names:
+        raise SettingsError(f"setting 'node_name' {cfg.node_name!r} is not in the peer list")
+    node = Node(cfg.runtime_settings(str(data)),
+                progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr))
+    pool = HttpPool()
+    urls = [u for _, u in peers]
+
+    async def forward(owner: int, method: str, path: str, headers: Any, body: bytes
+                      ) -> tuple[int, bytes]:
+        return await pool.request(urls[owner], method, path, headers, body, timeout_s=30.0)
+
+    async with node:
+        app = NodeApp(node, cluster_token=tokens.cluster, operator_token=tokens.operator,
+                      peers=names, self_index=names.index(cfg.node_name) if names else 0,
+                      forward=forward if peers else None,
+                      openapi=openapi_json(DEFAULT_OBJECTS, package_version()))
+        server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
+                               request_timeout_s=cfg.read_timeout_s)
+        try:
+            port = await server.start(cfg.host, cfg.port)
+        except OSError as e:  # a port in use is a setting to change, not a crash to restart
+            raise SettingsError(f"cannot listen on {cfg.host}:{cfg.port}: "
+                                f"{e.strerror or e}") from None
+        print(f"{cfg.node_name}: listening on http://{cfg.host}:{port} (pid {os.getpid()})\n"
+              f"{cfg.node_name}: data in {data}\n"
+              f"{cfg.node_name}: cluster token in {tokens.cluster_file or '(given)'}, "
+              f"operator token in {tokens.operator_file or '(given)'}", flush=True)
+        try:
+            async with anyio.create_task_group() as tg:
+                async def stop_on_failure() -> None:
+                    await node.failed.wait()
+                    print(f"{cfg.node_name}: {node.failure}; stopping so it can be restarted",
+                          file=sys.stderr, flush=True)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(stop_on_failure)
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        break
+                tg.cancel_scope.cancel()
+        finally:
+            print(f"{cfg.node_name}: stopping (draining requests in flight)", flush=True)
+            await server.stop()
+            await pool.aclose()
+    print(f"{cfg.node_name}: stopped", flush=True)
+    return 1 if node.failed.is_set() else 0

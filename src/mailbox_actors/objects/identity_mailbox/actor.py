@@ -1,0 +1,129 @@
+"""IdentityMailbox (OBJ-1): init, status, erase, events and daily maintenance (RPC-3, RPC-4, EV, AL-6).
+
+The owner is the envelope's tenant and identity. ``erase`` removes the content in one transaction
+and keeps only the proof of erasure; afterwards every op answers ``identity_not_found``. Every
+externally visible change emits an event through the outbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from mailbox_actors.core.rate_windows import RETENTION_MS
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.runtime import outbox
+from mailbox_actors.runtime.actor import Actor, Call
+from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA, read_events
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
+from mailbox_actors.wire.events import EmitEvent, GetEvents
+from mailbox_actors.wire.mailbox import (
+    MAILBOX_REPLIES,
+    EmittedReply,
+    EraseReply,
+    MailboxErase,
+    MailboxInit,
+    MailboxRequest,
+    MailboxStatus,
+    MailboxStatusReply,
+)
+from mailbox_actors.wire.shared_replies import InitReply
+
+__all__ = ["IdentityMailbox"]
+
+# Lifecycle events only the mailbox emits (init, erase): emit_event may not forge them.
+_OWN_EVENTS = frozenset({"identity.created", "identity.erased"})
+
+DAY_MS = 86_400_000
+# Tables whose rows are the identity's content: erase empties them all.
+CONTENT_TABLES = ("messages", "idempotency")
+
+
+class IdentityMailbox(Actor):
+    namespace = "identity_mailbox"
+    requests = MailboxRequest
+    replies = MAILBOX_REPLIES
+    init_request = MailboxInit
+    owner_kind = "identity"
+    not_found = ErrorCode.IDENTITY_NOT_FOUND
+    migrations = (
+        Migration(1, (
+            "CREATE TABLE identity (id INTEGER PRIMARY KEY CHECK (id = 1), "
+            "created_at_ms INTEGER NOT NULL, erased_at_ms INTEGER)",
+            "CREATE TABLE messages (id TEXT PRIMARY KEY, received_at_ms INTEGER NOT NULL, "
+            "size_bytes INTEGER NOT NULL, body BLOB)",
+        )),
+        Migration(2, (
+            *OUTBOX_SCHEMA,
+            "CREATE TABLE idempotency (key TEXT PRIMARY KEY, expires_at_ms INTEGER NOT NULL, "
+            "result BLOB)",
+            "CREATE TABLE rate_windows (scope TEXT NOT NULL, start_ms INTEGER NOT NULL, "
+            "count INTEGER NOT NULL, PRIMARY KEY (scope, start_ms)) WITHOUT ROWID",
+        )),
+    )
+    alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance"}
+
+    async def handle(self, call: Call, req: Any) -> Any:
+        match req:
+            case MailboxStatus():
+                return self._status()
+            case GetEvents():
+                return read_events(self.sql, req.after_sequence, req.limit)
+            case EmitEvent():
+                if not req.type.startswith("identity."):
+                    raise InvalidRequest("emit_event takes identity.* event types",
+                                         details={"type": req.type})
+                if req.type in _OWN_EVENTS:  # receivers must be able to trust these
+                    raise InvalidRequest(f"{req.type} is emitted by the mailbox itself",
+                                         details={"type": req.type})
+                return self.sql.transaction_sync(
+                    lambda tx: EmittedReply(id=self.ctx.emit(tx, req.type, dict(req.data)).id))
+            case MailboxInit():
+                return self.sql.transaction_sync(lambda tx: self._init(tx, call))
+            case MailboxErase():
+                return self.sql.transaction_sync(self._erase)
+        raise InvalidRequest(f"unknown op for {self.namespace}")
+
+    def _init(self, tx: SqlStorage, call: Call) -> InitReply:
+        created = self.ctx.claim_owner(call)
+        if created:
+            now = tx.now_ms()
+            tx.exec("INSERT INTO identity (id, created_at_ms) VALUES (1, ?)", now)
+            self.ctx.emit(tx, "identity.created", {"identity_id": call.identity_id})
+            self.ctx.schedule("maintenance", now + DAY_MS)
+        return InitReply(created=created)
+
+    def _status(self) -> MailboxStatusReply:
+        created = self.sql.exec("SELECT created_at_ms FROM identity WHERE id = 1").one()[0]
+        return MailboxStatusReply(
+            tenant_id=self.ctx.owner_tenant or "", identity_id=self.ctx.owner_identity or "",
+            schema_version=self.ctx.schema_version, size_bytes=self.sql.database_size,
+            alarm=self.sql.get_alarm(), created_at_ms=created)
+
+    def _erase(self, tx: SqlStorage) -> EraseReply:
+        now = tx.now_ms()
+        for table in CONTENT_TABLES:
+            tx.exec(f"DELETE FROM {table}")
+        # Dispatched events are history; undispatched ones (ids only) still go out.
+        tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL")
+        tx.exec("UPDATE identity SET erased_at_ms = ? WHERE id = 1", now)
+        self.ctx.emit(tx, "identity.erased", {"identity_id": self.ctx.owner_identity})
+        self.ctx.mark_erased()
+        return EraseReply(erased=True, erased_at_ms=now)
+
+    async def maintenance(self) -> None:
+        """AL-6, daily: expired idempotency rows, windows older than 48 h, events past the
+        tenant's events_days; then refresh meta.size_bytes and re-arm."""
+        days = await outbox.retention_days(self.ctx)
+
+        def run(tx: SqlStorage) -> None:
+            now = tx.now_ms()
+            tx.exec("DELETE FROM idempotency WHERE expires_at_ms <= ?", now)
+            tx.exec("DELETE FROM rate_windows WHERE start_ms < ?", now - RETENTION_MS)
+            outbox.prune(tx, days)
+            tx.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('size_bytes', ?)",
+                        (str(tx.database_size),))
+            self.ctx.schedule("maintenance", now + DAY_MS)
+
+        self.sql.transaction_sync(run)

@@ -1,0 +1,404 @@
+"""The control database (Q-3, the seed's D1): tenants, identities, domains and ``event_index``.
+
+One SQLite file per cluster, shared by every node process through aiosqlite: WAL and short
+``BEGIN IMMEDIATE`` transactions; a writer waits for another process's lock (``sqlite_shared``)
+instead of failing. Records are checked (``control_checks``) before they are written; the schema
+is ``control_schema``'s. Never log, or put in an exception, a webhook secret.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiosqlite
+import anyio
+
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.control.checks import (
+    check_events_days,
+    check_object_id,
+    check_text,
+    check_webhook,
+    normalise_domain,
+)
+from mailbox_actors.platform.control.schema import META, MIGRATIONS
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.shared_sqlite import execute_when_unlocked, retry_while_locked
+from mailbox_actors.wire.control import IDENTITY_STATUSES, Domain, EventIndexRow, Identity, Tenant
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+
+__all__ = ["MIGRATIONS", "ControlDb", "ControlDbTooNew"]
+
+_TENANT_COLS = "id, name, events_days, webhook_url, webhook_secret, created_at_ms, status"
+_IDENTITY_COLS = "id, tenant_id, name, mailbox_id, status, created_at_ms"
+_DOMAIN_COLS = "id, tenant_id, name, monitor_id, created_at_ms"
+_EVENT_COLS = "event_id, tenant_id, identity_id, namespace, object_id, sequence, type, occurred_at_ms"
+_INDEX_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite's 32,766
+
+# Identity status moves only forward: creating -> active -> erased (or creating -> erased).
+_STATUS_FROM: dict[str, tuple[str, ...]] = {
+    "creating": ("creating",),
+    "active": ("creating", "active"),
+    "erased": ("creating", "active", "erased"),
+}
+
+_log = get_logger("mailbox_actors.control_db")
+
+
+class ControlDbTooNew(MailboxActorsError):
+    """The file was migrated by newer code; it is refused, never downgraded."""
+
+    def __init__(self, found: int, known: int) -> None:
+        super().__init__(ErrorCode.INTERNAL_ERROR,
+                         f"control database has schema_version {found}; this code knows up to {known}",
+                         details={"schema_version": found, "known": known},
+                         fix="Run the newer mailbox-actors that wrote this control database.")
+
+
+class ControlDb:
+    """The cluster's control database. Safe for many tasks and many processes at once."""
+
+    def __init__(self, path: Path, *, clock: Clock, ids: Ids, busy_timeout_ms: int = 5_000,
+                 migrations: Sequence[Sequence[str]] = MIGRATIONS) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._ids = ids
+        self._busy_timeout_ms = busy_timeout_ms
+        self._migrations = tuple(tuple(m) for m in migrations)
+        self._conn: aiosqlite.Connection | None = None
+        # One connection per instance: a transaction must not interleave with another task's SQL.
+        self._lock = anyio.Lock()
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, switch to WAL and bring the schema to the newest version (refusing newer files)."""
+        if self._conn is not None:
+            raise RuntimeError("ControlDb is already open")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
+            conn = await aiosqlite.connect(self.path, timeout=0, isolation_level=None)
+        except (sqlite3.Error, OSError) as e:
+            raise _unopenable(self.path, e) from e
+        try:
+            for pragma in ("PRAGMA busy_timeout = 0",
+                           "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL",
+                           "PRAGMA foreign_keys = ON"):
+                await execute_when_unlocked(conn, pragma, self._busy_timeout_ms)
+            self._conn = conn
+            await self._migrate()
+        except BaseException as e:
+            self._conn = None
+            with anyio.CancelScope(shield=True):
+                await conn.close()
+            if isinstance(e, sqlite3.Error):
+                raise _unopenable(self.path, e) from e
+            raise
+
+    async def close(self) -> None:
+        """Wait for the running statement or transaction, then close; closing twice is harmless."""
+        async with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await conn.close()
+
+    async def __aenter__(self) -> ControlDb:
+        await self.open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def schema_version(self) -> int:
+        row = await self.fetch_one("SELECT v FROM meta WHERE k = 'schema_version'")
+        return 0 if row is None else int(row[0])
+
+    async def _migrate(self) -> None:
+        known = len(self._migrations)
+        # Fast path without the write lock: a node restarting against a current file writes nothing.
+        if await self.fetch_one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"):
+            found = await self.schema_version()
+            if found > known:
+                raise ControlDbTooNew(found, known)
+            if found == known:
+                return
+        async with self._write() as conn:
+            # Re-read under BEGIN IMMEDIATE: another process may have migrated meanwhile.
+            await conn.execute(META)
+            rows = list(await conn.execute_fetchall(
+                "SELECT v FROM meta WHERE k = 'schema_version'"))
+            found = int(rows[0][0]) if rows else 0
+            if found > known:
+                raise ControlDbTooNew(found, known)
+            for statements in self._migrations[found:]:
+                for stmt in statements:
+                    await conn.execute(stmt)
+            if found != known:
+                await conn.execute("INSERT OR REPLACE INTO meta (k, v) VALUES ('schema_version', ?)",
+                                   (str(known),))
+        if found != known:
+            _log.info("control_db.migrated", path=str(self.path), from_version=found, to_version=known)
+
+    # ---- the building blocks --------------------------------------------------------------------
+
+    def _require_conn(self) -> aiosqlite.Connection:
+        if self._conn is None:
+            raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database is not open")
+        return self._conn
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any failure."""
+        async with self._lock:
+            conn = self._require_conn()
+            try:
+                await retry_while_locked(lambda: conn.execute("BEGIN IMMEDIATE"),
+                                         self._busy_timeout_ms)
+                yield conn
+                await conn.execute("COMMIT")
+            except BaseException as e:
+                with anyio.CancelScope(shield=True):
+                    await conn.rollback()  # a no-op when BEGIN failed or COMMIT already landed
+                if isinstance(e, sqlite3.Error):
+                    raise _mapped(e) from e
+                raise
+
+    async def batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Run every statement in one transaction; if any fails, none of them took effect."""
+        async with self._write() as conn:
+            for sql, params in statements:
+                await conn.execute(sql, params)
+
+    async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self._lock:
+            conn = self._require_conn()
+            try:
+                rows = await retry_while_locked(lambda: conn.execute_fetchall(sql, params),
+                                                self._busy_timeout_ms)
+            except sqlite3.Error as e:
+                raise _mapped(e) from e
+        return [tuple(r) for r in rows]
+
+    async def fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = await self.fetch_all(sql, params)
+        return rows[0] if rows else None
+
+    # ---- tenants ------------------------------------------------------------------------------
+
+    async def create_tenant(self, name: str, *, webhook_url: str | None = None,
+                            webhook_secret: str | None = None, events_days: int = 30) -> Tenant:
+        check_text("name", name, 100)
+        check_events_days(events_days)
+        check_webhook(webhook_url, webhook_secret)
+        tenant = Tenant(id=self._ids.new_id("ten"), name=name, events_days=events_days,
+                        webhook_url=webhook_url, webhook_secret=webhook_secret,
+                        created_at_ms=self._clock.now_ms(), status="active")
+        await self.batch([(f"INSERT INTO tenants ({_TENANT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (tenant.id, tenant.name, tenant.events_days, tenant.webhook_url,
+                            tenant.webhook_secret, tenant.created_at_ms, tenant.status))])
+        _log.info("control_db.tenant_created", tenant_id=tenant.id,
+                  webhook=tenant.webhook_url is not None)
+        return tenant
+
+    async def get_tenant(self, tenant_id: str) -> Tenant | None:
+        row = await self.fetch_one(f"SELECT {_TENANT_COLS} FROM tenants WHERE id = ?", (tenant_id,))
+        return None if row is None else Tenant(*row)
+
+    async def list_tenants(self) -> list[Tenant]:
+        return [Tenant(*r) for r in await self.fetch_all(
+            f"SELECT {_TENANT_COLS} FROM tenants ORDER BY id")]
+
+    async def set_webhook(self, tenant_id: str, url: str | None, secret: str | None) -> None:
+        """Replace the tenant's endpoint and secret; ``None`` for both removes the webhook."""
+        check_webhook(url, secret)
+        async with self._write() as conn:
+            cur = await conn.execute(
+                "UPDATE tenants SET webhook_url = ?, webhook_secret = ? WHERE id = ?",
+                (url, secret, tenant_id))
+            if cur.rowcount == 0:
+                raise _tenant_not_found(tenant_id)
+        _log.info("control_db.webhook_set", tenant_id=tenant_id, webhook=url is not None)
+
+    # ---- identities ---------------------------------------------------------------------------
+
+    async def create_identity(self, tenant_id: str, name: str, mailbox_id: str) -> Identity:
+        """Record a new identity in status ``creating``, before its IdentityMailbox is initialised."""
+        check_text("name", name, 200)
+        check_object_id("mailbox_id", mailbox_id)
+        identity = Identity(id=self._ids.new_id("idn"), tenant_id=tenant_id, name=name,
+                            mailbox_id=mailbox_id, status="creating",
+                            created_at_ms=self._clock.now_ms())
+        async with self._write() as conn:
+            await self._require_tenant(conn, tenant_id)
+            if await conn.execute_fetchall(
+                    "SELECT 1 FROM identities WHERE tenant_id = ? AND name = ?", (tenant_id, name)):
+                raise MailboxActorsError(ErrorCode.CONFLICT,
+                                         "the tenant already has an identity with this name",
+                                         details={"tenant_id": tenant_id, "field": "name"})
+            if await conn.execute_fetchall(
+                    "SELECT 1 FROM identities WHERE mailbox_id = ?", (mailbox_id,)):
+                raise MailboxActorsError(ErrorCode.CONFLICT,
+                                         "the mailbox id already belongs to another identity",
+                                         details={"mailbox_id": mailbox_id})
+            await conn.execute(f"INSERT INTO identities ({_IDENTITY_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
+                               (identity.id, identity.tenant_id, identity.name, identity.mailbox_id,
+                                identity.status, identity.created_at_ms))
+        _log.info("control_db.identity_created", tenant_id=tenant_id, identity_id=identity.id)
+        return identity
+
+    async def set_identity_status(self, identity_id: str, status: str) -> None:
+        """Move an identity forward (creating -> active -> erased); backwards is a conflict."""
+        if status not in IDENTITY_STATUSES:
+            raise InvalidRequest(f"status must be one of {', '.join(IDENTITY_STATUSES)}",
+                                 details={"field": "status"})
+        async with self._write() as conn:
+            rows = list(await conn.execute_fetchall(
+                "SELECT status FROM identities WHERE id = ?", (identity_id,)))
+            if not rows:
+                raise MailboxActorsError(ErrorCode.IDENTITY_NOT_FOUND, "no such identity",
+                                         details={"identity_id": identity_id})
+            current = rows[0][0]
+            if current not in _STATUS_FROM[status]:
+                raise MailboxActorsError(ErrorCode.CONFLICT,
+                                         f"an identity in status {current} cannot become {status}",
+                                         details={"identity_id": identity_id, "status": current})
+            if current != status:
+                await conn.execute("UPDATE identities SET status = ? WHERE id = ?",
+                                   (status, identity_id))
+
+    async def get_identity(self, identity_id: str) -> Identity | None:
+        row = await self.fetch_one(f"SELECT {_IDENTITY_COLS} FROM identities WHERE id = ?",
+                                   (identity_id,))
+        return None if row is None else Identity(*row)
+
+    async def get_identity_by_name(self, tenant_id: str, name: str) -> Identity | None:
+        row = await self.fetch_one(
+            f"SELECT {_IDENTITY_COLS} FROM identities WHERE tenant_id = ? AND name = ?",
+            (tenant_id, name))
+        return None if row is None else Identity(*row)
+
+    async def list_identities(self, tenant_id: str) -> list[Identity]:
+        return [Identity(*r) for r in await self.fetch_all(
+            f"SELECT {_IDENTITY_COLS} FROM identities WHERE tenant_id = ? ORDER BY id", (tenant_id,))]
+
+    # ---- domains ------------------------------------------------------------------------------
+
+    async def create_domain(self, tenant_id: str, name: str, monitor_id: str) -> Domain:
+        """Record a domain (names are case-insensitive and stored lower-cased); unique cluster-wide."""
+        name = normalise_domain(name)
+        check_object_id("monitor_id", monitor_id)
+        domain = Domain(id=self._ids.new_id("dom"), tenant_id=tenant_id, name=name,
+                        monitor_id=monitor_id, created_at_ms=self._clock.now_ms())
+        async with self._write() as conn:
+            await self._require_tenant(conn, tenant_id)
+            if await conn.execute_fetchall(
+                    "SELECT 1 FROM domains WHERE name = ? OR monitor_id = ?", (name, monitor_id)):
+                raise MailboxActorsError(ErrorCode.CONFLICT, "the domain is already registered",
+                                         details={"field": "name"})
+            await conn.execute(f"INSERT INTO domains ({_DOMAIN_COLS}) VALUES (?, ?, ?, ?, ?)",
+                               (domain.id, domain.tenant_id, domain.name, domain.monitor_id,
+                                domain.created_at_ms))
+        return domain
+
+    async def get_domain(self, domain_id: str) -> Domain | None:
+        row = await self.fetch_one(f"SELECT {_DOMAIN_COLS} FROM domains WHERE id = ?", (domain_id,))
+        return None if row is None else Domain(*row)
+
+    async def list_domains(self, tenant_id: str) -> list[Domain]:
+        return [Domain(*r) for r in await self.fetch_all(
+            f"SELECT {_DOMAIN_COLS} FROM domains WHERE tenant_id = ? ORDER BY id", (tenant_id,))]
+
+    # ---- event index (EV-2) -------------------------------------------------------------------
+
+    async def index_events(self, rows: Sequence[EventIndexRow]) -> int:
+        """INSERT OR IGNORE every row in one transaction; return how many were new (EV-2, EV-3)."""
+        if not rows:
+            return 0
+        for r in rows:
+            if not r.event_id or not r.tenant_id:
+                raise InvalidRequest("event index rows need an event_id and a tenant_id",
+                                     details={"field": "event_id" if not r.event_id else "tenant_id"})
+            check_object_id("object_id", r.object_id)
+        values = [(r.event_id, r.tenant_id, r.identity_id, r.namespace, r.object_id, r.sequence,
+                   r.type, r.occurred_at_ms) for r in rows]
+        chunks = [values[i:i + _INDEX_ROWS] for i in range(0, len(values), _INDEX_ROWS)]
+        if len(chunks) == 1:
+            # One statement is atomic on its own: one round trip, no BEGIN and COMMIT.
+            return len(await self.fetch_all(_index_sql(len(values)), [v for r in values for v in r]))
+        new = 0
+        async with self._write() as conn:
+            for chunk in chunks:
+                new += len(list(await conn.execute_fetchall(
+                    _index_sql(len(chunk)), [v for r in chunk for v in r])))
+        return new
+
+    async def events(self, tenant_id: str, *, after_event_id: str | None = None,
+                     limit: int = 100) -> list[EventIndexRow]:
+        """A tenant's indexed events in the order they were indexed, after ``after_event_id`` (the
+        last one of the previous page): a consumer paging on never misses one indexed late."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidRequest("limit must be an integer from 1 to 1000", details={"field": "limit"})
+        after = 0
+        if after_event_id is not None:
+            row = await self.fetch_one("SELECT seq FROM event_index WHERE event_id = ? AND "
+                                       "tenant_id = ?", (after_event_id, tenant_id))
+            if row is None:
+                raise InvalidRequest("after_event_id is not an indexed event of this tenant",
+                                     details={"field": "after_event_id"})
+            after = int(row[0])
+        rows = await self.fetch_all(
+            f"SELECT {_EVENT_COLS} FROM event_index WHERE tenant_id = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?", (tenant_id, after, limit))
+        return [EventIndexRow(*r) for r in rows]
+
+    async def counts(self) -> dict[str, int]:
+        row = await self.fetch_one(
+            "SELECT (SELECT count(*) FROM tenants), (SELECT count(*) FROM identities), "
+            "(SELECT count(*) FROM domains), (SELECT count(*) FROM event_index)")
+        assert row is not None
+        return dict(zip(("tenants", "identities", "domains", "events"), row, strict=True))
+
+    async def _require_tenant(self, conn: aiosqlite.Connection, tenant_id: str) -> None:
+        if not await conn.execute_fetchall("SELECT 1 FROM tenants WHERE id = ?", (tenant_id,)):
+            raise _tenant_not_found(tenant_id)
+
+
+# ---- validation and error mapping -------------------------------------------------------------
+
+
+def _index_sql(n: int) -> str:
+    """INSERT OR IGNORE of ``n`` event_index rows; RETURNING names only the rows it inserted."""
+    return (f"INSERT OR IGNORE INTO event_index ({_EVENT_COLS}) VALUES "
+            + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n) + " RETURNING event_id")
+
+
+def _tenant_not_found(tenant_id: str) -> MailboxActorsError:
+    return MailboxActorsError(ErrorCode.TENANT_NOT_FOUND, "no such tenant",
+                              details={"tenant_id": tenant_id},
+                              fix="Create the tenant first (mailbox-actors tenant create).")
+
+
+def _mapped(e: sqlite3.Error) -> MailboxActorsError:
+    """SQLite's messages name tables and constraints, never bound values, so they are safe to carry."""
+    if isinstance(e, sqlite3.IntegrityError):
+        return MailboxActorsError(ErrorCode.CONFLICT, "a control database constraint refused the write",
+                                  details={"sqlite": str(e)})
+    if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+        return MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database stayed locked past the "
+                                  "busy timeout", details={"sqlite": str(e)})
+    return MailboxActorsError(ErrorCode.INTERNAL_ERROR, "control database error",
+                              details={"sqlite": str(e)})
+
+
+def _unopenable(path: Path, e: sqlite3.Error | OSError) -> MailboxActorsError:
+    return MailboxActorsError(ErrorCode.INTERNAL_ERROR,
+                              f"the control database at {path} cannot be opened",
+                              details={"sqlite": str(e)})

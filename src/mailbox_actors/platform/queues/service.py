@@ -1,0 +1,412 @@
+"""The cluster's durable queues (Q-1): one SQLite file, shared by every node process through aiosqlite.
+
+Delivery is at least once. A receive claims messages atomically (one ``UPDATE ... RETURNING``) under
+a lease that lapses after the visibility timeout, so a consumer that dies mid-batch has its messages
+delivered again, and two processes never hold one message at once. Every time decision uses the
+``Clock``. How statements run on the file is ``queue_file``'s; a delivery is ``queue_message``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+from weakref import WeakSet
+
+import msgspec
+
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.group_commit import GroupCommit
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.queues.bodies import (
+    check_batch_size,
+    check_delay_ms,
+    check_queue_name,
+    encode_body,
+)
+from mailbox_actors.platform.queues.database import QueueFile
+from mailbox_actors.platform.queues.handoff import Handoff
+from mailbox_actors.platform.queues.message import DeadLetterInfo, Message, Policy
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+__all__ = ["QueueService", "QueueWatcher"]
+
+_log = get_logger("mailbox_actors.queues")
+_decoder = msgspec.json.Decoder(dict[str, Any])
+_CLAIM_COLUMNS = ("seq, id, kind, body, attempts, enqueued_at_ms, origin_queue, reason, "
+                  "failed_attempts")
+_MAX_PARAMS = 500  # ids per statement in ack_many, well under SQLite's bound-parameter limit
+_INSERT_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite's 32,766
+
+
+def _insert_sql(n: int) -> str:
+    return ("INSERT INTO messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms, attempts, "
+            "lease) VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n))
+
+
+class QueueWatcher(Protocol):
+    """Told when a message of its queue becomes visible at ``at_ms`` (sent through this service)."""
+
+    def on_visible(self, at_ms: int) -> None: ...
+
+
+class QueueService:
+    """Every queue of a cluster in one SQLite file. ``async with QueueService(path, ...) as q:``"""
+
+    def __init__(self, path: Path, *, clock: Clock, ids: Ids, metrics: Any | None = None,
+                 busy_timeout_ms: int = 10_000) -> None:
+        self._file = QueueFile(path, busy_timeout_ms=busy_timeout_ms)
+        self.path = self._file.path
+        self.metrics = metrics
+        self._clock = clock
+        self._ids = ids
+        self._acks: GroupCommit[tuple[str, str]] = GroupCommit(self._delete,
+                                                               max_items=_MAX_PARAMS)
+        self._watchers: dict[str, WeakSet[QueueWatcher]] = {}
+        self._handoffs: dict[str, Handoff] = {}
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    async def open(self) -> None:
+        await self._file.open()
+
+    async def close(self) -> None:
+        await self._file.close()
+
+    async def __aenter__(self) -> QueueService:
+        await self.open()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    # ---- watchers ------------------------------------------------------------------------------
+
+    def watch(self, queue: str, watcher: QueueWatcher) -> None:
+        """Tell ``watcher`` when this service makes a message of ``queue`` visible (held weakly)."""
+        self._watchers.setdefault(queue, WeakSet()).add(watcher)
+
+    def _notify(self, queue: str, at_ms: int) -> None:
+        for watcher in list(self._watchers.get(queue, ())):
+            watcher.on_visible(at_ms)
+
+    # ---- producing -----------------------------------------------------------------------------
+
+    async def send(self, queue: str, body: Mapping[str, Any], *, delay_seconds: float = 0) -> str:
+        """Enqueue one body; its ``qm_`` id. Visible after ``delay_seconds``."""
+        return (await self.send_batch(queue, [body], delay_seconds=delay_seconds))[0]
+
+    async def send_batch(self, queue: str, bodies: Sequence[Mapping[str, Any]], *,
+                         delay_seconds: float = 0) -> list[str]:
+        """Enqueue every body in one transaction, or none if one is refused; their ids in order."""
+        check_queue_name(queue)
+        delay_ms = check_delay_ms(delay_seconds)
+        if isinstance(bodies, str | bytes | Mapping) or not isinstance(bodies, Sequence):
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST,
+                                     "send_batch takes a sequence of bodies", details={"field": "bodies"})
+        single = len(bodies) == 1
+        encoded = [encode_body(b, where="body" if single else f"bodies[{i}]")
+                   for i, b in enumerate(bodies)]
+        if not encoded:
+            return []
+        now = self._clock.now_ms()
+        visible = now + delay_ms
+        handoff = self._handoffs.get(queue) if not delay_ms else None
+        n_held = min(len(encoded), handoff.space(now)) if handoff is not None else 0
+        # The first n_held go to this process's running consumers, leased to them as a claim
+        # would leave them (one delivery counted); the rest are visible to every consumer.
+        lease = self._ids.new_id("qc") if n_held else None
+        until = now + handoff.visibility_ms if handoff is not None and n_held else visible
+        rows = [(self._ids.new_id("qm"), queue, kind, data.decode("utf-8"), now,
+                 until if i < n_held else visible, 1 if i < n_held else 0,
+                 lease if i < n_held else None)
+                for i, (data, kind) in enumerate(encoded)]
+        await self._insert(rows)
+        if handoff is not None and n_held and lease is not None:
+            policy = Policy(handoff.max_retries, handoff.dead_letter_queue)
+            held = [Message(self, id=mid, queue=queue, body=_decoder.decode(body), attempts=1,
+                            enqueued_at_ms=now, lease=lease, policy=policy, dead_letter=None)
+                    for mid, _q, _kind, body, *_ in rows[:n_held]]
+            if self._handoffs.get(queue) is handoff and handoff.runners:
+                handoff.put(now, held)
+            else:  # the last consumer stopped while the rows were written: nobody would take them
+                await self.release(held)
+        if len(rows) > n_held:
+            self._notify(queue, visible)
+        return [r[0] for r in rows]
+
+    async def _insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """All ``rows`` or none. One multi-row INSERT when they fit in one statement (a statement is
+        atomic on its own: one round trip to the connection's thread, no BEGIN and COMMIT); else
+        one transaction of several."""
+        chunks = [rows[i:i + _INSERT_ROWS] for i in range(0, len(rows), _INSERT_ROWS)]
+        if len(chunks) == 1:
+            await self._file.fetch(_insert_sql(len(rows)), [v for r in rows for v in r])
+            return
+        async with self._file.transaction() as conn:
+            for chunk in chunks:
+                await conn.execute(_insert_sql(len(chunk)), [v for r in chunk for v in r])
+
+    # ---- hand-off to consumers in this process ---------------------------------------------------
+
+    def join_handoff(self, queue: str, wake: Callable[[], None], *, visibility_ms: int,
+                     max_retries: int | None, dead_letter_queue: str | None, room: int
+                     ) -> Handoff | None:
+        """A running consumer of ``queue`` offers to take messages this process sends to it
+        (``queue_handoff``). None when another consumer of ``queue`` here already does so under
+        a different policy: this one then only claims."""
+        policy = self._policy(queue, max_retries, dead_letter_queue)
+        handoff = self._handoffs.get(queue)
+        if handoff is None:
+            handoff = self._handoffs[queue] = Handoff(
+                queue, visibility_ms=visibility_ms, max_retries=policy.max_retries,
+                dead_letter_queue=policy.dead_letter_queue, room=0)
+        elif (handoff.visibility_ms, handoff.max_retries, handoff.dead_letter_queue) != (
+                visibility_ms, policy.max_retries, policy.dead_letter_queue):
+            return None
+        handoff.wakers.append(wake)
+        handoff.room += room
+        return handoff
+
+    async def leave_handoff(self, handoff: Handoff, wake: Callable[[], None], room: int) -> None:
+        """The consumer stops taking; the last one out gives back what is still held."""
+        handoff.wakers.remove(wake)
+        handoff.room -= room
+        if handoff.runners <= 0:
+            if self._handoffs.get(handoff.queue) is handoff:
+                del self._handoffs[handoff.queue]
+            await self.release(handoff.drain())
+
+    async def release(self, messages: Sequence[Message]) -> None:
+        """Make held, unsettled messages visible to every consumer now, as if never delivered."""
+        now = self._clock.now_ms()
+        by_lease: dict[tuple[str, str], list[str]] = {}  # (queue, lease) -> ids: one send's or claim's
+        for msg in messages:
+            if not msg._settled:
+                msg._settled = True
+                by_lease.setdefault((msg.queue, msg._lease), []).append(msg.id)
+        for (queue, lease), id_list in by_lease.items():
+            for start in range(0, len(id_list), _MAX_PARAMS):
+                chunk = id_list[start:start + _MAX_PARAMS]
+                rows = await self._file.fetch(
+                    "UPDATE messages SET lease = NULL, visible_at_ms = ?, attempts = attempts - 1 "
+                    f"WHERE lease = ? AND id IN ({','.join('?' * len(chunk))}) RETURNING id",
+                    (now, lease, *chunk))
+                if rows:
+                    self._notify(queue, now)
+
+    # ---- consuming -----------------------------------------------------------------------------
+
+    async def receive(self, queue: str, *, max_batch_size: int = 10, visibility_ms: int = 30_000,
+                      max_retries: int | None = 3, dead_letter_queue: str | None = None
+                      ) -> list[Message]:
+        """Claim up to ``max_batch_size`` visible messages, oldest first, for ``visibility_ms``.
+
+        A message delivered more than ``max_retries + 1`` times without being settled (its
+        consumers died) is dead-lettered here instead of returned. ``max_retries=None`` never
+        dead-letters.
+        """
+        check_queue_name(queue)
+        check_batch_size(max_batch_size)
+        if isinstance(visibility_ms, bool) or not isinstance(visibility_ms, int) or visibility_ms < 1:
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "visibility_ms must be >= 1",
+                                     details={"field": "visibility_ms"})
+        policy = self._policy(queue, max_retries, dead_letter_queue)
+        now = self._clock.now_ms()
+        lease = self._ids.new_id("qc")
+        rows = await self._file.fetch(
+            "UPDATE messages SET lease = ?, visible_at_ms = ?, attempts = attempts + 1 "
+            # Oldest visible first, in the index's own order (queue, visible_at_ms, rowid): the
+            # claim reads max_batch_size index entries, however long the backlog is.
+            "WHERE seq IN (SELECT seq FROM messages WHERE queue = ? AND visible_at_ms <= ? "
+            f"ORDER BY visible_at_ms, seq LIMIT ?) RETURNING {_CLAIM_COLUMNS}",
+            (lease, now + visibility_ms, queue, now, max_batch_size))
+        rows.sort(key=lambda r: r[0])
+        out: list[Message] = []
+        for _seq, mid, _kind, body, attempts, enqueued, origin, reason, failed in rows:
+            msg = Message(self, id=mid, queue=queue, body=_decoder.decode(body), attempts=attempts,
+                          enqueued_at_ms=enqueued, lease=lease, policy=policy,
+                          dead_letter=None if origin is None else DeadLetterInfo(
+                              origin, reason or "unknown", failed or 0))
+            if policy.max_retries is not None and attempts > policy.max_retries + 1:
+                msg._settled = True
+                try:  # this claim delivered nothing: record the deliveries that did happen
+                    await self._dead_letter(msg, "visibility_timeout", deliveries=attempts - 1)
+                except Exception as exc:
+                    # Its lease lapses and the next claim dead-letters it; the rest of the batch
+                    # is still handed out, not left leased with a delivery counted for nothing.
+                    _log.error("queue_dead_letter_failed", queue=queue, message_id=mid,
+                               error_type=type(exc).__name__)
+                continue
+            out.append(msg)
+        return out
+
+    def _policy(self, queue: str, max_retries: int | None, dead_letter_queue: str | None) -> Policy:
+        if max_retries is not None and (isinstance(max_retries, bool)
+                                        or not isinstance(max_retries, int) or max_retries < 0):
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "max_retries must be >= 0",
+                                     details={"field": "max_retries"})
+        if dead_letter_queue is None:
+            dlq = f"{queue}-dlq"
+            if len(dlq) > 63:
+                raise MailboxActorsError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"queue name {queue!r} is too long to derive its dead-letter queue "
+                    f"({len(dlq)} > 63 characters); pass dead_letter_queue=",
+                    details={"field": "dead_letter_queue"})
+        else:
+            dlq = check_queue_name(dead_letter_queue, what="dead-letter queue")
+        if dlq == queue:
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST,
+                                     f"queue {queue!r} cannot be its own dead-letter queue",
+                                     details={"field": "dead_letter_queue"})
+        return Policy(max_retries, dlq)
+
+    async def ack_many(self, queue: str, ids: Sequence[str]) -> None:
+        """Delete these messages of ``queue``, whoever holds them: they are never delivered again.
+
+        Acks of concurrent consumers are written together (``GroupCommit``): one DELETE for
+        every id waiting so far; this returns once its own are gone.
+        """
+        check_queue_name(queue)
+        if not ids:
+            return
+        await self._acks.submit((queue, i) for i in ids)
+
+    async def _delete(self, pairs: Sequence[tuple[str, str]]) -> None:
+        by_queue: dict[str, list[str]] = {}
+        for q, mid in pairs:
+            by_queue.setdefault(q, []).append(mid)
+        for q, id_list in by_queue.items():
+            for start in range(0, len(id_list), _MAX_PARAMS):
+                chunk = id_list[start:start + _MAX_PARAMS]
+                marks = ",".join("?" * len(chunk))
+                await self._file.fetch(f"DELETE FROM messages WHERE queue = ? AND id IN ({marks})",
+                                  (q, *chunk))
+
+    async def retry_all(self, messages: Iterable[Message], *, delay_seconds: float = 0) -> None:
+        """``retry(delay_seconds)`` each unsettled message (Cloudflare's ``batch.retryAll``)."""
+        delay_ms = check_delay_ms(delay_seconds)
+        for msg in messages:
+            await msg._retry(delay_ms, "retries_exhausted")
+
+    async def _retry_message(self, msg: Message, delay_ms: int, reason: str) -> None:
+        budget = msg._policy.max_retries
+        if budget is not None and msg.attempts > budget:
+            await self._dead_letter(msg, reason)
+            return
+        visible = self._clock.now_ms() + delay_ms
+        rows = await self._file.fetch(
+            "UPDATE messages SET lease = NULL, visible_at_ms = ? WHERE id = ? AND lease = ? "
+            "RETURNING id", (visible, msg.id, msg._lease))
+        if rows:
+            self._notify(msg.queue, visible)
+
+    async def _dead_letter(self, msg: Message, reason: str, *, deliveries: int | None = None
+                           ) -> None:
+        """Move a held message to its dead-letter queue, ready at once, with why and after how
+        many deliveries (``msg.attempts`` unless told)."""
+        dlq = msg._policy.dead_letter_queue
+        now = self._clock.now_ms()
+        tried = msg.attempts if deliveries is None else deliveries
+        rows = await self._file.fetch(
+            "UPDATE messages SET queue = ?, lease = NULL, visible_at_ms = ?, attempts = 0, "
+            "origin_queue = ?, reason = ?, failed_attempts = ? WHERE id = ? AND lease = ? "
+            "RETURNING id", (dlq, now, msg.queue, reason, tried, msg.id, msg._lease))
+        if rows:
+            _log.warning("queue_message_dead_lettered", queue=msg.queue, dead_letter_queue=dlq,
+                         message_id=msg.id, kind=msg.kind, reason=reason, attempts=tried)
+            self._notify(dlq, now)
+
+    async def record_dead_letter(self, msg: Message) -> bool:
+        """Record a message held from a dead-letter queue in ``dead_letters`` and remove it, in one
+        transaction; log it at error level and count it. False if the lease had lapsed."""
+        info = msg.dead_letter or DeadLetterInfo(msg.queue, "sent_to_dead_letter_queue", msg.attempts)
+        async with self._file.transaction() as conn:
+            rows = list(await conn.execute_fetchall(
+                "DELETE FROM messages WHERE id = ? AND lease = ? RETURNING kind, body",
+                (msg.id, msg._lease)))
+            if rows:
+                kind, body = rows[0]
+                await conn.execute_fetchall(
+                    "INSERT OR IGNORE INTO dead_letters (queue, dead_letter_queue, message_id, kind, "
+                    "body, reason, attempts, enqueued_at_ms, recorded_at_ms) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (info.origin_queue, msg.queue, msg.id, kind, body, info.reason, info.attempts,
+                     msg.enqueued_at_ms, self._clock.now_ms()))
+        msg._settled = True
+        if not rows:
+            return False
+        _log.error("queue_dead_letter", queue=info.origin_queue, dead_letter_queue=msg.queue,
+                   message_id=msg.id, kind=msg.kind, reason=info.reason, attempts=info.attempts)
+        if self.metrics is not None:
+            self.metrics.inc("queue_dead_letters_total", (("queue", info.origin_queue),))
+        return True
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    async def depth(self, queue: str) -> int:
+        """Messages waiting (ready or delayed) plus those in flight."""
+        check_queue_name(queue)
+        rows = await self._file.fetch("SELECT COUNT(*) FROM messages WHERE queue = ?", (queue,))
+        return int(rows[0][0])
+
+    async def stats(self) -> dict[str, dict[str, int]]:
+        """Per queue: ready, delayed, in_flight, and dead_letters recorded from it."""
+        now = self._clock.now_ms()
+        out: dict[str, dict[str, int]] = {}
+
+        def entry(queue: str) -> dict[str, int]:
+            return out.setdefault(queue, {"ready": 0, "delayed": 0, "in_flight": 0,
+                                          "dead_letters": 0})
+
+        for queue, ready, delayed, in_flight in await self._file.fetch(
+                "SELECT queue, SUM(visible_at_ms <= :now), "
+                "SUM(visible_at_ms > :now AND lease IS NULL), "
+                "SUM(visible_at_ms > :now AND lease IS NOT NULL) FROM messages GROUP BY queue",
+                {"now": now}):
+            entry(queue).update(ready=ready, delayed=delayed, in_flight=in_flight)
+        for queue, n in await self._file.fetch(
+                "SELECT queue, COUNT(*) FROM dead_letters GROUP BY queue"):
+            entry(queue)["dead_letters"] = n
+        return dict(sorted(out.items()))
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The letters recorded from ``queue`` (its original name), oldest first."""
+        check_queue_name(queue)
+        rows = await self._file.fetch(
+            "SELECT message_id, dead_letter_queue, kind, body, reason, attempts, enqueued_at_ms, "
+            "recorded_at_ms FROM dead_letters WHERE queue = ? ORDER BY seq LIMIT ?",
+            (queue, max(0, int(limit))))
+        return [{"queue": queue, "message_id": mid, "dead_letter_queue": dlq, "kind": kind,
+                 "body": _decoder.decode(body), "reason": reason, "attempts": attempts,
+                 "enqueued_at_ms": enqueued, "recorded_at_ms": recorded}
+                for mid, dlq, kind, body, reason, attempts, enqueued, recorded in rows]
+
+    async def next_visible_ms(self, queue: str) -> int | None:
+        """When the next message of ``queue`` is (or was) visible; in-flight ones count at their
+        visibility timeout. None when the queue is empty."""
+        check_queue_name(queue)
+        rows = await self._file.fetch("SELECT MIN(visible_at_ms) FROM messages WHERE queue = ?", (queue,))
+        return None if rows[0][0] is None else int(rows[0][0])
+
+    async def batch_due_ms(self, queue: str, *, max_batch_size: int, max_batch_timeout_ms: int
+                           ) -> int | None:
+        """When a batch of ``queue`` is due: ``max_batch_size`` messages visible, or the oldest
+        visible one waited ``max_batch_timeout_ms``, whichever is first. None when empty."""
+        check_queue_name(queue)
+        check_batch_size(max_batch_size)
+        rows = await self._file.fetch(
+            "SELECT MIN(visible_at_ms), (SELECT visible_at_ms FROM messages WHERE queue = :q "
+            "ORDER BY visible_at_ms LIMIT 1 OFFSET :k) FROM messages WHERE queue = :q",
+            {"q": queue, "k": max_batch_size - 1})
+        oldest, full = rows[0]
+        if oldest is None:
+            return None
+        due = int(oldest) + max(0, max_batch_timeout_ms)
+        return due if full is None else min(due, int(full))

@@ -1,0 +1,95 @@
+"""Opening an actor's SQLite file (RT-2): create or open, runtime schema, durability, limits.
+
+Probing an unknown id never leaves a file behind; a file that exists but cannot be opened now is
+``StorageUnavailable`` (retryable), one that is not a usable database ``StorageCorrupt``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from mailbox_actors.platform.storage.sql import (
+    RUNTIME_SCHEMA_VERSION,
+    Durability,
+    Limits,
+    SqlStorage,
+    StorageCorrupt,
+)
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+__all__ = ["StorageUnavailable", "open_storage"]
+
+
+_RUNTIME_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS _ma_alarm (id INTEGER PRIMARY KEY CHECK (id = 1), "
+    "at_ms INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS _ma_kv (k TEXT PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
+    f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION}",
+)
+
+
+class StorageUnavailable(MailboxActorsError):
+    """The file exists but cannot be opened now (no file descriptors left, permissions): retry."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, "the actor's storage cannot be opened now",
+                         details={"storage": detail})
+
+
+def _connect(path: Path, create: bool) -> sqlite3.Connection | None:
+    if create:
+        try:
+            return sqlite3.connect(path, isolation_level=None, cached_statements=256)
+        except sqlite3.OperationalError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return sqlite3.connect(path, isolation_level=None, cached_statements=256)
+    # mode=rw never creates the file; as_uri escapes '#', '%' and '?' in the directory name.
+    try:
+        return sqlite3.connect(path.absolute().as_uri() + "?mode=rw", uri=True,
+                               isolation_level=None, cached_statements=256)
+    except sqlite3.OperationalError as e:
+        if not path.exists():
+            return None  # no such object: the caller answers *_not_found
+        raise StorageUnavailable(type(e).__name__) from e
+
+
+def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
+                 now_ms: Callable[[], int]) -> SqlStorage | None:
+    """Open (or create) an actor's file. Returns None when it does not exist and ``create`` is
+    False, so probing an unknown id never leaves a file behind. A file that exists but cannot be
+    opened now raises ``StorageUnavailable`` (retryable); an unreadable one ``StorageCorrupt``."""
+    try:
+        conn = _connect(path, create)
+    except sqlite3.OperationalError as e:
+        raise StorageUnavailable(type(e).__name__) from e
+    if conn is None:
+        return None
+    try:
+        conn.row_factory = sqlite3.Row
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("BEGIN")
+            for stmt in _RUNTIME_SCHEMA:
+                conn.execute(stmt)
+            conn.execute("COMMIT")
+        elif version > RUNTIME_SCHEMA_VERSION:
+            raise StorageCorrupt(f"runtime schema {version} is newer than this code knows")
+        conn.execute("PRAGMA synchronous = " + ("FULL" if durability == Durability.FULL
+                                                else "NORMAL"))
+        conn.execute(f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)}")
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
+        return SqlStorage(conn, path, limits, now_ms)
+    except BaseException as e:
+        conn.close()  # never leave a descriptor behind for the garbage collector
+        if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
+            raise StorageUnavailable(type(e).__name__) from e
+        if isinstance(e, sqlite3.DatabaseError):
+            raise StorageCorrupt(type(e).__name__) from e
+        raise

@@ -1,0 +1,112 @@
+"""What actor SQL may do (RT-6, RT-7): the rules the storage screens user statements with.
+
+Transaction control, ATTACH/DETACH, VACUUM, PRAGMA writes and the reserved ``_ma_``/``_cf_`` names
+are refused (workerd screens the same way); a statement is classified once as a read or a write;
+SQLite's limit errors become ``limit_exceeded`` naming the limit.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+from mailbox_actors.platform.storage.types import Limits, StatementRefused
+from mailbox_actors.wire.errors import LimitExceeded
+
+__all__ = ["classify", "denial", "map_error"]
+
+_LEADING = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*([A-Za-z]+)", re.S)
+_REFUSED_FIRST_WORDS = {
+    "BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE", "ATTACH", "DETACH", "VACUUM",
+}
+_READ_FIRST_WORDS = {"SELECT", "VALUES", "EXPLAIN", "PRAGMA"}
+_WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b", re.I)
+# Pragmas that take an argument yet only read (table_info(x)); any other pragma with a value is a write.
+_READ_PRAGMAS_WITH_ARG = {
+    "table_info", "table_xinfo", "index_info", "index_xinfo", "index_list", "foreign_key_list",
+    "foreign_key_check", "integrity_check", "quick_check", "table_list",
+}
+_RESERVED = ("_ma_", "_cf_")
+# The authorizer is never told the new name of ALTER TABLE ... RENAME TO, so screen the text.
+_RENAME_RESERVED = re.compile(r"\bRENAME\s+(?:COLUMN\s+)?\S*\s*(?:TO\s+)?[\"'`\[]?_(?:ma|cf)_",
+                              re.I)
+
+_MAPPED_LIMITS: tuple[tuple[str, str], ...] = (
+    ("too many sql variables", "max_bound_parameters"),
+    ("string or blob too big", "max_value_bytes"),
+    ("too big", "max_value_bytes"),
+    ("query string is too large", "max_statement_bytes"),
+    ("statement too long", "max_statement_bytes"),
+    ("too many columns", "max_columns"),
+    ("database or disk is full", "max_database_bytes"),
+)
+
+
+# Functions user SQL may not call: fts3_tokenizer takes a raw pointer (a crafted one crashes the
+# process, SQLite builds with ENABLE_FTS3_TOKENIZER); load_extension runs native code.
+_REFUSED_FUNCTIONS = {"fts3_tokenizer", "load_extension"}
+# Tables a build may offer that see past the authorizer: the prepared statements of the connection
+# (the runtime's, with their token) and the raw pages of the file.
+_REFUSED_TABLES = {"sqlite_stmt", "sqlite_dbpage", "dbstat"}
+_TEMP_ACTIONS = {sqlite3.SQLITE_CREATE_TEMP_INDEX, sqlite3.SQLITE_CREATE_TEMP_TABLE,
+                 sqlite3.SQLITE_CREATE_TEMP_TRIGGER, sqlite3.SQLITE_CREATE_TEMP_VIEW}
+
+
+def denial(action: int, a1: str | None, a2: str | None) -> str | None:
+    """Why SQLite's authorizer must refuse this action of user SQL, or None to allow it."""
+    if action == sqlite3.SQLITE_FUNCTION:
+        return f"function {a2} is not allowed" if (a2 or "").lower() in _REFUSED_FUNCTIONS else None
+    if action in _TEMP_ACTIONS:
+        # Temporary objects live outside the file and its size limit.
+        return "temporary tables, views, indexes and triggers are not allowed"
+    if action in (sqlite3.SQLITE_READ, sqlite3.SQLITE_SELECT) and \
+            (a1 or "").lower() in _REFUSED_TABLES:
+        return f"{a1} is not available to actor SQL"
+    if action in (sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT):
+        return "transaction control belongs to the runtime; use transaction_sync"
+    if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
+        return "ATTACH and DETACH are not allowed"
+    if action == sqlite3.SQLITE_PRAGMA:
+        if a2 is not None and (a1 or "").lower() not in _READ_PRAGMAS_WITH_ARG:
+            return f"PRAGMA {a1} may not be written"
+        return None
+    for name in (a1, a2):
+        if name and name.lower().startswith(_RESERVED):
+            return (f"names beginning {_RESERVED[0]!r} or {_RESERVED[1]!r} are reserved for the "
+                    "runtime")
+    return None
+
+
+def classify(query: str, limits: Limits) -> bool:
+    """Screen a query; return whether it may write. Raises for refused statements."""
+    m = _LEADING.match(query)
+    word = m.group(1).upper() if m else ""
+    if word in _REFUSED_FIRST_WORDS:
+        hint = "" if word in ("ATTACH", "DETACH", "VACUUM") else "; use transaction_sync"
+        raise StatementRefused(f"{word} is not allowed in actor SQL{hint}")
+    if word == "ALTER" and _RENAME_RESERVED.search(query):
+        raise StatementRefused("names beginning '_ma_' or '_cf_' are reserved for the runtime")
+    if len(query.encode()) > limits.max_statement_bytes:
+        raise LimitExceeded("max_statement_bytes", limits.max_statement_bytes,
+                            "SQL statement longer than the statement limit")
+    if word == "WITH":
+        return bool(_WRITE_WORD.search(query))
+    return word not in _READ_FIRST_WORDS
+
+
+def map_error(e: sqlite3.Error, limits: Limits, denied: str | None) -> Exception:
+    """The error a user statement's failure is reported as (``denied``: what the authorizer
+    refused, if it did)."""
+    text = str(e).lower()
+    if isinstance(e, sqlite3.ProgrammingError) and "one statement" in text:
+        return StatementRefused("exec runs one statement at a time")
+    if "incomplete input" in text or "syntax error" in text:
+        # Malformed SQL fails the same way every time: not worth a retry.
+        return StatementRefused(f"malformed SQL ({text[:80]})")
+    if "not authorized" in text or "prohibited" in text:
+        return StatementRefused(denied or "not authorized")
+    for needle, limit in _MAPPED_LIMITS:
+        if needle in text:
+            maximum = getattr(limits, limit)
+            return LimitExceeded(limit, maximum, f"SQLite limit {limit}={maximum} exceeded")
+    return e

@@ -1,0 +1,369 @@
+"""Webhook delivery (Q-4): the ``webhooks`` queue's consumer POSTs each event, signed, to its tenant.
+
+Each message re-reads its tenant from the control database (Q-3), answers a 2xx with an ack, and any
+other answer, connection failure or timeout with a re-enqueued copy (``attempt`` + 1, seed section 7)
+until the schedule is spent, then dead-letters it. It must never log or expose the webhook secret,
+the endpoint URL or the event body, and one slow endpoint must never hold up other tenants. The
+signature and headers are ``webhook_signature``'s (re-exported here).
+"""
+
+from __future__ import annotations
+
+import math
+import ssl
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import anyio
+import msgspec
+
+from mailbox_actors.http.client import (
+    HttpConnectError,
+    HttpConnectionLost,
+    HttpPool,
+    HttpProtocolError,
+    HttpTimeout,
+    HttpTlsError,
+)
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.metrics import Metrics
+from mailbox_actors.platform.queues import MAX_DELAY_SECONDS, Consumer, Message, QueueService
+from mailbox_actors.platform.rng import Rng
+from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE
+from mailbox_actors.webhooks.signature import (
+    ATTEMPT_HEADER,
+    EVENT_ID_HEADER,
+    EVENT_TYPE_HEADER,
+    SIGNATURE_HEADER,
+    sign,
+    verify,
+)
+from mailbox_actors.wire.control import Tenant
+from mailbox_actors.wire.events import WebhookMessage
+
+__all__ = [
+    "DEFAULT_SCHEDULE_S",
+    "EVENT_ID_HEADER",
+    "EVENT_TYPE_HEADER",
+    "SIGNATURE_HEADER",
+    "WebhookDeliverer",
+    "sign",
+    "tls_context",
+    "verify",
+]
+
+DEFAULT_SCHEDULE_S: tuple[float, ...] = (1, 5, 30, 120, 600, 1800, 3600)
+
+_log = get_logger("mailbox_actors.webhooks")
+_encode = msgspec.json.Encoder().encode
+_PATH_SAFE = "/?=&%:@!$'()*+,;~-._[]"
+# A tenant at its in-flight cap waits this long (real time) for a slot before its message is
+# deferred; a fast endpoint frees one within milliseconds, a slow one does not.
+_SLOT_WAIT_S = 0.25
+_TENANT_FRESH_MS = 100  # how long a tenant row read for one delivery serves the next ones
+_PORTS = {"http": 80, "https": 443}
+
+
+# ---- delivery ------------------------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """A delivery that can never succeed as it stands: dead-lettered at once with this reason."""
+
+
+class _Slots:
+    """A tenant's attempts in flight in this process: when each started (anyio time)."""
+
+    __slots__ = ("freed", "started")
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.freed = anyio.Event()
+
+
+class _TenantRead:
+    """One control-database read of a tenant that concurrent deliveries share."""
+
+    __slots__ = ("done", "ok", "tenant")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.ok = False
+        self.tenant: Tenant | None = None
+
+
+class WebhookDeliverer:
+    """Delivers the ``webhooks`` queue; ``handle`` is the consumers' handler, ``consumers()`` makes them.
+
+    A failed attempt is tried again after ``schedule_s[attempt]`` seconds plus up to
+    ``jitter_fraction`` of it; after ``len(schedule_s)`` retries the message is dead-lettered.
+    At most ``max_in_flight_per_tenant`` attempts per tenant run at once (default: one fewer than
+    the consumers), so a slow endpoint leaves a consumer free for everyone else; a message over
+    that cap is deferred (re-sent unchanged after ``attempt_timeout_s``), not counted as an attempt.
+    https endpoints are verified against the system's CAs, or only ``ca_file``'s when given.
+    """
+
+    def __init__(self, control_db: ControlDb, queues: QueueService, *, clock: Clock, rng: Rng,
+                 pool: HttpPool | None = None, metrics: Metrics | None = None,
+                 attempt_timeout_s: float = 10.0, schedule_s: Sequence[float] = DEFAULT_SCHEDULE_S,
+                 jitter_fraction: float = 0.1, max_in_flight_per_tenant: int | None = None,
+                 ca_file: str | None = None) -> None:
+        if not (math.isfinite(attempt_timeout_s) and 0 < attempt_timeout_s <= 300):
+            raise ValueError("attempt_timeout_s must be in (0, 300]")
+        if not 0 <= jitter_fraction <= 1:
+            raise ValueError("jitter_fraction must be in [0, 1]")
+        if any(not (math.isfinite(d) and 0 <= d * (1 + jitter_fraction) <= MAX_DELAY_SECONDS)
+               for d in schedule_s):
+            raise ValueError(f"every delay of schedule_s, with jitter, must be 0 to "
+                             f"{MAX_DELAY_SECONDS} seconds")
+        if max_in_flight_per_tenant is not None and max_in_flight_per_tenant < 1:
+            raise ValueError("max_in_flight_per_tenant must be >= 1")
+        self._db = control_db
+        self._queues = queues
+        self._clock = clock
+        self._rng = rng
+        self._own_pool = pool is None
+        self._pool = pool if pool is not None else HttpPool(
+            connect_timeout_s=min(5.0, attempt_timeout_s), max_response_bytes=1024 * 1024,
+            # Below the 5 s keep-alive of common servers, so a reused connection is not one the
+            # receiver is closing.
+            idle_timeout_s=4.0, ssl_context=tls_context(ca_file))
+        self._metrics = metrics
+        self.attempt_timeout_s = attempt_timeout_s
+        self.schedule_s = tuple(float(d) for d in schedule_s)
+        self.jitter_fraction = jitter_fraction
+        self.max_in_flight_per_tenant = max_in_flight_per_tenant
+        self._slots: dict[str, _Slots] = {}
+        self._tenant_cache: dict[str, tuple[int, Tenant | None]] = {}
+        self._tenant_reads: dict[str, _TenantRead] = {}
+        if metrics is not None:
+            for name, text in (
+                    ("webhooks_delivered_total", "Events a webhook endpoint accepted (2xx)"),
+                    ("webhooks_retried_total", "Failed webhook attempts scheduled again"),
+                    ("webhooks_failed_total", "Webhook events dead-lettered after their budget"),
+                    ("webhooks_skipped_total", "Webhook events with no tenant or endpoint"),
+                    ("webhooks_deferred_total", "Webhook events deferred: their tenant was at its "
+                     "in-flight cap")):
+                metrics.describe(name, text, "counter")
+            metrics.describe("webhook_attempt_seconds", "Webhook POST durations", "histogram")
+
+    def consumers(self, *, count: int = 4, max_batch_size: int = 1,
+                  poll_interval_s: float = 0.05) -> list[Consumer]:
+        """``count`` competing consumers of the ``webhooks`` queue. One message per batch by default,
+        so a slow endpoint never holds another tenant's message in its batch; no batch timeout."""
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        if self.max_in_flight_per_tenant is None:
+            self.max_in_flight_per_tenant = max(1, count - 1)
+        # The lease outlives an attempt and a slot wait, so a live delivery is never handed out again.
+        visibility_ms = max(30_000, round((2 * self.attempt_timeout_s + 5) * 1000))
+        return [Consumer(self._queues, WEBHOOKS_QUEUE, self.handle, max_batch_size=max_batch_size,
+                         max_batch_timeout_s=0, visibility_ms=visibility_ms,
+                         poll_interval_s=poll_interval_s) for _ in range(count)]
+
+    async def aclose(self) -> None:
+        """Close the HTTP pool if this deliverer made it."""
+        if self._own_pool:
+            await self._pool.aclose()
+
+    # ---- one message -----------------------------------------------------------------------------
+
+    async def handle(self, msg: Message) -> None:
+        attempt = msg.body.get("attempt", 0)
+        try:
+            if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+                raise _Refused('invalid body: "attempt" must be an integer >= 0')
+            job = _decode(msg.body)
+        except _Refused as exc:
+            await self._give_up(msg, None, str(exc))
+            return
+        ids: dict[str, Any] = {"message_id": msg.id, "event_id": job.event.id,
+                               "tenant_id": job.tenant_id, "attempt": attempt + 1}
+        tenant = await self._tenant(job.tenant_id)  # Q-3: never trust the pointer blindly
+        if tenant is None or tenant.status != "active" or not tenant.webhook_url \
+                or not tenant.webhook_secret:
+            why = "no_tenant" if tenant is None else (
+                "tenant_inactive" if tenant.status != "active" else "no_webhook")
+            self._inc("webhooks_skipped_total", (("reason", why),))
+            _log.info("webhook_skipped", reason=why, **ids)
+            return  # the consumer acks it
+        try:
+            base_url, path = _target(tenant.webhook_url)
+        except _Refused as exc:
+            await self._give_up(msg, ids, str(exc))
+            return
+        if not await self._take_slot(job.tenant_id, msg.id):
+            await self._defer(msg, ids)
+            return
+        try:
+            outcome = await self._post(base_url, path, job, tenant.webhook_secret, attempt)
+        finally:
+            self._free_slot(job.tenant_id, msg.id)
+        if outcome is None:
+            self._inc("webhooks_delivered_total")  # the consumer acks it (queue_acks)
+        elif isinstance(outcome, _Refused):
+            await self._give_up(msg, ids, str(outcome))
+        elif attempt < len(self.schedule_s):
+            await self._again(msg, ids, attempt, outcome)
+        else:
+            tries = attempt + 1
+            await self._give_up(msg, ids, f"{outcome} after {tries} attempt{'s' * (tries != 1)}")
+
+    async def _post(self, base_url: str, path: str, job: WebhookMessage, secret: str,
+                    attempt: int) -> str | _Refused | None:
+        """One attempt: None when accepted, else what went wrong (never the URL or the body)."""
+        body = _encode(job.event)
+        headers = {"content-type": "application/json",
+                   SIGNATURE_HEADER: sign(secret, self._clock.now_ms() // 1000, body),
+                   EVENT_ID_HEADER: job.event.id, EVENT_TYPE_HEADER: job.event.type,
+                   ATTEMPT_HEADER: str(attempt + 1)}
+        started = anyio.current_time()
+        outcome: str | _Refused | None = "timeout"
+        # The pool enforces the timeout; this scope is the backstop that keeps a consumer free.
+        with anyio.move_on_after(self.attempt_timeout_s + 1):
+            try:
+                status, _ = await self._pool.request(base_url, "POST", path, headers, body,
+                                                     timeout_s=self.attempt_timeout_s)
+                outcome = None if 200 <= status < 300 else f"http {status}"
+            except HttpTimeout:
+                outcome = "timeout"
+            except HttpTlsError as exc:  # its text names the host: never logged
+                outcome = ("tls certificate not accepted (not trusted, or not for this host)"
+                           if exc.certificate else "tls handshake failed")
+            except HttpConnectError:
+                outcome = "connect failed"
+            except HttpConnectionLost:
+                outcome = "connection lost"
+            except HttpProtocolError:
+                outcome = "invalid http answer"
+            except ValueError:  # a header or path the pool refuses to send (CR, LF, ...)
+                outcome = _Refused("the request cannot be framed (event id or type, or the URL)")
+        if self._metrics is not None:
+            self._metrics.observe("webhook_attempt_seconds", anyio.current_time() - started)
+        return outcome
+
+    async def _again(self, msg: Message, ids: dict[str, Any], attempt: int, outcome: str) -> None:
+        """Seed section 7's re-enqueue: a copy with ``attempt`` + 1 after the schedule's delay, then
+        the ack (a crash in between delivers twice, which receivers deduplicate)."""
+        base = self.schedule_s[attempt]
+        delay_s = round(base * (1 + self.jitter_fraction * self._rng.random()), 3)
+        await self._queues.send(WEBHOOKS_QUEUE, {**msg.body, "attempt": attempt + 1},
+                                delay_seconds=delay_s)
+        await msg.ack()
+        self._inc("webhooks_retried_total")
+        _log.warning("webhook_attempt_failed", outcome=outcome, retry_in_s=delay_s, **ids)
+
+    async def _defer(self, msg: Message, ids: dict[str, Any]) -> None:
+        delay_s = round(self.attempt_timeout_s * (1 + self.jitter_fraction * self._rng.random()), 3)
+        await self._queues.send(WEBHOOKS_QUEUE, dict(msg.body), delay_seconds=delay_s)
+        await msg.ack()
+        self._inc("webhooks_deferred_total")
+        _log.info("webhook_deferred", retry_in_s=delay_s, **ids)
+
+    async def _give_up(self, msg: Message, ids: dict[str, Any] | None, reason: str) -> None:
+        """Dead-letter the message with ``reason`` through the queue's own facility, so the letter is
+        recorded under the ``webhooks`` queue with why it failed."""
+        _log.error("webhook_dead_lettered", reason=reason,
+                   **(ids if ids is not None else {"message_id": msg.id}))
+        self._inc("webhooks_failed_total")
+        await msg.give_up(reason)
+
+    # ---- per-tenant slots ------------------------------------------------------------------------
+
+    async def _tenant(self, tenant_id: str) -> Tenant | None:
+        """The tenant row, read from the control database. Concurrent deliveries for one tenant
+        share one read (single flight) and reuse it for ``_TENANT_FRESH_MS``, so a busy tenant
+        costs one read per wave, not one per event, and a change is seen within that time."""
+        while True:
+            now = self._clock.now_ms()
+            hit = self._tenant_cache.get(tenant_id)
+            if hit is not None and now - hit[0] <= _TENANT_FRESH_MS:
+                return hit[1]
+            flight = self._tenant_reads.get(tenant_id)
+            if flight is None:
+                break
+            # Another delivery is reading it: use its result; if that read failed, loop and
+            # read ourselves (never mistake a failed read for "no such tenant").
+            await flight.done.wait()
+            if flight.ok:
+                return flight.tenant
+        flight = self._tenant_reads[tenant_id] = _TenantRead()
+        try:
+            flight.tenant = await self._db.get_tenant(tenant_id)
+            flight.ok = True
+            if len(self._tenant_cache) > 10_000:
+                self._tenant_cache.clear()
+            self._tenant_cache[tenant_id] = (now, flight.tenant)
+            return flight.tenant
+        finally:
+            del self._tenant_reads[tenant_id]
+            flight.done.set()
+
+    async def _take_slot(self, tenant_id: str, key: str) -> bool:
+        """A slot for one attempt, or False if the tenant stays at its cap (its endpoint is slow)."""
+        cap = self.max_in_flight_per_tenant
+        while True:
+            # Looked up afresh after every wait: the last holder may have dropped the entry.
+            slots = self._slots.setdefault(tenant_id, _Slots())
+            if cap is None or len(slots.started) < cap:
+                break
+            wait_s = min(slots.started.values()) + _SLOT_WAIT_S - anyio.current_time()
+            if wait_s <= 0:
+                return False
+            with anyio.move_on_after(wait_s):
+                await slots.freed.wait()
+        slots.started[key] = anyio.current_time()
+        return True
+
+    def _free_slot(self, tenant_id: str, key: str) -> None:
+        slots = self._slots.get(tenant_id)
+        if slots is None or slots.started.pop(key, None) is None:
+            return
+        slots.freed.set()
+        slots.freed = anyio.Event()
+        if not slots.started:
+            del self._slots[tenant_id]
+
+    def _inc(self, name: str, labels: tuple[tuple[str, str], ...] = ()) -> None:
+        if self._metrics is not None:
+            self._metrics.inc(name, labels)
+
+
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """How https endpoints are verified: the system's trusted CAs, or only those of ``ca_file``
+    (a PEM bundle: a private CA, or a test's). Certificates and host names are always checked."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"webhook CA file {ca_file!r} cannot be loaded: {e}") from None
+
+
+def _decode(body: Mapping[str, Any]) -> WebhookMessage:
+    try:
+        job = msgspec.convert(body, WebhookMessage)
+    except msgspec.ValidationError as exc:
+        raise _Refused(f"invalid body: {exc}") from None  # names the field, never its value
+    if job.v != 1 or job.kind != "webhook_event":
+        raise _Refused("invalid body: not a v1 webhook_event")
+    if job.event.tenant_id != job.tenant_id:
+        raise _Refused("invalid body: the event belongs to another tenant")
+    return job
+
+
+def _target(url: str) -> tuple[str, str]:
+    """``(base_url, request target)`` for the pool."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise _Refused("webhook_url is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _Refused("webhook_url is not an http:// or https:// URL with a host")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    target = quote(parts.path or "/", safe=_PATH_SAFE)
+    if parts.query:
+        target += "?" + quote(parts.query, safe=_PATH_SAFE)
+    return f"{parts.scheme}://{host}:{port or _PORTS[parts.scheme]}", target

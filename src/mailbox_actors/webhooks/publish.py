@@ -1,0 +1,51 @@
+"""Where a node's outbox events go (EV-2): the control database's event_index, then the webhooks
+queue, one message per event.
+
+Outbox alarms of many actors publish at once under load; this sink groups whatever is waiting into
+one control-database write and one queue write (group commit), so dispatch costs two writes per
+group, not per event. ``publish`` returns only when its events are durable in
+both places; if either write fails, every publisher in the group sees the error and its outbox
+alarm retries (delivery is at least once; consumers deduplicate on the event id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.platform.group_commit import GroupCommit
+from mailbox_actors.platform.queues import QueueService
+from mailbox_actors.wire.control import EventIndexRow
+from mailbox_actors.wire.events import Event, WebhookMessage
+
+__all__ = ["WEBHOOKS_QUEUE", "ControlEventSink"]
+
+WEBHOOKS_QUEUE = "webhooks"
+_MAX_GROUP = 500
+
+
+class ControlEventSink:
+    def __init__(self, control_db: ControlDb, queues: QueueService) -> None:
+        self._db = control_db
+        self._queues = queues
+        self._groups: GroupCommit[tuple[str, str, Event]] = GroupCommit(
+            self._write, max_items=_MAX_GROUP)
+
+    async def publish(self, namespace: str, object_id: str, events: Sequence[Event]) -> None:
+        if events:
+            await self._groups.submit((namespace, object_id, e) for e in events)
+
+    async def _write(self, items: list[tuple[str, str, Event]]) -> None:
+        rows = [EventIndexRow(event_id=e.id, tenant_id=e.tenant_id, identity_id=e.identity_id,
+                              namespace=ns, object_id=oid, sequence=e.sequence, type=e.type,
+                              occurred_at_ms=e.occurred_at_ms) for ns, oid, e in items]
+        bodies = [msgspec.to_builtins(WebhookMessage(tenant_id=e.tenant_id, namespace=ns,
+                                                     object_id=oid, event=e))
+                  for ns, oid, e in items]
+        # The index first, then the queue (EV-2): an event a receiver is sent is always in the
+        # index already. Both are idempotent for the outbox's retry: the index ignores a row it
+        # has, a second queue message is a duplicate receivers drop.
+        await self._db.index_events(rows)
+        await self._queues.send_batch(WEBHOOKS_QUEUE, bodies)
