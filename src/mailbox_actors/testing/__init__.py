@@ -3,6 +3,7 @@
 ``TestRuntime`` is a node with a ``FakeClock``, a seeded ``Rng`` and its own temporary data
 directory (isolated storage per test; alarms never leak between tests because each test gets its own
 node). ``advance(ms)`` fires due alarms in order; ``fire_alarm_now`` runs an actor's alarm at once.
+``RecordingTransport`` is the scriptable mail transport to pass in ``services``.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from typing import Any
 from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import FakeClock
+from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.platform.services import ServiceKey, Services
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.outbox import RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
 
-__all__ = ["FakeClock", "SeededRng", "TestRuntime"]
+__all__ = ["FakeClock", "RecordingTransport", "SeededRng", "TestRuntime"]
 
 
 class TestRuntime:
