@@ -142,8 +142,9 @@ class ClusterSupervisor:
                 continue
             if p.returncode == _SETTINGS_ERROR:
                 # Restarting cannot help: the node refused its settings (it said why above).
-                self.say(f"{self.names[i]} exited with status {p.returncode} (its settings were "
-                         "refused); not restarting it: stopping the cluster")
+                self.say(f"{self.names[i]} exited with status {p.returncode} (it refused to "
+                         "start: its settings or a damaged file, said above); not restarting it: "
+                         "stopping the cluster")
                 self.failed = True
                 self._stopping = True
                 return

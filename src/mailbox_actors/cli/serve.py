@@ -25,6 +25,7 @@ from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.locks import DataDirLocked
 from mailbox_actors.platform.logging import configure_logging
+from mailbox_actors.platform.sqlite_files import DamagedFile
 from mailbox_actors.rpc.openapi import openapi_json
 from mailbox_actors.runtime.settings import SettingsError
 from mailbox_actors.wire.errors import MailboxActorsError
@@ -101,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
     except DataDirLocked as e:
         print(f"mailbox-actors serve: {e}", file=sys.stderr)
         return 1
+    except DamagedFile as e:  # OPS-2: an operator must act; a restart would only fail again
+        print(f"mailbox-actors serve: {e.message}", file=sys.stderr)
+        return 2
     except MailboxActorsError as e:  # a file that cannot be opened, and the like: said plainly
         sqlite = e.details.get("sqlite") if isinstance(e.details, dict) else None
         print(f"mailbox-actors serve: {e.message}" + (f" ({sqlite})" if sqlite else ""),

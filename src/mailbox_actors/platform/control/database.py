@@ -30,6 +30,7 @@ from mailbox_actors.platform.control.schema import META, MIGRATIONS
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.shared_sqlite import execute_when_unlocked, retry_while_locked
+from mailbox_actors.platform.sqlite_files import DamagedFile, check_whole, create_whole
 from mailbox_actors.wire.control import IDENTITY_STATUSES, Domain, EventIndexRow, Identity, Tenant
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
@@ -82,7 +83,9 @@ class ControlDb:
         if self._conn is not None:
             raise RuntimeError("ControlDb is already open")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # A damaged file stops here, never recreated (OPS-2); a new one appears whole.
+            check_whole(self.path, "control database")
+            create_whole(self.path)
             # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
             conn = await aiosqlite.connect(self.path, timeout=0, isolation_level=None)
         except (sqlite3.Error, OSError) as e:
@@ -98,6 +101,8 @@ class ControlDb:
             self._conn = None
             with anyio.CancelScope(shield=True):
                 await conn.close()
+            if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError):
+                raise DamagedFile(self.path, "control database", type(e).__name__) from e
             if isinstance(e, sqlite3.Error):
                 raise _unopenable(self.path, e) from e
             raise

@@ -20,6 +20,7 @@ import anyio
 
 from mailbox_actors.platform.queues.schema import MIGRATIONS
 from mailbox_actors.platform.shared_sqlite import execute_when_unlocked, retry_while_locked
+from mailbox_actors.platform.sqlite_files import DamagedFile, check_whole, create_whole
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["QueueFile"]
@@ -42,7 +43,9 @@ class QueueFile:
             return
         # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # A damaged file stops here, never recreated (OPS-2); a new one appears whole.
+            check_whole(self.path, "queue database")
+            create_whole(self.path)
             conn = await aiosqlite.connect(self.path, isolation_level=None, timeout=0)
         except (sqlite3.Error, OSError) as e:
             raise MailboxActorsError(ErrorCode.INTERNAL_ERROR,
@@ -56,10 +59,12 @@ class QueueFile:
             await conn.execute_fetchall("PRAGMA synchronous = NORMAL")
             self._conn = conn
             await self._migrate()
-        except BaseException:
+        except BaseException as e:
             self._conn = None
             with anyio.CancelScope(shield=True):
                 await conn.close()
+            if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError):
+                raise DamagedFile(self.path, "queue database", type(e).__name__) from e
             raise
 
     async def close(self) -> None:

@@ -2,6 +2,10 @@
 
 Probing an unknown id never leaves a file behind; a file that exists but cannot be opened now is
 ``StorageUnavailable`` (retryable), one that is not a usable database ``StorageCorrupt``.
+
+An object exists exactly when its file does (OPS-2, REL-4): a new file is built aside with the
+runtime schema and moved into place whole, so a file at an object's path that is empty, cut short or
+without the runtime schema is a damaged object, never a new one for the next ``init`` to take over.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from mailbox_actors.platform.sqlite_files import create_whole, damage_of
 from mailbox_actors.platform.storage.sql import (
     RUNTIME_SCHEMA_VERSION,
     Durability,
@@ -39,13 +44,23 @@ class StorageUnavailable(MailboxActorsError):
                          details={"storage": detail})
 
 
-def _connect(path: Path, create: bool) -> sqlite3.Connection | None:
-    if create:
-        try:
-            return sqlite3.connect(path, isolation_level=None, cached_statements=256)
-        except sqlite3.OperationalError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return sqlite3.connect(path, isolation_level=None, cached_statements=256)
+def _create(path: Path, durability: str) -> None:
+    """A new object's file, whole, at ``path`` (nothing is there: one node owns the id)."""
+    try:
+        create_whole(path, _RUNTIME_SCHEMA, fsync=durability == Durability.FULL)
+    except (sqlite3.OperationalError, OSError) as e:  # out of descriptors or space: retry later
+        raise StorageUnavailable(type(e).__name__) from e
+
+
+def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | None:
+    if not path.exists():
+        if not create:
+            return None  # no such object: the caller answers *_not_found
+        _create(path, durability)
+    else:
+        damage = damage_of(path)
+        if damage is not None:
+            raise StorageCorrupt(damage)
     # mode=rw never creates the file; as_uri escapes '#', '%' and '?' in the directory name.
     try:
         return sqlite3.connect(path.absolute().as_uri() + "?mode=rw", uri=True,
@@ -62,7 +77,7 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
     False, so probing an unknown id never leaves a file behind. A file that exists but cannot be
     opened now raises ``StorageUnavailable`` (retryable); an unreadable one ``StorageCorrupt``."""
     try:
-        conn = _connect(path, create)
+        conn = _connect(path, create, durability)
     except sqlite3.OperationalError as e:
         raise StorageUnavailable(type(e).__name__) from e
     if conn is None:
@@ -71,12 +86,10 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
         conn.row_factory = sqlite3.Row
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("BEGIN")
-            for stmt in _RUNTIME_SCHEMA:
-                conn.execute(stmt)
-            conn.execute("COMMIT")
-        elif version > RUNTIME_SCHEMA_VERSION:
+            # Every file this code makes has the schema before it is at this path: one without
+            # it was cut short or overwritten (SQLite reads a short first page as an empty file).
+            raise StorageCorrupt("the file has no runtime schema (empty or truncated)")
+        if version > RUNTIME_SCHEMA_VERSION:
             raise StorageCorrupt(f"runtime schema {version} is newer than this code knows")
         conn.execute("PRAGMA synchronous = " + ("FULL" if durability == Durability.FULL
                                                 else "NORMAL"))

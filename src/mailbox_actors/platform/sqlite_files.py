@@ -1,0 +1,134 @@
+"""Whole or damaged (OPS-2): how a SQLite file the node depends on comes into being, and the check
+made before one that exists is opened.
+
+SQLite treats a zero-length file, and one cut short inside its first page, as a new empty database,
+and would write a fresh schema over it: an object or a tenant list that existed would silently come
+back empty. So a file is never created in place: it is built under a temporary name and moved (or
+hard-linked, when several processes may race) into place whole, already a valid SQLite file. Then a
+file at the final path that is empty, shorter than its header says, or not SQLite at all is damage,
+never "new".
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import struct
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+__all__ = ["DIR_MODE", "FILE_MODE", "DamagedFile", "check_whole", "create_whole", "damage_of"]
+
+DIR_MODE = 0o700  # OPS-5: data directories and every file in them are the node's alone
+FILE_MODE = 0o600
+_MAGIC = b"SQLite format 3\x00"
+
+
+class DamagedFile(MailboxActorsError):
+    """A shared file the node needs (the control database, the queue file) is not a whole SQLite
+    file. Restarting cannot help: an operator must restore it or move it aside."""
+
+    def __init__(self, path: Path, what: str, damage: str) -> None:
+        super().__init__(
+            ErrorCode.INTERNAL_ERROR,
+            f"the {what} {path} is damaged ({damage}): restore it from a backup, or move it aside "
+            "(for example to " + path.name + ".damaged) to start with an empty one",
+            details={"path": str(path), "damage": damage})
+        self.path = path
+        self.damage = damage
+
+
+def damage_of(path: Path) -> str | None:
+    """What is wrong with the SQLite file at ``path`` (which exists), or None if it looks whole.
+
+    Reads the 100-byte header only. The page count in the header is compared with the file's size
+    only while no write-ahead log holds pages (a crash in the middle of a checkpoint leaves the main
+    file short until SQLite replays the log, which is not damage)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError as e:
+        # Out of descriptors or permissions: a condition of the moment, not of the file.
+        return None if e.errno in (errno.EACCES, errno.EMFILE, errno.ENFILE) else \
+            f"unreadable: {e.strerror}"
+    if size == 0:
+        return "it is empty (zero bytes)"
+    if len(header) < 100 or not header.startswith(_MAGIC):
+        return "its header is not a SQLite header" if len(header) >= 16 else "it is truncated"
+    page_size = struct.unpack(">H", header[16:18])[0]
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return "its header is not a SQLite header"
+    if size < page_size:
+        return f"it is truncated ({size} bytes, less than one {page_size}-byte page)"
+    wal = path.with_name(path.name + "-wal")
+    try:
+        wal_holds_pages = wal.stat().st_size > 0
+    except FileNotFoundError:
+        wal_holds_pages = False
+    change_counter, pages, valid_for = header[24:28], header[28:32], header[92:96]
+    expected = struct.unpack(">I", pages)[0] * page_size
+    if not wal_holds_pages and change_counter == valid_for and size < expected:
+        return f"it is truncated ({size} bytes; its header says {expected})"
+    return None
+
+
+def check_whole(path: Path, what: str) -> None:
+    """Raise ``DamagedFile`` if the file at ``path`` exists and is not a whole SQLite file."""
+    if path.is_file():  # not a file at all (a directory): opening it fails and says so
+        damage = damage_of(path)
+        if damage is not None:
+            raise DamagedFile(path, what, damage)
+
+
+def create_whole(path: Path, statements: Iterable[str] = (), *, fsync: bool = False,
+                 prepare: Callable[[sqlite3.Connection], None] | None = None) -> bool:
+    """Put a new SQLite file (WAL mode, ``statements`` run in one transaction) at ``path`` in one
+    step, mode 0600. Returns False, changing nothing, when a file is already there (another
+    process may have won the race: it is hard-linked into place, never renamed over one)."""
+    if path.exists():
+        return False
+    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+        leftover.unlink(missing_ok=True)  # a build a crash interrupted
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            if prepare is not None:
+                prepare(conn)
+            conn.execute("BEGIN")
+            for stmt in statements:
+                conn.execute(stmt)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()  # the last connection checkpoints and removes the log: one whole file
+        if fsync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: a rename, after the check above
+            if path.exists():
+                return False
+            os.rename(tmp, path)
+        if fsync:
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
