@@ -7,27 +7,21 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 import structlog
 
 import actors_for_tests as afs
 from actors_for_tests import DAY_MS, Scratch
+from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import AlarmInfo, Call
 from mailbox_actors.testing import TestRuntime
 
 SCRATCH = (("namespace", "scratch"),)
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 def alarm_in_file(path: Path) -> list[tuple[int]]:
@@ -366,3 +360,78 @@ async def test_alarm_change_in_rolled_back_nested_transaction_is_undone(
         assert afs.ALARM_LOG == []
         await rt.advance(1)
         assert [(s.scheduled_ms, s.now_ms) for s in afs.ALARM_LOG] == [(t0 + 60_000, t0 + 60_000)]
+
+
+HOUR = 3_600_000
+
+
+T0 = 1_800_000_000_000
+
+
+@pytest.mark.anyio
+async def test_failed_purpose_is_retried_within_backoff_after_another_rescheduled_a_day_later(
+        tmp_path: Path) -> None:
+    """AL-3: when one purpose fails after another re-scheduled itself a day later, the failed one
+    is retried after the first backoff (2 s plus at most 25%), not a day later."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = rt.id_from_name("purposes", "p")
+        await rt.call("purposes", oid, afs.PInit(), tenant_id=afs.TENANT)
+        t = rt.now_ms() + 1_000
+        for purpose in ("maintenance", "outbox"):
+            await rt.call("purposes", oid, afs.Schedule(purpose=purpose, at_ms=t),
+                          tenant_id=afs.TENANT)
+        afs.FAIL_PURPOSE_ONCE.add("outbox")
+
+        await rt.advance(1_000)
+        assert afs.PURPOSE_LOG == [(oid, "maintenance", t)]
+        state = await rt.call("purposes", oid, afs.PState(), tenant_id=afs.TENANT)
+        assert state["scheduled"] == {"maintenance": t + afs.DAY_MS, "outbox": t}
+
+        await rt.advance(2_500)
+        assert [p for _, p, _ in afs.PURPOSE_LOG] == ["maintenance", "outbox"]
+        assert 2_000 <= afs.PURPOSE_LOG[1][2] - t <= 2_500
+        state = await rt.call("purposes", oid, afs.PState(), tenant_id=afs.TENANT)
+        assert state == {"alarm": t + afs.DAY_MS, "scheduled": {"maintenance": t + afs.DAY_MS}}
+
+
+@pytest.mark.anyio
+async def test_moving_one_alarm_many_times_keeps_the_heap_bounded(tmp_path: Path) -> None:
+    """AL-5: moving one alarm thousands of times keeps the scheduler's heap within a small multiple
+    of the pending alarms plus 1024 entries, and the alarm still fires once, at its last time."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        sched = rt.node.scheduler
+        assert sched is not None
+        oid = await afs.new_scratch(rt, "moved")
+        largest = 0
+        at = 0
+        for i in range(3_000):  # e.g. an inactivity timer pushed back on every request
+            at = rt.now_ms() + HOUR - i
+            await afs.scratch(rt, oid, afs.SetAlarm(at_ms=at))
+            largest = max(largest, len(sched._heap))
+            assert len(sched._heap) <= 4 * sched.pending_count + 1024
+        assert sched.pending_count == 1 and largest > 1_000  # the moves did pile up, then shrank
+        await rt.advance(HOUR)
+        assert [(s.object_id, s.now_ms) for s in afs.ALARM_LOG] == [(oid, at)]
+
+
+@pytest.mark.anyio
+async def test_an_alarm_moved_in_a_rolled_back_transaction_is_not_kept_firing(
+        tmp_path: Path) -> None:
+    """AL-3: an alarm handler whose transaction moves the alarm and then fails leaves the alarm
+    as it was: done after this run, not kept (which fired it again at once, without end)."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a", alarm_at=rt.now_ms() + 1_000)
+
+        async def hook(actor: afs.Scratch, info: object) -> None:
+            def fn(tx: SqlStorage) -> None:
+                tx.set_alarm(tx.now_ms() + 3_600_000)
+                raise ValueError("validation failed")
+            if len(afs.ALARM_LOG) > 5:
+                return  # bounds the test should the alarm be kept firing
+            with contextlib.suppress(ValueError):
+                actor.sql.transaction_sync(fn)
+
+        afs.ALARM_HOOKS[oid] = hook
+        await rt.advance(1_000)
+        assert len(afs.ALARM_LOG) == 1
+        assert await afs.scratch(rt, oid, afs.GetAlarm()) is None

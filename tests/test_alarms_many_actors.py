@@ -25,13 +25,6 @@ BOUND = 100
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     """Real SQLite files, on tmpfs when there is one: the bounds are under test here, not the

@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import _procs
+import _regress_proc
 import actors_for_tests as afs
 from mailbox_actors.testing import TestRuntime
 
 HOUR = 3_600_000
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 async def setup_alarms(data: Path, t0: int, offsets: dict[str, int]) -> dict[str, str]:
@@ -119,3 +113,68 @@ async def test_alarm_moved_earlier_reaches_the_index_before_commit(tmp_path: Pat
         await afs.scratch(rt, oid, afs.SetAlarm(at_ms=t0 + HOUR))
         # Read by another connection while the node still runs: no flush, no stop needed.
         assert index_rows(tmp_path)[oid] <= t0 + HOUR
+
+
+T0 = 1_800_000_000_000
+
+
+def run_child_until(mode: str, data: Path, log: Path) -> str:
+    """Run ``_regress_proc.py MODE DATA`` until its first line, SIGKILL it (by pid), return the line."""
+    with open(log, "w") as err:
+        proc = _regress_proc.spawn(mode, data, log=err)
+        try:
+            return _procs.read_line(proc)
+        finally:
+            _procs.kill(proc)
+
+
+@pytest.mark.anyio
+async def test_purpose_interrupted_by_sigkill_runs_after_restart(tmp_path: Path) -> None:
+    """AL-4: a process killed with SIGKILL while an alarm purpose's method runs leaves the purpose
+    pending, so the restarted node runs it (and then clears it)."""
+    data = tmp_path / "data"
+    kind, oid, fired_at = run_child_until("purpose", data, tmp_path / "child.log").split()
+    assert kind == "RUNNING"
+
+    restart = int(fired_at) + 10_000
+    async with TestRuntime(data, start_ms=restart, objects=afs.ALL_OBJECTS) as rt:
+        await rt.run_until_idle()
+        assert afs.PURPOSE_LOG == [(oid, "check", restart)]
+        state = await rt.call("purposes", oid, afs.PState(), tenant_id=afs.TENANT)
+        assert state == {"alarm": None, "scheduled": {}}
+
+
+@pytest.mark.anyio
+async def test_scan_killed_part_way_leaves_no_index_and_next_start_finds_every_alarm(
+        tmp_path: Path) -> None:
+    """AL-4: a rescan of the actor files (alarms.sqlite deleted) killed with SIGKILL part-way
+    leaves no index behind, so the next start scans again and every alarm is still there."""
+    data = tmp_path / "data"
+    async with TestRuntime(data, start_ms=T0, objects=afs.ALL_OBJECTS) as rt:
+        ids = [await afs.new_scratch(rt, f"s{i}", alarm_at=T0 + (i + 1) * 60_000) for i in range(4)]
+    for f in data.glob("alarms.sqlite*"):
+        f.unlink()
+
+    assert run_child_until("scan", data, tmp_path / "child.log") == "SCANNING"
+    assert not (data / "alarms.sqlite").exists()
+
+    async with TestRuntime(data, start_ms=T0, objects=afs.ALL_OBJECTS) as rt:
+        assert rt.node.scheduler is not None and rt.node.scheduler.pending_count == 4
+        await rt.advance(HOUR)
+        assert sorted(s.object_id for s in afs.ALARM_LOG) == sorted(ids)
+    async with TestRuntime(data, start_ms=T0 + HOUR, objects=afs.ALL_OBJECTS) as rt:
+        assert rt.node.scheduler is not None and rt.node.scheduler.pending_count == 0
+
+
+@pytest.mark.anyio
+async def test_a_start_without_a_namespace_keeps_its_alarms_for_a_later_start(
+        tmp_path: Path) -> None:
+    """AL-4: a node started once without an object class (a deploy that left it out) does not
+    drop that class's alarms from the index: the next start with the class fires them."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a", alarm_at=rt.now_ms() + 60_000)
+    async with TestRuntime(tmp_path) as rt:  # the default objects only: no Scratch
+        await rt.advance(120_000)
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        await rt.advance(HOUR)
+        assert [s.object_id for s in afs.ALARM_LOG] == [oid]

@@ -15,10 +15,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.control.database import MIGRATIONS, ControlDb, ControlDbTooNew
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import SeededRng
+from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.control import EventIndexRow
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
@@ -493,3 +495,76 @@ async def test_two_processes_migrate_a_fresh_file_once_and_write_concurrently(
         assert (await db.counts())["events"] == 200
         assert sorted(r.event_id for r in await db.events("ten_1", limit=1000)) == \
             [f"evt_{n:06d}" for n in range(200)]
+
+
+def index_row(event_id: str) -> EventIndexRow:
+    return EventIndexRow(event_id, "ten_1", None, "identity_mailbox", "a" * 64, 1, "t.x", 0)
+
+
+@pytest.mark.anyio
+async def test_creating_an_identity_with_an_erased_ones_name_is_a_conflict(tmp_path: Path) -> None:
+    """Q-3, OBJ-1: an erased identity's name is not handed back as if created: conflict."""
+    async with TestRuntime(tmp_path, control=True) as rt:
+        db = rt.node.control_db
+        assert db is not None
+        tenant = await db.create_tenant("acme")
+        ident = await create_identity(db, rt.node, tenant.id, "alice")
+        await db.set_identity_status(ident.id, "erased")
+        with pytest.raises(MailboxActorsError) as info:
+            await create_identity(db, rt.node, tenant.id, "alice")
+        assert info.value.code is ErrorCode.CONFLICT
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ["10.0.0.1", "a.b", "example.123", "example.com"])
+async def test_the_control_database_stores_exactly_the_domains_a_monitor_accepts(
+        tmp_path: Path, name: str) -> None:
+    """Q-3, OBJ-3: a domain the control database stores is one DomainMonitor's init accepts, and
+    the other way round: no domain recorded that no monitor can watch."""
+    from mailbox_actors.wire.domain import DomainInit
+
+    async with TestRuntime(tmp_path, control=True) as rt:
+        db = rt.node.control_db
+        assert db is not None
+        tenant = await db.create_tenant("acme")
+        try:
+            await db.create_domain(tenant.id, name, "c" * 64)
+            stored = True
+        except MailboxActorsError:
+            stored = False
+        try:
+            await rt.call("domain_monitor", rt.id_from_name("domain_monitor", name),
+                          DomainInit(domain=name), tenant_id=tenant.id)
+            watched = True
+        except MailboxActorsError:
+            watched = False
+        assert stored == watched == (name == "example.com")
+
+
+@pytest.mark.anyio
+async def test_paging_the_event_index_never_misses_an_event_indexed_late(tmp_path: Path) -> None:
+    """Q-3, EV-2: an event whose dispatch was retried is indexed after newer ones; a consumer
+    paging with after_event_id still gets it on its next page."""
+    clock = FakeClock()
+    async with ControlDb(tmp_path / "c.sqlite", clock=clock, ids=Ids(clock, SeededRng(1))) as db:
+        await db.index_events([index_row("evt_2"), index_row("evt_3")])
+        page = await db.events("ten_1")
+        await db.index_events([index_row("evt_1")])  # older id, indexed late
+        later = await db.events("ten_1", after_event_id=page[-1].event_id)
+    assert [r.event_id for r in page + later] == ["evt_2", "evt_3", "evt_1"]
+
+
+@pytest.mark.anyio
+async def test_an_older_control_database_keeps_its_events_when_upgraded(tmp_path: Path) -> None:
+    """Q-3: a file at schema version 1 (events paged by id) is upgraded with every event kept,
+    in id order, and new events come after them."""
+    clock = FakeClock()
+    path = tmp_path / "c.sqlite"
+    async with ControlDb(path, clock=clock, ids=Ids(clock, SeededRng(1)),
+                         migrations=MIGRATIONS[:1]) as db:
+        await db.index_events([index_row("evt_3"), index_row("evt_1"), index_row("evt_2")])
+    async with ControlDb(path, clock=clock, ids=Ids(clock, SeededRng(1))) as db:
+        assert await db.schema_version() == len(MIGRATIONS)
+        await db.index_events([index_row("evt_0")])
+        assert [r.event_id for r in await db.events("ten_1")] == ["evt_1", "evt_2", "evt_3",
+                                                                  "evt_0"]

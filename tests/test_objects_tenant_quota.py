@@ -228,3 +228,35 @@ async def test_quotas_of_two_tenants_are_separate_objects(tmp_path: Path) -> Non
         with pytest.raises(MailboxActorsError) as e:
             await rt.call(NS, a.id, QuotaUsage(), tenant_id="tenant_b")
         assert e.value.code == "internal_error"
+
+
+@pytest.mark.anyio
+async def test_a_reserve_replayed_with_another_count_is_a_conflict(tmp_path: Path) -> None:
+    """OBJ-2: a replayed idempotency key answers its first request only; with another count it is
+    a conflict, and nothing more is counted."""
+    async with TestRuntime(tmp_path) as rt:
+        q = rt.id_from_name("tenant_quota", "t1")
+        await rt.call("tenant_quota", q, QuotaInit(per_minute=100, per_day=1000), tenant_id="t1")
+        first = await rt.call("tenant_quota", q, QuotaReserve(key="k", count=1), tenant_id="t1")
+        assert await rt.call("tenant_quota", q, QuotaReserve(key="k", count=1),
+                             tenant_id="t1") == first
+        with pytest.raises(MailboxActorsError) as info:
+            await rt.call("tenant_quota", q, QuotaReserve(key="k", count=50), tenant_id="t1")
+        assert info.value.code is ErrorCode.CONFLICT
+        assert (await rt.call("tenant_quota", q, QuotaUsage(), tenant_id="t1"))["minute_used"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_reserve_replayed_after_its_release_is_a_conflict(tmp_path: Path) -> None:
+    """OBJ-2: once released, a key's reservation is not reported granted again (it is not
+    counted any more): the replay is a conflict, and a new key is counted as usual."""
+    async with TestRuntime(tmp_path) as rt:
+        q = rt.id_from_name("tenant_quota", "t1")
+        await rt.call("tenant_quota", q, QuotaInit(per_minute=1, per_day=1000), tenant_id="t1")
+        r = await rt.call("tenant_quota", q, QuotaReserve(key="k"), tenant_id="t1")
+        await rt.call("tenant_quota", q, QuotaRelease(reservation_id=r["reservation_id"]),
+                      tenant_id="t1")
+        with pytest.raises(MailboxActorsError) as info:
+            await rt.call("tenant_quota", q, QuotaReserve(key="k"), tenant_id="t1")
+        assert info.value.code is ErrorCode.CONFLICT
+        assert (await rt.call("tenant_quota", q, QuotaReserve(key="k2"), tenant_id="t1"))["granted"]

@@ -3,20 +3,28 @@ replayable in order, never lost across SIGKILL (EV-1..EV-5, AL-6)."""
 
 from __future__ import annotations
 
+import itertools
 import select
 import signal
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 
 from mailbox_actors.http.server import RpcHttpServer
+from mailbox_actors.node.control_ops import create_identity
+from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.testing import TestRuntime
+from mailbox_actors.webhooks.publish import ControlEventSink
+from mailbox_actors.wire.control import EventIndexRow, Identity, Tenant
 from mailbox_actors.wire.errors import MailboxActorsError
-from mailbox_actors.wire.events import EmitEvent, GetEvents
+from mailbox_actors.wire.events import EmitEvent, Event, GetEvents
 from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit, MailboxStatus
 from mailbox_actors.wire.quota import QuotaInit
 
@@ -249,3 +257,119 @@ async def test_sigkill_between_outbox_steps_loses_no_event(tmp_path: Path, mode:
     assert set(received) == {event_id}  # maybe twice, never not at all; dedupe leaves one
     if mode == "committed":
         assert len(received) == 1
+
+
+class SlowControlPlane:
+    """Stands in for the control database and the queues: each write takes a fixed number of
+    scheduler turns, and the shared log records it when it is done."""
+
+    TURNS = 4
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, Any]] = []
+
+    async def index_events(self, rows: list[EventIndexRow]) -> None:
+        for _ in range(self.TURNS):
+            await anyio.lowlevel.checkpoint()
+        self.log.append(("indexed", [r.event_id for r in rows]))
+
+    async def send_batch(self, queue: str, bodies: list[dict[str, Any]]) -> None:
+        for _ in range(self.TURNS):
+            await anyio.lowlevel.checkpoint()
+        self.log.append(("sent", [b["event"]["id"] for b in bodies]))
+
+
+@pytest.mark.anyio
+async def test_every_event_is_indexed_before_it_is_queued() -> None:
+    """EV-2: the outbox writes an event's index row, then its queue message: a receiver is never
+    sent an event the index does not have yet, even when the index is the slower write."""
+
+    class SlowIndex(SlowControlPlane):
+        async def index_events(self, rows: list[EventIndexRow]) -> None:
+            for _ in range(3 * self.TURNS):
+                await anyio.lowlevel.checkpoint()
+            await super().index_events(rows)
+
+    plane = SlowIndex()
+    sink = ControlEventSink(plane, plane)  # type: ignore[arg-type]
+
+    async def publish(i: int) -> None:
+        event = Event(id=f"evt_{i}", type="x", sequence=i, tenant_id="t", occurred_at_ms=0)
+        await sink.publish("scratch", f"actor-{i}", [event])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(publish, i)
+            await anyio.lowlevel.checkpoint()
+    first: dict[tuple[str, str], int] = {}
+    for at, (kind, ids) in enumerate(plane.log):
+        for event_id in ids:
+            first.setdefault((kind, event_id), at)
+    for i in range(20):
+        assert first[("indexed", f"evt_{i}")] < first[("sent", f"evt_{i}")]
+
+
+@pytest.mark.anyio
+async def test_first_publisher_returns_once_its_own_group_is_written() -> None:
+    """EV-2: under a steady stream of publishers, the event sink's first publisher returns as soon
+    as its own group is written, not after the whole stream; no publisher returns earlier."""
+    plane = SlowControlPlane()
+    sink = ControlEventSink(plane, plane)  # type: ignore[arg-type]
+    log = plane.log
+    n = 100
+
+    async def publish(i: int) -> None:
+        event = Event(id=f"evt_{i}", type="x", sequence=i, tenant_id="t", occurred_at_ms=0)
+        await sink.publish("scratch", f"actor-{i}", [event])
+        log.append(("returned", i))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(n):  # a new publisher at every turn of the loop
+            tg.start_soon(publish, i)
+            await anyio.lowlevel.checkpoint()
+
+    first = log.index(("returned", 0))
+    writes_before = [entry for entry in log[:first] if entry[0] == "sent"]
+    writes_after = [entry for entry in log[first:] if entry[0] == "sent"]
+    assert writes_before == [("sent", ["evt_0"])]
+    assert len(writes_after) >= 3  # the stream went on for several more groups
+    sent = list(itertools.chain.from_iterable(ids for kind, ids in log if kind == "sent"))
+    assert sorted(sent) == sorted(f"evt_{i}" for i in range(n))
+    for i in range(n):
+        returned = log.index(("returned", i))
+        assert any(f"evt_{i}" in ids for kind, ids in log[:returned] if kind == "sent")
+
+
+DAY = 86_400_000
+
+
+async def alice(rt: TestRuntime) -> tuple[ControlDb, Tenant, Identity]:
+    """The control database, a tenant and its identity "alice", her identity.created delivered."""
+    db = rt.node.control_db
+    assert db is not None
+    tenant = await db.create_tenant("acme")
+    ident = await create_identity(db, rt.node, tenant.id, "alice")
+    await rt.run_until_idle()
+    return db, tenant, ident
+
+
+def _emit(type_: str) -> object:
+    from mailbox_actors.wire.events import EmitEvent
+    return EmitEvent(type=type_)
+
+
+@pytest.mark.anyio
+async def test_an_event_is_delivered_after_an_outage_longer_than_the_alarm_retries(
+        tmp_path: Path) -> None:
+    """EV-3: the control database is away for five minutes (the outbox alarm's retries give up
+    after about two); once it is back, the event is indexed all the same: never lost."""
+    async with TestRuntime(tmp_path, control=True) as rt:
+        db, tenant, ident = await alice(rt)
+        await db.close()
+        await rt.call("identity_mailbox", ident.mailbox_id, _emit("identity.updated"),
+                      tenant_id=tenant.id, identity_id=ident.id)
+        await rt.advance(300_000)
+        await db.open()
+        await rt.advance(120_000)
+        assert [r.type for r in await db.events(tenant.id)] == ["identity.created",
+                                                                 "identity.updated"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +13,6 @@ from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaStatus
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 def rpc_count(rt: TestRuntime, ns: str, op: str, code: str) -> float:

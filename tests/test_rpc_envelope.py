@@ -3,7 +3,6 @@ sends and gets back, including every kind of bad input."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,6 @@ from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
 
 ERR_KEYS = {"code", "message", "fix", "retryable"}
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 def envelope(rt: TestRuntime, req_body: Any, **over: Any) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,6 @@ from mailbox_actors.wire.domain import DomainInit, DomainStatus
 from mailbox_actors.wire.errors import MailboxActorsError
 from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit, MailboxStatus
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaStatus, QuotaUsage
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 async def code(coro: Any) -> str:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import actors_for_tests as afs
@@ -22,13 +23,6 @@ from actors_for_tests import Scratch
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 class Outcomes:
@@ -276,3 +270,89 @@ async def test_queued_request_is_answered_timeout_when_its_deadline_passes(
             finally:
                 release.set()
         assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == []
+
+
+@pytest.mark.anyio
+async def test_block_concurrency_while_excludes_requests_already_running(tmp_path: Path) -> None:
+    """RT-4: a request that was already running when another closed the gate, and then asks for
+    its own critical section, waits for the other's to end: never two at once."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        seen: list[str] = []
+        x_go, y_release = anyio.Event(), anyio.Event()
+
+        def critical(name: str, hold: anyio.Event | None) -> Callable[[], Awaitable[None]]:
+            async def fn() -> None:
+                seen.append(f"{name}:start")
+                if hold is not None:
+                    await hold.wait()
+                seen.append(f"{name}:end")
+            return fn
+
+        async def x(actor: afs.Scratch, call: object, arg: object) -> None:  # running first
+            await x_go.wait()
+            await actor.ctx.block_concurrency_while(critical("X", None))
+
+        async def y(actor: afs.Scratch, call: object, arg: object) -> None:
+            await actor.ctx.block_concurrency_while(critical("Y", y_release))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(afs.run, rt, oid, x)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(afs.run, rt, oid, y)
+            await anyio.wait_all_tasks_blocked()
+            x_go.set()
+            await anyio.wait_all_tasks_blocked()
+            y_release.set()
+        assert seen == ["Y:start", "Y:end", "X:start", "X:end"]
+
+
+@pytest.mark.anyio
+async def test_block_concurrency_while_nested_in_its_own_goes_straight_in(tmp_path: Path) -> None:
+    """RT-4: a critical section inside the caller's own does not wait for itself."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+
+        async def hook(actor: afs.Scratch, call: object, arg: object) -> str:
+            async def inner() -> str:
+                return "inner ran"
+
+            async def outer() -> str:
+                return await actor.ctx.block_concurrency_while(inner)
+
+            with anyio.fail_after(5):
+                return await actor.ctx.block_concurrency_while(outer)
+
+        assert await afs.run(rt, oid, hook) == "inner ran"
+
+
+def committed_rows(path: str) -> int:
+    """Rows of ``items`` committed in the actor file at ``path``, read through a connection of
+    its own (read-only)."""
+    uri = Path(path).absolute().as_uri() + "?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+        return int(conn.execute("SELECT count(*) FROM items").fetchone()[0])
+
+
+@pytest.mark.anyio
+async def test_write_outside_a_transaction_is_committed_before_another_actor_gets_the_call(
+        tmp_path: Path) -> None:
+    """RT-4: an actor that writes outside transaction_sync and then calls another actor has its
+    write committed before the other actor receives the call (the output gate)."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        a = await afs.new_scratch(rt, "a")
+        b = await afs.new_scratch(rt, "b")
+        path_a = rt.node.host.path_for("scratch", a)
+
+        async def count_committed(actor: Scratch, call: Call, arg: Any) -> Any:
+            return committed_rows(arg)  # runs in b: what a's file holds by now
+
+        peek = afs.hook(count_committed)
+
+        async def write_then_call(actor: Scratch, call: Call, arg: Any) -> Any:
+            actor.sql.exec("INSERT INTO items (k, v) VALUES ('x', '1')")  # implicit transaction
+            return await actor.ctx.call("scratch", b, afs.Run(hook=peek, arg=str(path_a)),
+                                        tenant_id=afs.TENANT)
+
+        assert await afs.run(rt, a, write_then_call) == 1
+        assert await afs.scratch(rt, a, afs.Get(k="x")) == "1"

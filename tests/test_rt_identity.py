@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -15,13 +14,6 @@ from mailbox_actors.wire.errors import MailboxActorsError
 from mailbox_actors.wire.quota import QuotaInit, QuotaStatus
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 def inside(path: Path, root: Path) -> bool:

@@ -3,7 +3,12 @@ transaction and request ids (RT-12), and a corrupt actor file failing alone (REL
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import re
+import resource
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,16 +21,9 @@ from actors_for_tests import Scratch
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
-from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 REQ_ID = re.compile(r"^req_[0-9A-HJKMNP-TV-Z]{26}$")
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 async def remember(actor: Scratch, call: Call, arg: Any) -> Any:
@@ -299,3 +297,144 @@ async def test_a_background_loop_that_fails_marks_the_node_failed(tmp_path: Path
         [entry] = [e for e in logs if e["event"] == "node_loop_failed"]
         assert entry["log_level"] == "critical" and entry["error"] == "RuntimeError"
         assert entry["at"].startswith("test_rt_lifecycle.py:") and "a bug" not in str(entry)
+
+
+T0 = 1_767_225_600_000
+
+
+def _ours() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("mailbox-actors-test-*")}
+
+
+@pytest.mark.anyio
+async def test_testruntime_that_cannot_start_leaves_no_directory() -> None:
+    """A TestRuntime whose settings are refused, or whose start fails, removes its own temporary
+    directory."""
+    before = _ours()
+    with pytest.raises(Exception):  # noqa: B017 - the settings error itself is tested elsewhere
+        TestRuntime(shutdown_grace_ms=-1)
+    with pytest.raises(MailboxActorsError):
+        async with TestRuntime(control=True, control_db="/proc/nope/control.sqlite"):
+            pass
+    assert _ours() - before == set()
+
+
+@pytest.mark.anyio
+async def test_testruntime_reopens_a_directory_after_a_kill_mid_write(tmp_path: Path) -> None:
+    """A kill that left the run counter empty does not stop the directory being opened again."""
+    async with TestRuntime(tmp_path):
+        pass
+    (tmp_path / ".testruntime-runs").write_text("")
+    async with TestRuntime(tmp_path) as rt:
+        assert rt.now_ms() == T0
+
+
+HOUR = 3_600_000
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd")) - 1  # less the one listdir itself holds
+
+
+@contextlib.contextmanager
+def no_free_descriptors() -> Iterator[None]:
+    """Lower RLIMIT_NOFILE to the descriptors in use, so no file can be opened until the block
+    ends; the limit is restored on the way out."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[int] = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (open_fds(), hard))
+    try:
+        # Fill any gaps below the limit (descriptors closed earlier), so every open fails.
+        for _ in range(4_096):
+            try:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                break
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in held:
+            os.close(fd)
+
+
+@pytest.mark.anyio
+async def test_file_that_cannot_be_opened_for_a_moment_is_unavailable_and_keeps_its_alarm(
+        tmp_path: Path) -> None:
+    """RT-9, AL-4: an evicted actor whose file cannot be opened for a moment (no descriptors left)
+    answers unavailable, keeps its alarm in the scheduler and the index, and the alarm fires once
+    descriptors are back."""
+    async with TestRuntime(tmp_path, idle_ms=1_000, objects=afs.ALL_OBJECTS) as rt:
+        sched = rt.node.scheduler
+        assert sched is not None
+        start = rt.now_ms()
+        oid = await afs.new_scratch(rt, "x", alarm_at=start + 10_000)
+        await afs.scratch(rt, oid, afs.Put(k="a", v="1"))
+        await rt.advance(1_000)
+        assert not rt.node.host.is_active("scratch", oid)
+
+        with no_free_descriptors():
+            with pytest.raises(MailboxActorsError) as e:
+                await afs.scratch(rt, oid, afs.Get(k="a"))
+            await rt.advance(9_000)  # the alarm comes due while the file still cannot be opened
+        assert e.value.code == ErrorCode.UNAVAILABLE and e.value.retryable
+        assert afs.ALARM_LOG == []
+        sched.flush_index()
+        assert sched.pending(("scratch", oid)) is not None
+        assert ("scratch", oid) in sched.index.load()
+
+        await rt.advance(HOUR)
+        assert [s.object_id for s in afs.ALARM_LOG] == [oid]
+        assert await afs.scratch(rt, oid, afs.Get(k="a")) == "1"
+        assert await afs.scratch(rt, oid, afs.GetAlarm()) is None
+
+
+def overwrite_with_garbage(path: Path) -> None:
+    for extra in ("-wal", "-shm"):
+        Path(str(path) + extra).unlink(missing_ok=True)
+    path.write_bytes(b"garbage" * 1_000)
+
+
+@pytest.mark.anyio
+async def test_repeated_calls_to_a_corrupt_file_leave_no_descriptor_open(tmp_path: Path) -> None:
+    """REL-4: every call to an actor whose file is corrupt answers internal_error and leaves no file
+    descriptor open, even with the garbage collector off."""
+    async with TestRuntime(tmp_path, idle_ms=1_000, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "bad")
+        await rt.advance(1_000)
+        assert not rt.node.host.is_active("scratch", oid)
+        overwrite_with_garbage(rt.node.host.path_for("scratch", oid))
+
+        codes: set[str] = set()
+        gc.disable()
+        try:
+            before = open_fds()
+            for _ in range(100):
+                with pytest.raises(MailboxActorsError) as e:
+                    await afs.scratch(rt, oid, afs.Get(k="a"))
+                codes.add(e.value.code)
+            after = open_fds()
+        finally:
+            gc.enable()
+        assert codes == {ErrorCode.INTERNAL_ERROR}
+        assert after == before
+
+
+@pytest.mark.anyio
+async def test_an_alarm_outlasts_a_file_that_cannot_be_opened_past_every_retry(
+        tmp_path: Path) -> None:
+    """AL-4: a file that cannot be opened for longer than the handler's whole retry budget (here
+    ten minutes without descriptors) is not the handler failing: the alarm is neither abandoned
+    nor dropped from the index, and fires once the file opens again."""
+    async with TestRuntime(tmp_path, idle_ms=1_000, objects=afs.ALL_OBJECTS) as rt:
+        sched = rt.node.scheduler
+        assert sched is not None
+        oid = await afs.new_scratch(rt, "x", alarm_at=rt.now_ms() + 10_000)
+        await rt.advance(1_000)
+        assert not rt.node.host.is_active("scratch", oid)
+        with no_free_descriptors():
+            await rt.advance(600_000)
+        assert afs.ALARM_LOG == [] and sched.abandoned == 0
+        sched.flush_index()
+        assert ("scratch", oid) in sched.index.load()
+        await rt.advance(HOUR)
+        assert [s.object_id for s in afs.ALARM_LOG] == [oid]

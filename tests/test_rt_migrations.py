@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,6 @@ from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
 
 T = afs.TENANT
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 def schema_version_on_disk(path: Path) -> str | None:

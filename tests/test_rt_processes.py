@@ -8,7 +8,6 @@ then in-process by a ``TestRuntime`` whose FakeClock starts after the alarm time
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,13 +21,6 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.testing import TestRuntime
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
 
 
 @pytest.mark.anyio

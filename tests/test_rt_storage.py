@@ -5,26 +5,23 @@ Scratch actor's handler through the full RPC path."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
-from collections.abc import Iterator
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 import actors_for_tests as afs
 from actors_for_tests import Scratch
-from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.platform.storage.sql import Limits, SqlStorage
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
-from mailbox_actors.wire.errors import MailboxActorsError
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    afs.reset_state()
-    yield
-    afs.reset_state()
+from mailbox_actors.wire.errors import ErrorCode, LimitExceeded, MailboxActorsError
 
 
 def read_file(path: Path, query: str) -> list[tuple[Any, ...]]:
@@ -521,3 +518,175 @@ async def test_database_size_limit_is_limit_exceeded(tmp_path: Path, in_tx: bool
         if in_tx:
             assert keys == ["kept"]
         assert await afs.scratch(rt, oid, afs.Put(k="small", v="2")) == {"k": "small"}
+
+
+HERE = Path(__file__).parent
+
+
+SMALL = Limits(max_database_bytes=64 * 1024)
+
+
+def test_actor_sql_cannot_call_fts3_tokenizer(tmp_path: Path) -> None:
+    """RT-6: fts3_tokenizer takes a raw pointer; a crafted one would crash the whole node
+    (SIGSEGV). It is refused, in a process of its own so a crash cannot take the tests down."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+    proc = subprocess.run([sys.executable, str(HERE / "_sql_escape_proc.py"), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "refused: invalid_request" in proc.stdout.splitlines()
+
+
+@pytest.mark.anyio
+async def test_actor_sql_cannot_reuse_the_runtimes_statements(tmp_path: Path) -> None:
+    """RT-6: the table of prepared statements (which would show the runtime's statement texts)
+    is refused, and so is any text carrying the runtime's token: the cached, pre-authorised
+    statement that writes _ma_alarm stays the runtime's."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a", alarm_at=rt.now_ms() + 10**9)
+
+        async def evil(actor: afs.Scratch, call: object, arg: object) -> list[str]:
+            out = []
+            for sql in ("SELECT sql FROM sqlite_stmt",
+                        f"INSERT OR REPLACE INTO _ma_alarm VALUES (1, 1) /*{actor.sql._token}*/"):
+                try:
+                    actor.sql.exec(sql).all()
+                    out.append("ran")
+                except MailboxActorsError as e:
+                    out.append(e.code.value)
+            return out
+
+        assert await afs.run(rt, oid, evil) == ["invalid_request", "invalid_request"]
+
+
+@pytest.mark.anyio
+async def test_temporary_tables_cannot_escape_the_size_limit(tmp_path: Path) -> None:
+    """RT-7: temporary tables live outside the file and its max_database_bytes: refused."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, limits=SMALL) as rt:
+        oid = await afs.new_scratch(rt, "a")
+
+        async def hook(actor: afs.Scratch, call: object, arg: object) -> None:
+            actor.sql.exec("CREATE TEMP TABLE big (v TEXT)")
+
+        with pytest.raises(MailboxActorsError) as info:
+            await afs.run(rt, oid, hook)
+        assert info.value.code.value == "invalid_request" and "temporary" in info.value.message
+
+
+def stored_keys(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as c:
+        return [r[0] for r in c.execute("SELECT k FROM items ORDER BY k")]
+
+
+@pytest.mark.anyio
+async def test_a_transaction_sqlite_ends_itself_stays_all_or_nothing(tmp_path: Path) -> None:
+    """RT-5: a statement that makes SQLite roll the whole transaction back (here the file is
+    full) cannot leave half of it stored, even when the function catches that error and goes on:
+    the transaction raises and nothing of it is in the file."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, limits=SMALL) as rt:
+        oid = await afs.new_scratch(rt, "a")
+
+        async def hook(actor: afs.Scratch, call: object, arg: object) -> str:
+            def fn(tx: SqlStorage) -> None:
+                tx.exec("INSERT INTO items (k, v) VALUES ('a', '1')")
+                try:  # too big for the file: carry on without it
+                    tx.exec("INSERT INTO items (k, v) VALUES ('big', ?)", "x" * 200_000)
+                except LimitExceeded:
+                    pass
+                tx.exec("INSERT INTO items (k, v) VALUES ('b', '1')")
+            try:
+                actor.sql.transaction_sync(fn)
+            except MailboxActorsError as e:
+                return e.code.value
+            return "committed"
+
+        assert await afs.run(rt, oid, hook) == "limit_exceeded"
+        assert stored_keys(rt.node.host.path_for("scratch", oid)) == []
+
+
+@pytest.mark.anyio
+async def test_a_write_sqlite_rolled_back_with_another_requests_is_not_acknowledged(
+        tmp_path: Path) -> None:
+    """RT-5, the output gate: two requests' writes share one implicit transaction; when the
+    second's statement makes SQLite roll it all back, the first is not answered as a success
+    (its write is not in the file)."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, limits=SMALL) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        go = anyio.Event()
+        answers: dict[str, str] = {}
+
+        async def b(actor: afs.Scratch, call: object, arg: object) -> str:
+            await go.wait()
+            actor.sql.exec("INSERT INTO items (k, v) VALUES ('b', '1')")  # implicit
+            await anyio.lowlevel.checkpoint()  # c writes before this transaction commits
+            return "ok"
+
+        async def c(actor: afs.Scratch, call: object, arg: object) -> str:
+            await go.wait()
+            actor.sql.exec("INSERT INTO items (k, v) VALUES ('c', ?)", "x" * 200_000)
+            return "ok"
+
+        async def call(label: str, fn: afs.Hook) -> None:
+            try:
+                answers[label] = await afs.run(rt, oid, fn)
+            except MailboxActorsError as e:
+                answers[label] = e.code.value
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "b", b)
+            tg.start_soon(call, "c", c)
+            await anyio.wait_all_tasks_blocked()
+            go.set()
+        assert answers["c"] == "limit_exceeded"
+        stored = stored_keys(rt.node.host.path_for("scratch", oid))
+        assert (answers["b"] == "ok") == ("b" in stored), (answers, stored)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ["run#1", "50%25off", "why?not"])
+async def test_data_dir_with_uri_characters_in_its_name_reactivates_evicted_actors(
+        tmp_path: Path, name: str) -> None:
+    """RT-2, RT-9: in a data directory whose name holds '#', '%25' or '?', evicted actors
+    reactivate for requests and for their alarms, with their storage intact."""
+    async with TestRuntime(tmp_path / name, idle_ms=1_000, objects=afs.ALL_OBJECTS) as rt:
+        start = rt.now_ms()
+        oid = await afs.new_scratch(rt, "a", alarm_at=start + 60_000)
+        await afs.scratch(rt, oid, afs.Put(k="k", v="v"))
+        await rt.advance(1_000)
+        assert not rt.node.host.is_active("scratch", oid)
+        assert await afs.scratch(rt, oid, afs.Get(k="k")) == "v"
+        await rt.advance(60_000)
+        assert [(s.object_id, s.now_ms) for s in afs.ALARM_LOG] == [(oid, start + 60_000)]
+
+
+async def exec_all(actor: Scratch, call: Call, arg: Any) -> Any:
+    return [list(r) for r in actor.sql.exec(arg)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("query", [
+    "SELECT 1; DELETE FROM items",
+    "INSERT INTO items (k, v) VALUES ('a', 'b'); DROP TABLE items",
+    "SELECT 1; DELETE FROM",
+])
+async def test_several_statements_in_one_exec_are_invalid_request(
+        tmp_path: Path, query: str) -> None:
+    """RT-5: exec with several statements answers invalid_request (not internal_error) and runs
+    none of them."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        await afs.scratch(rt, oid, afs.Put(k="kept", v="1"))
+        with pytest.raises(MailboxActorsError) as e:
+            await afs.run(rt, oid, exec_all, query)
+        assert e.value.code == ErrorCode.INVALID_REQUEST
+        assert await afs.run(rt, oid, exec_all, "SELECT k, v FROM items") == [["kept", "1"]]
+
+
+@pytest.mark.anyio
+async def test_incomplete_statement_is_invalid_request(tmp_path: Path) -> None:
+    """RT-5: exec with an incomplete statement answers invalid_request, not internal_error."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        with pytest.raises(MailboxActorsError) as e:
+            await afs.run(rt, oid, exec_all, "INSERT INTO items (k, v) VALUES ('a',")
+        assert e.value.code == ErrorCode.INVALID_REQUEST
+        assert await afs.run(rt, oid, exec_all, "SELECT k FROM items") == []
