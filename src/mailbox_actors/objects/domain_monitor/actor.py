@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mailbox_actors.core.dns.names import NameRefused, normalise_domain
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
@@ -48,6 +49,11 @@ class DomainMonitor(Actor):
         raise InvalidRequest(f"unknown op for {self.namespace}")
 
     def _init(self, tx: SqlStorage, call: Call, req: DomainInit) -> InitReply:
+        try:
+            name = normalise_domain(req.domain)
+        except NameRefused as e:
+            raise InvalidRequest(str(e), details={"field": "domain"}) from None
+        req = DomainInit(domain=name, expected=req.expected)
         created = self.ctx.claim_owner(call)
         if created:
             tx.exec("INSERT INTO domain (id, name, state, created_at_ms) VALUES (1, ?, 'pending', ?)",
