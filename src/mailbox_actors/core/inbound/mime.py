@@ -1,0 +1,135 @@
+"""The body of a message (IN-1): a walk over its MIME parts, without recursion and under caps,
+into the text and html bodies and the attachments (name, type, size, content)."""
+
+from __future__ import annotations
+
+import codecs
+from email import policy
+from email.message import Message
+from typing import Any
+
+import msgspec
+
+from mailbox_actors.core.inbound.limits import InboundLimits
+from mailbox_actors.core.inbound.text import Defects, cap_utf8, guard, text_of
+
+__all__ = ["Body", "ParsedAttachment"]
+
+
+class ParsedAttachment(msgspec.Struct, frozen=True):
+    filename: str | None
+    content_type: str
+    size: int  # of the decoded content, stored or not
+    content: bytes | None  # None: over max_attachment_bytes, not stored
+
+
+def _decode_text(part: Message, data: bytes, d: Defects) -> str:
+    charset = guard(lambda: part.get_content_charset("us-ascii"), "us-ascii", d,
+                     "charset_unreadable") or "us-ascii"
+    try:
+        codecs.lookup(charset)
+    except (LookupError, ValueError):
+        d.add("charset_unknown")
+        charset = "utf-8"
+    for cs in (charset, "utf-8"):
+        try:
+            text = data.decode(cs)
+            break
+        except (UnicodeDecodeError, LookupError):
+            continue
+    else:
+        d.add("body_undecodable")
+        text = data.decode(charset, "replace")
+    if "\0" in text:
+        d.add("nul_bytes")
+        text = text.replace("\0", "\ufffd")
+    return text
+
+
+def _filename(part: Message, d: Defects) -> str | None:
+    """The attachment's name from Content-Disposition (else Content-Type's ``name``), with UTF-8
+    bytes and RFC 2231 / encoded-word forms decoded."""
+    for header, param in (("content-disposition", "filename"), ("content-type", "name")):
+        # The raw value: compat32's get() wraps 8-bit values in a Header object.
+        raw = next((v for n, v in part.raw_items() if n.lower() == header), None)
+        if raw is None:
+            continue
+        try:
+            parsed = policy.default.header_fetch_parse(header, text_of(raw, d, "filename"))
+            value = parsed.params.get(param)
+        except Exception:
+            value = guard(part.get_filename, None, d, "filename_unreadable")
+        if value:
+            return str(value)
+    return None
+
+
+class Body:
+    def __init__(self, lim: InboundLimits, d: Defects) -> None:
+        self.lim, self.d = lim, d
+        self.text: str | None = None
+        self.html: str | None = None
+        self.attachments: list[ParsedAttachment] = []
+        self.stored = 0
+
+    def walk(self, root: Message) -> None:
+        """Depth-first, in document order, without recursion (depth and parts are capped)."""
+        stack: list[tuple[Message, int]] = [(root, 0)]
+        parts = 0
+        while stack:
+            part, depth = stack.pop()
+            parts += 1
+            if parts > self.lim.max_mime_parts:
+                self.d.add("mime_parts_truncated")
+                return
+            for defect in getattr(part, "defects", ()):
+                self.d.add(type(defect).__name__)
+            ctype = guard(part.get_content_type, "application/octet-stream", self.d,
+                           "content_type_unreadable")
+            if part.is_multipart() and ctype != "message/rfc822":
+                if depth >= self.lim.max_mime_depth:
+                    self.d.add("mime_depth_exceeded")
+                    continue
+                children: Any = guard(part.get_payload, [], self.d, "mime_unreadable")
+                stack.extend((c, depth + 1) for c in reversed(children)
+                             if isinstance(c, Message))
+                continue
+            self.leaf(part, ctype)
+
+    def leaf(self, part: Message, ctype: str) -> None:
+        d = self.d
+        disposition = guard(part.get_content_disposition, None, d, "disposition_unreadable")
+        filename = _filename(part, d)
+        if ctype == "message/rfc822":
+            inner: Any = guard(lambda: part.get_payload(), [], d, "mime_unreadable")
+            data: Any = guard(lambda: inner[0].as_bytes(), b"", d, "attachment_unreadable") \
+                if isinstance(inner, list) and inner else b""
+        else:
+            data = guard(lambda: part.get_payload(decode=True), b"", d, "body_unreadable")
+        if not isinstance(data, bytes):
+            data = b""
+        inline_text = ctype in ("text/plain", "text/html") and disposition != "attachment" \
+            and filename is None
+        if inline_text and ctype == "text/plain" and self.text is None:
+            self.text, cut = cap_utf8(_decode_text(part, data, d), self.lim.max_text_bytes)
+            if cut:
+                d.add("text_truncated")
+            return
+        if inline_text and ctype == "text/html" and self.html is None:
+            self.html, cut = cap_utf8(_decode_text(part, data, d), self.lim.max_html_bytes)
+            if cut:
+                d.add("html_truncated")
+            return
+        if len(self.attachments) >= self.lim.max_attachments:
+            d.add("attachments_truncated")
+            return
+        if filename is not None:
+            filename = cap_utf8(text_of(str(filename), d, "filename"), 255)[0]
+        content: bytes | None = data
+        if self.stored + len(data) > self.lim.max_attachment_bytes:
+            d.add("attachment_content_dropped")
+            content = None
+        else:
+            self.stored += len(data)
+        self.attachments.append(ParsedAttachment(filename=filename, content_type=ctype[:255],
+                                                 size=len(data), content=content))

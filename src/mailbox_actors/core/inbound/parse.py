@@ -1,0 +1,192 @@
+"""Lenient parsing of one RFC 5322 message under caps (IN-1), with the standard library.
+
+Nothing here raises on what a sender wrote: the message is split with ``compat32`` (which never
+parses a header while splitting), and every header is then read on its own inside a ``try``,
+because the modern policy raises on some malformed headers only when they are read (cpython
+#105802). What could not be read, or was cut to fit a cap, becomes a defect (a short string with
+no content in it). The one refusal is a message over ``max_message_bytes``, decided by the caller.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.utils
+import re
+from email import policy
+from email.message import Message
+from email.parser import BytesParser
+
+import msgspec
+
+from mailbox_actors.core.inbound.limits import InboundLimits
+from mailbox_actors.core.inbound.mime import Body, ParsedAttachment
+from mailbox_actors.core.inbound.text import Defects, cap_utf8, text_of
+from mailbox_actors.core.inbound.threads import MAX_ID_CHARS, msg_ids
+
+__all__ = ["ParsedAttachment", "ParsedMessage", "parse_message"]
+
+_FOLD = re.compile(r"\r?\n[ \t]*")
+_NAME_OK = re.compile(r"[^A-Za-z0-9-]")
+# More multipart containers than this cannot be a real message; the parser recurses per level
+# (1,000 levels is a RecursionError after half a second), so such a body is not split at all.
+_MULTIPART = re.compile(rb"(?im)^content-type:[ \t]*multipart/")
+_MAX_MULTIPART_SCAN = 200
+
+
+class ParsedMessage(msgspec.Struct, frozen=True):
+    headers: list[tuple[str, str]]  # decoded values, unfolded, in order, under the header caps
+    message_id: str | None  # without brackets; None when absent or not a Message-ID
+    in_reply_to: str | None  # the raw (decoded) values, for threading
+    references: str | None
+    thread_index_root: str | None  # "ti:" + base64 of the first 22 bytes of Thread-Index
+    subject: str
+    from_addr: str
+    to: list[str]
+    cc: list[str]
+    delivered_to: list[str]
+    date_ms: int | None
+    text: str | None
+    html: str | None
+    attachments: list[ParsedAttachment]
+    defects: list[str]
+
+
+def _safe_name(name: str) -> str:
+    return _NAME_OK.sub("_", name.lower())[:64] or "_"
+
+
+def _read_header(name: str, raw: str, d: Defects) -> str:
+    """One header value, decoded (encoded-words) and unfolded; never raises."""
+    safe = _safe_name(name)
+    value = text_of(raw, d, safe)
+    try:
+        return str(policy.default.header_fetch_parse(name, value))
+    except Exception:  # the modern parser's IndexError, AttributeError...: read it plainly
+        d.add(f"header_unreadable:{safe}")
+        return _FOLD.sub(" ", value).strip()
+
+
+def _headers(msg: Message, lim: InboundLimits, d: Defects) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    total = 0
+    for i, (name, raw) in enumerate(msg.raw_items()):
+        if i >= lim.max_headers:
+            d.add("headers_truncated")
+            break
+        if len(raw) > lim.max_header_value_bytes:  # cut before decoding: a 1 MB line is cheap
+            raw = raw[:lim.max_header_value_bytes]
+            d.add(f"header_value_truncated:{_safe_name(name)}")
+        value, cut = cap_utf8(_read_header(name, raw, d), lim.max_header_value_bytes)
+        if cut:
+            d.add(f"header_value_truncated:{_safe_name(name)}")
+        name = text_of(name, d, "name")[:256]
+        total += len(name) + len(value.encode("utf-8", "surrogatepass")) + 4
+        if total > lim.max_header_bytes:
+            d.add("headers_truncated")
+            break
+        out.append((name, value))
+    return out
+
+
+def _first(headers: list[tuple[str, str]], name: str) -> str | None:
+    low = name.lower()
+    return next((v for n, v in headers if n.lower() == low), None)
+
+
+def _addresses(headers: list[tuple[str, str]], name: str, d: Defects) -> list[str]:
+    low = name.lower()
+    values = [v for n, v in headers if n.lower() == low]
+    if not values:
+        return []
+    try:
+        pairs = email.utils.getaddresses(values)
+    except Exception:
+        d.add(f"address_unreadable:{low}")
+        return []
+    out = [a for _, a in pairs if "@" in a]
+    if len(out) < sum(1 for v in values if v.strip()) and not out:
+        d.add(f"address_unreadable:{low}")
+    return out[:1000]
+
+
+def _date_ms(value: str | None, d: Defects) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(email.utils.parsedate_to_datetime(value).timestamp() * 1000)
+    except Exception:
+        d.add("date_invalid")
+        return None
+
+
+def _message_id(value: str | None, d: Defects) -> str | None:
+    if value is None:
+        return None
+    ids = msg_ids(value)
+    if not ids or len(ids[0]) > MAX_ID_CHARS or "@" not in ids[0]:
+        d.add("message_id_invalid")
+        return None
+    return ids[0]
+
+
+def _thread_index_root(value: str | None, d: Defects) -> str | None:
+    if value is None:
+        return None
+    try:
+        raw = base64.b64decode("".join(value.split()), validate=True)
+    except (binascii.Error, ValueError):
+        d.add("thread_index_invalid")
+        return None
+    if len(raw) < 22:
+        d.add("thread_index_invalid")
+        return None
+    return "ti:" + base64.b64encode(raw[:22]).decode()
+
+
+def parse_message(raw: bytes, lim: InboundLimits) -> ParsedMessage:
+    """Parse ``raw`` (already within ``max_message_bytes``); never raises on its content."""
+    d = Defects()
+    if b"\0" in raw:
+        d.add("nul_bytes")
+    containers = 0
+    for _ in _MULTIPART.finditer(raw):
+        containers += 1
+        if containers > _MAX_MULTIPART_SCAN:
+            break
+    split_body = containers <= _MAX_MULTIPART_SCAN
+    if not split_body:
+        d.add("mime_too_complex")
+    try:
+        msg = BytesParser(policy=policy.compat32).parsebytes(raw, headersonly=not split_body)
+    except RecursionError:
+        d.add("mime_too_complex")
+        msg = BytesParser(policy=policy.compat32).parsebytes(raw, headersonly=True)
+        split_body = False
+    headers = _headers(msg, lim, d)
+    body = Body(lim, d)
+    if split_body:
+        body.walk(msg)
+    else:
+        payload = msg.get_payload()
+        data = payload.encode("ascii", "surrogateescape") if isinstance(payload, str) else b""
+        body.text, cut = cap_utf8(data.decode("utf-8", "replace").replace("\0", "\ufffd"),
+                                   lim.max_text_bytes)
+        if cut:
+            d.add("text_truncated")
+    from_addrs = _addresses(headers, "from", d)
+    if _first(headers, "from") is None:
+        d.add("from_missing")
+    return ParsedMessage(
+        headers=headers,
+        message_id=_message_id(_first(headers, "message-id"), d),
+        in_reply_to=_first(headers, "in-reply-to"),
+        references=_first(headers, "references"),
+        thread_index_root=_thread_index_root(_first(headers, "thread-index"), d),
+        subject=_first(headers, "subject") or "",
+        from_addr=from_addrs[0] if from_addrs else "",
+        to=_addresses(headers, "to", d), cc=_addresses(headers, "cc", d),
+        delivered_to=_addresses(headers, "delivered-to", d),
+        date_ms=_date_ms(_first(headers, "date"), d),
+        text=body.text, html=body.html, attachments=body.attachments,
+        defects=list(d.items))

@@ -1,0 +1,111 @@
+"""Threading (IN-2) as pure decisions: which thread a received message joins.
+
+Keys are Message-IDs (without angle brackets) and, for Outlook mail that carries only
+``Thread-Index``, the 22-byte root of that index (``ti:`` + base64). Each key maps to one thread.
+In-Reply-To is trusted on its own; References join a thread; a subject never merges threads; a
+parent that arrives after its reply finds its own id already mapped (by the reply) and joins that
+thread; a thread holds at most ``max_size`` messages, then a new one starts. A decision never moves
+a message or a key that is already mapped, so thread ids never change once given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+import msgspec
+
+__all__ = ["MAX_THREAD_SIZE", "ThreadDecision", "ThreadKeys", "ThreadLookup", "assign_thread",
+           "msg_ids", "thread_keys"]
+
+MAX_THREAD_SIZE = 100
+MAX_REFERENCES = 100  # the newest ones: a References list longer than this is cut from the front
+MAX_ID_CHARS = 250
+_MSG_ID = re.compile(r"<([^<>\s]{1,250})>")
+
+
+def msg_ids(value: str | None) -> list[str]:
+    """The ``<...>`` tokens of a Message-ID, In-Reply-To or References value, in order, without
+    brackets or repeats. Anything between tokens (comments, phrases) is ignored."""
+    if not value:
+        return []
+    seen: dict[str, None] = {}
+    for m in _MSG_ID.finditer(value):
+        seen.setdefault(m.group(1), None)
+    return list(seen)
+
+
+class ThreadKeys(msgspec.Struct, frozen=True):
+    """What threading reads of one message."""
+
+    own: str | None  # its Message-ID, None when absent or not one
+    in_reply_to: str | None
+    references: tuple[str, ...]  # oldest first, as in the header
+    thread_index_root: str | None  # "ti:<base64 of the first 22 bytes>"
+
+
+def thread_keys(message_id: str | None, in_reply_to: str | None, references: str | None,
+                thread_index_root: str | None = None) -> ThreadKeys:
+    """Keys from the raw header values (any of them may be None or malformed)."""
+    own = msg_ids(message_id)
+    irt = msg_ids(in_reply_to)
+    refs = [r for r in msg_ids(references) if r not in own][-MAX_REFERENCES:]
+    return ThreadKeys(own=own[0] if own else None,
+                      in_reply_to=next((r for r in irt if r not in own), None),
+                      references=tuple(refs),
+                      thread_index_root=thread_index_root)
+
+
+class ThreadLookup(Protocol):
+    """Implemented by the caller over its storage."""
+
+    def thread_of(self, key: str) -> str | None:
+        """The thread a key (Message-ID or Thread-Index root) is mapped to, or None."""
+
+    def size_of(self, thread_id: str) -> int:
+        """How many messages the thread holds now."""
+
+
+class ThreadDecision(msgspec.Struct, frozen=True):
+    thread_id: str
+    created: bool  # a new thread: the caller inserts it
+    # Keys to map to thread_id when they are not mapped yet (never remapped).
+    map_if_absent: tuple[str, ...]
+    # Keys to map to thread_id even if mapped (the message's own id: its replies follow it).
+    map_always: tuple[str, ...]
+
+
+def assign_thread(keys: ThreadKeys, lookup: ThreadLookup, new_thread_id: str,
+                  max_size: int = MAX_THREAD_SIZE) -> ThreadDecision:
+    """Decide the thread of a message from its keys and what is already mapped.
+
+    Order of trust: the In-Reply-To parent's thread; then a thread that a reply which arrived
+    first gave this message's own id; then the nearest References ancestor that is mapped; then
+    the Thread-Index root. A full thread is never joined: the message starts a new one.
+    """
+    candidates: list[str | None] = []
+    if keys.in_reply_to is not None:
+        candidates.append(lookup.thread_of(keys.in_reply_to))
+    if keys.own is not None:
+        candidates.append(lookup.thread_of(keys.own))
+    candidates.extend(lookup.thread_of(r) for r in reversed(keys.references))
+    if keys.thread_index_root is not None:
+        candidates.append(lookup.thread_of(keys.thread_index_root))
+    chosen = next((t for t in candidates if t is not None), None)
+    created = chosen is None or lookup.size_of(chosen) >= max_size
+    thread_id = new_thread_id if created else chosen
+    assert thread_id is not None
+    ancestors: Sequence[str] = [*keys.references,
+                                *([keys.in_reply_to] if keys.in_reply_to else [])]
+    absent = [a for a in dict.fromkeys(ancestors) if lookup.thread_of(a) is None]
+    if keys.thread_index_root is not None and (
+            created or lookup.thread_of(keys.thread_index_root) is None):
+        # A new Outlook conversation's root, or a thread past its size: later replies follow.
+        absent_or_moved = keys.thread_index_root
+    else:
+        absent_or_moved = None
+    always = tuple(k for k in (keys.own, absent_or_moved) if k is not None)
+    return ThreadDecision(thread_id=thread_id, created=created,
+                          map_if_absent=tuple(a for a in absent if a not in always),
+                          map_always=always)

@@ -1,0 +1,124 @@
+"""Lenient parsing under caps (IN-1): good mail read right, hostile mail stored with defects,
+never an exception."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from hostile_mail import HAND_WRITTEN, generated
+from mailbox_actors.core.inbound.limits import InboundLimits
+from mailbox_actors.core.inbound.parse import parse_message
+
+LIMITS = InboundLimits()
+
+GOOD = (b"From: Alice <alice@example.com>\r\n"
+        b"To: bob@example.com, =?utf-8?q?Carl?= <carl@example.com>\r\n"
+        b"Cc: dora@example.com\r\n"
+        b"Subject: =?utf-8?q?h=C3=A9llo?= world\r\n"
+        b"Message-ID: <m1@example.com>\r\n"
+        b"In-Reply-To: <m0@example.com>\r\n"
+        b"References: <r@example.com>\r\n <m0@example.com>\r\n"
+        b"Date: Tue, 01 Dec 2026 10:00:00 +0000\r\n"
+        b'Content-Type: multipart/mixed; boundary="xx"\r\n\r\n'
+        b'--xx\r\nContent-Type: multipart/alternative; boundary="yy"\r\n\r\n'
+        b"--yy\r\nContent-Type: text/plain; charset=iso-8859-1\r\n"
+        b"Content-Transfer-Encoding: quoted-printable\r\n\r\ncaf=E9\r\n"
+        b"--yy\r\nContent-Type: text/html; charset=utf-8\r\n\r\n<p>caf\xc3\xa9</p>\r\n--yy--\r\n"
+        b"--xx\r\nContent-Type: application/pdf\r\n"
+        b'Content-Disposition: attachment; filename="r\xc3\xa9sum\xc3\xa9.pdf"\r\n'
+        b"Content-Transfer-Encoding: base64\r\n\r\n" + base64.b64encode(b"%PDF-1.4 data")
+        + b"\r\n--xx--\r\n")
+
+
+def test_a_well_formed_message_is_read_whole() -> None:
+    """IN-1, IN-3: addresses, subject (encoded-words decoded), ids, date, text and html in their
+    charsets, and the attachment with its name, type, size and content."""
+    p = parse_message(GOOD, LIMITS)
+    assert p.defects == []
+    assert p.from_addr == "alice@example.com"
+    assert p.to == ["bob@example.com", "carl@example.com"] and p.cc == ["dora@example.com"]
+    assert p.subject == "héllo world"
+    assert p.message_id == "m1@example.com"
+    assert p.in_reply_to == "<m0@example.com>"
+    assert p.references is not None and "<r@example.com>" in p.references
+    assert p.date_ms == 1_796_119_200_000
+    assert p.text is not None and p.text.strip() == "café"
+    assert p.html is not None and "café" in p.html
+    [att] = p.attachments
+    assert (att.filename, att.content_type, att.size) == ("résumé.pdf", "application/pdf", 13)
+    assert att.content == b"%PDF-1.4 data"
+    assert ("Subject", "héllo world") in p.headers
+
+
+@pytest.mark.parametrize("name", sorted(HAND_WRITTEN))
+def test_every_hand_written_hostile_message_parses_with_defects_not_errors(name: str) -> None:
+    """IN-1: each hostile case parses without an exception, within every cap."""
+    p = parse_message(HAND_WRITTEN[name], LIMITS)
+    assert len(p.headers) <= LIMITS.max_headers
+    assert all(len(v.encode("utf-8", "surrogatepass")) <= LIMITS.max_header_value_bytes
+               for _, v in p.headers)
+    assert p.text is None or len(p.text.encode("utf-8", "surrogatepass")) <= LIMITS.max_text_bytes
+    assert all("\0" not in v for _, v in p.headers)
+    assert p.text is None or "\0" not in p.text
+
+
+def test_hostile_cases_name_what_they_broke() -> None:
+    """IN-1: the defects say what was wrong or cut, case by case."""
+    d = {name: parse_message(raw, LIMITS).defects for name, raw in HAND_WRITTEN.items()}
+    assert "nul_bytes" in d["nul_bytes"]
+    assert "header_8bit_undecodable:subject" in d["eight_bit_headers"]
+    assert any(x.startswith("header_unreadable:") for x in d["bad_encoded_words"])
+    assert "header_value_truncated:x-huge" in d["header_line_1mb"]
+    assert "headers_truncated" in d["headers_10000"]
+    assert "mime_too_complex" in d["multipart_1000_deep"]
+    assert "message_id_invalid" in d["bad_message_id"]
+    assert "date_invalid" in d["bad_date"]
+    assert "thread_index_invalid" in d["bad_thread_index"]
+    assert "charset_unknown" in d["bad_base64_and_charset"]
+    assert any("Boundary" in x for x in d["boundary_never_closes"])
+
+
+def test_an_unclosed_boundary_keeps_what_came_before_it() -> None:
+    """IN-1: a multipart whose closing boundary never comes still yields its parts."""
+    p = parse_message(HAND_WRITTEN["boundary_never_closes"], LIMITS)
+    assert p.text is not None and "still going" in p.text
+    assert [a.content_type for a in p.attachments] == ["application/pdf"]
+
+
+def test_depth_and_part_caps_cut_without_failing() -> None:
+    """IN-1: nesting deeper than max_mime_depth and parts beyond max_mime_parts are cut."""
+    from hostile_mail import nested_multipart
+
+    p = parse_message(nested_multipart(60), LIMITS)
+    assert "mime_depth_exceeded" in p.defects and p.text is None
+    p = parse_message(nested_multipart(60), InboundLimits(max_mime_parts=10))
+    assert "mime_parts_truncated" in p.defects
+
+
+def test_body_and_attachment_caps() -> None:
+    """IN-1: text over max_text_bytes is cut; attachment content over max_attachment_bytes is
+    listed with its size but not kept; attachments over max_attachments are not listed."""
+    small = InboundLimits(max_text_bytes=4, max_attachment_bytes=5, max_attachments=1)
+    p = parse_message(GOOD, small)
+    assert p.text == "café"[:3] and "text_truncated" in p.defects
+    [att] = p.attachments
+    assert att.size == 13 and att.content is None
+    assert "attachment_content_dropped" in p.defects
+
+
+def test_header_caps_keep_the_first_fields() -> None:
+    """IN-1: over max_headers or max_header_bytes the first fields are kept, in order."""
+    p = parse_message(HAND_WRITTEN["headers_10000"], InboundLimits(max_headers=5))
+    assert [n for n, _ in p.headers][:3] == ["From", "To", "X-H0"] and len(p.headers) == 5
+    p = parse_message(HAND_WRITTEN["headers_10000"], InboundLimits(max_header_bytes=200))
+    assert 1 <= len(p.headers) < 20 and "headers_truncated" in p.defects
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_generated_hostile_mail_never_raises(seed: int) -> None:
+    """IN-1: 200 seeded mutations of the corpus per seed parse without an exception."""
+    for _, raw in generated(seed, 200):
+        p = parse_message(raw, LIMITS)
+        assert isinstance(p.defects, list)
