@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -17,8 +18,10 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
     "serve": ("mailbox_actors.cli.serve", "add_arguments", "run", "run one node"),
     "cluster": ("mailbox_actors.cli.cluster", "add_arguments", "run",
                 "run a local cluster of node processes (restarts nodes that die)"),
+    "stop": ("mailbox_actors.cli.stop", "add_arguments", "run",
+             "stop the cluster (or node) running on a data directory"),
     "status": ("mailbox_actors.cli.remote", "add_status_arguments", "run_status",
-               "show nodes, pids, active actors and pending alarms"),
+               "show nodes, pids, restarts, active actors and pending alarms"),
     "id": ("mailbox_actors.cli.remote", "add_id_arguments", "run_id",
            "print the object id for a name"),
     "call": ("mailbox_actors.cli.remote", "add_call_arguments", "run_call",
@@ -61,6 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mailbox_actors.platform.logging import configure_logging
 
     configure_logging(level="warning")
+    # OPS-5: whatever a command creates (data directories, actor files, the control database,
+    # tokens, logs of SQLite) is the operator's alone: directories 0700, files 0600.
+    os.umask(0o077)
     module, _add, run, _help = SUBCOMMANDS[args.command]
     try:
         return int(getattr(importlib.import_module(module), run)(args))

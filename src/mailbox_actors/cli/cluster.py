@@ -2,8 +2,14 @@
 
 Node i listens on port P+i with its own data directory DIR/node-i and owns part of the id space by
 rendezvous hashing over the node list. The supervisor writes DIR/cluster.json (names, URLs, pids,
-data directories) for ``status`` and for clients, generates the tokens once, and on Ctrl-C or
-SIGTERM stops every node gracefully (SIGKILL only after the grace period).
+data directories, restarts) for ``status`` and for clients, generates the tokens once, and on Ctrl-C
+or SIGTERM (``mailbox-actors stop``) stops every node gracefully (SIGKILL only after the grace
+period).
+
+OPS-1: it holds an OS lock on DIR for its whole life, so a second supervisor on DIR is refused
+(exit 2) before it touches anything; its nodes die with it (``cli/lifeline``); and a node that is
+alive but stops answering ``/healthz`` (stopped, deadlocked) is killed and restarted like one that
+exited.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from mailbox_actors.cli.lifeline import SUPERVISOR_ENV
 from mailbox_actors.cli.serve import add_config_arguments, flags_of
 from mailbox_actors.node.cluster_file import CLUSTER_FILE, read_cluster_file
 from mailbox_actors.node.config import ENV_PREFIX, NodeConfig, ensure_tokens, load_config
+from mailbox_actors.platform.locks import DataDirLock, DataDirLocked
 from mailbox_actors.runtime.settings import SettingsError
 
 __all__ = ["CLUSTER_FILE", "ClusterSupervisor", "add_arguments", "read_cluster_file", "run"]
@@ -32,6 +40,12 @@ _SETTINGS_ERROR = 2  # what `serve` exits with when it refuses its settings
 _PER_NODE = frozenset({"data", "host", "port", "nodes", "node_name", "token", "token_file",
                        "operator_token", "operator_token_file", "control_db", "queues_db"})
 _RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+# A node that was ready and then leaves /healthz unanswered this long is killed and restarted.
+# Generous: a node busy with a burst still answers /healthz within milliseconds, so only a stopped
+# or wedged process stays silent for seconds.
+HEALTH_DEADLINE_S = 10.0
+_HEALTH_PERIOD_S = 0.5
+_HEALTH_TIMEOUT_S = 1.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,11 +57,30 @@ def run(args: argparse.Namespace) -> int:
     try:
         flags = flags_of(args) | {"nodes": args.nodes}
         cfg = load_config(flags, os.environ, args.config)
-        sup = ClusterSupervisor(cfg)
     except SettingsError as e:
         print(f"mailbox-actors cluster: {e}", file=sys.stderr)
         return 2
-    return sup.run()
+    lock = DataDirLock(Path(cfg.data).resolve())
+    try:
+        lock.acquire()  # before anything in DIR is written: cluster.json belongs to the holder
+    except DataDirLocked:
+        from mailbox_actors.platform.locks import lock_holder
+
+        holder = lock_holder(Path(cfg.data).resolve())
+        print(f"mailbox-actors cluster: {cfg.data} is in use by another cluster or node (pid "
+              f"{holder if holder and holder > 0 else 'unknown'}); stop it with "
+              f"'mailbox-actors stop --data {cfg.data}' or use another data directory",
+              file=sys.stderr)
+        return 2
+    try:
+        try:
+            sup = ClusterSupervisor(cfg)
+        except SettingsError as e:
+            print(f"mailbox-actors cluster: {e}", file=sys.stderr)
+            return 2
+        return sup.run()
+    finally:
+        lock.release()
 
 
 class ClusterSupervisor:
@@ -60,6 +93,8 @@ class ClusterSupervisor:
         self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.nodes)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * cfg.nodes
         self.restarts = [0] * cfg.nodes
+        self._last_ok: list[float | None] = [None] * cfg.nodes  # None: not ready since spawned
+        self._next_check = 0.0
         self.failed = False  # a node refused its settings
         self._stopping = False
 
@@ -81,13 +116,16 @@ class ClusterSupervisor:
         env[ENV_PREFIX + "TOKEN"] = self.tokens.cluster
         env[ENV_PREFIX + "OPERATOR_TOKEN"] = self.tokens.operator
         env.pop(ENV_PREFIX + "CONFIG", None)  # read once, here
+        env[SUPERVISOR_ENV] = str(os.getpid())
         cmd = [sys.executable, "-m", "mailbox_actors", "serve", "--data",
                str(self.data / self.names[i]), "--host", self.cfg.host,
                "--port", str(self.cfg.port + i), "--node-name", self.names[i], "--peers", peers,
                # One control database and one queue file for the whole cluster.
                "--control-db", self.cfg.control_db or str(self.data / "control.sqlite"),
                "--queues-db", self.cfg.queues_db or str(self.data / "queues.sqlite")]
-        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+        # Its standard input is a pipe only this process writes to: when we die, it reads EOF.
+        self._last_ok[i] = None
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE)
 
     def write_cluster_file(self) -> None:
         doc = {
@@ -113,6 +151,7 @@ class ClusterSupervisor:
                 with urllib.request.urlopen(self.urls[i] + "/healthz", timeout=1) as r:
                     # Its own node, not whatever else answers on that port.
                     if r.status == 200 and json.loads(r.read()).get("pid") == p.pid:
+                        self._last_ok[i] = time.monotonic()
                         return True
             except (OSError, ValueError):
                 pass
@@ -135,6 +174,33 @@ class ClusterSupervisor:
         p = self.procs[i]
         return "-" if p is None else str(p.pid)
 
+    def _answers(self, i: int, p: subprocess.Popen[bytes]) -> bool:
+        try:
+            with urllib.request.urlopen(self.urls[i] + "/healthz",
+                                        timeout=_HEALTH_TIMEOUT_S) as r:
+                return bool(r.status == 200 and json.loads(r.read()).get("pid") == p.pid)
+        except (OSError, ValueError):
+            return False
+
+    def check_health(self) -> None:
+        """Kill a node that was ready and has not answered /healthz for HEALTH_DEADLINE_S; the
+        next ``supervise_once`` restarts it like any node that exited (OPS-1)."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + _HEALTH_PERIOD_S
+        for i, p in enumerate(self.procs):
+            if p is None or p.poll() is not None or self._stopping:
+                continue
+            last = self._last_ok[i]  # None: not ready yet since it was spawned, so not judged
+            if self._answers(i, p):
+                self._last_ok[i] = time.monotonic()
+            elif last is not None and time.monotonic() - last > HEALTH_DEADLINE_S:
+                self.say(f"{self.names[i]} (pid {p.pid}) has not answered /healthz for "
+                         f"{HEALTH_DEADLINE_S:.0f} s; killing it")
+                p.kill()
+                p.wait()
+
     def supervise_once(self) -> None:
         """Restart any node that has exited (CL-2)."""
         for i, p in enumerate(self.procs):
@@ -148,6 +214,8 @@ class ClusterSupervisor:
                 self.failed = True
                 self._stopping = True
                 return
+            if p.stdin is not None:
+                p.stdin.close()  # that node's lifeline; the new one gets its own
             self.restarts[i] += 1
             delay = _RESTART_BACKOFF_S[min(self.restarts[i] - 1, len(_RESTART_BACKOFF_S) - 1)]
             self.say(f"{self.names[i]} exited with status {p.returncode}; restarting in "
@@ -176,6 +244,8 @@ class ClusterSupervisor:
                 self.say(f"{self.names[i]} did not stop in time; killing it")
                 p.kill()
                 p.wait()
+            if p.stdin is not None:
+                p.stdin.close()
         (self.data / CLUSTER_FILE).unlink(missing_ok=True)
         self.say("stopped")
 
@@ -190,6 +260,7 @@ class ClusterSupervisor:
             self.say("running; Ctrl-C stops every node")
             while not self._stopping:
                 self.supervise_once()
+                self.check_health()
                 time.sleep(0.1)
         finally:
             self.stop()

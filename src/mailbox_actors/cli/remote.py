@@ -18,6 +18,7 @@ import anyio
 import msgspec
 
 from mailbox_actors.http.client import HttpPool
+from mailbox_actors.platform.locks import lock_holder
 from mailbox_actors.rpc.client import Client, RpcError
 
 __all__ = ["add_call_arguments", "add_id_arguments", "add_identity_arguments",
@@ -111,11 +112,21 @@ def run_status(args: argparse.Namespace) -> int:
     except FileNotFoundError:
         return _fail("status", f"no operator token in {data}; start the cluster first or pass "
                      "--data", 2)
+    restarts: dict[str, int] = {}
+    running = lock_holder(data) is not None
     try:
-        nodes = [(n["name"], n["url"]) for n in json.loads((data / "cluster.json").read_text())[
-            "nodes"]]
+        doc = json.loads((data / "cluster.json").read_text())
+        nodes = [(n["name"], n["url"]) for n in doc["nodes"]]
+        restarts = {n["name"]: int(n.get("restarts", 0)) for n in doc["nodes"]}
     except FileNotFoundError:
+        if not (running or args.url):
+            return _fail("status", f"no cluster is running on {data} (start one with "
+                         f"'mailbox-actors cluster --data {data}')", 1)
         nodes = [("node-0", args.url or "http://127.0.0.1:8787")]
+    else:
+        if not running and not args.url:
+            return _fail("status", f"no cluster is running on {data} ({data / 'cluster.json'} "
+                         "is left from a supervisor that did not stop cleanly)", 1)
 
     async def go() -> list[dict[str, Any]]:
         out = []
@@ -128,16 +139,18 @@ def run_status(args: argparse.Namespace) -> int:
                     row = json.loads(body) if status == 200 else {"status": f"HTTP {status}"}
                 except (OSError, ConnectionError, TimeoutError):
                     row = {"status": "unreachable"}
-                out.append({"name": name, "url": url} | row)
+                out.append({"name": name, "url": url, "restarts": restarts.get(name, 0)} | row)
         return out
     rows = anyio.run(go)
     queues: dict[str, Any] = next((r["queues"] for r in rows if r.get("queues")), {})
     if args.json:
         print(json.dumps({"nodes": rows, "queues": queues}, indent=2))
     else:
-        print(f"{'node':8} {'status':12} {'pid':>8} {'actors':>8} {'alarms':>8}  url")
+        print(f"{'node':8} {'status':12} {'pid':>8} {'restarts':>8} {'actors':>8} {'alarms':>8}"
+              "  url")
         for r in rows:
             print(f"{r['name']:8} {r.get('status', '?'):12} {r.get('pid', '-')!s:>8} "
+                  f"{r['restarts']:>8} "
                   f"{r.get('actors_active', '-')!s:>8} {r.get('alarms_pending', '-')!s:>8}  "
                   f"{r['url']}")
         if queues:

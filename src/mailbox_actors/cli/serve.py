@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from mailbox_actors.cli.lifeline import stop_with_supervisor
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.http.server import RpcHttpServer, loop_backend_options
 from mailbox_actors.node.app import NodeApp
@@ -90,6 +91,7 @@ def flags_of(args: argparse.Namespace, names: tuple[str, ...] = FLAGS) -> dict[s
 
 
 def run(args: argparse.Namespace) -> int:
+    stop_with_supervisor()  # a node of a cluster never outlives its supervisor (OPS-1)
     try:
         cfg = load_config(flags_of(args), os.environ, args.config)
         peers = parse_peers(args.peers) if args.peers else []

@@ -170,7 +170,7 @@ def _read_or_create(path: Path) -> str:
 def ensure_tokens(cfg: NodeConfig, data_dir: Path) -> Tokens:
     """The cluster and operator tokens: given (flag, variable or file), else generated into the
     data directory on first start with mode 0600. They must differ."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def pick(value: str | None, file: str | None, default_name: str) -> tuple[str, str | None]:
         if value:

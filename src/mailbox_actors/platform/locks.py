@@ -11,7 +11,9 @@ import fcntl
 import os
 from pathlib import Path
 
-__all__ = ["DataDirLock", "DataDirLocked"]
+__all__ = ["LOCK_FILE", "DataDirLock", "DataDirLocked", "lock_holder"]
+
+LOCK_FILE = ".lock"
 
 
 class DataDirLocked(RuntimeError):
@@ -20,11 +22,11 @@ class DataDirLocked(RuntimeError):
 
 class DataDirLock:
     def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / ".lock"
+        self.path = data_dir / LOCK_FILE
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -41,8 +43,31 @@ class DataDirLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def lock_holder(data_dir: Path) -> int | None:
+    """The pid of the live process holding ``data_dir``'s lock, or None when none does (the probe
+    takes a shared lock for an instant, so it never blocks nor outlives the call)."""
+    try:
+        fd = os.open(data_dir / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,105 @@
+"""The supervisor's lifecycle against real processes (OPS-1): nodes die with a SIGKILLed supervisor,
+one supervisor per data directory (a second is refused with exit 2 and changes nothing), ``stop``,
+a node stopped with SIGSTOP is restarted like one that exited, ``status`` shows restarts and says
+plainly when no cluster runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_cluster import Cluster, _free_port_block
+
+pytestmark = pytest.mark.slow
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie awaiting its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 60) -> None:
+    """Poll (bounded) until every pid has ended: real processes, no event to wait on."""
+    deadline = time.monotonic() + timeout_s
+    while not all(_gone(p) for p in pids):
+        assert time.monotonic() < deadline, f"still running: {[p for p in pids if not _gone(p)]}"
+        time.sleep(0.05)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mailbox_actors", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_nodes_die_with_a_sigkilled_supervisor_and_a_new_cluster_starts_on_the_directory(
+        tmp_path: Path) -> None:
+    """OPS-1: SIGKILL the supervisor: its nodes stop by themselves (never left running
+    unsupervised), and a new ``cluster`` on the same directory starts every node at once (no lock
+    held by an orphan, no restart loop)."""
+    data = tmp_path / "cluster"
+    first = Cluster(data, 2)
+    try:
+        first.wait_for("cluster: running")
+        pids = [n["pid"] for n in first.nodes()]
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(timeout=30)
+        _wait_gone(pids)
+    finally:
+        first.stop()
+    second = Cluster(data, 2)
+    try:
+        second.wait_for("cluster: running")
+        assert sum("ready at" in line for line in second.log) == 2, second.log
+        assert not any("restarting" in line for line in second.log)
+    finally:
+        second.stop()
+
+
+def test_one_supervisor_per_directory_stop_sigstop_restart_and_status(tmp_path: Path) -> None:
+    """OPS-1: a second ``cluster`` on a directory in use is refused with exit 2 and leaves
+    cluster.json as it was; a node stopped with SIGSTOP is killed and restarted; ``status`` shows
+    its restart; ``stop --data`` stops the cluster and its nodes; then ``status`` says no cluster
+    runs and ``stop`` has nothing to stop."""
+    data = tmp_path / "cluster"
+    c = Cluster(data, 2)
+    try:
+        c.wait_for("cluster: running")
+        before = (data / "cluster.json").read_bytes()
+        other = _cli("cluster", "--nodes", "1", "--data", str(data), "--port",
+                     str(_free_port_block(1)))
+        assert other.returncode == 2, other
+        assert "in use" in other.stderr and "mailbox-actors stop" in other.stderr
+        assert (data / "cluster.json").read_bytes() == before
+
+        victim = c.nodes()[1]
+        os.kill(victim["pid"], signal.SIGSTOP)
+        c.wait_for("has not answered /healthz")
+        c.wait_for(f"{victim['name']} back")
+        assert _gone(victim["pid"])
+        status = _cli("status", "--data", str(data))
+        assert status.returncode == 0, status
+        row = next(line for line in status.stdout.splitlines() if line.startswith("node-1"))
+        assert row.split()[1:4] == ["ok", str(c.nodes()[1]["pid"]), "1"], status.stdout
+
+        pids = [n["pid"] for n in c.nodes()]
+        stopped = _cli("stop", "--data", str(data))
+        assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped
+        assert c.proc.wait(timeout=60) == 0
+        _wait_gone(pids)
+    finally:
+        c.stop()
+    status = _cli("status", "--data", str(data))
+    assert status.returncode == 1 and "no cluster is running" in status.stderr, status
+    assert "Traceback" not in status.stderr
+    again = _cli("stop", "--data", str(data))
+    assert again.returncode == 0 and "nothing to stop" in again.stdout
