@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import anyio
 
+from mailbox_actors.platform.mail.transport import TransportClosed
 from mailbox_actors.wire.transport import (
     OutboundEmail,
     ProviderAccepted,
@@ -19,10 +20,6 @@ from mailbox_actors.wire.transport import (
 )
 
 __all__ = ["RecordingTransport", "TransportClosed"]
-
-
-class TransportClosed(RuntimeError):
-    """``send`` after ``aclose``: a caller that keeps a closed transport has a bug."""
 
 
 class _Hold:

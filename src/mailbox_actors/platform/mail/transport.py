@@ -12,7 +12,11 @@ from typing import Protocol
 from mailbox_actors.platform.services import ServiceKey
 from mailbox_actors.wire.transport import OutboundEmail, TransportOutcome
 
-__all__ = ["MAIL_TRANSPORT", "Transport"]
+__all__ = ["MAIL_TRANSPORT", "Transport", "TransportClosed"]
+
+
+class TransportClosed(RuntimeError):
+    """``send`` after ``aclose``: a caller that keeps a closed transport has a bug."""
 
 
 class Transport(Protocol):

@@ -1,0 +1,297 @@
+"""One SMTP connection and one mail transaction on it, phase by phase (CA-11), on aiosmtplib.
+
+Every failure is classified by where it happened. Before the final dot of the body is written, a
+server refusal is a definite rejection (4yz temporary, 5yz permanent; RCPT refusals are per
+recipient) and a lost connection or timeout is a temporary one: the server cannot have taken a
+message it never saw the end of. Once the dot is written, only the server's final reply decides;
+without one the outcome is unknown. Codes carry the reply code and its enhanced status code
+("451 4.3.0"), never the reply text (it may echo an address).
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+from aiosmtplib import (
+    SMTP,
+    SMTPConnectResponseError,
+    SMTPException,
+    SMTPRecipientRefused,
+    SMTPResponseException,
+    SMTPServerDisconnected,
+    SMTPTimeoutError,
+)
+from aiosmtplib.protocol import SMTPProtocol
+
+from mailbox_actors.platform.mail.mime import needs_smtputf8
+from mailbox_actors.wire.transport import (
+    OutboundEmail,
+    OutcomeUnknown,
+    ProviderAccepted,
+    ProviderRejected,
+    RecipientRefusal,
+    RejectionClass,
+    TransportOutcome,
+)
+
+__all__ = ["Definite", "SmtpConfig", "SmtpConnection", "Stale", "open_connection",
+           "reply_class", "reply_code"]
+
+TlsMode = Literal["none", "starttls", "tls"]
+
+_ENHANCED = re.compile(r"^\s*([245]\.\d{1,3}\.\d{1,3})(?!\S)")
+_QUEUED_AS = re.compile(r"queued as ([A-Za-z0-9._\-]{1,64})", re.IGNORECASE)
+_LEADING_DOT = re.compile(rb"(?m)^\.")
+_CHUNK = 64 * 1024  # body bytes handed to the socket between flow-control waits
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmtpConfig:
+    """Where and how to relay (CA-14's ``smtp_*`` settings, already read and validated)."""
+
+    host: str
+    port: int = 25
+    tls: TlsMode = "none"
+    username: str | None = None
+    password: str | None = None  # the contents of ``smtp_password_file``
+    final_timeout_s: float = 600.0  # RFC 5321 4.5.3.2: DATA termination, 10 minutes
+    command_timeout_s: float = 300.0  # RFC 5321 4.5.3.2: MAIL, RCPT, 5 minutes (capped by final)
+    pool_size: int = 4
+    tls_context: ssl.SSLContext | None = None  # None: the system's trust store
+    local_hostname: str | None = None  # EHLO name; None: this host's FQDN
+
+    @property
+    def command_s(self) -> float:
+        return min(self.command_timeout_s, self.final_timeout_s)
+
+
+class Definite(Exception):
+    """A definite rejection found before the body's end was written. ``answered``: the server
+    refused in a reply, so the session is still in step and can be reused after RSET."""
+
+    def __init__(self, code: str, klass: RejectionClass,
+                 refused: list[RecipientRefusal] | None = None, *, answered: bool = False) -> None:
+        super().__init__(code)
+        self.outcome = ProviderRejected(code=code, klass=klass, refused=refused or [])
+        self.answered = answered
+
+
+class Stale(Exception):
+    """A reused connection turned out closed at its first command: nothing was sent, reopen."""
+
+
+def reply_code(code: int, message: str) -> str:
+    """"451 4.3.0" from a reply (the enhanced code when the server gave one), never its text."""
+    if not 200 <= code <= 599:
+        return "invalid_reply"
+    found = _ENHANCED.match(message)
+    return f"{code} {found.group(1)}" if found else str(code)
+
+
+def reply_class(code: int) -> RejectionClass:
+    # 5yz is permanent; 4yz and anything that is not a proper refusal code is worth a retry.
+    return "permanent" if 500 <= code <= 599 else "temporary"
+
+
+def _refused(err: SMTPResponseException) -> Definite:
+    return Definite(reply_code(err.code, err.message), reply_class(err.code), answered=True)
+
+
+class SmtpConnection:
+    """An open, greeted (and, as configured, encrypted and authenticated) SMTP session."""
+
+    def __init__(self, smtp: SMTP, config: SmtpConfig) -> None:
+        self.smtp = smtp
+        self._config = config
+        self.clean = True  # the last transaction ended with a final reply: no RSET needed
+        self.reused = False
+
+    @property
+    def usable(self) -> bool:
+        return self.smtp.is_connected
+
+    def close(self) -> None:
+        self.smtp.close()
+
+    async def quit(self) -> None:
+        with anyio.move_on_after(min(self._config.command_s, 5.0)):
+            try:
+                await self.smtp.quit()
+            except (SMTPException, OSError):
+                pass
+        self.smtp.close()
+
+    async def transact(self, email: OutboundEmail, message: bytes) -> TransportOutcome:
+        """One transaction; the connection is closed on any outcome but a server's reply."""
+        try:
+            return await self._transact(email, message)
+        except Definite as definite:
+            if not definite.answered:
+                self.smtp.close()
+            return definite.outcome
+        except BaseException:
+            self.smtp.close()
+            raise
+
+    async def _transact(self, email: OutboundEmail, message: bytes) -> TransportOutcome:
+        smtp, cmd = self.smtp, self._config.command_s
+        needs_rset = self.reused and not self.clean
+        first_command = self.reused  # a reused connection may have been closed while idle
+        self.clean = False
+        try:
+            if needs_rset:
+                try:
+                    await smtp.rset(timeout=cmd)
+                except SMTPResponseException as err:
+                    raise Stale() from err
+            if not email.recipients:
+                raise Definite("no_recipients", "permanent", answered=True)
+            utf8 = needs_smtputf8(email)
+            if utf8 and not smtp.supports_extension("smtputf8"):
+                raise Definite("smtputf8_not_offered", "permanent", answered=True)
+            enc = "utf-8" if utf8 else "ascii"
+            try:
+                await smtp.mail(email.from_, options=["SMTPUTF8"] if utf8 else [], encoding=enc,
+                                timeout=cmd)
+            except SMTPResponseException as err:
+                if first_command and err.code == 421:  # the server timed the idle session out
+                    raise Stale() from err
+                raise _refused(err) from None
+            first_command = False
+            refused = await self._recipients(email, enc, cmd)
+            response = await smtp.execute_command(b"DATA", timeout=cmd)
+            if response.code != 354:
+                raise Definite(reply_code(response.code, response.message),
+                               reply_class(response.code), answered=True)
+            protocol = await self._write_body(message, cmd)
+        except (SMTPServerDisconnected, ConnectionError) as err:
+            if first_command:
+                raise Stale() from err
+            raise Definite("connection_lost", "temporary") from None
+        except (SMTPTimeoutError, TimeoutError):
+            raise Definite("timeout", "temporary") from None
+        except (ValueError, UnicodeError):
+            # aiosmtplib refuses an address with a control character or outside the encoding.
+            raise Definite("invalid_envelope", "permanent") from None
+        # The final dot is written: from here only the server's reply is definite.
+        try:
+            final = await protocol.read_response(timeout=self._config.final_timeout_s)
+        except (SMTPServerDisconnected, SMTPTimeoutError, ConnectionError, TimeoutError):
+            self.smtp.close()
+            return OutcomeUnknown(reason="no_final_reply")
+        self.clean = True
+        if final.code in (250, 251):
+            queued = _QUEUED_AS.search(final.message)
+            provider_id = queued.group(1) if queued else email.message_id_header
+            return ProviderAccepted(provider_message_id=provider_id, refused=refused)
+        return ProviderRejected(code=reply_code(final.code, final.message),
+                                klass=reply_class(final.code))
+
+    async def _recipients(self, email: OutboundEmail, enc: str,
+                          cmd: float) -> list[RecipientRefusal]:
+        refused: list[RecipientRefusal] = []
+        recipients = email.recipients
+        for index, address in enumerate(recipients):
+            try:
+                await self.smtp.rcpt(address, encoding=enc, timeout=cmd)
+            except SMTPRecipientRefused as err:
+                refused.append(RecipientRefusal(index, reply_code(err.code, err.message),
+                                                reply_class(err.code)))
+        if len(refused) == len(recipients):
+            # Nothing will be sent. A retry can help if any refusal was temporary; the code is
+            # that of the first refusal of the class reported.
+            temporary = [r for r in refused if r.klass == "temporary"]
+            first = (temporary or refused)[0]
+            raise Definite(first.code, first.klass, refused, answered=True)
+        return refused
+
+    async def _write_body(self, message: bytes, cmd: float) -> SMTPProtocol:
+        """Dot-stuffed body in chunks, waiting for the socket between them, then the final dot.
+
+        Losing the connection before the dot is written is a definite (temporary) rejection;
+        the caller treats everything after this returns as possibly delivered.
+        """
+        protocol = self.smtp.protocol
+        if protocol is None:
+            raise SMTPServerDisconnected("connection lost")
+        data = _LEADING_DOT.sub(b"..", message)
+        if not data.endswith(b"\r\n"):
+            data += b"\r\n"
+        # aiosmtplib's protocol keeps the stdlib's flow-control helper; without it the body is
+        # buffered whole and a loss during the body is reported as unknown (the safe side).
+        drain = getattr(protocol, "_drain_helper", None)
+        for start in range(0, len(data), _CHUNK):
+            protocol.write(data[start:start + _CHUNK])
+            if drain is not None:
+                with anyio.fail_after(cmd):
+                    await drain()
+        protocol.write(b".\r\n")  # raises while the connection is already gone: not sent
+        return protocol
+
+
+async def open_connection(config: SmtpConfig, local_hostname: str) -> SmtpConnection:
+    """Connect, greet, EHLO (HELO if refused), STARTTLS and AUTH as configured.
+
+    Raises ``Definite`` for every failure: nothing of any email was sent yet.
+    """
+    tls_context = config.tls_context or ssl.create_default_context()
+    smtp = SMTP(hostname=config.host, port=config.port, use_tls=config.tls == "tls",
+                start_tls=False, tls_context=tls_context if config.tls != "none" else None,
+                timeout=config.command_s, local_hostname=local_hostname)
+    try:
+        await smtp.connect()
+    except SMTPConnectResponseError as err:
+        raise _refused(err) from None
+    except ssl.SSLError:
+        raise Definite("tls_failed", "temporary") from None
+    except (SMTPException, OSError, TimeoutError):
+        raise Definite("connect_failed", "temporary") from None
+    try:
+        await _greet(smtp)
+        if config.tls == "starttls":
+            if not smtp.supports_extension("starttls"):
+                raise Definite("starttls_not_offered", "temporary")
+            try:
+                await smtp.starttls(tls_context=tls_context)
+            except SMTPResponseException as err:
+                raise _refused(err) from None
+            except (ssl.SSLError, ssl.CertificateError):
+                raise Definite("tls_failed", "temporary") from None
+            await _greet(smtp)  # RFC 3207 4.2: forget what was learnt before TLS
+        if config.username is not None:
+            try:
+                await smtp.login(config.username, config.password or "")
+            except SMTPResponseException as err:  # SMTPAuthenticationError among them
+                raise _refused(err) from None
+    except Definite:
+        smtp.close()
+        raise
+    except (SMTPServerDisconnected, ConnectionError, OSError):
+        smtp.close()
+        raise Definite("connection_lost", "temporary") from None
+    except SMTPTimeoutError:
+        smtp.close()
+        raise Definite("timeout", "temporary") from None
+    except SMTPException:  # e.g. no AUTH mechanism in common with the server
+        smtp.close()
+        raise Definite("auth_not_offered", "temporary") from None
+    except BaseException:
+        smtp.close()
+        raise
+    return SmtpConnection(smtp, config)
+
+
+async def _greet(smtp: SMTP) -> None:
+    try:
+        await smtp.ehlo()
+    except SMTPResponseException as ehlo_err:
+        if ehlo_err.code < 500:  # 421 and other temporary refusals: HELO would fare no better
+            raise _refused(ehlo_err) from None
+        try:
+            await smtp.helo()
+        except SMTPResponseException as err:
+            raise _refused(err) from None
