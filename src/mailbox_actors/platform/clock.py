@@ -85,7 +85,7 @@ class FakeClock:
             self._now = max(self._now, min(due))
             for work in list(self._work):
                 await work.run_due(self._now)
-        self._now = target
+        self._now = max(self._now, target)  # never backwards, even past a set_ms made meanwhile
         for work in list(self._work):
             await work.run_due(self._now)
 

@@ -17,7 +17,7 @@ import anyio
 import anyio.lowlevel
 import structlog
 
-from mailbox_actors.core.actor_ids import check_id
+from mailbox_actors.core.actor_ids import check_id, id_from_name
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import Rng
@@ -86,6 +86,14 @@ class ActorHost:
     def register(self, cls: type[Actor]) -> None:
         check_migrations(cls.migrations, cls.__name__)
         self._classes[cls.namespace] = cls
+
+    def id_from_name(self, namespace: str, name: str) -> str:
+        """The object id ``name`` has in ``namespace`` on this cluster (for actor-to-actor calls)."""
+        key = self._keys.get(namespace)
+        if key is None:
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "unknown namespace",
+                                     details={"namespace": namespace[:64]})
+        return id_from_name(key, name)
 
     def actor_class(self, namespace: str) -> type[Actor] | None:
         return self._classes.get(namespace)

@@ -1,0 +1,284 @@
+"""Post on an actor's own SQLite file (PO-2..PO-6): ``send`` in the producer's transaction, the
+executor run from the producer's alarm purpose, ``latest``, ``retry``, ``dead_letters``.
+
+An actor makes one ``Post`` per activation (``self.post = Post(self, ROUTES)``), adds
+``POST_SCHEMA`` to its migrations and maps a purpose to a method that awaits ``self.post.run()``
+(``alarm_purposes = {"post": "post_tick"}``). Every write here happens inside a
+``transaction_sync``; the receiver is called only between transactions, through the router.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from mailbox_actors.core.post.rules import (
+    ATTEMPT_DEADLINE_MS,
+    JobState,
+    RetryAction,
+    RetryPolicy,
+    Settlement,
+    address_key,
+    canonical_json,
+    retry_action,
+    settle_expired,
+)
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.post import sql as q
+from mailbox_actors.post.executor import Claimed, PostExecutor
+from mailbox_actors.post.routes import Route, Routes
+from mailbox_actors.runtime.actor import Actor, current_deadline
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.post import DeadLetterPage, PostDeliver, PostEnvelope, PostRecord
+
+__all__ = ["OnDelivered", "Post", "record_of"]
+
+# (tx, key, route name, receipt) inside the producer's settling transaction; raising leaves the
+# job and the hook's ledger both pending, and the attempt is retried (the receiver says duplicate).
+OnDelivered = Callable[[SqlStorage, str, str, dict[str, Any] | None], None]
+
+ROUND_ADDRESSES = 64   # addresses claimed per round
+CHAIN = 32             # jobs of one address sent one after another in a round
+_MAX_KEY = 200
+_DICT = msgspec.json.Decoder(dict[str, Any])
+_ENC = msgspec.json.Encoder()
+
+_RECORD_SQL = (
+    "SELECT j.key, e.route, j.state, j.attempts, j.seq, e.address, e.event, e.prepared, "
+    "j.next_attempt_at_ms, j.reason, j.receipt FROM post_jobs j JOIN post_envelopes e "
+    "ON e.key = j.key")
+
+
+def record_of(row: Any) -> PostRecord:
+    pending = row[2] in ("queued", "failed")
+    return PostRecord(key=row[0], route=row[1], state=row[2], attempts=row[3], seq=row[4],
+                      address=_DICT.decode(row[5]), event=_DICT.decode(row[6]),
+                      prepared=_DICT.decode(row[7]) if row[7] else None,
+                      next_attempt_at_ms=row[8] if pending else None, reason=row[9],
+                      receipt=_DICT.decode(row[10]) if row[10] else None)
+
+
+def digest(route: str, address: dict[str, Any], event: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json([route, address, event])).hexdigest()
+
+
+def check_key(key: object) -> str:
+    if not isinstance(key, str) or not 1 <= len(key) <= _MAX_KEY:
+        raise InvalidRequest(f"a Post key is a string of 1 to {_MAX_KEY} characters")
+    return key
+
+
+class Post:
+    """Post for one producer actor (one activation)."""
+
+    def __init__(self, actor: Actor, routes: Routes, *, purpose: str = "post",
+                 policy: RetryPolicy | None = None, on_delivered: OnDelivered | None = None,
+                 attempt_deadline_ms: int = ATTEMPT_DEADLINE_MS) -> None:
+        if purpose not in type(actor).alarm_purposes:
+            raise ValueError(f"{type(actor).__name__}.alarm_purposes has no {purpose!r}: Post "
+                             "runs from an alarm purpose of its own")
+        self.actor = actor
+        self.ctx = actor.ctx
+        self.sql = actor.ctx.storage
+        self.routes = routes
+        self.purpose = purpose
+        self.policy = policy or RetryPolicy()
+        self.on_delivered = on_delivered
+        self.producer = f"{actor.ctx.namespace}/{actor.ctx.id}"
+        host = actor.ctx.host
+        self._executor = PostExecutor(self, routes, self._deliver, clock=host.clock, rng=host.rng,
+                                      policy=self.policy, deadline_ms=attempt_deadline_ms)
+
+    # ---- the producer's API ----------------------------------------------------------------
+
+    def send(self, tx: SqlStorage, route: Route[Any, Any], address: Any, event: Any,
+             key: str) -> PostRecord:
+        """Inside the producer's ``transaction_sync``: stage the envelope and its job and arm the
+        wake, all committing with the producer's change (PO-2). A replay of ``key`` with the same
+        content keeps the existing job (or its receipt); other content is ``conflict``."""
+        if not tx.in_transaction:
+            raise RuntimeError("post.send runs inside the producer's transaction_sync")
+        if route not in self.routes:
+            raise InvalidRequest("the route is not one of this Post's routes",
+                                 details={"route": getattr(route, "name", None)})
+        check_key(key)
+        addr = route.check_address(address)
+        ev = route.check_event(event)
+        dg = digest(route.name, addr, ev)
+        now = tx.now_ms()
+        prior = tx.exec("SELECT digest FROM post_envelopes WHERE key = ?", key).all()
+        if prior:
+            if prior[0][0] != dg:
+                raise MailboxActorsError(ErrorCode.CONFLICT,
+                                         "this Post key was sent with other content",
+                                         fix="Use a new key for a different event.")
+            return self._record(tx, key)
+        tenant = route.tenant_of(address) if route.tenant_of else self.ctx.owner_tenant
+        identity = route.identity_of(address) if route.identity_of else None
+        tx.exec(q.ENVELOPE_INSERT, key, route.name, route.address_kind, self.producer,
+                route.namespace, route.object_name(address), tenant, identity, dg,
+                _ENC.encode(addr).decode(), _ENC.encode(ev).decode(), now)
+        tx.exec(q.JOB_INSERT, key, address_key(route.address_kind, addr), now, now)
+        self.ctx.schedule(self.purpose, now)
+        return self._record(tx, key)
+
+    def latest(self, kind: str, address: Any) -> PostRecord | None:
+        """The newest envelope staged for this recipient, or its receipt (PO-6); reads only that
+        address's rows."""
+        raw = msgspec.to_builtins(address)
+        rows = self.sql.exec(f"{_RECORD_SQL} WHERE j.address_key = ? ORDER BY j.seq DESC LIMIT 1",
+                             address_key(kind, raw)).all()
+        return record_of(rows[0]) if rows else None
+
+    def get(self, key: str) -> PostRecord | None:
+        rows = self.sql.exec(f"{_RECORD_SQL} WHERE j.key = ?", key).all()
+        return record_of(rows[0]) if rows else None
+
+    def retry(self, tx: SqlStorage, key: str) -> RetryAction:
+        """Inside the producer's transaction (PO-6): a settled failed attempt is tried now; a dead
+        letter goes back in line behind the work queued now, with its prepared fact and a fresh
+        budget; queued and running jobs are left alone; a delivered receipt is never reopened."""
+        if not tx.in_transaction:
+            raise RuntimeError("post.retry runs inside the producer's transaction_sync")
+        rows = tx.exec("SELECT state FROM post_jobs WHERE key = ?", check_key(key)).all()
+        if not rows:
+            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no Post envelope has this key")
+        action = retry_action(JobState(rows[0][0]))
+        now = tx.now_ms()
+        if action is RetryAction.EXPEDITE:
+            tx.exec("UPDATE post_jobs SET next_attempt_at_ms = ?, updated_at_ms = ? WHERE key = ?",
+                    now, now, key)
+        elif action is RetryAction.REQUEUE_BEHIND:
+            tx.exec("UPDATE post_jobs SET seq = (SELECT max(seq) + 1 FROM post_jobs), "
+                    "state = 'queued', attempts = 0, reason = NULL, next_attempt_at_ms = ?, "
+                    "updated_at_ms = ? WHERE key = ?", now, now, key)
+        if action in (RetryAction.EXPEDITE, RetryAction.REQUEUE_BEHIND):
+            self.ctx.schedule(self.purpose, now)
+        return action
+
+    def dead_letters(self, after: str | None = None, limit: int = 32) -> DeadLetterPage:
+        """Dead letters in key order, scanning at most ``limit`` jobs (1..64); continue with
+        ``after=next_cursor`` until it is None. A page may hold no letter and still continue."""
+        if not 1 <= limit <= 64:
+            raise InvalidRequest("limit is 1 to 64")
+        rows = self.sql.exec(f"{_RECORD_SQL} WHERE j.key > ? ORDER BY j.key LIMIT ?",
+                             after or "", limit).all()
+        letters = [record_of(r) for r in rows if r[2] == JobState.DEAD]
+        return DeadLetterPage(letters=letters,
+                              next_cursor=rows[-1][0] if len(rows) == limit else None)
+
+    async def run(self) -> int:
+        """The alarm purpose: deliver everything due, then arm the wake for what is left."""
+        return await self._executor.run()
+
+    # ---- the store the executor drives -------------------------------------------------------
+
+    async def claim(self, now_ms: int, lease_until_ms: int) -> list[list[Claimed]]:
+        # Synchronous underneath: when nothing is due, the next wake is armed in the same
+        # transaction that found nothing, with no await between that and the purpose's end.
+        return self.sql.transaction_sync(functools.partial(self._claim, lease_until_ms))
+
+    def _claim(self, lease_until_ms: int, tx: SqlStorage) -> list[list[Claimed]]:
+        now = tx.now_ms()
+        chains: list[list[Claimed]] = []
+        wake: int | None = None
+        for _ in range(8):  # a head settled dead here lets the next one of its address in
+            heads = tx.exec(q.HEADS).all()
+            retry = False
+            for seq, state, next_at, lease, attempts, akey in heads:
+                running = state == JobState.RUNNING
+                due_at = lease + 1 if running else next_at
+                if due_at > now:
+                    wake = due_at if wake is None else min(wake, due_at)
+                    continue
+                if running and attempts >= self.policy.max_attempts:
+                    s = settle_expired(attempts, now, self.policy, self.ctx.host.rng.random())
+                    tx.exec(q.SETTLE, s.state.value, s.next_attempt_at_ms, s.reason, None, now, seq)
+                    retry = True
+                    continue
+                if len(chains) < ROUND_ADDRESSES and not any(c[0].seq == seq for c in chains):
+                    chains.append(self._claim_chain(tx, akey, now, lease_until_ms))
+                else:
+                    wake = now if wake is None else min(wake, now)
+            if not retry:
+                break
+        if chains:
+            self.ctx.schedule(self.purpose, lease_until_ms + 1)  # recovery, armed before sending
+        elif wake is not None:
+            self.ctx.schedule(self.purpose, wake)
+        else:
+            self.ctx.cancel(self.purpose)
+        return chains
+
+    def _claim_chain(self, tx: SqlStorage, akey: str, now: int, lease: int) -> list[Claimed]:
+        out: list[Claimed] = []
+        for r in tx.exec(q.CHAIN, akey, CHAIN).all():
+            state, next_at, old_lease = r[13], r[14], r[15]
+            due = (old_lease or 0) < now if state == JobState.RUNNING else next_at <= now
+            if not due or (state == JobState.RUNNING and r[12] >= self.policy.max_attempts):
+                break
+            tx.exec(q.CLAIM, lease, now, r[0])
+            out.append(Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4],
+                               namespace=r[5], object_name=r[6], tenant_id=r[7],
+                               identity_id=r[8], address=r[9].encode(), event=r[10].encode(),
+                               prepared=r[11].encode() if r[11] else None, attempts=r[12] + 1,
+                               lease_until_ms=lease))
+        return out
+
+    async def save_prepared(self, job: Claimed, prepared: bytes) -> None:
+        self.sql.transaction_sync(lambda tx: tx.exec(
+            "UPDATE post_envelopes SET prepared = ? WHERE key = ? AND prepared IS NULL",
+            prepared.decode(), job.key))
+
+    async def settle(self, results: list[tuple[Claimed, Settlement | None]]) -> None:
+        self.sql.transaction_sync(functools.partial(self._settle, results))
+
+    def _settle(self, results: list[tuple[Claimed, Settlement | None]], tx: SqlStorage) -> None:
+        now = tx.now_ms()
+        held: set[str] = set()  # addresses whose on_delivered failed in this round
+        for job, s in results:
+            if s is None:
+                tx.exec(q.UNCLAIM, now, job.seq)
+                continue
+            akey = address_key(job.kind, _DICT.decode(job.address))
+            if akey in held:  # answered, but behind a job whose receipt is not settled
+                tx.exec(q.SETTLE, JobState.FAILED.value, now, "held_behind_predecessor", None,
+                        now, job.seq)
+                continue
+            receipt = _ENC.encode(s.receipt).decode() if s.receipt is not None else None
+            if s.state is JobState.DELIVERED and self.on_delivered is not None:
+                try:
+                    tx.transaction_sync(functools.partial(self._deliver_hook, job, s))
+                except Exception:
+                    # Both stay pending: the job retries, the receiver answers duplicate, and the
+                    # hook runs again.
+                    held.add(akey)
+                    retry = settle_expired(job.attempts, now, self.policy,
+                                           self.ctx.host.rng.random())
+                    tx.exec(q.SETTLE, retry.state.value, retry.next_attempt_at_ms,
+                            "on_delivered_failed", None, now, job.seq)
+                    continue
+            tx.exec(q.SETTLE, s.state.value, s.next_attempt_at_ms, s.reason, receipt, now,
+                    job.seq)
+
+    def _deliver_hook(self, job: Claimed, s: Settlement, tx: SqlStorage) -> None:
+        assert self.on_delivered is not None
+        self.on_delivered(tx, job.key, job.route, s.receipt)
+
+    async def _deliver(self, job: Claimed, envelope: PostEnvelope, deadline_ms: int) -> Any:
+        ctx = self.ctx
+        object_id = ctx.host.id_from_name(job.namespace, job.object_name)
+        token = current_deadline.set(deadline_ms)  # the attempt's deadline rides the envelope
+        try:
+            return await ctx.call(job.namespace, object_id,
+                                  PostDeliver(envelope=envelope, attempt=job.attempts),
+                                  tenant_id=job.tenant_id, identity_id=job.identity_id)
+        finally:
+            current_deadline.reset(token)
+
+    def _record(self, tx: SqlStorage, key: str) -> PostRecord:
+        return record_of(tx.exec(f"{_RECORD_SQL} WHERE j.key = ?", key).one())
