@@ -37,7 +37,9 @@ FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_t
          "operator_token_file", "durability", "idle_ms", "max_active_actors", "max_queue",
          "max_body_bytes", "read_timeout_s", "shutdown_grace_ms", "log_format", "log_level",
          "control_db", "queues_db",
-         "webhook_consumers", "webhook_ca_file")
+         "webhook_consumers", "webhook_ca_file", "dns_nameservers", "dns_port", "dns_timeout_ms",
+         "dns_attempts", "dns_authoritative", "domain_fail_after", "domain_check_pending_ms",
+         "domain_check_verified_ms", "domain_pending_expiry_ms")
 
 
 def package_version() -> str:
@@ -78,6 +80,24 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--webhook-ca-file", dest="webhook_ca_file",
                    help="PEM file of the CAs https webhook endpoints are checked against "
                         "(default: the system's)")
+    p.add_argument("--dns-nameservers", dest="dns_nameservers", metavar="IP[,IP...]",
+                   help="nameservers DomainMonitor asks (default: the system's resolv.conf)")
+    p.add_argument("--dns-port", dest="dns_port", type=int,
+                   help="their port (default 53)")
+    p.add_argument("--dns-timeout-ms", dest="dns_timeout_ms", type=int,
+                   help="per-attempt DNS timeout (default 2000)")
+    p.add_argument("--dns-attempts", dest="dns_attempts", type=int,
+                   help="DNS attempts before a check reads the record as unknown (default 2)")
+    p.add_argument("--dns-authoritative", dest="dns_authoritative", action="store_const",
+                   const=True, help="ask each zone's own nameservers, not a caching resolver")
+    p.add_argument("--domain-fail-after", dest="domain_fail_after", type=int,
+                   help="failed checks in a row before a verified domain is failing (default 3)")
+    p.add_argument("--domain-check-pending-ms", dest="domain_check_pending_ms", type=int,
+                   help="check interval while pending, failing or in doubt (default 300000)")
+    p.add_argument("--domain-check-verified-ms", dest="domain_check_verified_ms", type=int,
+                   help="check interval once verified (default 86400000)")
+    p.add_argument("--domain-pending-expiry-ms", dest="domain_pending_expiry_ms", type=int,
+                   help="a domain still pending this long after init is failed (default 72 h)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from mailbox_actors.platform.dns.resolver import DnsSettings
 from mailbox_actors.platform.storage.sql import Durability
 from mailbox_actors.runtime.settings import (
     DEFAULT_ID_SECRET,
@@ -56,6 +57,15 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     queues_db: str | None = None  # default DATA/queues.sqlite (a cluster: DIR/queues.sqlite)
     webhook_consumers: int = 4
     webhook_ca_file: str | None = None  # PEM CAs for https webhooks (default: the system's)
+    dns_nameservers: str = ""  # comma-separated IP addresses (default: the system's resolv.conf)
+    dns_port: int = 53
+    dns_timeout_ms: int = 2_000
+    dns_attempts: int = 2
+    dns_authoritative: bool = False
+    domain_fail_after: int = 3
+    domain_check_pending_ms: int = 300_000
+    domain_check_verified_ms: int = 86_400_000
+    domain_pending_expiry_ms: int = 72 * 3_600_000
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -97,7 +107,15 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             id_secret=self.id_secret,
             control_db=self.control_db or str(Path(data) / "control.sqlite"),
             queues_db=self.queues_db or str(Path(data) / "queues.sqlite"),
-            webhook_consumers=self.webhook_consumers, webhook_ca_file=self.webhook_ca_file)
+            webhook_consumers=self.webhook_consumers, webhook_ca_file=self.webhook_ca_file,
+            dns=DnsSettings(
+                nameservers=tuple(n.strip() for n in self.dns_nameservers.split(",") if n.strip()),
+                port=self.dns_port, timeout_ms=self.dns_timeout_ms, attempts=self.dns_attempts,
+                authoritative=self.dns_authoritative),
+            domain_fail_after=self.domain_fail_after,
+            domain_check_pending_ms=self.domain_check_pending_ms,
+            domain_check_verified_ms=self.domain_check_verified_ms,
+            domain_pending_expiry_ms=self.domain_pending_expiry_ms)
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,

@@ -21,6 +21,8 @@ from mailbox_actors.alarms.scheduler import AlarmScheduler
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.platform.dns.real import DnspythonResolver
+from mailbox_actors.platform.dns.resolver import RESOLVER
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import DataDirLock
 from mailbox_actors.platform.metrics import Metrics
@@ -55,7 +57,7 @@ class Node:
         self._objects = tuple(objects)
         self.host = ActorHost(settings, clock=self.clock, rng=self.rng, ids=self.ids,
                               metrics=self.metrics, namespace_keys={},
-                              services=services)
+                              services=_with_resolver(services, settings))
         self.router = Router(self.host, ids=self.ids, clock=self.clock, rng=self.rng,
                              metrics=self.metrics, id_secret=settings.id_secret.encode())
         for cls in self._objects:
@@ -281,3 +283,12 @@ class Node:
         m.register_gauge_fn("alarms_pending", lambda: float(
             0 if self.scheduler is None else self.scheduler.pending_count),
             "Alarms this node holds, evicted actors included")
+
+
+def _with_resolver(services: Services | None, settings: RuntimeSettings) -> Services:
+    """The node's services, with a real resolver built from the dns settings unless one was given
+    (DM-1): ``serve`` and ``cluster`` point DomainMonitor at ``dns_nameservers`` this way."""
+    items = dict(services.items()) if services is not None else {}
+    if items.get(RESOLVER) is None:
+        items[RESOLVER] = DnspythonResolver(settings.dns)
+    return Services(items)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import msgspec
 
+from mailbox_actors.platform.dns.resolver import DnsSettings
 from mailbox_actors.platform.storage.sql import Durability, Limits
 
 __all__ = ["DEFAULT_ID_SECRET", "SECRET_SETTINGS", "RuntimeSettings", "SettingsError"]
@@ -39,6 +41,12 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     queues_db: str | None = None
     webhook_consumers: int = 4
     webhook_ca_file: str | None = None  # PEM CAs for https webhooks (None: the system's)
+    # DomainMonitor (DM-1, DM-3): how DNS is asked, and the state machine's hysteresis and pace.
+    dns: DnsSettings = DnsSettings()
+    domain_fail_after: int = 3
+    domain_check_pending_ms: int = 300_000
+    domain_check_verified_ms: int = 86_400_000
+    domain_pending_expiry_ms: int = 72 * 3_600_000
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -58,6 +66,25 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
         need((self.control_db is None) == (self.queues_db is None), "queues_db",
              "must be set together with control_db")
         need(1 <= self.webhook_consumers <= 64, "webhook_consumers", "must be in 1..64")
+        dns = self.dns
+        for ns in dns.nameservers:
+            try:
+                ipaddress.ip_address(ns)
+            except ValueError:
+                raise SettingsError(f"setting 'dns_nameservers' must list IP addresses "
+                                    f"(got {ns!r})") from None
+        if not 1 <= dns.port <= 65535:
+            raise SettingsError(f"setting 'dns_port' must be 1..65535 (got {dns.port})")
+        if not 1 <= dns.timeout_ms <= 60_000:
+            raise SettingsError(f"setting 'dns_timeout_ms' must be 1..60000 (got {dns.timeout_ms})")
+        if not 1 <= dns.attempts <= 10:
+            raise SettingsError(f"setting 'dns_attempts' must be 1..10 (got {dns.attempts})")
+        need(1 <= self.domain_fail_after <= 100, "domain_fail_after", "must be 1..100")
+        need(self.domain_check_pending_ms >= 1_000, "domain_check_pending_ms", "must be >= 1000")
+        need(self.domain_check_verified_ms >= 1_000, "domain_check_verified_ms",
+             "must be >= 1000")
+        need(self.domain_pending_expiry_ms >= 1_000, "domain_pending_expiry_ms",
+             "must be >= 1000")
         lim = self.limits
         for field in lim.__struct_fields__:
             if getattr(lim, field) < 1:
