@@ -39,7 +39,9 @@ FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_t
          "control_db", "queues_db",
          "webhook_consumers", "webhook_ca_file", "dns_nameservers", "dns_port", "dns_timeout_ms",
          "dns_attempts", "dns_authoritative", "domain_fail_after", "domain_check_pending_ms",
-         "domain_check_verified_ms", "domain_pending_expiry_ms")
+         "domain_check_verified_ms", "domain_pending_expiry_ms",
+         "transport", "smtp_host", "smtp_port", "smtp_tls", "smtp_username", "smtp_password_file",
+         "smtp_timeout_s", "cloudflare_url", "cloudflare_token_file")
 
 
 def package_version() -> str:
@@ -98,6 +100,27 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                    help="check interval once verified (default 86400000)")
     p.add_argument("--domain-pending-expiry-ms", dest="domain_pending_expiry_ms", type=int,
                    help="a domain still pending this long after init is failed (default 72 h)")
+    mail = p.add_argument_group("outbound mail (CA-14)")
+    mail.add_argument("--transport", choices=("smtp", "cloudflare", "none"),
+                      help="how submitted mail leaves (default none: it stays queued)")
+    mail.add_argument("--smtp-host", dest="smtp_host", help="SMTP relay host (transport smtp)")
+    mail.add_argument("--smtp-port", dest="smtp_port", type=int,
+                      help="SMTP relay port (default 25; 587 with starttls, 465 with tls)")
+    mail.add_argument("--smtp-tls", dest="smtp_tls", choices=("none", "starttls", "tls"),
+                      help="none, starttls (upgrade, refused if not offered) or tls from the "
+                           "first byte (default none)")
+    mail.add_argument("--smtp-username", dest="smtp_username",
+                      help="SMTP AUTH login (needs --smtp-password-file)")
+    mail.add_argument("--smtp-password-file", dest="smtp_password_file",
+                      help="file holding the SMTP AUTH password (read at start)")
+    mail.add_argument("--smtp-timeout-s", dest="smtp_timeout_s", type=float,
+                      help="how long to wait for the reply after the body before the outcome "
+                           "is unknown (default 600, RFC 5321 4.5.3.2)")
+    mail.add_argument("--cloudflare-url", dest="cloudflare_url",
+                      help="Email Service-style send endpoint, http(s)://... (transport "
+                           "cloudflare)")
+    mail.add_argument("--cloudflare-token-file", dest="cloudflare_token_file",
+                      help="file holding the bearer token for --cloudflare-url (read at start)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from mailbox_actors.node.mail import check_transport_files
 from mailbox_actors.platform.dns.resolver import DnsSettings
 from mailbox_actors.platform.storage.sql import Durability
 from mailbox_actors.runtime.settings import (
@@ -66,6 +67,15 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     domain_check_pending_ms: int = 300_000
     domain_check_verified_ms: int = 86_400_000
     domain_pending_expiry_ms: int = 72 * 3_600_000
+    transport: str = "none"  # CA-14: smtp | cloudflare | none (mail stays queued)
+    smtp_host: str | None = None
+    smtp_port: int | None = None  # default 25, 587 with starttls, 465 with tls
+    smtp_tls: str = "none"
+    smtp_username: str | None = None
+    smtp_password_file: str | None = None
+    smtp_timeout_s: float = 600.0
+    cloudflare_url: str | None = None
+    cloudflare_token_file: str | None = None
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -96,7 +106,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             except (OSError, ssl.SSLError) as e:
                 raise SettingsError(f"setting 'webhook_ca_file' names no readable PEM file of CA "
                                     f"certificates (got {self.webhook_ca_file!r}: {e})") from None
-        self.runtime_settings()  # the node's own checks too, so every entry point refuses at start
+        settings = self.runtime_settings()  # the node's own checks, so every entry point refuses
+        check_transport_files(settings)  # credentials readable: refused before anything serves
 
     def runtime_settings(self, data_dir: str | None = None) -> RuntimeSettings:
         data = data_dir or self.data
@@ -115,7 +126,11 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             domain_fail_after=self.domain_fail_after,
             domain_check_pending_ms=self.domain_check_pending_ms,
             domain_check_verified_ms=self.domain_check_verified_ms,
-            domain_pending_expiry_ms=self.domain_pending_expiry_ms)
+            domain_pending_expiry_ms=self.domain_pending_expiry_ms,
+            transport=self.transport, smtp_host=self.smtp_host, smtp_port=self.smtp_port,
+            smtp_tls=self.smtp_tls, smtp_username=self.smtp_username,
+            smtp_password_file=self.smtp_password_file, smtp_timeout_s=self.smtp_timeout_s,
+            cloudflare_url=self.cloudflare_url, cloudflare_token_file=self.cloudflare_token_file)
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,

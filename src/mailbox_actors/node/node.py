@@ -18,6 +18,7 @@ import structlog
 
 from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.scheduler import AlarmScheduler
+from mailbox_actors.node.mail import transport_from_settings
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.control.database import ControlDb
@@ -25,6 +26,7 @@ from mailbox_actors.platform.dns.real import DnspythonResolver
 from mailbox_actors.platform.dns.resolver import RESOLVER
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import DataDirLock
+from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.platform.queues import DeadLetterRecorder, QueueService
 from mailbox_actors.platform.rng import Rng, SystemRng
@@ -55,6 +57,16 @@ class Node:
         self._progress = progress
         self._lock = DataDirLock(settings.path)
         self._objects = tuple(objects)
+        # The mail transport (CA-14): a caller's own (a test's fake) is kept; else the settings'
+        # (none: no transport, mail stays queued). The node closes only the one it built.
+        services = services or Services()
+        self.mail_transport: Transport | None = services.get(MAIL_TRANSPORT)
+        self._own_transport = False
+        if self.mail_transport is None:
+            self.mail_transport = transport_from_settings(settings)
+            if self.mail_transport is not None:
+                services = Services({**dict(services.items()), MAIL_TRANSPORT: self.mail_transport})
+                self._own_transport = True
         self.host = ActorHost(settings, clock=self.clock, rng=self.rng, ids=self.ids,
                               metrics=self.metrics, namespace_keys={},
                               services=_with_resolver(services, settings))
@@ -153,8 +165,16 @@ class Node:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._close_files()
+                await self._close_transport()
             self._lock.release()
             self.log.info("node_stopped", node=self.settings.node_name)
+
+    async def _close_transport(self) -> None:
+        if self._own_transport and self.mail_transport is not None:
+            try:
+                await self.mail_transport.aclose()
+            except Exception as e:
+                self.log.error("node_close_failed", what="mail_transport", error=type(e).__name__)
 
     async def _close_files(self) -> None:
         """Close the alarm index, the webhook pool, the queues and the control database, each even

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -10,7 +11,8 @@ import msgspec
 from mailbox_actors.platform.dns.resolver import DnsSettings
 from mailbox_actors.platform.storage.sql import Durability, Limits
 
-__all__ = ["DEFAULT_ID_SECRET", "SECRET_SETTINGS", "RuntimeSettings", "SettingsError"]
+__all__ = ["DEFAULT_ID_SECRET", "SECRET_SETTINGS", "SMTP_TLS_MODES", "TRANSPORTS", "RuntimeSettings",
+           "SettingsError"]
 
 # Settings whose values an error message must never quote.
 SECRET_SETTINGS = frozenset({"id_secret", "token", "operator_token"})
@@ -18,6 +20,11 @@ SECRET_SETTINGS = frozenset({"id_secret", "token", "operator_token"})
 # The namespace keys derive from this. Ids stay valid across restarts and between nodes of a cluster
 # as long as the secret is the same; a deployment may set its own.
 DEFAULT_ID_SECRET = "mailbox-actors-default-id-secret"
+
+
+# CA-14: the node's mail transport (``none``: submitted mail stays queued) and SMTP's TLS modes.
+TRANSPORTS = ("none", "smtp", "cloudflare")
+SMTP_TLS_MODES = ("none", "starttls", "tls")
 
 
 class SettingsError(ValueError):
@@ -47,6 +54,17 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     domain_check_pending_ms: int = 300_000
     domain_check_verified_ms: int = 86_400_000
     domain_pending_expiry_ms: int = 72 * 3_600_000
+    # Outbound mail (CA-14). Credentials are named by file, never given as values, so they stay
+    # out of flags, environment dumps and TOML files; node/mail.py reads them at start.
+    transport: str = "none"
+    smtp_host: str | None = None
+    smtp_port: int | None = None  # None: 25, or 587 with starttls, 465 with tls
+    smtp_tls: str = "none"
+    smtp_username: str | None = None
+    smtp_password_file: str | None = None
+    smtp_timeout_s: float = 600.0  # the final reply after the body (RFC 5321 4.5.3.2)
+    cloudflare_url: str | None = None
+    cloudflare_token_file: str | None = None
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -85,10 +103,40 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
              "must be >= 1000")
         need(self.domain_pending_expiry_ms >= 1_000, "domain_pending_expiry_ms",
              "must be >= 1000")
+        self._check_transport(need)
         lim = self.limits
         for field in lim.__struct_fields__:
             if getattr(lim, field) < 1:
                 raise SettingsError(f"setting 'limits.{field}' must be >= 1")
+
+    def _check_transport(self, need: Callable[[bool, str, str], None]) -> None:
+        need(self.transport in TRANSPORTS, "transport", "must be smtp, cloudflare or none")
+        need(self.smtp_tls in SMTP_TLS_MODES, "smtp_tls", "must be none, starttls or tls")
+        need(self.smtp_port is None or 1 <= self.smtp_port <= 65535, "smtp_port",
+             "must be 1..65535")
+        need(0 < self.smtp_timeout_s <= 86_400, "smtp_timeout_s", "must be > 0 and <= 86400")
+        need(self.smtp_host is None or (bool(self.smtp_host) and not any(
+            c.isspace() or c in "/@" for c in self.smtp_host)), "smtp_host",
+             "must be a host name or address")
+        need(self.smtp_password_file is None or self.smtp_username is not None,
+             "smtp_password_file", "needs smtp_username")
+        if self.transport == "smtp":
+            need(self.smtp_host is not None, "smtp_host", "must be set when transport is smtp")
+            need(self.smtp_username is None or self.smtp_password_file is not None,
+                 "smtp_username", "needs smtp_password_file (AUTH)")
+        if self.transport == "cloudflare":
+            url = self.cloudflare_url or ""
+            scheme, _, rest = url.partition("://")
+            need(scheme in ("http", "https") and bool(rest.split("/")[0]), "cloudflare_url",
+                 "must be an http:// or https:// URL when transport is cloudflare")
+            need(self.cloudflare_token_file is not None, "cloudflare_token_file",
+                 "must be set when transport is cloudflare")
+
+    @property
+    def smtp_port_or_default(self) -> int:
+        if self.smtp_port is not None:
+            return self.smtp_port
+        return {"starttls": 587, "tls": 465}.get(self.smtp_tls, 25)
 
     @property
     def path(self) -> Path:

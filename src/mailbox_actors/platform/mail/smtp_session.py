@@ -38,7 +38,7 @@ from mailbox_actors.wire.transport import (
     TransportOutcome,
 )
 
-__all__ = ["Definite", "SmtpConfig", "SmtpConnection", "Stale", "open_connection",
+__all__ = ["Definite", "SmtpConfig", "SmtpConnection", "Stale", "TlsMode", "open_connection",
            "reply_class", "reply_code"]
 
 TlsMode = Literal["none", "starttls", "tls"]

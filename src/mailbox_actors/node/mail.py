@@ -1,0 +1,58 @@
+"""The node's mail transport, built from its settings (CA-14): ``transport`` = smtp | cloudflare |
+none, and the credentials files those name.
+
+A file that cannot be read, or is empty, is a refused setting (``SettingsError`` naming it), found
+when the configuration is loaded, so ``serve`` and ``cluster`` stop with exit status 2 before
+anything serves. Secrets are never quoted in a message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+from mailbox_actors.platform.mail.smtp import SmtpConfig, SmtpTransport
+from mailbox_actors.platform.mail.smtp_session import TlsMode
+from mailbox_actors.platform.mail.transport import Transport
+from mailbox_actors.runtime.settings import RuntimeSettings, SettingsError
+
+__all__ = ["check_transport_files", "read_secret_file", "transport_from_settings"]
+
+
+def read_secret_file(path: str, setting: str) -> str:
+    """The file's text without its trailing line end; refused if unreadable or empty."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise SettingsError(f"setting {setting!r} names a file that cannot be read "
+                            f"({path!r}: {e.strerror or type(e).__name__})") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"setting {setting!r}: {path!r} is not UTF-8 text") from None
+    secret = text.rstrip("\r\n")
+    if not secret.strip():
+        raise SettingsError(f"setting {setting!r}: {path!r} is empty")
+    return secret
+
+
+def check_transport_files(settings: RuntimeSettings) -> None:
+    """Refuse, naming the setting, a credentials file the chosen transport cannot read."""
+    if settings.transport == "smtp" and settings.smtp_password_file is not None:
+        read_secret_file(settings.smtp_password_file, "smtp_password_file")
+    if settings.transport == "cloudflare" and settings.cloudflare_token_file is not None:
+        read_secret_file(settings.cloudflare_token_file, "cloudflare_token_file")
+
+
+def transport_from_settings(settings: RuntimeSettings) -> Transport | None:
+    """The transport the settings choose (None for ``none``); it opens nothing until it sends."""
+    if settings.transport == "smtp":
+        assert settings.smtp_host is not None  # RuntimeSettings refuses smtp without a host
+        password = (None if settings.smtp_password_file is None
+                    else read_secret_file(settings.smtp_password_file, "smtp_password_file"))
+        return SmtpTransport(SmtpConfig(
+            host=settings.smtp_host, port=settings.smtp_port_or_default,
+            tls=cast(TlsMode, settings.smtp_tls),  # one of SMTP_TLS_MODES, checked by settings
+            username=settings.smtp_username, password=password,
+            final_timeout_s=settings.smtp_timeout_s))
+    if settings.transport == "cloudflare":
+        raise SettingsError("setting 'transport': cloudflare is not available in this build yet")
+    return None
