@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
+from mailbox_actors.http.client import HttpPool
+from mailbox_actors.platform.mail.cloudflare import CloudflareTransport
 from mailbox_actors.platform.mail.smtp import SmtpConfig, SmtpTransport
 from mailbox_actors.platform.mail.smtp_session import TlsMode
 from mailbox_actors.platform.mail.transport import Transport
@@ -54,5 +56,8 @@ def transport_from_settings(settings: RuntimeSettings) -> Transport | None:
             username=settings.smtp_username, password=password,
             final_timeout_s=settings.smtp_timeout_s))
     if settings.transport == "cloudflare":
-        raise SettingsError("setting 'transport': cloudflare is not available in this build yet")
+        assert settings.cloudflare_url is not None and settings.cloudflare_token_file is not None
+        token = read_secret_file(settings.cloudflare_token_file, "cloudflare_token_file").strip()
+        # The project's own keep-alive pool (ADR 0003), owned and closed by the transport.
+        return CloudflareTransport(settings.cloudflare_url, token, http=HttpPool(max_per_host=16))
     return None
