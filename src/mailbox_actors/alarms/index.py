@@ -64,10 +64,11 @@ class AlarmIndex:
                 else:
                     c.execute("INSERT OR REPLACE INTO alarms (namespace, object_id, at_ms) "
                               "VALUES (?, ?, ?)", (ns, oid, at))
+            c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # a failed COMMIT (disk full) may leave it open
+                c.execute("ROLLBACK")
             raise
-        c.execute("COMMIT")
 
     def replace_all(self, alarms: Mapping[Key, int]) -> None:
         c = self._conn

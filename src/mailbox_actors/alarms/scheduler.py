@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,6 +23,7 @@ from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.core.backoff import ALARM_MAX_RETRIES, alarm_retry_delay_ms
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.rng import Rng
+from mailbox_actors.platform.storage.types import StorageWriteFailed
 
 __all__ = ["AlarmScheduler"]
 
@@ -30,6 +32,7 @@ FireFn = Callable[[Key, int, bool], Awaitable[tuple[str, int | None]]]
 AbandonFn = Callable[[Key, int | None], int | None]  # -> the alarm stored after it
 
 _LAZY_FLUSH_MS = 200
+_INDEX_RETRY_MS = 5_000  # a flush the disk refused is tried again this much later
 _MAX_ROUNDS = 10_000  # a handler that re-arms for "now" forever must not wedge advance()
 _UNAVAILABLE_RETRY_MS = 64_000  # an actor file that cannot be opened: look again this much later
 
@@ -81,6 +84,7 @@ class AlarmScheduler:
         self._idle.set()
         self._wake = anyio.Event()
         self._last_flush = 0
+        self._index_failing = False  # the last flush could not write (a full disk)
         self.fired = 0
         self.retried = 0
         self.abandoned = 0
@@ -121,7 +125,12 @@ class AlarmScheduler:
         indexed = self._indexed.get(key)
         if indexed is None or at < indexed:
             self._lazy.pop(key, None)
-            self.index.put(key, at)
+            try:
+                self.index.put(key, at)
+            except (sqlite3.Error, OSError) as exc:
+                # The index must hear of an earlier alarm before the actor commits it: without
+                # room to write it, the actor's transaction fails too, retryably (OPS-3).
+                raise StorageWriteFailed(f"alarm index: {type(exc).__name__}") from exc
             self._indexed[key] = at
 
     def _committed(self, key: Key, at: int | None) -> None:
@@ -146,7 +155,22 @@ class AlarmScheduler:
         if not self._lazy:
             return
         changes, self._lazy = self._lazy, {}
-        self.index.apply(changes)
+        try:
+            self.index.apply(changes)
+        except (sqlite3.Error, OSError) as exc:
+            # OPS-3 (a full disk): the index may only be early, and these changes move entries
+            # later or delete them, so leaving them out is safe; they are tried again at the next
+            # flush, under any change made since.
+            if not self._index_failing:  # once per outage, not once per try
+                self._log.warning("alarm_index_write_failed", changes=len(changes),
+                                  error=type(exc).__name__, retry_every_ms=_INDEX_RETRY_MS)
+            self._index_failing = True
+            self._lazy = changes | self._lazy
+            self._last_flush = self._clock.now_ms() + _INDEX_RETRY_MS - _LAZY_FLUSH_MS
+            return
+        if self._index_failing:
+            self._index_failing = False
+            self._log.info("alarm_index_write_recovered", changes=len(changes))
         for key, at in changes.items():
             if at is None:
                 self._indexed.pop(key, None)

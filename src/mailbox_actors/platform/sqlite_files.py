@@ -20,7 +20,8 @@ from pathlib import Path
 
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-__all__ = ["DIR_MODE", "FILE_MODE", "DamagedFile", "check_whole", "create_whole", "damage_of"]
+__all__ = ["DIR_MODE", "FILE_MODE", "DamagedFile", "check_whole", "create_whole", "damage_of",
+           "is_disk_full"]
 
 DIR_MODE = 0o700  # OPS-5: data directories and every file in them are the node's alone
 FILE_MODE = 0o600
@@ -39,6 +40,15 @@ class DamagedFile(MailboxActorsError):
             details={"path": str(path), "damage": damage})
         self.path = path
         self.damage = damage
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """Whether SQLite failed a write for want of space or a failing write (SQLITE_FULL, and the
+    I/O error a file-size limit or a bad disk gives): a condition of the machine, retryable."""
+    if not isinstance(e, sqlite3.OperationalError):
+        return False
+    text = str(e).lower()
+    return "disk is full" in text or "disk i/o error" in text
 
 
 def damage_of(path: Path) -> str | None:

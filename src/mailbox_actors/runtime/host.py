@@ -22,8 +22,10 @@ from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import Rng
 from mailbox_actors.platform.services import Services
+from mailbox_actors.platform.sqlite_files import is_disk_full
 from mailbox_actors.platform.storage.opening import open_storage
 from mailbox_actors.platform.storage.sql import StorageCorrupt, implicit_writes
+from mailbox_actors.platform.storage.types import StorageWriteFailed
 from mailbox_actors.runtime.actor import Actor, ActorContext, AlarmInfo, Call, current_deadline
 from mailbox_actors.runtime.migrations import apply_migrations, check_migrations
 from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
@@ -147,6 +149,8 @@ class ActorHost:
         except Exception as e:
             self.log.error("actor_activation_failed", namespace=cls.namespace, object_id=object_id,
                            error=type(e).__name__)
+            if is_disk_full(e):  # OPS-3: a migration the full disk refused; retry when there's room
+                raise StorageWriteFailed(type(e).__name__) from e
             raise StorageCorrupt(type(e).__name__) from e
         ctx.last_used_ms = self.clock.now_ms()
         self._active[key] = ctx

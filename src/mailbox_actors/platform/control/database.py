@@ -31,6 +31,7 @@ from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.shared_sqlite import execute_when_unlocked, retry_while_locked
 from mailbox_actors.platform.sqlite_files import DamagedFile, check_whole, create_whole
+from mailbox_actors.platform.sqlite_files import is_disk_full as _is_disk_full
 from mailbox_actors.wire.control import IDENTITY_STATUSES, Domain, EventIndexRow, Identity, Tenant
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
@@ -399,6 +400,10 @@ def _mapped(e: sqlite3.Error) -> MailboxActorsError:
     if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
         return MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database stayed locked past the "
                                   "busy timeout", details={"sqlite": str(e)})
+    if isinstance(e, sqlite3.OperationalError) and _is_disk_full(e):
+        # OPS-3: the disk, not the request: retryable, and reads still work.
+        return MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database cannot be written "
+                                  "now (the disk is full or failing)", details={"sqlite": str(e)})
     return MailboxActorsError(ErrorCode.INTERNAL_ERROR, "control database error",
                               details={"sqlite": str(e)})
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable
 
-from mailbox_actors.platform.storage.types import Limits, StatementRefused
+from mailbox_actors.platform.storage.types import Limits, StatementRefused, StorageWriteFailed
 from mailbox_actors.wire.errors import LimitExceeded
 
 __all__ = ["classify", "denial", "map_error"]
@@ -94,10 +95,15 @@ def classify(query: str, limits: Limits) -> bool:
     return word not in _READ_FIRST_WORDS
 
 
-def map_error(e: sqlite3.Error, limits: Limits, denied: str | None) -> Exception:
+def map_error(e: sqlite3.Error, limits: Limits, denied: str | None,
+              near_size_limit: Callable[[], bool] | None = None) -> Exception:
     """The error a user statement's failure is reported as (``denied``: what the authorizer
-    refused, if it did)."""
+    refused, if it did; ``near_size_limit``: whether the file is close to max_database_bytes, which
+    tells the actor's own size limit from a full disk, as SQLite says the same for both)."""
     text = str(e).lower()
+    if "disk i/o error" in text or ("database or disk is full" in text and
+                                     near_size_limit is not None and not near_size_limit()):
+        return StorageWriteFailed("disk_full" if "full" in text else "io_error")
     if isinstance(e, sqlite3.ProgrammingError) and "one statement" in text:
         return StatementRefused("exec runs one statement at a time")
     if "incomplete input" in text or "syntax error" in text:

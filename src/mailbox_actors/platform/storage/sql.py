@@ -116,7 +116,17 @@ class SqlStorage:
 
     def _map_error(self, e: sqlite3.Error) -> Exception:
         denied, self._deny_reason = self._deny_reason, None
-        return map_error(e, self.limits, denied)
+        return map_error(e, self.limits, denied, self._near_size_limit)
+
+    def _near_size_limit(self) -> bool:
+        """Whether the file is within reach of max_database_bytes (the last sixteenth, or the
+        last 64 MiB): then "full" is the actor's own limit, otherwise the disk's (OPS-3)."""
+        try:
+            used = self.database_size
+        except sqlite3.Error:
+            return False
+        limit = self.limits.max_database_bytes
+        return used >= limit - max(64 << 20, limit // 16)
 
     # ---- SQL API (RT-6) --------------------------------------------------------------------
 
@@ -221,7 +231,14 @@ class SqlStorage:
             raise
         self._depth = 0
         self._txn_now = None
-        self._sys(self._commit)
+        try:
+            self._sys(self._commit)
+        except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
+            if self._conn.in_transaction:
+                self._sys(self._rollback)
+            self._reload_alarm()
+            self.alarm_set_in_handler = set_in_handler
+            raise self._map_error(e) from e
         self._after_commit()
         return result
 

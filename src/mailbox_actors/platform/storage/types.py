@@ -12,7 +12,7 @@ import msgspec
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["AlarmSink", "Durability", "Limits", "NoAlarmSink", "SqlCursor", "StatementRefused",
-           "StorageCorrupt", "TransactionRolledBack"]
+           "StorageCorrupt", "StorageWriteFailed", "TransactionRolledBack"]
 
 _GIB = 1 << 30
 
@@ -46,6 +46,16 @@ class StorageCorrupt(MailboxActorsError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(ErrorCode.INTERNAL_ERROR, "the actor's storage file is unreadable",
+                         details={"storage": detail})
+
+
+class StorageWriteFailed(MailboxActorsError):
+    """The disk is full (or failing) (OPS-3): this write was not stored; reads still work. Unlike
+    ``limit_exceeded`` (the actor's own size limit) it is retryable: space can come back."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, "the actor's storage cannot be written now (the "
+                         "disk is full or failing); nothing of this write was stored",
                          details={"storage": detail})
 
 
