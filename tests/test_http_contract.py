@@ -322,7 +322,13 @@ def test_generated_envelopes_get_documented_answers(namespace: str, tmp_path: Pa
 CANONICAL: dict[str, list[dict[str, Any]]] = {
     "tenant_quota": [{"op": "init", "per_minute": 5, "per_day": 10},
                      {"op": "reserve", "key": "k1"}, {"op": "usage"}, {"op": "status"},
-                     {"op": "release", "reservation_id": "rsv_unknown"}],
+                     {"op": "release", "reservation_id": "rsv_unknown"},
+                     {"op": "post_deliver", "envelope": {
+                         "key": "roster:i1:joined", "route": "member_joined", "kind": "tenant",
+                         "producer": "identity_mailbox/x", "seq": 1,
+                         "address": {"tenant_id": "acme"},
+                         "event": {"identity_id": "i1", "mailbox_id": "a" * 64}}},
+                     {"op": "roster"}],
     "identity_mailbox": [{"op": "init"}, {"op": "status"},
                          {"op": "emit_event", "type": "identity.renamed", "data": {"n": 1}},
                          {"op": "get_events", "after_sequence": 0}, {"op": "erase"}],

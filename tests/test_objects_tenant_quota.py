@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mailbox_actors.objects import TenantQuota
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.quota import (
@@ -70,7 +71,8 @@ async def test_init_status_and_not_found_before_init(tmp_path: Path) -> None:
         assert (await q(QuotaStatus()))["alarm"] == T0
         await rt.run_until_idle()
         assert await q(QuotaStatus()) == {"tenant_id": TENANT, "per_minute": 3, "per_day": 100,
-                                          "schema_version": 2, "alarm": T0 + DAY}
+                                          "schema_version": len(TenantQuota.migrations),
+                                          "alarm": T0 + DAY}
         assert await q(QuotaInit(per_minute=4, per_day=50)) == {"created": False}
         await rt.run_until_idle()
         status = await q(QuotaStatus())

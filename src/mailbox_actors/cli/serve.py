@@ -189,11 +189,12 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                       ) -> tuple[int, bytes]:
         return await pool.request(urls[owner], method, path, headers, body, timeout_s=30.0)
 
+    # Made before the node starts: its alarms' calls to actors on other nodes go there.
+    app = NodeApp(node, cluster_token=tokens.cluster, operator_token=tokens.operator,
+                  peers=names, self_index=names.index(cfg.node_name) if names else 0,
+                  forward=forward if peers else None,
+                  openapi=openapi_json(DEFAULT_OBJECTS, package_version()))
     async with node:
-        app = NodeApp(node, cluster_token=tokens.cluster, operator_token=tokens.operator,
-                      peers=names, self_index=names.index(cfg.node_name) if names else 0,
-                      forward=forward if peers else None,
-                      openapi=openapi_json(DEFAULT_OBJECTS, package_version()))
         server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
                                request_timeout_s=cfg.read_timeout_s)
         try:

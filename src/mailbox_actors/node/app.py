@@ -59,6 +59,8 @@ class NodeApp:
                    "histogram")
         m.describe("http_responses_total", "HTTP responses by status", "counter")
         m.describe("rpc_forwarded_total", "RPCs forwarded to the owning node", "counter")
+        if len(self.peers) > 1:
+            node.router.route_bytes = self._route_bytes  # actor-to-actor calls too (RPC-9)
 
     # ---- auth (REL-3) ----------------------------------------------------------------------
 
@@ -142,6 +144,20 @@ class NodeApp:
                                   (("namespace", namespace if namespace in
                                     self.node.router.namespaces else "?"),))
         return 200, out, _JSON
+
+    async def _route_bytes(self, namespace: str, object_id: str, body: bytes) -> bytes:
+        """An in-process call (an actor calling another): run here when this node owns the id,
+        else send it to the owner in one hop, as a forwarded request."""
+        owner = self._owner(namespace, object_id)
+        if owner == self.self_index or not 0 <= owner < len(self.peers):
+            return await self.node.call_bytes(namespace, object_id, body)
+        headers = {"authorization": f"Bearer {self._cluster.decode()}"}
+        status, out, _ = await self._forward_to(owner, f"/rpc/{namespace}/{object_id}", headers,
+                                                body)
+        if status != 200:
+            return _ENC.encode({"err": MailboxActorsError(
+                ErrorCode.UNAVAILABLE, f"the owning node answered HTTP {status}").to_body()})
+        return out
 
     def _owner(self, namespace: str, object_id: str) -> int:
         if len(self.peers) <= 1:

@@ -1,7 +1,8 @@
 """TenantQuota (OBJ-2): per-tenant sending limits per minute and per day, as rolling windows.
 
 ``reserve`` is idempotent on its key; ``release`` gives a reservation back; a daily maintenance alarm
-drops windows and reservations older than 48 hours. The window arithmetic lives in
+drops windows and reservations older than 48 hours. The tenant's roster of identities arrives by
+Post (``post_deliver``, ``objects/roster.py``). The window arithmetic lives in
 ``core.rate_windows``; this module only reads, asks core, and writes.
 """
 
@@ -20,12 +21,16 @@ from mailbox_actors.core.rate_windows import (
     retry_after_ms,
     used,
 )
+from mailbox_actors.objects import roster
 from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.post.receiver import receive
+from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.post import PostDeliver
 from mailbox_actors.wire.quota import (
     QUOTA_REPLIES,
     QuotaInit,
@@ -39,6 +44,7 @@ from mailbox_actors.wire.quota import (
     ReserveReply,
     UsageReply,
 )
+from mailbox_actors.wire.roster import QuotaRoster
 from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = ["TenantQuota"]
@@ -69,6 +75,7 @@ class TenantQuota(Actor):
             "CREATE INDEX reservations_created ON reservations (created_ms)",
         )),
         Migration(2, OUTBOX_SCHEMA),
+        Migration(3, (*POST_RECEIVER_SCHEMA, *roster.ROSTER_SCHEMA)),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance"}
 
@@ -94,6 +101,10 @@ class TenantQuota(Actor):
                 return self.sql.transaction_sync(lambda tx: self._release(tx, req))
             case QuotaUsage():
                 return self._usage()
+            case PostDeliver():
+                return receive(self.sql, req, roster.ROSTER, roster.apply)
+            case QuotaRoster():
+                return roster.read(self.sql)
             case QuotaStatus():
                 per_minute, per_day = self.limits()
                 return QuotaStatusReply(tenant_id=self.ctx.owner_tenant or "",

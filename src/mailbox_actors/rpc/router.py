@@ -9,6 +9,7 @@ unexpected is logged with the request id and becomes ``internal_error``.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import anyio
@@ -96,6 +97,9 @@ class Router:
         self._ns: dict[str, Namespace] = {}
         self._calls = 0
         self.log = structlog.get_logger("mailbox_actors.rpc")
+        # Where an in-process call's envelope goes: this node's own call path, unless the node's
+        # app places the id on another node of the cluster (RPC-9: in-process when it lives here).
+        self.route_bytes: Callable[[str, str, bytes], Awaitable[bytes]] = self.call_bytes
         host.call_actor = self.call
 
     # ---- namespaces and ids (RT-1) ---------------------------------------------------------
@@ -211,7 +215,7 @@ class Router:
         env = Envelope(v=ENVELOPE_VERSION, tenant_id=tenant_id, identity_id=identity_id,
                        request_id=request_id or current_request_id.get() or self.ids.new_id("req"),
                        actor_key_id=actor_key_id, deadline_ms=deadline_ms, req=req)
-        reply = _REPLY.decode(await self.call_bytes(namespace, object_id, _ENC.encode(env)))
+        reply = _REPLY.decode(await self.route_bytes(namespace, object_id, _ENC.encode(env)))
         if reply.err is not None:
             raise MailboxActorsError.from_body(reply.err)
         return reply.ok

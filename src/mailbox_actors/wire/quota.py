@@ -6,6 +6,8 @@ from typing import Annotated
 
 import msgspec
 
+from mailbox_actors.wire.post import PostAnswer, PostDeliver
+from mailbox_actors.wire.roster import QuotaRoster, RosterReply
 from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = [
@@ -40,7 +42,9 @@ class QuotaStatus(msgspec.Struct, tag="status", tag_field="op", forbid_unknown_f
     pass
 
 
-QuotaRequest = QuotaInit | QuotaReserve | QuotaRelease | QuotaUsage | QuotaStatus
+# post_deliver: the tenant roster's events arrive by Post (objects/roster.py).
+QuotaRequest = (QuotaInit | QuotaReserve | QuotaRelease | QuotaUsage | QuotaStatus | PostDeliver
+                | QuotaRoster)
 
 
 class ReserveReply(msgspec.Struct):
@@ -69,4 +73,5 @@ class QuotaStatusReply(msgspec.Struct):
 
 QUOTA_REPLIES: dict[str, type] = {"init": InitReply, "reserve": ReserveReply,
                                   "release": ReleaseReply, "usage": UsageReply,
-                                  "status": QuotaStatusReply}
+                                  "status": QuotaStatusReply, "post_deliver": PostAnswer,
+                                  "roster": RosterReply}

@@ -11,7 +11,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from mailbox_actors.core.rate_windows import RETENTION_MS
+from mailbox_actors.objects import roster
 from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.post.actor_post import Post
+from mailbox_actors.post.sql import POST_SCHEMA
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
@@ -61,8 +64,17 @@ class IdentityMailbox(Actor):
             "CREATE TABLE rate_windows (scope TEXT NOT NULL, start_ms INTEGER NOT NULL, "
             "count INTEGER NOT NULL, PRIMARY KEY (scope, start_ms)) WITHOUT ROWID",
         )),
+        Migration(3, POST_SCHEMA),  # the tenant roster goes out by Post (objects/roster.py)
     )
-    alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance"}
+    alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
+                                                   "post": "post_tick"}
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self.post = Post(self, roster.ROSTER)
+
+    async def post_tick(self) -> None:
+        await self.post.run()
 
     async def handle(self, call: Call, req: Any) -> Any:
         match req:
@@ -91,6 +103,7 @@ class IdentityMailbox(Actor):
             now = tx.now_ms()
             tx.exec("INSERT INTO identity (id, created_at_ms) VALUES (1, ?)", now)
             self.ctx.emit(tx, "identity.created", {"identity_id": call.identity_id})
+            roster.send_joined(self.post, tx, call.tenant_id or "", call.identity_id or "", self.ctx.id)
             self.ctx.schedule("maintenance", now + DAY_MS)
         return InitReply(created=created)
 
@@ -109,6 +122,7 @@ class IdentityMailbox(Actor):
         tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL")
         tx.exec("UPDATE identity SET erased_at_ms = ? WHERE id = 1", now)
         self.ctx.emit(tx, "identity.erased", {"identity_id": self.ctx.owner_identity})
+        roster.send_left(self.post, tx, self.ctx.owner_tenant or "", self.ctx.owner_identity or "")
         self.ctx.mark_erased()
         return EraseReply(erased=True, erased_at_ms=now)
 

@@ -1,0 +1,116 @@
+"""The tenant roster on Post (PO-2..PO-5): each IdentityMailbox tells its tenant's TenantQuota
+that it joined (init) and left (erase), in order and exactly once; in process with a FakeClock,
+and across a SIGKILL of the quota's node in a real two-node cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mailbox_actors.objects import IdentityMailbox
+from mailbox_actors.rpc import Client, RpcError
+from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit
+from mailbox_actors.wire.quota import QuotaInit
+from mailbox_actors.wire.roster import QuotaRoster
+from test_cluster import Cluster
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_init_and_erase_reach_the_tenants_quota_once_each(tmp_path: Path) -> None:
+    """PO-2, PO-4: a mailbox's init and erase each send one roster event in their own
+    transaction; the quota applies each once (a second alarm run sends nothing again)."""
+    async with TestRuntime(tmp_path) as rt:
+        q = rt.id_from_name("tenant_quota", "t1")
+        await rt.call("tenant_quota", q, QuotaInit(per_minute=10, per_day=100), tenant_id="t1")
+        boxes = [rt.node.new_unique_id("identity_mailbox") for _ in range(3)]
+        for i, m in enumerate(boxes):
+            await rt.call("identity_mailbox", m, MailboxInit(), tenant_id="t1", identity_id=f"i{i}")
+        await rt.call("identity_mailbox", boxes[0], MailboxErase(), tenant_id="t1",
+                      identity_id="i0")
+        await rt.run_until_idle()
+        for m in boxes:
+            await rt.fire_alarm_now("identity_mailbox", m)
+        roster = await rt.call("tenant_quota", q, QuotaRoster(), tenant_id="t1")
+        assert roster == {"active": 2, "joined": 3, "left": 1}
+
+
+async def test_a_quota_not_initialised_leaves_a_dead_letter_that_retry_delivers(
+        tmp_path: Path) -> None:
+    """PO-5, PO-6: a quota that does not exist answers tenant_not_found, a definite refusal: the
+    roster event is a dead letter with that reason after one attempt; once the quota exists,
+    retry(key) delivers it."""
+    async with TestRuntime(tmp_path) as rt:
+        m = rt.node.new_unique_id("identity_mailbox")
+        await rt.call("identity_mailbox", m, MailboxInit(), tenant_id="t2", identity_id="i1")
+        await rt.run_until_idle()
+        ctx = rt.node.host.activate(IdentityMailbox, m, create=False)
+        assert ctx is not None
+        post = ctx.actor.post  # type: ignore[attr-defined]
+        letters = post.dead_letters().letters
+        assert [(d.key, d.reason, d.attempts) for d in letters] == [
+            ("roster:i1:joined", "tenant_not_found", 1)]
+        q = rt.id_from_name("tenant_quota", "t2")
+        await rt.call("tenant_quota", q, QuotaInit(per_minute=10, per_day=100), tenant_id="t2")
+        ctx.storage.transaction_sync(lambda tx: post.retry(tx, "roster:i1:joined"))
+        await rt.run_until_idle()
+        assert await rt.call("tenant_quota", q, QuotaRoster(), tenant_id="t2") == {
+            "active": 1, "joined": 1, "left": 0}
+
+
+@pytest.mark.slow
+async def test_roster_order_and_exactly_once_across_a_sigkill_of_the_quotas_node(
+        tmp_path: Path) -> None:
+    """PO-3, PO-4, PO-5 with real processes: mailboxes on both nodes of a cluster join and
+    half of them leave while the node holding their tenant's TenantQuota is SIGKILLed and
+    restarted by the supervisor; afterwards every join and leave was applied exactly once and
+    in order (no erased identity is active, none counted twice)."""
+    c = Cluster(tmp_path / "cluster", 2)
+    try:
+        c.wait_for("cluster: running")
+        async with Client.from_data_dir(c.data, max_attempts=3) as client:
+            tenant = "roster-tenant"
+            q = await client.id_from_name("tenant_quota", tenant)
+            await client.call("tenant_quota", q, QuotaInit(per_minute=10, per_day=100),
+                              tenant_id=tenant)
+            victim = next(n for n in c.nodes() if n["url"] == client.owner_url("tenant_quota", q))
+            boxes = [await client.new_unique_id("identity_mailbox") for _ in range(24)]
+            assert {client.owner_url("identity_mailbox", b) for b in boxes} == {
+                n["url"] for n in c.nodes()}, "the test needs mailboxes on both nodes"
+
+            async def until_ok(m: str, req: object, ident: str) -> None:
+                for _ in range(400):
+                    try:
+                        await client.call("identity_mailbox", m, req, tenant_id=tenant,
+                                          identity_id=ident)
+                        return
+                    except RpcError as e:
+                        assert e.code.value in ("unavailable", "timeout"), e
+                        await anyio.sleep(0.05)  # pace calls at a node that is down
+                raise AssertionError("the mailbox never answered")
+
+            for i, m in enumerate(boxes):
+                if i == 8:
+                    os.kill(victim["pid"], signal.SIGKILL)
+                await until_ok(m, MailboxInit(), f"i{i}")
+            for i, m in enumerate(boxes[:12]):
+                await until_ok(m, MailboxErase(), f"i{i}")
+            await anyio.to_thread.run_sync(c.wait_for, f"{victim['name']} back")
+
+            roster = {}
+            for _ in range(600):  # bounded: Post's retries back off by seconds
+                try:
+                    roster = await client.call("tenant_quota", q, QuotaRoster(), tenant_id=tenant)
+                except RpcError:
+                    roster = {}
+                if roster.get("joined") == 24 and roster.get("left") == 12:
+                    break
+                await anyio.sleep(0.1)
+            assert roster == {"active": 12, "joined": 24, "left": 12}
+    finally:
+        c.stop()
