@@ -1,17 +1,24 @@
 """The RFC 5322 message an SMTP transport sends for an ``OutboundEmail`` (CA-8, CA-12).
 
-Built with the standard library's ``email`` package: the stable Message-ID stamped at submit, the
-caller's extra headers, text and/or html (both: multipart/alternative, text first). Bcc recipients
-are envelope-only: no header names them. Bodies are encoded 7-bit clean (quoted-printable or base64
-when needed) so any relay takes them; an address outside ASCII needs SMTPUTF8 and a UTF-8 message.
+The stable Message-ID stamped at submit, the caller's extra headers, text and/or html (both:
+multipart/alternative, text first). Bcc recipients are envelope-only: no header names them. Bodies
+are 7-bit clean (quoted-printable when not plain ASCII) so any relay takes them; an address outside
+ASCII needs SMTPUTF8, and then headers are raw UTF-8 (RFC 6532).
+
+Encoding is the standard library's (``email.header`` for RFC 2047 words, ``email.quoprimime`` for
+bodies, ``email.utils`` for the date), composed directly: building an ``EmailMessage`` costs about
+3 ms a message in its header registry, more than the SMTP exchange itself on loopback, and dispatch
+must keep up with raw aiosmtplib (SPEC section 12). Tests read every message back with the
+``email`` parser.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from email import policy
-from email.message import EmailMessage
-from email.utils import format_datetime, localtime
+import hashlib
+import re
+from email import quoprimime
+from email.header import Header
+from email.utils import formatdate
 
 from mailbox_actors.wire.transport import OutboundEmail
 
@@ -25,9 +32,10 @@ RESERVED_HEADERS = frozenset({
     "content-type", "content-transfer-encoding", "sender", "return-path",
 })
 
-# 7-bit bodies and RFC 2047 headers for ASCII envelopes; raw UTF-8 when SMTPUTF8 is needed.
-_ASCII_POLICY = policy.SMTP.clone(cte_type="7bit")
-_UTF8_POLICY = policy.SMTPUTF8.clone(cte_type="7bit")
+_FIELD_NAME = re.compile(r"[!-9;-~]{1,76}")  # RFC 5322 2.2: printable ASCII except colon
+_FOLD_AT = 78  # RFC 5322 2.1.1: SHOULD; raw lines stay far below the 998 MUST
+_RAW_MAX = 900
+_CRLF = "\r\n"
 
 
 def needs_smtputf8(email: OutboundEmail) -> bool:
@@ -39,28 +47,94 @@ def build_message(email: OutboundEmail, *, date_s: float | None = None) -> bytes
     """The message as CRLF-terminated bytes, ready for DATA (dot-stuffing is the sender's job).
 
     ``date_s`` fixes the Date header (Unix seconds); None uses the current time. Raises
-    ``ValueError`` for a header value the email package refuses (CR or LF in it: injection).
+    ``ValueError`` for a header name that is not a field name or a value with CR or LF in it
+    (header injection).
     """
     utf8 = needs_smtputf8(email)
-    msg = EmailMessage(policy=_UTF8_POLICY if utf8 else _ASCII_POLICY)
-    msg["From"] = email.from_
+    lines = [_addresses("From", [email.from_])]
     if email.to:
-        msg["To"] = ", ".join(email.to)
+        lines.append(_addresses("To", email.to))
     if email.cc:
-        msg["Cc"] = ", ".join(email.cc)
-    msg["Subject"] = email.subject
-    msg["Message-ID"] = email.message_id_header
-    msg["Date"] = format_datetime(localtime() if date_s is None
-                                  else datetime.fromtimestamp(date_s, tz=UTC))
+        lines.append(_addresses("Cc", email.cc))
+    lines.append(_unstructured("Subject", email.subject, utf8))
+    lines.append(_unstructured("Message-ID", email.message_id_header, utf8))
+    lines.append(f"Date: {formatdate(date_s, usegmt=True)}")
     for name, value in email.headers.items():
-        if name.strip().lower() not in RESERVED_HEADERS:
-            msg[name] = value
+        if not _FIELD_NAME.fullmatch(name):
+            raise ValueError("header name is not an RFC 5322 field name")
+        if name.lower() not in RESERVED_HEADERS:
+            lines.append(_unstructured(name, value, utf8))
+    lines.append("MIME-Version: 1.0")
     if email.text is not None and email.html is not None:
-        msg.set_content(email.text)
-        msg.add_alternative(email.html, subtype="html")
-    elif email.html is not None:
-        msg.set_content(email.html, subtype="html")
+        parts = [_part(email.text, "plain"), _part(email.html, "html")]
+        boundary = _boundary(email.message_id_header, [body for _, body in parts])
+        lines.append(f'Content-Type: multipart/alternative; boundary="{boundary}"')
+        out = [_CRLF.join(lines), "", ""]
+        for head, body in parts:
+            out += [f"--{boundary}", *head, "", body]
+        out += [f"--{boundary}--", ""]
+        text = _CRLF.join(out)
     else:
-        msg.set_content(email.text or "")
-    return msg.as_bytes()
+        head, body = (_part(email.html, "html") if email.html is not None
+                      else _part(email.text or "", "plain"))
+        text = _CRLF.join([*lines, *head, "", body])
+    return text.encode("utf-8" if utf8 else "ascii")
 
+
+def _check(value: str) -> str:
+    if "\r" in value or "\n" in value:
+        raise ValueError("header value contains CR or LF")
+    return value
+
+
+def _addresses(name: str, addresses: list[str]) -> str:
+    """An address list folded between addresses (addr-specs are never split)."""
+    out = f"{name}:"
+    line = len(out)
+    for i, addr in enumerate(addresses):
+        piece = _check(addr) + ("," if i < len(addresses) - 1 else "")
+        if line + 1 + len(piece) > _FOLD_AT and i > 0:
+            out += _CRLF
+            line = 0
+        out += " " + piece
+        line += 1 + len(piece)
+    return out
+
+
+def _unstructured(name: str, value: str, utf8: bool) -> str:
+    _check(value)
+    if (utf8 or value.isascii()) and len(name) + 2 + len(value) <= _RAW_MAX:
+        return f"{name}: {value}"
+    # RFC 2047 encoded words (non-ASCII without SMTPUTF8), or folding of a very long value.
+    charset = "us-ascii" if value.isascii() else "utf-8"
+    encoded = Header(value, charset, header_name=name).encode(linesep=_CRLF)
+    return f"{name}: {encoded}"
+
+
+def _part(content: str, subtype: str) -> tuple[list[str], str]:
+    """A text part's headers and body: 7bit when ASCII with short lines, else quoted-printable."""
+    lines = content.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if content.isascii() and all(len(line) <= 998 for line in lines):
+        head = [f'Content-Type: text/{subtype}; charset="us-ascii"',
+                "Content-Transfer-Encoding: 7bit"]
+        body = _CRLF.join(lines)
+    else:
+        head = [f'Content-Type: text/{subtype}; charset="utf-8"',
+                "Content-Transfer-Encoding: quoted-printable"]
+        # quoprimime works on code points; the body must be encoded as UTF-8 bytes first.
+        raw = "\n".join(lines).encode("utf-8").decode("latin-1")
+        body = quoprimime.body_encode(raw, maxlinelen=76, eol=_CRLF)
+    if not body.endswith(_CRLF):
+        body += _CRLF
+    return head, body
+
+
+def _boundary(seed: str, bodies: list[str]) -> str:
+    """A boundary from the Message-ID (stable across attempts), longer until no body holds it."""
+    digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()
+    size = 24
+    while True:
+        boundary = f"=_mbx_{digest[:size]}"
+        if size >= len(digest) or not any(boundary in body for body in bodies):
+            return boundary
+        size += 8
