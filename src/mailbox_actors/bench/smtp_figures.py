@@ -13,10 +13,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import anyio
 from aiosmtplib import SMTP
 
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
@@ -42,7 +41,9 @@ async def spawn_smtp_sink() -> tuple[asyncio.subprocess.Process, int]:
     """Start an ``SmtpSink`` (messages counted, not kept) in a child process; returns it and its
     port. Stop it with ``stop_smtp_sink``."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mailbox_actors.bench.smtp_figures", stdout=asyncio.subprocess.PIPE,
+        # The fixture's own entry point: bench and testing are sibling layers, neither imports
+        # the other.
+        sys.executable, "-m", "mailbox_actors.testing.smtp", stdout=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 30)
@@ -128,18 +129,3 @@ async def smtp_figures(work: Path, sizes: Sizes, progress: Progress, want: froze
                note="aiosmtplib sendmail on one reused connection"),
     ]
 
-
-async def _serve_sink() -> None:
-    from mailbox_actors.testing.smtp import SmtpSink  # the fixture, in the child only
-
-    async with SmtpSink(keep_messages=False) as sink:
-        print(f"port {sink.port}", flush=True)
-        await anyio.sleep_forever()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    anyio.run(_serve_sink, backend="asyncio")
-
-
-if __name__ == "__main__":
-    main()

@@ -270,3 +270,16 @@ class _Handler:
         if step.hold:
             await sink._hold()
         return step.final or f"250 2.0.0 Ok: queued as {queue_id}"
+
+
+async def _serve_forever() -> None:
+    """``python -m mailbox_actors.testing.smtp``: a sink that counts and keeps no messages, for the
+    benchmark and for trying a node's SMTP transport by hand; prints ``port N``, runs until
+    killed."""
+    async with SmtpSink(keep_messages=False) as sink:
+        print(f"port {sink.port}", flush=True)
+        await anyio.sleep_forever()
+
+
+if __name__ == "__main__":
+    anyio.run(_serve_forever, backend="asyncio")
