@@ -30,12 +30,25 @@ def _err(description: str, code: ErrorCode) -> dict[str, Any]:
     }
 
 
+def reply_name(t: Any) -> str:
+    """A reply type's name in the document; ``X | None`` (an op that may answer null) is
+    ``XOrNull``."""
+    args = getattr(t, "__args__", None)
+    if args and type(None) in args:
+        inner = [a for a in args if a is not type(None)]
+        return "".join(a.__name__ for a in inner) + "OrNull"
+    return str(t.__name__)
+
+
 def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, Any]:
     types: list[Any] = [ErrorBody, IdReply]
     types += [Envelope[cls.requests] for cls in objects]  # type: ignore[name-defined]
     for cls in objects:
         types.extend(cls.replies.values())
     schemas, components = msgspec.json.schema_components(types, ref_template=_REF)
+    for t, schema in zip(types, schemas, strict=True):
+        if reply_name(t).endswith("OrNull"):
+            components[reply_name(t)] = schema
     # msgspec names a generic instance after its type arguments; give envelopes readable names.
     renames = {}
     for cls, schema in zip(objects, schemas[2:2 + len(objects)], strict=True):
@@ -57,12 +70,13 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
                 "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}
     for cls, envelope_schema in zip(objects, schemas[2:2 + len(objects)], strict=False):
         ok_types = list(dict.fromkeys(cls.replies.values()))
-        ok_schema = {"oneOf": [{"$ref": _REF.format(name=t.__name__)} for t in ok_types]}
+        # anyOf: one op may answer X and another X-or-null.
+        ok_schema = {"anyOf": [{"$ref": _REF.format(name=reply_name(t))} for t in ok_types]}
         components[f"{cls.__name__}OkResult"] = {
             "type": "object", "required": ["ok"], "additionalProperties": False,
             "properties": {"ok": ok_schema},
         }
-        ops = ", ".join(f"`{op}` -> {t.__name__}" for op, t in cls.replies.items())
+        ops = ", ".join(f"`{op}` -> {reply_name(t)}" for op, t in cls.replies.items())
         paths[f"/rpc/{cls.namespace}/{{object_id}}"] = {"post": {
             "operationId": f"rpc_{cls.namespace}",
             "summary": f"Call a {cls.__name__} ({cls.namespace})",

@@ -65,6 +65,10 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     smtp_timeout_s: float = 600.0  # the final reply after the body (RFC 5321 4.5.3.2)
     cloudflare_url: str | None = None
     cloudflare_token_file: str | None = None
+    # Carrier's per-recipient cap (CA-6): at most this many Emails per normalized recipient
+    # address in this rolling window, per IdentityMailbox.
+    recipient_cap: int = 50
+    recipient_cap_window_ms: int = 86_400_000
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -104,6 +108,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
         need(self.domain_pending_expiry_ms >= 1_000, "domain_pending_expiry_ms",
              "must be >= 1000")
         self._check_transport(need)
+        need(1 <= self.recipient_cap <= 1_000_000, "recipient_cap", "must be in 1..1000000")
+        need(60_000 <= self.recipient_cap_window_ms <= 31 * 86_400_000,
+             "recipient_cap_window_ms", "must be between one minute and 31 days")
         lim = self.limits
         for field in lim.__struct_fields__:
             if getattr(lim, field) < 1:

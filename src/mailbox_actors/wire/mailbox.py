@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
+from mailbox_actors.wire.carrier import (
+    ApplyDeliveryEvent,
+    BeginTransport,
+    CancelEmail,
+    DeliveryEventReply,
+    GetEmail,
+    Receipt,
+    RecordTransportOutcome,
+    ResolveEmail,
+    Submit,
+    TransportLease,
+)
 from mailbox_actors.wire.events import EmitEvent, EventsReply, GetEvents
 from mailbox_actors.wire.shared_replies import InitReply
 
@@ -23,7 +37,9 @@ class MailboxErase(msgspec.Struct, tag="erase", tag_field="op", forbid_unknown_f
     pass
 
 
-MailboxRequest = MailboxInit | MailboxStatus | MailboxErase | GetEvents | EmitEvent
+MailboxRequest = (MailboxInit | MailboxStatus | MailboxErase | GetEvents | EmitEvent
+                  | Submit | GetEmail | CancelEmail | ResolveEmail | BeginTransport
+                  | RecordTransportOutcome | ApplyDeliveryEvent)
 
 
 class MailboxStatusReply(msgspec.Struct):
@@ -44,6 +60,11 @@ class EraseReply(msgspec.Struct):
     erased_at_ms: int
 
 
-MAILBOX_REPLIES: dict[str, type] = {"init": InitReply, "status": MailboxStatusReply,
+MAILBOX_REPLIES: dict[str, Any] = {"init": InitReply, "status": MailboxStatusReply,
                                     "erase": EraseReply, "get_events": EventsReply,
-                                    "emit_event": EmittedReply}
+                                    "emit_event": EmittedReply,
+                                    "submit": Receipt, "get_email": Receipt | None,
+                                    "cancel": Receipt,
+                                    "resolve": Receipt, "begin_transport": TransportLease,
+                                    "record_transport_outcome": Receipt,
+                                    "apply_delivery_event": DeliveryEventReply}

@@ -12,6 +12,8 @@ from typing import Any, ClassVar
 
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
+from mailbox_actors.objects.identity_mailbox import carrier, dispatch
+from mailbox_actors.objects.identity_mailbox.carrier_store import CARRIER_SCHEMA, CARRIER_TABLES
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.sql import POST_SCHEMA
@@ -19,6 +21,15 @@ from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA, read_events
+from mailbox_actors.wire.carrier import (
+    ApplyDeliveryEvent,
+    BeginTransport,
+    CancelEmail,
+    GetEmail,
+    RecordTransportOutcome,
+    ResolveEmail,
+    Submit,
+)
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
 from mailbox_actors.wire.events import EmitEvent, GetEvents
 from mailbox_actors.wire.mailbox import (
@@ -40,7 +51,7 @@ _OWN_EVENTS = frozenset({"identity.created", "identity.erased"})
 
 DAY_MS = 86_400_000
 # Tables whose rows are the identity's content: erase empties them all.
-CONTENT_TABLES = ("messages", "idempotency")
+CONTENT_TABLES = ("messages", "idempotency", *CARRIER_TABLES)
 
 
 class IdentityMailbox(Actor):
@@ -65,9 +76,10 @@ class IdentityMailbox(Actor):
             "count INTEGER NOT NULL, PRIMARY KEY (scope, start_ms)) WITHOUT ROWID",
         )),
         Migration(3, POST_SCHEMA),  # the tenant roster goes out by Post (objects/roster.py)
+        Migration(4, CARRIER_SCHEMA),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
-                                                   "post": "post_tick"}
+                                                   "post": "post_tick", "dispatch": "dispatch_tick"}
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -78,6 +90,20 @@ class IdentityMailbox(Actor):
 
     async def handle(self, call: Call, req: Any) -> Any:
         match req:
+            case Submit():
+                return carrier.submit(self, req)
+            case GetEmail():
+                return carrier.get_email(self, req)
+            case CancelEmail():
+                return carrier.cancel(self, req)
+            case ResolveEmail():
+                return carrier.resolve(self, req)
+            case ApplyDeliveryEvent():
+                return carrier.apply_delivery_event(self, req)
+            case BeginTransport():
+                return await dispatch.begin_transport(self, req)
+            case RecordTransportOutcome():
+                return dispatch.record_transport_outcome(self, req)
             case MailboxStatus():
                 return self._status()
             case GetEvents():
@@ -125,6 +151,10 @@ class IdentityMailbox(Actor):
         roster.send_left(self.post, tx, self.ctx.owner_tenant or "", self.ctx.owner_identity or "")
         self.ctx.mark_erased()
         return EraseReply(erased=True, erased_at_ms=now)
+
+    async def dispatch_tick(self) -> None:
+        """``alarm:dispatch`` (CA-4): send what is due; see ``dispatch``."""
+        await dispatch.dispatch(self)
 
     async def maintenance(self) -> None:
         """AL-6, daily: expired idempotency rows, windows older than 48 h, events past the

@@ -1,0 +1,234 @@
+"""Carrier's request ops in IdentityMailbox (CA-1, CA-2, CA-6, CA-9, CA-12, CA-13): ``submit``,
+``get_email``, ``cancel``, ``resolve`` and ``apply_delivery_event``.
+
+``submit`` validates first (nothing is stored for a bad request), then in one transaction stores
+the Email, its Messages, its content and the dispatch wake: ``queued`` means durable local
+acceptance and nothing more. Over the per-recipient cap it durably records ``refused`` instead.
+Dispatch itself is ``dispatch``'s.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mailbox_actors.core.carrier.cap import CapPolicy, over_cap, window_start
+from mailbox_actors.core.carrier.digest import content_digest
+from mailbox_actors.core.carrier.states import (
+    COUNTED_BY_CAP,
+    DELIVERY_RANK,
+    EmailStatus,
+    MessageStatus,
+    delivery_moves,
+)
+from mailbox_actors.objects.identity_mailbox import carrier_store as store
+from mailbox_actors.objects.identity_mailbox.submit_checks import check_submit
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.wire.carrier import (
+    ApplyDeliveryEvent,
+    CancelEmail,
+    DeliveryEventReply,
+    GetEmail,
+    Receipt,
+    ResolveEmail,
+    Submit,
+)
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.transport import OutboundEmail
+
+if TYPE_CHECKING:
+    from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
+
+__all__ = ["apply_delivery_event", "cancel", "cap_policy", "get_email", "resolve", "submit"]
+
+_ROLES = ("to", "cc", "bcc")
+_COUNTED = ", ".join(f"'{s.value}'" for s in sorted(COUNTED_BY_CAP))
+_CAP_COUNT = ("SELECT m.recipient_key, count(DISTINCT m.email_id) FROM email_messages m "
+              "JOIN emails e ON e.email_id = m.email_id WHERE m.recipient_key IN ({keys}) "
+              f"AND m.created_at_ms > ? AND e.status IN ({_COUNTED}) GROUP BY m.recipient_key")
+
+
+def cap_policy(mb: IdentityMailbox) -> CapPolicy:
+    st = mb.ctx.host.settings
+    return CapPolicy(limit=st.recipient_cap, window_ms=st.recipient_cap_window_ms)
+
+
+def _not_found() -> MailboxActorsError:
+    return MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no email with this source_id")
+
+
+def _message_id_header(email_id: str, from_: str) -> str:
+    domain = from_.rsplit("@", 1)[1]
+    if domain.startswith("[") or not domain.isascii():
+        domain = "mailbox-actors.invalid"  # a literal or an IDN: keep the header plain ASCII
+    return f"<{email_id.lower()}@{domain.lower()}>"
+
+
+def submit(mb: IdentityMailbox, req: Submit) -> Receipt:
+    check_submit(req)
+    digest = content_digest(from_=req.from_, to=req.to, cc=req.cc, bcc=req.bcc,
+                            subject=req.subject, text=req.text, html=req.html,
+                            headers=req.headers, send_before=req.send_before)
+    return mb.sql.transaction_sync(lambda tx: _submit_tx(mb, tx, req, digest))
+
+
+def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) -> Receipt:
+    existing = store.row_by_source(tx, req.source_id)
+    if existing is not None:
+        if existing.digest != digest:
+            raise MailboxActorsError(
+                ErrorCode.CONFLICT, "this source_id was submitted with other content, envelope, "
+                "headers or expiry", details={"email_id": existing.email_id},
+                fix="Replay with identical content, or submit under a new source_id.")
+        return store.receipt(tx, existing)  # a replay: the same receipt, nothing sent again
+    ctx = mb.ctx
+    now = tx.now_ms()
+    recipients = [(role, a) for role in _ROLES for a in getattr(req, role)]
+    keys = [store.recipient_key(a) for _, a in recipients]
+    policy = cap_policy(mb)
+    unique = list(dict.fromkeys(keys))
+    counted = {k: n for k, n in tx.exec(
+        _CAP_COUNT.format(keys=", ".join("?" for _ in unique)), *unique,
+        window_start(policy, now))}
+    over = set(over_cap(policy, keys, counted))
+    status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
+    email_id = ctx.new_id("eml")
+    header = _message_id_header(email_id, req.from_)
+    tx.exec("INSERT INTO emails (email_id, source_id, digest, status, message_id_header, "
+            "next_attempt_at_ms, send_before, created_at_ms, updated_at_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", email_id, req.source_id, digest, status.value,
+            header, now if not over else None, req.send_before, now, now)
+    for position, ((role, _a), key) in enumerate(zip(recipients, keys, strict=True)):
+        m_status, code = MessageStatus.QUEUED, None
+        if over:
+            m_status = MessageStatus.NOT_SENT
+            code = "recipient_cap" if key in over else None
+        tx.exec("INSERT INTO email_messages (message_id, email_id, position, role, recipient_key, "
+                "status, code, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ctx.new_id("msg"), email_id, position, role, key, m_status.value, code, now, now)
+    if over:
+        ctx.emit(tx, "email.refused", {"email_id": email_id, "status": status.value,
+                                       "reason": "recipient_cap", "messages": len(recipients)})
+    else:
+        store.save_content(tx, OutboundEmail(
+            email_id=email_id, message_id_header=header, from_=req.from_, to=req.to, cc=req.cc,
+            bcc=req.bcc, subject=req.subject, text=req.text, html=req.html,
+            headers=req.headers))
+        ctx.emit(tx, "email.queued", {"email_id": email_id, "status": status.value,
+                                      "messages": len(recipients)})
+        ctx.schedule("dispatch", now)
+    row = store.row_by_id(tx, email_id)
+    assert row is not None
+    return store.receipt(tx, row)
+
+
+def get_email(mb: IdentityMailbox, req: GetEmail) -> Receipt | None:
+    row = store.row_by_source(mb.sql, req.source_id)
+    return None if row is None else store.receipt(mb.sql, row)
+
+
+def cancel(mb: IdentityMailbox, req: CancelEmail) -> Receipt:
+    def run(tx: SqlStorage) -> Receipt:
+        row = store.row_by_source(tx, req.source_id)
+        if row is None:
+            raise _not_found()
+        if row.status == EmailStatus.SUPERSEDED and row.resolution == "cancelled":
+            return store.receipt(tx, row)  # cancelled already: the same answer
+        if row.status != EmailStatus.QUEUED:
+            raise MailboxActorsError(
+                ErrorCode.CONFLICT, f"the email is {row.status.value}: only a queued email (before "
+                "dispatch intent) can be cancelled", details={"status": row.status.value})
+        row = store.move(mb.ctx, tx, row, EmailStatus.SUPERSEDED, {"reason": "cancelled"},
+                         next_attempt_at_ms=None, resolution="cancelled")
+        store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
+        return store.receipt(tx, row)
+    return mb.sql.transaction_sync(run)
+
+
+def resolve(mb: IdentityMailbox, req: ResolveEmail) -> Receipt:
+    if req.outcome == "provider_accepted" and req.provider_message_id is None:
+        raise InvalidRequest("provider_accepted needs provider_message_id",
+                             details={"field": "provider_message_id"})
+    if req.outcome == "rejected" and req.code is None:
+        raise InvalidRequest("rejected needs code", details={"field": "code"})
+    evidence = f"operator:{req.evidence}"
+
+    def run(tx: SqlStorage) -> Receipt:
+        row = store.row_by_source(tx, req.source_id)
+        if row is None:
+            raise _not_found()
+        if row.resolution == evidence and row.status.value == req.outcome:
+            return store.receipt(tx, row)  # the same settlement again
+        if row.status != EmailStatus.OUTCOME_UNKNOWN:
+            raise MailboxActorsError(
+                ErrorCode.CONFLICT, f"the email is {row.status.value}: resolve settles only "
+                "outcome_unknown", details={"status": row.status.value})
+        if req.outcome == "provider_accepted":
+            row = store.move(mb.ctx, tx, row, EmailStatus.PROVIDER_ACCEPTED, {"resolved": True},
+                             provider_message_id=req.provider_message_id, resolution=evidence)
+            store.set_messages(tx, row.email_id, MessageStatus.UNCONFIRMED,
+                               only=[MessageStatus.UNKNOWN])
+        else:
+            row = store.move(mb.ctx, tx, row, EmailStatus.REJECTED,
+                             {"resolved": True, "code": store.safe_code(req.code),
+                              "class": "permanent"},
+                             rejection_code=req.code, rejection_class="permanent",
+                             resolution=evidence)
+            store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT,
+                               only=[MessageStatus.UNKNOWN])
+        return store.receipt(tx, row)
+    return mb.sql.transaction_sync(run)
+
+
+_NEWS = {("delivered", None): MessageStatus.DELIVERED, ("deferred", None): MessageStatus.DEFERRED,
+         ("complained", None): MessageStatus.COMPLAINED,
+         ("bounced", "hard"): MessageStatus.BOUNCED_HARD,
+         ("bounced", "soft"): MessageStatus.BOUNCED_SOFT}
+
+
+def apply_delivery_event(mb: IdentityMailbox, req: ApplyDeliveryEvent) -> DeliveryEventReply:
+    news = _NEWS.get((req.type, req.bounce))
+    if news is None:
+        raise InvalidRequest("bounced needs bounce 'hard' or 'soft'; other types take no bounce",
+                             details={"field": "bounce"})
+    if req.message_id is None and (req.message_id_header is None or req.recipient is None):
+        raise InvalidRequest("name the message: message_id, or message_id_header and recipient",
+                             details={"field": "message_id"})
+    if req.provider_event_id is None and req.provider_timestamp_ms is None:
+        raise InvalidRequest("an event without provider_event_id needs provider_timestamp_ms "
+                             "(it is deduplicated on them)", details={"field": "provider_event_id"})
+
+    def run(tx: SqlStorage) -> DeliveryEventReply:
+        if req.message_id is not None:
+            found = tx.exec("SELECT m.message_id, m.email_id, m.status FROM email_messages m "
+                            "WHERE m.message_id = ?", req.message_id).all()
+        else:
+            found = tx.exec("SELECT m.message_id, m.email_id, m.status FROM email_messages m JOIN "
+                            "emails e ON e.email_id = m.email_id WHERE e.message_id_header = ? "
+                            "AND m.recipient_key = ? ORDER BY m.position LIMIT 1",
+                            req.message_id_header, store.recipient_key(req.recipient or "")).all()
+        if not found:
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no such message",
+                                     details={"field": "message_id"})
+        message_id, email_id, current = found[0][0], found[0][1], MessageStatus(found[0][2])
+        if current not in DELIVERY_RANK:
+            raise MailboxActorsError(
+                ErrorCode.CONFLICT, f"the message is {current.value}: it never reached the "
+                "provider", details={"status": current.value})
+        key = (f"p:{req.provider_event_id}" if req.provider_event_id is not None else
+               f"t:{message_id}:{news.value}:{req.provider_timestamp_ms}")
+        now = tx.now_ms()
+        fresh = tx.exec("INSERT OR IGNORE INTO delivery_events (dedupe_key, message_id, type, "
+                        "applied_at_ms) VALUES (?, ?, ?, ?)", key, message_id, news.value,
+                        now).rows_written
+        if not fresh:
+            return DeliveryEventReply(message_id, current.value, changed=False, duplicate=True)
+        changed = delivery_moves(current, news)
+        if changed:
+            tx.exec("UPDATE email_messages SET status = ?, code = ?, updated_at_ms = ? "
+                    "WHERE message_id = ?", news.value, req.code, now, message_id)
+        mb.ctx.emit(tx, f"email.message_{news.value}", {
+            "email_id": email_id, "message_id": message_id, "changed": changed,
+            "code": store.safe_code(req.code)})
+        return DeliveryEventReply(message_id, (news if changed else current).value,
+                                  changed=changed, duplicate=False)
+    return mb.sql.transaction_sync(run)

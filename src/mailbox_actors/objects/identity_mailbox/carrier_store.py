@@ -1,0 +1,178 @@
+"""Carrier's tables in IdentityMailbox (CA-1..CA-4): the schema, receipts from rows, content kept
+in chunks until the Email is terminal, and every status change with its outbox event.
+
+A status change goes through ``move`` (the transition table is ``core.carrier.states``'s), inside
+the caller's transaction, so the change and its event commit together (EV-1). Events carry ids,
+statuses and codes only (EV-5). Recipient addresses are stored only as keyed digests (the cap's
+and bounce matching's key); content leaves with ``drop_content``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from mailbox_actors.core.carrier.addresses import normalize
+from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus, can_move
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.wire.carrier import MessageReceipt, ProviderRejection, Receipt
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.transport import OutboundEmail
+
+if TYPE_CHECKING:
+    from mailbox_actors.runtime.actor import ActorContext
+
+__all__ = ["CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow", "drop_content", "load_content",
+           "move", "recipient_key", "receipt", "row_by_id", "row_by_source", "rows_where",
+           "safe_code", "save_content", "set_messages"]
+
+CARRIER_SCHEMA = (
+    "CREATE TABLE emails (email_id TEXT PRIMARY KEY, source_id TEXT NOT NULL UNIQUE, "
+    "digest TEXT NOT NULL, status TEXT NOT NULL, message_id_header TEXT NOT NULL, "
+    "attempts INTEGER NOT NULL DEFAULT 0, provider_message_id TEXT, rejection_code TEXT, "
+    "rejection_class TEXT, next_attempt_at_ms INTEGER, send_before INTEGER, "
+    "lease_until_ms INTEGER, resolution TEXT, created_at_ms INTEGER NOT NULL, "
+    "updated_at_ms INTEGER NOT NULL)",
+    "CREATE INDEX emails_due ON emails (status, next_attempt_at_ms)",
+    "CREATE INDEX emails_header ON emails (message_id_header)",
+    "CREATE TABLE email_content (email_id TEXT NOT NULL, part INTEGER NOT NULL, "
+    "chunk BLOB NOT NULL, PRIMARY KEY (email_id, part)) WITHOUT ROWID",
+    "CREATE TABLE email_messages (message_id TEXT PRIMARY KEY, email_id TEXT NOT NULL, "
+    "position INTEGER NOT NULL, role TEXT NOT NULL, recipient_key TEXT NOT NULL, "
+    "status TEXT NOT NULL, code TEXT, created_at_ms INTEGER NOT NULL, "
+    "updated_at_ms INTEGER NOT NULL)",
+    "CREATE INDEX email_messages_email ON email_messages (email_id, position)",
+    "CREATE INDEX email_messages_recipient ON email_messages (recipient_key, created_at_ms)",
+    "CREATE TABLE delivery_events (dedupe_key TEXT PRIMARY KEY, message_id TEXT NOT NULL, "
+    "type TEXT NOT NULL, applied_at_ms INTEGER NOT NULL) WITHOUT ROWID",
+)
+# Everything here is the identity's content: erase empties them (RPC-4).
+CARRIER_TABLES = ("emails", "email_content", "email_messages", "delivery_events")
+
+_CHUNK = 1_000_000  # under the storage's value limit (RT-7): 5 MiB of content is six rows
+_ENC = msgspec.msgpack.Encoder()
+_DEC = msgspec.msgpack.Decoder(OutboundEmail)
+_COLUMNS = ("email_id, source_id, digest, status, message_id_header, attempts, "
+            "provider_message_id, rejection_code, rejection_class, next_attempt_at_ms, "
+            "send_before, lease_until_ms, resolution, created_at_ms, updated_at_ms")
+
+
+class EmailRow(msgspec.Struct, frozen=True):
+    email_id: str
+    source_id: str
+    digest: str
+    status: EmailStatus
+    message_id_header: str
+    attempts: int
+    provider_message_id: str | None
+    rejection_code: str | None
+    rejection_class: str | None
+    next_attempt_at_ms: int | None
+    send_before: int | None
+    lease_until_ms: int | None
+    resolution: str | None
+    created_at_ms: int
+    updated_at_ms: int
+
+
+def _row(values: Sequence[Any]) -> EmailRow:
+    v = list(values)
+    v[3] = EmailStatus(v[3])
+    return EmailRow(*v)
+
+
+def row_by_source(sql: SqlStorage, source_id: str) -> EmailRow | None:
+    rows = sql.exec(f"SELECT {_COLUMNS} FROM emails WHERE source_id = ?", source_id).all()
+    return _row(rows[0]) if rows else None
+
+
+def row_by_id(sql: SqlStorage, email_id: str) -> EmailRow | None:
+    rows = sql.exec(f"SELECT {_COLUMNS} FROM emails WHERE email_id = ?", email_id).all()
+    return _row(rows[0]) if rows else None
+
+
+def rows_where(sql: SqlStorage, where: str, *params: Any) -> list[EmailRow]:
+    return [_row(r) for r in sql.exec(f"SELECT {_COLUMNS} FROM emails WHERE {where}", *params)]
+
+
+def recipient_key(address: str) -> str:
+    """The stored stand-in for a recipient address: a digest of its normalized form."""
+    return hashlib.sha256(b"carrier-recipient:" + normalize(address).encode()).hexdigest()[:32]
+
+
+def receipt(sql: SqlStorage, row: EmailRow) -> Receipt:
+    msgs = sql.exec("SELECT message_id, role, status, code FROM email_messages "
+                    "WHERE email_id = ? ORDER BY position", row.email_id).all()
+    rejection = None if row.rejection_code is None else ProviderRejection(
+        code=row.rejection_code, klass=row.rejection_class or "permanent")  # type: ignore[arg-type]
+    return Receipt(
+        email_id=row.email_id, source_id=row.source_id, status=row.status.value,
+        message_id_header=row.message_id_header,
+        messages=[MessageReceipt(m[0], m[1], m[2], m[3]) for m in msgs],
+        attempts=row.attempts, provider_message_id=row.provider_message_id,
+        provider_rejection=rejection, next_attempt_at_ms=row.next_attempt_at_ms,
+        created_at_ms=row.created_at_ms, updated_at_ms=row.updated_at_ms)
+
+
+def save_content(tx: SqlStorage, email: OutboundEmail) -> None:
+    data = _ENC.encode(email)
+    for part, start in enumerate(range(0, len(data), _CHUNK)):
+        tx.exec("INSERT INTO email_content (email_id, part, chunk) VALUES (?, ?, ?)",
+                email.email_id, part, data[start:start + _CHUNK])
+
+
+def load_content(sql: SqlStorage, email_id: str) -> OutboundEmail | None:
+    rows = sql.exec("SELECT chunk FROM email_content WHERE email_id = ? ORDER BY part",
+                    email_id).all()
+    return _DEC.decode(b"".join(r[0] for r in rows)) if rows else None
+
+
+def drop_content(tx: SqlStorage, email_id: str) -> None:
+    tx.exec("DELETE FROM email_content WHERE email_id = ?", email_id)
+
+
+def set_messages(tx: SqlStorage, email_id: str, status: MessageStatus,
+                 only: Sequence[MessageStatus] | None = None) -> None:
+    """Move the Email's Messages to ``status`` (those now in ``only``, when given)."""
+    now = tx.now_ms()
+    if only is None:
+        tx.exec("UPDATE email_messages SET status = ?, updated_at_ms = ? WHERE email_id = ?",
+                status.value, now, email_id)
+        return
+    marks = ", ".join("?" for _ in only)
+    tx.exec(f"UPDATE email_messages SET status = ?, updated_at_ms = ? WHERE email_id = ? AND "
+            f"status IN ({marks})", status.value, now, email_id, *(s.value for s in only))
+
+
+def safe_code(code: str | None) -> str | None:
+    """A code as events may carry it: short, and never something that looks like an address."""
+    if code is None:
+        return None
+    code = code[:64]
+    return None if "@" in code else code
+
+
+_SETTABLE = frozenset({"attempts", "provider_message_id", "rejection_code", "rejection_class",
+                       "next_attempt_at_ms", "lease_until_ms", "resolution"})
+
+
+def move(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
+         event: dict[str, Any] | None = None, **fields: Any) -> EmailRow:
+    """Change the Email's status (a transition ``states`` allows), set ``fields``, drop content
+    when it becomes terminal, and emit ``email.<status>`` with ``event`` (ids and codes only)."""
+    if not can_move(row.status, to):
+        raise MailboxActorsError(ErrorCode.CONFLICT, f"the email is {row.status.value}; it cannot "
+                                 f"become {to.value}", details={"status": row.status.value})
+    assert set(fields) <= _SETTABLE, fields
+    now = tx.now_ms()
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    tx.exec(f"UPDATE emails SET status = ?, updated_at_ms = ?{', ' if sets else ''}{sets} "
+            "WHERE email_id = ?", to.value, now, *fields.values(), row.email_id)
+    if to not in (EmailStatus.QUEUED, EmailStatus.DISPATCHING):
+        drop_content(tx, row.email_id)
+    kind = "requeued" if to == EmailStatus.QUEUED else to.value  # a temporary rejection
+    ctx.emit(tx, f"email.{kind}", {"email_id": row.email_id, "status": to.value, **(event or {})})
+    return msgspec.structs.replace(row, status=to, updated_at_ms=now, **fields)

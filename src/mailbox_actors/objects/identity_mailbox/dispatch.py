@@ -1,0 +1,260 @@
+"""Carrier's dispatch (CA-4, CA-5, CA-7, CA-11): ``alarm:dispatch``, and ``begin_transport`` /
+``record_transport_outcome`` for a dispatcher outside the actor.
+
+For each due Email, in order: expiry, then the ``can_send`` hook, then a TenantQuota reservation
+(RPC-9; a full window delays, never drops), then dispatch intent committed, then the transport
+called outside any transaction, then its outcome committed. A run first settles what an earlier
+run left ``dispatching`` (the node died, or an outside dispatcher's lease ended): that is
+``outcome_unknown``, and it is never sent again. The node's transport is ``MAIL_TRANSPORT``;
+without one, mail stays queued and is looked at again every five minutes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import TYPE_CHECKING
+
+from mailbox_actors.core.actor_ids import id_from_name, namespace_key
+from mailbox_actors.core.carrier.rejections import temporary_retry_at
+from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus
+from mailbox_actors.objects.identity_mailbox import carrier_store as store
+from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
+from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
+from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.wire.carrier import BeginTransport, Receipt, RecordTransportOutcome, TransportLease
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.quota import QuotaReserve
+from mailbox_actors.wire.transport import (
+    OutboundEmail,
+    OutcomeUnknown,
+    ProviderAccepted,
+    ProviderRejected,
+    TransportOutcome,
+)
+
+if TYPE_CHECKING:
+    from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
+
+__all__ = ["CAN_SEND_RETRY_MS", "NO_TRANSPORT_RECHECK_MS", "QUOTA_RETRY_MS", "begin_transport",
+           "dispatch", "quota_id", "record_transport_outcome"]
+
+NO_TRANSPORT_RECHECK_MS = 300_000
+CAN_SEND_RETRY_MS = 60_000  # can_send raised: its truth is unavailable now
+QUOTA_RETRY_MS = 5_000  # TenantQuota could not answer now
+_DUE = "status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, email_id LIMIT 1"
+
+
+def quota_id(mb: IdentityMailbox) -> str:
+    """The tenant's TenantQuota: the object named by the tenant id (as host services name it)."""
+    key = namespace_key("tenant_quota", mb.ctx.host.settings.id_secret.encode())
+    return id_from_name(key, mb.ctx.owner_tenant or "")
+
+
+def _jitter(email_id: str, attempts: int) -> float:
+    """A fraction in [0, 1) fixed per Email and attempt: retries spread without a random draw."""
+    digest = hashlib.sha256(f"{email_id}/{attempts}".encode()).digest()
+    return int.from_bytes(digest[:6], "big") / float(1 << 48)
+
+
+async def dispatch(mb: IdentityMailbox) -> None:
+    """``alarm:dispatch``: settle interrupted dispatches, then send every due Email."""
+    ran_at = mb.ctx.scheduled().get("dispatch")
+    mb.sql.transaction_sync(lambda tx: _sweep(mb, tx))
+    transport = mb.ctx.service(MAIL_TRANSPORT)
+    while transport is not None:
+        now = mb.ctx.now_ms()
+        due = store.rows_where(mb.sql, _DUE, now)
+        if not due:
+            break
+        email = await _prepare(mb, due[0], lease_ms=None)
+        if email is not None:
+            outcome = await _send(transport, email)
+            mb.sql.transaction_sync(functools.partial(_record, mb, email_id=email.email_id,
+                                                      outcome=outcome))
+    mb.sql.transaction_sync(lambda tx: _rearm(mb, tx, ran_at, transport is not None))
+
+
+def _sweep(mb: IdentityMailbox, tx: SqlStorage) -> None:
+    """What an earlier run (or an outside dispatcher whose lease ended) left ``dispatching`` is
+    ``outcome_unknown``: the body may have gone, so it is never sent again (CA-4)."""
+    stale = store.rows_where(tx, "status = 'dispatching' AND (lease_until_ms IS NULL OR "
+                             "lease_until_ms <= ?)", tx.now_ms())
+    for row in stale:
+        reason = "interrupted" if row.lease_until_ms is None else "lease_expired"
+        store.move(mb.ctx, tx, row, EmailStatus.OUTCOME_UNKNOWN, {"reason": reason},
+                   lease_until_ms=None)
+        store.set_messages(tx, row.email_id, MessageStatus.UNKNOWN, only=[MessageStatus.QUEUED])
+
+
+def _rearm(mb: IdentityMailbox, tx: SqlStorage, ran_at: int | None, has_transport: bool) -> None:
+    now = tx.now_ms()
+    queued = tx.exec("SELECT min(next_attempt_at_ms) FROM emails WHERE status = 'queued'").one()[0]
+    leased = tx.exec("SELECT min(lease_until_ms) FROM emails "
+                     "WHERE status = 'dispatching'").one()[0]
+    if queued is not None and not has_transport:
+        queued = max(queued, now + NO_TRANSPORT_RECHECK_MS)
+    times = [t for t in (queued, leased) if t is not None]
+    if not times:
+        return
+    at = max(min(times), now)
+    if at == ran_at:
+        at += 1  # the runtime clears the purpose it ran when its time is unchanged
+    mb.ctx.schedule("dispatch", at)
+
+
+def _delay_due(tx: SqlStorage, until: int) -> None:
+    tx.exec("UPDATE emails SET next_attempt_at_ms = ? WHERE status = 'queued' AND "
+            "next_attempt_at_ms <= ?", until, tx.now_ms())
+
+
+async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None
+                   ) -> OutboundEmail | None:
+    """The checks before intent, then intent committed; the Email to send, or None (it ended,
+    was delayed, or changed meanwhile)."""
+    ctx, sql, log = mb.ctx, mb.sql, mb.ctx.host.log
+    if row.send_before is not None and ctx.now_ms() >= row.send_before:
+        def expire(tx: SqlStorage) -> None:
+            store.move(ctx, tx, row, EmailStatus.EXPIRED, next_attempt_at_ms=None)
+            store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
+        sql.transaction_sync(expire)
+        return None
+    hook = ctx.service(CAN_SEND)
+    if hook is not None:
+        try:
+            ok = await hook(SendCheck(tenant_id=ctx.owner_tenant or "",
+                                      identity_id=ctx.owner_identity or "",
+                                      email_id=row.email_id, source_id=row.source_id))
+        except Exception as e:  # its truth is unavailable: leave it unsent, look again later
+            log.warning("carrier_can_send_failed", email_id=row.email_id, error=type(e).__name__)
+            sql.transaction_sync(lambda tx: tx.exec(
+                "UPDATE emails SET next_attempt_at_ms = ? WHERE email_id = ?",
+                tx.now_ms() + CAN_SEND_RETRY_MS, row.email_id))
+            return None
+        if not ok:
+            def supersede(tx: SqlStorage) -> None:
+                now_row = store.row_by_id(tx, row.email_id)
+                if now_row is not None and now_row.status == EmailStatus.QUEUED:
+                    store.move(ctx, tx, now_row, EmailStatus.SUPERSEDED, {"reason": "can_send"},
+                               next_attempt_at_ms=None)
+                    store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
+            sql.transaction_sync(supersede)
+            return None
+    try:
+        await ctx.call("tenant_quota", quota_id(mb),
+                       QuotaReserve(key=f"{row.email_id}/{row.attempts}",
+                                    identity_id=ctx.owner_identity),
+                       tenant_id=ctx.owner_tenant)
+    except MailboxActorsError as e:
+        if e.code == ErrorCode.RATE_LIMITED:  # the window is full: everything due waits
+            wait = int((e.details or {}).get("retry_after_ms", QUOTA_RETRY_MS))
+            sql.transaction_sync(lambda tx: _delay_due(tx, tx.now_ms() + max(1, wait)))
+            return None
+        if e.code != ErrorCode.TENANT_NOT_FOUND:  # not initialised means no limit
+            log.warning("carrier_quota_unavailable", email_id=row.email_id, code=e.code.value)
+            sql.transaction_sync(lambda tx: _delay_due(tx, tx.now_ms() + QUOTA_RETRY_MS))
+            return None
+
+    def intent(tx: SqlStorage) -> OutboundEmail | None:
+        now_row = store.row_by_id(tx, row.email_id)
+        if now_row is None or now_row.status != EmailStatus.QUEUED:
+            return None  # cancelled (or erased) while we asked
+        email = store.load_content(tx, row.email_id)
+        lease = None if lease_ms is None else tx.now_ms() + lease_ms
+        store.move(ctx, tx, now_row, EmailStatus.DISPATCHING, {"attempt": now_row.attempts + 1},
+                   next_attempt_at_ms=None, lease_until_ms=lease)
+        if lease is not None:
+            ctx.schedule("dispatch", lease)  # the sweep that settles an unreported lease
+        return email
+    return sql.transaction_sync(intent)
+
+
+async def _send(transport: Transport, email: OutboundEmail) -> TransportOutcome:
+    try:
+        return await transport.send(email)
+    except Exception:  # the body may have gone: nothing else is safe to conclude
+        return OutcomeUnknown(reason="transport_raised")
+
+
+def _record(mb: IdentityMailbox, tx: SqlStorage, *, email_id: str,
+            outcome: TransportOutcome) -> EmailRow | None:
+    """Commit one attempt's outcome for an Email in ``dispatching``."""
+    ctx = mb.ctx
+    row = store.row_by_id(tx, email_id)
+    if row is None or row.status != EmailStatus.DISPATCHING:
+        return None
+    count = tx.exec("SELECT count(*) FROM email_messages WHERE email_id = ?", email_id).one()[0]
+    refused = [r for r in outcome.refused if 0 <= r.index < count] if not isinstance(
+        outcome, OutcomeUnknown) else []
+    for r in refused:
+        tx.exec("UPDATE email_messages SET status = ?, code = ?, updated_at_ms = ? "
+                "WHERE email_id = ? AND position = ?", MessageStatus.REFUSED.value, r.code[:64],
+                tx.now_ms(), email_id, r.index)
+    if isinstance(outcome, ProviderAccepted):
+        row = store.move(ctx, tx, row, EmailStatus.PROVIDER_ACCEPTED,
+                         {"refused_messages": len(refused)},
+                         provider_message_id=outcome.provider_message_id[:200],
+                         lease_until_ms=None)
+        store.set_messages(tx, email_id, MessageStatus.UNCONFIRMED, only=[MessageStatus.QUEUED])
+    elif isinstance(outcome, ProviderRejected):
+        attempts = row.attempts + 1
+        code = outcome.code[:64]
+        retry_at = (temporary_retry_at(attempts, tx.now_ms(), _jitter(email_id, attempts))
+                    if outcome.klass == "temporary" else None)
+        info = {"attempts": attempts, "code": store.safe_code(code), "class": outcome.klass}
+        if retry_at is not None:
+            # Back to queued: the refusals of this attempt are not final.
+            store.set_messages(tx, email_id, MessageStatus.QUEUED, only=[MessageStatus.REFUSED])
+            row = store.move(ctx, tx, row, EmailStatus.QUEUED,
+                             {**info, "next_attempt_at_ms": retry_at}, attempts=attempts,
+                             rejection_code=code, rejection_class=outcome.klass,
+                             next_attempt_at_ms=retry_at, lease_until_ms=None)
+            ctx.schedule("dispatch", retry_at)
+        else:
+            row = store.move(ctx, tx, row, EmailStatus.REJECTED, info, attempts=attempts,
+                             rejection_code=code, rejection_class=outcome.klass,
+                             lease_until_ms=None)
+            store.set_messages(tx, email_id, MessageStatus.NOT_SENT, only=[MessageStatus.QUEUED])
+    else:
+        row = store.move(ctx, tx, row, EmailStatus.OUTCOME_UNKNOWN,
+                         {"reason": store.safe_code(outcome.reason) or "unknown"},
+                         lease_until_ms=None)
+        store.set_messages(tx, email_id, MessageStatus.UNKNOWN, only=[MessageStatus.QUEUED])
+    return row
+
+
+async def begin_transport(mb: IdentityMailbox, req: BeginTransport) -> TransportLease:
+    now = mb.ctx.now_ms()
+    if req.source_id is not None:
+        row = store.row_by_source(mb.sql, req.source_id)
+        if row is None:
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no email with this source_id")
+        rows = [row] if row.status == EmailStatus.QUEUED else []
+        if not rows:
+            return TransportLease(email=None, receipt=store.receipt(mb.sql, row))
+    else:
+        rows = store.rows_where(mb.sql, _DUE, now)
+        if not rows:
+            return TransportLease(email=None)
+    email = await _prepare(mb, rows[0], lease_ms=req.lease_ms)
+    after = store.row_by_id(mb.sql, rows[0].email_id)
+    assert after is not None
+    return TransportLease(email=email, lease_until_ms=after.lease_until_ms if email else None,
+                          receipt=store.receipt(mb.sql, after))
+
+
+def record_transport_outcome(mb: IdentityMailbox, req: RecordTransportOutcome) -> Receipt:
+    def run(tx: SqlStorage) -> Receipt:
+        row = store.row_by_id(tx, req.email_id)
+        if row is None:
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no email with this email_id")
+        if row.status != EmailStatus.DISPATCHING or row.lease_until_ms is None:
+            raise MailboxActorsError(
+                ErrorCode.CONFLICT, f"the email is {row.status.value}, not leased to a "
+                "dispatcher: its outcome cannot be recorded now (resolve settles outcome_unknown)",
+                details={"status": row.status.value})
+        done = _record(mb, tx, email_id=req.email_id, outcome=req.outcome)
+        assert done is not None
+        return store.receipt(tx, done)
+    return mb.sql.transaction_sync(run)
