@@ -1,0 +1,104 @@
+"""A real PostgreSQL server for the tests, started and stopped by the test itself (by pid).
+
+The server binaries of the machine (``/usr/lib/postgresql/*/bin`` or ``initdb`` on PATH) run
+from a temporary directory on a free port on 127.0.0.1, with their Unix socket in that
+directory. PostgreSQL refuses to run as root, so under root they run as the ``postgres`` user
+(``setpriv``). ``find_binaries`` says why when there are none, so the tests can skip with it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+
+def find_binaries() -> tuple[Path | None, str]:
+    """The directory holding initdb and postgres, or None and the reason."""
+    for cand in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if os.path.exists(os.path.join(cand, "initdb")) and os.path.exists(
+                os.path.join(cand, "postgres")):
+            return Path(cand), ""
+    initdb = shutil.which("initdb")
+    if initdb and shutil.which("postgres"):
+        return Path(initdb).parent, ""
+    return None, "no PostgreSQL server binaries (initdb, postgres) on this machine"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PgServer:
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        self.root = Path(tempfile.mkdtemp(prefix="ma-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._prefix: list[str] = []
+        if os.geteuid() == 0:  # the server refuses root: run it as the postgres user
+            user = pwd.getpwnam("postgres")
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+            self._prefix = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                            "--clear-groups"]
+        subprocess.run([*self._prefix, str(bindir / "initdb"), "-D", str(self.data), "-A",
+                        "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    @property
+    def conninfo(self) -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+
+    def dsn(self, dbname: str) -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+
+    def start(self) -> None:
+        log = open(self.root / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            [*self._prefix, str(self.bindir / "postgres"), "-D", str(self.data), "-p",
+             str(self.port), "-k", str(self.root), "-c", "listen_addresses=127.0.0.1"],
+            stdout=log, stderr=log)
+        log.close()
+        deadline = time.monotonic() + 30
+        while True:  # bounded: until the server accepts a connection
+            try:
+                psycopg.connect(self.conninfo, connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("PostgreSQL did not start: "
+                                       + (self.root / "server.log").read_text()[-2000:]) from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Fast shutdown by pid (SIGINT: sessions are ended, the data is kept)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
