@@ -24,6 +24,7 @@ from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.config import NodeConfig, ensure_tokens, load_config
 from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
+from mailbox_actors.platform.descriptors import raise_nofile_limit
 from mailbox_actors.platform.locks import DataDirLocked
 from mailbox_actors.platform.logging import configure_logging
 from mailbox_actors.platform.sqlite_files import DamagedFile
@@ -135,6 +136,7 @@ def flags_of(args: argparse.Namespace, names: tuple[str, ...] = FLAGS) -> dict[s
 
 def run(args: argparse.Namespace) -> int:
     stop_with_supervisor()  # a node of a cluster never outlives its supervisor (OPS-1)
+    raise_nofile_limit()  # OPS-4: all the descriptors we may have; Node bounds its actors by it
     try:
         cfg = load_config(flags_of(args), os.environ, args.config)
         peers = parse_peers(args.peers) if args.peers else []

@@ -20,6 +20,7 @@ import structlog
 
 from mailbox_actors.core.placement import owner_index
 from mailbox_actors.node.node import Node
+from mailbox_actors.platform.descriptors import nofile_limit
 from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.shared_replies import IdReply
@@ -197,6 +198,8 @@ class NodeApp:
             s["queues"] = stats
         s["alarms_fired"] = 0 if self.node.scheduler is None else self.node.scheduler.fired
         s["activations"] = self.node.host.activations
+        s["max_active_actors"] = self.node.settings.max_active_actors  # as descriptors allow
+        s["nofile_limit"] = nofile_limit()
         s["evictions"] = self.node.host.evictions
         s["pid"] = os.getpid()
         return s

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any
 
 import anyio
+import msgspec
 import structlog
 
 from mailbox_actors.alarms.index import AlarmIndex
@@ -22,6 +23,7 @@ from mailbox_actors.node.mail import transport_from_settings
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.platform.descriptors import actor_bound, nofile_limit
 from mailbox_actors.platform.dns.real import DnspythonResolver
 from mailbox_actors.platform.dns.resolver import RESOLVER
 from mailbox_actors.platform.ids import Ids
@@ -48,12 +50,17 @@ class Node:
                  rng: Rng | None = None, objects: Sequence[type[Actor]] = DEFAULT_OBJECTS,
                  progress: Callable[[str], None] | None = None,
                  services: Services | None = None) -> None:
+        self.log = structlog.get_logger("mailbox_actors.node")
+        bound = actor_bound(settings.max_active_actors)
+        if bound < settings.max_active_actors:  # OPS-4: never more open files than descriptors
+            self.log.warning("max_active_actors_bounded", configured=settings.max_active_actors,
+                             bound=bound, nofile_limit=nofile_limit())
+            settings = msgspec.structs.replace(settings, max_active_actors=bound)
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.rng: Rng = rng or SystemRng()
         self.ids = Ids(self.clock, self.rng)
         self.metrics = Metrics()
-        self.log = structlog.get_logger("mailbox_actors.node")
         self._progress = progress
         self._lock = DataDirLock(settings.path)
         self._objects = tuple(objects)
