@@ -344,3 +344,21 @@ def test_reply_codes_carry_no_text() -> None:
     assert reply_code(-1, "Malformed") == "invalid_reply"
     assert (reply_class(451), reply_class(554), reply_class(-1)) == (
         "temporary", "permanent", "temporary")
+
+
+async def test_malformed_replies(sink: SmtpSink) -> None:
+    """A reply that is not one before the body is a temporary rejection on a connection that is
+    not reused; after the final dot it is outcome_unknown, since the server may have taken the
+    message (CA-11)."""
+    sink.queue(SinkStep(mail="this is not a reply"), SinkStep(final="not a reply either"),
+               SinkStep(final="354 again?"))
+    transport = transport_for(sink)
+    try:
+        assert await transport.send(email(1)) == ProviderRejected(code="invalid_reply",
+                                                                  klass="temporary")
+        assert await transport.send(email(2)) == OutcomeUnknown(reason="invalid_final_reply")
+        assert await transport.send(email(3)) == OutcomeUnknown(reason="invalid_final_reply")
+        assert isinstance(await transport.send(email(4)), ProviderAccepted)
+        assert sink.connections == 4  # every unclear session was closed, never reused
+    finally:
+        await transport.aclose()

@@ -98,7 +98,9 @@ def reply_class(code: int) -> RejectionClass:
 
 
 def _refused(err: SMTPResponseException) -> Definite:
-    return Definite(reply_code(err.code, err.message), reply_class(err.code), answered=True)
+    # A malformed reply (aiosmtplib's code -1) may leave the session out of step: not reused.
+    return Definite(reply_code(err.code, err.message), reply_class(err.code),
+                    answered=200 <= err.code <= 599)
 
 
 class SmtpConnection:
@@ -177,19 +179,30 @@ class SmtpConnection:
         except (ValueError, UnicodeError):
             # aiosmtplib refuses an address with a control character or outside the encoding.
             raise Definite("invalid_envelope", "permanent") from None
+        except SMTPException:  # a malformed reply, and the like: nothing of the body went
+            raise Definite("invalid_reply", "temporary") from None
+        except OSError:  # a TLS record error, say, on an encrypted session
+            raise Definite("connection_lost", "temporary") from None
         # The final dot is written: from here only the server's reply is definite.
         try:
             final = await protocol.read_response(timeout=self._config.final_timeout_s)
         except (SMTPServerDisconnected, SMTPTimeoutError, ConnectionError, TimeoutError):
             self.smtp.close()
             return OutcomeUnknown(reason="no_final_reply")
-        self.clean = True
-        if final.code in (250, 251):
+        except (SMTPException, OSError):  # a reply that is not one: it may have been taken
+            self.smtp.close()
+            return OutcomeUnknown(reason="invalid_final_reply")
+        if 200 <= final.code <= 299:
+            self.clean = True
             queued = _QUEUED_AS.search(final.message)
             provider_id = queued.group(1) if queued else email.message_id_header
             return ProviderAccepted(provider_message_id=provider_id, refused=refused)
-        return ProviderRejected(code=reply_code(final.code, final.message),
-                                klass=reply_class(final.code))
+        if 400 <= final.code <= 599:
+            self.clean = True
+            return ProviderRejected(code=reply_code(final.code, final.message),
+                                    klass=reply_class(final.code))
+        self.smtp.close()  # a 1yz or 3yz to the dot is no answer to it
+        return OutcomeUnknown(reason="invalid_final_reply")
 
     async def _recipients(self, email: OutboundEmail, enc: str,
                           cmd: float) -> list[RecipientRefusal]:
