@@ -11,7 +11,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from _carrier import NS, OWNER, Scripted, call, email, mailbox, receipt
+from _carrier import NS, OWNER, call, email, mailbox, receipt
+from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.carrier import CancelEmail, GetEmail
@@ -81,7 +82,7 @@ async def test_replay_after_content_was_dropped_still_compares_content() -> None
     """CA-2, CA-3: a terminal receipt drops its stored content and keeps its digest, so a replay
     with changed content is still conflict and an identical replay returns the receipt without
     sending again."""
-    transport = Scripted()
+    transport = RecordingTransport()
     async with TestRuntime(services={MAIL_TRANSPORT: transport}) as rt:
         mid = await mailbox(rt)
         await call(rt, mid, email())
@@ -165,7 +166,7 @@ async def test_per_recipient_cap_refuses_durably_and_replays_the_refusal() -> No
     window; over it submit durably records refused (never dispatched) and a replay answers the
     same refused receipt; Emails that never reached the provider do not count; once the window
     rolls past, the address is accepted again."""
-    transport = Scripted(ProviderRejected(code="550 5.7.1", klass="permanent"))
+    transport = RecordingTransport([ProviderRejected(code="550 5.7.1", klass="permanent")])
     async with TestRuntime(recipient_cap=2, recipient_cap_window_ms=3_600_000,
                            services={MAIL_TRANSPORT: transport}) as rt:
         mid = await mailbox(rt)
@@ -193,7 +194,7 @@ async def test_cancel_only_before_dispatch_intent() -> None:
     """CA-4, CA-7: a queued Email can be cancelled (superseded, content dropped, never sent;
     cancelling again answers the same); after dispatch intent it is conflict; an absent source
     id is email_not_found."""
-    transport = Scripted()
+    transport = RecordingTransport()
     async with TestRuntime(services={MAIL_TRANSPORT: transport}) as rt:
         mid = await mailbox(rt)
         await call(rt, mid, email("c-1"))
@@ -232,7 +233,7 @@ async def test_erase_removes_all_carrier_content() -> None:
 async def test_events_carry_ids_statuses_and_codes_only() -> None:
     """EV-5: every carrier event's data is ids, statuses, counts and codes: no address, subject
     or body, and no Message-ID header (it carries the sender's domain)."""
-    transport = Scripted(ProviderRejected(code="451 4.3.0", klass="temporary"))
+    transport = RecordingTransport([ProviderRejected(code="451 4.3.0", klass="temporary")])
     async with TestRuntime(services={MAIL_TRANSPORT: transport}) as rt:
         mid = await mailbox(rt)
         r = await call(rt, mid, email(subject="Secret subject", text="Secret body"))
