@@ -9,11 +9,11 @@ is ``control_schema``'s. Never log, or put in an exception, a webhook secret.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 import anyio
@@ -51,6 +51,7 @@ _STATUS_FROM: dict[str, tuple[str, ...]] = {
 }
 
 _log = get_logger("mailbox_actors.control_db")
+T = TypeVar("T")
 
 
 class ControlDbTooNew(MailboxActorsError):
@@ -182,6 +183,12 @@ class ControlDb:
         async with self._write() as conn:
             for sql, params in statements:
                 await conn.execute(sql, params)
+
+    async def transaction(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction: read-then-write adapters
+        (Post's executor) need their reads and writes in one."""
+        async with self._write() as conn:
+            return await fn(conn)
 
     async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         async with self._lock:

@@ -1,0 +1,225 @@
+"""Post on the control database (PO-8, the seed's D1): statements for the producer's own batch.
+
+``send`` returns the envelope and job statements; the producer puts them in the same
+``ControlDb.batch`` as its own fact, so they commit together or not at all. ``send_from_select``
+does the same for rows a trusted SELECT yields inside that batch. A replay of a key with other
+content fails the batch (a NOT NULL constraint: ``conflict``) and rolls all of it back.
+``purge_statements`` remove envelopes and every job alongside a source erasure. ``run()`` is the
+shared executor; the host keeps its wake. Apply ``POST_SCHEMA`` through the control database's
+migrations (``ControlDb(migrations=(*MIGRATIONS, POST_SCHEMA))``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import aiosqlite
+import msgspec
+
+from mailbox_actors.core.post.rules import (
+    ATTEMPT_DEADLINE_MS,
+    JobState,
+    RetryAction,
+    RetryPolicy,
+    Settlement,
+    address_key,
+    retry_action,
+    settle_expired,
+)
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.platform.rng import Rng
+from mailbox_actors.post import sql as q
+from mailbox_actors.post.actor_post import CHAIN, ROUND_ADDRESSES, check_key, digest, record_of
+from mailbox_actors.post.executor import Claimed, Deliver, PostExecutor
+from mailbox_actors.post.routes import Route, Routes
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.post import DeadLetterPage, PostRecord
+
+__all__ = ["ControlPost", "Statement"]
+
+Statement = tuple[str, tuple[Any, ...]]
+_ENC = msgspec.json.Encoder()
+_RECORD = ("SELECT j.key, e.route, j.state, j.attempts, j.seq, e.address, e.event, e.prepared, "
+           "j.next_attempt_at_ms, j.reason, j.receipt FROM post_jobs j JOIN post_envelopes e "
+           "ON e.key = j.key")
+
+
+class ControlPost:
+    """Post whose envelopes live in the control database."""
+
+    def __init__(self, db: ControlDb, routes: Routes, deliver: Deliver, *, clock: Clock, rng: Rng,
+                 policy: RetryPolicy | None = None, producer: str = "control",
+                 attempt_deadline_ms: int = ATTEMPT_DEADLINE_MS) -> None:
+        self.db = db
+        self.routes = routes
+        self.clock = clock
+        self.rng = rng
+        self.policy = policy or RetryPolicy()
+        self.producer = producer
+        self._executor = PostExecutor(self, routes, deliver, clock=clock, rng=rng,
+                                      policy=self.policy, deadline_ms=attempt_deadline_ms)
+
+    # ---- statements for the producer's batch -------------------------------------------------
+
+    def send(self, route: Route[Any, Any], address: Any, event: Any, key: str) -> list[Statement]:
+        """The envelope and job statements for the producer's ``batch``; nothing is written
+        here. An event that does not match the route's schema is ``invalid_request`` now."""
+        if route not in self.routes:
+            raise InvalidRequest("the route is not one of this Post's routes")
+        check_key(key)
+        addr, ev = route.check_address(address), route.check_event(event)
+        now = self.clock.now_ms()
+        return [
+            (q.ENVELOPE_INSERT, (key, route.name, route.address_kind, self.producer,
+                                 route.namespace, route.object_name(address),
+                                 route.tenant_of(address) if route.tenant_of else None,
+                                 route.identity_of(address) if route.identity_of else None,
+                                 digest(route.name, addr, ev), _ENC.encode(addr).decode(),
+                                 _ENC.encode(ev).decode(), now)),
+            (q.JOB_INSERT, (key, address_key(route.address_kind, addr), now, now)),
+        ]
+
+    @staticmethod
+    def address_key(route: Route[Any, Any], address: Any) -> str:
+        """The ordering key of ``address`` for ``send_from_select`` rows (bind it as a value)."""
+        return address_key(route.address_kind, route.check_address(address))
+
+    def send_from_select(self, route: Route[Any, Any], select_sql: str,
+                         params: tuple[Any, ...] = ()) -> list[Statement]:
+        """Statements that send one envelope per row of a trusted ``select_sql`` run inside the
+        same batch (for facts the batch itself creates). Its columns: ``post_key``,
+        ``address_key`` (from ``address_key()``), ``object_name``, ``address_json``,
+        ``event_json``; rows are numbered in the SELECT's order. Trusted: the JSON is not
+        checked here (the receiver refuses what does not match the route)."""
+        if route not in self.routes:
+            raise InvalidRequest("the route is not one of this Post's routes")
+        now = self.clock.now_ms()
+        envelope = (
+            "INSERT INTO post_envelopes (key, route, kind, producer, namespace, object_name, "
+            "tenant_id, identity_id, digest, address, event, created_at_ms) SELECT s.post_key, ?, "
+            "?, ?, ?, s.object_name, NULL, NULL, 'select:' || s.address_json || s.event_json, "
+            f"s.address_json, s.event_json, ? FROM ({select_sql}) AS s WHERE true "
+            "ON CONFLICT (key) DO UPDATE SET digest = CASE WHEN post_envelopes.digest = "
+            "excluded.digest THEN post_envelopes.digest ELSE NULL END")
+        job = (
+            "INSERT INTO post_jobs (seq, key, address_key, state, attempts, next_attempt_at_ms, "
+            "updated_at_ms) SELECT (SELECT coalesce(max(seq), 0) FROM post_jobs) + "
+            "row_number() OVER (), s.post_key, s.address_key, 'queued', 0, ?, ? "
+            f"FROM ({select_sql}) AS s WHERE true ON CONFLICT (key) DO NOTHING")
+        return [(envelope, (route.name, route.address_kind, self.producer, route.namespace, now,
+                            *params)),
+                (job, (now, now, *params))]
+
+    @staticmethod
+    def purge_statements(select_sql: str, params: tuple[Any, ...] = ()) -> list[Statement]:
+        """Remove the envelopes whose keys the trusted ``select_sql`` yields, and every job of
+        theirs (settled ones included), in the caller's batch (one writer at a time: the batch's
+        ``BEGIN IMMEDIATE`` is the lock)."""
+        return [(f"DELETE FROM post_jobs WHERE key IN ({select_sql})", params),
+                (f"DELETE FROM post_envelopes WHERE key IN ({select_sql})", params)]
+
+    def retry_statements(self, key: str) -> list[Statement]:
+        """retry(key) as statements for a batch (PO-6): expedite a failed job, put a dead letter
+        behind the queued work; queued, running and delivered jobs are untouched."""
+        check_key(key)
+        now = self.clock.now_ms()
+        return [
+            ("UPDATE post_jobs SET next_attempt_at_ms = ?, updated_at_ms = ? "
+             "WHERE key = ? AND state = 'failed'", (now, now, key)),
+            ("UPDATE post_jobs SET seq = (SELECT max(seq) + 1 FROM post_jobs), state = 'queued', "
+             "attempts = 0, reason = NULL, next_attempt_at_ms = ?, updated_at_ms = ? "
+             "WHERE key = ? AND state = 'dead'", (now, now, key)),
+        ]
+
+    async def retry(self, key: str) -> RetryAction:
+        """retry(key) in a transaction of its own; answers what it did."""
+        async def run(conn: aiosqlite.Connection) -> RetryAction:
+            rows = list(await conn.execute_fetchall(
+                "SELECT state FROM post_jobs WHERE key = ?", (check_key(key),)))
+            if not rows:
+                raise MailboxActorsError(ErrorCode.NOT_FOUND, "no Post envelope has this key")
+            for sql, params in self.retry_statements(key):
+                await conn.execute(sql, params)
+            return retry_action(JobState(rows[0][0]))
+        return await self.db.transaction(run)
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    async def get(self, key: str) -> PostRecord | None:
+        row = await self.db.fetch_one(f"{_RECORD} WHERE j.key = ?", (key,))
+        return record_of(row) if row else None
+
+    async def latest(self, kind: str, address: Any) -> PostRecord | None:
+        akey = address_key(kind, msgspec.to_builtins(address))
+        row = await self.db.fetch_one(
+            f"{_RECORD} WHERE j.address_key = ? ORDER BY j.seq DESC LIMIT 1", (akey,))
+        return record_of(row) if row else None
+
+    async def dead_letters(self, after: str | None = None, limit: int = 32) -> DeadLetterPage:
+        if not 1 <= limit <= 64:
+            raise InvalidRequest("limit is 1 to 64")
+        rows = await self.db.fetch_all(f"{_RECORD} WHERE j.key > ? ORDER BY j.key LIMIT ?",
+                                       (after or "", limit))
+        return DeadLetterPage(letters=[record_of(r) for r in rows if r[2] == JobState.DEAD],
+                              next_cursor=rows[-1][0] if len(rows) == limit else None)
+
+    async def next_wake(self) -> int | None:
+        rows = await self.db.fetch_all(q.HEADS)
+        return min((r[3] + 1 if r[1] == JobState.RUNNING else r[2] for r in rows), default=None)
+
+    async def run(self) -> int:
+        """Deliver everything due now; returns how many were delivered."""
+        return await self._executor.run()
+
+    # ---- the store the executor drives -------------------------------------------------------
+
+    async def claim(self, now_ms: int, lease_until_ms: int) -> list[list[Claimed]]:
+        return await self.db.transaction(functools.partial(self._claim, now_ms, lease_until_ms))
+
+    async def _claim(self, now: int, lease: int, conn: aiosqlite.Connection) -> list[list[Claimed]]:
+        chains: list[list[Claimed]] = []
+        for seq, state, next_at, old_lease, attempts, akey in await conn.execute_fetchall(q.HEADS):
+            if len(chains) >= ROUND_ADDRESSES:
+                break
+            running = state == JobState.RUNNING
+            if (old_lease + 1 if running else next_at) > now:
+                continue
+            if running and attempts >= self.policy.max_attempts:
+                s = settle_expired(attempts, now, self.policy, self.rng.random())
+                await conn.execute(q.SETTLE, (s.state.value, s.next_attempt_at_ms, s.reason, None,
+                                              now, seq))
+                continue
+            chain: list[Claimed] = []
+            for r in await conn.execute_fetchall(q.CHAIN, (akey, CHAIN)):
+                st, nxt, ls = r[13], r[14], r[15]
+                due = (ls or 0) < now if st == JobState.RUNNING else nxt <= now
+                if not due or (st == JobState.RUNNING and r[12] >= self.policy.max_attempts):
+                    break
+                await conn.execute(q.CLAIM, (lease, now, r[0]))
+                chain.append(Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4],
+                                     namespace=r[5], object_name=r[6], tenant_id=r[7],
+                                     identity_id=r[8], address=r[9].encode(),
+                                     event=r[10].encode(),
+                                     prepared=r[11].encode() if r[11] else None,
+                                     attempts=r[12] + 1, lease_until_ms=lease))
+            if chain:
+                chains.append(chain)
+        return chains
+
+    async def save_prepared(self, job: Claimed, prepared: bytes) -> None:
+        await self.db.batch([("UPDATE post_envelopes SET prepared = ? WHERE key = ? AND "
+                              "prepared IS NULL", (prepared.decode(), job.key))])
+
+    async def settle(self, results: list[tuple[Claimed, Settlement | None]]) -> None:
+        now = self.clock.now_ms()
+        stmts: list[Statement] = []
+        for job, s in results:
+            if s is None:
+                stmts.append((q.UNCLAIM, (now, job.seq)))
+            else:
+                receipt = None if s.receipt is None else _ENC.encode(s.receipt).decode()
+                stmts.append((q.SETTLE, (s.state.value, s.next_attempt_at_ms, s.reason, receipt,
+                                         now, job.seq)))
+        await self.db.batch(stmts)
