@@ -22,6 +22,7 @@ import msgspec
 from mailbox_actors.bench.event_figures import EVENT_FIGURES, event_figures
 from mailbox_actors.bench.figures import FIGURES, FULL, QUICK, Figure, Progress, Sizes
 from mailbox_actors.bench.http_figures import HTTP_FIGURES, http_figures
+from mailbox_actors.bench.post_figures import POST_FIGURES, post_figures
 from mailbox_actors.bench.runtime_figures import cold_activation, state_changes
 from mailbox_actors.bench.smtp_figures import SMTP_FIGURES, smtp_figures
 from mailbox_actors.bench.ticker_figures import TICKER_FIGURES, tickers
@@ -51,11 +52,13 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "http": (HTTP_FIGURES, http_figures),  # servers in child processes (issue 3)
     "events": (EVENT_FIGURES, event_figures),  # a local cluster and a webhook receiver (issue 4)
     "smtp": (SMTP_FIGURES, smtp_figures),  # an aiosmtpd sink in a child process (issue 11)
+    "post": (POST_FIGURES, post_figures),  # two actors on one node (issue 14)
 }
 
 # Every figure the command prints, in the order it prints them: the in-process figures of
 # ``FIGURES``, then those measured against server processes the bench starts.
-ALL_FIGURES: tuple[str, ...] = FIGURES + HTTP_FIGURES + EVENT_FIGURES + SMTP_FIGURES
+ALL_FIGURES: tuple[str, ...] = (FIGURES + HTTP_FIGURES + EVENT_FIGURES + SMTP_FIGURES
+                                 + POST_FIGURES)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
