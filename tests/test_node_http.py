@@ -153,11 +153,12 @@ async def test_ids_by_name_and_unique(live: Live) -> None:
 
 @pytest.mark.anyio
 async def test_healthz_and_metrics_need_no_token_and_show_no_content(live: Live) -> None:
-    """``/healthz`` reports status, node, pid and active actors; ``/metrics`` is Prometheus text
-    with the required series and never content or addresses (RPC-7, CL-5)."""
+    """``/healthz`` reports status, node and pid only (no path, no counts: OPS-7); ``/metrics`` is
+    Prometheus text with the required series and never content or addresses (RPC-7, CL-5)."""
     status, health = await live.req("GET", "/healthz", token=None)
     assert status == 200
-    assert {"status", "node", "pid", "actors_active"} <= set(health)
+    assert set(health) == {"status", "node", "pid"}
+    assert str(live.rt.node.settings.path) not in json.dumps(health)
     qid = live.rt.id_from_name("tenant_quota", "acme")
     await live.req("POST", f"/rpc/tenant_quota/{qid}",
                    env({"op": "init", "per_minute": 5, "per_day": 50}))

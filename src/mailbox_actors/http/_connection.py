@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 import httptools
@@ -48,6 +49,23 @@ class _Reject(Exception):
         super().__init__(error.message)
         self.status = status
         self.error = error
+
+
+# What an application returns: (status, body, content type[, extra response headers]).
+AppAnswer = tuple[int, bytes, str] | tuple[int, bytes, str, Mapping[str, str]]
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _extra_headers(headers: Mapping[str, str]) -> bytes:
+    """Extra response header lines; a name or value that could split the head is a bug, refused."""
+    out = []
+    for name, value in headers.items():
+        raw_name, raw_value = name.encode("latin-1"), value.encode("latin-1")
+        if not raw_name or not set(raw_name) <= _TOKEN or b"\r" in raw_value or \
+                b"\n" in raw_value:
+            raise ValueError(f"response header {name!r} is not a valid header")
+        out.append(b"%s: %s\r\n" % (raw_name, raw_value))
+    return b"".join(out)
 
 
 def _error_reply(error: MailboxActorsError) -> bytes:
@@ -226,6 +244,11 @@ class Connection(asyncio.Protocol):
             raise _Reject(400, MailboxActorsError(
                 ErrorCode.INVALID_REQUEST, "the request target must be an absolute path",
                 fix="Send the path in origin form, e.g. POST /rpc/{namespace}/{object_id}."))
+        if self._parser.get_http_version() == "1.1" and "host" not in self._headers:
+            # RFC 9112 section 3.2: a server must answer 400 to an HTTP/1.1 request without Host.
+            raise _Reject(400, MailboxActorsError(
+                ErrorCode.INVALID_REQUEST, "an HTTP/1.1 request must carry a Host header",
+                fix="Send 'Host: <host>:<port>' (every HTTP/1.1 client does)."))
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         keep_alive = self._parser.should_keep_alive()
         self._enqueue(_Request(method, path, self._headers, body, keep_alive))
@@ -288,11 +311,11 @@ class Connection(asyncio.Protocol):
                     self._queue.clear()
                     self._linger(transport)
                     break
-                status, body, ctype = await self._call(item)
+                status, body, ctype, extra = await self._call(item)
                 if self._lost:
                     break
                 last = not item.keep_alive or (self._closing and not self._queue)
-                self._write(transport, status, body, ctype, last, item.method == "HEAD")
+                self._write(transport, status, body, ctype, last, item.method == "HEAD", extra)
                 if last:
                     self._queue.clear()
                     break
@@ -309,21 +332,22 @@ class Connection(asyncio.Protocol):
         elif not self._queue and not self._in_head and not self._mid_body:
             self.deadline = self._loop.time() + self._server.keepalive_timeout_s
 
-    async def _call(self, req: _Request) -> tuple[int, bytes, str]:
+    async def _call(self, req: _Request) -> tuple[int, bytes, str, bytes]:
         try:
-            status, body, ctype = await self._server.handler(req.method, req.path, req.headers,
-                                                             req.body)
+            answer = await self._server.handler(req.method, req.path, req.headers, req.body)
+            status, body, ctype = answer[0], answer[1], answer[2]
             _status_line(status)
-            return status, body, ctype
+            extra = _extra_headers(answer[3]) if len(answer) == 4 else b""
+            return status, body, ctype, extra
         except Exception as exc:
             _log.error("http_handler_failed", method=req.method, error=repr(exc)[:300])
             err = MailboxActorsError(ErrorCode.INTERNAL_ERROR, "the request failed inside the node")
-            return 500, _error_reply(err), "application/json"
+            return 500, _error_reply(err), "application/json", b""
 
     def _write(self, transport: asyncio.Transport, status: int, body: bytes, ctype: str,
-               close: bool, head_only: bool) -> None:
-        head = b"%scontent-type: %s\r\ncontent-length: %d\r\n%s\r\n" % (
-            _status_line(status), ctype.encode("latin-1"), len(body),
+               close: bool, head_only: bool, extra: bytes = b"") -> None:
+        head = b"%scontent-type: %s\r\ncontent-length: %d\r\n%s%s\r\n" % (
+            _status_line(status), ctype.encode("latin-1"), len(body), extra,
             b"connection: close\r\n" if close else b"")
         if head_only or status in (204, 304):
             transport.write(head)

@@ -14,20 +14,22 @@ from collections.abc import Mapping
 from ssl import SSLContext
 from typing import Any, Protocol
 
-from mailbox_actors.http._connection import Connection
+from mailbox_actors.http._connection import AppAnswer, Connection
 
-__all__ = ["HttpApp", "RpcHttpServer", "loop_backend_options"]
+__all__ = ["AppAnswer", "HttpApp", "RpcHttpServer", "loop_backend_options"]
 
 
 class HttpApp(Protocol):
     """The application: one call per request; header names arrive lower-cased.
 
     ``path`` is the raw request target (percent-encoding untouched, query included). Returns
-    ``(status, body, content_type)``. An exception is answered 500 ``internal_error`` and logged.
+    ``(status, body, content_type)``, or ``(status, body, content_type, headers)`` with extra
+    response headers (``Allow`` on a 405). An exception is answered 500 ``internal_error`` and
+    logged.
     """
 
     async def __call__(self, method: str, path: str, headers: Mapping[str, str],
-                       body: bytes) -> tuple[int, bytes, str]: ...
+                       body: bytes) -> AppAnswer: ...
 
 
 def loop_backend_options(prefer_uvloop: bool = True) -> dict[str, Any]:

@@ -28,7 +28,8 @@ from mailbox_actors.wire.shared_replies import IdReply
 __all__ = ["FORWARDED_HEADER", "NodeApp", "Response"]
 
 FORWARDED_HEADER = "x-mailbox-actors-forwarded"
-Response = tuple[int, bytes, str]
+Plain = tuple[int, bytes, str]
+Response = Plain | tuple[int, bytes, str, Mapping[str, str]]
 Forward = Callable[[int, str, str, Mapping[str, str], bytes], Awaitable[tuple[int, bytes]]]
 
 _JSON = "application/json"
@@ -36,7 +37,7 @@ _ENC = msgspec.json.Encoder()
 
 
 def error_response(code: ErrorCode, message: str, *, status: int | None = None,
-                   details: dict[str, Any] | None = None) -> Response:
+                   details: dict[str, Any] | None = None) -> Plain:
     body = MailboxActorsError(code, message, details=details).to_body()
     return (status or code.http_status), _ENC.encode({"err": body}), _JSON
 
@@ -166,7 +167,7 @@ class NodeApp:
         return owner_index(self.peers, namespace, object_id)
 
     async def _forward_to(self, owner: int, path: str, headers: Mapping[str, str],
-                          body: bytes) -> Response:
+                          body: bytes) -> Plain:
         if self._forward is None:
             return error_response(ErrorCode.UNAVAILABLE, "the owning node is not reachable")
         fwd = {"authorization": headers.get("authorization", ""), FORWARDED_HEADER: "1",
@@ -184,12 +185,14 @@ class NodeApp:
     # ---- observing -------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
+        """``/healthz``, answered without a token: whether this process serves, nothing more
+        (OPS-7: no path, no counts). The pid lets a supervisor tell its own child on the port."""
         h = self.node.health()
-        h["cluster_nodes"] = len(self.peers) or 1
-        return h
+        return {"status": h["status"], "node": h["node"], "pid": h["pid"]}
 
     async def status(self) -> dict[str, Any]:
-        s = self.health()
+        s = self.node.health()
+        s["cluster_nodes"] = len(self.peers) or 1
         if self.node.queues is not None:
             stats = await self.node.queues.stats()
             for name in (WEBHOOKS_QUEUE, f"{WEBHOOKS_QUEUE}-dlq"):  # shown even when empty
@@ -206,5 +209,8 @@ class NodeApp:
 
 
 def _not_allowed(allowed: str) -> Response:
-    return error_response(ErrorCode.METHOD_NOT_ALLOWED, f"use {allowed} on this endpoint",
-                          details={"allow": allowed})
+    allow = "GET, HEAD" if allowed == "GET" else allowed  # RFC 9110 15.5.6: a 405 lists them
+    status, body, ctype = error_response(ErrorCode.METHOD_NOT_ALLOWED,
+                                         f"use {allowed} on this endpoint",
+                                         details={"allow": allowed})
+    return status, body, ctype, {"allow": allow}

@@ -112,9 +112,27 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
             "summary": f"Mint a new unique {cls.namespace} id",
             "security": [{"clusterToken": []}], "responses": id_ok}}
     paths["/healthz"] = {"get": {
-        "operationId": "healthz", "summary": "Liveness and a summary of the node (no token)",
-        "responses": {"200": {"description": "JSON: status, node, pid, actors_active, ...",
-                              "content": {"application/json": {"schema": {"type": "object"}}}}}}}
+        "operationId": "healthz", "summary": "Liveness (no token): whether this process serves",
+        "responses": {"200": {"description": "JSON: status (ok or stopping), node name, pid",
+                              "content": {"application/json": {"schema": {
+                                  "type": "object", "required": ["status", "node", "pid"],
+                                  "properties": {"status": {"enum": ["ok", "stopping"]},
+                                                 "node": {"type": "string"},
+                                                 "pid": {"type": "integer"}}}}}}}}}
+    paths["/admin/status"] = {"get": {
+        "operationId": "admin_status",
+        "summary": "The node's state for operators: actors, alarms, queues, limits",
+        "description": ("What `mailbox-actors status` shows: active actors, pending and fired "
+                        "alarms, activations, evictions, queue depths, the descriptor limit and "
+                        "the bound on open actors it gives, the data directory."),
+        "security": [{"operatorToken": []}],
+        "responses": {
+            "200": {"description": "JSON object", "content": {"application/json": {
+                "schema": {"type": "object", "required": ["status", "node", "pid"]}}}},
+            "401": _err("Missing or wrong operator token", ErrorCode.UNAUTHENTICATED),
+            "403": _err("The cluster token was sent where the operator token is needed",
+                        ErrorCode.PERMISSION_DENIED),
+            "405": _err("Wrong method", ErrorCode.METHOD_NOT_ALLOWED)}}}
     paths["/metrics"] = {"get": {
         "operationId": "metrics", "summary": "Prometheus text format (no token)",
         "responses": {"200": {"description": "Prometheus text exposition format 0.0.4",
