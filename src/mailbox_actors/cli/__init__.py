@@ -32,6 +32,10 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
                  "create an identity: mint its IdentityMailbox, store it, send init"),
     "openapi": ("mailbox_actors.cli.remote", "add_openapi_arguments", "run_openapi",
                 "print the OpenAPI 3.1 document of the HTTP interface"),
+    "send": ("mailbox_actors.cli.mail", "add_send_arguments", "run_send",
+             "submit an email from an identity and print its receipt (--wait: follow it)"),
+    "deliveries": ("mailbox_actors.cli.mail", "add_deliveries_arguments", "run_deliveries",
+                   "page through an identity's delivery records (operator token)"),
     "bench": ("mailbox_actors.bench.command", "add_arguments", "run",
               "measure the runtime against the physical limits"),
 }

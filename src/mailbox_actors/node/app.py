@@ -13,13 +13,14 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 import msgspec
 import structlog
 
 from mailbox_actors.core.placement import owner_index
 from mailbox_actors.node.node import Node
+from mailbox_actors.objects.identity_mailbox.inspection import DEFAULT_PAGE
 from mailbox_actors.platform.descriptors import nofile_limit
 from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
@@ -88,7 +89,8 @@ class NodeApp:
 
     async def __call__(self, method: str, path: str, headers: Mapping[str, str],
                        body: bytes) -> Response:
-        path = path.split("?", 1)[0]
+        full_path = path
+        path, _, query = path.partition("?")
         parts = path.split("/")
         try:
             if len(parts) == 4 and parts[1] == "rpc":
@@ -111,6 +113,9 @@ class NodeApp:
                     return _not_allowed("POST")
                 return self._auth(headers, False) or self._id(
                     lambda: self.node.new_unique_id(parts[2]))
+            if len(parts) == 4 and parts[1] == "admin" and parts[2] == "deliveries":
+                return self._get_only(method) or self._auth(headers, True) or (
+                    await self._deliveries(parts[3], query, headers, full_path))
             if path == "/admin/status":
                 return self._get_only(method) or self._auth(headers, True) or (
                     200, _ENC.encode(await self.status()), _JSON)
@@ -161,20 +166,37 @@ class NodeApp:
                 ErrorCode.UNAVAILABLE, f"the owning node answered HTTP {status}").to_body()})
         return out
 
+    async def _deliveries(self, object_id: str, query: str, headers: Mapping[str, str],
+                          full_path: str) -> Response:
+        """CA-10: one page of an IdentityMailbox's delivery records, read on the node that owns
+        it without activating it (the operator token was checked)."""
+        owner = self._owner("identity_mailbox", object_id)
+        if owner != self.self_index and FORWARDED_HEADER not in headers:
+            return await self._forward_to(owner, full_path, headers, b"", method="GET")
+        args = parse_qs(query, keep_blank_values=True)
+        after = args.get("after", [None])[-1] or None
+        try:
+            limit = int(args.get("limit", [str(DEFAULT_PAGE)])[-1])
+        except ValueError:
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "limit must be an integer",
+                                     details={"field": "limit"}) from None
+        page = self.node.inspect_deliveries(object_id, after=after, limit=limit)
+        return 200, _ENC.encode(page), _JSON
+
     def _owner(self, namespace: str, object_id: str) -> int:
         if len(self.peers) <= 1:
             return self.self_index
         return owner_index(self.peers, namespace, object_id)
 
     async def _forward_to(self, owner: int, path: str, headers: Mapping[str, str],
-                          body: bytes) -> Plain:
+                          body: bytes, method: str = "POST") -> Plain:
         if self._forward is None:
             return error_response(ErrorCode.UNAVAILABLE, "the owning node is not reachable")
         fwd = {"authorization": headers.get("authorization", ""), FORWARDED_HEADER: "1",
                "content-type": _JSON}
         self.node.metrics.inc("rpc_forwarded_total")
         try:
-            status, out = await self._forward(owner, "POST", path, fwd, body)
+            status, out = await self._forward(owner, method, path, fwd, body)
         except (OSError, ConnectionError, TimeoutError) as e:
             self._log.warning("forward_failed", owner=self.peers[owner], error=type(e).__name__)
             return 200, _ENC.encode({"err": MailboxActorsError(

@@ -21,6 +21,7 @@ from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.scheduler import AlarmScheduler
 from mailbox_actors.node.mail import transport_from_settings
 from mailbox_actors.objects import DEFAULT_OBJECTS
+from mailbox_actors.objects.identity_mailbox.inspection import DEFAULT_PAGE, inspect_deliveries
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.descriptors import actor_bound, nofile_limit
@@ -39,6 +40,7 @@ from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.host import ActorHost
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.webhooks.publish import ControlEventSink
+from mailbox_actors.wire.carrier import InspectionPage
 
 __all__ = ["Node"]
 
@@ -269,6 +271,13 @@ class Node:
 
     def id_from_name(self, namespace: str, name: str) -> str:
         return self.router.id_from_name(namespace, name)
+
+    def inspect_deliveries(self, mailbox_id: str, *, after: str | None = None,
+                           limit: int = DEFAULT_PAGE) -> InspectionPage:
+        """CA-10: a page of an IdentityMailbox's delivery records, read from its file without
+        activating it (no owner, no migration, no alarm). For callers that admitted an operator."""
+        oid = self.router.id_from_string("identity_mailbox", mailbox_id)
+        return inspect_deliveries(self.host.path_for("identity_mailbox", oid), after, limit)
 
     def new_unique_id(self, namespace: str) -> str:
         return self.router.new_unique_id(namespace)

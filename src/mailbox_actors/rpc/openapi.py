@@ -14,6 +14,7 @@ from typing import Any, cast
 import msgspec
 
 from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.wire.carrier import InspectionPage
 from mailbox_actors.wire.envelope import Envelope
 from mailbox_actors.wire.errors import ErrorBody, ErrorCode
 from mailbox_actors.wire.shared_replies import IdReply
@@ -41,16 +42,19 @@ def reply_name(t: Any) -> str:
 
 
 def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, Any]:
-    types: list[Any] = [ErrorBody, IdReply]
+    types: list[Any] = [ErrorBody, IdReply, InspectionPage]
     types += [Envelope[cls.requests] for cls in objects]  # type: ignore[name-defined]
     for cls in objects:
         types.extend(cls.replies.values())
     schemas, components = msgspec.json.schema_components(types, ref_template=_REF)
-    for t, schema in zip(types, schemas, strict=True):
+    replies_start = 3 + len(objects)
+    for t, schema in zip(types[replies_start:], schemas[replies_start:], strict=True):
         if reply_name(t).endswith("OrNull"):
             components[reply_name(t)] = schema
     # msgspec names a generic instance after its type arguments; give envelopes readable names.
     renames = {}
+    inspection_schema = schemas[2]
+    schemas = schemas[:2] + schemas[3:]
     for cls, schema in zip(objects, schemas[2:2 + len(objects)], strict=True):
         old = schema["$ref"].rsplit("/", 1)[1]
         renames[old] = f"{cls.__name__}Envelope"
@@ -111,6 +115,29 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
             "operationId": f"id_unique_{cls.namespace}",
             "summary": f"Mint a new unique {cls.namespace} id",
             "security": [{"clusterToken": []}], "responses": id_ok}}
+    paths["/admin/deliveries/{object_id}"] = {"get": {
+        "operationId": "admin_deliveries",
+        "summary": "Operator inspection of an IdentityMailbox's delivery records (CA-10)",
+        "description": ("A read-only page of at most 64 records (32 by default), continued with "
+                        "`after` = the last page's `next_cursor` until it is null. It opens no "
+                        "owner, creates nothing and arms nothing; records never carry "
+                        "addresses, bodies or headers. Needs the operator token."),
+        "security": [{"operatorToken": []}],
+        "parameters": [id_param,
+                       {"name": "after", "in": "query", "required": False,
+                        "schema": {"type": "string", "maxLength": 64}},
+                       {"name": "limit", "in": "query", "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 64,
+                                   "default": 32}}],
+        "responses": {
+            "200": {"description": "`available` with records, or `uninitialized`",
+                    "content": {"application/json": {"schema": inspection_schema}}},
+            "400": _err("Bad id, cursor or limit", ErrorCode.INVALID_REQUEST),
+            "401": _err("Missing or wrong operator token", ErrorCode.UNAUTHENTICATED),
+            "403": _err("The cluster token was sent where the operator token is needed",
+                        ErrorCode.PERMISSION_DENIED),
+            "404": _err("No such IdentityMailbox", ErrorCode.IDENTITY_NOT_FOUND),
+        }}}
     paths["/healthz"] = {"get": {
         "operationId": "healthz", "summary": "Liveness (no token): whether this process serves",
         "responses": {"200": {"description": "JSON: status (ok or stopping), node name, pid",

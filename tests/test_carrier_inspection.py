@@ -1,0 +1,225 @@
+"""Operator inspection of delivery records (CA-10) and Carrier's commands (``send``,
+``deliveries``): a read-only paged scan that opens no owner, creates nothing and arms nothing,
+served over HTTP behind the operator token only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from _carrier import NS, call, email, mailbox, receipt
+from mailbox_actors.cli import main as cli_main
+from mailbox_actors.http.client import HttpPool
+from mailbox_actors.http.server import RpcHttpServer
+from mailbox_actors.node.app import NodeApp
+from mailbox_actors.node.control_ops import create_identity
+from mailbox_actors.platform.mail.recording import RecordingTransport
+from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
+from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.transport import ProviderRejected
+
+pytestmark = pytest.mark.anyio
+TOKEN = "cluster-token-0123456789abcdef"
+OPERATOR = "operator-token-0123456789abcdef"
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(path.parent.glob(path.name + "*")):  # the file, its -wal and -shm
+        h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+async def test_pages_of_32_by_default_64_at_most_until_the_cursor_is_null() -> None:
+    """CA-10: each page holds at most 64 records (32 by default), continued with after =
+    next_cursor until it is null; every Email is seen once, in order; records carry state,
+    attempts, retry time and provider evidence, never addresses, bodies or headers."""
+    transport = RecordingTransport([ProviderRejected(code="451 4.3.0", klass="temporary")])
+    async with TestRuntime(services={MAIL_TRANSPORT: transport}) as rt:
+        mid = await mailbox(rt)
+        for i in range(70):
+            await call(rt, mid, email(f"s-{i:02d}", subject="Private subject",
+                                      headers={"X-Secret": "hdr"}))
+        await rt.run_until_idle()
+        first = msgspec.to_builtins(rt.node.inspect_deliveries(mid))
+        assert first["status"] == "available" and len(first["records"]) == 32
+        assert first["next_cursor"] == first["records"][-1]["email_id"]
+        seen = [r["email_id"] for r in first["records"]]
+        after = first["next_cursor"]
+        while after is not None:
+            page = msgspec.to_builtins(rt.node.inspect_deliveries(mid, after=after, limit=64))
+            assert len(page["records"]) <= 64
+            seen += [r["email_id"] for r in page["records"]]
+            after = page["next_cursor"]
+        ids = [(await receipt(rt, mid, f"s-{i:02d}"))["email_id"] for i in range(70)]
+        assert seen == sorted(ids) and len(set(seen)) == 70
+        retried = next(r for r in first["records"] if r["attempts"] == 1)
+        assert retried["status"] == "queued" and retried["next_attempt_at_ms"] > rt.now_ms()
+        assert retried["provider_rejection"] == {"code": "451 4.3.0", "class": "temporary"}
+        sent = next(r for r in first["records"] if r["status"] == "provider_accepted")
+        assert sent["provider_message_id"] and sent["attempts"] == 0 and sent["messages"] == 1
+        text = json.dumps(first)
+        for leak in ("@", "Private", "Secret", "hdr", "bob", "Hi Bob"):
+            assert leak not in text
+        for bad in ({"limit": 65}, {"limit": 0}, {"after": "x" * 65}):
+            with pytest.raises(MailboxActorsError) as e:
+                rt.node.inspect_deliveries(mid, **bad)  # type: ignore[arg-type]
+            assert e.value.code == "invalid_request"
+
+
+async def test_inspection_opens_no_owner_creates_nothing_arms_nothing(tmp_path: Path) -> None:
+    """CA-10: reading a sleeping actor's records does not activate it, change its file or its
+    alarm; a store without the delivery table is uninitialized (and stays without it); an id
+    with no file is identity_not_found and leaves no file behind."""
+    async with TestRuntime(tmp_path, idle_ms=1000) as rt:
+        mid = await mailbox(rt)
+        await call(rt, mid, email())
+        await rt.advance(2000)  # evicted: no transport, the alarm waits five minutes
+        assert not rt.node.host.is_active(NS, mid)
+        path = rt.node.host.path_for(NS, mid)
+        before = file_digest(path)
+        alarm = rt.node.scheduler.pending((NS, mid)) if rt.node.scheduler else None  # type: ignore[attr-defined]
+        page = msgspec.to_builtins(rt.node.inspect_deliveries(mid))
+        assert [r["status"] for r in page["records"]] == ["queued"]
+        assert not rt.node.host.is_active(NS, mid)
+        assert file_digest(path) == before
+        assert (rt.node.scheduler.pending((NS, mid)) if rt.node.scheduler  # type: ignore[attr-defined]
+                else None) == alarm
+
+        bare = rt.id_from_name(NS, "made-by-an-older-version")
+        bare_path = rt.node.host.path_for(NS, bare)
+        bare_path.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(bare_path) as conn:
+            conn.execute("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT)")
+        assert msgspec.to_builtins(rt.node.inspect_deliveries(bare)) == {
+            "status": "uninitialized"}
+        with sqlite3.connect(bare_path) as conn:
+            assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [
+                ("meta",), ("sqlite_autoindex_meta_1",)]
+
+        nobody = rt.id_from_name(NS, "never-created")
+        with pytest.raises(MailboxActorsError) as e:
+            rt.node.inspect_deliveries(nobody)
+        assert e.value.code == "identity_not_found"
+        assert not rt.node.host.path_for(NS, nobody).exists()
+
+
+@asynccontextmanager
+async def serving(rt: TestRuntime) -> AsyncIterator[str]:
+    app = NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR)
+    server = RpcHttpServer(app, max_body_bytes=1 << 20, request_timeout_s=5)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await server.stop(grace_s=1.0)
+
+
+async def get(url: str, path: str, token: str | None) -> tuple[int, Any]:
+    headers = {} if token is None else {"authorization": f"Bearer {token}"}
+    async with HttpPool() as pool:
+        status, body = await pool.request(url, "GET", path, headers, b"", timeout_s=5)
+    return status, json.loads(body)
+
+
+async def test_over_http_only_the_operator_token_may_inspect() -> None:
+    """CA-10, REL-3: GET /admin/deliveries/{id} answers the page with the operator token; the
+    cluster token is 403 permission_denied, none or a wrong one 401; a bad limit 400, an unknown
+    mailbox 404, another method 405."""
+    async with TestRuntime() as rt, serving(rt) as url:
+        mid = await mailbox(rt)
+        await call(rt, mid, email())
+        status, page = await get(url, f"/admin/deliveries/{mid}?limit=5", OPERATOR)
+        assert status == 200 and page["status"] == "available" and len(page["records"]) == 1
+        status, err = await get(url, f"/admin/deliveries/{mid}", TOKEN)
+        assert status == 403 and err["err"]["code"] == "permission_denied"
+        for token in (None, "wrong-token-0123456789"):
+            status, err = await get(url, f"/admin/deliveries/{mid}", token)
+            assert status == 401 and err["err"]["code"] == "unauthenticated"
+        status, err = await get(url, f"/admin/deliveries/{mid}?limit=abc", OPERATOR)
+        assert status == 400 and err["err"]["details"]["field"] == "limit"
+        status, err = await get(url, f"/admin/deliveries/{mid}?limit=65", OPERATOR)
+        assert status == 400
+        other = rt.id_from_name(NS, "nobody")
+        status, err = await get(url, f"/admin/deliveries/{other}", OPERATOR)
+        assert status == 404 and err["err"]["code"] == "identity_not_found"
+        status, err = await get(url, "/admin/deliveries/not-an-id", OPERATOR)
+        assert status == 400
+        async with HttpPool() as pool:
+            status, _ = await pool.request(url, "POST", f"/admin/deliveries/{mid}",
+                                           {"authorization": f"Bearer {OPERATOR}"}, b"",
+                                           timeout_s=5)
+        assert status == 405
+
+
+async def run_cli(*argv: str) -> tuple[int, list[Any]]:
+    """Run ``mailbox-actors ARGV`` in a worker thread (it runs its own event loop) and return
+    its exit status and the JSON lines it printed."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+
+    def run() -> int:
+        with contextlib.redirect_stdout(out):
+            return cli_main(list(argv))
+    status = await anyio.to_thread.run_sync(run)
+    return status, [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
+
+
+async def test_send_and_deliveries_commands(tmp_path: Path) -> None:
+    """CA-10, CA-14: ``mailbox-actors send`` names the tenant and identity by name, prints the
+    queued receipt and with --wait follows it to provider_accepted; ``deliveries IDENTITY``
+    prints pages with the operator token (--all follows next_cursor); bad input exits 1 with the
+    error."""
+    (tmp_path / "cluster.token").write_text(TOKEN)
+    (tmp_path / "operator.token").write_text(OPERATOR)
+    transport = RecordingTransport()
+    async with TestRuntime(tmp_path, control=True, services={MAIL_TRANSPORT: transport}) as rt, \
+            serving(rt) as url:
+        db = rt.node.control_db
+        assert db is not None
+        tenant = await db.create_tenant("acme")
+        identity = await create_identity(db, rt.node, tenant.id, "support")
+
+        async def drive() -> None:  # the fake clock stands still unless the test moves it
+            for _ in range(200):
+                await anyio.sleep(0.02)
+                await rt.run_until_idle()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            status, lines = await run_cli(
+                "send", "--tenant", "acme", "--identity", "support", "--from",
+                "support@acme.example", "--to", "bob@example.com", "--subject", "Hi", "--text",
+                "Hello", "--source-id", "cli-1", "--wait", "--data", str(tmp_path), "--url", url)
+            tg.cancel_scope.cancel()
+        assert status == 0
+        assert lines[0]["status"] == "queued" and lines[-1]["status"] == "provider_accepted"
+        assert transport.sent[0].subject == "Hi"
+        for i in range(3):
+            await call_as(rt, identity, email(f"more-{i}"))
+        status, pages = await run_cli("deliveries", identity.id, "--limit", "2", "--all",
+                                      "--data", str(tmp_path), "--url", url)
+        assert status == 0 and [len(p["records"]) for p in pages] == [2, 2]
+        assert pages[-1]["next_cursor"] is None
+        status, lines = await run_cli(
+            "send", "--tenant", tenant.id, "--identity", identity.id, "--from", "not an address",
+            "--to", "bob@example.com", "--text", "x", "--data", str(tmp_path), "--url", url)
+        assert status == 1 and lines[0]["err"]["code"] == "invalid_request"
+        assert lines[0]["err"]["details"]["field"] == "from"
+
+
+async def call_as(rt: TestRuntime, identity: Any, req: Any) -> Any:
+    return await rt.call(NS, identity.mailbox_id, req, tenant_id=identity.tenant_id,
+                         identity_id=identity.id)
