@@ -353,7 +353,8 @@ CANONICAL: dict[str, list[Any]] = {
                                     "provider_event_id": "ev-1"},
                          {"op": "submit", "source_id": "s2", **_EMAIL},
                          {"op": "cancel", "source_id": "s2"}, {"op": "erase"}],
-    "domain_monitor": [{"op": "init", "domain": "example.com"}, {"op": "status"}],
+    "domain_monitor": [{"op": "init", "domain": "example.com"}, {"op": "check"},
+                       {"op": "status"}],
 }
 
 

@@ -1,4 +1,5 @@
-"""Operations that span the control database and the actors (Q-3): creating tenants and identities.
+"""Operations that span the control database and the actors (Q-3): creating tenants, identities and
+domains.
 
 Creating an identity mints its IdentityMailbox id, stores it with the identity (status
 "creating"), sends ``init`` (which emits identity.created through the outbox) and marks it active.
@@ -10,12 +11,14 @@ from __future__ import annotations
 import inspect
 from typing import Any, Protocol
 
+from mailbox_actors.core.dns.names import NameRefused, normalise_domain
 from mailbox_actors.platform.control.database import ControlDb
-from mailbox_actors.wire.control import Identity, Tenant
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.control import Domain, Identity, Tenant
+from mailbox_actors.wire.domain import DomainInit, ExpectedRecords
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.mailbox import MailboxInit
 
-__all__ = ["Caller", "create_identity", "create_tenant"]
+__all__ = ["Caller", "create_domain", "create_identity", "create_tenant"]
 
 
 class Caller(Protocol):
@@ -52,3 +55,29 @@ async def create_identity(db: ControlDb, caller: Caller, tenant_id: str, name: s
         await db.set_identity_status(existing.id, "active")
         existing = await db.get_identity(existing.id) or existing
     return existing
+
+
+async def create_domain(db: ControlDb, caller: Caller, tenant_id: str, name: str,
+                        expected: ExpectedRecords | None = None) -> Domain:
+    """Register a domain (DM-5): its A-label in the control database with a new DomainMonitor id,
+    then ``init`` (which runs the first check at once). Repeating it re-sends init, so expected
+    records can be changed; a domain another tenant registered is ``conflict``."""
+    try:
+        name = normalise_domain(name)
+    except NameRefused as e:
+        raise InvalidRequest(str(e), details={"field": "name"}) from None
+    if await db.get_tenant(tenant_id) is None:
+        raise MailboxActorsError(ErrorCode.TENANT_NOT_FOUND, "no such tenant")
+    domain = await db.get_domain_by_name(name)
+    if domain is None:
+        monitor_id = caller.new_unique_id("domain_monitor")
+        if inspect.isawaitable(monitor_id):
+            monitor_id = await monitor_id
+        domain = await db.create_domain(tenant_id, name, str(monitor_id))
+    if domain.tenant_id != tenant_id:
+        raise MailboxActorsError(ErrorCode.CONFLICT, "the domain is registered by another tenant",
+                                 details={"field": "name"})
+    await caller.call("domain_monitor", domain.monitor_id,
+                      DomainInit(domain=name, expected=expected or ExpectedRecords()),
+                      tenant_id=tenant_id)
+    return await db.get_domain(domain.id) or domain

@@ -19,6 +19,8 @@ from typing import Any
 from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import FakeClock
+from mailbox_actors.platform.dns.fake import FakeResolver
+from mailbox_actors.platform.dns.resolver import RESOLVER
 from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.platform.services import ServiceKey, Services
@@ -26,7 +28,7 @@ from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.outbox import RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
 
-__all__ = ["FakeClock", "RecordingTransport", "SeededRng", "TestRuntime"]
+__all__ = ["FakeClock", "FakeResolver", "RecordingTransport", "SeededRng", "TestRuntime"]
 
 
 class TestRuntime:
@@ -50,7 +52,7 @@ class TestRuntime:
                 settings.setdefault("queues_db", str(self.data_dir / "queues.sqlite"))
             self.settings = RuntimeSettings(data_dir=str(self.data_dir), **settings)
             self.node = Node(self.settings, clock=self.clock, rng=self.rng, objects=objects,
-                             services=Services(services))
+                             services=Services(_deterministic_dns(services, self.settings)))
         except BaseException:
             self._remove_own_dir()  # a refused setting must not leave the directory behind
             raise
@@ -113,3 +115,13 @@ class TestRuntime:
 
     def id_from_name(self, namespace: str, name: str) -> str:
         return self.node.id_from_name(namespace, name)
+
+
+def _deterministic_dns(services: Mapping[ServiceKey[Any], Any] | None,
+                       settings: RuntimeSettings) -> dict[ServiceKey[Any], Any]:
+    """A test never asks the machine's DNS by accident: without a resolver of its own or
+    ``dns`` settings naming nameservers (a ``LoopbackDns``), DomainMonitor gets a FakeResolver."""
+    items = dict(services or {})
+    if items.get(RESOLVER) is None and not settings.dns.nameservers:
+        items[RESOLVER] = FakeResolver()
+    return items

@@ -3,9 +3,10 @@ queue, one message per event.
 
 Outbox alarms of many actors publish at once under load; this sink groups whatever is waiting into
 one control-database write and one queue write (group commit), so dispatch costs two writes per
-group, not per event. ``publish`` returns only when its events are durable in
-both places; if either write fails, every publisher in the group sees the error and its outbox
-alarm retries (delivery is at least once; consumers deduplicate on the event id).
+group, not per event. ``publish`` returns only when its events are durable in both places; if
+either write fails, every publisher in the group sees the error and its outbox alarm retries
+(delivery is at least once; consumers deduplicate on the event id). DomainMonitor events also move
+their domain's row to the state they carry (DM-4), between the two.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import msgspec
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.group_commit import GroupCommit
 from mailbox_actors.platform.queues import QueueService
-from mailbox_actors.wire.control import EventIndexRow
+from mailbox_actors.wire.control import DomainStateChange, EventIndexRow
+from mailbox_actors.wire.domain import DOMAIN_STATES
 from mailbox_actors.wire.events import Event, WebhookMessage
 
-__all__ = ["WEBHOOKS_QUEUE", "ControlEventSink"]
+__all__ = ["DOMAIN_NAMESPACE", "WEBHOOKS_QUEUE", "ControlEventSink", "domain_states"]
 
 WEBHOOKS_QUEUE = "webhooks"
+DOMAIN_NAMESPACE = "domain_monitor"
 _MAX_GROUP = 500
 
 
@@ -48,4 +51,18 @@ class ControlEventSink:
         # index already. Both are idempotent for the outbox's retry: the index ignores a row it
         # has, a second queue message is a duplicate receivers drop.
         await self._db.index_events(rows)
+        states = domain_states(items)
+        if states:
+            await self._db.set_domain_states(states)
         await self._queues.send_batch(WEBHOOKS_QUEUE, bodies)
+
+
+def domain_states(items: Sequence[tuple[str, str, Event]]) -> list[DomainStateChange]:
+    """DM-4: the domains row follows its DomainMonitor. Objects do not write the control database;
+    the monitor's events (each carrying its new ``state``) reach it here, at least once and in
+    each monitor's order, and the row keeps the newest sequence it saw."""
+    return [DomainStateChange(monitor_id=oid, state=e.data["state"], sequence=e.sequence,
+                              occurred_at_ms=e.occurred_at_ms)
+            for ns, oid, e in items
+            if ns == DOMAIN_NAMESPACE and e.type.startswith("domain.")
+            and e.data.get("state") in DOMAIN_STATES]

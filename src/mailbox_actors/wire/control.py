@@ -12,6 +12,7 @@ __all__ = [
     "IDENTITY_STATUSES",
     "TENANT_STATUSES",
     "Domain",
+    "DomainStateChange",
     "EventIndexRow",
     "Identity",
     "Tenant",
@@ -53,6 +54,17 @@ class Domain(msgspec.Struct, frozen=True):
     name: str
     monitor_id: str  # the DomainMonitor object id (64 lowercase hex)
     created_at_ms: int
+    state: str = "pending"  # the monitor's, as its last dispatched event said (DM-4)
+    state_at_ms: int | None = None
+
+
+class DomainStateChange(msgspec.Struct, frozen=True):
+    """A DomainMonitor event's state, for the control database's domains row (DM-4)."""
+
+    monitor_id: str
+    state: str
+    sequence: int
+    occurred_at_ms: int
 
 
 class EventIndexRow(msgspec.Struct, frozen=True):

@@ -69,7 +69,7 @@ class DomainStatus(msgspec.Struct, tag="status", tag_field="op", forbid_unknown_
     pass
 
 
-DomainRequest = DomainInit | DomainStatus  # check joins with the monitor's checks
+DomainRequest = DomainInit | DomainCheck | DomainStatus
 
 
 class RecordCheck(msgspec.Struct, frozen=True):
@@ -110,4 +110,5 @@ class DomainStatusReply(msgspec.Struct):
     last_checks: list[CheckRun] = []  # newest first
 
 
-DOMAIN_REPLIES: dict[str, type] = {"init": InitReply, "status": DomainStatusReply}
+DOMAIN_REPLIES: dict[str, type] = {"init": InitReply, "check": CheckReply,
+                                   "status": DomainStatusReply}

@@ -1,23 +1,27 @@
-"""DomainMonitor (OBJ-3), first cut: init {domain} and status. DNS checks come later."""
+"""DomainMonitor (OBJ-3, DM-1..DM-5): one sending domain's DNS records, checked until trusted.
+
+``handle`` hands each op to its module: ``setup`` (init, status) and ``checking`` (check now, and
+``alarm:check``, which runs often while pending or in doubt and daily once verified). Verdicts and
+the state machine are pure rules in ``core.dns``; the resolver is the node's ``RESOLVER``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from mailbox_actors.core.dns.names import NameRefused, normalise_domain
-from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.objects.domain_monitor import checking, setup
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.domain import (
     DOMAIN_REPLIES,
+    DomainCheck,
     DomainInit,
     DomainRequest,
     DomainStatus,
-    DomainStatusReply,
 )
-from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
-from mailbox_actors.wire.shared_replies import InitReply
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
 
 __all__ = ["DomainMonitor"]
 
@@ -35,33 +39,27 @@ class DomainMonitor(Actor):
             "state TEXT NOT NULL, created_at_ms INTEGER NOT NULL)",
         )),
         Migration(2, OUTBOX_SCHEMA),
+        Migration(3, (
+            "ALTER TABLE domain ADD COLUMN expected BLOB",
+            "ALTER TABLE domain ADD COLUMN consecutive_failures INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE domain ADD COLUMN last_results BLOB",
+            "ALTER TABLE domain ADD COLUMN last_check_ms INTEGER",
+            "CREATE TABLE checks (id INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, "
+            "run BLOB NOT NULL)",
+        )),
     )
+    alarm_purposes: ClassVar[Mapping[str, str]] = {"check": "check_alarm"}
 
     async def handle(self, call: Call, req: Any) -> Any:
         match req:
             case DomainStatus():
-                name, state = self.sql.exec("SELECT name, state FROM domain WHERE id = 1").one()
-                return DomainStatusReply(tenant_id=self.ctx.owner_tenant or "", domain=name,
-                                         state=state, schema_version=self.ctx.schema_version,
-                                         alarm=self.sql.get_alarm())
+                return setup.status(self)
+            case DomainCheck():
+                return await checking.check_now(self)
             case DomainInit():
-                return self.sql.transaction_sync(lambda tx: self._init(tx, call, req))
+                return self.sql.transaction_sync(lambda tx: setup.init(self, tx, call, req))
         raise InvalidRequest(f"unknown op for {self.namespace}")
 
-    def _init(self, tx: SqlStorage, call: Call, req: DomainInit) -> InitReply:
-        try:
-            name = normalise_domain(req.domain)
-        except NameRefused as e:
-            raise InvalidRequest(str(e), details={"field": "domain"}) from None
-        req = DomainInit(domain=name, expected=req.expected)
-        created = self.ctx.claim_owner(call)
-        if created:
-            tx.exec("INSERT INTO domain (id, name, state, created_at_ms) VALUES (1, ?, 'pending', ?)",
-                    req.domain, tx.now_ms())
-            self.ctx.emit(tx, "domain.created", {"domain": req.domain, "state": "pending"})
-            return InitReply(created=True)
-        existing = tx.exec("SELECT name FROM domain WHERE id = 1").one()[0]
-        if existing != req.domain:
-            raise MailboxActorsError(ErrorCode.CONFLICT,
-                                     "this monitor already watches a different domain")
-        return InitReply(created=False)
+    async def check_alarm(self) -> None:
+        """``alarm:check``: one run; it schedules the next one itself (none once failed)."""
+        await checking.check_now(self)

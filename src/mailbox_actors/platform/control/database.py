@@ -32,7 +32,14 @@ from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.shared_sqlite import execute_when_unlocked, retry_while_locked
 from mailbox_actors.platform.sqlite_files import DamagedFile, check_whole, create_whole
 from mailbox_actors.platform.sqlite_files import is_disk_full as _is_disk_full
-from mailbox_actors.wire.control import IDENTITY_STATUSES, Domain, EventIndexRow, Identity, Tenant
+from mailbox_actors.wire.control import (
+    IDENTITY_STATUSES,
+    Domain,
+    DomainStateChange,
+    EventIndexRow,
+    Identity,
+    Tenant,
+)
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
 __all__ = ["MIGRATIONS", "ControlDb", "ControlDbTooNew"]
@@ -40,6 +47,7 @@ __all__ = ["MIGRATIONS", "ControlDb", "ControlDbTooNew"]
 _TENANT_COLS = "id, name, events_days, webhook_url, webhook_secret, created_at_ms, status"
 _IDENTITY_COLS = "id, tenant_id, name, mailbox_id, status, created_at_ms"
 _DOMAIN_COLS = "id, tenant_id, name, monitor_id, created_at_ms"
+_DOMAIN_READ = _DOMAIN_COLS + ", state, state_at_ms"
 _EVENT_COLS = "event_id, tenant_id, identity_id, namespace, object_id, sequence, type, occurred_at_ms"
 _INDEX_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite's 32,766
 
@@ -322,12 +330,28 @@ class ControlDb:
         return domain
 
     async def get_domain(self, domain_id: str) -> Domain | None:
-        row = await self.fetch_one(f"SELECT {_DOMAIN_COLS} FROM domains WHERE id = ?", (domain_id,))
+        row = await self.fetch_one(f"SELECT {_DOMAIN_READ} FROM domains WHERE id = ?", (domain_id,))
+        return None if row is None else Domain(*row)
+
+    async def get_domain_by_name(self, name: str) -> Domain | None:
+        row = await self.fetch_one(f"SELECT {_DOMAIN_READ} FROM domains WHERE name = ?",
+                                   (normalise_domain(name),))
         return None if row is None else Domain(*row)
 
     async def list_domains(self, tenant_id: str) -> list[Domain]:
         return [Domain(*r) for r in await self.fetch_all(
-            f"SELECT {_DOMAIN_COLS} FROM domains WHERE tenant_id = ? ORDER BY id", (tenant_id,))]
+            f"SELECT {_DOMAIN_READ} FROM domains WHERE tenant_id = ? ORDER BY id", (tenant_id,))]
+
+    async def set_domain_states(self, changes: Sequence[DomainStateChange]) -> None:
+        """Move each domain row to its monitor's state, never back to an older event's (DM-4)."""
+        if not changes:
+            return
+        async with self._write() as conn:
+            for c in changes:
+                await conn.execute(
+                    "UPDATE domains SET state = ?, state_seq = ?, state_at_ms = ? "
+                    "WHERE monitor_id = ? AND state_seq < ?",
+                    (c.state, c.sequence, c.occurred_at_ms, c.monitor_id, c.sequence))
 
     # ---- event index (EV-2) -------------------------------------------------------------------
 

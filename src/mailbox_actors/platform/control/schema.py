@@ -67,6 +67,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE event_index_v2 RENAME TO event_index",
         "CREATE INDEX event_index_by_tenant ON event_index (tenant_id, seq)",
     ),
+    (
+        # 3: a domain's state follows its DomainMonitor's events (DM-4); state_seq is the event
+        # sequence it came from, so an outbox retry of an older event never moves it back.
+        "ALTER TABLE domains ADD COLUMN state TEXT NOT NULL DEFAULT 'pending'",
+        "ALTER TABLE domains ADD COLUMN state_seq INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE domains ADD COLUMN state_at_ms INTEGER",
+    ),
 )
 
 META = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"

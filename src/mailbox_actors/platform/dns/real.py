@@ -54,7 +54,10 @@ class DnspythonResolver:
 
     def _make(self, nameservers: list[str] | None) -> dns.asyncresolver.Resolver:
         s = self.settings
-        r = dns.asyncresolver.Resolver(configure=nameservers is None)
+        try:
+            r = dns.asyncresolver.Resolver(configure=nameservers is None)
+        except dns.resolver.NoResolverConfiguration:  # no resolv.conf: every answer is ERROR
+            r = dns.asyncresolver.Resolver(configure=False)
         if nameservers is not None:
             r.nameservers = nameservers
         r.port = s.port
@@ -69,6 +72,8 @@ class DnspythonResolver:
             qname = dns.name.from_text(name)
         except (dns.exception.DNSException, ValueError, UnicodeError) as e:
             return Answer(name, rtype, Outcome.ERROR, detail=f"not a DNS name: {type(e).__name__}")
+        if not self._base.nameservers:
+            return Answer(name, rtype, Outcome.ERROR, detail="no nameservers are configured")
         try:
             resolver = await self._for_zone(qname) if self.settings.authoritative else self._base
             if resolver is None:

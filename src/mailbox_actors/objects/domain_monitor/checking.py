@@ -1,0 +1,134 @@
+"""DomainMonitor's checks (DM-2, DM-3): ask DNS, let ``core.dns`` judge, apply the transition.
+
+The questions of one run go out concurrently: MX, DMARC, DKIM and the SPF planner's first round;
+then the SPF planner's further rounds (includes, redirects, the a/mx/exists terms it counts) until
+it decides. DNS is asked outside any transaction; the verdicts, the new state, its event and the
+next check are written in one. Nothing in a run raises: a resolver that fails in any way is an
+unknown answer, so ``alarm:check`` always re-arms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from mailbox_actors.core.dns.answers import Answer, Outcome, Query
+from mailbox_actors.core.dns.checks import (
+    check_dkim,
+    check_dmarc,
+    check_mx,
+    dkim_query,
+    dmarc_query,
+    mx_query,
+)
+from mailbox_actors.core.dns.lifecycle import LifecycleRules, apply_check
+from mailbox_actors.core.dns.results import combine, unknown
+from mailbox_actors.core.dns.spf import evaluate_spf
+from mailbox_actors.objects.domain_monitor.setup import LAST_CHECKS, load_expected
+from mailbox_actors.platform.dns.resolver import RESOLVER, Resolver
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.wire.domain import (
+    CheckReply,
+    CheckRun,
+    DomainState,
+    ExpectedRecords,
+    RecordCheck,
+)
+
+if TYPE_CHECKING:
+    from mailbox_actors.objects.domain_monitor.actor import DomainMonitor
+
+__all__ = ["SPF_ROUNDS", "ask_all", "check_now", "evaluate"]
+
+SPF_ROUNDS = 12  # an SPF tree within the lookup limit needs at most 11 rounds
+_ENC = msgspec.json.Encoder()
+
+
+async def _ask(resolver: Resolver, q: Query, into: dict[Query, Answer]) -> None:
+    try:
+        into[q] = await resolver.resolve(*q)
+    except Exception as e:  # a resolver breaking its contract is still only an unknown answer
+        into[q] = Answer(q[0], q[1], Outcome.ERROR, detail=f"resolver raised {type(e).__name__}")
+
+
+async def ask_all(resolver: Resolver, queries: Iterable[Query],
+                  answers: dict[Query, Answer]) -> None:
+    async with anyio.create_task_group() as tg:
+        for q in dict.fromkeys(queries):
+            if q not in answers:
+                tg.start_soon(_ask, resolver, q, answers)
+
+
+async def evaluate(resolver: Resolver, domain: str, expected: ExpectedRecords) -> list[RecordCheck]:
+    """Every check's verdict for the domain now (DM-2)."""
+    answers: dict[Query, Answer] = {}
+    dkim_q = dkim_query(domain, expected.dkim_selector) if expected.dkim_selector else None
+    first = [mx_query(domain), dmarc_query(domain), *([dkim_q] if dkim_q else [])]
+    plan = evaluate_spf(domain, expected.spf_include, answers)
+    await ask_all(resolver, [*first, *plan.queries], answers)
+    for _ in range(SPF_ROUNDS):
+        plan = evaluate_spf(domain, expected.spf_include, answers)
+        if plan.result is not None:
+            break
+        await ask_all(resolver, plan.queries, answers)
+    spf = plan.result or unknown("spf", "spf_incomplete",
+                                 f"the SPF records of {domain} needed more than {SPF_ROUNDS} "
+                                 "rounds of lookups; the check is retried")
+    results = [check_mx(answers[mx_query(domain)], expected.mx_hosts), spf]
+    if expected.dkim_selector:
+        results.append(check_dkim(answers.get(dkim_q) if dkim_q else None,
+                                  expected.dkim_selector, expected.dkim_key))
+    results.append(check_dmarc(answers[dmarc_query(domain)]))
+    return results
+
+
+def _rules(actor: DomainMonitor) -> LifecycleRules:
+    s = actor.ctx.host.settings
+    return LifecycleRules(fail_after=s.domain_fail_after,
+                          pending_expiry_ms=s.domain_pending_expiry_ms,
+                          check_pending_ms=s.domain_check_pending_ms,
+                          check_verified_ms=s.domain_check_verified_ms)
+
+
+async def check_now(actor: DomainMonitor) -> CheckReply:
+    """One run: the checks, then the state transition, its event and the next check (DM-3)."""
+    name, blob = actor.sql.exec("SELECT name, expected FROM domain WHERE id = 1").one()
+    resolver = actor.ctx.service(RESOLVER)
+    if resolver is None:  # the node always registers one; an embedding without is in doubt
+        results = [unknown("dns", "dns_no_resolver",
+                           "the node has no DNS resolver; nothing was checked")]
+    else:
+        try:
+            results = await evaluate(resolver, name, load_expected(blob))
+        except Exception as e:  # a bug in a check must not stop the monitor: retried later
+            actor.ctx.host.log.error("domain_check_failed", object_id=actor.ctx.id,
+                                     error=type(e).__name__)
+            results = [unknown("dns", "check_error", "the check failed unexpectedly and is "
+                               "retried; the domain's state is unchanged")]
+    return actor.sql.transaction_sync(lambda tx: _apply(actor, tx, results))
+
+
+def _apply(actor: DomainMonitor, tx: SqlStorage, results: list[RecordCheck]) -> CheckReply:
+    state, failures, created = tx.exec(
+        "SELECT state, consecutive_failures, created_at_ms FROM domain WHERE id = 1").one()
+    before = DomainState(state)
+    verdict = combine(results)
+    now = tx.now_ms()
+    t = apply_check(before, failures, verdict, now, created, _rules(actor))
+    tx.exec("UPDATE domain SET state = ?, consecutive_failures = ?, last_results = ?, "
+            "last_check_ms = ? WHERE id = 1", t.state.value, t.consecutive_failures,
+            _ENC.encode(results), now)
+    run = CheckRun(at_ms=now, verdict=verdict, state=t.state, results=results)
+    tx.exec("INSERT INTO checks (at_ms, run) VALUES (?, ?)", now, _ENC.encode(run))
+    tx.exec("DELETE FROM checks WHERE id <= (SELECT max(id) FROM checks) - ?", LAST_CHECKS)
+    if t.event is not None:
+        actor.ctx.emit(tx, t.event, {"state": t.state.value, "previous_state": before.value})
+    if t.next_check_ms is None:
+        actor.ctx.cancel("check")
+    else:
+        actor.ctx.schedule("check", t.next_check_ms)
+    return CheckReply(state=t.state, verdict=verdict,
+                      consecutive_failures=t.consecutive_failures, results=results)
