@@ -24,6 +24,26 @@ _TYPES = {"A": (QTYPE.A, A), "AAAA": (QTYPE.AAAA, AAAA), "CNAME": (QTYPE.CNAME, 
           "NS": (QTYPE.NS, NS), "TXT": (QTYPE.TXT, TXT), "MX": (QTYPE.MX, MX)}
 
 
+def _bind_pair(host: str, port: int) -> tuple[socket.socket, socket.socket]:
+    """A UDP and a TCP socket on one port; with port 0, a port free for both (another process may
+    hold the TCP side of the port UDP was given: try another)."""
+    for _ in range(50 if port == 0 else 1):
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            udp.bind((host, port))
+            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            tcp.bind((host, udp.getsockname()[1]))
+            tcp.listen(64)
+            return udp, tcp
+        except OSError:
+            udp.close()
+            tcp.close()
+            if port:
+                raise
+    raise OSError(f"no port on {host} is free for both UDP and TCP")
+
+
 def _key(name: str) -> str:
     return name.lower().rstrip(".")
 
@@ -38,13 +58,8 @@ class LoopbackDns:
         self._lock = threading.Lock()
         self.questions = 0
         self.tcp_questions = 0
-        self._udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._udp.bind((host, port))
+        self._udp, self._tcp = _bind_pair(host, port)
         self.port = self._udp.getsockname()[1]
-        self._tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._tcp.bind((host, self.port))
-        self._tcp.listen(64)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
