@@ -42,7 +42,8 @@ FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_t
          "dns_attempts", "dns_authoritative", "domain_fail_after", "domain_check_pending_ms",
          "domain_check_verified_ms", "domain_pending_expiry_ms",
          "transport", "smtp_host", "smtp_port", "smtp_tls", "smtp_username", "smtp_password_file",
-         "smtp_timeout_s", "cloudflare_url", "cloudflare_token_file")
+         "smtp_timeout_s", "cloudflare_url", "cloudflare_token_file", "recipient_cap",
+         "recipient_cap_window_ms", "mail_recheck_ms")
 
 
 def package_version() -> str:
@@ -122,6 +123,14 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
                            "cloudflare)")
     mail.add_argument("--cloudflare-token-file", dest="cloudflare_token_file",
                       help="file holding the bearer token for --cloudflare-url (read at start)")
+    mail.add_argument("--recipient-cap", dest="recipient_cap", type=int,
+                      help="at most this many emails per recipient address in the window, per "
+                           "identity; more are refused (default 50)")
+    mail.add_argument("--recipient-cap-window-ms", dest="recipient_cap_window_ms", type=int,
+                      help="the cap's rolling window (default 86400000, a day)")
+    mail.add_argument("--mail-recheck-ms", dest="mail_recheck_ms", type=int,
+                      help="with transport none, how often queued mail is looked at again, so "
+                           "a node restarted with a transport sends it (default 300000)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -76,6 +76,9 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     smtp_timeout_s: float = 600.0
     cloudflare_url: str | None = None
     cloudflare_token_file: str | None = None
+    recipient_cap: int = 50  # CA-6: Emails per normalized recipient in the window ...
+    recipient_cap_window_ms: int = 86_400_000  # ... of this length, per identity
+    mail_recheck_ms: int = 300_000  # transport none: how often queued mail is looked at again
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -130,7 +133,9 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             transport=self.transport, smtp_host=self.smtp_host, smtp_port=self.smtp_port,
             smtp_tls=self.smtp_tls, smtp_username=self.smtp_username,
             smtp_password_file=self.smtp_password_file, smtp_timeout_s=self.smtp_timeout_s,
-            cloudflare_url=self.cloudflare_url, cloudflare_token_file=self.cloudflare_token_file)
+            cloudflare_url=self.cloudflare_url, cloudflare_token_file=self.cloudflare_token_file,
+            recipient_cap=self.recipient_cap, recipient_cap_window_ms=self.recipient_cap_window_ms,
+            mail_recheck_ms=self.mail_recheck_ms)
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,

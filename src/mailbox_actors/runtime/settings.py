@@ -69,6 +69,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     # address in this rolling window, per IdentityMailbox.
     recipient_cap: int = 50
     recipient_cap_window_ms: int = 86_400_000
+    # With transport none, how often an identity's queued mail is looked at again (so a node
+    # restarted with a transport sends it).
+    mail_recheck_ms: int = 300_000
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -111,6 +114,8 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
         need(1 <= self.recipient_cap <= 1_000_000, "recipient_cap", "must be in 1..1000000")
         need(60_000 <= self.recipient_cap_window_ms <= 31 * 86_400_000,
              "recipient_cap_window_ms", "must be between one minute and 31 days")
+        need(100 <= self.mail_recheck_ms <= 86_400_000, "mail_recheck_ms",
+             "must be between 100 ms and a day")
         lim = self.limits
         for field in lim.__struct_fields__:
             if getattr(lim, field) < 1:

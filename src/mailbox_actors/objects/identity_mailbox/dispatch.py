@@ -6,7 +6,7 @@ For each due Email, in order: expiry, then the ``can_send`` hook, then a TenantQ
 called outside any transaction, then its outcome committed. A run first settles what an earlier
 run left ``dispatching`` (the node died, or an outside dispatcher's lease ended): that is
 ``outcome_unknown``, and it is never sent again. The node's transport is ``MAIL_TRANSPORT``;
-without one, mail stays queued and is looked at again every five minutes.
+without one, mail stays queued and is looked at again every ``mail_recheck_ms``.
 """
 
 from __future__ import annotations
@@ -37,10 +37,9 @@ from mailbox_actors.wire.transport import (
 if TYPE_CHECKING:
     from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
 
-__all__ = ["CAN_SEND_RETRY_MS", "NO_TRANSPORT_RECHECK_MS", "QUOTA_RETRY_MS", "begin_transport",
+__all__ = ["CAN_SEND_RETRY_MS", "QUOTA_RETRY_MS", "begin_transport",
            "dispatch", "quota_id", "record_transport_outcome"]
 
-NO_TRANSPORT_RECHECK_MS = 300_000
 CAN_SEND_RETRY_MS = 60_000  # can_send raised: its truth is unavailable now
 QUOTA_RETRY_MS = 5_000  # TenantQuota could not answer now
 _DUE = "status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, email_id LIMIT 1"
@@ -94,7 +93,7 @@ def _rearm(mb: IdentityMailbox, tx: SqlStorage, ran_at: int | None, has_transpor
     leased = tx.exec("SELECT min(lease_until_ms) FROM emails "
                      "WHERE status = 'dispatching'").one()[0]
     if queued is not None and not has_transport:
-        queued = max(queued, now + NO_TRANSPORT_RECHECK_MS)
+        queued = max(queued, now + mb.ctx.host.settings.mail_recheck_ms)
     times = [t for t in (queued, leased) if t is not None]
     if not times:
         return
