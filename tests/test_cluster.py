@@ -220,20 +220,20 @@ async def test_any_node_forwards_to_the_owner_and_owner_checks_hold(cluster: Clu
         qid = await client.id_from_name("tenant_quota", "acme")
         owner = client.owner_url("tenant_quota", qid)
         other = next(n["url"] for n in nodes if n["url"] != owner)
-        before = await _metric(pool, other, "rpc_forwarded_total")
+        before = await _metric(pool, other, "mailbox_actors_rpc_forwarded_total")
         env = {"v": 1, "tenant_id": "acme", "request_id": "req_01FWD", "deadline_ms": 2**52,
                "req": {"op": "init", "per_minute": 5, "per_day": 50}}
         status, body = await pool.request(
             other, "POST", f"/rpc/tenant_quota/{qid}", {"authorization": f"Bearer {token}"},
             json.dumps(env).encode(), timeout_s=10)
         assert status == 200 and json.loads(body) == {"ok": {"created": True}}
-        assert await _metric(pool, other, "rpc_forwarded_total") == before + 1
+        assert await _metric(pool, other, "mailbox_actors_rpc_forwarded_total") == before + 1
         env |= {"tenant_id": "mallory", "req": {"op": "usage"}}
         status, body = await pool.request(
             other, "POST", f"/rpc/tenant_quota/{qid}", {"authorization": f"Bearer {token}"},
             json.dumps(env).encode(), timeout_s=10)
         assert json.loads(body)["err"]["code"] == "internal_error"
-        assert await _metric(pool, owner, "rpc_owner_mismatch_total") == 1
+        assert await _metric(pool, owner, "mailbox_actors_rpc_owner_mismatch_total") == 1
 
 
 @pytest.mark.anyio

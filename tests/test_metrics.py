@@ -228,12 +228,23 @@ def test_values_are_formatted_for_prometheus() -> None:
 
 
 def test_described_metric_without_samples_is_listed() -> None:
-    """A described metric appears (HELP and TYPE) before it has any sample."""
+    """A described metric appears (HELP and TYPE) before it has any sample; a counter without
+    labels exports 0 from the start (OPS-10), one with labels no sample until a series exists;
+    the prefix is on every exported name, not on the names code records by."""
     m = Metrics()
-    m.describe("alarms_fired_total", "Alarms fired.", "counter")
+    m.describe("alarms_fired_total", "Alarms fired.", "counter", ("namespace",))
     assert m.render_prometheus() == (
         "# HELP alarms_fired_total Alarms fired.\n# TYPE alarms_fired_total counter\n"
     )
+    m = Metrics(prefix="mailbox_actors_")
+    m.describe("forwarded_total", "Forwarded.", "counter")
+    assert m.render_prometheus() == (
+        "# HELP mailbox_actors_forwarded_total Forwarded.\n"
+        "# TYPE mailbox_actors_forwarded_total counter\nmailbox_actors_forwarded_total 0\n"
+    )
+    m.inc("forwarded_total")
+    assert m.get("forwarded_total") == 1
+    assert "mailbox_actors_forwarded_total 1\n" in m.render_prometheus()
 
 
 def test_empty_registry_renders_nothing() -> None:

@@ -57,10 +57,12 @@ class NodeApp:
         self._forward = forward
         self._openapi = openapi
         self._log = structlog.get_logger("mailbox_actors.http")
+        self._codes: dict[int, tuple[tuple[str, str], ...]] = {}  # status -> its label, made once
         m = node.metrics
         m.describe("rpc_request_duration_seconds", "Time to answer POST /rpc, by namespace",
                    "histogram")
-        m.describe("http_responses_total", "HTTP responses by status", "counter")
+        m.describe("http_responses_total", "HTTP responses of the node's endpoints by status",
+                   "counter", ("code",))
         m.describe("rpc_forwarded_total", "RPCs forwarded to the owning node", "counter")
         if len(self.peers) > 1:
             node.router.route_bytes = self._route_bytes  # actor-to-actor calls too (RPC-9)
@@ -89,6 +91,15 @@ class NodeApp:
 
     async def __call__(self, method: str, path: str, headers: Mapping[str, str],
                        body: bytes) -> Response:
+        answer = await self._route(method, path, headers, body)
+        code = self._codes.get(answer[0])
+        if code is None:
+            code = self._codes[answer[0]] = (("code", str(answer[0])),)
+        self.node.metrics.inc("http_responses_total", code)
+        return answer
+
+    async def _route(self, method: str, path: str, headers: Mapping[str, str],
+                     body: bytes) -> Response:
         full_path = path
         path, _, query = path.partition("?")
         parts = path.split("/")

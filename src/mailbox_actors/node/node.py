@@ -31,6 +31,7 @@ from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import DataDirLock
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
 from mailbox_actors.platform.metrics import Metrics
+from mailbox_actors.platform.process_metrics import register_process_metrics
 from mailbox_actors.platform.queues import DeadLetterRecorder, QueueService
 from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.platform.services import Services
@@ -42,7 +43,9 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.webhooks.publish import ControlEventSink
 from mailbox_actors.wire.carrier import InspectionPage
 
-__all__ = ["Node"]
+__all__ = ["METRIC_PREFIX", "Node"]
+
+METRIC_PREFIX = "mailbox_actors_"  # every exported metric name starts so (OPS-10)
 
 
 class Node:
@@ -62,7 +65,7 @@ class Node:
         self.clock: Clock = clock or SystemClock()
         self.rng: Rng = rng or SystemRng()
         self.ids = Ids(self.clock, self.rng)
-        self.metrics = Metrics()
+        self.metrics = Metrics(prefix=METRIC_PREFIX)
         self._progress = progress
         self._lock = DataDirLock(settings.path)
         self._objects = tuple(objects)
@@ -305,15 +308,20 @@ class Node:
 
     def _describe_metrics(self) -> None:
         m = self.metrics
+        ns = ("namespace",)
         m.describe("rpc_requests_total", "RPC requests handled, by namespace, op and code",
-                   "counter")
+                   "counter", ("namespace", "op", "code"))
         m.describe("rpc_owner_mismatch_total", "Calls whose tenant/identity did not match the "
-                   "object's owner (always a bug upstream)", "counter")
-        m.describe("alarms_fired_total", "Alarm handlers that completed", "counter")
-        m.describe("alarm_retries_total", "Alarm handler failures scheduled for retry", "counter")
-        m.describe("alarms_abandoned_total", "Alarms given up after six retries", "counter")
+                   "object's owner (always a bug upstream)", "counter", ns)
+        m.describe("alarms_fired_total", "Alarm handlers that completed", "counter", ns)
+        m.describe("alarm_retries_total", "Alarm handler failures scheduled for retry", "counter",
+                   ns)
+        m.describe("alarms_abandoned_total", "Alarms given up after six retries", "counter", ns)
         m.describe("actor_overloaded_total", "Requests refused because an actor's queue was full",
-                   "counter")
+                   "counter", ns)
+        m.describe("queue_dead_letters_total", "Queue messages moved to a dead-letter queue, by "
+                   "queue", "counter", ("queue",))
+        register_process_metrics(m)
         m.register_gauge_fn("actors_active", lambda: float(self.host.active_count),
                             "Actors with an open SQLite file")
         m.register_gauge_fn("alarms_pending", lambda: float(

@@ -73,7 +73,13 @@ _S = TypeVar("_S", _Cell, _Hist)
 class Metrics:
     """A registry of named series keyed by ``(name, labels)``; single event loop, no locking."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, prefix: str = "") -> None:
+        # Every name is exported with this prefix (OPS-10: "mailbox_actors_" in a node); callers
+        # record and read by the bare name.
+        if prefix and not _NAME_RE.match(prefix):
+            raise ValueError(f"metric prefix {prefix!r} must match {_NAME_RE.pattern}")
+        self.prefix = prefix
+        self._unlabelled: set[str] = set()  # counters declared without labels: 0 from the start
         # Keyed by the labels exactly as callers pass them (the fast path) and also by the
         # canonical (sorted) labels; both keys point to the same cell.
         self._counters: dict[tuple[str, Labels], _Cell] = {}
@@ -118,16 +124,24 @@ class Metrics:
 
     # -- definition -----------------------------------------------------------------------------
 
-    def describe(self, name: str, help: str, kind: Kind) -> None:
-        """Give a metric its HELP text and TYPE; it is listed even before it has a sample."""
+    def describe(self, name: str, help: str, kind: Kind, labels: tuple[str, ...] = ()) -> None:
+        """Give a metric its HELP text and TYPE; it is listed even before it has a sample. A
+        counter described without ``labels`` exports 0 until it is first incremented, so a rate
+        over it is defined from the first scrape (OPS-10)."""
         self._claim(name, kind)
         self._help[name] = help
+        if kind == "counter" and not labels:
+            self._unlabelled.add(name)
+        else:
+            self._unlabelled.discard(name)
 
-    def register_gauge_fn(self, name: str, fn: GaugeFn, help: str) -> None:
-        """A gauge computed at scrape time (open actors, pending alarms, queue depth)."""
+    def register_gauge_fn(self, name: str, fn: GaugeFn, help: str,
+                          kind: Literal["gauge", "counter"] = "gauge") -> None:
+        """A value computed at scrape time (open actors, pending alarms, queue depth); ``kind``
+        "counter" for one that only grows (the process's CPU seconds)."""
         if self._series.get(name):
             raise ValueError(f"metric {name!r} already has recorded samples")
-        self._claim(name, "gauge")
+        self._claim(name, kind)
         self._help[name] = help
         self._gauge_fns[name] = fn
 
@@ -161,16 +175,21 @@ class Metrics:
     def render_prometheus(self) -> str:
         """Every metric in the Prometheus text exposition format, version 0.0.4."""
         out: list[str] = []
-        for name in sorted(self._kinds):
-            kind = self._kinds[name]
-            if name in self._help:
-                out.append(f"# HELP {name} {_escape_help(self._help[name])}")
+        p = self.prefix
+        for bare in sorted(self._kinds):
+            kind = self._kinds[bare]
+            name = p + bare
+            if bare in self._help:
+                out.append(f"# HELP {name} {_escape_help(self._help[bare])}")
             out.append(f"# TYPE {name} {kind}")
-            fn = self._gauge_fns.get(name)
+            fn = self._gauge_fns.get(bare)
             if fn is not None:
-                out.extend(self._render_gauge_fn(name, fn))
+                out.extend(self._render_gauge_fn(bare, fn))
                 continue
-            for labels, series in self._series.get(name, {}).items():
+            recorded = self._series.get(bare, {})
+            if not recorded and bare in self._unlabelled:
+                out.append(f"{name} 0")
+            for labels, series in recorded.items():
                 if isinstance(series, _Cell):
                     out.append(f"{name}{_render_labels(labels)} {_fmt(series.value)}")
                     continue
@@ -180,11 +199,12 @@ class Metrics:
                 out.append(f"{name}_sum{_render_labels(labels)} {_fmt(series.sum)}")
                 out.append(f"{name}_count{_render_labels(labels)} {series.count}")
         if self._scrape_errors:
-            out.append("# HELP metrics_gauge_fn_errors_total Scrape-time gauges that raised.")
-            out.append("# TYPE metrics_gauge_fn_errors_total counter")
+            errors = p + "metrics_gauge_fn_errors_total"
+            out.append(f"# HELP {errors} Scrape-time gauges that raised.")
+            out.append(f"# TYPE {errors} counter")
             for metric, n in sorted(self._scrape_errors.items()):
                 rendered = _render_labels((("metric", metric),))
-                out.append(f"metrics_gauge_fn_errors_total{rendered} {n}")
+                out.append(f"{errors}{rendered} {n}")
         return "\n".join(out) + "\n" if out else ""
 
     # -- internals ------------------------------------------------------------------------------
@@ -203,7 +223,7 @@ class Metrics:
             # One broken gauge must not take /metrics down with it; it is counted instead.
             self._scrape_errors[name] = self._scrape_errors.get(name, 0) + 1
             return []
-        return [f"{name}{_render_labels(labels)} {_fmt(v)}" for labels, v in items]
+        return [f"{self.prefix}{name}{_render_labels(labels)} {_fmt(v)}" for labels, v in items]
 
     def _claim(self, name: str, kind: Kind) -> None:
         known = self._kinds.get(name)

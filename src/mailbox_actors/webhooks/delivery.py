@@ -147,7 +147,8 @@ class WebhookDeliverer:
                     ("webhooks_skipped_total", "Webhook events with no tenant or endpoint"),
                     ("webhooks_deferred_total", "Webhook events deferred: their tenant was at its "
                      "in-flight cap")):
-                metrics.describe(name, text, "counter")
+                metrics.describe(name, text, "counter",
+                                 ("reason",) if name == "webhooks_skipped_total" else ())
             metrics.describe("webhook_attempt_seconds", "Webhook POST durations", "histogram")
 
     def consumers(self, *, count: int = 4, max_batch_size: int = 1,
