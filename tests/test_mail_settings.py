@@ -126,3 +126,30 @@ async def test_a_given_transport_is_kept_and_not_closed() -> None:
     assert not fake.closed
     async with TestRuntime() as rt:  # transport none: nothing registered
         assert rt.node.host.services.get(MAIL_TRANSPORT) is None
+
+
+@pytest.mark.anyio
+async def test_starttls_through_settings_with_a_private_ca(tmp_path: Path) -> None:
+    """smtp_tls=starttls with smtp_ca_file trusts a private CA's relay; a CA file that is not
+    PEM is refused at start naming the setting (CA-14)."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server)
+    async with SmtpSink(tls_context=server) as sink:
+        async with TestRuntime(transport="smtp", smtp_host=sink.host, smtp_port=sink.port,
+                               smtp_tls="starttls", smtp_ca_file=str(ca_file)) as rt:
+            transport = rt.node.host.services.get(MAIL_TRANSPORT)
+            assert transport is not None
+            assert isinstance(await transport.send(MAIL), ProviderAccepted)
+        assert len(sink.messages) == 1
+    not_pem = tmp_path / "junk.pem"
+    not_pem.write_text("junk\n")
+    with pytest.raises(SettingsError, match="smtp_ca_file"):
+        load_config({"transport": "smtp", "smtp_host": "relay.example",
+                     "smtp_ca_file": str(not_pem)}, env={})

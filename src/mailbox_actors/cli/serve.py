@@ -42,7 +42,7 @@ FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_t
          "dns_attempts", "dns_authoritative", "domain_fail_after", "domain_check_pending_ms",
          "domain_check_verified_ms", "domain_pending_expiry_ms",
          "transport", "smtp_host", "smtp_port", "smtp_tls", "smtp_username", "smtp_password_file",
-         "smtp_timeout_s", "cloudflare_url", "cloudflare_token_file", "recipient_cap",
+         "smtp_timeout_s", "smtp_ca_file", "cloudflare_url", "cloudflare_token_file", "recipient_cap",
          "recipient_cap_window_ms", "mail_recheck_ms")
 
 
@@ -118,6 +118,9 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     mail.add_argument("--smtp-timeout-s", dest="smtp_timeout_s", type=float,
                       help="how long to wait for the reply after the body before the outcome "
                            "is unknown (default 600, RFC 5321 4.5.3.2)")
+    mail.add_argument("--smtp-ca-file", dest="smtp_ca_file",
+                      help="PEM file of the CAs the relay's certificate is checked against "
+                           "(default: the system's)")
     mail.add_argument("--cloudflare-url", dest="cloudflare_url",
                       help="Email Service-style send endpoint, http(s)://... (transport "
                            "cloudflare)")

@@ -74,6 +74,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     smtp_username: str | None = None
     smtp_password_file: str | None = None
     smtp_timeout_s: float = 600.0
+    smtp_ca_file: str | None = None  # PEM CAs for the relay's TLS (default: the system's)
     cloudflare_url: str | None = None
     cloudflare_token_file: str | None = None
     recipient_cap: int = 50  # CA-6: Emails per normalized recipient in the window ...
@@ -133,6 +134,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             transport=self.transport, smtp_host=self.smtp_host, smtp_port=self.smtp_port,
             smtp_tls=self.smtp_tls, smtp_username=self.smtp_username,
             smtp_password_file=self.smtp_password_file, smtp_timeout_s=self.smtp_timeout_s,
+            smtp_ca_file=self.smtp_ca_file,
             cloudflare_url=self.cloudflare_url, cloudflare_token_file=self.cloudflare_token_file,
             recipient_cap=self.recipient_cap, recipient_cap_window_ms=self.recipient_cap_window_ms,
             mail_recheck_ms=self.mail_recheck_ms)

@@ -8,6 +8,7 @@ anything serves. Secrets are never quoted in a message.
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import cast
 
@@ -18,7 +19,8 @@ from mailbox_actors.platform.mail.smtp_session import TlsMode
 from mailbox_actors.platform.mail.transport import Transport
 from mailbox_actors.runtime.settings import RuntimeSettings, SettingsError
 
-__all__ = ["check_transport_files", "read_secret_file", "transport_from_settings"]
+__all__ = ["check_transport_files", "read_secret_file", "smtp_tls_context",
+           "transport_from_settings"]
 
 
 def read_secret_file(path: str, setting: str) -> str:
@@ -37,11 +39,26 @@ def read_secret_file(path: str, setting: str) -> str:
 
 
 def check_transport_files(settings: RuntimeSettings) -> None:
-    """Refuse, naming the setting, a credentials file the chosen transport cannot read."""
+    """Refuse, naming the setting, a credentials or CA file the chosen transport cannot read."""
     if settings.transport == "smtp" and settings.smtp_password_file is not None:
         read_secret_file(settings.smtp_password_file, "smtp_password_file")
+    if settings.transport == "smtp":
+        smtp_tls_context(settings)
     if settings.transport == "cloudflare" and settings.cloudflare_token_file is not None:
         read_secret_file(settings.cloudflare_token_file, "cloudflare_token_file")
+
+
+def smtp_tls_context(settings: RuntimeSettings) -> ssl.SSLContext | None:
+    """The context the relay's certificate is checked with: ``smtp_ca_file``'s CAs, else None
+    (the system's). Host name and certificate are always checked."""
+    if settings.smtp_ca_file is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=settings.smtp_ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise SettingsError(f"setting 'smtp_ca_file' names no readable PEM file of CA "
+                            f"certificates ({settings.smtp_ca_file!r}: "
+                            f"{getattr(e, 'strerror', None) or type(e).__name__})") from None
 
 
 def transport_from_settings(settings: RuntimeSettings) -> Transport | None:
@@ -54,7 +71,7 @@ def transport_from_settings(settings: RuntimeSettings) -> Transport | None:
             host=settings.smtp_host, port=settings.smtp_port_or_default,
             tls=cast(TlsMode, settings.smtp_tls),  # one of SMTP_TLS_MODES, checked by settings
             username=settings.smtp_username, password=password,
-            final_timeout_s=settings.smtp_timeout_s))
+            final_timeout_s=settings.smtp_timeout_s, tls_context=smtp_tls_context(settings)))
     if settings.transport == "cloudflare":
         assert settings.cloudflare_url is not None and settings.cloudflare_token_file is not None
         token = read_secret_file(settings.cloudflare_token_file, "cloudflare_token_file").strip()

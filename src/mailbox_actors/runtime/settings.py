@@ -63,6 +63,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     smtp_username: str | None = None
     smtp_password_file: str | None = None
     smtp_timeout_s: float = 600.0  # the final reply after the body (RFC 5321 4.5.3.2)
+    smtp_ca_file: str | None = None  # PEM CAs the relay's certificate is checked against
     cloudflare_url: str | None = None
     cloudflare_token_file: str | None = None
     # Carrier's per-recipient cap (CA-6): at most this many Emails per normalized recipient
