@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,6 +36,43 @@ def wait_for_cluster(data: Path, sup: subprocess.Popen[bytes], timeout_s: float 
     return False
 
 
+PROVIDER_INCLUDE = "_spf.provider.example"
+
+
+def example_zone(tenants: int = 10) -> dict[str, Any]:
+    """The DNS of the example: each tenant-N.example.com publishes what the provider asks for
+    (MX, SPF with the provider's include, DKIM selector s1 by CNAME, DMARC)."""
+    records: list[list[str]] = [
+        [PROVIDER_INCLUDE, "TXT", "v=spf1 ip4:192.0.2.0/24 -all"],
+        ["s1.dkim.provider.example", "TXT", f"v=DKIM1; k=rsa; p={EXAMPLE_DKIM_KEY}"]]
+    for t in range(tenants):
+        d = f"tenant-{t}.example.com"
+        records += [[d, "MX", "10 mx1.provider.example"],
+                    [d, "TXT", f"v=spf1 include:{PROVIDER_INCLUDE} ~all"],
+                    [f"s1._domainkey.{d}", "CNAME", "s1.dkim.provider.example"],
+                    [f"_dmarc.{d}", "TXT", "v=DMARC1; p=none"]]
+    return {"zones": ["example.com", "provider.example"], "records": records}
+
+
+EXAMPLE_DKIM_KEY = "MIGfMA0GCSqGSIb3DQEBAQUAA4GNADCBiQKBgQC5exampleKeyForTheLoopbackZone"
+
+
+def start_dns(data: Path) -> tuple[subprocess.Popen[str], int]:
+    """The loopback DNS server (mailbox_actors.testing.dns) serving example_zone(), and its port."""
+    data.mkdir(parents=True, exist_ok=True)
+    zone = data / "dns-zone.json"
+    zone.write_text(json.dumps(example_zone()))
+    proc = subprocess.Popen([sys.executable, "-m", "mailbox_actors.testing.dns", "--zone",
+                             str(zone)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        raise SystemExit("run: the loopback DNS server did not start")
+    print(f"run: loopback DNS on 127.0.0.1:{line.split()[1]} serves tenant-N.example.com",
+          flush=True)
+    return proc, int(line.split()[1])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--data", default="./data")
@@ -44,9 +82,13 @@ def main() -> int:
     a = p.parse_args()
     data = Path(a.data).resolve()
     (data / "cluster.json").unlink(missing_ok=True)
+    dns, dns_port = start_dns(data)
     sup = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "cluster", "--nodes",
                             str(a.nodes), "--data", str(data), "--port", str(a.port),
-                            "--log-level", "warning"])
+                            "--log-level", "warning",
+                            # DomainMonitor asks the loopback DNS server that serves the example
+                            # domains (DM-1): the resolver is pointed at it by settings.
+                            "--dns-nameservers", "127.0.0.1", "--dns-port", str(dns_port)])
     host = None
     try:
         if not wait_for_cluster(data, sup):
@@ -70,6 +112,8 @@ def main() -> int:
                     proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+        dns.terminate()  # the DNS server, by its pid
+        dns.wait(timeout=10)
         print("run: stopped", flush=True)
 
 

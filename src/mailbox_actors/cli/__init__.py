@@ -28,6 +28,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
              "call an object and print the result (exit 0 ok, 1 err, 2 usage)"),
     "tenant": ("mailbox_actors.cli.remote", "add_tenant_arguments", "run_tenant",
                "create or list tenants in the control database"),
+    "domain": ("mailbox_actors.cli.domain", "add_arguments", "run",
+               "add a sending domain, check its DNS records now, or show its status"),
     "identity": ("mailbox_actors.cli.remote", "add_identity_arguments", "run_identity",
                  "create an identity: mint its IdentityMailbox, store it, send init"),
     "openapi": ("mailbox_actors.cli.remote", "add_openapi_arguments", "run_openapi",

@@ -9,15 +9,19 @@ Tests, ``make run`` and the benchmark use it: ``with LoopbackDns() as dns: dns.a
 
 from __future__ import annotations
 
+import argparse
+import json
 import selectors
+import signal
 import socket
 import struct
+import sys
 import threading
 from types import TracebackType
 
 from dnslib import AAAA, CNAME, MX, NS, QTYPE, RCODE, RR, SOA, TXT, A, DNSHeader, DNSRecord  # type: ignore[import-untyped]  # dnslib ships no types
 
-__all__ = ["LoopbackDns"]
+__all__ = ["LoopbackDns", "load_zone", "main"]
 
 _UDP_MAX = 512
 _TYPES = {"A": (QTYPE.A, A), "AAAA": (QTYPE.AAAA, AAAA), "CNAME": (QTYPE.CNAME, CNAME),
@@ -232,3 +236,41 @@ class LoopbackDns:
                     conn.sendall(struct.pack("!H", len(out)) + out)
             except OSError:
                 return
+
+
+def load_zone(server: LoopbackDns, path: str) -> None:
+    """A zone file: JSON ``{"records": [[name, type, value], ...], "zones": [apex, ...]}``."""
+    with open(path) as f:
+        doc = json.load(f)
+    for apex in doc.get("zones", []):
+        server.zone(apex)
+    for name, rtype, value in doc.get("records", []):
+        server.add(name, rtype, value)
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mailbox_actors.testing.dns [--zone FILE] [--port N]``: serve until stdin closes
+    or SIGTERM; prints ``PORT <n>`` once listening (for ``make run`` and the benchmark)."""
+    p = argparse.ArgumentParser(prog="python -m mailbox_actors.testing.dns")
+    p.add_argument("--zone", help="JSON zone file (see load_zone)")
+    p.add_argument("--port", type=int, default=0)
+    a = p.parse_args(argv)
+    server = LoopbackDns(port=a.port)
+    if a.zone:
+        load_zone(server, a.zone)
+    signal.signal(signal.SIGTERM, _exit)
+    with server:
+        print(f"PORT {server.port}", flush=True)
+        try:
+            sys.stdin.read()  # until the parent closes our stdin, or dies
+        except (ValueError, OSError):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
