@@ -48,15 +48,15 @@ async def test_actor_file_is_wal_with_the_configured_durability(
         oid = await afs.new_scratch(rt, "a")
 
         async def pragmas(actor: Scratch, call: Call, arg: Any) -> Any:
-            return [actor.sql.exec("PRAGMA journal_mode").one()[0],
-                    actor.sql.exec("PRAGMA synchronous").one()[0]]
+            return [actor.sql.file_setting("journal_mode"), actor.sql.file_setting("synchronous")]
 
         assert await afs.run(rt, oid, pragmas) == ["wal", synchronous]
         path = rt.node.host.path_for("scratch", oid)
     assert read_file(path, "PRAGMA journal_mode") == [("wal",)]
-    # Every actor file has the runtime's meta table.
-    cols = read_file(path, "PRAGMA table_info(meta)")
+    # Every actor file has the runtime's own meta table (RT-14), not a user-visible meta.
+    cols = read_file(path, "PRAGMA table_info(_ma_meta)")
     assert [(c[1], c[2], c[5]) for c in cols] == [("k", "TEXT", 1), ("v", "TEXT", 0)]
+    assert read_file(path, "SELECT name FROM sqlite_master WHERE name = 'meta'") == []
 
 
 # ---- RT-5: transactions --------------------------------------------------------------------------
@@ -182,7 +182,10 @@ REFUSED = [
     "PRAGMA synchronous = OFF",
     "PRAGMA user_version = 7",
     "PRAGMA writable_schema = 1",
-    "PRAGMA foreign_keys = OFF",
+    "PRAGMA integrity_check",
+    "PRAGMA page_size = 8192",
+    "SELECT * FROM _ma_meta",
+    "UPDATE _ma_meta SET v = '99' WHERE k = 'schema_version'",
     "CREATE TABLE _ma_mine (x)",
     "CREATE TABLE _cf_mine (x)",
     "CREATE TABLE _MA_upper (x)",
@@ -219,8 +222,8 @@ async def test_refused_statements_are_invalid_request(tmp_path: Path) -> None:
 
         async def state(actor: Scratch, call: Call, arg: Any) -> Any:
             return {"items": [list(r) for r in actor.sql.exec("SELECT k, v FROM items")],
-                    "sync": actor.sql.exec("PRAGMA synchronous").one()[0],
-                    "journal": actor.sql.exec("PRAGMA journal_mode").one()[0],
+                    "sync": actor.sql.file_setting("synchronous"),
+                    "journal": actor.sql.file_setting("journal_mode"),
                     "tables": sorted(r[0] for r in actor.sql.exec(
                         "SELECT name FROM sqlite_master WHERE type = 'table'"))}
 
@@ -282,7 +285,8 @@ async def test_sql_cursor_api_and_database_size(tmp_path: Path) -> None:
             return out
 
         out = await afs.run(rt, oid, cursor)
-        assert out["inserted"] == 3 and out["updated"] == 2
+        # items' TEXT primary key is an index of its own: each inserted row writes two (RT-13)
+        assert out["inserted"] == 6 and out["updated"] == 2
         assert out["columns"] == ["key", "value"]
         assert out["iter"] == [["a", "1!"], ["b", "2"], ["c", "3!"]]
         assert out["rows_read"] == 3
@@ -451,25 +455,31 @@ async def test_renaming_a_table_to_a_reserved_name_is_refused(tmp_path: Path, st
 @pytest.mark.anyio
 async def test_user_trigger_cannot_write_reserved_tables_through_runtime_writes(
         tmp_path: Path) -> None:
-    """RT-5, AL-1: user SQL cannot reach the runtime's _ma_ tables indirectly: a trigger on meta
-    that would write _ma_kv and _ma_alarm is refused, or at least never runs with the runtime's
-    rights when the runtime writes meta (here: ctx.schedule)."""
+    """RT-5, RT-14, AL-1: user SQL cannot reach the runtime's _ma_ tables indirectly: a trigger on
+    the runtime's _ma_meta is refused, and one on the actor's own meta (which it may create) that
+    would write _ma_kv and _ma_alarm never runs with the runtime's rights when the runtime records
+    its state (here: ctx.schedule)."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
         oid = await afs.new_scratch(rt, "a")
         t0 = rt.now_ms()
 
         async def plant(actor: Scratch, call: Call, arg: Any) -> Any:
-            try:
-                actor.sql.exec(
-                    "CREATE TRIGGER sneaky AFTER INSERT ON meta BEGIN "
-                    "INSERT OR REPLACE INTO _ma_kv (k, v) VALUES ('planted', '1'); "
-                    "DELETE FROM _ma_alarm; END")
-            except MailboxActorsError as e:
-                return e.code.value
-            return "created"
+            out = []
+            actor.sql.exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
+            for table in ("_ma_meta", "meta"):
+                try:
+                    actor.sql.exec(
+                        f"CREATE TRIGGER sneaky_{table.strip('_')} AFTER INSERT ON {table} BEGIN "
+                        "INSERT OR REPLACE INTO _ma_kv (k, v) VALUES ('planted', '1'); "
+                        "DELETE FROM _ma_alarm; END")
+                except MailboxActorsError as e:
+                    out.append(e.code.value)
+                else:
+                    out.append("created")
+            return out
 
         planted = await afs.run(rt, oid, plant)
-        assert planted in ("created", "invalid_request")
+        assert planted[0] == "invalid_request" and planted[1] in ("created", "invalid_request")
 
         async def runtime_writes_meta(actor: Scratch, call: Call, arg: Any) -> Any:
             try:
@@ -664,14 +674,14 @@ async def exec_all(actor: Scratch, call: Call, arg: Any) -> Any:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("query", [
-    "SELECT 1; DELETE FROM items",
-    "INSERT INTO items (k, v) VALUES ('a', 'b'); DROP TABLE items",
     "SELECT 1; DELETE FROM",
+    "DELETE FROM items; DELETE FROM",
+    "DELETE FROM items; BEGIN",
 ])
-async def test_several_statements_in_one_exec_are_invalid_request(
+async def test_a_script_with_a_malformed_or_refused_statement_is_invalid_request(
         tmp_path: Path, query: str) -> None:
-    """RT-5: exec with several statements answers invalid_request (not internal_error) and runs
-    none of them."""
+    """RT-13: a script whose statement is malformed or refused answers invalid_request (not
+    internal_error) and runs none of it."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
         oid = await afs.new_scratch(rt, "a")
         await afs.scratch(rt, oid, afs.Put(k="kept", v="1"))

@@ -27,7 +27,7 @@ from mailbox_actors.post.receiver import receive
 from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, Call
-from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.post import PostDeliver
@@ -76,6 +76,7 @@ class TenantQuota(Actor):
         )),
         Migration(2, OUTBOX_SCHEMA),
         Migration(3, (*POST_RECEIVER_SCHEMA, *roster.ROSTER_SCHEMA)),
+        Migration(4, PLATFORM_META),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance"}
 

@@ -238,17 +238,17 @@ class ActorContext:
                 self.owner_mismatch(call)
             return False
         sql = self.storage
-        sql.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('owner_tenant', ?)",
+        sql.sys_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('owner_tenant', ?)",
                      (call.tenant_id,))
         if identity is not None:
-            sql.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('owner_identity', ?)",
+            sql.sys_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('owner_identity', ?)",
                          (identity,))
         self.owner_tenant, self.owner_identity = call.tenant_id, identity
         return True
 
     def mark_erased(self) -> None:
         """Inside the erase transaction (RPC-4); from now on every op is identity_not_found."""
-        self.storage.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('erased', '1')")
+        self.storage.sys_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('erased', '1')")
         self.erased = True
 
     # ---- alarm purposes (AL-2) -------------------------------------------------------------
@@ -257,17 +257,17 @@ class ActorContext:
         """Record ``alarm:{purpose}`` and lower the alarm to it when earlier. Commits with the
         surrounding transaction."""
         key = meta_key(purpose)
-        self.storage.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", (key, str(at_ms)))
+        self.storage.sys_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES (?, ?)", (key, str(at_ms)))
         current = self.storage.get_alarm()
         new = alarm_after_schedule(current, at_ms)
         if new != current:
             self.storage.set_alarm(new)
 
     def cancel(self, purpose: str) -> None:
-        self.storage.sys_exec("DELETE FROM meta WHERE k = ?", (meta_key(purpose),))
+        self.storage.sys_exec("DELETE FROM _ma_meta WHERE k = ?", (meta_key(purpose),))
 
     def scheduled(self) -> dict[str, int]:
-        rows = self.storage.sys_exec("SELECT k, v FROM meta WHERE k >= 'alarm:' AND k < 'alarm;'")
+        rows = self.storage.sys_exec("SELECT k, v FROM _ma_meta WHERE k >= 'alarm:' AND k < 'alarm;'")
         return {k[6:]: int(v) for k, v in rows}
 
     async def run_due_purposes(self, actor: Actor) -> None:
@@ -300,7 +300,7 @@ class ActorContext:
         if purpose == "outbox" and runtime_outbox and outbox.has_undispatched(tx):
             self.schedule("outbox", tx.now_ms())  # events emitted while it ran
             return
-        tx.sys_exec("DELETE FROM meta WHERE k = ? AND v = ?", (meta_key(purpose), str(ran_at)))
+        tx.sys_exec("DELETE FROM _ma_meta WHERE k = ? AND v = ?", (meta_key(purpose), str(ran_at)))
 
     def _rearm(self) -> None:
         sql = self.storage

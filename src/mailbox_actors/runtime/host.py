@@ -40,7 +40,7 @@ Key = tuple[str, str]
 AlarmOutcome = tuple[str, int | None]
 _ABANDONED_PURPOSE_RETRY_MS = 64_000  # a purpose whose runs were abandoned is tried again then
 
-_META_SQL = "SELECT k, v FROM meta WHERE k IN ('schema_version', 'owner_tenant', " \
+_META_SQL = "SELECT k, v FROM _ma_meta WHERE k IN ('schema_version', 'owner_tenant', " \
             "'owner_identity', 'erased')"
 
 

@@ -1,4 +1,4 @@
-"""Versioned schema migrations (RT-8), guarded by ``meta.schema_version``.
+"""Versioned schema migrations (RT-8), guarded by the runtime's ``schema_version`` (in ``_ma_meta``).
 
 Each actor class declares ordered migrations; they run on first access after activation, all pending
 ones in one transaction. A file newer than the code is refused, never downgraded.
@@ -12,7 +12,12 @@ from typing import NamedTuple
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-__all__ = ["Migration", "SchemaTooNew", "apply_migrations", "check_migrations"]
+__all__ = ["PLATFORM_META", "Migration", "SchemaTooNew", "apply_migrations", "check_migrations"]
+
+# The platform objects' own ``meta(k, v)`` of the design card (size_bytes and such). The runtime's
+# keys are not in it (they live in ``_ma_meta``, out of reach of actor SQL: RT-14); a file from
+# before that split keeps its table and its object-level keys.
+PLATFORM_META = ("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID",)
 
 
 class Migration(NamedTuple):
@@ -51,7 +56,7 @@ def apply_migrations(sql: SqlStorage, migrations: Sequence[Migration], current: 
         for m in migrations[current:]:
             for stmt in m.statements:
                 tx.exec(stmt)
-        tx.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('schema_version', ?)", (str(known),))
+        tx.sys_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('schema_version', ?)", (str(known),))
 
     sql.transaction_sync(run)
     return known

@@ -84,9 +84,9 @@ def emit(ctx: ActorContext, tx: SqlStorage, type_: str, data: dict[str, Any]) ->
     if not tx.in_transaction:
         raise RuntimeError("emit must run inside transaction_sync, with the state change")
     check_event_data(data)
-    row = tx.sys_exec("SELECT v FROM meta WHERE k = 'event_seq'").fetchone()
+    row = tx.sys_exec("SELECT v FROM _ma_meta WHERE k = 'event_seq'").fetchone()
     seq = (int(row[0]) if row else 0) + 1
-    tx.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('event_seq', ?)", (str(seq),))
+    tx.sys_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('event_seq', ?)", (str(seq),))
     now = tx.now_ms()
     event = Event(id=ctx.new_id("evt"), type=type_, sequence=seq,
                   tenant_id=ctx.owner_tenant or "", identity_id=ctx.owner_identity,

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from mailbox_actors.objects.domain_monitor import checking, setup
 from mailbox_actors.runtime.actor import Actor, Call
-from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.domain import (
     DOMAIN_REPLIES,
@@ -47,6 +47,7 @@ class DomainMonitor(Actor):
             "CREATE TABLE checks (id INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL, "
             "run BLOB NOT NULL)",
         )),
+        Migration(4, PLATFORM_META),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"check": "check_alarm"}
 

@@ -19,7 +19,7 @@ from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.sql import POST_SCHEMA
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, Call
-from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA, read_events
 from mailbox_actors.wire.carrier import (
     ApplyDeliveryEvent,
@@ -77,6 +77,7 @@ class IdentityMailbox(Actor):
         )),
         Migration(3, POST_SCHEMA),  # the tenant roster goes out by Post (objects/roster.py)
         Migration(4, CARRIER_SCHEMA),
+        Migration(5, PLATFORM_META),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}

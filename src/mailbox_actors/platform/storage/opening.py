@@ -1,4 +1,5 @@
-"""Opening an actor's SQLite file (RT-2): create or open, runtime schema, durability, limits.
+"""Opening an actor's SQLite file (RT-2, RT-13, RT-14): create or open, the runtime's own schema
+(and its upgrade from the earlier layout), durability, foreign keys and workerd's limits.
 
 Probing an unknown id never leaves a file behind; a file that exists but cannot be opened now is
 ``StorageUnavailable`` (retryable), one that is not a usable database ``StorageCorrupt``.
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mailbox_actors.platform.sqlite_files import create_whole, damage_of
+from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.sql import (
     RUNTIME_SCHEMA_VERSION,
     Durability,
@@ -27,12 +29,25 @@ from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 __all__ = ["StorageUnavailable", "open_storage"]
 
 
+_RUNTIME_META = "CREATE TABLE IF NOT EXISTS _ma_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
 _RUNTIME_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID",
+    _RUNTIME_META,
     "CREATE TABLE IF NOT EXISTS _ma_alarm (id INTEGER PRIMARY KEY CHECK (id = 1), "
     "at_ms INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS _ma_kv (k TEXT PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
     f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION}",
+)
+# The runtime's keys, which runtime schema 1 kept in a user-visible ``meta`` (RT-14).
+_RUNTIME_KEYS = ("k IN ('schema_version', 'owner_tenant', 'owner_identity', 'erased', 'event_seq') "
+                 "OR k GLOB 'alarm:*'")
+# Runtime schema 1 -> 2: the runtime's keys move from ``meta`` into ``_ma_meta``, out of reach of
+# user SQL; whatever else the actor put in ``meta`` stays there, and a ``meta`` left empty is
+# dropped so the actor may create its own (the platform objects' migrations recreate theirs).
+_FROM_1 = (
+    _RUNTIME_META,
+    f"INSERT OR REPLACE INTO _ma_meta (k, v) SELECT k, v FROM meta WHERE ({_RUNTIME_KEYS}) "
+    "AND v IS NOT NULL",
+    f"DELETE FROM meta WHERE {_RUNTIME_KEYS}",
 )
 
 
@@ -71,6 +86,22 @@ def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | 
         raise StorageUnavailable(type(e).__name__) from e
 
 
+def _upgrade_from_1(conn: sqlite3.Connection) -> None:
+    """Runtime schema 1 -> 2 (RT-14), in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for stmt in _FROM_1:
+            conn.execute(stmt)
+        if conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone() is None:
+            conn.execute("DROP TABLE meta")
+        conn.execute(f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
                  now_ms: Callable[[], int]) -> SqlStorage | None:
     """Open (or create) an actor's file. Returns None when it does not exist and ``create`` is
@@ -91,6 +122,10 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
             raise StorageCorrupt("the file has no runtime schema (empty or truncated)")
         if version > RUNTIME_SCHEMA_VERSION:
             raise StorageCorrupt(f"runtime schema {version} is newer than this code knows")
+        if version == 1:
+            _upgrade_from_1(conn)
+        # workerd builds SQLite with foreign keys enforced; an actor may still turn them off.
+        conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA synchronous = " + ("FULL" if durability == Durability.FULL
                                                 else "NORMAL"))
         conn.execute(f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)}")
@@ -98,6 +133,8 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
         conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
+        for limit, value, _name in SQLITE_LIMITS:
+            conn.setlimit(limit, value)
         return SqlStorage(conn, path, limits, now_ms)
     except BaseException as e:
         conn.close()  # never leave a descriptor behind for the garbage collector

@@ -11,10 +11,16 @@ import re
 import sqlite3
 from collections.abc import Callable
 
+from mailbox_actors.platform.storage.allowlist import (
+    ALLOWED_FUNCTIONS,
+    SQLITE_LIMITS,
+    is_allowed_name,
+    pragma_denial,
+)
 from mailbox_actors.platform.storage.types import Limits, StatementRefused, StorageWriteFailed
 from mailbox_actors.wire.errors import LimitExceeded
 
-__all__ = ["classify", "denial", "map_error"]
+__all__ = ["changes_schema", "classify", "denial", "map_error"]
 
 _LEADING = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*([A-Za-z]+)", re.S)
 _REFUSED_FIRST_WORDS = {
@@ -22,12 +28,6 @@ _REFUSED_FIRST_WORDS = {
 }
 _READ_FIRST_WORDS = {"SELECT", "VALUES", "EXPLAIN", "PRAGMA"}
 _WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b", re.I)
-# Pragmas that take an argument yet only read (table_info(x)); any other pragma with a value is a write.
-_READ_PRAGMAS_WITH_ARG = {
-    "table_info", "table_xinfo", "index_info", "index_xinfo", "index_list", "foreign_key_list",
-    "foreign_key_check", "integrity_check", "quick_check", "table_list",
-}
-_RESERVED = ("_ma_", "_cf_")
 # The authorizer is never told the new name of ALTER TABLE ... RENAME TO, so screen the text.
 _RENAME_RESERVED = re.compile(r"\bRENAME\s+(?:COLUMN\s+)?\S*\s*(?:TO\s+)?[\"'`\[]?_(?:ma|cf)_",
                               re.I)
@@ -40,23 +40,30 @@ _MAPPED_LIMITS: tuple[tuple[str, str], ...] = (
     ("statement too long", "max_statement_bytes"),
     ("too many columns", "max_columns"),
     ("database or disk is full", "max_database_bytes"),
+    # workerd's fixed limits (allowlist.SQLITE_LIMITS)
+    ("like or glob pattern too complex", "max_like_pattern_bytes"),
+    ("too many terms in compound select", "max_compound_select_terms"),
+    ("expression tree is too large", "max_expression_depth"),
+    ("parser stack overflow", "max_expression_depth"),
+    ("too many levels of trigger recursion", "max_trigger_depth"),
+    ("too many arguments on function", "max_function_args"),
 )
+_FIXED_LIMITS = {name: value for _, value, name in SQLITE_LIMITS}
 
 
-# Functions user SQL may not call: fts3_tokenizer takes a raw pointer (a crafted one crashes the
-# process, SQLite builds with ENABLE_FTS3_TOKENIZER); load_extension runs native code.
-_REFUSED_FUNCTIONS = {"fts3_tokenizer", "load_extension"}
 # Tables a build may offer that see past the authorizer: the prepared statements of the connection
 # (the runtime's, with their token) and the raw pages of the file.
 _REFUSED_TABLES = {"sqlite_stmt", "sqlite_dbpage", "dbstat"}
 _TEMP_ACTIONS = {sqlite3.SQLITE_CREATE_TEMP_INDEX, sqlite3.SQLITE_CREATE_TEMP_TABLE,
                  sqlite3.SQLITE_CREATE_TEMP_TRIGGER, sqlite3.SQLITE_CREATE_TEMP_VIEW}
+_RESERVED_MESSAGE = "names beginning '_ma_' or '_cf_' are reserved for the runtime"
 
 
 def denial(action: int, a1: str | None, a2: str | None) -> str | None:
     """Why SQLite's authorizer must refuse this action of user SQL, or None to allow it."""
     if action == sqlite3.SQLITE_FUNCTION:
-        return f"function {a2} is not allowed" if (a2 or "").lower() in _REFUSED_FUNCTIONS else None
+        # workerd's allowlist: fts3_tokenizer (a raw pointer) and load_extension are not in it.
+        return None if (a2 or "").lower() in ALLOWED_FUNCTIONS else f"function {a2} is not allowed"
     if action in _TEMP_ACTIONS:
         # Temporary objects live outside the file and its size limit.
         return "temporary tables, views, indexes and triggers are not allowed"
@@ -68,14 +75,19 @@ def denial(action: int, a1: str | None, a2: str | None) -> str | None:
     if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
         return "ATTACH and DETACH are not allowed"
     if action == sqlite3.SQLITE_PRAGMA:
-        if a2 is not None and (a1 or "").lower() not in _READ_PRAGMAS_WITH_ARG:
-            return f"PRAGMA {a1} may not be written"
-        return None
+        return pragma_denial(a1 or "", a2)
+    if action == sqlite3.SQLITE_ANALYZE:
+        return None  # PRAGMA optimize analyzes every table, reserved ones too (as in workerd)
     for name in (a1, a2):
-        if name and name.lower().startswith(_RESERVED):
-            return (f"names beginning {_RESERVED[0]!r} or {_RESERVED[1]!r} are reserved for the "
-                    "runtime")
+        if name and not is_allowed_name(name):
+            return _RESERVED_MESSAGE
     return None
+
+
+def changes_schema(query: str) -> bool:
+    """Whether a (screened) statement creates, drops or alters a table, index, view or trigger."""
+    m = _LEADING.match(query)
+    return m is not None and m.group(1).upper() in ("CREATE", "DROP", "ALTER")
 
 
 def classify(query: str, limits: Limits) -> bool:
@@ -86,7 +98,7 @@ def classify(query: str, limits: Limits) -> bool:
         hint = "" if word in ("ATTACH", "DETACH", "VACUUM") else "; use transaction_sync"
         raise StatementRefused(f"{word} is not allowed in actor SQL{hint}")
     if word == "ALTER" and _RENAME_RESERVED.search(query):
-        raise StatementRefused("names beginning '_ma_' or '_cf_' are reserved for the runtime")
+        raise StatementRefused(_RESERVED_MESSAGE)
     if len(query.encode()) > limits.max_statement_bytes:
         raise LimitExceeded("max_statement_bytes", limits.max_statement_bytes,
                             "SQL statement longer than the statement limit")
@@ -104,8 +116,8 @@ def map_error(e: sqlite3.Error, limits: Limits, denied: str | None,
     if "disk i/o error" in text or ("database or disk is full" in text and
                                      near_size_limit is not None and not near_size_limit()):
         return StorageWriteFailed("disk_full" if "full" in text else "io_error")
-    if isinstance(e, sqlite3.ProgrammingError) and "one statement" in text:
-        return StatementRefused("exec runs one statement at a time")
+    if isinstance(e, sqlite3.ProgrammingError) and "bindings" in text:
+        return StatementRefused("the number of parameters does not match the statement's")
     if "incomplete input" in text or "syntax error" in text:
         # Malformed SQL fails the same way every time: not worth a retry.
         return StatementRefused(f"malformed SQL ({text[:80]})")
@@ -113,6 +125,6 @@ def map_error(e: sqlite3.Error, limits: Limits, denied: str | None,
         return StatementRefused(denied or "not authorized")
     for needle, limit in _MAPPED_LIMITS:
         if needle in text:
-            maximum = getattr(limits, limit)
+            maximum = _FIXED_LIMITS[limit] if limit in _FIXED_LIMITS else getattr(limits, limit)
             return LimitExceeded(limit, maximum, f"SQLite limit {limit}={maximum} exceeded")
     return e

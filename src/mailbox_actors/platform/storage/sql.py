@@ -11,6 +11,7 @@ decides what an actor does; it only stores. Opening a file is ``sql_open``; the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import secrets
 import sqlite3
@@ -19,10 +20,13 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mailbox_actors.platform.storage.counting import RowCounter
 from mailbox_actors.platform.storage.kv import KvStorage
-from mailbox_actors.platform.storage.screen import classify, denial, map_error
+from mailbox_actors.platform.storage.screen import changes_schema, classify, denial, map_error
+from mailbox_actors.platform.storage.script import split_statements
 from mailbox_actors.platform.storage.types import (
     AlarmSink,
+    BufferedRows,
     Durability,
     Limits,
     NoAlarmSink,
@@ -51,7 +55,7 @@ T = TypeVar("T")
 # so it is not answered as a success when SQLite rolled one of them back with another's statement.
 implicit_writes: ContextVar[list[int] | None] = ContextVar("implicit_writes", default=None)
 
-RUNTIME_SCHEMA_VERSION = 1
+RUNTIME_SCHEMA_VERSION = 2  # 2: the runtime's keys in _ma_meta, not meta (RT-14)
 
 
 class SqlStorage:
@@ -69,7 +73,8 @@ class SqlStorage:
         self._depth = 0
         self._implicit = False
         self._txn_now: int | None = None
-        self._kinds: dict[str, bool] = {}  # query text -> writes? (after screening)
+        # query text -> (its statements, may write?, changes the schema?), after screening
+        self._plans: dict[str, tuple[tuple[str, ...], bool, bool]] = {}
         self._alarm: int | None = None
         self._alarm_dirty = False
         self._aborted: BaseException | None = None  # SQLite ended the explicit transaction: why
@@ -80,6 +85,7 @@ class SqlStorage:
         self.alarm_set_in_handler = False
         self.before_transaction: Callable[[], None] | None = None  # deadline check (RPC-5)
         self.kv = KvStorage(self)
+        self._counter = RowCounter(lambda q, p: self._sys(q, p), self._token)
         self._begin = f"BEGIN /*{self._token}*/"
         self._commit = f"COMMIT /*{self._token}*/"
         self._rollback = f"ROLLBACK /*{self._token}*/"
@@ -97,22 +103,13 @@ class SqlStorage:
         if self._sys_mode and trigger is None:
             # A trigger is always user code, even when a runtime statement fires it.
             return sqlite3.SQLITE_OK
+        if trigger is None:
+            self._counter.note(action, a1, a2)
         reason = denial(action, a1, a2)
         if reason is None:
             return sqlite3.SQLITE_OK
         self._deny_reason = reason
         return sqlite3.SQLITE_DENY
-
-    def _classify(self, query: str) -> bool:
-        """Screen a query once (``sql_screen``); return whether it may write."""
-        if self._token in query:
-            # The text of a runtime statement: its cached, pre-authorised copy must stay the
-            # runtime's alone.
-            raise StatementRefused("this statement belongs to the runtime")
-        writes = classify(query, self.limits)
-        if len(self._kinds) < 4096:
-            self._kinds[query] = writes
-        return writes
 
     def _map_error(self, e: sqlite3.Error) -> Exception:
         denied, self._deny_reason = self._deny_reason, None
@@ -131,20 +128,97 @@ class SqlStorage:
     # ---- SQL API (RT-6) --------------------------------------------------------------------
 
     def exec(self, query: str, *params: Any) -> SqlCursor:
-        """Run one statement with ``?`` parameters; returns a cursor. Synchronous."""
-        writes = self._kinds.get(query)
-        if writes is None:
-            writes = self._classify(query)
+        """Run a statement, or a script of ``;``-separated statements, with ``?`` parameters
+        (bound to the last statement); returns the last statement's cursor. Synchronous.
+
+        A script that writes runs all or nothing (RT-13): a statement refused or failing anywhere
+        in it leaves nothing of it behind.
+        """
+        plan = self._plans.get(query)
+        if plan is None:
+            plan = self._plan(query)
+        statements, writes, ddl = plan
         if len(params) > self.limits.max_bound_parameters:
             raise LimitExceeded("max_bound_parameters", self.limits.max_bound_parameters,
                                 f"{len(params)} bound parameters; the limit is "
                                 f"{self.limits.max_bound_parameters}")
         if writes:
             self._before_write()
+        if len(statements) == 1:
+            return self._exec_one(statements[0], params, ddl)
+        return self._exec_script(statements, writes, ddl, params)
+
+    def _exec_one(self, query: str, params: Sequence[Any], ddl: bool,
+                  buffered: bool = False) -> SqlCursor:
         conn = self._conn
+        counter = self._counter
+        record = counter.needs_shape(query)
+        if record:
+            counter.start_recording()
         before = conn.total_changes
-        cur = self._run(lambda: conn.execute(query, params))
-        return SqlCursor(cur, conn.total_changes - before)
+        ok = False
+        try:
+            cur = self._run(lambda: conn.execute(query, params))
+            ok = True
+        finally:
+            if record:
+                counter.stop_recording(query, keep=ok)
+            if ddl:
+                counter.schema_changed()
+        written = counter.written(query, conn.total_changes - before, cur.rowcount)
+        scanned = functools.partial(counter.scanned, query)
+        if buffered:
+            rows = self._run(lambda: BufferedRows(cur))
+            read = scanned(True)  # its scan is over: count it now, while its text is prepared
+            return SqlCursor(rows, written, lambda _done: read)
+        return SqlCursor(cur, written, scanned)
+
+    def _exec_script(self, statements: tuple[str, ...], writes: bool, ddl: bool,
+                     params: Sequence[Any]) -> SqlCursor:
+        conn = self._conn
+        if writes:
+            self._sys(f"SAVEPOINT _ma_script /*{self._token}*/")
+        try:
+            for stmt in statements[:-1]:
+                try:
+                    self._run(lambda stmt=stmt: conn.execute(stmt))  # type: ignore[misc]
+                except sqlite3.ProgrammingError as e:
+                    if "bindings" in str(e):
+                        raise StatementRefused(
+                            "when one exec runs several statements, only the last may have "
+                            "parameters") from e
+                    raise
+            cur = self._exec_one(statements[-1], params, ddl, buffered=writes)
+        except BaseException:
+            if writes and conn.in_transaction:
+                self._sys(f"ROLLBACK TO _ma_script /*{self._token}*/")
+                self._sys(f"RELEASE _ma_script /*{self._token}*/")
+            if ddl:
+                self._counter.schema_changed()
+            raise
+        if writes:
+            self._sys(f"RELEASE _ma_script /*{self._token}*/")
+        return cur
+
+    def _plan(self, query: str) -> tuple[tuple[str, ...], bool, bool]:
+        """Split and screen a query once (``script``, ``screen``): its statements, whether any
+        may write, whether any changes the schema. Raises for a refused statement anywhere."""
+        if self._token in query:
+            # The text of a runtime statement: its cached, pre-authorised copy must stay the
+            # runtime's alone.
+            raise StatementRefused("this statement belongs to the runtime")
+        statements = split_statements(query)
+        if len(statements) > 1 and len(query.encode()) > self.limits.max_statement_bytes:
+            raise LimitExceeded("max_statement_bytes", self.limits.max_statement_bytes,
+                                "SQL script longer than the statement limit")
+        writes = ddl = False
+        for stmt in statements:
+            writes = classify(stmt, self.limits) or writes
+            ddl = ddl or changes_schema(stmt)
+        plan = (tuple(statements), writes, ddl)
+        if len(self._plans) < 4096:
+            self._plans[query] = plan
+        return plan
 
     def _before_write(self) -> None:
         """A write is about to run: refuse it inside a transaction SQLite already ended; outside
@@ -159,7 +233,7 @@ class SqlStorage:
         if writes is not None and (not writes or writes[-1] != self._gen):
             writes.append(self._gen)
 
-    def _run(self, statement: Callable[[], sqlite3.Cursor]) -> sqlite3.Cursor:
+    def _run(self, statement: Callable[[], T]) -> T:
         """Run one statement; if SQLite ended the whole transaction with it, remember that."""
         if self._depth and self._aborted is not None:
             raise TransactionRolledBack(self._aborted)
@@ -184,10 +258,18 @@ class SqlStorage:
 
     @property
     def database_size(self) -> int:
-        """Bytes used by the database file (page_count * page_size)."""
-        pages = self._sys("PRAGMA page_count").fetchone()[0]
+        """Bytes the database uses: (page_count - freelist_count) * page_size, as workerd counts."""
+        pages = self._sys("PRAGMA page_count").fetchone()[0] - \
+            self._sys("PRAGMA freelist_count").fetchone()[0]
         size = self._sys("PRAGMA page_size").fetchone()[0]
         return int(pages * size)
+
+    def file_setting(self, pragma: str) -> Any:
+        """The file's journal_mode or synchronous, which actor SQL may not read (RT-13): for the
+        runtime, operators and tests."""
+        if pragma not in ("journal_mode", "synchronous"):
+            raise ValueError(f"file_setting reads journal_mode or synchronous, not {pragma!r}")
+        return self._sys(f"PRAGMA {pragma}").fetchone()[0]
 
     def now_ms(self) -> int:
         """The clock, frozen for the length of a transaction (RT-12)."""

@@ -1,0 +1,126 @@
+"""``rows_read`` and ``rows_written`` as workerd counts them for billing (RT-13).
+
+workerd's patched SQLite counts every row a cursor visits (a full scan of 5,000 rows reads 5,000
+however few it returns) and every row written to a table or an index (an INSERT into a table with
+two indexes writes three rows; a DELETE counts its table rows). Python's SQLite has no such counter,
+so this module rebuilds both from what SQLite does expose:
+
+- read: the statement's full-scan steps (``nscan`` of the ``sqlite_stmt`` table, read lazily, only
+  when ``rows_read`` is asked for), or the rows returned when no table was scanned;
+- written: the rows SQLite changed plus, per changed row, one per index the statement's writes
+  reach (every index on INSERT; on UPDATE those covering an updated column), learnt from the
+  authorizer when the statement was prepared and from the schema.
+
+Both are estimates of workerd's figures, exact for the common shapes (scans, point lookups,
+single-table writes); partial indexes count as full ones on INSERT.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["RowCounter", "WriteShape"]
+
+# (table, updated column or None for INSERT): what a statement writes, from its authorizer calls
+WriteShape = tuple[tuple[str, str | None], ...]
+_MAX_SHAPES = 4096
+
+
+class RowCounter:
+    """Per-connection bookkeeping for the two counters; ``sys`` runs runtime-only SQL."""
+
+    def __init__(self, sys: Callable[[str, tuple[Any, ...]], sqlite3.Cursor], token: str) -> None:
+        self._sys = sys
+        self._scan_sql = f"SELECT nscan, run FROM sqlite_stmt WHERE sql = ? /*{token}*/"
+        self._shapes: dict[str, WriteShape] = {}
+        self._recording: list[tuple[str, str | None]] | None = None
+        self._indexes: dict[str, list[frozenset[str] | None]] = {}  # None: an expression index
+        self._scans: dict[str, tuple[int, int]] = {}  # text -> (nscan, run) when last looked at
+
+    # ---- written --------------------------------------------------------------------------
+
+    def needs_shape(self, query: str) -> bool:
+        return query not in self._shapes and len(self._shapes) < _MAX_SHAPES
+
+    def start_recording(self) -> None:
+        self._recording = []
+
+    def note(self, action: int, a1: str | None, a2: str | None) -> None:
+        """An authorizer call of a user statement being prepared (not a trigger's)."""
+        rec = self._recording
+        if rec is None or a1 is None:
+            return
+        if action == sqlite3.SQLITE_INSERT:
+            rec.append((a1, None))
+        elif action == sqlite3.SQLITE_UPDATE and a2 is not None:
+            rec.append((a1, a2))
+
+    def stop_recording(self, query: str, *, keep: bool) -> None:
+        rec, self._recording = self._recording, None
+        if rec is not None and keep:
+            self._shapes[query] = tuple(dict.fromkeys(rec))
+
+    def schema_changed(self) -> None:
+        self._indexes.clear()
+
+    def _table_indexes(self, table: str) -> list[frozenset[str] | None]:
+        found = self._indexes.get(table)
+        if found is None:
+            found = []
+            without_rowid = False
+            for row in self._sys("SELECT name, origin FROM pragma_index_list(?)", (table,)).fetchall():
+                name, origin = row[0], row[1]
+                cols = [r[0] for r in self._sys("SELECT name FROM pragma_index_info(?)",
+                                                (name,)).fetchall()]
+                if origin == "pk":
+                    # A WITHOUT ROWID table is its primary-key index: no row of its own.
+                    without_rowid = self._sys(
+                        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ? "
+                        "AND sql LIKE '%WITHOUT%ROWID%'", (table,)).fetchone() is not None
+                    if without_rowid:
+                        continue
+                found.append(None if any(c is None for c in cols) else frozenset(cols))
+            if len(self._indexes) < _MAX_SHAPES:
+                self._indexes[table] = found
+        return found
+
+    def written(self, query: str, changed: int, rowcount: int) -> int:
+        """Rows written by one statement: ``changed`` table rows (triggers included) plus the
+        index rows of the ``rowcount`` rows the statement itself changed."""
+        shape = self._shapes.get(query)
+        if not shape or rowcount <= 0:
+            return changed
+        extra = 0
+        inserted = {t for t, col in shape if col is None}
+        for table in inserted:
+            extra += len(self._table_indexes(table))
+        updated: dict[str, set[str]] = {}
+        for table, col in shape:
+            if col is not None and table not in inserted:
+                updated.setdefault(table, set()).add(col)
+        for table, cols in updated.items():
+            extra += sum(1 for idx in self._table_indexes(table) if idx is None or idx & cols)
+        return changed + rowcount * extra
+
+    # ---- read -----------------------------------------------------------------------------
+
+    def scanned(self, query: str, finished: bool) -> int:
+        """Rows the statement stepped through in full table scans since its last run."""
+        try:
+            rows = self._sys(self._scan_sql, (query,)).fetchall()
+        except sqlite3.Error:  # a build without the sqlite_stmt table: count returned rows
+            return 0
+        if not rows:
+            return 0
+        nscan, run = max((int(r[0]), int(r[1])) for r in rows)
+        base_scan, base_run = self._scans.get(query, (0, 0))
+        if run < base_run or nscan < base_scan:  # re-prepared since: counters started again
+            base_scan, base_run = 0, 0
+        runs = max(1, run - base_run)
+        steps = (nscan - base_scan) // runs  # runs nobody asked about: their average
+        if finished and len(self._scans) < _MAX_SHAPES:
+            self._scans[query] = (nscan, run)
+        # SQLite counts the steps from one row to the next; the first row of a scan is read too.
+        return steps + 1 if steps else 0
