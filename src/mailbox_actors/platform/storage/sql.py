@@ -182,8 +182,8 @@ class SqlStorage:
             for stmt in statements[:-1]:
                 try:
                     self._run(lambda stmt=stmt: conn.execute(stmt))  # type: ignore[misc]
-                except sqlite3.ProgrammingError as e:
-                    if "bindings" in str(e):
+                except StatementRefused as e:
+                    if isinstance(e.__cause__, sqlite3.ProgrammingError):  # it has parameters
                         raise StatementRefused(
                             "when one exec runs several statements, only the last may have "
                             "parameters") from e
