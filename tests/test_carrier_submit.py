@@ -47,7 +47,7 @@ async def test_submit_answers_queued_once_everything_is_committed(tmp_path: Path
             "@acme.example>")
         assert r["attempts"] == 0 and r["provider_message_id"] is None
         assert r["next_attempt_at_ms"] == r["created_at_ms"] == rt.now_ms()
-        assert rows(rt, mid, "SELECT v FROM meta WHERE k = 'alarm:dispatch'") == [
+        assert rows(rt, mid, "SELECT v FROM _ma_meta WHERE k = 'alarm:dispatch'") == [
             (str(rt.now_ms()),)]  # the wake, committed with the Email
         assert set(r) == {"email_id", "source_id", "status", "message_id_header", "messages",
                           "attempts", "provider_message_id", "provider_rejection",

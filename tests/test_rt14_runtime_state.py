@@ -114,8 +114,8 @@ async def test_a_file_of_the_previous_layout_keeps_its_owner_alarm_and_the_actor
 @pytest.mark.anyio
 async def test_a_platform_object_of_the_previous_layout_keeps_its_meta(tmp_path: Path) -> None:
     """RT-14, RT-8: an IdentityMailbox file of the previous layout (every key in meta, the
-    PLATFORM_META migration not yet run) is migrated on first access: it keeps a ``meta(k, v)`` with its own size_bytes, the runtime's
-    keys leave it, and status reports the new schema version."""
+    PLATFORM_META migration not yet run) is migrated on first access: it keeps a ``meta(k, v)``
+    with its own size_bytes, the runtime's keys leave it, and status reports the new version."""
     ids = {"tenant_id": "t1", "identity_id": "i1"}
     async with TestRuntime(tmp_path) as rt:
         m = rt.id_from_name("identity_mailbox", "a")
