@@ -6,17 +6,28 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
+RUN_STAMP := $(VENV)/.stamp-run
 
-.PHONY: venv test lint bench run
+.PHONY: venv venv-run test lint bench run
 
 venv: $(STAMP)
 
-# The stamp is newer than pyproject.toml once an install from it succeeded, so the install runs
-# again only when the dependencies may have changed.
+# What running needs and nothing more (OPS-12): the package and its runtime dependencies, not the
+# development tools (mypy, ruff, hypothesis, the test servers).
+venv-run: $(RUN_STAMP)
+
+# Each stamp is newer than pyproject.toml once an install from it succeeded, so an install runs
+# again only when the dependencies may have changed. The development install includes the runtime
+# one, so it sets both stamps.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUN_STAMP)
 
 lint: venv
 	$(BIN)/ruff check src tests examples
@@ -29,5 +40,5 @@ test: lint
 bench: venv
 	$(BIN)/mailbox-actors bench --quick
 
-run: venv
+run: venv-run
 	$(BIN)/python examples/run_cluster.py

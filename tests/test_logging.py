@@ -6,7 +6,10 @@ import hashlib
 import hmac
 import io
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -86,7 +89,7 @@ def test_json_lines_on_a_non_tty_stream() -> None:
     assert first["event"] == "node_started"
     assert first["level"] == "info"
     assert first["port"] == 8787
-    assert first["logger_name"] == "tests.logging"
+    assert first["logger"] == "tests.logging"
     assert first["timestamp"].endswith("Z")
     assert lines[1]["level"] == "warning"
 
@@ -342,3 +345,27 @@ def test_text_without_addresses_is_untouched() -> None:
     configure_logging(stream=io.StringIO(), hash_key=KEY)
     event = refuse_content(None, "info", {"event": "retry @ 2s", "path": "/rpc/ns/abc"})
     assert event == {"event": "retry @ 2s", "path": "/rpc/ns/abc"}
+
+
+def test_an_embedding_program_gets_library_logs_on_stderr_with_standard_keys(
+        tmp_path: Path) -> None:
+    """OPS-11: a program that uses the runtime without configuring logging gets nothing from the
+    library on standard output; its log lines are JSON on standard error (not a terminal here)
+    with structlog's standard keys: timestamp, level, event."""
+    program = (
+        "import anyio\n"
+        "from mailbox_actors.testing import TestRuntime\n"
+        "from mailbox_actors.platform.control.database import ControlDb\n"
+        "async def main():\n"
+        f"    async with TestRuntime({str(tmp_path / 'rt')!r}) as rt:\n"
+        "        pass\n"
+        "anyio.run(main)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert lines, done.stderr
+    assert all({"timestamp", "level", "event"} <= set(line) for line in lines)
+    started = next(line for line in lines if line["event"] == "node_started")
+    assert started["level"] == "info"

@@ -198,6 +198,7 @@ def configure_logging(
         )
     _processors[:] = [
         merge_contextvars,
+        _standard_keys,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
@@ -224,10 +225,19 @@ def configure_logging(
 
 
 def reset_logging() -> None:
-    """Back to structlog's defaults, dropping every cached logger (test isolation)."""
+    """Back to the library's default (below), dropping every cached logger (test isolation)."""
     structlog.reset_defaults()
     for proxy in list(_proxies):
         vars(proxy).pop("bind", None)
+    configure_logging()
+
+
+def _standard_keys(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """structlog's standard key for the logger's name is ``logger`` (``add_logger_name``)."""
+    name = event_dict.pop("logger_name", None)
+    if name is not None:
+        event_dict.setdefault("logger", name)
+    return event_dict
 
 
 def get_logger(name: str | None = None) -> FilteringBoundLogger:
@@ -242,3 +252,11 @@ def bind_request(request_id: str) -> Iterator[None]:
     """Put ``request_id`` on every log line written inside the block (RT-12), in this task only."""
     with bound_contextvars(request_id=request_id):
         yield
+
+
+# OPS-11: a program that embeds the runtime and never configures structlog still gets its lines on
+# standard error, scrubbed (structlog's own default prints to standard output, unscrubbed). A
+# program that configured structlog before importing us keeps its configuration; one that does
+# after, replaces this.
+if not structlog.is_configured():
+    configure_logging()
