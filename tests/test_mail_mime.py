@@ -8,6 +8,8 @@ from email import message_from_bytes, policy
 from email.message import EmailMessage
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mailbox_actors.platform.mail.mime import _boundary, build_message
 from mailbox_actors.wire.transport import OutboundEmail
@@ -102,3 +104,42 @@ def test_header_injection_is_refused(bad: dict[str, object]) -> None:
     """CR or LF in a header value, or a header name that is not a field name, is refused."""
     with pytest.raises(ValueError):
         build_message(mail(**bad))
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
+_LINE = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=120)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=_TEXT, html=st.none() | _TEXT, subject=_LINE, extra=_LINE)
+def test_any_content_reads_back(text: str, html: str | None, subject: str, extra: str) -> None:
+    """Whatever text, html, subject and header value a submit carries (hostile input included),
+    the message is 7-bit clean with lines under 998 bytes and reads back with the same content
+    (CA-8)."""
+    data = build_message(mail(text=text, html=html, subject=subject, headers={"X-Extra": extra}))
+    assert data.isascii()
+    assert all(len(line) <= 998 for line in data.split(b"\r\n"))
+    msg = message_from_bytes(data, policy=policy.default)
+    assert isinstance(msg, EmailMessage)
+    def words(s: object) -> str:  # header folding may change runs of white space, nothing else
+        return " ".join(str(s).split())
+
+    assert words(msg["Subject"]) == words(subject)
+    assert words(msg["X-Extra"]) == words(extra)
+    assert msg["Message-ID"] == "<m1@example.test>"
+
+    def norm(s: str) -> str:
+        return s.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n")
+
+    assert norm(body_of(msg, "plain")) == norm(text)
+    if html is not None:
+        assert norm(body_of(msg, "html")) == norm(html)
+
+
+def test_control_characters_in_headers_are_encoded() -> None:
+    """A control character in a header value is never written raw (it goes as an RFC 2047
+    encoded word), so no relay sees a NUL or an escape in a header line."""
+    data = build_message(mail(subject="a\x00b\x1bc"))
+    head = data.split(b"\r\n\r\n", 1)[0]
+    assert b"\x00" not in head and b"\x1b" not in head
+    assert str(parse(data)["Subject"]) == "a\x00b\x1bc"

@@ -32,6 +32,7 @@ RESERVED_HEADERS = frozenset({
     "content-type", "content-transfer-encoding", "sender", "return-path",
 })
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # written raw, these would break a header
 _FIELD_NAME = re.compile(r"[!-9;-~]{1,76}")  # RFC 5322 2.2: printable ASCII except colon
 _FOLD_AT = 78  # RFC 5322 2.1.1: SHOULD; raw lines stay far below the 998 MUST
 _RAW_MAX = 900
@@ -103,10 +104,12 @@ def _addresses(name: str, addresses: list[str]) -> str:
 
 def _unstructured(name: str, value: str, utf8: bool) -> str:
     _check(value)
-    if (utf8 or value.isascii()) and len(name) + 2 + len(value) <= _RAW_MAX:
+    control = _CONTROL.search(value) is not None
+    if (utf8 or value.isascii()) and not control and len(name) + 2 + len(value) <= _RAW_MAX:
         return f"{name}: {value}"
-    # RFC 2047 encoded words (non-ASCII without SMTPUTF8), or folding of a very long value.
-    charset = "us-ascii" if value.isascii() else "utf-8"
+    # RFC 2047 encoded words (non-ASCII without SMTPUTF8, control characters), or folding of a
+    # very long value.
+    charset = "us-ascii" if value.isascii() and not control else "utf-8"
     encoded = Header(value, charset, header_name=name).encode(linesep=_CRLF)
     return f"{name}: {encoded}"
 
