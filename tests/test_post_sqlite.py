@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 import _post_actors as pa
+from mailbox_actors.platform.storage.readonly import read_only
 from mailbox_actors.post.inspection import inspection_records
 from mailbox_actors.post.routes import Route, Routes
 from mailbox_actors.testing import TestRuntime
@@ -345,10 +346,14 @@ async def test_inspection_records_show_state_and_never_addresses_or_events(env: 
     await env.p(pa.Send(to="a", key="d", text="secret-text"))
     await env.p(pa.Send(to="b", key="f", text="secret-text"))
     await env.rt.run_until_idle()
-    ctx = env.rt.node.host.activate(pa.Producer, env.producer, create=False)
-    assert ctx is not None
-    records, cursor = inspection_records(ctx.storage, None, 32)
-    assert cursor is None
+    path = env.rt.node.host.path_for("post_producer", env.producer)
+    with read_only(path) as conn:  # as the operator's scan opens a file: nothing is created
+        assert conn is not None
+        records, cursor = inspection_records(conn, None, 32)
+        first, more = inspection_records(conn, None, 1)
+        rest, end = inspection_records(conn, more, 1)
+    assert cursor is None and (first[0].key, more) == ("d", "d") and rest[0].key == "f"
+    assert end is None
     encoded = msgspec.json.encode(records)
     assert b"secret" not in encoded and b'"a"' not in encoded
     by_key = {r.key: r for r in records}

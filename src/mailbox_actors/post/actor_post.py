@@ -89,9 +89,8 @@ class Post:
         self.policy = policy or RetryPolicy()
         self.on_delivered = on_delivered
         self.producer = f"{actor.ctx.namespace}/{actor.ctx.id}"
-        host = actor.ctx.host
-        self._executor = PostExecutor(self, routes, self._deliver, clock=host.clock, rng=host.rng,
-                                      policy=self.policy, deadline_ms=attempt_deadline_ms)
+        self._deadline_ms = attempt_deadline_ms
+        self._executor: PostExecutor | None = None  # made at the first run: activations are many
 
     # ---- the producer's API ----------------------------------------------------------------
 
@@ -173,6 +172,11 @@ class Post:
 
     async def run(self) -> int:
         """The alarm purpose: deliver everything due, then arm the wake for what is left."""
+        if self._executor is None:
+            host = self.ctx.host
+            self._executor = PostExecutor(self, self.routes, self._deliver, clock=host.clock,
+                                          rng=host.rng, policy=self.policy,
+                                          deadline_ms=self._deadline_ms)
         return await self._executor.run()
 
     # ---- the store the executor drives -------------------------------------------------------
