@@ -362,3 +362,11 @@ async def test_malformed_replies(sink: SmtpSink) -> None:
         assert sink.connections == 4  # every unclear session was closed, never reused
     finally:
         await transport.aclose()
+
+
+async def test_auth_configured_but_not_offered(sink: SmtpSink) -> None:
+    """A username configured for a relay that offers no AUTH is a temporary rejection: the mail is
+    never sent unauthenticated (CA-11, CA-14)."""
+    outcome = await send_one(sink, username="relay", password="pw")
+    assert outcome == ProviderRejected(code="auth_not_offered", klass="temporary")
+    assert sink.messages == []

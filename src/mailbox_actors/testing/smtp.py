@@ -230,6 +230,13 @@ class _Handler:
     def __init__(self, sink: SmtpSink) -> None:
         self.sink = sink
 
+    async def handle_EHLO(self, server: _SinkSmtp, session: Session, envelope: Envelope,
+                          hostname: str, responses: list[str]) -> list[str]:
+        session.host_name = hostname  # what aiosmtpd does itself when there is no hook
+        if self.sink.users is None:  # no accounts: AUTH is not offered at all
+            responses = [r for r in responses if not r[4:].upper().startswith("AUTH")]
+        return responses
+
     async def handle_MAIL(self, server: _SinkSmtp, session: Session, envelope: Envelope,
                           address: str, mail_options: list[str]) -> str:
         server.step = self.sink._next_step()
