@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from mailbox_actors.core.dns.names import NameRefused, normalise_domain
 from mailbox_actors.rpc.client import Client, RpcError
 from mailbox_actors.wire.errors import MailboxActorsError
 
@@ -92,7 +93,7 @@ async def _go(args: argparse.Namespace) -> Any:
                                        mx_hosts=list(args.mx))
             return msgspec.to_builtins(
                 await create_domain(db, client, args.tenant, args.name, expected))
-        domain = await db.get_domain_by_name(args.name)
+        domain = await db.get_domain_by_name(normalise_domain(args.name))
         if domain is None:
             raise LookupError(args.name)
         return await client.call("domain_monitor", domain.monitor_id, {"op": args.action},
@@ -104,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         result = anyio.run(_go, args)
     except FileNotFoundError as e:
         return _fail(f"no cluster in {args.data} ({e.filename}); start it first or pass --data", 2)
+    except NameRefused as e:
+        return _fail(f"invalid_request: {e}", 1)
     except LookupError:
         return _fail(f"no domain {args.name!r} in the control database; add it first", 2)
     except msgspec.ValidationError as e:
