@@ -1,74 +1,154 @@
-"""The synchronous key-value API over an actor's own file (RT-6): JSON values, string keys.
+"""The synchronous key-value API over an actor's own file (RT-6, RT-15), as Durable Objects'
+storage API: values keep their type, one key or up to 128 per call, ``list`` with ``start_after``,
+``delete_all``.
 
 It stores in the runtime's ``_ma_kv`` table through the storage's runtime-only statements, so it
-shares the actor's transactions, implicit commits and output gate.
+shares the actor's transactions, implicit commits and output gate. Values are encoded by ``kv_codec``
+(bytes stay bytes, tuples tuples, datetimes datetimes); values written as JSON by the earlier
+format are still read.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, overload
 
-import msgspec
-
-from mailbox_actors.wire.errors import LimitExceeded
+from mailbox_actors.platform.storage.kv_codec import decode_value, encode_value
+from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded
 
 if TYPE_CHECKING:
     from mailbox_actors.platform.storage.sql import SqlStorage
 
-__all__ = ["KvStorage"]
+__all__ = ["MAX_KEYS_PER_CALL", "KvStorage"]
+
+MAX_KEYS_PER_CALL = 128  # Durable Objects' limit for get/put/delete of several keys
 
 
 class KvStorage:
-    """A synchronous key-value API over the same file (RT-6): JSON values, string keys."""
-
-    _MAX_KEY = 2048
+    """``get``/``put``/``delete`` of one key or a batch, ``list``, ``delete_all`` (RT-15)."""
 
     def __init__(self, sql: SqlStorage) -> None:
         self._sql = sql
 
+    # ---- validation ------------------------------------------------------------------------
+
     def _key(self, key: object) -> str:
         if not isinstance(key, str):
-            raise TypeError("KV keys are strings")
-        if len(key.encode()) > self._MAX_KEY:
-            raise LimitExceeded("max_key_bytes", self._MAX_KEY, "KV key longer than 2048 bytes")
+            raise InvalidRequest(f"KV keys are strings, not {type(key).__name__}",
+                                 details={"key_type": type(key).__name__})
         return key
 
-    def get(self, key: str) -> Any:
+    def _batch(self, keys: Iterable[object]) -> list[str]:
+        batch = [self._key(k) for k in keys]
+        if len(batch) > MAX_KEYS_PER_CALL:
+            raise LimitExceeded("max_kv_keys_per_call", MAX_KEYS_PER_CALL,
+                                f"{len(batch)} keys in one call; the limit is {MAX_KEYS_PER_CALL}")
+        return batch
+
+    def _entry(self, key: object, value: Any) -> tuple[str, bytes]:
+        k = self._key(key)
+        data = encode_value(value)
+        maximum = self._sql.limits.max_value_bytes
+        size = len(k.encode()) + len(data)
+        if size > maximum:
+            raise LimitExceeded("max_value_bytes", maximum,
+                                f"KV key plus value is {size} bytes; the limit is {maximum}")
+        return k, data
+
+    # ---- get / put / delete ----------------------------------------------------------------
+
+    @overload
+    def get(self, key: str) -> Any: ...
+    @overload
+    def get(self, key: list[str] | tuple[str, ...]) -> dict[str, Any]: ...
+
+    def get(self, key: str | list[str] | tuple[str, ...]) -> Any:
+        """One key's value (None when absent), or a dict of the keys found among up to 128."""
+        if isinstance(key, (list, tuple)):
+            batch = self._batch(key)
+            if not batch:
+                return {}
+            marks = ", ".join("?" * len(batch))
+            found = dict(self._sql.sys_exec(f"SELECT k, v FROM _ma_kv WHERE k IN ({marks})",
+                                            batch).fetchall())
+            return {k: decode_value(found[k]) for k in sorted(set(batch)) if k in found}
         row = self._sql.sys_exec("SELECT v FROM _ma_kv WHERE k = ?", (self._key(key),)).fetchone()
-        return None if row is None else msgspec.json.decode(row[0])
+        return None if row is None else decode_value(row[0])
 
-    def put(self, key: str, value: Any) -> None:
-        data = msgspec.json.encode(value)
-        if len(data) > self._sql.limits.max_value_bytes:
-            raise LimitExceeded("max_value_bytes", self._sql.limits.max_value_bytes,
-                                "KV value larger than the value limit")
+    @overload
+    def put(self, key: str, value: Any) -> None: ...
+    @overload
+    def put(self, key: Mapping[str, Any]) -> None: ...
+
+    def put(self, key: str | Mapping[str, Any], value: Any = None) -> None:
+        """Store one value, or every entry of a dict of up to 128 (all or none of them)."""
+        if isinstance(key, Mapping):
+            self._batch(key.keys())
+            entries = [self._entry(k, v) for k, v in key.items()]  # all checked before any write
+            self._write_all(lambda tx: [tx.sys_exec(
+                "INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)", e) for e in entries])
+            return
         self._sql.sys_exec("INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)",
-                           (self._key(key), data))
+                           self._entry(key, value))
 
-    def delete(self, key: str) -> bool:
+    @overload
+    def delete(self, key: str) -> bool: ...
+    @overload
+    def delete(self, key: list[str] | tuple[str, ...]) -> int: ...
+
+    def delete(self, key: str | list[str] | tuple[str, ...]) -> bool | int:
+        """Delete one key (whether it existed) or up to 128 (how many existed)."""
+        if isinstance(key, (list, tuple)):
+            batch = sorted(set(self._batch(key)))
+            if not batch:
+                return 0
+            marks = ", ".join("?" * len(batch))
+            cur = self._sql.sys_exec(f"DELETE FROM _ma_kv WHERE k IN ({marks})", batch)
+            return int(cur.rowcount)
         cur = self._sql.sys_exec("DELETE FROM _ma_kv WHERE k = ?", (self._key(key),))
         return cur.rowcount > 0
 
+    def _write_all(self, fn: Any) -> None:
+        self._sql.transaction_sync(fn)
+
+    # ---- list ------------------------------------------------------------------------------
+
     def list(self, *, prefix: str | None = None, start: str | None = None,
-             end: str | None = None, limit: int | None = None,
+             start_after: str | None = None, end: str | None = None, limit: int | None = None,
              reverse: bool = False) -> dict[str, Any]:
-        """Keys in order (``start`` inclusive, ``end`` exclusive), optionally under ``prefix``."""
-        where, params = [], []
+        """Entries in key order (``start`` inclusive or ``start_after`` exclusive, ``end``
+        exclusive, only keys under ``prefix``), at most ``limit``, last first when ``reverse``."""
+        if start is not None and start_after is not None:
+            raise InvalidRequest("list takes start or start_after, not both",
+                                 details={"argument": "start_after"})
+        for name, bound in (("prefix", prefix), ("start", start), ("start_after", start_after),
+                            ("end", end)):
+            if bound is not None and not isinstance(bound, str):
+                raise InvalidRequest(f"list's {name} is a string", details={"argument": name})
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise InvalidRequest("list's limit is a positive int", details={"argument": "limit"})
+        where: list[str] = []
+        params: list[Any] = []
         if prefix:
-            where.append("k >= ? AND k < ?")
-            params += [prefix, prefix + "\U0010ffff"]
-        if start is not None:
-            where.append("k >= ?")
-            params.append(start)
-        if end is not None:
-            where.append("k < ?")
-            params.append(end)
+            where.append("k >= ? AND substr(k, 1, ?) = ?")  # the range lets the key index help
+            params += [prefix, len(prefix), prefix]
+        for op, bound in ((">=", start), (">", start_after), ("<", end)):
+            if bound is not None:
+                where.append(f"k {op} ?")
+                params.append(bound)
         q = "SELECT k, v FROM _ma_kv"
         if where:
             q += " WHERE " + " AND ".join(where)
         q += " ORDER BY k DESC" if reverse else " ORDER BY k"
         if limit is not None:
-            if limit < 0:
-                raise ValueError("limit must be >= 0")
-            q += f" LIMIT {int(limit)}"
-        return {k: msgspec.json.decode(v) for k, v in self._sql.sys_exec(q, params)}
+            q += " LIMIT ?"
+            params.append(limit)
+        return {k: decode_value(v) for k, v in self._sql.sys_exec(q, params)}
+
+    # ---- delete_all ------------------------------------------------------------------------
+
+    def delete_all(self) -> None:
+        """Remove all of the actor's storage: every key, every table of its own, its alarm and
+        the runtime's record of it (RT-15). The file itself goes once the actor is idle."""
+        self._sql.delete_all()

@@ -35,6 +35,7 @@ from mailbox_actors.platform.storage.types import (
     StorageCorrupt,
     TransactionRolledBack,
 )
+from mailbox_actors.platform.storage.wipe import is_empty, remove_files, wipe_statements
 from mailbox_actors.wire.errors import LimitExceeded
 
 __all__ = [
@@ -85,6 +86,7 @@ class SqlStorage:
         self.alarm_set_in_handler = False
         self.before_transaction: Callable[[], None] | None = None  # deadline check (RPC-5)
         self.kv = KvStorage(self)
+        self.wiped = False  # delete_all ran on this connection
         self._counter = RowCounter(lambda q, p: self._sys(q, p), self._token)
         self._begin = f"BEGIN /*{self._token}*/"
         self._commit = f"COMMIT /*{self._token}*/"
@@ -452,10 +454,27 @@ class SqlStorage:
 
     # ---- lifetime --------------------------------------------------------------------------
 
+    def delete_all(self) -> None:
+        """Remove everything the actor stored, its alarm and the runtime's record of it (RT-15,
+        ``wipe``); the file goes when the storage closes, if nothing was written since."""
+        def wipe(_tx: SqlStorage) -> None:
+            for stmt in wipe_statements(lambda q: self._sys(f"{q} /*{self._token}*/")):
+                self._run(lambda stmt=stmt: self._sys(f"{stmt} /*{self._token}*/"))  # type: ignore[misc]
+            self._write_alarm(None)
+        self.transaction_sync(wipe)
+        self._counter.schema_changed()
+        self._plans.clear()
+        self.wiped = True
+
     def close(self) -> None:
-        """Commit anything pending and close the file."""
+        """Commit anything pending and close the file (removing it after a ``delete_all`` that
+        nothing was written after)."""
+        remove = False
         try:
             if self._depth == 0:
                 self.flush()
+                remove = self.wiped and is_empty(lambda q: self._sys(f"{q} /*{self._token}*/"))
         finally:
             self._conn.close()
+        if remove:
+            remove_files(self.path)
