@@ -11,10 +11,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mailbox_actors.objects import IdentityMailbox
 from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit
+from mailbox_actors.wire.post import PostDeadLetters, PostRetry
 from mailbox_actors.wire.quota import QuotaInit
 from mailbox_actors.wire.roster import QuotaRoster
 from test_cluster import Cluster
@@ -43,22 +43,23 @@ async def test_init_and_erase_reach_the_tenants_quota_once_each(tmp_path: Path) 
 async def test_a_quota_not_initialised_leaves_a_dead_letter_that_retry_delivers(
         tmp_path: Path) -> None:
     """PO-5, PO-6: a quota that does not exist answers tenant_not_found, a definite refusal: the
-    roster event is a dead letter with that reason after one attempt; once the quota exists,
-    retry(key) delivers it."""
+    roster event is a dead letter with that reason after one attempt, listed by the mailbox's
+    post_dead_letters op; once the quota exists, the post_retry op delivers it."""
     async with TestRuntime(tmp_path) as rt:
         m = rt.node.new_unique_id("identity_mailbox")
-        await rt.call("identity_mailbox", m, MailboxInit(), tenant_id="t2", identity_id="i1")
+        owner = {"tenant_id": "t2", "identity_id": "i1"}
+        await rt.call("identity_mailbox", m, MailboxInit(), **owner)
         await rt.run_until_idle()
-        ctx = rt.node.host.activate(IdentityMailbox, m, create=False)
-        assert ctx is not None
-        post = ctx.actor.post  # type: ignore[attr-defined]
-        letters = post.dead_letters().letters
-        assert [(d.key, d.reason, d.attempts) for d in letters] == [
+        page = await rt.call("identity_mailbox", m, PostDeadLetters(), **owner)
+        assert [(d["key"], d["reason"], d["attempts"]) for d in page["letters"]] == [
             ("roster:i1:joined", "tenant_not_found", 1)]
+        assert page["next_cursor"] is None
         q = rt.id_from_name("tenant_quota", "t2")
         await rt.call("tenant_quota", q, QuotaInit(per_minute=10, per_day=100), tenant_id="t2")
-        ctx.storage.transaction_sync(lambda tx: post.retry(tx, "roster:i1:joined"))
+        again = await rt.call("identity_mailbox", m, PostRetry(key="roster:i1:joined"), **owner)
+        assert again == {"action": "requeue"}
         await rt.run_until_idle()
+        assert (await rt.call("identity_mailbox", m, PostDeadLetters(), **owner))["letters"] == []
         assert await rt.call("tenant_quota", q, QuotaRoster(), tenant_id="t2") == {
             "active": 1, "joined": 1, "left": 0}
 

@@ -19,6 +19,7 @@ from mailbox_actors.wire.carrier import (
     TransportLease,
 )
 from mailbox_actors.wire.events import EmitEvent, EventsReply, GetEvents
+from mailbox_actors.wire.post import DeadLetterPage, PostDeadLetters, PostRetry, PostRetryReply
 from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = ["MailboxErase", "MailboxInit", "MailboxRequest", "MailboxStatus", "MailboxStatusReply",
@@ -39,7 +40,8 @@ class MailboxErase(msgspec.Struct, tag="erase", tag_field="op", forbid_unknown_f
 
 MailboxRequest = (MailboxInit | MailboxStatus | MailboxErase | GetEvents | EmitEvent
                   | Submit | GetEmail | CancelEmail | ResolveEmail | BeginTransport
-                  | RecordTransportOutcome | ApplyDeliveryEvent)
+                  | RecordTransportOutcome | ApplyDeliveryEvent
+                  | PostDeadLetters | PostRetry)  # the roster's Post letters (objects/roster.py)
 
 
 class MailboxStatusReply(msgspec.Struct):
@@ -60,7 +62,8 @@ class EraseReply(msgspec.Struct):
     erased_at_ms: int
 
 
-MAILBOX_REPLIES: dict[str, Any] = {"init": InitReply, "status": MailboxStatusReply,
+MAILBOX_REPLIES: dict[str, Any] = {"post_dead_letters": DeadLetterPage, "post_retry": PostRetryReply,
+                                    "init": InitReply, "status": MailboxStatusReply,
                                     "erase": EraseReply, "get_events": EventsReply,
                                     "emit_event": EmittedReply,
                                     "submit": Receipt, "get_email": Receipt | None,

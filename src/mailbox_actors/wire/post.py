@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["DeadLetterPage", "PostAnswer", "PostDeliver", "PostEnvelope", "PostInspectionRecord",
-           "PostRecord"]
+__all__ = ["DeadLetterPage", "PostAnswer", "PostDeadLetters", "PostDeliver", "PostEnvelope",
+           "PostInspectionRecord", "PostRecord", "PostRetry", "PostRetryReply"]
 
 _Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
@@ -69,3 +69,20 @@ class PostInspectionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     attempts: int | None = None
     retry_at_ms: int | None = None
     reason: str | None = None
+
+
+# ---- a producer's own ops over RPC (PO-6): any producing namespace may add these to its union --
+
+
+class PostDeadLetters(msgspec.Struct, tag="post_dead_letters", tag_field="op",
+                      forbid_unknown_fields=True):
+    after: Annotated[str, msgspec.Meta(max_length=200)] | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=64)] = 32
+
+
+class PostRetry(msgspec.Struct, tag="post_retry", tag_field="op", forbid_unknown_fields=True):
+    key: _Name
+
+
+class PostRetryReply(msgspec.Struct):
+    action: Literal["expedite", "requeue", "unchanged", "delivered"]

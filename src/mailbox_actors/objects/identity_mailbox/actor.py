@@ -16,6 +16,7 @@ from mailbox_actors.objects.identity_mailbox import carrier, dispatch
 from mailbox_actors.objects.identity_mailbox.carrier_store import CARRIER_SCHEMA, CARRIER_TABLES
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
+from mailbox_actors.post.ops import post_op
 from mailbox_actors.post.sql import POST_SCHEMA
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, Call
@@ -42,6 +43,7 @@ from mailbox_actors.wire.mailbox import (
     MailboxStatus,
     MailboxStatusReply,
 )
+from mailbox_actors.wire.post import PostDeadLetters, PostRetry
 from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = ["IdentityMailbox"]
@@ -105,6 +107,8 @@ class IdentityMailbox(Actor):
                 return await dispatch.begin_transport(self, req)
             case RecordTransportOutcome():
                 return dispatch.record_transport_outcome(self, req)
+            case PostDeadLetters() | PostRetry():
+                return post_op(self.post, req)
             case MailboxStatus():
                 return self._status()
             case GetEvents():
