@@ -265,3 +265,39 @@ async def test_the_database_restarted_under_load_loses_and_repeats_nothing(env: 
     await env.drain()
     assert committed == [f"m{i:03d}" for i in range(n)]
     assert await env.log() == [[k, k] for k in committed]
+
+
+async def test_prepare_is_persisted_once_and_a_late_preparation_cannot_send(env: Env) -> None:
+    """PO-9, PO-6: on PostgreSQL too, a preparation that finishes after its attempt expired sends
+    nothing; the next one is stored before sending, and the retry after a lost answer reuses it
+    (the receiver answers duplicate)."""
+    pa.PREPARE_CLOCK.append(env.rt.clock)
+    pa.SCRIPT["p"] = ["lose"]
+    async with env.pool.connection() as conn, conn.transaction():
+        await env.post.send(conn, pa.PREPARED_NOTE, pa.Inbox("a"), pa.Intent("invite"), "p")
+    await env.post.run()
+    late = await env.post.get("p")
+    assert late is not None and (late.reason, late.prepared) == ("preparation_expired", None)
+    assert pa.ATTEMPTS.get("p") is None
+    await env.drain()
+    assert pa.PREPARED == ["invite", "invite"]
+    done = await env.post.get("p")
+    assert done is not None and done.state == "delivered"
+    assert done.prepared == {"what": "invite", "grant": "sealed-2"}
+    assert await env.log() == [["p", "invite/sealed-2"]] and pa.ATTEMPTS["p"] == 2
+
+
+async def test_two_executors_on_one_database_deliver_each_envelope_once_in_order(
+        env: Env) -> None:
+    """PO-9: two executors sharing the database claim with row locks: every envelope is
+    attempted once (no double claim) and each address receives its events in order."""
+    other = PostgresPost(env.pool, pa.ROUTES, env.deliver, clock=env.rt.clock, rng=env.rt.rng)
+    for i in range(40):
+        await env.send(f"k{i:02d}", to="ab"[i % 2], text=f"{i}")
+    async with anyio.create_task_group() as tg:
+        for post in (env.post, other, env.post, other):
+            tg.start_soon(post.run)
+    await env.drain()
+    assert await env.log("a") == [[f"k{i:02d}", f"{i}"] for i in range(0, 40, 2)]
+    assert await env.log("b") == [[f"k{i:02d}", f"{i}"] for i in range(1, 40, 2)]
+    assert set(pa.ATTEMPTS.values()) == {1}
