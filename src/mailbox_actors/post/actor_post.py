@@ -204,10 +204,14 @@ class Post:
                     tx.exec(q.SETTLE, s.state.value, s.next_attempt_at_ms, s.reason, None, now, seq)
                     retry = True
                     continue
-                if len(chains) < ROUND_ADDRESSES and not any(c[0].seq == seq for c in chains):
-                    chains.append(self._claim_chain(tx, akey, now, lease_until_ms))
-                else:
-                    wake = now if wake is None else min(wake, now)
+                if any(c[0].seq == seq for c in chains):
+                    continue  # claimed in an earlier pass of this loop
+                if len(chains) >= ROUND_ADDRESSES:
+                    wake = now if wake is None else min(wake, now)  # the next round takes it
+                    continue
+                chain = self._claim_chain(tx, akey, now, lease_until_ms)
+                if chain:
+                    chains.append(chain)
             if not retry:
                 break
         if chains:

@@ -109,8 +109,10 @@ class PostExecutor:
         async with self._limit:
             stopped = False
             for job in chain:
-                if stopped:
+                # A job whose attempt ran out before it was sent was not attempted: put back.
+                if stopped or self.clock.now_ms() > job.lease_until_ms:
                     results.append((job, None))
+                    stopped = True
                     continue
                 outcome = await self._attempt(job)
                 results.append((job, settle(outcome, job.attempts, self.clock.now_ms(),
