@@ -90,6 +90,7 @@ class Send(msgspec.Struct, tag="send", tag_field="op", forbid_unknown_fields=Tru
     route: str = "note"
     bad: bool = False      # send an event that does not match the route's schema
     also_write: str = ""   # a producer row written in the same transaction
+    fail_after: bool = False  # the producer's transaction fails after the send
 
 
 class SendMany(msgspec.Struct, tag="send_many", tag_field="op", forbid_unknown_fields=True):
@@ -186,7 +187,10 @@ class Producer(Actor):
         if req.route == "prepared_note":
             return self.post.send(tx, PREPARED_NOTE, Inbox(req.to), Intent(req.text), req.key)
         event: Any = Intent(req.text) if req.bad else Note(req.text)
-        return self.post.send(tx, NOTE, Inbox(req.to), event, req.key)
+        record = self.post.send(tx, NOTE, Inbox(req.to), event, req.key)
+        if req.fail_after:
+            raise MailboxActorsError(ErrorCode.CONFLICT, "the producer's own change failed")
+        return record
 
 
 # ---- the receiver ---------------------------------------------------------------------------

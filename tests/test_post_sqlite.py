@@ -361,3 +361,18 @@ async def test_inspection_records_show_state_and_never_addresses_or_events(env: 
     f = by_key["f"]
     assert (f.state, f.attempts, f.reason) == ("failed", 1, "unavailable")
     assert f.retry_at_ms is not None and f.retry_at_ms > env.rt.now_ms()
+
+
+async def test_a_rolled_back_send_leaves_no_wake_and_no_envelope(env: Env) -> None:
+    """PO-2: the envelope, its job and the wake commit with the producer's change or not at all:
+    a producer whose change failed after its send has no envelope, no Post purpose and no
+    alarm, and nothing is ever delivered."""
+    with pytest.raises(MailboxActorsError) as failed:
+        await env.p(pa.Send(to="a", key="k", text="x", also_write="row", fail_after=True))
+    assert failed.value.code.value == "conflict"
+    assert await env.job("k") is None and await env.p(pa.Rows()) == []
+    ctx = env.rt.node.host.activate(pa.Producer, env.producer, create=False)
+    assert ctx is not None
+    assert "post" not in ctx.scheduled() and ctx.storage.get_alarm() is None
+    await env.rt.advance(60_000)
+    assert await env.log("a") == [] and pa.ATTEMPTS == {}
