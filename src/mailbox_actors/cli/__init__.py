@@ -43,12 +43,24 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
 }
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mailbox-actors")
+    except PackageNotFoundError:  # run from a source tree without installing
+        return "0.0.0"
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``only``, just that subcommand's module is imported (start-up stays fast
     and one subcommand's imports cannot break another)."""
     parser = argparse.ArgumentParser(
         prog="mailbox-actors",
         description="A Python runtime that emulates Cloudflare Durable Objects.")
+    parser.add_argument("--version", action="version",
+                        version=f"mailbox-actors {_version()}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, add, _run, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -75,9 +87,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.umask(0o077)
     module, _add, run, _help = SUBCOMMANDS[args.command]
     try:
-        return int(getattr(importlib.import_module(module), run)(args))
+        status = int(getattr(importlib.import_module(module), run)(args))
+        sys.stdout.flush()  # a reader that went away is found here, not at exit
+        return status
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of our output closed it (`status --json | head`): stop quietly, as a Unix
+        # tool does on SIGPIPE. Python would otherwise complain again when it flushes at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
 
 
 if __name__ == "__main__":

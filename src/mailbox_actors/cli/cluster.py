@@ -26,10 +26,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import msgspec
+
 from mailbox_actors.cli.lifeline import SUPERVISOR_ENV
 from mailbox_actors.cli.serve import add_config_arguments, flags_of
 from mailbox_actors.node.cluster_file import CLUSTER_FILE, read_cluster_file
-from mailbox_actors.node.config import ENV_PREFIX, NodeConfig, ensure_tokens, load_config
+from mailbox_actors.node.config import (
+    ENV_PREFIX,
+    NodeConfig,
+    ensure_id_secret,
+    ensure_tokens,
+    load_config,
+)
 from mailbox_actors.platform.locks import DataDirLock, DataDirLocked
 from mailbox_actors.runtime.settings import SettingsError
 
@@ -85,8 +93,11 @@ def run(args: argparse.Namespace) -> int:
 
 class ClusterSupervisor:
     def __init__(self, cfg: NodeConfig, *, out: Any = None) -> None:
-        self.cfg = cfg
         self.data = Path(cfg.data).resolve()
+        # One id secret for every node (OPS-8): generated into DIR once, given to each node in
+        # its environment, never in argv.
+        secret, self.id_secret_file = ensure_id_secret(cfg, self.data)
+        self.cfg = cfg = msgspec.structs.replace(cfg, id_secret=secret)
         self.tokens = ensure_tokens(cfg, self.data)
         self.out = out or sys.stdout
         self.names = [f"node-{i}" for i in range(cfg.nodes)]

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from mailbox_actors.http.client import HttpPool
-from mailbox_actors.rpc.client import Client, RpcError
+from mailbox_actors.rpc.client import Client, RpcError, read_token
 from mailbox_actors.wire.carrier import GetEmail, Submit
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
@@ -169,7 +169,7 @@ def run_deliveries(args: argparse.Namespace) -> int:
             mid = args.identity
         else:
             _t, _i, mid = await _resolve_owner(args.data, args.tenant, args.identity)
-        operator = (data / "operator.token").read_text().strip()
+        operator = read_token(data, "operator")  # MAILBOX_ACTORS_OPERATOR_TOKEN first (CL-4)
         kw = {"url": args.url} if args.url else {}
         async with Client.from_data_dir(args.data, **kw) as c, HttpPool() as pool:
             url, after = c.owner_url("identity_mailbox", mid), args.after

@@ -17,9 +17,10 @@ from typing import Any
 import anyio
 import msgspec
 
+from mailbox_actors.cli.secrets import SecretError, add_webhook_secret_arguments, webhook_secret
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.locks import lock_holder
-from mailbox_actors.rpc.client import Client, RpcError
+from mailbox_actors.rpc.client import Client, RpcError, read_token
 
 __all__ = ["add_call_arguments", "add_id_arguments", "add_identity_arguments",
            "add_openapi_arguments", "add_status_arguments", "add_tenant_arguments", "run_call",
@@ -41,23 +42,40 @@ def add_status_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_id_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("namespace")
+    p.add_argument("namespace", help="the object's namespace, e.g. tenant_quota")
     p.add_argument("--name", required=True, help="the object's name")
     _add_target(p)
 
 
 def add_call_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("namespace")
+    p.add_argument("namespace", help="the object's namespace, e.g. tenant_quota")
     p.add_argument("object", metavar="ID_OR_NAME", help="a 64-hex object id, or a name")
     p.add_argument("request", metavar="JSON", help='the request, e.g. \'{"op":"status"}\'')
-    p.add_argument("--tenant", help="tenant_id for the envelope")
+    p.add_argument("--tenant", help="the envelope's tenant: a tenant's id (ten_...) or name, or "
+                   "any string for objects outside the control database")
     p.add_argument("--identity", help="identity_id for the envelope")
     _add_target(p)
 
 
 def _client(args: argparse.Namespace) -> Client:
     kw = {"url": args.url} if args.url else {}
+    if not args.url and not (Path(args.data) / "cluster.json").exists() and \
+            lock_holder(Path(args.data)) is None:
+        raise NoCluster(args.data)
     return Client.from_data_dir(args.data, **kw)
+
+
+class NoCluster(Exception):
+    """Nothing runs on the data directory: said plainly, not as an unreachable node."""
+
+    def __init__(self, data: str) -> None:
+        super().__init__(f"no cluster is running on {data} (start one with 'mailbox-actors "
+                         f"cluster --data {data}', or pass --url for a node elsewhere)")
+
+
+def _no_token(data: str, e: FileNotFoundError) -> str:
+    return (f"no token: set MAILBOX_ACTORS_TOKEN (or MAILBOX_ACTORS_TOKEN_FILE), or start the "
+            f"cluster on {data} ({e.filename} does not exist)")
 
 
 def _fail(cmd: str, text: str, status: int) -> int:
@@ -71,9 +89,10 @@ def run_id(args: argparse.Namespace) -> int:
             return await c.id_from_name(args.namespace, args.name)
     try:
         print(anyio.run(go))
+    except NoCluster as e:
+        return _fail("id", str(e), 1)
     except FileNotFoundError as e:
-        return _fail("id", f"no token in {args.data} ({e.filename}); start the cluster first or "
-                     "pass --data", 2)
+        return _fail("id", _no_token(args.data, e), 2)
     except RpcError as e:
         return _fail("id", f"{e.code.value}: {e.message}", 1)
     return 0
@@ -91,13 +110,15 @@ def run_call(args: argparse.Namespace) -> int:
         async with _client(args) as c:
             oid = args.object if _HEX64.match(args.object) else await c.id_from_name(
                 args.namespace, args.object)
-            return await c.call(args.namespace, oid, req, tenant_id=args.tenant,
+            tenant = await _tenant_id(args.data, args.tenant)
+            return await c.call(args.namespace, oid, req, tenant_id=tenant,
                                 identity_id=args.identity)
     try:
         result = anyio.run(go)
+    except NoCluster as e:
+        return _fail("call", str(e), 1)
     except FileNotFoundError as e:
-        return _fail("call", f"no token in {args.data} ({e.filename}); start the cluster first "
-                     "or pass --data", 2)
+        return _fail("call", _no_token(args.data, e), 2)
     except RpcError as e:
         print(json.dumps({"err": msgspec.to_builtins(e.to_body())}))
         return 1
@@ -107,26 +128,22 @@ def run_call(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     data = Path(args.data)
-    try:
-        operator = (data / "operator.token").read_text().strip()
-    except FileNotFoundError:
-        return _fail("status", f"no operator token in {data}; start the cluster first or pass "
-                     "--data", 2)
-    restarts: dict[str, int] = {}
     running = lock_holder(data) is not None
+    if not running and not args.url:
+        return _fail("status", f"no cluster is running on {data} (start one with "
+                     f"'mailbox-actors cluster --data {data}')", 1)
+    try:
+        operator = read_token(data, "operator")
+    except FileNotFoundError as e:
+        return _fail("status", f"no operator token: set MAILBOX_ACTORS_OPERATOR_TOKEN (or "
+                     f"_OPERATOR_TOKEN_FILE) ({e.filename} does not exist)", 2)
+    restarts: dict[str, int] = {}
     try:
         doc = json.loads((data / "cluster.json").read_text())
         nodes = [(n["name"], n["url"]) for n in doc["nodes"]]
         restarts = {n["name"]: int(n.get("restarts", 0)) for n in doc["nodes"]}
     except FileNotFoundError:
-        if not (running or args.url):
-            return _fail("status", f"no cluster is running on {data} (start one with "
-                         f"'mailbox-actors cluster --data {data}')", 1)
         nodes = [("node-0", args.url or "http://127.0.0.1:8787")]
-    else:
-        if not running and not args.url:
-            return _fail("status", f"no cluster is running on {data} ({data / 'cluster.json'} "
-                         "is left from a supervisor that did not stop cleanly)", 1)
 
     async def go() -> list[dict[str, Any]]:
         out = []
@@ -182,18 +199,19 @@ def run_openapi(args: argparse.Namespace) -> int:
 def add_tenant_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = sub.add_parser("create", help="create a tenant in the control database")
-    c.add_argument("name")
+    c.add_argument("name", help="the tenant's name, unique in the cluster")
     c.add_argument("--webhook-url", help="where the tenant's events are POSTed")
-    c.add_argument("--webhook-secret", help="HMAC key for the signature header (16+ chars)")
+    add_webhook_secret_arguments(c)
     c.add_argument("--events-days", type=int, default=30, help="how long events are kept")
     c.add_argument("--data", default="./data", help="the cluster's data directory")
-    sub.add_parser("list", help="list tenants").add_argument("--data", default="./data")
+    sub.add_parser("list", help="list tenants").add_argument(
+        "--data", default="./data", help="the cluster's data directory (default ./data)")
 
 
 def add_identity_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = sub.add_parser("create", help="create an identity and its IdentityMailbox")
-    c.add_argument("--tenant", required=True, help="the tenant id (ten_...)")
+    c.add_argument("--tenant", required=True, help="the tenant's id (ten_...) or name")
     c.add_argument("--name", required=True, help="the identity's name, unique in the tenant")
     _add_target(c)
 
@@ -217,11 +235,13 @@ def run_tenant(args: argparse.Namespace) -> int:
                 return [msgspec.to_builtins(t) | {"webhook_secret": None}
                         for t in await db.list_tenants()]
             t = await db.create_tenant(args.name, webhook_url=args.webhook_url,
-                                       webhook_secret=args.webhook_secret,
-                                       events_days=args.events_days)
+                                       webhook_secret=secret, events_days=args.events_days)
             return msgspec.to_builtins(t) | {"webhook_secret": None}
     try:
+        secret = webhook_secret(args) if args.action == "create" else None
         print(json.dumps(anyio.run(go), indent=2))
+    except SecretError as e:
+        return _fail("tenant", str(e), 2)
     except MailboxActorsError as e:
         return _fail("tenant", f"{e.code.value}: {e.message}", 1)
     return 0
@@ -229,16 +249,31 @@ def run_tenant(args: argparse.Namespace) -> int:
 
 def run_identity(args: argparse.Namespace) -> int:
     from mailbox_actors.node.control_ops import create_identity
-    from mailbox_actors.wire.errors import MailboxActorsError
+    from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
     async def go() -> Any:
         async with _control_db(args.data) as db, _client(args) as client:
-            return msgspec.to_builtins(await create_identity(db, client, args.tenant, args.name))
+            tenant = await db.find_tenant(args.tenant)
+            if tenant is None:
+                raise MailboxActorsError(ErrorCode.TENANT_NOT_FOUND,
+                                         f"no tenant has the id or name {args.tenant!r}")
+            return msgspec.to_builtins(await create_identity(db, client, tenant.id, args.name))
     try:
         print(json.dumps(anyio.run(go), indent=2))
+    except NoCluster as e:
+        return _fail("identity", str(e), 1)
     except FileNotFoundError as e:
-        return _fail("identity", f"no token in {args.data} ({e.filename}); start the cluster "
-                     "first or pass --data", 2)
+        return _fail("identity", _no_token(args.data, e), 2)
     except MailboxActorsError as e:
         return _fail("identity", f"{e.code.value}: {e.message}", 1)
     return 0
+
+
+async def _tenant_id(data: str, given: str | None) -> str | None:
+    """A tenant named on the command line by id or name (OPS-9): its id when the control database
+    on DATA knows it, else the value as given (objects without a control database take any)."""
+    if given is None or not (Path(data) / "control.sqlite").exists():
+        return given
+    async with _control_db(data) as db:
+        tenant = await db.find_tenant(given)
+    return given if tenant is None else tenant.id

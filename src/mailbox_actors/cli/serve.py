@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 from mailbox_actors.cli.lifeline import stop_with_supervisor
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.http.server import RpcHttpServer, loop_backend_options
 from mailbox_actors.node.app import NodeApp
-from mailbox_actors.node.config import NodeConfig, ensure_tokens, load_config
+from mailbox_actors.node.config import NodeConfig, ensure_id_secret, ensure_tokens, load_config
 from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.descriptors import raise_nofile_limit
@@ -59,22 +60,34 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, help="port (default 8787)")
     p.add_argument("--config", help="TOML file of settings (flags and MAILBOX_ACTORS_* win)")
     p.add_argument("--token", help="cluster token (default: generated into DATA/cluster.token)")
-    p.add_argument("--token-file", dest="token_file")
+    p.add_argument("--token-file", dest="token_file",
+                   help="read the cluster token from this file (mode 0600 advised)")
     p.add_argument("--operator-token", dest="operator_token",
                    help="operator token (default: generated into DATA/operator.token)")
-    p.add_argument("--operator-token-file", dest="operator_token_file")
-    p.add_argument("--durability", choices=("normal", "full"))
-    p.add_argument("--idle-ms", dest="idle_ms", type=int)
-    p.add_argument("--max-active-actors", dest="max_active_actors", type=int)
-    p.add_argument("--max-queue", dest="max_queue", type=int)
-    p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int)
+    p.add_argument("--operator-token-file", dest="operator_token_file",
+                   help="read the operator token from this file")
+    p.add_argument("--durability", choices=("normal", "full"),
+                   help="normal survives a process crash; full also power loss, with an fsync "
+                        "per commit (default normal)")
+    p.add_argument("--idle-ms", dest="idle_ms", type=int,
+                   help="close an actor's file after it has been idle this long (default 10000)")
+    p.add_argument("--max-active-actors", dest="max_active_actors", type=int,
+                   help="open actors at most; lowered to what the descriptor limit allows "
+                        "(default 10000)")
+    p.add_argument("--max-queue", dest="max_queue", type=int,
+                   help="requests waiting per actor before it answers overloaded (default 1000)")
+    p.add_argument("--max-body-bytes", dest="max_body_bytes", type=int,
+                   help="largest request body accepted, in bytes (default 1048576)")
     p.add_argument("--read-timeout-s", dest="read_timeout_s", type=float,
                    help="a request must arrive whole within this (default 10)")
     p.add_argument("--shutdown-grace-ms", dest="shutdown_grace_ms", type=int,
                    help="on stop, how long requests in flight may finish (default 10000)")
-    p.add_argument("--log-format", dest="log_format", choices=("auto", "json", "console"))
+    p.add_argument("--log-format", dest="log_format", choices=("auto", "json", "console"),
+                   help="log lines as JSON or readable text; auto: text on a terminal "
+                        "(default auto)")
     p.add_argument("--log-level", dest="log_level",
-                   choices=("debug", "info", "warning", "error"))
+                   choices=("debug", "info", "warning", "error"),
+                   help="the lowest level logged (default info)")
     p.add_argument("--control-db", dest="control_db",
                    help="the cluster's control database (default DATA/control.sqlite)")
     p.add_argument("--queues-db", dest="queues_db",
@@ -188,6 +201,8 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
     """Run one node until SIGTERM or SIGINT (exit status 0), or until a background loop of the
     node fails (1: a cluster supervisor restarts it)."""
     data = Path(os.path.abspath(cfg.data))  # noqa: ASYNC240 - once, before serving
+    secret, _ = ensure_id_secret(cfg, data)  # before the tokens: a first start has neither
+    cfg = msgspec.structs.replace(cfg, id_secret=secret)
     tokens = ensure_tokens(cfg, data)
     configure_logging(json=None if cfg.log_format == "auto" else cfg.log_format == "json",
                       level=cfg.log_level)

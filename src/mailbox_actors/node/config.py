@@ -27,7 +27,10 @@ from mailbox_actors.runtime.settings import (
     SettingsError,
 )
 
-__all__ = ["ENV_PREFIX", "NodeConfig", "Tokens", "ensure_tokens", "load_config"]
+__all__ = ["ENV_PREFIX", "ID_SECRET_FILE", "NodeConfig", "Tokens", "ensure_id_secret",
+           "ensure_tokens", "load_config"]
+
+ID_SECRET_FILE = "id.secret"
 
 ENV_PREFIX = "MAILBOX_ACTORS_"
 
@@ -51,7 +54,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_body_bytes: int = 1 << 20
     read_timeout_s: float = 10.0
     shutdown_grace_ms: int = 10_000
-    id_secret: str = DEFAULT_ID_SECRET
+    id_secret: str | None = None  # default: generated into DATA/id.secret (ensure_id_secret)
     log_format: str = "auto"
     log_level: str = "info"
     control_db: str | None = None  # default DATA/control.sqlite (a cluster: DIR/control.sqlite)
@@ -119,7 +122,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             data_dir=data, node_name=self.node_name, durability=self.durability,
             idle_ms=self.idle_ms, max_active_actors=self.max_active_actors,
             max_queue=self.max_queue, shutdown_grace_ms=self.shutdown_grace_ms,
-            id_secret=self.id_secret,
+            id_secret=DEFAULT_ID_SECRET if self.id_secret is None else self.id_secret,
             control_db=self.control_db or str(Path(data) / "control.sqlite"),
             queues_db=self.queues_db or str(Path(data) / "queues.sqlite"),
             webhook_consumers=self.webhook_consumers, webhook_ca_file=self.webhook_ca_file,
@@ -227,3 +230,36 @@ def ensure_tokens(cfg: NodeConfig, data_dir: Path) -> Tokens:
     if secrets.compare_digest(cluster, operator):
         raise SettingsError("the cluster token and the operator token must differ")
     return Tokens(cluster, operator, cluster_file, operator_file)
+
+
+def ensure_id_secret(cfg: NodeConfig, data_dir: Path) -> tuple[str, str | None]:
+    """The secret object ids are derived with (OPS-8), and the file it is in: the one given
+    (flag, variable or TOML file), else DATA/id.secret, generated on first start with mode 0600.
+    A data directory that was started before this file existed (its tokens are there) gets the old
+    built-in secret written into it, so every id it has stays the same; that is logged as a warning,
+    since anyone who reads the source can mint its ids."""
+    if cfg.id_secret is not None:
+        return cfg.id_secret, None
+    path = data_dir / ID_SECRET_FILE
+    if path.exists():
+        secret = path.read_text().strip()
+        if len(secret) < 16:
+            raise SettingsError(f"id secret file {path} holds fewer than 16 characters")
+        return secret, str(path)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    legacy = (data_dir / "cluster.token").exists()
+    secret = DEFAULT_ID_SECRET if legacy else secrets.token_urlsafe(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process of this start won the race: use its secret
+        return ensure_id_secret(cfg, data_dir)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    if legacy:
+        from mailbox_actors.platform.logging import get_logger
+
+        get_logger("mailbox_actors.config").warning(
+            "id_secret_builtin_kept", path=str(path),
+            advice="ids of this data directory are derived with the built-in secret; a new data "
+                   "directory gets a generated one")
+    return secret, str(path)

@@ -9,8 +9,9 @@ deadline. Works from plain asyncio and from anyio code.
 from __future__ import annotations
 
 import json
+import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope, RpcReply
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.shared_replies import IdReply
 
-__all__ = ["IDEMPOTENT_OPS", "Client", "RpcError"]
+__all__ = ["IDEMPOTENT_OPS", "Client", "RpcError", "read_token"]
 
 # Ops that may be sent twice with the same effect as once; only these are retried automatically.
 IDEMPOTENT_OPS = frozenset({
@@ -71,15 +72,18 @@ class Client:
         self._pool = HttpPool()
 
     @classmethod
-    def from_data_dir(cls, data_dir: str | Path, **kw: Any) -> Client:
-        """Connect to the local cluster (or single node) whose data directory is ``data_dir``."""
+    def from_data_dir(cls, data_dir: str | Path, *, env: Mapping[str, str] | None = None,
+                      **kw: Any) -> Client:
+        """Connect to the local cluster (or single node) whose data directory is ``data_dir``,
+        with the cluster token ``read_token`` finds (MAILBOX_ACTORS_TOKEN first)."""
         d = Path(data_dir)
-        token = (d / "cluster.token").read_text().strip()
+        token = read_token(d, "cluster", env)
         try:
             doc = json.loads((d / "cluster.json").read_text())  # written by the supervisor
             nodes = [(n["name"], n["url"]) for n in doc["nodes"]]
         except FileNotFoundError:
             nodes = [("node-0", kw.pop("url", "http://127.0.0.1:8787"))]
+        kw.pop("url", None)
         return cls(nodes, token, **kw)
 
     async def __aenter__(self) -> Client:
@@ -186,6 +190,35 @@ class Client:
         except (OSError, ConnectionError, TimeoutError) as e:
             raise RpcError(ErrorCode.UNAVAILABLE, f"cannot reach {url}: {type(e).__name__}",
                            details={"url": url}) from None
+
+
+def read_token(data_dir: str | Path, kind: str = "cluster",
+               env: Mapping[str, str] | None = None) -> str:
+    """The cluster (or ``kind="operator"``) token for the cluster on ``data_dir``, in CL-4's order:
+    ``MAILBOX_ACTORS_TOKEN`` (``_OPERATOR_TOKEN``), then the file ``MAILBOX_ACTORS_TOKEN_FILE``
+    (``_OPERATOR_TOKEN_FILE``) names, then the token file the supervisor recorded in
+    cluster.json, then ``DATA/cluster.token`` (``operator.token``). Raises FileNotFoundError when
+    none is there."""
+    env = os.environ if env is None else env
+    d = Path(data_dir)
+    var = "MAILBOX_ACTORS_" + ("OPERATOR_TOKEN" if kind == "operator" else "TOKEN")
+    if env.get(var):
+        return env[var].strip()
+    files = [env[var + "_FILE"]] if env.get(var + "_FILE") else []
+    try:
+        recorded = json.loads((d / "cluster.json").read_text()).get(f"{kind}_token_file")
+        if recorded:
+            files.append(recorded)
+    except (OSError, ValueError):
+        pass
+    files.append(str(d / f"{kind}.token"))
+    for i, f in enumerate(files):
+        try:
+            return Path(f).read_text().strip()
+        except FileNotFoundError:
+            if i == 0 and env.get(var + "_FILE"):
+                raise  # a file named on purpose that is not there is an error, not a fallback
+    raise FileNotFoundError(2, "no token file", files[-1])
 
 
 def _op_of(req: Any) -> str:

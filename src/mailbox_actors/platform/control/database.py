@@ -222,9 +222,16 @@ class ControlDb:
         tenant = Tenant(id=self._ids.new_id("ten"), name=name, events_days=events_days,
                         webhook_url=webhook_url, webhook_secret=webhook_secret,
                         created_at_ms=self._clock.now_ms(), status="active")
-        await self.batch([(f"INSERT INTO tenants ({_TENANT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           (tenant.id, tenant.name, tenant.events_days, tenant.webhook_url,
-                            tenant.webhook_secret, tenant.created_at_ms, tenant.status))])
+        async with self._write() as conn:
+            # Names are unique in a cluster (OPS-9): checked inside the write lock, so two
+            # processes creating the same name cannot both succeed.
+            taken = await conn.execute_fetchall("SELECT id FROM tenants WHERE name = ?", (name,))
+            if taken:
+                raise MailboxActorsError(ErrorCode.CONFLICT, "a tenant with this name exists",
+                                         details={"tenant_id": next(iter(taken))[0]})
+            await conn.execute(f"INSERT INTO tenants ({_TENANT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               (tenant.id, tenant.name, tenant.events_days, tenant.webhook_url,
+                                tenant.webhook_secret, tenant.created_at_ms, tenant.status))
         _log.info("control_db.tenant_created", tenant_id=tenant.id,
                   webhook=tenant.webhook_url is not None)
         return tenant
@@ -232,6 +239,15 @@ class ControlDb:
     async def get_tenant(self, tenant_id: str) -> Tenant | None:
         row = await self.fetch_one(f"SELECT {_TENANT_COLS} FROM tenants WHERE id = ?", (tenant_id,))
         return None if row is None else Tenant(*row)
+
+    async def tenant_by_name(self, name: str) -> Tenant | None:
+        row = await self.fetch_one(f"SELECT {_TENANT_COLS} FROM tenants WHERE name = ?", (name,))
+        return None if row is None else Tenant(*row)
+
+    async def find_tenant(self, name_or_id: str) -> Tenant | None:
+        """The tenant with this id, else the one with this name (OPS-9: commands take either)."""
+        tenant = await self.get_tenant(name_or_id) if name_or_id.startswith("ten_") else None
+        return tenant or await self.tenant_by_name(name_or_id)
 
     async def list_tenants(self) -> list[Tenant]:
         return [Tenant(*r) for r in await self.fetch_all(
