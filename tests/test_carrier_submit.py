@@ -47,8 +47,9 @@ async def test_submit_answers_queued_once_everything_is_committed(tmp_path: Path
             "@acme.example>")
         assert r["attempts"] == 0 and r["provider_message_id"] is None
         assert r["next_attempt_at_ms"] == r["created_at_ms"] == rt.now_ms()
+        # The wake, committed with the Email: without a transport, the periodic look.
         assert rows(rt, mid, "SELECT v FROM _ma_meta WHERE k = 'alarm:dispatch'") == [
-            (str(rt.now_ms()),)]  # the wake, committed with the Email
+            (str(rt.now_ms() + rt.settings.mail_recheck_ms),)]
         assert set(r) == {"email_id", "source_id", "status", "message_id_header", "messages",
                           "attempts", "provider_message_id", "provider_rejection",
                           "next_attempt_at_ms", "created_at_ms", "updated_at_ms"}

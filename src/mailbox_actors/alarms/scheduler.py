@@ -259,6 +259,10 @@ class AlarmScheduler:
             outcome, stored = "failed", None
         finally:
             self._running.discard(key)
+            # The loop skipped this key while it ran (and may have dropped its heap entry): an
+            # alarm re-armed for now by the handler, or by a request meanwhile, must not wait
+            # for the loop's next timeout.
+            self._wake.set()
         e = self._entries.get(key)
         if outcome == "done":
             self.fired += 1

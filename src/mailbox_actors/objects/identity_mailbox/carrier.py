@@ -22,12 +22,14 @@ from mailbox_actors.core.carrier.states import (
 )
 from mailbox_actors.objects.identity_mailbox import carrier_store as store
 from mailbox_actors.objects.identity_mailbox.submit_checks import check_submit
+from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.carrier import (
     ApplyDeliveryEvent,
     CancelEmail,
     DeliveryEventReply,
     GetEmail,
+    MessageReceipt,
     Receipt,
     ResolveEmail,
     Submit,
@@ -97,14 +99,17 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) ->
             "next_attempt_at_ms, send_before, created_at_ms, updated_at_ms) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", email_id, req.source_id, digest, status.value,
             header, now if not over else None, req.send_before, now, now)
+    messages = []
     for position, ((role, _a), key) in enumerate(zip(recipients, keys, strict=True)):
         m_status, code = MessageStatus.QUEUED, None
         if over:
             m_status = MessageStatus.NOT_SENT
             code = "recipient_cap" if key in over else None
+        message_id = ctx.new_id("msg")
         tx.exec("INSERT INTO email_messages (message_id, email_id, position, role, recipient_key, "
                 "status, code, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                ctx.new_id("msg"), email_id, position, role, key, m_status.value, code, now, now)
+                message_id, email_id, position, role, key, m_status.value, code, now, now)
+        messages.append(MessageReceipt(message_id, role, m_status.value, code))  # type: ignore[arg-type]
     if over:
         ctx.emit(tx, "email.refused", {"email_id": email_id, "status": status.value,
                                        "reason": "recipient_cap", "messages": len(recipients)})
@@ -115,10 +120,14 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) ->
             headers=req.headers))
         ctx.emit(tx, "email.queued", {"email_id": email_id, "status": status.value,
                                       "messages": len(recipients)})
-        ctx.schedule("dispatch", now)
-    row = store.row_by_id(tx, email_id)
-    assert row is not None
-    return store.receipt(tx, row)
+        # Without a transport the wake is the periodic look (a node restarted with one sends).
+        store.wake_dispatch(ctx, now if ctx.service(MAIL_TRANSPORT) is not None
+                            else now + ctx.host.settings.mail_recheck_ms)
+    return Receipt(
+        email_id=email_id, source_id=req.source_id, status=status.value,
+        message_id_header=header, messages=messages, attempts=0, provider_message_id=None,
+        provider_rejection=None, next_attempt_at_ms=None if over else now, created_at_ms=now,
+        updated_at_ms=now)
 
 
 def get_email(mb: IdentityMailbox, req: GetEmail) -> Receipt | None:
@@ -203,8 +212,10 @@ def apply_delivery_event(mb: IdentityMailbox, req: ApplyDeliveryEvent) -> Delive
                             "WHERE m.message_id = ?", req.message_id).all()
         else:
             found = tx.exec("SELECT m.message_id, m.email_id, m.status FROM email_messages m JOIN "
-                            "emails e ON e.email_id = m.email_id WHERE e.message_id_header = ? "
-                            "AND m.recipient_key = ? ORDER BY m.position LIMIT 1",
+                            "emails e ON e.email_id = m.email_id WHERE e.email_id = ? AND "
+                            "e.message_id_header = ? AND m.recipient_key = ? "
+                            "ORDER BY m.position LIMIT 1",
+                            store.email_id_of_header(req.message_id_header or "") or "",
                             req.message_id_header, store.recipient_key(req.recipient or "")).all()
         if not found:
             raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no such message",

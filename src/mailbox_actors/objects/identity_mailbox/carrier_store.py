@@ -25,7 +25,8 @@ from mailbox_actors.wire.transport import OutboundEmail
 if TYPE_CHECKING:
     from mailbox_actors.runtime.actor import ActorContext
 
-__all__ = ["CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow", "drop_content", "load_content",
+__all__ = ["CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow", "drop_content", "email_id_of_header",
+           "load_content", "wake_dispatch",
            "move", "recipient_key", "receipt", "row_by_id", "row_by_source", "rows_where",
            "safe_code", "save_content", "set_messages"]
 
@@ -37,7 +38,6 @@ CARRIER_SCHEMA = (
     "lease_until_ms INTEGER, resolution TEXT, created_at_ms INTEGER NOT NULL, "
     "updated_at_ms INTEGER NOT NULL)",
     "CREATE INDEX emails_due ON emails (status, next_attempt_at_ms)",
-    "CREATE INDEX emails_header ON emails (message_id_header)",
     "CREATE TABLE email_content (email_id TEXT NOT NULL, part INTEGER NOT NULL, "
     "chunk BLOB NOT NULL, PRIMARY KEY (email_id, part)) WITHOUT ROWID",
     "CREATE TABLE email_messages (message_id TEXT PRIMARY KEY, email_id TEXT NOT NULL, "
@@ -96,6 +96,23 @@ def row_by_id(sql: SqlStorage, email_id: str) -> EmailRow | None:
 
 def rows_where(sql: SqlStorage, where: str, *params: Any) -> list[EmailRow]:
     return [_row(r) for r in sql.exec(f"SELECT {_COLUMNS} FROM emails WHERE {where}", *params)]
+
+
+def email_id_of_header(header: str) -> str | None:
+    """The email id a stamped Message-ID names (``<eml_...@domain>``, see ``carrier.submit``), so
+    a bounce that quotes it finds its Email without an index on the header."""
+    local = header.strip().lstrip("<").split("@", 1)[0]
+    if not local.startswith("eml_") or len(local) > 64:
+        return None
+    return "eml_" + local[4:].upper()
+
+
+def wake_dispatch(ctx: ActorContext, at: int) -> None:
+    """Schedule ``alarm:dispatch`` at ``at`` unless it is already due sooner (scheduling a
+    purpose replaces its time, and an earlier wake must not be put off)."""
+    pending = ctx.scheduled().get("dispatch")
+    if pending is None or at < pending:
+        ctx.schedule("dispatch", at)
 
 
 def recipient_key(address: str) -> str:

@@ -15,6 +15,8 @@ import functools
 import hashlib
 from typing import TYPE_CHECKING
 
+import anyio
+
 from mailbox_actors.core.actor_ids import id_from_name, namespace_key
 from mailbox_actors.core.carrier.rejections import temporary_retry_at
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus
@@ -37,12 +39,16 @@ from mailbox_actors.wire.transport import (
 if TYPE_CHECKING:
     from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
 
-__all__ = ["CAN_SEND_RETRY_MS", "QUOTA_RETRY_MS", "begin_transport",
+__all__ = ["CAN_SEND_RETRY_MS", "DISPATCH_CONCURRENCY", "QUOTA_RETRY_MS", "begin_transport",
            "dispatch", "quota_id", "record_transport_outcome"]
 
 CAN_SEND_RETRY_MS = 60_000  # can_send raised: its truth is unavailable now
 QUOTA_RETRY_MS = 5_000  # TenantQuota could not answer now
 _DUE = "status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, email_id LIMIT 1"
+_DUE_MANY = ("status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, email_id "
+             "LIMIT ?")
+# Emails of one identity in flight at once (the SMTP transport pools as many connections).
+DISPATCH_CONCURRENCY = 4
 
 
 def quota_id(mb: IdentityMailbox) -> str:
@@ -62,17 +68,45 @@ async def dispatch(mb: IdentityMailbox) -> None:
     ran_at = mb.ctx.scheduled().get("dispatch")
     mb.sql.transaction_sync(lambda tx: _sweep(mb, tx))
     transport = mb.ctx.service(MAIL_TRANSPORT)
-    while transport is not None:
-        now = mb.ctx.now_ms()
-        due = store.rows_where(mb.sql, _DUE, now)
-        if not due:
-            break
-        email = await _prepare(mb, due[0], lease_ms=None)
-        if email is not None:
-            outcome = await _send(transport, email)
-            mb.sql.transaction_sync(functools.partial(_record, mb, email_id=email.email_id,
-                                                      outcome=outcome))
+    if transport is not None:
+        await _send_due(mb, transport)
     mb.sql.transaction_sync(lambda tx: _rearm(mb, tx, ran_at, transport is not None))
+
+
+async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
+    """Send every due Email, up to ``DISPATCH_CONCURRENCY`` at once (each on its own transport
+    connection, so one Email's database work overlaps another's time on the wire); returns
+    when none is due and none is in flight. Each Email still goes checks, intent, send, outcome
+    in that order."""
+    claimed: set[str] = set()
+    changed = anyio.Event()
+
+    async def one(row: EmailRow) -> None:
+        nonlocal changed
+        try:
+            email = await _prepare(mb, row, lease_ms=None)
+            if email is not None:
+                outcome = await _send(transport, email)
+                mb.sql.transaction_sync(functools.partial(_record, mb, email_id=email.email_id,
+                                                          outcome=outcome))
+        finally:
+            claimed.discard(row.email_id)
+            changed.set()
+
+    async with anyio.create_task_group() as tg:
+        while True:
+            if len(claimed) < DISPATCH_CONCURRENCY:
+                due = [r for r in store.rows_where(mb.sql, _DUE_MANY, mb.ctx.now_ms(),
+                                                   DISPATCH_CONCURRENCY * 2)
+                       if r.email_id not in claimed]
+                if due:
+                    claimed.add(due[0].email_id)
+                    tg.start_soon(one, due[0])
+                    continue
+            if not claimed:
+                return
+            await changed.wait()
+            changed = anyio.Event()
 
 
 def _sweep(mb: IdentityMailbox, tx: SqlStorage) -> None:
@@ -164,7 +198,7 @@ async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None
         store.move(ctx, tx, now_row, EmailStatus.DISPATCHING, {"attempt": now_row.attempts + 1},
                    next_attempt_at_ms=None, lease_until_ms=lease)
         if lease is not None:
-            ctx.schedule("dispatch", lease)  # the sweep that settles an unreported lease
+            store.wake_dispatch(ctx, lease)  # the sweep that settles an unreported lease
         return email
     return sql.transaction_sync(intent)
 
@@ -209,7 +243,7 @@ def _record(mb: IdentityMailbox, tx: SqlStorage, *, email_id: str,
                              {**info, "next_attempt_at_ms": retry_at}, attempts=attempts,
                              rejection_code=code, rejection_class=outcome.klass,
                              next_attempt_at_ms=retry_at, lease_until_ms=None)
-            ctx.schedule("dispatch", retry_at)
+            store.wake_dispatch(ctx, retry_at)
         else:
             row = store.move(ctx, tx, row, EmailStatus.REJECTED, info, attempts=attempts,
                              rejection_code=code, rejection_class=outcome.klass,

@@ -1,0 +1,208 @@
+"""The Carrier figures (SPEC section 12): ``submit`` calls/s beside the runtime's durable state
+changes/s; dispatches/s to an aiosmtpd sink beside raw aiosmtplib sends on one reused connection;
+submit-to-``provider_accepted`` p50/p99 at 100 submits/s.
+
+``submit`` goes through ``Node.call_bytes`` (the whole RPC path: decode, route, owner and deadline
+checks, the validation, one transaction with the Email, its Message, its content, its event and
+the dispatch wake), each to a new recipient, in rounds interleaved with ``tenant_quota.reserve``
+on the same node. Dispatch runs as it does in production: the mailbox's ``alarm:dispatch`` on the
+system clock, TenantQuota consulted, intent committed, the real ``SmtpTransport``, the outcome
+committed; one identity dispatches one Email at a time, as the raw side sends one at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
+from mailbox_actors.bench.runtime_figures import BIG_LIMIT, FAR_DEADLINE_MS
+from mailbox_actors.bench.runtime_figures import envelope as quota_envelope
+from mailbox_actors.bench.smtp_figures import raw_smtp_sends, spawn_smtp_sink, stop_smtp_sink
+from mailbox_actors.node import Node
+from mailbox_actors.platform.mail.smtp import SmtpConfig, SmtpTransport
+from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
+from mailbox_actors.platform.services import Services
+from mailbox_actors.runtime.settings import RuntimeSettings
+from mailbox_actors.wire.carrier import Submit
+from mailbox_actors.wire.envelope import Envelope
+from mailbox_actors.wire.mailbox import MailboxInit
+from mailbox_actors.wire.quota import QuotaInit, QuotaReserve
+from mailbox_actors.wire.transport import OutboundEmail, ProviderAccepted, TransportOutcome
+
+__all__ = ["CARRIER_FIGURES", "carrier_figures"]
+
+CARRIER_FIGURES: tuple[str, ...] = (
+    "submit_per_s", "carrier_state_changes_per_s", "dispatches_per_s",
+    "carrier_raw_smtp_sends_per_s", "submit_to_accepted_p50_ms", "submit_to_accepted_p99_ms")
+NS = "identity_mailbox"
+TENANT, IDENTITY = "t_bench", "idn_bench"
+_ENC = msgspec.json.Encoder()
+_TEXT = "Hello from the benchmark.\n" * 12
+
+
+def _envelope(req: object, n: int = 0) -> bytes:
+    return _ENC.encode(Envelope(v=1, tenant_id=TENANT, identity_id=IDENTITY,
+                                request_id=f"req_c{n}", deadline_ms=FAR_DEADLINE_MS, req=req))
+
+
+def _submit(tag: str, i: int) -> bytes:
+    return _envelope(Submit(source_id=f"{tag}-{i}", from_="sender@bench.test",
+                            to=[f"rcpt-{tag}-{i}@bench.test"], subject="Benchmark message",
+                            text=_TEXT), i)
+
+
+def _ok(out: bytes) -> None:
+    if not out.startswith(b'{"ok"'):
+        raise RuntimeError(f"benchmark call failed: {out[:300]!r}")
+
+
+async def _round(node: Node, ns: str, oid: str, bodies: list[bytes]) -> float:
+    call = node.call_bytes
+    t = time.perf_counter()
+    for body in bodies:
+        out = await call(ns, oid, body)
+        if not out.startswith(b'{"ok"'):
+            _ok(out)
+    return len(bodies) / (time.perf_counter() - t)
+
+
+class _Watch:
+    """Wraps the node's transport: when each Email's acceptance came back, and a wake when the
+    count reaches what a phase waits for."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.accepted_at: dict[str, float] = {}
+        self.other = 0
+        self.want = 0
+        self.done = anyio.Event()
+
+    def expect(self, n: int) -> None:
+        self.accepted_at.clear()
+        self.want, self.done = n, anyio.Event()
+
+    async def send(self, email: OutboundEmail) -> TransportOutcome:
+        outcome = await self.inner.send(email)
+        if isinstance(outcome, ProviderAccepted):
+            self.accepted_at[email.email_id] = time.perf_counter()
+        else:
+            self.other += 1
+        if len(self.accepted_at) >= self.want:
+            self.done.set()
+        return outcome
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _settings(work: Path, name: str) -> RuntimeSettings:
+    # Every submit names a new recipient, so the cap never refuses; a large cap keeps it so.
+    return RuntimeSettings(data_dir=str(work / name), recipient_cap=1_000_000,
+                           mail_recheck_ms=86_400_000)
+
+
+async def _submit_vs_state(work: Path, sizes: Sizes, progress: Progress
+                           ) -> tuple[float, float, int, int]:
+    n, rounds = sizes.state_calls, sizes.rounds
+    sub_rates: list[float] = []
+    state_rates: list[float] = []
+    async with Node(_settings(work, "submit")) as node:  # transport none: submit alone is timed
+        mid = node.id_from_name(NS, "bench-submit")
+        qid = node.id_from_name("tenant_quota", "bench-state")
+        _ok(await node.call_bytes(NS, mid, _envelope(MailboxInit())))
+        _ok(await node.call_bytes("tenant_quota", qid, quota_envelope(
+            QuotaInit(per_minute=BIG_LIMIT, per_day=BIG_LIMIT))))
+        await _round(node, NS, mid, [_submit("w", i) for i in range(min(n, 500))])
+        await _round(node, "tenant_quota", qid, [quota_envelope(QuotaReserve(key=f"w{i}"), i)
+                                                 for i in range(min(n, 500))])
+        for r in range(rounds):
+            subs = [_submit(f"r{r}", i) for i in range(n)]
+            reserves = [quota_envelope(QuotaReserve(key=f"r{r}k{i}"), i) for i in range(n)]
+            if r % 2 == 0:
+                sub_rates.append(await _round(node, NS, mid, subs))
+                state_rates.append(await _round(node, "tenant_quota", qid, reserves))
+            else:
+                state_rates.append(await _round(node, "tenant_quota", qid, reserves))
+                sub_rates.append(await _round(node, NS, mid, subs))
+            progress.say(f"  carrier round {r + 1}/{rounds}: submit {sub_rates[-1]:,.0f}/s, "
+                         f"reserve {state_rates[-1]:,.0f}/s")
+    return median(sub_rates), median(state_rates), rounds, n
+
+
+async def carrier_figures(work: Path, sizes: Sizes, progress: Progress, want: frozenset[str],
+                          errors: list[str]) -> list[Figure]:
+    progress.say("carrier: submit vs tenant_quota.reserve, interleaved")
+    submit_rate, state_rate, rounds, n = await _submit_vs_state(work, sizes, progress)
+    count = {"tiny": 30, "quick": 600}.get(sizes.name, 2_000)
+    paced = {"tiny": 20, "quick": 300}.get(sizes.name, 1_000)
+    d_rounds = 3 if sizes.name != "full" else 5
+    proc, port = await spawn_smtp_sink()
+    watch = _Watch(SmtpTransport(SmtpConfig(host="127.0.0.1", port=port,
+                                            local_hostname="bench.test")))
+    dispatch_rates: list[float] = []
+    raw_rates: list[float] = []
+    latencies: list[float] = []
+    try:
+        async with Node(_settings(work, "dispatch"),
+                        services=Services({MAIL_TRANSPORT: watch})) as node:
+            mid = node.id_from_name(NS, "bench-dispatch")
+            _ok(await node.call_bytes(NS, mid, _envelope(MailboxInit())))
+            # The tenant's quota, roomy: each dispatch reserves in it, as in production.
+            _ok(await node.call_bytes("tenant_quota", node.id_from_name("tenant_quota", TENANT),
+                                      quota_envelope(QuotaInit(per_minute=BIG_LIMIT,
+                                                               per_day=BIG_LIMIT))))
+            for r in range(d_rounds):
+                progress.say(f"carrier: dispatch round {r + 1}/{d_rounds}, {count} emails, "
+                             "then as many raw sends")
+                watch.expect(count)
+                t0 = time.perf_counter()
+                for i in range(count):
+                    _ok(await node.call_bytes(NS, mid, _submit(f"d{r}", i)))
+                with anyio.fail_after(600):
+                    await watch.done.wait()
+                dispatch_rates.append(count / (max(watch.accepted_at.values()) - t0))
+                t0 = time.perf_counter()
+                await raw_smtp_sends(port, count)
+                raw_rates.append(count / (time.perf_counter() - t0))
+            progress.say(f"carrier: {paced} submits at 100/s, each timed to provider_accepted")
+            watch.expect(paced)
+            submitted: dict[str, float] = {}
+            start = time.perf_counter()
+            for i in range(paced):
+                await anyio.sleep(max(0.0, start + i / 100 - time.perf_counter()))
+                t = time.perf_counter()
+                out = await node.call_bytes(NS, mid, _submit("p", i))
+                _ok(out)
+                submitted[msgspec.json.decode(out)["ok"]["email_id"]] = t
+            with anyio.fail_after(600):
+                await watch.done.wait()
+            latencies = [watch.accepted_at[e] - t for e, t in submitted.items()]
+    finally:
+        await watch.aclose()
+        await stop_smtp_sink(proc)
+    if watch.other:
+        errors.append(f"carrier: {watch.other} benchmark sends were not accepted")
+    note = f"median of {rounds} interleaved rounds of {n} calls through Node.call_bytes"
+    d_note = (f"median of {d_rounds} rounds of {count} emails submitted at once to one identity, "
+              "first submit to last acceptance; raw: aiosmtplib sendmail of the same count on "
+              "one reused connection to the same aiosmtpd sink (its own process)")
+    p_note = (f"{paced} submits paced at 100/s to one identity; submit call to the transport's "
+              "acceptance")
+    return [
+        figure("submit_per_s", submit_rate, "calls/s", goal=Goal("ratio_at_least", 0.5),
+               limit=state_rate, note=note + ", each to a new recipient"),
+        figure("carrier_state_changes_per_s", state_rate, "tx/s",
+               note="tenant_quota.reserve on the same node, interleaved with submit"),
+        figure("dispatches_per_s", median(dispatch_rates), "emails/s",
+               goal=Goal("ratio_at_least", 0.7), limit=median(raw_rates), note=d_note),
+        figure("carrier_raw_smtp_sends_per_s", median(raw_rates), "sends/s",
+               note="aiosmtplib sendmail on one reused connection"),
+        Figure(figure="submit_to_accepted_p50_ms", value=percentile(latencies, 50) * 1000,
+               unit="ms", limit=None, ratio=None, target="no target", passed=None, note=p_note),
+        figure("submit_to_accepted_p99_ms", percentile(latencies, 99) * 1000, "ms",
+               goal=Goal("below", 50), note=p_note),
+    ]
