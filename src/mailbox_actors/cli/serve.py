@@ -214,9 +214,9 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
     pool = HttpPool()
     urls = [u for _, u in peers]
 
-    async def forward(owner: int, method: str, path: str, headers: Any, body: bytes
-                      ) -> tuple[int, bytes]:
-        return await pool.request(urls[owner], method, path, headers, body, timeout_s=30.0)
+    async def forward(owner: int, method: str, path: str, headers: Any, body: bytes,
+                      timeout_s: float) -> tuple[int, bytes]:
+        return await pool.request(urls[owner], method, path, headers, body, timeout_s=timeout_s)
 
     # Made before the node starts: its alarms' calls to actors on other nodes go there.
     app = NodeApp(node, cluster_token=tokens.cluster, operator_token=tokens.operator,

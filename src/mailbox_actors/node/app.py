@@ -26,12 +26,24 @@ from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.shared_replies import IdReply
 
-__all__ = ["FORWARDED_HEADER", "NodeApp", "Response"]
+__all__ = ["FORWARDED_HEADER", "FORWARD_MAX_S", "NodeApp", "Response"]
 
 FORWARDED_HEADER = "x-mailbox-actors-forwarded"
 Plain = tuple[int, bytes, str]
 Response = Plain | tuple[int, bytes, str, Mapping[str, str]]
-Forward = Callable[[int, str, str, Mapping[str, str], bytes], Awaitable[tuple[int, bytes]]]
+# (owner index, method, path, headers, body, timeout in seconds) -> (status, body)
+Forward = Callable[[int, str, str, Mapping[str, str], bytes, float],
+                   Awaitable[tuple[int, bytes]]]
+FORWARD_MAX_S = 30.0  # a forwarded request without a deadline waits this long at most
+
+
+class _Deadline(msgspec.Struct):
+    """The one envelope field forwarding reads; the owner decodes and checks the rest."""
+
+    deadline_ms: int | None = None
+
+
+_DEADLINE = msgspec.json.Decoder(_Deadline)
 
 _JSON = "application/json"
 _ENC = msgspec.json.Encoder()
@@ -206,14 +218,36 @@ class NodeApp:
         fwd = {"authorization": headers.get("authorization", ""), FORWARDED_HEADER: "1",
                "content-type": _JSON}
         self.node.metrics.inc("rpc_forwarded_total")
+        timeout_s = self._forward_timeout_s(body)
+        if timeout_s <= 0:
+            return 200, _ENC.encode({"err": MailboxActorsError(
+                ErrorCode.TIMEOUT, "the request's deadline passed before it reached its node"
+            ).to_body()}), _JSON
         try:
-            status, out = await self._forward(owner, method, path, fwd, body)
+            status, out = await self._forward(owner, method, path, fwd, body, timeout_s)
         except (OSError, ConnectionError, TimeoutError) as e:
             self._log.warning("forward_failed", owner=self.peers[owner], error=type(e).__name__)
+            if isinstance(e, TimeoutError) and timeout_s < FORWARD_MAX_S:
+                # OPS-6: the owner did not answer within the caller's deadline (stopped, wedged).
+                return 200, _ENC.encode({"err": MailboxActorsError(
+                    ErrorCode.TIMEOUT, f"the owning node {self.peers[owner]} did not answer "
+                    "within the request's deadline").to_body()}), _JSON
             return 200, _ENC.encode({"err": MailboxActorsError(
                 ErrorCode.UNAVAILABLE, f"the owning node {self.peers[owner]} cannot be reached now"
             ).to_body()}), _JSON
         return status, out, _JSON
+
+    def _forward_timeout_s(self, body: bytes) -> float:
+        """How long a forwarded request may wait for its owner: until the envelope's deadline
+        (OPS-6), at most FORWARD_MAX_S; a body that is not an envelope gets the maximum (its owner
+        answers it invalid_request at once)."""
+        try:
+            deadline = _DEADLINE.decode(body).deadline_ms if body else None
+        except msgspec.DecodeError:
+            deadline = None
+        if deadline is None:
+            return FORWARD_MAX_S
+        return min(FORWARD_MAX_S, (deadline - self.node.clock.now_ms()) / 1000)
 
     # ---- observing -------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
 from mailbox_actors.wire.post import PostDeliver
 from mailbox_actors.wire.quota import (
     QUOTA_REPLIES,
@@ -58,6 +59,7 @@ _BUMP = ("INSERT INTO rate_windows (scope, start_ms, count) VALUES (?, ?, ?) "
 
 class TenantQuota(Actor):
     namespace = "tenant_quota"
+    idempotent_ops = IDEMPOTENT_OPS["tenant_quota"]  # retried by the client (OPS-6)
     requests = QuotaRequest
     replies = QUOTA_REPLIES
     init_request = QuotaInit

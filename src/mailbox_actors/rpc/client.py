@@ -2,8 +2,9 @@
 
 It fills in ``request_id`` and ``deadline_ms`` (10 s; 30 s for ``ingest`` and ``submit``), maps an
 ``err`` body to ``RpcError`` carrying the code, maps connection failures and unexpected statuses to
-``unavailable``, and retries only retryable errors of idempotent ops, with backoff, inside the
-deadline. Works from plain asyncio and from anyio code.
+``unavailable``, and retries only retryable errors of the ops the namespace's class declares
+idempotent (``wire/idempotency``), with backoff, inside the deadline. Id lookups go to any node and
+fail over to the next within their timeout. Works from plain asyncio and from anyio code.
 """
 
 from __future__ import annotations
@@ -27,15 +28,11 @@ from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.rpc.router import default_deadline_ms
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope, RpcReply
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
 from mailbox_actors.wire.shared_replies import IdReply
 
 __all__ = ["IDEMPOTENT_OPS", "Client", "RpcError", "read_token"]
 
-# Ops that may be sent twice with the same effect as once; only these are retried automatically.
-IDEMPOTENT_OPS = frozenset({
-    "init", "status", "usage", "reserve", "release", "erase", "get_events", "get_email",
-    "submit", "ingest", "check", "cancel", "apply_delivery_event",
-})
 _ENC = msgspec.json.Encoder()
 _REPLY = msgspec.json.Decoder(RpcReply)
 _ID = msgspec.json.Decoder(IdReply)
@@ -56,7 +53,9 @@ class Client:
 
     def __init__(self, nodes: Sequence[tuple[str, str]] | str, token: str, *,
                  clock: Clock | None = None, rng: Rng | None = None,
-                 max_attempts: int = 5, request_timeout_s: float | None = None) -> None:
+                 max_attempts: int = 5, request_timeout_s: float | None = None,
+                 idempotent_ops: Mapping[str, frozenset[str]] = IDEMPOTENT_OPS,
+                 id_timeout_s: float = 10.0) -> None:
         if isinstance(nodes, str):
             nodes = [("node-0", nodes)]
         if not nodes:
@@ -69,6 +68,11 @@ class Client:
         self._ids = Ids(self.clock, self.rng)
         self.max_attempts = max_attempts
         self._timeout = request_timeout_s
+        # Per namespace, as each actor class declares them (OPS-6); another deployment's classes
+        # bring their own table.
+        self.idempotent_ops = idempotent_ops
+        self.id_timeout_s = id_timeout_s if request_timeout_s is None else min(
+            id_timeout_s, request_timeout_s)
         self._pool = HttpPool()
 
     @classmethod
@@ -109,11 +113,28 @@ class Client:
         return await self._id("POST", f"/ids/{namespace}/unique")
 
     async def _id(self, method: str, path: str) -> str:
-        url = self.urls[secrets.randbelow(len(self.urls))]
-        status, body = await self._send(url, method, path, b"", 10.0)
-        if status == 200:
-            return _ID.decode(body).id
-        raise self._error_from(status, body, None)
+        """Any node answers an id: start at a random one, and on a transport failure try the
+        next, all within ``id_timeout_s`` (OPS-6)."""
+        deadline = anyio.current_time() + self.id_timeout_s
+        first = secrets.randbelow(len(self.urls))
+        last: RpcError | None = None
+        for k in range(len(self.urls)):
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                break
+            url = self.urls[(first + k) % len(self.urls)]
+            try:
+                status, body = await self._send(url, method, path, b"", remaining)
+            except RpcError as e:  # this node cannot be reached: the next may
+                last = e
+                continue
+            if status == 200:
+                return _ID.decode(body).id
+            raise self._error_from(status, body, None)
+        if last is not None and anyio.current_time() < deadline:
+            raise last
+        raise RpcError(ErrorCode.TIMEOUT, f"no node answered the id lookup within "
+                       f"{self.id_timeout_s:g} s", details={"tried": len(self.urls)})
 
     # ---- calls -----------------------------------------------------------------------------
 
@@ -133,7 +154,8 @@ class Client:
                                      identity_id=identity_id, request_id=rid,
                                      actor_key_id=actor_key_id, deadline_ms=deadline, req=req))
         path = f"/rpc/{namespace}/{object_id}"
-        retry_ok = op in IDEMPOTENT_OPS if idempotent is None else idempotent
+        retry_ok = (op in self.idempotent_ops.get(namespace, frozenset()) if idempotent is None
+                    else idempotent)
         attempt = 0
         while True:
             attempt += 1

@@ -81,6 +81,8 @@ class Actor:
     migrations: ClassVar[Sequence[Migration]] = ()
     # purpose -> name of an ``async def (self) -> None`` method, run by the default ``alarm``.
     alarm_purposes: ClassVar[Mapping[str, str]] = {}
+    # Ops that may be sent twice with the effect of once: a client retries only these (OPS-6).
+    idempotent_ops: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, ctx: ActorContext) -> None:
         self.ctx = ctx

@@ -22,12 +22,14 @@ from mailbox_actors.wire.domain import (
     DomainStatus,
 )
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
+from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
 
 __all__ = ["DomainMonitor"]
 
 
 class DomainMonitor(Actor):
     namespace = "domain_monitor"
+    idempotent_ops = IDEMPOTENT_OPS["domain_monitor"]  # retried by the client (OPS-6)
     requests = DomainRequest
     replies = DOMAIN_REPLIES
     init_request = DomainInit

@@ -33,6 +33,7 @@ from mailbox_actors.wire.carrier import (
 )
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
 from mailbox_actors.wire.events import EmitEvent, GetEvents
+from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
 from mailbox_actors.wire.mailbox import (
     MAILBOX_REPLIES,
     EmittedReply,
@@ -58,6 +59,7 @@ CONTENT_TABLES = ("messages", "idempotency", *CARRIER_TABLES)
 
 class IdentityMailbox(Actor):
     namespace = "identity_mailbox"
+    idempotent_ops = IDEMPOTENT_OPS["identity_mailbox"]  # retried by the client (OPS-6)
     requests = MailboxRequest
     replies = MAILBOX_REPLIES
     init_request = MailboxInit
