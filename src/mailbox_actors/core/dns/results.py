@@ -9,19 +9,26 @@ from __future__ import annotations
 from mailbox_actors.core.dns.answers import Answer, Outcome
 from mailbox_actors.wire.domain import RecordCheck, Verdict
 
-__all__ = ["combine", "fail", "ok", "transient", "unknown"]
+__all__ = ["MAX_MESSAGE", "combine", "fail", "ok", "transient", "unknown"]
+
+# RecordCheck.message's cap: names quoted from DNS (an include path, the hosts found) can be long.
+MAX_MESSAGE = 1024
+
+
+def _cap(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 3] + "..."
 
 
 def ok(record: str, code: str, message: str) -> RecordCheck:
-    return RecordCheck(record=record, verdict=Verdict.PASS, code=code, message=message)
+    return RecordCheck(record=record, verdict=Verdict.PASS, code=code, message=_cap(message))
 
 
 def fail(record: str, code: str, message: str) -> RecordCheck:
-    return RecordCheck(record=record, verdict=Verdict.FAIL, code=code, message=message)
+    return RecordCheck(record=record, verdict=Verdict.FAIL, code=code, message=_cap(message))
 
 
 def unknown(record: str, code: str, message: str) -> RecordCheck:
-    return RecordCheck(record=record, verdict=Verdict.UNKNOWN, code=code, message=message)
+    return RecordCheck(record=record, verdict=Verdict.UNKNOWN, code=code, message=_cap(message))
 
 
 _TRANSIENT_WHY = {
