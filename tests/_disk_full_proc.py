@@ -91,13 +91,13 @@ async def main(mode: str, data_dir: str) -> None:
                 elif cmd == "fired":
                     out = await afs.scratch(node, args[0], afs.Fired())
                 elif cmd == "lazy":
-                    node.scheduler._committed(("scratch", args[0]), int(args[1]))
+                    node.alarm_book.committed(("scratch", args[0]), int(args[1]))
                 elif cmd == "state":
                     index = node.scheduler.index.load()
                     say("STATE " + json.dumps({
                         "failed": node.failed.is_set(),
-                        "index_failing": node.scheduler._index_failing,
-                        "lazy": len(node.scheduler._lazy),
+                        "index_failing": node.alarm_book._index_failing,
+                        "lazy": len(node.alarm_book._lazy),
                         "index": {k[1]: v for k, v in index.items()}}))
                     continue
                 elif cmd == "fill":

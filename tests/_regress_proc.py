@@ -23,7 +23,7 @@ import anyio
 import structlog
 
 import actors_for_tests as afs
-from mailbox_actors.runtime import host as host_module
+from mailbox_actors.runtime import scan as scan_module
 from mailbox_actors.testing import TestRuntime
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -56,7 +56,7 @@ async def purpose(data_dir: str) -> None:
 
 
 async def scan(data_dir: str) -> None:
-    real_open = host_module.open_storage
+    real_open = scan_module.open_storage
     opened = 0
 
     def open_then_hang(*args: Any, **kw: Any) -> Any:
@@ -67,7 +67,7 @@ async def scan(data_dir: str) -> None:
             time.sleep(3_600)  # the scan is synchronous; the kill lands here
         return real_open(*args, **kw)
 
-    host_module.open_storage = open_then_hang  # type: ignore[assignment]
+    scan_module.open_storage = open_then_hang  # type: ignore[assignment]
     async with TestRuntime(data_dir, objects=afs.ALL_OBJECTS):
         say("STARTED")  # never reached when the kill lands during the scan
 

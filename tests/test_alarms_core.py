@@ -407,8 +407,8 @@ async def test_moving_one_alarm_many_times_keeps_the_heap_bounded(tmp_path: Path
         for i in range(3_000):  # e.g. an inactivity timer pushed back on every request
             at = rt.now_ms() + HOUR - i
             await afs.scratch(rt, oid, afs.SetAlarm(at_ms=at))
-            largest = max(largest, len(sched._heap))
-            assert len(sched._heap) <= 4 * sched.pending_count + 1024
+            largest = max(largest, sched.book.heap_size)
+            assert sched.book.heap_size <= 4 * sched.pending_count + 1024
         assert sched.pending_count == 1 and largest > 1_000  # the moves did pile up, then shrank
         await rt.advance(HOUR)
         assert [(s.object_id, s.now_ms) for s in afs.ALARM_LOG] == [(oid, at)]
@@ -435,3 +435,35 @@ async def test_an_alarm_moved_in_a_rolled_back_transaction_is_not_kept_firing(
         await rt.advance(1_000)
         assert len(afs.ALARM_LOG) == 1
         assert await afs.scratch(rt, oid, afs.GetAlarm()) is None
+
+
+@pytest.mark.anyio
+async def test_a_call_made_from_an_alarm_handler_carries_the_alarms_request_id(
+        tmp_path: Path) -> None:
+    """AL-7, RT-12: an alarm run has one req_ id; every actor call its handler makes carries it in
+    the callee's envelope (the same id its log lines carry), and each run gets a fresh one."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        callee = await afs.new_scratch(rt, "callee")
+        seen: list[str] = []
+
+        async def echo(actor: afs.Scratch, call: Call, arg: Any) -> Any:
+            seen.append(call.request_id)
+            return call.request_id
+
+        echo_name = afs.hook(echo)
+        answers: list[str] = []
+
+        async def call_out(actor: afs.Scratch, info: AlarmInfo) -> None:
+            answers.append(await actor.ctx.call("scratch", callee, afs.Run(hook=echo_name),
+                                                tenant_id=afs.TENANT))
+            answers.append(await actor.ctx.call("scratch", callee, afs.Run(hook=echo_name),
+                                                tenant_id=afs.TENANT))
+
+        caller = await afs.new_scratch(rt, "caller", alarm_at=rt.now_ms() + 1_000)
+        afs.ALARM_HOOKS[caller] = call_out
+        await rt.advance(1_000)
+        await afs.scratch(rt, caller, afs.SetAlarm(at_ms=rt.now_ms() + 1_000))
+        await rt.advance(1_000)
+        runs = [s.request_id for s in afs.ALARM_LOG if s.object_id == caller]
+        assert len(runs) == 2 and all(r.startswith("req_") for r in runs) and runs[0] != runs[1]
+        assert seen == answers == [runs[0], runs[0], runs[1], runs[1]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import anyio
 import pytest
 from ulid import ULID
 
@@ -62,11 +63,41 @@ class MaxRng:
 
 
 def test_clocks_satisfy_the_protocol() -> None:
-    """SystemClock and FakeClock are both Clocks, and only the fake says so (RT-12)."""
+    """SystemClock and FakeClock are both Clocks, and each says how long a wait really takes:
+    the system clock the real distance, the fake one nothing when due and forever otherwise (its
+    time passes only when a test advances it) (RT-12)."""
     assert isinstance(SystemClock(), Clock)
     assert isinstance(FakeClock(), Clock)
-    assert FakeClock().fake is True
-    assert SystemClock().fake is False
+    system = SystemClock()
+    assert 59.0 < system.deadline_to_sleep_time(system.now_ms() + 60_000) <= 60.0
+    assert system.deadline_to_sleep_time(system.now_ms() - 1) == 0.0
+    fake = FakeClock(T0)
+    assert fake.deadline_to_sleep_time(T0) == 0.0
+    assert fake.deadline_to_sleep_time(T0 + 1) == float("inf")
+
+
+@pytest.mark.anyio
+async def test_a_sleeper_on_the_fake_clock_wakes_when_advance_reaches_its_deadline() -> None:
+    """FakeClock.sleep_until returns once advance() reaches the deadline, not a step before, and
+    at once when something sets its wake event first (RT-12: the clock owns waiting)."""
+    clock = FakeClock(T0)
+    woke: list[int] = []
+
+    async def sleeper(deadline: int, wake: anyio.Event) -> None:
+        await clock.sleep_until(deadline, wake)
+        woke.append(clock.now_ms())
+
+    early = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sleeper, T0 + 100, anyio.Event())
+        tg.start_soon(sleeper, T0 + 10_000, early)
+        await anyio.wait_all_tasks_blocked()  # both are asleep now
+        await clock.advance(99)
+        assert woke == []
+        await clock.advance(1)
+        assert woke == [T0 + 100]
+        early.set()
+    assert woke == [T0 + 100, T0 + 100]
 
 
 def test_system_clock_reads_unix_milliseconds() -> None:

@@ -1,13 +1,25 @@
 """mailbox-actors: a Python runtime that emulates Cloudflare Durable Objects.
 
 The names below are the public API; each is imported on first use, so ``import mailbox_actors``
-stays cheap and the command line starts fast.
+stays cheap and the command line starts fast. A type checker reads the same names from the
+``TYPE_CHECKING`` block instead, so ``from mailbox_actors import Actor`` has its real type (TK-3).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mailbox_actors.node.node import Node
+    from mailbox_actors.platform.clock import FakeClock, SystemClock
+    from mailbox_actors.platform.rng import SeededRng
+    from mailbox_actors.rpc.client import Client, RpcError
+    from mailbox_actors.runtime.actor import Actor, ActorContext, AlarmInfo
+    from mailbox_actors.runtime.migrations import Migration
+    from mailbox_actors.runtime.settings import RuntimeSettings
+    from mailbox_actors.testing import TestRuntime
+    from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = [
     "Actor",
@@ -44,7 +56,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # at run time only: the names above are not bound here
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'mailbox_actors' has no attribute {name!r}")

@@ -1,90 +1,61 @@
 """The node's alarm scheduler (AL-1..AL-5): when each actor's one alarm fires, and its retries.
 
-It keeps every pending alarm of the node in a heap (evicted actors included), fires due ones through
-a small pool of workers, retries a failing handler at 2, 4, 8... s (core.backoff) and abandons it
-after six retries. Alarm times reach the durable index early-or-never-late (see ``AlarmIndex``). It
-never opens actor files itself: the host does that, and decides whether a wake was spurious.
+It fires due alarms of the node's ``AlarmBook`` through a small pool of workers, retries a failing
+handler at 2, 4, 8... s (core.backoff) and abandons it after six retries. It never opens actor
+files itself: its runner (the host) does that, and decides whether a wake was spurious.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import sqlite3
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import structlog
 
+from mailbox_actors.alarms.book import AlarmBook, Entry, Key
 from mailbox_actors.alarms.index import AlarmIndex
+from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
 from mailbox_actors.core.backoff import ALARM_MAX_RETRIES, alarm_retry_delay_ms
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.rng import Rng
-from mailbox_actors.platform.storage.types import StorageWriteFailed
 
-__all__ = ["AlarmScheduler"]
-
-Key = tuple[str, str]
-FireFn = Callable[[Key, int, bool], Awaitable[tuple[str, int | None]]]
-AbandonFn = Callable[[Key, int | None], int | None]  # -> the alarm stored after it
+__all__ = ["AlarmRunner", "AlarmScheduler"]
 
 _LAZY_FLUSH_MS = 200
-_INDEX_RETRY_MS = 5_000  # a flush the disk refused is tried again this much later
 _MAX_ROUNDS = 10_000  # a handler that re-arms for "now" forever must not wedge advance()
 _UNAVAILABLE_RETRY_MS = 64_000  # an actor file that cannot be opened: look again this much later
 
 
-class _Entry:
-    __slots__ = ("at", "retry")
+class AlarmRunner(Protocol):
+    """Who runs a wake (the host)."""
 
-    def __init__(self, at: int, retry: int = 0) -> None:
-        self.at = at
-        self.retry = retry
+    async def fire_alarm(self, key: Key, retry_count: int, force: bool = False) -> AlarmResult:
+        ...
 
-
-class _Sink:
-    """What one actor's storage calls when its alarm changes (``platform.sql.AlarmSink``)."""
-
-    __slots__ = ("_key", "_sched")
-
-    def __init__(self, sched: AlarmScheduler, key: Key) -> None:
-        self._sched = sched
-        self._key = key
-
-    def before_commit(self, at_ms: int) -> None:
-        self._sched._before_commit(self._key, at_ms)
-
-    def committed(self, at_ms: int | None) -> None:
-        self._sched._committed(self._key, at_ms)
+    def abandon_alarm(self, key: Key, fired_ms: int | None) -> int | None:
+        """After the last retry; returns the alarm stored after it."""
+        ...
 
 
 class AlarmScheduler:
-    def __init__(self, index: AlarmIndex, *, clock: Clock, rng: Rng, fire: FireFn,
-                 abandon: AbandonFn, concurrency: int, metrics: Any) -> None:
-        self.index = index
+    def __init__(self, book: AlarmBook, runner: AlarmRunner, *, clock: Clock, rng: Rng,
+                 concurrency: int, metrics: Any) -> None:
+        self.book = book
+        self._runner = runner
         self._clock = clock
         self._rng = rng
-        self._fire_fn = fire
-        self._abandon_fn = abandon
         self.concurrency = concurrency
         self._metrics = metrics
         self._log = structlog.get_logger("mailbox_actors.alarms")
-        self._entries: dict[Key, _Entry] = {}
-        self._heap: list[tuple[int, int, Key]] = []
-        self._seq = itertools.count()
-        self._indexed: dict[Key, int] = {}  # what the index file durably holds
-        self._lazy: dict[Key, int | None] = {}  # later-or-deleted changes not yet written
         self._running: set[Key] = set()
         self._queue: deque[Key] = deque()
         self._workers = 0
         self._idle = anyio.Event()
         self._idle.set()
-        self._wake = anyio.Event()
         self._last_flush = 0
-        self._index_failing = False  # the last flush could not write (a full disk)
         self.fired = 0
         self.retried = 0
         self.abandoned = 0
@@ -92,116 +63,33 @@ class AlarmScheduler:
 
     # ---- state -----------------------------------------------------------------------------
 
-    def load(self, alarms: dict[Key, int]) -> None:
-        """Start-up: every alarm the index (or a scan) knows, overdue ones included (AL-4)."""
-        for key, at in alarms.items():
-            self._entries[key] = _Entry(at)
-            self._indexed[key] = at
-            self._push(at, key)
-
-    def sink(self, key: Key) -> _Sink:
-        return _Sink(self, key)
-
     @property
     def pending_count(self) -> int:
-        return len(self._entries)
+        return self.book.pending_count
 
     def pending(self, key: Key) -> int | None:
-        e = self._entries.get(key)
+        e = self.book.entries.get(key)
         return None if e is None else e.at
 
     def retry_count(self, key: Key) -> int:
-        e = self._entries.get(key)
+        e = self.book.entries.get(key)
         return 0 if e is None else e.retry
 
-    def _push(self, at: int, key: Key) -> None:
-        heapq.heappush(self._heap, (at, next(self._seq), key))
-        if len(self._heap) > 2 * len(self._entries) + 1024:
-            # Moves leave stale entries behind; rebuild before they outnumber the live ones.
-            self._heap = [(e.at, next(self._seq), k) for k, e in self._entries.items()]
-            heapq.heapify(self._heap)
-
-    def _before_commit(self, key: Key, at: int) -> None:
-        indexed = self._indexed.get(key)
-        if indexed is None or at < indexed:
-            self._lazy.pop(key, None)
-            try:
-                self.index.put(key, at)
-            except (sqlite3.Error, OSError) as exc:
-                # The index must hear of an earlier alarm before the actor commits it: without
-                # room to write it, the actor's transaction fails too, retryably (OPS-3).
-                raise StorageWriteFailed(f"alarm index: {type(exc).__name__}") from exc
-            self._indexed[key] = at
-
-    def _committed(self, key: Key, at: int | None) -> None:
-        if at is None:
-            self._entries.pop(key, None)
-            if key in self._indexed:
-                self._lazy[key] = None
-            return
-        e = self._entries.get(key)
-        if e is None:
-            self._entries[key] = _Entry(at)
-        else:
-            e.at, e.retry = at, 0
-        self._push(at, key)
-        if self._indexed.get(key) != at:
-            self._lazy[key] = at
-        if self._heap[0][2] == key:
-            self._wake.set()
+    @property
+    def index(self) -> AlarmIndex | None:
+        """The durable index (once the node opened it)."""
+        return self.book.index
 
     def flush_index(self) -> None:
-        """Write the lazy (later-or-deleted) changes to the index in one transaction."""
-        if not self._lazy:
-            return
-        changes, self._lazy = self._lazy, {}
-        try:
-            self.index.apply(changes)
-        except (sqlite3.Error, OSError) as exc:
-            # OPS-3 (a full disk): the index may only be early, and these changes move entries
-            # later or delete them, so leaving them out is safe; they are tried again at the next
-            # flush, under any change made since.
-            if not self._index_failing:  # once per outage, not once per try
-                self._log.warning("alarm_index_write_failed", changes=len(changes),
-                                  error=type(exc).__name__, retry_every_ms=_INDEX_RETRY_MS)
-            self._index_failing = True
-            self._lazy = changes | self._lazy
-            self._last_flush = self._clock.now_ms() + _INDEX_RETRY_MS - _LAZY_FLUSH_MS
-            return
-        if self._index_failing:
-            self._index_failing = False
-            self._log.info("alarm_index_write_recovered", changes=len(changes))
-        for key, at in changes.items():
-            if at is None:
-                self._indexed.pop(key, None)
-            else:
-                self._indexed[key] = at
+        self.book.flush_index()
 
     # ---- firing ----------------------------------------------------------------------------
 
     def next_due_ms(self) -> int | None:
-        heap = self._heap
-        while heap:
-            at, _, key = heap[0]
-            e = self._entries.get(key)
-            if e is None or e.at != at or key in self._running:
-                heapq.heappop(heap)
-                continue
-            return at
-        return None
+        return self.book.next_due_ms(self._running)
 
     def _pop_due(self, now: int) -> list[Key]:
-        out: list[Key] = []
-        seen: set[Key] = set()
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            at, _, key = heapq.heappop(heap)
-            e = self._entries.get(key)
-            if e is None or e.at != at or key in self._running or key in seen:
-                continue
-            seen.add(key)
-            out.append(key)
-        return out
+        return self.book.pop_due(now, self._running)
 
     async def run_due(self, now_ms: int) -> None:
         """Fire everything due at ``now_ms`` and wait for it (FakeClock drives this)."""
@@ -211,7 +99,7 @@ class AlarmScheduler:
                 break
             async with anyio.create_task_group() as tg:
                 self._dispatch(keys, tg)
-        self.flush_index()
+        self.book.flush_index()
 
     def _dispatch(self, keys: list[Key], tg: anyio.abc.TaskGroup) -> None:
         self._queue.extend(keys)
@@ -238,67 +126,60 @@ class AlarmScheduler:
         if key in self._running:
             return False
         self._running.add(key)
-        if key not in self._entries:
-            self._entries[key] = _Entry(self._clock.now_ms())
+        if key not in self.book.entries:
+            self.book.entries[key] = Entry(self._clock.now_ms())
         before = self.fired + self.retried + self.abandoned
         await self._fire(key, force=True)
         return self.fired + self.retried + self.abandoned > before
 
     async def _fire(self, key: Key, force: bool = False) -> None:
-        e = self._entries.get(key)
+        e = self.book.entries.get(key)
         if e is None:
             self._running.discard(key)
             return
         retry, due = e.retry, e.at
         started = self._clock.now_ms()
         try:
-            outcome, stored = await self._fire_fn(key, retry, force)
+            outcome, stored = await self._runner.fire_alarm(key, retry, force)
         except Exception as exc:  # the host reports failures as outcomes; this is a bug guard
             self._log.error("alarm_fire_crashed", namespace=key[0], object_id=key[1],
                             error=type(exc).__name__)
-            outcome, stored = "failed", None
+            outcome, stored = AlarmOutcome.FAILED, None
         finally:
             self._running.discard(key)
             # The loop skipped this key while it ran (and may have dropped its heap entry): an
             # alarm re-armed for now by the handler, or by a request meanwhile, must not wait
             # for the loop's next timeout.
-            self._wake.set()
-        e = self._entries.get(key)
-        if outcome == "done":
+            self.book.wake.set()
+        e = self.book.entries.get(key)
+        book = self.book
+        if outcome is AlarmOutcome.DONE:
             self.fired += 1
             self._metrics.inc("alarms_fired_total", (("namespace", key[0]),))
             if self.lateness_ms is not None:
                 self.lateness_ms.append(started - due)
             if e is not None:
                 e.retry = 0
-                self._push(e.at, key)
-        elif outcome == "failed":
+                book.push(e.at, key)
+        elif outcome is AlarmOutcome.FAILED:
             self._retry(key, e, retry, stored)
-        elif outcome == "unavailable":
+        elif outcome is AlarmOutcome.UNAVAILABLE:
             # The actor's file cannot be opened now (no descriptors left, a newer schema): not
             # the handler failing, and the alarm is still stored. Try again, as long as it takes.
             at = self._clock.now_ms() + _UNAVAILABLE_RETRY_MS
             self._log.warning("alarm_actor_unavailable", namespace=key[0], object_id=key[1],
                               retry_in_ms=_UNAVAILABLE_RETRY_MS)
-            if e is None:
-                e = self._entries[key] = _Entry(at)
-            e.at = at
-            self._push(at, key)
-        elif outcome == "unknown":
+            book.put(key, at, 0 if e is None else e.retry)
+        elif outcome is AlarmOutcome.UNKNOWN:
             # This node does not serve the namespace (started without it): the index keeps the
             # alarm for a node that does.
-            self._entries.pop(key, None)
-        elif outcome in ("later", "busy") and stored is not None:
-            if e is None:
-                e = self._entries[key] = _Entry(stored)
-            e.at = stored
-            self._push(stored, key)
+            book.forget(key, keep_indexed=True)
+        elif outcome in (AlarmOutcome.LATER, AlarmOutcome.BUSY) and stored is not None:
+            book.put(key, stored, 0 if e is None else e.retry)
         else:  # gone: nothing stored any more
-            self._entries.pop(key, None)
-            if key in self._indexed:
-                self._lazy[key] = None
+            book.forget(key)
 
-    def _retry(self, key: Key, e: _Entry | None, retry: int, stored: int | None) -> None:
+    def _retry(self, key: Key, e: Entry | None, retry: int, stored: int | None) -> None:
         nxt = retry + 1
         delay = alarm_retry_delay_ms(nxt, self._rng.random())
         if delay is None:
@@ -306,9 +187,9 @@ class AlarmScheduler:
             self._log.error("alarm_abandoned", namespace=key[0], object_id=key[1],
                             retries=ALARM_MAX_RETRIES)
             self._metrics.inc("alarms_abandoned_total", (("namespace", key[0]),))
-            self._entries.pop(key, None)
+            self.book.entries.pop(key, None)
             try:
-                now_stored = self._abandon_fn(key, stored)
+                now_stored = self._runner.abandon_alarm(key, stored)
             except Exception as exc:
                 # The alarm is still stored in the actor's file: keep it in the index, so the
                 # next start schedules it again.
@@ -316,18 +197,13 @@ class AlarmScheduler:
                                 error=type(exc).__name__)
                 return
             if now_stored is None:
-                if key in self._indexed:
-                    self._lazy[key] = None
+                self.book.forget(key)
             else:  # set meanwhile, or re-armed for purposes still pending: it stands
-                self._committed(key, now_stored)
+                self.book.committed(key, now_stored)
             return
         self.retried += 1
         self._metrics.inc("alarm_retries_total", (("namespace", key[0]),))
-        at = self._clock.now_ms() + delay
-        if e is None:
-            e = self._entries[key] = _Entry(at)
-        e.at, e.retry = at, nxt
-        self._push(at, key)
+        self.book.put(key, self._clock.now_ms() + delay, nxt)
 
     # ---- the real-time loop ----------------------------------------------------------------
 
@@ -339,18 +215,17 @@ class AlarmScheduler:
                 keys = self._pop_due(now)
                 if keys:
                     self._dispatch(keys, tg)
-                if self._lazy and now - self._last_flush >= _LAZY_FLUSH_MS:
+                if (self.book.has_lazy and now - self._last_flush >= _LAZY_FLUSH_MS
+                        and now >= self.book.retry_flush_at):
                     self._last_flush = now
-                    self.flush_index()
+                    self.book.flush_index()
                 nd = self.next_due_ms()
                 wait_ms = _LAZY_FLUSH_MS if nd is None else min(_LAZY_FLUSH_MS, nd - now)
                 if wait_ms <= 0:
                     await anyio.lowlevel.checkpoint()
                     continue
-                with anyio.move_on_after(wait_ms / 1000):
-                    await self._wake.wait()
-                if self._wake.is_set():
-                    self._wake = anyio.Event()
+                await self._clock.sleep_until(now + wait_ms, self.book.wake)
+                self.book.wake = anyio.Event()
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

@@ -17,7 +17,8 @@ from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, 
 from mailbox_actors.core.rate_windows import DAY, MINUTE
 from mailbox_actors.node import Node
 from mailbox_actors.objects import TenantQuota
-from mailbox_actors.objects.tenant_quota import _BUCKETS, _BUMP
+from mailbox_actors.objects.shared_schema import RATE_WINDOW_BUCKETS as _BUCKETS
+from mailbox_actors.objects.shared_schema import RATE_WINDOW_BUMP as _BUMP
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.wire.envelope import Envelope
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage

@@ -20,6 +20,7 @@ from mailbox_actors.bench.actors import REARM_MS, BenchTicker, TickInit, ticker_
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
 from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
 from mailbox_actors.node import Node
+from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.runtime.settings import RuntimeSettings
 
 __all__ = [
@@ -34,10 +35,8 @@ TICKER_FIGURES = ("alarms_fired_per_s", "raw_open_write_close_per_s", "alarm_lat
                   "memory_per_evicted_actor_bytes", "memory_per_active_actor_bytes")
 
 
-class ShiftedClock:
+class ShiftedClock(SystemClock):
     """The system clock moved by ``offset_ms``: real-time speed, another day."""
-
-    fake = False
 
     def __init__(self, offset_ms: int = 0) -> None:
         self.offset_ms = offset_ms

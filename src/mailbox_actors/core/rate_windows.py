@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 import msgspec
 
+from mailbox_actors.core.durations import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS
+
 __all__ = [
     "DAY", "MINUTE", "RETENTION_MS", "Window", "bucket_start", "oldest_counted", "retry_after_ms",
     "used",
@@ -23,9 +25,9 @@ class Window(msgspec.Struct, frozen=True):
     bucket_ms: int
 
 
-MINUTE = Window("m", 60_000, 1_000)
-DAY = Window("d", 86_400_000, 3_600_000)
-RETENTION_MS = 48 * 3_600_000  # maintenance deletes windows older than this
+MINUTE = Window("m", MINUTE_MS, SECOND_MS)
+DAY = Window("d", DAY_MS, HOUR_MS)
+RETENTION_MS = 48 * HOUR_MS  # maintenance deletes windows older than this
 
 
 def bucket_start(w: Window, now_ms: int) -> int:

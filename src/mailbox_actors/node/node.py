@@ -1,12 +1,14 @@
 """``Node``: one data directory's runtime, assembled and started (embedded use and ``serve``).
 
 It takes the data-directory lock, loads every pending alarm (scanning actor files when the index is
-missing), registers the objects, and runs the alarm and eviction loops on the real clock or hands
-them to a ``FakeClock``. It holds no business rules.
+missing), registers the objects, and hands its timed work (alarms, eviction, queue consumers) to the
+clock, which runs their loops (``SystemClock``) or steps them as a test advances it (``FakeClock``).
+Every collaborator is made here, once, and handed to whoever uses it. It holds no business rules.
 """
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -17,12 +19,13 @@ import anyio
 import msgspec
 import structlog
 
+from mailbox_actors.alarms.book import AlarmBook
 from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.scheduler import AlarmScheduler
 from mailbox_actors.node.mail import transport_from_settings
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.objects.identity_mailbox.inspection import DEFAULT_PAGE, inspect_deliveries
-from mailbox_actors.platform.clock import Clock, SystemClock
+from mailbox_actors.platform.clock import Clock, Loop, SystemClock, TimedWork
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.descriptors import actor_bound, nofile_limit
 from mailbox_actors.platform.dns.real import DnspythonResolver
@@ -35,10 +38,11 @@ from mailbox_actors.platform.process_metrics import register_process_metrics
 from mailbox_actors.platform.queues import DeadLetterRecorder, QueueService
 from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.platform.services import Services
-from mailbox_actors.platform.storage.sql import Durability
+from mailbox_actors.platform.storage.limits import Durability
 from mailbox_actors.rpc.router import Router
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.host import ActorHost
+from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.webhooks.publish import ControlEventSink
 from mailbox_actors.wire.carrier import InspectionPage
@@ -79,17 +83,26 @@ class Node:
             if self.mail_transport is not None:
                 services = Services({**dict(services.items()), MAIL_TRANSPORT: self.mail_transport})
                 self._own_transport = True
-        self.host = ActorHost(settings, clock=self.clock, rng=self.rng, ids=self.ids,
-                              metrics=self.metrics, namespace_keys={},
-                              services=_with_resolver(services, settings))
-        self.router = Router(self.host, ids=self.ids, clock=self.clock, rng=self.rng,
-                             metrics=self.metrics, id_secret=settings.id_secret.encode())
-        for cls in self._objects:
-            ns = self.router.register(cls)
-            self.host._keys[cls.namespace] = ns.key
-        self.scheduler: AlarmScheduler | None = None
+        # The cluster's control database and queues: made now, opened by start().
         self.control_db: ControlDb | None = None
         self.queues: QueueService | None = None
+        event_sink: EventSink = RecordingEventSink()
+        if settings.control_db is not None and settings.queues_db is not None:
+            self.control_db = ControlDb(Path(settings.control_db), clock=self.clock, ids=self.ids)
+            self.queues = QueueService(Path(settings.queues_db), clock=self.clock, ids=self.ids,
+                                       metrics=self.metrics)
+            event_sink = ControlEventSink(self.control_db, self.queues)
+        self.alarm_book = AlarmBook(self.clock.now_ms)
+        self.router = Router(settings, ids=self.ids, clock=self.clock, rng=self.rng,
+                             metrics=self.metrics, alarm_sinks=self.alarm_book,
+                             event_sink=event_sink, events_days=self._events_days,
+                             services=_with_resolver(services, settings))
+        self.host: ActorHost = self.router.host
+        for cls in self._objects:
+            self.router.register(cls)
+        self.scheduler = AlarmScheduler(self.alarm_book, self.host, clock=self.clock,
+                                        rng=self.rng, concurrency=settings.alarm_concurrency,
+                                        metrics=self.metrics)
         self.webhooks: Any = None  # a WebhookDeliverer once the control database is open
         self.consumers: list[Any] = []
         self._tg: anyio.abc.TaskGroup | None = None
@@ -125,33 +138,32 @@ class Node:
                 AlarmIndex.build(index_path, alarms, durability_full=full)
             index = AlarmIndex(index_path, durability_full=full)
             alarms = index.load()
-            self.scheduler = AlarmScheduler(
-                index, clock=self.clock, rng=self.rng, fire=self.host.fire_alarm,
-                abandon=self.host.abandon_alarm, concurrency=self.settings.alarm_concurrency,
-                metrics=self.metrics)
-            self.host.alarm_sinks = self.scheduler
-            self.scheduler.load(alarms)
+            self.alarm_book.open(index, alarms)
             await self._open_control()
             now = self.clock.now_ms()
             overdue = sum(1 for at in alarms.values() if at <= now)
             self.log.info("node_started", node=self.settings.node_name,
                           data_dir=str(self.settings.path), alarms_pending=len(alarms),
                           alarms_overdue=overdue)
-            if self.clock.fake:
-                attach = getattr(self.clock, "attach")  # noqa: B009 - FakeClock only
-                for work in (self.scheduler, self.host, *self.consumers):
-                    attach(work)
-            else:
+            # The clock takes the timed work: the loops it answers with run here (a FakeClock
+            # answers none: its advance() steps the work).
+            loops = [(name, loop) for name, w in self._timed_work()
+                     if (loop := self.clock.loop_for(w)) is not None]
+            if loops:
                 self._tg = anyio.create_task_group()
                 await self._tg.__aenter__()
-                self._tg.start_soon(self._guarded, "alarm_scheduler", self.scheduler.run)
-                self._tg.start_soon(self._guarded, "eviction", self._evict_loop)
-                for consumer in self.consumers:
-                    self._tg.start_soon(self._guarded, f"consumer:{consumer.queue}", consumer.run)
+                for name, loop in loops:
+                    self._tg.start_soon(self._guarded, name, loop)
         except BaseException:
             # Close what was opened: an aiosqlite connection left open keeps its (non-daemon)
             # thread, and with it the process, alive after the error.
             with anyio.CancelScope(shield=True):
+                if self._tg is not None:
+                    self._tg.cancel_scope.cancel()
+                    await self._tg.__aexit__(None, None, None)
+                    self._tg = None
+                for _, work in self._timed_work():
+                    self.clock.release(work)
                 await self._close_files()
             self._lock.release()
             raise
@@ -167,13 +179,10 @@ class Node:
                 self._tg.cancel_scope.cancel()
                 await self._tg.__aexit__(None, None, None)
                 self._tg = None
-            if self.clock.fake:
-                detach = getattr(self.clock, "detach")  # noqa: B009 - FakeClock only
-                for work in (self.scheduler, self.host, *self.consumers):
-                    detach(work)
+            for _, work in self._timed_work():
+                self.clock.release(work)
             await self.host.stop(grace_ms)
-            if self.scheduler is not None:
-                self.scheduler.flush_index()
+            self.scheduler.flush_index()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._close_files()
@@ -192,8 +201,8 @@ class Node:
         """Close the alarm index, the webhook pool, the queues and the control database, each even
         if another fails (the failure is logged)."""
         closers: list[tuple[str, Callable[[], Awaitable[None] | None]]] = []
-        if self.scheduler is not None:
-            closers.append(("alarm_index", self.scheduler.index.close))
+        if self.alarm_book.index is not None:
+            closers.append(("alarm_index", self.alarm_book.index.close))
         if self.webhooks is not None:
             closers.append(("webhooks", self.webhooks.aclose))
         for name, closing in (("queues", self.queues), ("control_db", self.control_db)):
@@ -209,17 +218,12 @@ class Node:
 
     async def _open_control(self) -> None:
         """The cluster's control database and queues, the event sink and the webhook consumers."""
-        st = self.settings
-        if st.control_db is None or st.queues_db is None:
+        if self.control_db is None or self.queues is None:
             return
         from mailbox_actors.webhooks.delivery import WebhookDeliverer
-        self.control_db = ControlDb(Path(st.control_db), clock=self.clock, ids=self.ids)
+        st = self.settings
         await self.control_db.open()
-        self.queues = QueueService(Path(st.queues_db), clock=self.clock, ids=self.ids,
-                                   metrics=self.metrics)
         await self.queues.open()
-        self.host.event_sink = ControlEventSink(self.control_db, self.queues)
-        self.host.events_days = self._events_days
         self.webhooks = WebhookDeliverer(self.control_db, self.queues, clock=self.clock,
                                          rng=self.rng, metrics=self.metrics,
                                          ca_file=st.webhook_ca_file)
@@ -230,11 +234,16 @@ class Node:
                                                  poll_interval_s=0.5))
 
     async def _events_days(self, tenant_id: str) -> int | None:
-        assert self.control_db is not None
+        if self.control_db is None:
+            return None  # embedded use: the default applies
         tenant = await self.control_db.get_tenant(tenant_id)
         return None if tenant is None else tenant.events_days
 
-    async def _guarded(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+    def _timed_work(self) -> list[tuple[str, TimedWork]]:
+        return [("alarm_scheduler", self.scheduler), ("eviction", self.host),
+                *((f"consumer:{c.queue}", c) for c in self.consumers)]
+
+    async def _guarded(self, name: str, loop: Loop) -> None:
         """Run a background loop; if it ends with an error, say where and set ``failed`` (a node
         that kept answering calls with its alarms or deliveries dead would fail silently)."""
         try:
@@ -247,12 +256,6 @@ class Node:
             if self.failure is None:
                 self.failure = f"{name} failed ({type(e).__name__})"
             self.failed.set()
-
-    async def _evict_loop(self) -> None:
-        period = min(self.settings.idle_ms, 1000) / 2000
-        while True:
-            await anyio.sleep(period)
-            self.host.evict_idle(self.clock.now_ms())
 
     def _say(self, text: str) -> None:
         if self._progress is not None:
@@ -288,21 +291,19 @@ class Node:
     async def fire_alarm_now(self, namespace: str, object_id: str) -> bool:
         """Run the actor's alarm handler now if it has an alarm (Miniflare's runDurableObjectAlarm).
         Returns whether a handler ran."""
-        assert self.scheduler is not None, "the node is not started"
+        assert self._started, "the node is not started"
         key = (namespace, self.router.id_from_string(namespace, object_id))
         return await self.scheduler.fire_now(key)
 
     # ---- observing -------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        import os
-
         return {
             "status": "ok" if self._started and not self.host.stopping else "stopping",
             "node": self.settings.node_name,
             "pid": os.getpid(),
             "actors_active": self.host.active_count,
-            "alarms_pending": 0 if self.scheduler is None else self.scheduler.pending_count,
+            "alarms_pending": self.scheduler.pending_count,
             "data_dir": str(self.settings.path),
         }
 
@@ -324,9 +325,8 @@ class Node:
         register_process_metrics(m)
         m.register_gauge_fn("actors_active", lambda: float(self.host.active_count),
                             "Actors with an open SQLite file")
-        m.register_gauge_fn("alarms_pending", lambda: float(
-            0 if self.scheduler is None else self.scheduler.pending_count),
-            "Alarms this node holds, evicted actors included")
+        m.register_gauge_fn("alarms_pending", lambda: float(self.scheduler.pending_count),
+                            "Alarms this node holds, evicted actors included")
 
 
 def _with_resolver(services: Services | None, settings: RuntimeSettings) -> Services:

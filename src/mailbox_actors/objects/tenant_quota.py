@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import (
     DAY,
     MINUTE,
@@ -22,11 +23,17 @@ from mailbox_actors.core.rate_windows import (
     used,
 )
 from mailbox_actors.objects import roster
+from mailbox_actors.objects.shared_schema import (
+    RATE_WINDOW_BUCKETS,
+    RATE_WINDOW_BUMP,
+    RATE_WINDOW_PRUNE,
+    RATE_WINDOWS_SCHEMA,
+)
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.receiver import receive
 from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA
 from mailbox_actors.runtime import outbox
-from mailbox_actors.runtime.actor import Actor, Call
+from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
@@ -50,14 +57,10 @@ from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = ["TenantQuota"]
 
-MAINTENANCE_EVERY_MS = 86_400_000
-
-_BUCKETS = "SELECT start_ms, count FROM rate_windows WHERE scope = ? AND start_ms > ?"
-_BUMP = ("INSERT INTO rate_windows (scope, start_ms, count) VALUES (?, ?, ?) "
-         "ON CONFLICT (scope, start_ms) DO UPDATE SET count = count + excluded.count")
+MAINTENANCE_EVERY_MS = DAY_MS
 
 
-class TenantQuota(Actor):
+class TenantQuota(Actor[QuotaRequest]):
     namespace = "tenant_quota"
     idempotent_ops = IDEMPOTENT_OPS["tenant_quota"]  # retried by the client (OPS-6)
     requests = QuotaRequest
@@ -69,8 +72,7 @@ class TenantQuota(Actor):
         Migration(1, (
             "CREATE TABLE limits (id INTEGER PRIMARY KEY CHECK (id = 1), "
             "per_minute INTEGER NOT NULL, per_day INTEGER NOT NULL)",
-            "CREATE TABLE rate_windows (scope TEXT NOT NULL, start_ms INTEGER NOT NULL, "
-            "count INTEGER NOT NULL, PRIMARY KEY (scope, start_ms)) WITHOUT ROWID",
+            *RATE_WINDOWS_SCHEMA,
             "CREATE TABLE reservations (key TEXT PRIMARY KEY, reservation_id TEXT NOT NULL UNIQUE, "
             "count INTEGER NOT NULL, minute_start INTEGER NOT NULL, day_start INTEGER NOT NULL, "
             "created_ms INTEGER NOT NULL, released INTEGER NOT NULL DEFAULT 0)",
@@ -82,7 +84,7 @@ class TenantQuota(Actor):
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance"}
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: ActorContext) -> None:
         super().__init__(ctx)
         self._limits: tuple[int, int] | None = None
 
@@ -153,7 +155,8 @@ class TenantQuota(Actor):
             if req.count > limit:
                 raise InvalidRequest(f"count {req.count} exceeds the {w.scope} limit {limit}",
                                      details={"count": req.count, "limit": limit})
-            buckets = [(r[0], r[1]) for r in tx.exec(_BUCKETS, w.scope, oldest_counted(w, now))]
+            buckets = [(r[0], r[1])
+                       for r in tx.exec(RATE_WINDOW_BUCKETS, w.scope, oldest_counted(w, now))]
             wait = retry_after_ms(w, buckets, limit, req.count, now)
             if wait is not None:
                 waits.append(wait)
@@ -164,8 +167,8 @@ class TenantQuota(Actor):
         m, d = bucket_start(MINUTE, now), bucket_start(DAY, now)
         tx.exec("INSERT INTO reservations (key, reservation_id, count, minute_start, day_start, "
                 "created_ms) VALUES (?, ?, ?, ?, ?, ?)", req.key, rid, req.count, m, d, now)
-        tx.exec(_BUMP, MINUTE.scope, m, req.count)
-        tx.exec(_BUMP, DAY.scope, d, req.count)
+        tx.exec(RATE_WINDOW_BUMP, MINUTE.scope, m, req.count)
+        tx.exec(RATE_WINDOW_BUMP, DAY.scope, d, req.count)
         return ReserveReply(reservation_id=rid)
 
     def _release(self, tx: SqlStorage, req: QuotaRelease) -> ReleaseReply:
@@ -181,7 +184,7 @@ class TenantQuota(Actor):
         return ReleaseReply(released=True)
 
     def _used(self, w: Window, now: int) -> int:
-        rows = self.sql.exec(_BUCKETS, w.scope, oldest_counted(w, now))
+        rows = self.sql.exec(RATE_WINDOW_BUCKETS, w.scope, oldest_counted(w, now))
         return used(w, [(r[0], r[1]) for r in rows], now)
 
     def _usage(self) -> UsageReply:
@@ -197,7 +200,7 @@ class TenantQuota(Actor):
 
         def run(tx: SqlStorage) -> None:
             cutoff = tx.now_ms() - RETENTION_MS
-            tx.exec("DELETE FROM rate_windows WHERE start_ms < ?", cutoff)
+            tx.exec(RATE_WINDOW_PRUNE, cutoff)
             tx.exec("DELETE FROM reservations WHERE created_ms < ?", cutoff)
             outbox.prune(tx, days)
             self.ctx.schedule("maintenance", tx.now_ms() + MAINTENANCE_EVERY_MS)

@@ -31,7 +31,7 @@ from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post import sql as q
 from mailbox_actors.post.executor import Claimed, PostExecutor
 from mailbox_actors.post.routes import Route, Routes
-from mailbox_actors.runtime.actor import Actor, current_deadline
+from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.post import DeadLetterPage, PostDeliver, PostEnvelope, PostRecord
 
@@ -173,9 +173,8 @@ class Post:
     async def run(self) -> int:
         """The alarm purpose: deliver everything due, then arm the wake for what is left."""
         if self._executor is None:
-            host = self.ctx.host
-            self._executor = PostExecutor(self, self.routes, self._deliver, clock=host.clock,
-                                          rng=host.rng, policy=self.policy,
+            self._executor = PostExecutor(self, self.routes, self._deliver, clock=self.ctx.clock,
+                                          rng=self.ctx.rng, policy=self.policy,
                                           deadline_ms=self._deadline_ms)
         return await self._executor.run()
 
@@ -200,7 +199,7 @@ class Post:
                     wake = due_at if wake is None else min(wake, due_at)
                     continue
                 if running and attempts >= self.policy.max_attempts:
-                    s = settle_expired(attempts, now, self.policy, self.ctx.host.rng.random())
+                    s = settle_expired(attempts, now, self.policy, self.ctx.rng.random())
                     tx.exec(q.SETTLE, s.state.value, s.next_attempt_at_ms, s.reason, None, now, seq)
                     retry = True
                     continue
@@ -266,7 +265,7 @@ class Post:
                     # hook runs again.
                     held.add(akey)
                     retry = settle_expired(job.attempts, now, self.policy,
-                                           self.ctx.host.rng.random())
+                                           self.ctx.rng.random())
                     tx.exec(q.SETTLE, retry.state.value, retry.next_attempt_at_ms,
                             "on_delivered_failed", None, now, job.seq)
                     continue
@@ -279,14 +278,12 @@ class Post:
 
     async def _deliver(self, job: Claimed, envelope: PostEnvelope, deadline_ms: int) -> Any:
         ctx = self.ctx
-        object_id = ctx.host.id_from_name(job.namespace, job.object_name)
-        token = current_deadline.set(deadline_ms)  # the attempt's deadline rides the envelope
-        try:
-            return await ctx.call(job.namespace, object_id,
-                                  PostDeliver(envelope=envelope, attempt=job.attempts),
-                                  tenant_id=job.tenant_id, identity_id=job.identity_id)
-        finally:
-            current_deadline.reset(token)
+        object_id = ctx.id_from_name(job.namespace, job.object_name)
+        # the attempt's deadline rides the envelope
+        return await ctx.call(job.namespace, object_id,
+                              PostDeliver(envelope=envelope, attempt=job.attempts),
+                              tenant_id=job.tenant_id, identity_id=job.identity_id,
+                              deadline_ms=deadline_ms)
 
     def _record(self, tx: SqlStorage, key: str) -> PostRecord:
         return record_of(tx.exec(f"{_RECORD_SQL} WHERE j.key = ?", key).one())

@@ -10,6 +10,7 @@ transaction. Jobs it did not get to are put back untouched. Decisions are ``core
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -156,16 +157,8 @@ class PostExecutor:
         return outcome_of_answer(answer)
 
     def _bounded(self, lease_until_ms: int) -> Any:
-        """A real-time bound on the attempt; under a FakeClock time moves only when the test
-        moves it, and the deadline checks above decide."""
-        if self.clock.fake:
-            return _NoBound()
-        return anyio.fail_after(max(0.0, (lease_until_ms - self.clock.now_ms()) / 1000))
-
-
-class _NoBound:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+        """A real-time bound on the attempt, as long as the clock says reaching the lease takes
+        (a FakeClock's time moves only when the test moves it: no bound, and the deadline checks
+        above decide)."""
+        delay = self.clock.deadline_to_sleep_time(lease_until_ms + 1)
+        return anyio.fail_after(None if math.isinf(delay) else delay)

@@ -25,7 +25,7 @@ from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import Rng, SystemRng
-from mailbox_actors.rpc.router import default_deadline_ms
+from mailbox_actors.rpc.deadlines import default_deadline_ms
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope, RpcReply
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS

@@ -22,27 +22,28 @@ from mailbox_actors.core.actor_ids import namespace_key as derive_namespace_key
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import Rng
-from mailbox_actors.runtime.actor import Actor, current_deadline, current_request_id
-from mailbox_actors.runtime.host import ActorHost, MetricsSink
+from mailbox_actors.platform.services import Services
+from mailbox_actors.rpc.deadlines import (
+    DEFAULT_DEADLINE_MS,
+    LONG_DEADLINE_MS,
+    LONG_OPS,
+    default_deadline_ms,
+)
+from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.host import ActorHost, AlarmSinks, MetricsSink
+from mailbox_actors.runtime.outbox import EventsDays, EventSink
+from mailbox_actors.runtime.scope import current_scope
+from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope, RpcReply, VersionProbe
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
 __all__ = ["DEFAULT_DEADLINE_MS", "LONG_DEADLINE_MS", "LONG_OPS", "Namespace", "Router",
            "default_deadline_ms"]
 
-DEFAULT_DEADLINE_MS = 10_000
-LONG_DEADLINE_MS = 30_000
-LONG_OPS = frozenset({"ingest", "submit"})
-
 _ENC = msgspec.json.Encoder()
 _PROBE = msgspec.json.Decoder(VersionProbe)
 _REPLY = msgspec.json.Decoder(RpcReply)
 _PATH = re.compile(r"at `(\$[^`]*)`")
-
-
-def default_deadline_ms(op: str) -> int:
-    """How long a caller waits by default for ``op`` (RPC-5)."""
-    return LONG_DEADLINE_MS if op in LONG_OPS else DEFAULT_DEADLINE_MS
 
 
 def op_name(req: Any) -> str:
@@ -86,21 +87,26 @@ def _union_members(tp: Any) -> tuple[Any, ...]:
 
 
 class Router:
-    def __init__(self, host: ActorHost, *, ids: Ids, clock: Clock, rng: Rng, metrics: MetricsSink,
-                 id_secret: bytes) -> None:
-        self.host = host
+    """The node's front door. It makes the host it delivers to, handing it ``call`` for the calls
+    actors make to each other (so that they take the same path as every other call)."""
+
+    def __init__(self, settings: RuntimeSettings, *, ids: Ids, clock: Clock, rng: Rng,
+                 metrics: MetricsSink, alarm_sinks: AlarmSinks, event_sink: EventSink,
+                 events_days: EventsDays, services: Services | None = None) -> None:
         self.ids = ids
         self.clock = clock
         self.rng = rng
         self.metrics = metrics
-        self._secret = id_secret
+        self._secret = settings.id_secret.encode()
         self._ns: dict[str, Namespace] = {}
         self._calls = 0
         self.log = structlog.get_logger("mailbox_actors.rpc")
         # Where an in-process call's envelope goes: this node's own call path, unless the node's
         # app places the id on another node of the cluster (RPC-9: in-process when it lives here).
         self.route_bytes: Callable[[str, str, bytes], Awaitable[bytes]] = self.call_bytes
-        host.call_actor = self.call
+        self.host = ActorHost(settings, clock=clock, rng=rng, ids=ids, metrics=metrics,
+                              alarm_sinks=alarm_sinks, call=self.call, event_sink=event_sink,
+                              events_days=events_days, services=services)
 
     # ---- namespaces and ids (RT-1) ---------------------------------------------------------
 
@@ -112,7 +118,7 @@ class Router:
             raise ValueError(f"namespace {cls.namespace!r} must match {NAMESPACE_RE.pattern}")
         ns = Namespace(cls, self.namespace_key(cls.namespace))
         self._ns[cls.namespace] = ns
-        self.host.register(cls)
+        self.host.register(cls, ns.key)
         return ns
 
     @property
@@ -154,13 +160,7 @@ class Router:
             if env.v != ENVELOPE_VERSION:
                 raise MailboxActorsError(ErrorCode.UNSUPPORTED_VERSION,
                                          f"envelope version {env.v} is not supported; send 1")
-            tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
-            rid = current_request_id.set(request_id)
-            try:
-                result = await self.host.deliver(ns.cls, object_id, env, env.req)
-            finally:
-                current_request_id.reset(rid)
-                structlog.contextvars.reset_contextvars(**tokens)
+            result = await self.host.deliver(ns.cls, object_id, env, env.req)
             out = _ENC.encode({"ok": result})
         except MailboxActorsError as e:
             code = e.code.value
@@ -207,13 +207,17 @@ class Router:
                    deadline_ms: int | None = None, request_id: str | None = None,
                    actor_key_id: str | None = None) -> Any:
         """In-process call through the same envelope bytes; returns the ``ok`` value as plain
-        JSON types or raises ``MailboxActorsError``. Inside an actor, the caller's request id and
-        deadline carry over (RPC-9)."""
+        JSON types or raises ``MailboxActorsError``. Inside an actor (a request or an alarm run),
+        the request id and deadline of its scope carry over (RPC-9, RT-12)."""
+        scope = current_scope()
         if deadline_ms is None:
-            deadline_ms = current_deadline.get() or (
-                self.clock.now_ms() + default_deadline_ms(op_name(req)))
+            deadline_ms = scope.deadline_ms if scope is not None else None
+            if deadline_ms is None:
+                deadline_ms = self.clock.now_ms() + default_deadline_ms(op_name(req))
+        if request_id is None:
+            request_id = scope.request_id if scope is not None else self.ids.new_id("req")
         env = Envelope(v=ENVELOPE_VERSION, tenant_id=tenant_id, identity_id=identity_id,
-                       request_id=request_id or current_request_id.get() or self.ids.new_id("req"),
+                       request_id=request_id,
                        actor_key_id=actor_key_id, deadline_ms=deadline_ms, req=req)
         reply = _REPLY.decode(await self.route_bytes(namespace, object_id, _ENC.encode(env)))
         if reply.err is not None:

@@ -9,15 +9,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-__all__ = ["PLATFORM_META", "Migration", "SchemaTooNew", "apply_migrations", "check_migrations"]
+__all__ = ["PLATFORM_META", "SCHEMA_VERSION_KEY", "Migration", "SchemaTooNew", "apply_migrations",
+           "check_migrations"]
 
 # The platform objects' own ``meta(k, v)`` of the design card (size_bytes and such). The runtime's
 # keys are not in it (they live in ``_ma_meta``, out of reach of actor SQL: RT-14); a file from
 # before that split keeps its table and its object-level keys.
 PLATFORM_META = ("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID",)
+
+SCHEMA_VERSION_KEY = "schema_version"  # in _ma_meta
 
 
 class Migration(NamedTuple):
@@ -44,7 +48,7 @@ def check_migrations(migrations: Sequence[Migration], owner: str) -> None:
             raise ValueError(f"{owner}.migrations version {m.version} has an empty statement")
 
 
-def apply_migrations(sql: SqlStorage, migrations: Sequence[Migration], current: int) -> int:
+def apply_migrations(storage: RuntimeStorage, migrations: Sequence[Migration], current: int) -> int:
     """Bring the file from ``current`` to the newest version; return the version it is at."""
     known = len(migrations)
     if current > known:
@@ -56,7 +60,7 @@ def apply_migrations(sql: SqlStorage, migrations: Sequence[Migration], current: 
         for m in migrations[current:]:
             for stmt in m.statements:
                 tx.exec(stmt)
-        tx.sys_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('schema_version', ?)", (str(known),))
+        storage.put_meta(SCHEMA_VERSION_KEY, str(known))
 
-    sql.transaction_sync(run)
+    storage.sql.transaction_sync(run)
     return known

@@ -1,7 +1,8 @@
 """The transactional outbox (EV-1..EV-5): events leave an actor at least once and are never lost.
 
-``emit`` runs inside the state-change transaction: it bumps ``meta.event_seq``, stores the event in
-the actor's ``outbox`` table undispatched and schedules ``alarm:outbox`` for now. The outbox alarm
+``append`` runs inside the state-change transaction (the context's ``emit``, which then schedules
+``alarm:outbox`` for now): it bumps ``meta.event_seq`` and stores the event in the actor's
+``outbox`` table undispatched. The outbox alarm
 publishes the undispatched events through the node's ``EventSink`` (index in the control database,
 one ``webhooks`` queue message per event) and only then marks them dispatched: a crash between any
 two steps repeats the step, and consumers deduplicate on the event id.
@@ -10,21 +11,22 @@ two steps repeats the step, and consumers deduplicate on the event id.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 import msgspec
 
+from mailbox_actors.core.durations import DAY_MS
+from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded, MailboxActorsError
 from mailbox_actors.wire.events import Event, EventsReply
 
-if TYPE_CHECKING:
-    from mailbox_actors.runtime.actor import ActorContext
+__all__ = ["DEFAULT_EVENTS_DAYS", "OUTBOX_BATCH", "OUTBOX_PURPOSE", "OUTBOX_SCHEMA", "EventSink",
+           "EventsDays", "RecordingEventSink", "RetentionSource", "append", "check_event_data",
+           "dispatch", "has_undispatched", "prune", "read_events", "retention_days"]
 
-__all__ = ["DEFAULT_EVENTS_DAYS", "OUTBOX_BATCH", "OUTBOX_SCHEMA", "EventSink", "RecordingEventSink",
-           "check_event_data", "dispatch", "emit", "has_undispatched", "prune", "read_events",
-           "retention_days"]
+OUTBOX_PURPOSE = "outbox"  # the runtime's own alarm purpose: publish undispatched events
 
 # Statements an object adds to its migrations to get an outbox.
 OUTBOX_SCHEMA = (
@@ -35,7 +37,6 @@ OUTBOX_SCHEMA = (
 )
 OUTBOX_BATCH = 200
 DEFAULT_EVENTS_DAYS = 30  # a tenant the control database does not know (embedded use)
-_DAY_MS = 86_400_000
 _MAX_DATA_BYTES = 4096
 _FORBIDDEN_KEYS = frozenset({"body", "text", "html", "subject", "content", "attachment",
                              "attachments", "raw", "headers", "from", "to", "cc", "bcc",
@@ -48,6 +49,16 @@ class EventSink(Protocol):
     """Where dispatched events go: the control database's event_index and the webhooks queue."""
 
     async def publish(self, namespace: str, object_id: str, events: Sequence[Event]) -> None: ...
+
+
+# tenant id -> its events_days from the control database (None: unknown, use the default)
+EventsDays = Callable[[str], Awaitable[int | None]]
+
+
+class RetentionSource(Protocol):
+    """What ``retention_days`` asks: the actor context, for its tenant."""
+
+    async def tenant_events_days(self) -> int | None: ...
 
 
 class RecordingEventSink:
@@ -79,35 +90,32 @@ def check_event_data(data: dict[str, Any]) -> None:
                                  details={"field": k})
 
 
-def emit(ctx: ActorContext, tx: SqlStorage, type_: str, data: dict[str, Any]) -> Event:
-    """Inside the state-change transaction: append the event and schedule the outbox now."""
+def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id: str,
+           identity_id: str | None, type_: str, data: dict[str, Any]) -> Event:
+    """Inside the state-change transaction: append the event (the caller schedules the outbox
+    purpose for now)."""
     if not tx.in_transaction:
         raise RuntimeError("emit must run inside transaction_sync, with the state change")
     check_event_data(data)
-    row = tx.sys_exec("SELECT v FROM _ma_meta WHERE k = 'event_seq'").fetchone()
-    seq = (int(row[0]) if row else 0) + 1
-    tx.sys_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('event_seq', ?)", (str(seq),))
+    seq = int(storage.meta(("event_seq",)).get("event_seq", "0")) + 1
+    storage.put_meta("event_seq", str(seq))
     now = tx.now_ms()
-    event = Event(id=ctx.new_id("evt"), type=type_, sequence=seq,
-                  tenant_id=ctx.owner_tenant or "", identity_id=ctx.owner_identity,
-                  occurred_at_ms=now, data=data)
+    event = Event(id=event_id, type=type_, sequence=seq, tenant_id=tenant_id,
+                  identity_id=identity_id, occurred_at_ms=now, data=data)
     tx.exec("INSERT INTO outbox (sequence, id, type, occurred_at_ms, body) VALUES (?, ?, ?, ?, ?)",
             seq, event.id, type_, now, _ENC.encode(event))
-    ctx.schedule("outbox", now)
     return event
 
 
-async def dispatch(ctx: ActorContext) -> None:
+async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: str) -> None:
     """The outbox alarm: publish undispatched events in order, then mark them dispatched; in
     batches until none is left."""
-    sql = ctx.storage
     while True:
         rows = sql.exec("SELECT sequence, body FROM outbox WHERE dispatched_at IS NULL "
                         "ORDER BY sequence LIMIT ?", OUTBOX_BATCH).all()
         if not rows:
             return
-        await ctx.host.event_sink.publish(ctx.namespace, ctx.id,
-                                          [_DEC.decode(r[1]) for r in rows])
+        await sink.publish(namespace, object_id, [_DEC.decode(r[1]) for r in rows])
         sql.transaction_sync(functools.partial(_mark_dispatched, int(rows[-1][0])))
         if len(rows) < OUTBOX_BATCH:
             return
@@ -118,11 +126,11 @@ def _mark_dispatched(last: int, tx: SqlStorage) -> None:
             tx.now_ms(), last)
 
 
-async def retention_days(ctx: ActorContext) -> int | None:
+async def retention_days(ctx: RetentionSource) -> int | None:
     """How many days of events the actor's tenant keeps (EV-4), or None when the control
     database cannot say now: then maintenance keeps every event this time."""
     try:
-        return await ctx.host.events_days(ctx.owner_tenant or "") or DEFAULT_EVENTS_DAYS
+        return await ctx.tenant_events_days() or DEFAULT_EVENTS_DAYS
     except MailboxActorsError:
         return None
 
@@ -132,7 +140,7 @@ def prune(tx: SqlStorage, days: int | None) -> None:
     go out."""
     if days is not None:
         tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL AND occurred_at_ms < ?",
-                tx.now_ms() - days * _DAY_MS)
+                tx.now_ms() - days * DAY_MS)
 
 
 def has_undispatched(sql: SqlStorage) -> bool:

@@ -27,7 +27,7 @@ from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
 __all__ = ["DomainMonitor"]
 
 
-class DomainMonitor(Actor):
+class DomainMonitor(Actor[DomainRequest]):
     namespace = "domain_monitor"
     idempotent_ops = IDEMPOTENT_OPS["domain_monitor"]  # retried by the client (OPS-6)
     requests = DomainRequest

@@ -86,7 +86,7 @@ async def evaluate(resolver: Resolver, domain: str, expected: ExpectedRecords) -
 
 
 def _rules(actor: DomainMonitor) -> LifecycleRules:
-    s = actor.ctx.host.settings
+    s = actor.ctx.settings
     return LifecycleRules(fail_after=s.domain_fail_after,
                           pending_expiry_ms=s.domain_pending_expiry_ms,
                           check_pending_ms=s.domain_check_pending_ms,
@@ -104,8 +104,8 @@ async def check_now(actor: DomainMonitor) -> CheckReply:
         try:
             results = await evaluate(resolver, name, load_expected(blob))
         except Exception as e:  # a bug in a check must not stop the monitor: retried later
-            actor.ctx.host.log.error("domain_check_failed", object_id=actor.ctx.id,
-                                     error=type(e).__name__)
+            actor.ctx.log.error("domain_check_failed", object_id=actor.ctx.id,
+                                error=type(e).__name__)
             results = [unknown("dns", "check_error", "the check failed unexpectedly and is "
                                "retried; the domain's state is unchanged")]
     return actor.sql.transaction_sync(lambda tx: _apply(actor, tx, results))

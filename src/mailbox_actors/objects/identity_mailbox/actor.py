@@ -10,16 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
 from mailbox_actors.objects.identity_mailbox import carrier, dispatch
 from mailbox_actors.objects.identity_mailbox.carrier_store import CARRIER_SCHEMA, CARRIER_TABLES
+from mailbox_actors.objects.shared_schema import META_PUT, RATE_WINDOW_PRUNE, RATE_WINDOWS_SCHEMA
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.ops import post_op
 from mailbox_actors.post.sql import POST_SCHEMA
 from mailbox_actors.runtime import outbox
-from mailbox_actors.runtime.actor import Actor, Call
+from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA, read_events
 from mailbox_actors.wire.carrier import (
@@ -52,12 +54,11 @@ __all__ = ["IdentityMailbox"]
 # Lifecycle events only the mailbox emits (init, erase): emit_event may not forge them.
 _OWN_EVENTS = frozenset({"identity.created", "identity.erased"})
 
-DAY_MS = 86_400_000
 # Tables whose rows are the identity's content: erase empties them all.
 CONTENT_TABLES = ("messages", "idempotency", *CARRIER_TABLES)
 
 
-class IdentityMailbox(Actor):
+class IdentityMailbox(Actor[MailboxRequest]):
     namespace = "identity_mailbox"
     idempotent_ops = IDEMPOTENT_OPS["identity_mailbox"]  # retried by the client (OPS-6)
     requests = MailboxRequest
@@ -76,8 +77,7 @@ class IdentityMailbox(Actor):
             *OUTBOX_SCHEMA,
             "CREATE TABLE idempotency (key TEXT PRIMARY KEY, expires_at_ms INTEGER NOT NULL, "
             "result BLOB)",
-            "CREATE TABLE rate_windows (scope TEXT NOT NULL, start_ms INTEGER NOT NULL, "
-            "count INTEGER NOT NULL, PRIMARY KEY (scope, start_ms)) WITHOUT ROWID",
+            *RATE_WINDOWS_SCHEMA,
         )),
         Migration(3, POST_SCHEMA),  # the tenant roster goes out by Post (objects/roster.py)
         Migration(4, CARRIER_SCHEMA),
@@ -86,7 +86,7 @@ class IdentityMailbox(Actor):
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: ActorContext) -> None:
         super().__init__(ctx)
         self.post = Post(self, roster.ROSTER)
 
@@ -171,10 +171,9 @@ class IdentityMailbox(Actor):
         def run(tx: SqlStorage) -> None:
             now = tx.now_ms()
             tx.exec("DELETE FROM idempotency WHERE expires_at_ms <= ?", now)
-            tx.exec("DELETE FROM rate_windows WHERE start_ms < ?", now - RETENTION_MS)
+            tx.exec(RATE_WINDOW_PRUNE, now - RETENTION_MS)
             outbox.prune(tx, days)
-            tx.sys_exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('size_bytes', ?)",
-                        (str(tx.database_size),))
+            tx.exec(META_PUT, "size_bytes", str(tx.database_size))
             self.ctx.schedule("maintenance", now + DAY_MS)
 
         self.sql.transaction_sync(run)

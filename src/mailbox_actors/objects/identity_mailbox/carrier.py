@@ -50,7 +50,7 @@ _CAP_COUNT = ("SELECT m.recipient_key, count(DISTINCT m.email_id) FROM email_mes
 
 
 def cap_policy(mb: IdentityMailbox) -> CapPolicy:
-    st = mb.ctx.host.settings
+    st = mb.ctx.settings
     return CapPolicy(limit=st.recipient_cap, window_ms=st.recipient_cap_window_ms)
 
 
@@ -122,7 +122,7 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) ->
                                       "messages": len(recipients)})
         # Without a transport the wake is the periodic look (a node restarted with one sends).
         store.wake_dispatch(ctx, now if ctx.service(MAIL_TRANSPORT) is not None
-                            else now + ctx.host.settings.mail_recheck_ms)
+                            else now + ctx.settings.mail_recheck_ms)
     return Receipt(
         email_id=email_id, source_id=req.source_id, status=status.value,
         message_id_header=header, messages=messages, attempts=0, provider_message_id=None,

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from mailbox_actors.core.actor_ids import id_from_name, namespace_key
 from mailbox_actors.core.carrier.rejections import temporary_retry_at
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus
 from mailbox_actors.objects.identity_mailbox import carrier_store as store
@@ -53,8 +52,7 @@ DISPATCH_CONCURRENCY = 4
 
 def quota_id(mb: IdentityMailbox) -> str:
     """The tenant's TenantQuota: the object named by the tenant id (as host services name it)."""
-    key = namespace_key("tenant_quota", mb.ctx.host.settings.id_secret.encode())
-    return id_from_name(key, mb.ctx.owner_tenant or "")
+    return mb.ctx.id_from_name("tenant_quota", mb.ctx.owner_tenant or "")
 
 
 def _jitter(email_id: str, attempts: int) -> float:
@@ -127,7 +125,7 @@ def _rearm(mb: IdentityMailbox, tx: SqlStorage, ran_at: int | None, has_transpor
     leased = tx.exec("SELECT min(lease_until_ms) FROM emails "
                      "WHERE status = 'dispatching'").one()[0]
     if queued is not None and not has_transport:
-        queued = max(queued, now + mb.ctx.host.settings.mail_recheck_ms)
+        queued = max(queued, now + mb.ctx.settings.mail_recheck_ms)
     times = [t for t in (queued, leased) if t is not None]
     if not times:
         return
@@ -146,7 +144,7 @@ async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None
                    ) -> OutboundEmail | None:
     """The checks before intent, then intent committed; the Email to send, or None (it ended,
     was delayed, or changed meanwhile)."""
-    ctx, sql, log = mb.ctx, mb.sql, mb.ctx.host.log
+    ctx, sql, log = mb.ctx, mb.sql, mb.ctx.log
     if row.send_before is not None and ctx.now_ms() >= row.send_before:
         def expire(tx: SqlStorage) -> None:
             store.move(ctx, tx, row, EmailStatus.EXPIRED, next_attempt_at_ms=None)

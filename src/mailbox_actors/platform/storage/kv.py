@@ -69,10 +69,10 @@ class KvStorage:
             if not batch:
                 return {}
             marks = ", ".join("?" * len(batch))
-            found = dict(self._sql.sys_exec(f"SELECT k, v FROM _ma_kv WHERE k IN ({marks})",
+            found = dict(self._sql._runtime_exec(f"SELECT k, v FROM _ma_kv WHERE k IN ({marks})",
                                             batch).fetchall())
             return {k: decode_value(found[k]) for k in sorted(set(batch)) if k in found}
-        row = self._sql.sys_exec("SELECT v FROM _ma_kv WHERE k = ?", (self._key(key),)).fetchone()
+        row = self._sql._runtime_exec("SELECT v FROM _ma_kv WHERE k = ?", (self._key(key),)).fetchone()
         return None if row is None else decode_value(row[0])
 
     @overload
@@ -85,10 +85,10 @@ class KvStorage:
         if isinstance(key, Mapping):
             self._batch(key.keys())
             entries = [self._entry(k, v) for k, v in key.items()]  # all checked before any write
-            self._write_all(lambda tx: [tx.sys_exec(
+            self._write_all(lambda tx: [tx._runtime_exec(
                 "INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)", e) for e in entries])
             return
-        self._sql.sys_exec("INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)",
+        self._sql._runtime_exec("INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)",
                            self._entry(key, value))
 
     @overload
@@ -103,9 +103,9 @@ class KvStorage:
             if not batch:
                 return 0
             marks = ", ".join("?" * len(batch))
-            cur = self._sql.sys_exec(f"DELETE FROM _ma_kv WHERE k IN ({marks})", batch)
+            cur = self._sql._runtime_exec(f"DELETE FROM _ma_kv WHERE k IN ({marks})", batch)
             return int(cur.rowcount)
-        cur = self._sql.sys_exec("DELETE FROM _ma_kv WHERE k = ?", (self._key(key),))
+        cur = self._sql._runtime_exec("DELETE FROM _ma_kv WHERE k = ?", (self._key(key),))
         return cur.rowcount > 0
 
     def _write_all(self, fn: Any) -> None:
@@ -144,7 +144,7 @@ class KvStorage:
         if limit is not None:
             q += " LIMIT ?"
             params.append(limit)
-        return {k: decode_value(v) for k, v in self._sql.sys_exec(q, params)}
+        return {k: decode_value(v) for k, v in self._sql._runtime_exec(q, params)}
 
     # ---- delete_all ------------------------------------------------------------------------
 

@@ -17,14 +17,10 @@ from pathlib import Path
 
 from mailbox_actors.platform.sqlite_files import create_whole, damage_of
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
-from mailbox_actors.platform.storage.sql import (
-    RUNTIME_SCHEMA_VERSION,
-    Durability,
-    Limits,
-    SqlStorage,
-    StorageCorrupt,
-)
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
+from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
+from mailbox_actors.platform.storage.limits import Durability, Limits
+from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 
 __all__ = ["StorageUnavailable", "open_storage"]
 
@@ -49,14 +45,6 @@ _FROM_1 = (
     "AND v IS NOT NULL",
     f"DELETE FROM meta WHERE {_RUNTIME_KEYS}",
 )
-
-
-class StorageUnavailable(MailboxActorsError):
-    """The file exists but cannot be opened now (no file descriptors left, permissions): retry."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(ErrorCode.UNAVAILABLE, "the actor's storage cannot be opened now",
-                         details={"storage": detail})
 
 
 def _create(path: Path, durability: str) -> None:
@@ -103,7 +91,8 @@ def _upgrade_from_1(conn: sqlite3.Connection) -> None:
 
 
 def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
-                 now_ms: Callable[[], int]) -> SqlStorage | None:
+                 now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
+                 alarm_sink: AlarmSink | None = None) -> SqlStorage | None:
     """Open (or create) an actor's file. Returns None when it does not exist and ``create`` is
     False, so probing an unknown id never leaves a file behind. A file that exists but cannot be
     opened now raises ``StorageUnavailable`` (retryable); an unreadable one ``StorageCorrupt``."""
@@ -135,7 +124,7 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
         conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
         for limit, value, _name in SQLITE_LIMITS:
             conn.setlimit(limit, value)
-        return SqlStorage(conn, path, limits, now_ms)
+        return SqlStorage(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink)
     except BaseException as e:
         conn.close()  # never leave a descriptor behind for the garbage collector
         if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mailbox_actors.platform.storage.errors import StorageCorrupt
 from mailbox_actors.platform.storage.opening import StorageUnavailable
-from mailbox_actors.platform.storage.types import StorageCorrupt
 
 __all__ = ["read_only", "table_exists"]
 

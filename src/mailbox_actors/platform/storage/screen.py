@@ -17,7 +17,8 @@ from mailbox_actors.platform.storage.allowlist import (
     is_allowed_name,
     pragma_denial,
 )
-from mailbox_actors.platform.storage.types import Limits, StatementRefused, StorageWriteFailed
+from mailbox_actors.platform.storage.errors import StatementRefused, StorageWriteFailed
+from mailbox_actors.platform.storage.limits import Limits
 from mailbox_actors.wire.errors import LimitExceeded
 
 __all__ = ["changes_schema", "classify", "denial", "map_error"]

@@ -1,133 +1,59 @@
-"""One actor's SQLite file (RT-2, RT-5, RT-6, RT-7, AL-1): synchronous SQL, transactions, KV, alarm.
+"""One actor's SQLite file as its code sees it (RT-2, RT-5, RT-6, RT-7, RT-13, AL-1): synchronous
+SQL (a statement or a ``;``-separated script), transactions, KV and the one alarm.
 
 SQL runs synchronously on the event loop thread, as it does in a Durable Object: a transaction never
-interleaves with anything and costs no thread hop. User SQL is screened by an authorizer (workerd
-does the same): transaction control, ATTACH, VACUUM, PRAGMA writes and the reserved ``_ma_``/``_cf_``
-tables are refused (the rules are ``sql_screen``'s; the types ``sql_types``'s). This module never
-decides what an actor does; it only stores. Opening a file is ``sql_open``; the key-value API is
-``kv``.
+interleaves with anything and costs no thread hop. User SQL is screened as workerd screens it
+(``connection``, ``screen``, ``allowlist``); transactions are ``transactions``'. This module never
+decides what an actor does; it only stores. The runtime's own reads and writes (its ``_ma_meta``
+keys, the output gate, closing) go through ``RuntimeStorage`` (``runtime_access``), never through a
+name actor code can reach; opening a file is ``opening``; the key-value API is ``kv``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import inspect
-import secrets
 import sqlite3
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from mailbox_actors.platform.storage.counting import RowCounter
-from mailbox_actors.platform.storage.kv import KvStorage
-from mailbox_actors.platform.storage.screen import changes_schema, classify, denial, map_error
-from mailbox_actors.platform.storage.script import split_statements
-from mailbox_actors.platform.storage.types import (
-    AlarmSink,
-    BufferedRows,
-    Durability,
-    Limits,
-    NoAlarmSink,
-    SqlCursor,
+from mailbox_actors.platform.storage.cursor import BufferedRows, SqlCursor
+from mailbox_actors.platform.storage.errors import (
     StatementRefused,
     StorageCorrupt,
+    StorageWriteFailed,
     TransactionRolledBack,
 )
-from mailbox_actors.platform.storage.wipe import is_empty, remove_files, wipe_statements
+from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
+from mailbox_actors.platform.storage.kv import KvStorage
+from mailbox_actors.platform.storage.limits import Durability, Limits
+from mailbox_actors.platform.storage.transactions import AlarmRun, Transactions, TxState
+from mailbox_actors.platform.storage.wipe import wipe_statements
 from mailbox_actors.wire.errors import LimitExceeded
 
-__all__ = [
-    "AlarmSink",
-    "Durability",
-    "Limits",
-    "SqlCursor",
-    "SqlStorage",
-    "StatementRefused",
-    "StorageCorrupt",
-    "TransactionRolledBack",
-    "implicit_writes",
-]
-
-T = TypeVar("T")
-
-# Set by the host for each request and alarm run: the implicit transactions its writes went into,
-# so it is not answered as a success when SQLite rolled one of them back with another's statement.
-implicit_writes: ContextVar[list[int] | None] = ContextVar("implicit_writes", default=None)
+__all__ = ["RUNTIME_SCHEMA_VERSION", "AlarmRun", "Durability", "Limits", "SqlCursor", "SqlStorage",
+           "StatementRefused", "StorageCorrupt", "StorageWriteFailed", "TransactionRolledBack",
+           "TxState"]
 
 RUNTIME_SCHEMA_VERSION = 2  # 2: the runtime's keys in _ma_meta, not meta (RT-14)
 
 
-class SqlStorage:
+class SqlStorage(Transactions):
     """An actor's storage: ``exec``, ``transaction_sync``, ``kv``, and the one alarm."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits,
-                 now_ms: Callable[[], int]) -> None:
-        self._conn = conn
-        self.path = path
-        self.limits = limits
-        self._now = now_ms
-        self._token = secrets.token_hex(8)  # makes runtime statement texts unguessable (see _sys)
-        self._sys_mode = False
-        self._deny_reason: str | None = None
-        self._depth = 0
-        self._implicit = False
-        self._txn_now: int | None = None
-        # query text -> (its statements, may write?, changes the schema?), after screening
-        self._plans: dict[str, tuple[tuple[str, ...], bool, bool]] = {}
-        self._alarm: int | None = None
-        self._alarm_dirty = False
-        self._aborted: BaseException | None = None  # SQLite ended the explicit transaction: why
-        self._gen = 0  # the current (or last) implicit transaction
-        self._lost: set[int] = set()  # implicit transactions SQLite rolled back
-        self.alarm_sink: AlarmSink = NoAlarmSink()
-        self.alarm_hidden = False  # True while the alarm handler runs: get_alarm() is None
-        self.alarm_set_in_handler = False
-        self.before_transaction: Callable[[], None] | None = None  # deadline check (RPC-5)
+                 now_ms: Callable[[], int], *, hooks: TransactionHooks | None = None,
+                 alarm_sink: AlarmSink | None = None) -> None:
+        super().__init__(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink)
         self.kv = KvStorage(self)
         self.wiped = False  # delete_all ran on this connection
-        self._counter = RowCounter(lambda q, p: self._sys(q, p), self._token)
-        self._begin = f"BEGIN /*{self._token}*/"
-        self._commit = f"COMMIT /*{self._token}*/"
-        self._rollback = f"ROLLBACK /*{self._token}*/"
-        self._alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{self._token}*/"
-        conn.set_authorizer(self._authorize)
-        try:
-            self._read_alarm()  # the token in the text keeps user SQL off this cached statement
-        except sqlite3.DatabaseError as e:
-            raise StorageCorrupt(type(e).__name__) from e
 
-    # ---- screening -------------------------------------------------------------------------
+    # ---- SQL API (RT-6, RT-13) -------------------------------------------------------------
 
-    def _authorize(self, action: int, a1: str | None, a2: str | None, db: str | None,
-                   trigger: str | None) -> int:
-        if self._sys_mode and trigger is None:
-            # A trigger is always user code, even when a runtime statement fires it.
-            return sqlite3.SQLITE_OK
-        if trigger is None:
-            self._counter.note(action, a1, a2)
-        reason = denial(action, a1, a2)
-        if reason is None:
-            return sqlite3.SQLITE_OK
-        self._deny_reason = reason
-        return sqlite3.SQLITE_DENY
-
-    def _map_error(self, e: sqlite3.Error) -> Exception:
-        denied, self._deny_reason = self._deny_reason, None
-        return map_error(e, self.limits, denied, self._near_size_limit)
-
-    def _near_size_limit(self) -> bool:
-        """Whether the file is within reach of max_database_bytes (the last sixteenth, or the
-        last 64 MiB): then "full" is the actor's own limit, otherwise the disk's (OPS-3)."""
-        try:
-            used = self.database_size
-        except sqlite3.Error:
-            return False
-        limit = self.limits.max_database_bytes
-        return used >= limit - max(64 << 20, limit // 16)
-
-    # ---- SQL API (RT-6) --------------------------------------------------------------------
+    def flush(self) -> None:
+        """Commit the writes made outside ``transaction_sync`` now, instead of at the next turn
+        of the event loop (before a PRAGMA that SQLite refuses inside a transaction)."""
+        self._flush()
 
     def exec(self, query: str, *params: Any) -> SqlCursor:
         """Run a statement, or a script of ``;``-separated statements, with ``?`` parameters
@@ -202,219 +128,9 @@ class SqlStorage:
             self._sys(f"RELEASE _ma_script /*{self._token}*/")
         return cur
 
-    def _plan(self, query: str) -> tuple[tuple[str, ...], bool, bool]:
-        """Split and screen a query once (``script``, ``screen``): its statements, whether any
-        may write, whether any changes the schema. Raises for a refused statement anywhere."""
-        if self._token in query:
-            # The text of a runtime statement: its cached, pre-authorised copy must stay the
-            # runtime's alone.
-            raise StatementRefused("this statement belongs to the runtime")
-        statements = split_statements(query)
-        if len(statements) > 1 and len(query.encode()) > self.limits.max_statement_bytes:
-            raise LimitExceeded("max_statement_bytes", self.limits.max_statement_bytes,
-                                "SQL script longer than the statement limit")
-        writes = ddl = False
-        for stmt in statements:
-            writes = classify(stmt, self.limits) or writes
-            ddl = ddl or changes_schema(stmt)
-        plan = (tuple(statements), writes, ddl)
-        if len(self._plans) < 4096:
-            self._plans[query] = plan
-        return plan
-
-    def _before_write(self) -> None:
-        """A write is about to run: refuse it inside a transaction SQLite already ended; outside
-        transaction_sync, join (or open) the implicit transaction and note it for the request."""
-        if self._depth:
-            if self._aborted is not None:
-                raise TransactionRolledBack(self._aborted)
-            return
-        if not self._implicit:
-            self._open_implicit()
-        writes = implicit_writes.get()
-        if writes is not None and (not writes or writes[-1] != self._gen):
-            writes.append(self._gen)
-
-    def _run(self, statement: Callable[[], T]) -> T:
-        """Run one statement; if SQLite ended the whole transaction with it, remember that."""
-        if self._depth and self._aborted is not None:
-            raise TransactionRolledBack(self._aborted)
-        try:
-            return statement()
-        except sqlite3.Error as e:
-            mapped = self._map_error(e)
-            if not self._conn.in_transaction:  # disk full, OR ROLLBACK, RAISE(ROLLBACK)
-                if self._depth:
-                    self._aborted = mapped
-                elif self._implicit:
-                    self._implicit = False
-                    self._lost.add(self._gen)
-                    self._reload_alarm()
-            raise mapped from e
-
-    def check_writes(self, gens: Sequence[int]) -> None:
-        """Raise if SQLite rolled back an implicit transaction these writes went into (the output
-        gate: never acknowledge a write that was not stored)."""
-        if any(g in self._lost for g in gens):
-            raise TransactionRolledBack(None)
-
-    @property
-    def database_size(self) -> int:
-        """Bytes the database uses: (page_count - freelist_count) * page_size, as workerd counts."""
-        pages = self._sys("PRAGMA page_count").fetchone()[0] - \
-            self._sys("PRAGMA freelist_count").fetchone()[0]
-        size = self._sys("PRAGMA page_size").fetchone()[0]
-        return int(pages * size)
-
-    def file_setting(self, pragma: str) -> Any:
-        """The file's journal_mode or synchronous, which actor SQL may not read (RT-13): for the
-        runtime, operators and tests."""
-        if pragma not in ("journal_mode", "synchronous"):
-            raise ValueError(f"file_setting reads journal_mode or synchronous, not {pragma!r}")
-        return self._sys(f"PRAGMA {pragma}").fetchone()[0]
-
-    def now_ms(self) -> int:
-        """The clock, frozen for the length of a transaction (RT-12)."""
-        return self._txn_now if self._txn_now is not None else self._now()
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._depth > 0
-
-    def transaction_sync(self, fn: Callable[[SqlStorage], T]) -> T:
-        """Run ``fn(sql)`` in a transaction: commit when it returns, roll back when it raises.
-
-        Nested calls become savepoints. ``fn`` must be synchronous.
-        """
-        if inspect.iscoroutinefunction(fn):
-            raise TypeError("transaction_sync takes a synchronous function, not a coroutine "
-                            "function: no await may happen inside a transaction")
-        if self._depth:
-            return self._savepoint(fn)
-        if self.before_transaction is not None:
-            self.before_transaction()
-        if self._implicit:
-            self.flush()
-        self._sys(self._begin)
-        self._depth = 1
-        self._txn_now = self._now()
-        self._aborted = None
-        set_in_handler = self.alarm_set_in_handler  # a rollback undoes a set_alarm, and this
-        try:
-            result = self._call(fn)
-            if self._aborted is not None:  # fn went on after SQLite ended the transaction
-                raise TransactionRolledBack(self._aborted)
-        except BaseException:
-            self._depth = 0
-            self._txn_now = None
-            self._aborted = None
-            if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
-                self._sys(self._rollback)
-            self._reload_alarm()
-            self.alarm_set_in_handler = set_in_handler
-            raise
-        self._depth = 0
-        self._txn_now = None
-        try:
-            self._sys(self._commit)
-        except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
-            if self._conn.in_transaction:
-                self._sys(self._rollback)
-            self._reload_alarm()
-            self.alarm_set_in_handler = set_in_handler
-            raise self._map_error(e) from e
-        self._after_commit()
-        return result
-
-    def _call(self, fn: Callable[[SqlStorage], T]) -> T:
-        result = fn(self)
-        if inspect.iscoroutine(result):
-            result.close()
-            raise TypeError("transaction_sync's function returned a coroutine; it must be "
-                            "synchronous")
-        return result
-
-    def _savepoint(self, fn: Callable[[SqlStorage], T]) -> T:
-        name = f"_ma_sp{self._depth}"
-        self._sys(f"SAVEPOINT {name} /*{self._token}*/")
-        self._depth += 1
-        set_in_handler = self.alarm_set_in_handler
-        try:
-            result = self._call(fn)
-            if self._aborted is not None:  # the whole transaction is gone, not just this part
-                raise TransactionRolledBack(self._aborted)
-        except BaseException:
-            self._depth -= 1
-            if self._conn.in_transaction:
-                self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
-                self._sys(f"RELEASE {name} /*{self._token}*/")
-            if self._alarm_dirty:  # the savepoint may have undone an alarm change; the outer
-                self._read_alarm()  # transaction still reports whatever it ends with
-            self.alarm_set_in_handler = set_in_handler
-            raise
-        self._depth -= 1
-        self._sys(f"RELEASE {name} /*{self._token}*/")
-        return result
-
-    # Writes outside transaction_sync coalesce into one implicit transaction that commits at the
-    # next turn of the event loop, or earlier when a reply is about to leave (the output gate).
-    def _open_implicit(self) -> None:
-        if self.before_transaction is not None:
-            self.before_transaction()  # RPC-5 holds for implicit transactions too
-        self._sys(self._begin)
-        self._implicit = True
-        self._gen += 1
-        if len(self._lost) > 1000:  # only the transactions of requests still running matter
-            self._lost = {g for g in self._lost if g > self._gen - 1000}
-        try:
-            asyncio.get_running_loop().call_soon(self.flush)
-        except RuntimeError:  # no loop: the caller must flush (the runtime always does)
-            pass
-
-    def flush(self) -> None:
-        """Commit the implicit transaction, if one is open (the output gate)."""
-        if self._implicit and self._depth == 0:
-            self._implicit = False
-            if not self._conn.in_transaction:  # SQLite rolled it back itself
-                self._lost.add(self._gen)
-                self._reload_alarm()
-                return
-            try:
-                self._sys(self._commit)
-            except sqlite3.Error as e:
-                self._lost.add(self._gen)
-                if self._conn.in_transaction:
-                    self._sys(self._rollback)
-                self._reload_alarm()
-                raise self._map_error(e) from e
-            self._after_commit()
-
-    def _after_commit(self) -> None:
-        if self._alarm_dirty:
-            self._alarm_dirty = False
-            self.alarm_sink.committed(self._alarm)
-
-    def _reload_alarm(self) -> None:
-        """After a rollback: the stored alarm is again what the file says."""
-        if self._alarm_dirty:
-            self._alarm_dirty = False
-            self._read_alarm()
-
-    def _read_alarm(self) -> None:
-        row = self._sys(self._alarm_sql).fetchone()
-        self._alarm = row[0] if row else None
-
-    def _sys(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-        """Runtime-owned SQL, exempt from screening. Texts carry the connection's token so user
-        SQL can never hit their cached, pre-authorised statements."""
-        self._sys_mode = True
-        try:
-            return self._conn.execute(query, params)
-        finally:
-            self._sys_mode = False
-
-    def sys_exec(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-        """For the runtime's own tables (meta, migrations); never exposed to actor code."""
+    def _runtime_exec(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """A statement on the runtime's own tables (meta, KV), in the actor's transactions; only
+        ``kv`` and ``RuntimeStorage`` call it."""
         if not query.lstrip().upper().startswith(("SELECT", "PRAGMA")):
             self._before_write()
         return self._run(lambda: self._sys(f"{query} /*{self._token}*/", params))
@@ -423,7 +139,7 @@ class SqlStorage:
 
     def get_alarm(self) -> int | None:
         """The alarm time in Unix ms, or None. None while the alarm handler runs (AL-3)."""
-        return None if self.alarm_hidden else self._alarm
+        return None if self._alarm_run is not None else self._alarm
 
     def set_alarm(self, at_ms: int) -> None:
         """Set the actor's one alarm; it commits with the surrounding transaction."""
@@ -434,25 +150,21 @@ class SqlStorage:
     def delete_alarm(self) -> None:
         self._write_alarm(None)
 
-    def stored_alarm(self) -> int | None:
-        """The alarm as stored, even while the handler runs (for the runtime)."""
-        return self._alarm
-
     def _write_alarm(self, at_ms: int | None) -> None:
         self._before_write()
         if at_ms is None:
             self._run(lambda: self._sys(f"DELETE FROM _ma_alarm WHERE id = 1 /*{self._token}*/"))
         else:
             # Earlier-than-indexed alarms reach the node's index before this commits (AL-4).
-            self.alarm_sink.before_commit(at_ms)
+            self._alarm_sink.before_commit(at_ms)
             self._run(lambda: self._sys(f"INSERT OR REPLACE INTO _ma_alarm (id, at_ms) VALUES "
                                         f"(1, ?) /*{self._token}*/", (at_ms,)))
-        if self.alarm_hidden:
-            self.alarm_set_in_handler = True
+        if self._alarm_run is not None:
+            self._alarm_run.set_in_handler = True
         self._alarm = at_ms
         self._alarm_dirty = True
 
-    # ---- lifetime --------------------------------------------------------------------------
+    # ---- deleting everything (RT-15) -------------------------------------------------------
 
     def delete_all(self) -> None:
         """Remove everything the actor stored, its alarm and the runtime's record of it (RT-15,
@@ -465,16 +177,3 @@ class SqlStorage:
         self._counter.schema_changed()
         self._plans.clear()
         self.wiped = True
-
-    def close(self) -> None:
-        """Commit anything pending and close the file (removing it after a ``delete_all`` that
-        nothing was written after)."""
-        remove = False
-        try:
-            if self._depth == 0:
-                self.flush()
-                remove = self.wiped and is_empty(lambda q: self._sys(f"{q} /*{self._token}*/"))
-        finally:
-            self._conn.close()
-        if remove:
-            remove_files(self.path)

@@ -1,0 +1,194 @@
+"""The node's book of pending alarms (AL-1, AL-4, AL-5): one entry per actor that has an alarm, a
+heap by due time, and what the durable index holds.
+
+Every actor storage reports its alarm changes here (``sink``): an alarm earlier than the index
+knows is written to the index before the actor's transaction commits; later or deleted ones are
+written lazily (``flush_index``), so the index only ever wakes an actor early or for nothing. The
+scheduler reads due keys from the book and records each outcome in it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import sqlite3
+from collections.abc import Callable, Collection
+
+import anyio
+import structlog
+
+from mailbox_actors.alarms.index import AlarmIndex
+from mailbox_actors.platform.storage.errors import StorageWriteFailed
+
+__all__ = ["INDEX_RETRY_MS", "AlarmBook", "Entry", "Key"]
+
+Key = tuple[str, str]
+INDEX_RETRY_MS = 5_000  # a flush the disk refused is tried again this much later
+
+
+class Entry:
+    __slots__ = ("at", "retry")
+
+    def __init__(self, at: int, retry: int = 0) -> None:
+        self.at = at
+        self.retry = retry
+
+
+class _Sink:
+    """What one actor's storage calls when its alarm changes (``platform.storage.hooks.AlarmSink``)."""
+
+    __slots__ = ("_book", "_key")
+
+    def __init__(self, book: AlarmBook, key: Key) -> None:
+        self._book = book
+        self._key = key
+
+    def before_commit(self, at_ms: int) -> None:
+        self._book.before_commit(self._key, at_ms)
+
+    def committed(self, at_ms: int | None) -> None:
+        self._book.committed(self._key, at_ms)
+
+
+class AlarmBook:
+    """Pending alarms of one node, evicted actors included. ``open`` gives it the index."""
+
+    def __init__(self, now_ms: Callable[[], int]) -> None:
+        self._now = now_ms
+        self._log = structlog.get_logger("mailbox_actors.alarms")
+        self.index: AlarmIndex | None = None
+        self.entries: dict[Key, Entry] = {}
+        self._heap: list[tuple[int, int, Key]] = []
+        self._seq = itertools.count()
+        self._indexed: dict[Key, int] = {}  # what the index file durably holds
+        self._lazy: dict[Key, int | None] = {}  # later-or-deleted changes not yet written
+        self.wake = anyio.Event()  # set when an alarm became the earliest (the real-time loop)
+        self._index_failing = False  # the last flush could not write (a full disk)
+        self.retry_flush_at = 0  # after a failed flush: not before this (the real-time loop)
+
+    def open(self, index: AlarmIndex, alarms: dict[Key, int]) -> None:
+        """Start-up: the opened index and every alarm it (or a scan) knows, overdue ones
+        included (AL-4)."""
+        self.index = index
+        for key, at in alarms.items():
+            self.entries[key] = Entry(at)
+            self._indexed[key] = at
+            self.push(at, key)
+
+    def sink(self, key: Key) -> _Sink:
+        return _Sink(self, key)
+
+    @property
+    def pending_count(self) -> int:
+        return len(self.entries)
+
+    @property
+    def heap_size(self) -> int:
+        """Entries in the heap, stale ones included (AL-5: kept within a multiple of the live)."""
+        return len(self._heap)
+
+    @property
+    def has_lazy(self) -> bool:
+        return bool(self._lazy)
+
+    def push(self, at: int, key: Key) -> None:
+        heapq.heappush(self._heap, (at, next(self._seq), key))
+        if len(self._heap) > 2 * len(self.entries) + 1024:
+            # Moves leave stale entries behind; rebuild before they outnumber the live ones.
+            self._heap = [(e.at, next(self._seq), k) for k, e in self.entries.items()]
+            heapq.heapify(self._heap)
+
+    def put(self, key: Key, at: int, retry: int = 0) -> None:
+        """The key is due at ``at`` (with ``retry`` failed runs behind it)."""
+        e = self.entries.get(key)
+        if e is None:
+            self.entries[key] = Entry(at, retry)
+        else:
+            e.at, e.retry = at, retry
+        self.push(at, key)
+
+    def forget(self, key: Key, *, keep_indexed: bool = False) -> None:
+        """Nothing is stored for the key any more (unless ``keep_indexed``: the index keeps it for
+        a node that serves its namespace)."""
+        self.entries.pop(key, None)
+        if not keep_indexed and key in self._indexed:
+            self._lazy[key] = None
+
+    def before_commit(self, key: Key, at: int) -> None:
+        indexed = self._indexed.get(key)
+        if indexed is None or at < indexed:
+            assert self.index is not None, "an alarm was set before the node opened its index"
+            self._lazy.pop(key, None)
+            try:
+                self.index.put(key, at)
+            except (sqlite3.Error, OSError) as exc:
+                # The index must hear of an earlier alarm before the actor commits it: without
+                # room to write it, the actor's transaction fails too, retryably (OPS-3).
+                raise StorageWriteFailed(f"alarm index: {type(exc).__name__}") from exc
+            self._indexed[key] = at
+
+    def committed(self, key: Key, at: int | None) -> None:
+        if at is None:
+            self.forget(key)
+            return
+        e = self.entries.get(key)
+        if e is None:
+            self.entries[key] = Entry(at)
+        else:
+            e.at, e.retry = at, 0
+        self.push(at, key)
+        if self._indexed.get(key) != at:
+            self._lazy[key] = at
+        if self._heap[0][2] == key:
+            self.wake.set()
+
+    def flush_index(self) -> None:
+        """Write the lazy (later-or-deleted) changes to the index in one transaction."""
+        if not self._lazy or self.index is None:
+            return
+        changes, self._lazy = self._lazy, {}
+        try:
+            self.index.apply(changes)
+        except (sqlite3.Error, OSError) as exc:
+            # OPS-3 (a full disk): the index may only be early, and these changes move entries
+            # later or delete them, so leaving them out is safe; they are tried again at the next
+            # flush, under any change made since.
+            if not self._index_failing:  # once per outage, not once per try
+                self._log.warning("alarm_index_write_failed", changes=len(changes),
+                                  error=type(exc).__name__, retry_every_ms=INDEX_RETRY_MS)
+            self._index_failing = True
+            self._lazy = changes | self._lazy
+            self.retry_flush_at = self._now() + INDEX_RETRY_MS
+            return
+        if self._index_failing:
+            self._index_failing = False
+            self._log.info("alarm_index_write_recovered", changes=len(changes))
+        for key, at in changes.items():
+            if at is None:
+                self._indexed.pop(key, None)
+            else:
+                self._indexed[key] = at
+
+    def next_due_ms(self, running: Collection[Key]) -> int | None:
+        heap = self._heap
+        while heap:
+            at, _, key = heap[0]
+            e = self.entries.get(key)
+            if e is None or e.at != at or key in running:
+                heapq.heappop(heap)
+                continue
+            return at
+        return None
+
+    def pop_due(self, now: int, running: Collection[Key]) -> list[Key]:
+        out: list[Key] = []
+        seen: set[Key] = set()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            at, _, key = heapq.heappop(heap)
+            e = self.entries.get(key)
+            if e is None or e.at != at or key in running or key in seen:
+                continue
+            seen.add(key)
+            out.append(key)
+        return out

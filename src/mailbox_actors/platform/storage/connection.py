@@ -1,0 +1,120 @@
+"""The screened connection under an actor's storage (RT-5, RT-6, RT-7, RT-13, OPS-3): SQLite's
+authorizer applied to user statements, each query split and screened once, the runtime's own
+statements exempt from screening, and errors mapped to the codes of SPEC section 5.
+
+The runtime's statement texts carry a token unique to the connection, so user SQL can never reuse
+their cached, pre-authorised statements. What a statement may do is ``screen``'s and
+``allowlist``'s rule; rows read and written are ``counting``'s; transactions are
+``transactions``'; the API actor code calls is ``sql``'s.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mailbox_actors.platform.storage.counting import RowCounter
+from mailbox_actors.platform.storage.errors import StatementRefused
+from mailbox_actors.platform.storage.limits import Limits
+from mailbox_actors.platform.storage.screen import changes_schema, classify, denial, map_error
+from mailbox_actors.platform.storage.script import split_statements
+from mailbox_actors.wire.errors import LimitExceeded
+
+__all__ = ["ScreenedConnection"]
+
+
+class ScreenedConnection:
+    """One actor file's connection, its authorizer and its runtime-only statements."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits) -> None:
+        self._conn = conn
+        self.path = path
+        self.limits = limits
+        self._token = secrets.token_hex(8)  # makes runtime statement texts unguessable (_sys)
+        self._sys_mode = False
+        self._deny_reason: str | None = None
+        # query text -> (its statements, may write?, changes the schema?), after screening
+        self._plans: dict[str, tuple[tuple[str, ...], bool, bool]] = {}
+        self._counter = RowCounter(lambda q, p: self._sys(q, p), self._token)
+        self._begin = f"BEGIN /*{self._token}*/"
+        self._commit = f"COMMIT /*{self._token}*/"
+        self._rollback = f"ROLLBACK /*{self._token}*/"
+        conn.set_authorizer(self._authorize)
+
+    # ---- screening -------------------------------------------------------------------------
+
+    def _authorize(self, action: int, a1: str | None, a2: str | None, db: str | None,
+                   trigger: str | None) -> int:
+        if self._sys_mode and trigger is None:
+            # A trigger is always user code, even when a runtime statement fires it.
+            return sqlite3.SQLITE_OK
+        if trigger is None:
+            self._counter.note(action, a1, a2)
+        reason = denial(action, a1, a2)
+        if reason is None:
+            return sqlite3.SQLITE_OK
+        self._deny_reason = reason
+        return sqlite3.SQLITE_DENY
+
+    def _plan(self, query: str) -> tuple[tuple[str, ...], bool, bool]:
+        """Split and screen a query once (``script``, ``screen``): its statements, whether any
+        may write, whether any changes the schema. Raises for a refused statement anywhere."""
+        if self._token in query:
+            # The text of a runtime statement: its cached, pre-authorised copy must stay the
+            # runtime's alone.
+            raise StatementRefused("this statement belongs to the runtime")
+        statements = split_statements(query)
+        if len(statements) > 1 and len(query.encode()) > self.limits.max_statement_bytes:
+            raise LimitExceeded("max_statement_bytes", self.limits.max_statement_bytes,
+                                "SQL script longer than the statement limit")
+        writes = ddl = False
+        for stmt in statements:
+            writes = classify(stmt, self.limits) or writes
+            ddl = ddl or changes_schema(stmt)
+        plan = (tuple(statements), writes, ddl)
+        if len(self._plans) < 4096:
+            self._plans[query] = plan
+        return plan
+
+    def _map_error(self, e: sqlite3.Error) -> Exception:
+        denied, self._deny_reason = self._deny_reason, None
+        return map_error(e, self.limits, denied, self._near_size_limit)
+
+    def _near_size_limit(self) -> bool:
+        """Whether the file is within reach of max_database_bytes (the last sixteenth, or the
+        last 64 MiB): then "full" is the actor's own limit, otherwise the disk's (OPS-3)."""
+        try:
+            used = self.database_size
+        except sqlite3.Error:
+            return False
+        limit = self.limits.max_database_bytes
+        return used >= limit - max(64 << 20, limit // 16)
+
+    # ---- the runtime's own statements ------------------------------------------------------
+
+    @property
+    def database_size(self) -> int:
+        """Bytes the database uses: (page_count - freelist_count) * page_size, as workerd counts."""
+        pages = self._sys("PRAGMA page_count").fetchone()[0] - \
+            self._sys("PRAGMA freelist_count").fetchone()[0]
+        size = self._sys("PRAGMA page_size").fetchone()[0]
+        return int(pages * size)
+
+    def file_setting(self, pragma: str) -> Any:
+        """The file's journal_mode or synchronous, which actor SQL may not read (RT-13): for the
+        runtime, operators and tests."""
+        if pragma not in ("journal_mode", "synchronous"):
+            raise ValueError(f"file_setting reads journal_mode or synchronous, not {pragma!r}")
+        return self._sys(f"PRAGMA {pragma}").fetchone()[0]
+
+    def _sys(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Runtime-owned SQL, exempt from screening. Texts carry the connection's token so user
+        SQL can never hit their cached, pre-authorised statements."""
+        self._sys_mode = True
+        try:
+            return self._conn.execute(query, params)
+        finally:
+            self._sys_mode = False

@@ -1,0 +1,100 @@
+"""The runtime's side of one actor's storage: its ``_ma_meta`` keys (out of reach of actor SQL,
+RT-14), the stored alarm as it really is, the alarm run, the output gate (flush, and whether a
+request's implicit writes were kept) and closing.
+
+Actor code holds the ``SqlStorage`` and never this: the runtime's meta writes (owner, schema
+version, erasure, alarm purposes, event sequence) go through here, in the actor's own transactions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mailbox_actors.platform.storage.errors import TransactionRolledBack
+from mailbox_actors.platform.storage.sql import AlarmRun, SqlStorage, TxState
+from mailbox_actors.platform.storage.wipe import is_empty, remove_files
+
+__all__ = ["RuntimeStorage"]
+
+
+class RuntimeStorage:
+    """One actor's storage as the runtime uses it; ``sql`` is what the actor's code gets."""
+
+    __slots__ = ("sql",)
+
+    def __init__(self, sql: SqlStorage) -> None:
+        self.sql = sql
+
+    # ---- meta ------------------------------------------------------------------------------
+
+    def meta(self, keys: Sequence[str]) -> dict[str, str]:
+        """The stored values of ``keys`` (absent ones left out). The runtime's keys are written
+        into the text, not bound: the actor's bound-parameter limit may be lower than their
+        number, and the same text reuses one cached statement."""
+        quoted = ", ".join("'" + k.replace("'", "''") + "'" for k in keys)
+        rows = self.sql._runtime_exec(f"SELECT k, v FROM _ma_meta WHERE k IN ({quoted})")
+        return {k: v for k, v in rows}
+
+    def meta_range(self, start: str, end: str) -> dict[str, str]:
+        """Every meta key in ``[start, end)``, with its value."""
+        rows = self.sql._runtime_exec("SELECT k, v FROM _ma_meta WHERE k >= ? AND k < ?",
+                                      (start, end))
+        return {k: v for k, v in rows}
+
+    def put_meta(self, key: str, value: str) -> None:
+        self.sql._runtime_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES (?, ?)",
+                               (key, value))
+
+    def delete_meta(self, key: str, only_if: str | None = None) -> None:
+        """Delete ``key`` (only while it still holds ``only_if``, when given)."""
+        if only_if is None:
+            self.sql._runtime_exec("DELETE FROM _ma_meta WHERE k = ?", (key,))
+        else:
+            self.sql._runtime_exec("DELETE FROM _ma_meta WHERE k = ? AND v = ?", (key, only_if))
+
+    # ---- the alarm as stored ---------------------------------------------------------------
+
+    def stored_alarm(self) -> int | None:
+        """The alarm as stored, even while the handler runs."""
+        return self.sql._alarm
+
+    def begin_alarm_run(self) -> AlarmRun:
+        """The handler starts: ``get_alarm()`` reads None until ``end_alarm_run`` (AL-3)."""
+        run = self.sql._alarm_run = AlarmRun()
+        return run
+
+    def end_alarm_run(self) -> None:
+        self.sql._alarm_run = None
+
+    @property
+    def alarm_run(self) -> AlarmRun | None:
+        return self.sql._alarm_run
+
+    # ---- the output gate -------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Commit the implicit transaction, if one is open: nothing leaves before its writes."""
+        self.sql._flush()
+
+    def check_writes(self, generations: Sequence[int]) -> None:
+        """Raise if SQLite rolled back an implicit transaction these writes went into (never
+        acknowledge a write that was not stored)."""
+        if self.sql._writes_lost(generations):
+            raise TransactionRolledBack(None)
+
+    # ---- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit anything pending and close the file (removing it after a ``delete_all`` that
+        nothing was written after)."""
+        sql = self.sql
+        remove = False
+        try:
+            if sql._depth == 0:
+                if sql._state is TxState.IMPLICIT:
+                    sql._flush()
+                remove = sql.wiped and is_empty(lambda q: sql._sys(f"{q} /*{sql._token}*/"))
+        finally:
+            sql._conn.close()
+        if remove:
+            remove_files(sql.path)

@@ -1,0 +1,247 @@
+"""An actor storage's transactions (RT-4, RT-5, AL-1): explicit ones (``transaction_sync``, with
+savepoints when nested), the implicit one that writes outside them coalesce into (committed at the
+next turn of the event loop, or when a reply is about to leave), and what happens when SQLite ends
+one itself. The stored alarm is kept here too, because it commits and rolls back with them.
+
+The state between statements is typed (``TxState``), as is the alarm handler's run (``AlarmRun``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Self, TypeVar
+
+from mailbox_actors.platform.storage.connection import ScreenedConnection
+from mailbox_actors.platform.storage.errors import StorageCorrupt, TransactionRolledBack
+from mailbox_actors.platform.storage.hooks import (
+    AlarmSink,
+    NoAlarmSink,
+    NoTransactionHooks,
+    TransactionHooks,
+)
+from mailbox_actors.platform.storage.limits import Limits
+
+__all__ = ["AlarmRun", "Transactions", "TxState"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class TxState(enum.Enum):
+    """Where the connection stands between statements."""
+
+    NONE = "none"          # no transaction open
+    IMPLICIT = "implicit"  # writes outside transaction_sync, committing at the next loop turn
+    EXPLICIT = "explicit"  # inside transaction_sync (savepoints nest within it)
+    ENDED = "ended"        # inside transaction_sync, but SQLite rolled it all back: every
+    #                        statement and the commit raise TransactionRolledBack
+
+
+class AlarmRun:
+    """While the alarm handler runs: ``get_alarm()`` is None (AL-3) and the storage notes whether
+    the handler set the alarm (then the host must keep it)."""
+
+    __slots__ = ("set_in_handler",)
+
+    def __init__(self) -> None:
+        self.set_in_handler = False
+
+
+class Transactions(ScreenedConnection):
+    """The transaction state of one actor's connection, and its stored alarm."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits,
+                 now_ms: Callable[[], int], *, hooks: TransactionHooks | None = None,
+                 alarm_sink: AlarmSink | None = None) -> None:
+        super().__init__(conn, path, limits)
+        self._now = now_ms
+        self._hooks: TransactionHooks = hooks or NoTransactionHooks()
+        self._alarm_sink: AlarmSink = alarm_sink or NoAlarmSink()
+        self._state = TxState.NONE
+        self._depth = 0  # transaction_sync nesting: 1 is the transaction, more are savepoints
+        self._ended_by: BaseException | None = None  # TxState.ENDED: what SQLite ended it with
+        self._txn_now: int | None = None
+        self._alarm: int | None = None
+        self._alarm_dirty = False
+        self._alarm_run: AlarmRun | None = None
+        self._gen = 0  # the current (or last) implicit transaction
+        self._lost: set[int] = set()  # implicit transactions SQLite rolled back
+        self._alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{self._token}*/"
+        try:
+            self._read_alarm()  # the token in the text keeps user SQL off this cached statement
+        except sqlite3.DatabaseError as e:
+            raise StorageCorrupt(type(e).__name__) from e
+
+    def _before_write(self) -> None:
+        """A write is about to run: refuse it inside a transaction SQLite already ended; outside
+        transaction_sync, join (or open) the implicit transaction and tell the request."""
+        state = self._state
+        if state is TxState.EXPLICIT:
+            return
+        if state is TxState.ENDED:
+            raise TransactionRolledBack(self._ended_by)
+        if state is TxState.NONE:
+            self._open_implicit()
+        self._hooks.joined_implicit(self._gen)
+
+    def _run(self, statement: Callable[[], R]) -> R:
+        """Run one statement; if SQLite ended the whole transaction with it, remember that."""
+        if self._state is TxState.ENDED:
+            raise TransactionRolledBack(self._ended_by)
+        try:
+            return statement()
+        except sqlite3.Error as e:
+            mapped = self._map_error(e)
+            if not self._conn.in_transaction:  # disk full, OR ROLLBACK, RAISE(ROLLBACK)
+                if self._state is TxState.EXPLICIT:
+                    self._state, self._ended_by = TxState.ENDED, mapped
+                elif self._state is TxState.IMPLICIT:
+                    self._state = TxState.NONE
+                    self._lost.add(self._gen)
+                    self._reload_alarm()
+            raise mapped from e
+
+    def now_ms(self) -> int:
+        """The clock, frozen for the length of a transaction (RT-12)."""
+        return self._txn_now if self._txn_now is not None else self._now()
+
+    @property
+    def in_transaction(self) -> bool:
+        """Inside ``transaction_sync``."""
+        return self._depth > 0
+
+    def transaction_sync(self, fn: Callable[[Self], T]) -> T:
+        """Run ``fn(sql)`` in a transaction: commit when it returns, roll back when it raises.
+
+        Nested calls become savepoints. ``fn`` must be synchronous.
+        """
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError("transaction_sync takes a synchronous function, not a coroutine "
+                            "function: no await may happen inside a transaction")
+        if self._depth:
+            return self._savepoint(fn)
+        self._hooks.before_transaction()
+        if self._state is TxState.IMPLICIT:
+            self._flush()
+        self._sys(self._begin)
+        self._depth, self._state = 1, TxState.EXPLICIT
+        self._txn_now = self._now()
+        run = self._alarm_run
+        set_in_handler = run is not None and run.set_in_handler  # a rollback undoes a set_alarm
+        try:
+            result = self._call(fn)
+            if self._state is TxState.ENDED:  # fn went on after SQLite ended the transaction
+                raise TransactionRolledBack(self._ended_by)
+        except BaseException:
+            self._end_explicit()
+            if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
+                self._sys(self._rollback)
+            self._reload_alarm()
+            if run is not None:
+                run.set_in_handler = set_in_handler
+            raise
+        self._end_explicit()
+        try:
+            self._sys(self._commit)
+        except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
+            if self._conn.in_transaction:
+                self._sys(self._rollback)
+            self._reload_alarm()
+            if run is not None:
+                run.set_in_handler = set_in_handler
+            raise self._map_error(e) from e
+        self._after_commit()
+        return result
+
+    def _end_explicit(self) -> None:
+        self._depth, self._state = 0, TxState.NONE
+        self._txn_now = None
+        self._ended_by = None
+
+    def _call(self, fn: Callable[[Self], T]) -> T:
+        result = fn(self)
+        if inspect.iscoroutine(result):
+            result.close()
+            raise TypeError("transaction_sync's function returned a coroutine; it must be "
+                            "synchronous")
+        return result
+
+    def _savepoint(self, fn: Callable[[Self], T]) -> T:
+        name = f"_ma_sp{self._depth}"
+        self._sys(f"SAVEPOINT {name} /*{self._token}*/")
+        self._depth += 1
+        run = self._alarm_run
+        set_in_handler = run is not None and run.set_in_handler
+        try:
+            result = self._call(fn)
+            if self._state is TxState.ENDED:  # the whole transaction is gone, not just this part
+                raise TransactionRolledBack(self._ended_by)
+        except BaseException:
+            self._depth -= 1
+            if self._conn.in_transaction:
+                self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
+                self._sys(f"RELEASE {name} /*{self._token}*/")
+            if self._alarm_dirty:  # the savepoint may have undone an alarm change; the outer
+                self._read_alarm()  # transaction still reports whatever it ends with
+            if run is not None:
+                run.set_in_handler = set_in_handler
+            raise
+        self._depth -= 1
+        self._sys(f"RELEASE {name} /*{self._token}*/")
+        return result
+
+    # Writes outside transaction_sync coalesce into one implicit transaction that commits at the
+    # next turn of the event loop, or earlier when a reply is about to leave (the output gate).
+    def _open_implicit(self) -> None:
+        self._hooks.before_transaction()  # RPC-5 holds for implicit transactions too
+        self._sys(self._begin)
+        self._state = TxState.IMPLICIT
+        self._gen += 1
+        if len(self._lost) > 1000:  # only the transactions of requests still running matter
+            self._lost = {g for g in self._lost if g > self._gen - 1000}
+        try:
+            asyncio.get_running_loop().call_soon(self._flush)
+        except RuntimeError:  # no loop: the caller must flush (the runtime always does)
+            pass
+
+    def _flush(self) -> None:
+        """Commit the implicit transaction, if one is open (the output gate)."""
+        if self._state is not TxState.IMPLICIT:
+            return
+        self._state = TxState.NONE
+        if not self._conn.in_transaction:  # SQLite rolled it back itself
+            self._lost.add(self._gen)
+            self._reload_alarm()
+            return
+        try:
+            self._sys(self._commit)
+        except sqlite3.Error as e:
+            self._lost.add(self._gen)
+            if self._conn.in_transaction:
+                self._sys(self._rollback)
+            self._reload_alarm()
+            raise self._map_error(e) from e
+        self._after_commit()
+
+    def _writes_lost(self, generations: Sequence[int]) -> bool:
+        return any(g in self._lost for g in generations)
+
+    def _after_commit(self) -> None:
+        if self._alarm_dirty:
+            self._alarm_dirty = False
+            self._alarm_sink.committed(self._alarm)
+
+    def _reload_alarm(self) -> None:
+        """After a rollback: the stored alarm is again what the file says."""
+        if self._alarm_dirty:
+            self._alarm_dirty = False
+            self._read_alarm()
+
+    def _read_alarm(self) -> None:
+        row = self._sys(self._alarm_sql).fetchone()
+        self._alarm = row[0] if row else None

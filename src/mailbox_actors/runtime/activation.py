@@ -1,0 +1,91 @@
+"""One live actor on the host's side (RT-2, RT-8, RT-10): its file opened, its meta read, its
+migrations applied, its context and object made, and the counters the host schedules it by.
+
+Opening builds everything in one order, each part handed what it needs when it is made: the
+storage (told the request scope and the alarm scheduler), the owner, the input gate, the context,
+then the object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
+from mailbox_actors.platform.storage.opening import open_storage
+from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.context import ActorContext, ActorEnv
+from mailbox_actors.runtime.gates import InputGate
+from mailbox_actors.runtime.migrations import SCHEMA_VERSION_KEY, apply_migrations
+from mailbox_actors.runtime.owner import OWNER_META_KEYS, Owner
+from mailbox_actors.runtime.settings import RuntimeSettings
+
+__all__ = ["Activation", "Key", "open_activation"]
+
+Key = tuple[str, str]
+
+
+class Activation:
+    """A live actor: its object, context, storage, gate and owner, and what the host counts."""
+
+    __slots__ = ("actor", "alarm_running", "closed", "cls", "ctx", "gate", "id", "key",
+                 "last_used_ms", "namespace", "owner", "pending", "runtime_storage")
+
+    def __init__(self, cls: type[Actor[Any]], object_id: str, storage: RuntimeStorage,
+                 owner: Owner, gate: InputGate, ctx: ActorContext, actor: Actor[Any]) -> None:
+        self.cls = cls
+        self.namespace = cls.namespace
+        self.id = object_id
+        self.key: Key = (cls.namespace, object_id)
+        self.runtime_storage = storage
+        self.owner = owner
+        self.gate = gate
+        self.ctx = ctx
+        self.actor = actor
+        self.pending = 0  # requests and alarm runs admitted and not finished (RT-10)
+        self.alarm_running = False
+        self.closed = False
+        self.last_used_ms = 0
+
+    @property
+    def storage(self) -> SqlStorage:
+        """The storage as the actor's code sees it (for tests that look inside an actor)."""
+        return self.ctx.storage
+
+    def scheduled(self) -> dict[str, int]:
+        """The actor's alarm purposes and when each is due."""
+        return self.ctx.scheduled()
+
+    @property
+    def idle(self) -> bool:
+        return self.pending == 0 and not self.alarm_running and not self.gate.closed
+
+
+def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create: bool,
+                    settings: RuntimeSettings, clock: Clock, hooks: TransactionHooks,
+                    alarm_sink: AlarmSink, env: ActorEnv, metrics: Any, log: Any,
+                    on_reset: Callable[[], None]) -> Activation | None:
+    """Open the actor's file and build its activation (None: no such object and not ``create``).
+    Whatever fails after the file opened closes it again."""
+    sql = open_storage(path, create=create, durability=settings.durability,
+                       limits=settings.limits, now_ms=clock.now_ms, hooks=hooks,
+                       alarm_sink=alarm_sink)
+    if sql is None:
+        return None
+    storage = RuntimeStorage(sql)
+    try:
+        meta = storage.meta((SCHEMA_VERSION_KEY, *OWNER_META_KEYS))
+        owner = Owner(meta, kind=cls.owner_kind, namespace=cls.namespace, object_id=object_id,
+                      not_found=cls.not_found, metrics=metrics, log=log)
+        version = apply_migrations(storage, cls.migrations, int(meta.get(SCHEMA_VERSION_KEY, "0")))
+        gate = InputGate(clock, on_reset)
+        ctx = ActorContext(namespace=cls.namespace, object_id=object_id, storage=storage,
+                           owner=owner, gate=gate, schema_version=version, env=env)
+        return Activation(cls, object_id, storage, owner, gate, ctx, cls(ctx))
+    except BaseException:
+        storage.close()
+        raise

@@ -1,0 +1,95 @@
+"""Alarm runs on the host's side (AL-2, AL-3, AL-4, RT-12): one wake of one live actor.
+
+A run waits for the input gate, serves its own request scope (a fresh ``req_`` id that every log
+line and every actor call it makes carries; no deadline), hides the alarm from the handler while
+it runs, and then either clears the fired alarm (success, unless the handler set another) or
+leaves it for the scheduler's retry. Actors that do not override ``alarm`` get their due
+``alarm_purposes`` run instead. Which actor, and whether the wake is due, is the host's call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.runtime import outbox, purposes
+from mailbox_actors.runtime.activation import Activation
+from mailbox_actors.runtime.actor import AlarmInfo, handles_alarm_itself
+from mailbox_actors.runtime.scope import RequestScope, entered
+from mailbox_actors.wire.errors import MailboxActorsError
+
+__all__ = ["ABANDONED_PURPOSE_RETRY_MS", "abandon", "not_runnable", "run"]
+
+ABANDONED_PURPOSE_RETRY_MS = 64_000  # a purpose whose runs were abandoned is tried again then
+
+
+def not_runnable(act: Activation, force: bool, now_ms: int) -> AlarmResult | None:
+    """Why this wake runs nothing (no alarm, not due, a run under way), or None: run it."""
+    stored = act.runtime_storage.stored_alarm()
+    if stored is None:
+        return AlarmResult(AlarmOutcome.GONE, None)
+    if stored > now_ms and not force:
+        return AlarmResult(AlarmOutcome.LATER, stored)
+    if act.alarm_running:
+        return AlarmResult(AlarmOutcome.BUSY, stored)
+    return None
+
+
+async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: Clock,
+              event_sink: outbox.EventSink, log: Any) -> AlarmResult:
+    """Run the actor's alarm handler once (the host has admitted the run)."""
+    storage = act.runtime_storage
+    stored = storage.stored_alarm()
+    assert stored is not None, "not_runnable let through a wake without an alarm"
+    if act.gate.closed:
+        await act.gate.wait_open(None)
+    ok = False
+    with entered(scope):
+        alarm_run = storage.begin_alarm_run()
+        try:
+            if handles_alarm_itself(act.actor):
+                await act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
+            else:
+                await purposes.run_due(
+                    storage, act.actor, act.cls.alarm_purposes, now_ms=clock.now_ms(),
+                    dispatch_outbox=lambda: outbox.dispatch(storage.sql, event_sink,
+                                                            act.namespace, act.id),
+                    still_open=lambda: not act.closed, log=log, namespace=act.namespace)
+            ok = True
+        except Exception as e:
+            log.warning("alarm_handler_failed", namespace=act.namespace, object_id=act.id,
+                        retry_count=retry_count, error=type(e).__name__, reason=str(e)[:200])
+        finally:
+            storage.end_alarm_run()
+    if act.closed:
+        return AlarmResult(AlarmOutcome.FAILED, None)
+    storage.flush()
+    try:
+        storage.check_writes(scope.writes)
+    except MailboxActorsError:
+        # SQLite rolled back what the handler wrote (and any alarm it set): a failed run,
+        # retried with backoff, not a success that loses its writes.
+        log.warning("alarm_handler_writes_rolled_back", namespace=act.namespace,
+                    object_id=act.id, retry_count=retry_count)
+        ok = False
+    if ok and not alarm_run.set_in_handler and storage.stored_alarm() == stored:
+        storage.sql.delete_alarm()
+        storage.flush()
+    return AlarmResult(AlarmOutcome.DONE if ok else AlarmOutcome.FAILED, storage.stored_alarm())
+
+
+def abandon(act: Activation, fired_ms: int | None, now_ms: int) -> int | None:
+    """After the last retry: clear the alarm unless something set a new one meanwhile, or
+    purposes are still pending (then it is re-armed). Returns the alarm stored after it."""
+    storage = act.runtime_storage
+    if fired_ms is None or storage.stored_alarm() == fired_ms:
+        pending = purposes.scheduled(storage)
+        if pending:
+            # Purposes are still recorded (the outbox, maintenance): the actor's only alarm
+            # must stay, or nothing would ever run them again. Give up on this run only.
+            storage.sql.set_alarm(max(min(pending.values()), now_ms + ABANDONED_PURPOSE_RETRY_MS))
+        else:
+            storage.sql.delete_alarm()
+        storage.flush()
+    return storage.stored_alarm()

@@ -1,0 +1,98 @@
+"""The input and output gates of an actor (RT-4), as workerd's io-gate has them.
+
+The input gate is ``block_concurrency_while``: while one runs, no other request or alarm run is
+delivered to the actor; they wait in arrival order (a request only until its deadline, RPC-5). If
+the critical section raises, the gate is reset (the host drops the activation, keeping its storage)
+and every waiter is answered ``unavailable``. The output gate holds a reply, or a call to another
+actor, until the writes before it have committed, and refuses to let it leave as a success when
+SQLite rolled those writes back.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import TypeVar
+
+import anyio
+
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+from mailbox_actors.runtime.scope import RequestScope
+from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError
+
+__all__ = ["InputGate", "output_gate"]
+
+T = TypeVar("T")
+
+# The gates whose critical section the current task is inside (its own nested calls go in).
+_held: ContextVar[tuple[int, ...]] = ContextVar("mailbox_actors_gates_held", default=())
+
+
+class InputGate:
+    """One activation's ``block_concurrency_while``."""
+
+    __slots__ = ("_clock", "_depth", "_on_failure", "_reset", "_waiters")
+
+    def __init__(self, clock: Clock, on_failure: Callable[[], None]) -> None:
+        self._clock = clock
+        self._on_failure = on_failure  # the host drops the activation (storage kept)
+        self._depth = 0
+        self._waiters: deque[anyio.Event] = deque()
+        self._reset = False
+
+    @property
+    def closed(self) -> bool:
+        """A critical section is running."""
+        return self._depth > 0
+
+    async def hold(self, fn: Callable[[], Awaitable[T]], deadline_ms: int | None) -> T:
+        """Run ``fn`` with the gate closed. A task already inside this gate goes straight in; one
+        that is not waits for the running section first (until ``deadline_ms``)."""
+        inside = _held.get()
+        if id(self) not in inside:
+            await self.wait_open(deadline_ms)  # returns with the gate open: no await between
+        held = _held.set((*inside, id(self)))  # that and closing it here
+        self._depth += 1
+        try:
+            return await fn()
+        except BaseException:
+            self._reset = True
+            self._on_failure()
+            raise
+        finally:
+            _held.reset(held)
+            self._depth -= 1
+            if not self._depth or self._reset:
+                self._open()
+
+    def _open(self) -> None:
+        waiters, self._waiters = self._waiters, deque()
+        for ev in waiters:
+            ev.set()
+
+    async def wait_open(self, deadline_ms: int | None) -> None:
+        """Wait, in arrival order, until no critical section runs. A request whose deadline
+        passes while it waits is answered ``timeout`` without running (RPC-5); one queued on a
+        gate that was reset, ``unavailable``."""
+        clock = self._clock
+        while self._depth:
+            ev = anyio.Event()
+            self._waiters.append(ev)
+            await clock.sleep_until(None if deadline_ms is None else deadline_ms + 1, ev)
+            if self._reset:
+                raise MailboxActorsError(ErrorCode.UNAVAILABLE,
+                                         "the actor was reset while the request was queued")
+            if deadline_ms is not None and clock.now_ms() > deadline_ms:
+                if ev in self._waiters:
+                    self._waiters.remove(ev)
+                raise DeadlineExceeded("the deadline passed while the request was queued")
+
+
+def output_gate(storage: RuntimeStorage, scope: RequestScope) -> None:
+    """Before a reply or an outgoing call leaves: commit the implicit writes it follows, and raise
+    if SQLite rolled back any of the scope's (never acknowledge a write that was not stored)."""
+    storage.flush()
+    if scope.writes:
+        storage.check_writes(scope.writes)

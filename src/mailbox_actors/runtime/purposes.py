@@ -1,0 +1,97 @@
+"""Alarm purposes (AL-2): many timed purposes of one actor multiplexed onto its one alarm.
+
+``alarm:{purpose}`` keys in ``meta`` record when each purpose is due; scheduling one lowers the
+alarm to it. The default alarm run calls each due purpose's method (the outbox's is the runtime's
+own), clears it, and re-arms the alarm to the earliest purpose still pending. The rules are
+``core.alarm_purposes``'; this module reads and writes the actor's storage for them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from mailbox_actors.core.alarm_purposes import (
+    alarm_after_schedule,
+    due_purposes,
+    earliest,
+    meta_key,
+)
+from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.runtime import outbox
+
+__all__ = ["cancel", "rearm", "run_due", "schedule", "scheduled"]
+
+
+def schedule(storage: RuntimeStorage, purpose: str, at_ms: int) -> None:
+    """Record ``alarm:{purpose}`` and lower the alarm to it when earlier. Commits with the
+    surrounding transaction."""
+    storage.put_meta(meta_key(purpose), str(at_ms))
+    sql = storage.sql
+    current = sql.get_alarm()
+    new = alarm_after_schedule(current, at_ms)
+    if new != current:
+        sql.set_alarm(new)
+
+
+def cancel(storage: RuntimeStorage, purpose: str) -> None:
+    storage.delete_meta(meta_key(purpose))
+
+
+def scheduled(storage: RuntimeStorage) -> dict[str, int]:
+    """Every purpose recorded, with when it is due."""
+    return {k[6:]: int(v) for k, v in storage.meta_range("alarm:", "alarm;").items()}
+
+
+async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str], *, now_ms: int,
+                  dispatch_outbox: Callable[[], Awaitable[None]], still_open: Callable[[], bool],
+                  log: Any, namespace: str) -> None:
+    """Run each due purpose's method, earliest first; then re-arm to the earliest pending.
+
+    A purpose stays recorded while its method runs, so a crash or an exception leaves it due
+    and the retry (or the restarted node) runs it again; it is cleared after its method
+    returns, unless the method re-scheduled it. The alarm is re-armed even when a method
+    raises, so the retry finds it due.
+    """
+    pending = scheduled(storage)
+    sql = storage.sql
+    try:
+        for purpose in due_purposes(pending, now_ms):
+            method_name = methods.get(purpose)
+            if method_name is None and purpose != outbox.OUTBOX_PURPOSE:
+                log.warning("alarm_purpose_unknown", namespace=namespace, purpose=purpose)
+            elif method_name is None:  # the runtime's own purpose
+                await dispatch_outbox()
+            else:
+                await getattr(actor, method_name)()
+            sql.transaction_sync(functools.partial(
+                _clear, storage, purpose, pending[purpose], method_name is None))
+    finally:
+        if still_open():
+            sql.transaction_sync(lambda _tx: rearm(storage))
+
+
+def _clear(storage: RuntimeStorage, purpose: str, ran_at: int, runtime_outbox: bool,
+           tx: SqlStorage) -> None:
+    if purpose == outbox.OUTBOX_PURPOSE and runtime_outbox and outbox.has_undispatched(tx):
+        schedule(storage, outbox.OUTBOX_PURPOSE, tx.now_ms())  # events emitted while it ran
+        return
+    storage.delete_meta(meta_key(purpose), only_if=str(ran_at))
+
+
+def rearm(storage: RuntimeStorage) -> None:
+    """Point the alarm at the earliest purpose still pending (inside a transaction)."""
+    sql = storage.sql
+    nxt = earliest(scheduled(storage))
+    current = storage.stored_alarm()
+    run = storage.alarm_run
+    if nxt is None:
+        if current is not None and run is None:
+            sql.delete_alarm()
+        # inside the handler the host clears the fired alarm once the handler succeeds
+    elif nxt != current:
+        sql.set_alarm(nxt)
+    elif run is not None:
+        run.set_in_handler = True  # still due as stored: the host must keep it
