@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
+from mail_traffic import MailStats, send_mail
 
 from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.control_ops import create_domain, create_identity
@@ -25,6 +26,7 @@ from mailbox_actors.platform.logging import configure_logging
 from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, verify
+from mailbox_actors.wire.control import Identity
 from mailbox_actors.wire.domain import DomainStatus, ExpectedRecords
 from mailbox_actors.wire.mailbox import MailboxStatus
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
@@ -54,6 +56,7 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
     db = ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
     async with Client.from_data_dir(data) as client, db:
         quotas: list[tuple[str, str]] = []
+        senders: list[tuple[Identity, str]] = []
         known = {t.name: t for t in await db.list_tenants()}  # a second run reuses them
         hook = f"http://127.0.0.1:{port}/events"
         for t in range(tenants):
@@ -82,6 +85,7 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
                   f"(schema {status['schema_version']}), quota {qid[:12]}..., domain {domain}",
                   flush=True)
             quotas.append((tenant, qid))
+            senders.append((identity, domain))
 
         await show_domains(db, client, [tenant for tenant, _ in quotas])
 
@@ -119,13 +123,18 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
                 print(f"{time.monotonic() - started:6.1f}s  {total - last:6d} calls/s  "
                       f"granted {granted}  rate_limited {limited}  errors {errors}  "
                       f"tenant-0 minute {usage['minute_used']}/{usage['minute_limit']}  "
-                      f"webhook events {len(events)}", flush=True)
+                      f"webhook events {len(events)}  mail submitted {mail.submitted} "
+                      f"{mail.final}", flush=True)
                 last = total
 
+        mail = MailStats()
         async with anyio.create_task_group() as tg:
             for w in range(concurrency):
                 tg.start_soon(worker, w)
             tg.start_soon(reporter)
+            # tenant-0's quota fills with the workers' reservations: its mail shows a full
+            # window delaying dispatch (never dropping it).
+            tg.start_soon(send_mail, client, senders, mail, stop_at)
     await receiver.stop()
 
 

@@ -73,6 +73,20 @@ def start_dns(data: Path) -> tuple[subprocess.Popen[str], int]:
     return proc, int(line.split()[1])
 
 
+def start_smtp_sink() -> tuple[subprocess.Popen[str], int]:
+    """An SMTP sink on loopback (mailbox_actors.testing.smtp: aiosmtpd, accepts everything, keeps
+    nothing) that the cluster's SMTP transport relays to, and its port."""
+    proc = subprocess.Popen([sys.executable, "-m", "mailbox_actors.testing.smtp"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("port "):
+        raise SystemExit("run: the loopback SMTP sink did not start")
+    print(f"run: SMTP sink on 127.0.0.1:{line.split()[1]} (the cluster's transport relays there)",
+          flush=True)
+    return proc, int(line.split()[1])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--data", default="./data")
@@ -83,12 +97,16 @@ def main() -> int:
     data = Path(a.data).resolve()
     (data / "cluster.json").unlink(missing_ok=True)
     dns, dns_port = start_dns(data)
+    sink, sink_port = start_smtp_sink()
     sup = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "cluster", "--nodes",
                             str(a.nodes), "--data", str(data), "--port", str(a.port),
                             "--log-level", "warning",
                             # DomainMonitor asks the loopback DNS server that serves the example
                             # domains (DM-1): the resolver is pointed at it by settings.
-                            "--dns-nameservers", "127.0.0.1", "--dns-port", str(dns_port)])
+                            "--dns-nameservers", "127.0.0.1", "--dns-port", str(dns_port),
+                            # Submitted mail leaves through SMTP to the loopback sink (CA-14).
+                            "--transport", "smtp", "--smtp-host", "127.0.0.1",
+                            "--smtp-port", str(sink_port)])
     host = None
     try:
         if not wait_for_cluster(data, sup):
@@ -112,8 +130,9 @@ def main() -> int:
                     proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-        dns.terminate()  # the DNS server, by its pid
-        dns.wait(timeout=10)
+        for server in (dns, sink):  # the DNS server and the SMTP sink, by their pids
+            server.terminate()
+            server.wait(timeout=10)
         print("run: stopped", flush=True)
 
 
