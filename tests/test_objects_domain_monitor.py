@@ -295,3 +295,23 @@ async def test_every_hostile_zone_is_checked_end_to_end_without_an_error(
             assert all(r["code"] and r["message"] for r in reply["results"]), case
             st = await status(rt, mid)
             assert st["state"] in ("pending", "verified") and len(st["results"]) == 4, case
+
+
+async def test_a_manual_check_ends_within_its_request_deadline(dns: LoopbackDns,
+                                                               tmp_path: Path) -> None:
+    """DM-2, DM-5 (RPC-5): with nameservers that never answer and resolver timeouts longer than
+    the request's deadline, ``check`` still answers ok before the deadline: what did not come back
+    in time is unknown (dns_timeout), and the state does not move."""
+    publish(dns)
+    for name in (DOMAIN, f"_dmarc.{DOMAIN}", f"s1._domainkey.{DOMAIN}"):
+        dns.silence(name)
+    settings = DnsSettings(nameservers=(dns.host,), port=dns.port, timeout_ms=5_000, attempts=3)
+    async with TestRuntime(tmp_path, dns=settings) as rt:
+        mid = rt.id_from_name("domain_monitor", DOMAIN)
+        await rt.call("domain_monitor", mid, DomainInit(domain=DOMAIN, expected=EXPECTED),
+                      tenant_id="t1")
+        reply = await rt.call("domain_monitor", mid, DomainCheck(), tenant_id="t1",
+                              deadline_ms=rt.now_ms() + 1_000)
+        assert reply["state"] == "pending" and reply["verdict"] == "unknown"
+        assert {r["code"] for r in reply["results"]} == {"dns_timeout"}
+        assert all("deadline" in r["message"] for r in reply["results"])

@@ -9,6 +9,7 @@ unknown answer, so ``alarm:check`` always re-arms.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from mailbox_actors.core.dns.spf import evaluate_spf
 from mailbox_actors.objects.domain_monitor.setup import LAST_CHECKS, load_expected
 from mailbox_actors.platform.dns.resolver import RESOLVER, Resolver
 from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.runtime.actor import current_deadline
 from mailbox_actors.wire.domain import (
     CheckReply,
     CheckRun,
@@ -45,6 +47,7 @@ __all__ = ["SPF_ROUNDS", "ask_all", "check_now", "evaluate"]
 
 SPF_ROUNDS = 12  # an SPF tree within the lookup limit needs at most 11 rounds
 _ENC = msgspec.json.Encoder()
+_MARGIN_MS = 500
 
 
 async def _ask(resolver: Resolver, q: Query, into: dict[Query, Answer]) -> None:
@@ -54,26 +57,35 @@ async def _ask(resolver: Resolver, q: Query, into: dict[Query, Answer]) -> None:
         into[q] = Answer(q[0], q[1], Outcome.ERROR, detail=f"resolver raised {type(e).__name__}")
 
 
-async def ask_all(resolver: Resolver, queries: Iterable[Query],
-                  answers: dict[Query, Answer]) -> None:
-    async with anyio.create_task_group() as tg:
-        for q in dict.fromkeys(queries):
-            if q not in answers:
+async def ask_all(resolver: Resolver, queries: Iterable[Query], answers: dict[Query, Answer],
+                  stop_at: float = math.inf) -> None:
+    """Ask every query not answered yet, concurrently; one still out at ``stop_at`` (event-loop
+    time) is a TIMEOUT answer, so a check always ends within its request's deadline."""
+    wanted = [q for q in dict.fromkeys(queries) if q not in answers]
+    with anyio.move_on_at(stop_at):
+        async with anyio.create_task_group() as tg:
+            for q in wanted:
                 tg.start_soon(_ask, resolver, q, answers)
+    for q in wanted:
+        if q not in answers:
+            answers[q] = Answer(q[0], q[1], Outcome.TIMEOUT,
+                                detail="the check's request deadline came first")
 
 
-async def evaluate(resolver: Resolver, domain: str, expected: ExpectedRecords) -> list[RecordCheck]:
-    """Every check's verdict for the domain now (DM-2)."""
+async def evaluate(resolver: Resolver, domain: str, expected: ExpectedRecords,
+                   budget_s: float | None = None) -> list[RecordCheck]:
+    """Every check's verdict for the domain now (DM-2), within ``budget_s`` seconds if given."""
+    stop_at = math.inf if budget_s is None else anyio.current_time() + budget_s
     answers: dict[Query, Answer] = {}
     dkim_q = dkim_query(domain, expected.dkim_selector) if expected.dkim_selector else None
     first = [mx_query(domain), dmarc_query(domain), *([dkim_q] if dkim_q else [])]
     plan = evaluate_spf(domain, expected.spf_include, answers)
-    await ask_all(resolver, [*first, *plan.queries], answers)
+    await ask_all(resolver, [*first, *plan.queries], answers, stop_at)
     for _ in range(SPF_ROUNDS):
         plan = evaluate_spf(domain, expected.spf_include, answers)
         if plan.result is not None:
             break
-        await ask_all(resolver, plan.queries, answers)
+        await ask_all(resolver, plan.queries, answers, stop_at)
     spf = plan.result or unknown("spf", "spf_incomplete",
                                  f"the SPF records of {domain} needed more than {SPF_ROUNDS} "
                                  "rounds of lookups; the check is retried")
@@ -83,6 +95,15 @@ async def evaluate(resolver: Resolver, domain: str, expected: ExpectedRecords) -
                                   expected.dkim_selector, expected.dkim_key))
     results.append(check_dmarc(answers[dmarc_query(domain)]))
     return results
+
+
+def _budget_s(actor: DomainMonitor) -> float | None:
+    """How long DNS may take: the request's deadline less a margin for the transaction (an alarm
+    run has no deadline: the resolver's own timeouts bound it)."""
+    deadline = current_deadline.get()
+    if deadline is None:
+        return None
+    return max(0.0, (deadline - actor.ctx.host.clock.now_ms() - _MARGIN_MS) / 1000)
 
 
 def _rules(actor: DomainMonitor) -> LifecycleRules:
@@ -102,7 +123,7 @@ async def check_now(actor: DomainMonitor) -> CheckReply:
                            "the node has no DNS resolver; nothing was checked")]
     else:
         try:
-            results = await evaluate(resolver, name, load_expected(blob))
+            results = await evaluate(resolver, name, load_expected(blob), _budget_s(actor))
         except Exception as e:  # a bug in a check must not stop the monitor: retried later
             actor.ctx.log.error("domain_check_failed", object_id=actor.ctx.id,
                                 error=type(e).__name__)
