@@ -515,22 +515,22 @@ async def test_waiters_for_a_tenant_slot_survive_the_last_holder_leaving() -> No
     waiting for it take slots cleanly (no lost ack, no duplicate delivery from a crash)."""
     deliverer = WebhookDeliverer(None, None, clock=FakeClock(), rng=SeededRng(1))  # type: ignore[arg-type]
     deliverer.max_in_flight_per_tenant = 1
-    assert await deliverer._take_slot("t", "a")
+    assert await deliverer._slots.take("t", "a", deliverer.max_in_flight_per_tenant)
     taken: list[str] = []
 
     async def wait_for_slot(key: str) -> None:
-        assert await deliverer._take_slot("t", key)
+        assert await deliverer._slots.take("t", key, deliverer.max_in_flight_per_tenant)
         taken.append(key)
         await anyio.lowlevel.checkpoint()
-        deliverer._free_slot("t", key)
+        deliverer._slots.free("t", key)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(wait_for_slot, "b")
         tg.start_soon(wait_for_slot, "c")
         await anyio.wait_all_tasks_blocked()
-        deliverer._free_slot("t", "a")  # the last holder leaves: the tenant's entry is dropped
+        deliverer._slots.free("t", "a")  # the last holder leaves: the tenant's entry is dropped
     assert sorted(taken) == ["b", "c"]
-    assert deliverer._slots == {}
+    assert deliverer._slots.tenants_in_flight == 0
 
 
 @pytest.mark.anyio
@@ -551,7 +551,7 @@ async def test_concurrent_deliveries_share_one_tenant_read_and_see_changes_soon(
     got: list[Any] = []
 
     async def read() -> None:
-        got.append(await deliverer._tenant("t"))
+        got.append(await deliverer._tenants.get("t"))
 
     async with anyio.create_task_group() as tg:
         for _ in range(5):
@@ -560,9 +560,9 @@ async def test_concurrent_deliveries_share_one_tenant_read_and_see_changes_soon(
         release.set()
     assert reads == ["t"] and len(set(got)) == 1 and len(got) == 5
     await clock.advance(100)
-    assert await deliverer._tenant("t") == got[0] and reads == ["t"]  # still fresh
+    assert await deliverer._tenants.get("t") == got[0] and reads == ["t"]  # still fresh
     await clock.advance(1)
-    assert await deliverer._tenant("t") != got[0] and reads == ["t", "t"]  # read again
+    assert await deliverer._tenants.get("t") != got[0] and reads == ["t", "t"]  # read again
 
 
 @pytest.mark.anyio
@@ -587,10 +587,10 @@ async def test_a_failed_shared_tenant_read_is_not_taken_for_a_missing_tenant() -
 
     async def first() -> None:
         with pytest.raises(ConnectionError):
-            await deliverer._tenant("t")
+            await deliverer._tenants.get("t")
 
     async def second() -> None:
-        results.append(await deliverer._tenant("t"))
+        results.append(await deliverer._tenants.get("t"))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(first)
@@ -620,7 +620,7 @@ async def test_deliveries_waiting_on_a_slow_tenant_read_use_its_result() -> None
     got: list[Any] = []
 
     async def read() -> None:
-        got.append(await deliverer._tenant("t"))
+        got.append(await deliverer._tenants.get("t"))
 
     async with anyio.create_task_group() as tg:
         for _ in range(5):

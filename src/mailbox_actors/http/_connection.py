@@ -1,98 +1,36 @@
 """One HTTP/1.1 connection of the node's server: parsing with httptools, limits, keep-alive and
-pipelining, answers written in request order. Private to ``node.http``; it never routes.
+pipelining, answers written in request order (the framing is ``server_framing``'s). Private to
+``http.server``; it never routes.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 import httptools
 import msgspec
 
+from mailbox_actors.http.server_framing import (
+    Answer,
+    AppAnswer,
+    Reject,
+    Request,
+    error_reply,
+    extra_headers,
+    status_line,
+)
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 if TYPE_CHECKING:
     from mailbox_actors.http.server import RpcHttpServer
 
-__all__ = ["Connection"]
+__all__ = ["AppAnswer", "Connection"]
 
 _log = get_logger("mailbox_actors.http.server")
 _encode = msgspec.json.Encoder().encode
-
-_REASONS = {200: b"OK", 204: b"No Content", 400: b"Bad Request", 401: b"Unauthorized",
-            403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed", 409: b"Conflict",
-            413: b"Content Too Large", 429: b"Too Many Requests",
-            500: b"Internal Server Error", 502: b"Bad Gateway", 503: b"Service Unavailable",
-            504: b"Gateway Timeout"}
-_STATUS_LINES: dict[int, bytes] = {}
-
-
-def _status_line(status: int) -> bytes:
-    line = _STATUS_LINES.get(status)
-    if line is None:
-        if not 100 <= status <= 999:
-            raise ValueError(f"HTTP status out of range: {status}")
-        line = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Status"))
-        _STATUS_LINES[status] = line
-    return line
-
-
-
-class _Reject(Exception):
-    """Raised inside a parser callback to stop the connection with an error answer."""
-
-    def __init__(self, status: int, error: MailboxActorsError) -> None:
-        super().__init__(error.message)
-        self.status = status
-        self.error = error
-
-
-# What an application returns: (status, body, content type[, extra response headers]).
-AppAnswer = tuple[int, bytes, str] | tuple[int, bytes, str, Mapping[str, str]]
-_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
-def _extra_headers(headers: Mapping[str, str]) -> bytes:
-    """Extra response header lines; a name or value that could split the head is a bug, refused."""
-    out = []
-    for name, value in headers.items():
-        raw_name, raw_value = name.encode("latin-1"), value.encode("latin-1")
-        if not raw_name or not set(raw_name) <= _TOKEN or b"\r" in raw_value or \
-                b"\n" in raw_value:
-            raise ValueError(f"response header {name!r} is not a valid header")
-        out.append(b"%s: %s\r\n" % (raw_name, raw_value))
-    return b"".join(out)
-
-
-def _error_reply(error: MailboxActorsError) -> bytes:
-    return _encode({"err": error.to_body()})
-
-
-class _Request:
-    __slots__ = ("body", "headers", "keep_alive", "method", "path")
-
-    def __init__(self, method: str, path: str, headers: dict[str, str], body: bytes,
-                 keep_alive: bool) -> None:
-        self.method = method
-        self.path = path
-        self.headers = headers
-        self.body = body
-        self.keep_alive = keep_alive
-
-
-class _Answer:
-    """A reply decided by the transport itself (protocol error): written in order, then close."""
-
-    __slots__ = ("body", "status")
-
-    def __init__(self, status: int, body: bytes) -> None:
-        self.status = status
-        self.body = body
-
 
 class Connection(asyncio.Protocol):
     """One client connection: parses requests, runs them one at a time in order, writes replies."""
@@ -102,7 +40,7 @@ class Connection(asyncio.Protocol):
         self._loop = server._loop_or_raise()
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
-        self._queue: deque[_Request | _Answer] = deque()
+        self._queue: deque[Request | Answer] = deque()
         self._worker: asyncio.Task[None] | None = None
         self._closing = False          # no more requests are read; close after the queue drains
         self._lost = False
@@ -143,7 +81,7 @@ class Connection(asyncio.Protocol):
             self._closing = True
         except httptools.HttpParserCallbackError as exc:
             reject = exc.__context__
-            if isinstance(reject, _Reject):
+            if isinstance(reject, Reject):
                 self._fail(reject.status, reject.error)
             else:  # a bug in a callback: never let it reach the event loop
                 _log.error("http_parser_callback_failed", error=repr(reject))
@@ -208,7 +146,7 @@ class Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_size += len(name) + len(value) + 4
         if len(self._url) + self._head_size > self._server.max_header_bytes:
-            raise _Reject(400, self._header_error())
+            raise Reject(400, self._header_error())
         key = name.decode("latin-1").lower()
         val = value.decode("latin-1")
         old = self._headers.get(key)
@@ -218,12 +156,12 @@ class Connection(asyncio.Protocol):
         self._in_head = False
         self._mid_body = True
         if len(self._url) + self._head_size > self._server.max_header_bytes:
-            raise _Reject(400, self._header_error())
+            raise Reject(400, self._header_error())
         length = self._headers.get("content-length")
         limit = self._server.max_body_bytes
         if length is not None and length.isdigit() and int(length) > limit:
             # Refuse before reading the body; the connection cannot be reused after this.
-            raise _Reject(413, self._body_error())
+            raise Reject(413, self._body_error())
         if self._headers.get("expect", "").lower() == "100-continue" and self._worker is None \
                 and not self._queue and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -231,7 +169,7 @@ class Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self._body_len += len(body)
         if self._body_len > self._server.max_body_bytes:   # chunked bodies have no length up front
-            raise _Reject(413, self._body_error())
+            raise Reject(413, self._body_error())
         self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -241,17 +179,17 @@ class Connection(asyncio.Protocol):
         method = self._parser.get_method().decode("ascii", "replace")
         path = self._url.decode("latin-1")
         if not path.startswith("/"):
-            raise _Reject(400, MailboxActorsError(
+            raise Reject(400, MailboxActorsError(
                 ErrorCode.INVALID_REQUEST, "the request target must be an absolute path",
                 fix="Send the path in origin form, e.g. POST /rpc/{namespace}/{object_id}."))
         if self._parser.get_http_version() == "1.1" and "host" not in self._headers:
             # RFC 9112 section 3.2: a server must answer 400 to an HTTP/1.1 request without Host.
-            raise _Reject(400, MailboxActorsError(
+            raise Reject(400, MailboxActorsError(
                 ErrorCode.INVALID_REQUEST, "an HTTP/1.1 request must carry a Host header",
                 fix="Send 'Host: <host>:<port>' (every HTTP/1.1 client does)."))
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         keep_alive = self._parser.should_keep_alive()
-        self._enqueue(_Request(method, path, self._headers, body, keep_alive))
+        self._enqueue(Request(method, path, self._headers, body, keep_alive))
         if not keep_alive:
             self._closing = True
 
@@ -285,9 +223,9 @@ class Connection(asyncio.Protocol):
             return
         self._closing = True
         self._in_head = False
-        self._enqueue(_Answer(status, _error_reply(error)))
+        self._enqueue(Answer(status, error_reply(error)))
 
-    def _enqueue(self, item: _Request | _Answer) -> None:
+    def _enqueue(self, item: Request | Answer) -> None:
         self._queue.append(item)
         if self._worker is None:
             self._worker = self._loop.create_task(self._run_queue())
@@ -306,7 +244,7 @@ class Connection(asyncio.Protocol):
                     self._reading_paused = False
                     if not self._closing:
                         transport.resume_reading()
-                if isinstance(item, _Answer):
+                if isinstance(item, Answer):
                     self._write(transport, item.status, item.body, "application/json", True, False)
                     self._queue.clear()
                     self._linger(transport)
@@ -332,22 +270,22 @@ class Connection(asyncio.Protocol):
         elif not self._queue and not self._in_head and not self._mid_body:
             self.deadline = self._loop.time() + self._server.keepalive_timeout_s
 
-    async def _call(self, req: _Request) -> tuple[int, bytes, str, bytes]:
+    async def _call(self, req: Request) -> tuple[int, bytes, str, bytes]:
         try:
             answer = await self._server.handler(req.method, req.path, req.headers, req.body)
             status, body, ctype = answer[0], answer[1], answer[2]
-            _status_line(status)
-            extra = _extra_headers(answer[3]) if len(answer) == 4 else b""
+            status_line(status)
+            extra = extra_headers(answer[3]) if len(answer) == 4 else b""
             return status, body, ctype, extra
         except Exception as exc:
             _log.error("http_handler_failed", method=req.method, error=repr(exc)[:300])
             err = MailboxActorsError(ErrorCode.INTERNAL_ERROR, "the request failed inside the node")
-            return 500, _error_reply(err), "application/json", b""
+            return 500, error_reply(err), "application/json", b""
 
     def _write(self, transport: asyncio.Transport, status: int, body: bytes, ctype: str,
                close: bool, head_only: bool, extra: bytes = b"") -> None:
         head = b"%scontent-type: %s\r\ncontent-length: %d\r\n%s%s\r\n" % (
-            _status_line(status), ctype.encode("latin-1"), len(body), extra,
+            status_line(status), ctype.encode("latin-1"), len(body), extra,
             b"connection: close\r\n" if close else b"")
         if head_only or status in (204, 304):
             transport.write(head)

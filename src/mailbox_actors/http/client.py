@@ -4,7 +4,8 @@ Owns sockets, request framing and response parsing (httptools) only: no retries,
 error-body decoding (the RPC client above it decides those). Every failure to get an answer is raised
 as an ``HttpTransportError`` (a ``ConnectionError``) that says whether the request may have reached
 the server, so the caller can map it to ``unavailable`` and retry only where that is safe.
-Runs on asyncio (plain or under anyio); a pool belongs to the event loop it first ran on.
+Runs on asyncio (plain or under anyio); a pool belongs to the event loop it first ran on. One
+connection and the request framing are ``client_connection``'s; the errors ``client_errors``'.
 """
 
 from __future__ import annotations
@@ -14,10 +15,17 @@ import contextlib
 import ssl
 from collections import deque
 from collections.abc import Mapping
-from typing import cast
 from urllib.parse import urlsplit
 
-import httptools
+from mailbox_actors.http.client_connection import ClientConnection, expire, request_head
+from mailbox_actors.http.client_errors import (
+    HttpConnectError,
+    HttpConnectionLost,
+    HttpProtocolError,
+    HttpTimeout,
+    HttpTlsError,
+    HttpTransportError,
+)
 
 __all__ = [
     "HttpConnectError",
@@ -31,140 +39,6 @@ __all__ = [
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-class HttpTransportError(ConnectionError):
-    """No HTTP answer was obtained. ``request_sent``: the server may have received the request."""
-
-    def __init__(self, message: str, *, base_url: str, request_sent: bool) -> None:
-        super().__init__(message)
-        self.base_url = base_url
-        self.request_sent = request_sent
-
-
-class HttpConnectError(HttpTransportError):
-    """The connection could not be opened (refused, unreachable, connect timeout): nothing sent."""
-
-
-class HttpTlsError(HttpConnectError):
-    """The TLS handshake failed. ``certificate``: because the server's certificate was not
-    accepted (not trusted, or not for this host); else for another reason (no common protocol,
-    a server that does not speak TLS)."""
-
-    def __init__(self, message: str, *, base_url: str, certificate: bool) -> None:
-        super().__init__(message, base_url=base_url, request_sent=False)
-        self.certificate = certificate
-
-
-class HttpConnectionLost(HttpTransportError):
-    """The connection closed or failed before the whole answer arrived."""
-
-
-class HttpProtocolError(HttpTransportError):
-    """The server's answer was not valid HTTP/1.1 (or was over the response size cap)."""
-
-
-class HttpTimeout(HttpTransportError, TimeoutError):
-    """``timeout_s`` passed before the whole answer arrived."""
-
-
-class _Conn(asyncio.Protocol):
-    """One keep-alive connection: at most one request in flight."""
-
-    __slots__ = ("_body", "_framed", "_max_body", "_parser", "_size", "closed", "deadline", "fut",
-                 "keep", "last_used", "transport", "used")
-
-    def __init__(self, max_body: int) -> None:
-        self._parser = httptools.HttpResponseParser(self)
-        self._max_body = max_body
-        self._body: list[bytes] = []
-        self._size = 0
-        self._framed = True
-        self.transport: asyncio.Transport | None = None
-        self.fut: asyncio.Future[tuple[int, bytes]] | None = None
-        self.closed = False
-        self.keep = True
-        self.used = 0
-        self.last_used = 0.0
-        self.deadline = 0.0
-
-    # asyncio.Protocol
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        if self.fut is None:   # nothing asked: a server talking out of turn cannot be trusted
-            self.abort()
-            return
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(HttpProtocolError, f"malformed HTTP response: {exc}")
-        except httptools.HttpParserUpgrade:
-            self._fail(HttpProtocolError, "unexpected protocol upgrade")
-
-    def eof_received(self) -> bool | None:
-        self.keep = False
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if not self._framed and exc is None and self.fut is not None:  # body ends at close
-            self._framed = True
-            self.on_message_complete()
-        why = f": {exc}" if exc else ""
-        self._fail(HttpConnectionLost, f"connection closed before the answer{why}")
-
-    # httptools callbacks
-
-    def on_message_begin(self) -> None:
-        self._body = []
-        self._size = 0
-        self._framed = False
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
-            self._framed = True
-
-    def on_headers_complete(self) -> None:
-        st = self._parser.get_status_code()
-        if 100 <= st < 200 or st in (204, 304):
-            self._framed = True
-
-    def on_body(self, body: bytes) -> None:
-        self._size += len(body)
-        if self._size > self._max_body:
-            raise ValueError("response body over the cap")
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        self._framed = True
-        if 100 <= self._parser.get_status_code() < 200:   # interim answer: wait for the final one
-            self._body = []
-            return
-        fut, self.fut = self.fut, None
-        if not self._parser.should_keep_alive():
-            self.keep = False
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        self._body = []
-        if fut is not None and not fut.done():
-            fut.set_result((self._parser.get_status_code(), body))
-
-    # pool side
-
-    def _fail(self, kind: type[HttpTransportError], message: str) -> None:
-        fut, self.fut = self.fut, None
-        self.keep = False
-        if fut is not None and not fut.done():
-            fut.set_exception(kind(message, base_url="", request_sent=True))
-        self.abort()
-
-    def abort(self) -> None:
-        self.keep = False
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.abort()
 
 
 class _Host:
@@ -185,7 +59,7 @@ class _Host:
         self.port = parts.port or default_port
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.hostport = (host if self.port == default_port else f"{host}:{self.port}").encode("idna")
-        self.idle: list[_Conn] = []
+        self.idle: list[ClientConnection] = []
         self.size = 0           # open or opening connections, idle or not
         self.waiters: deque[asyncio.Future[None]] = deque()
 
@@ -214,7 +88,7 @@ class HttpPool:
         self._hosts: dict[str, _Host] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-        self._busy: set[_Conn] = set()
+        self._busy: set[ClientConnection] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
     async def request(self, base_url: str, method: str, path: str,
@@ -234,11 +108,11 @@ class HttpPool:
         host = self._hosts.get(base_url)
         if host is None:
             host = self._hosts[base_url] = _Host(base_url)
-        head = _request_head(method, path, host.hostport, headers, len(body))
+        head = request_head(method, path, host.hostport, headers, len(body))
         deadline = loop.time() + timeout_s
         if self._sweeper is None:
             self._sweeper = loop.create_task(self._sweep())
-        conn: _Conn | None = None
+        conn: ClientConnection | None = None
         idle = host.idle
         while idle:   # the common case, without an extra coroutine
             conn = idle.pop()
@@ -280,10 +154,10 @@ class HttpPool:
             await asyncio.sleep(_SWEEP_S)
             now = loop.time()
             for conn in [c for c in self._busy if c.deadline <= now]:
-                _expire(conn)
+                expire(conn)
 
     async def _acquire(self, loop: asyncio.AbstractEventLoop, host: _Host,
-                       deadline: float) -> _Conn:
+                       deadline: float) -> ClientConnection:
         while True:
             now = loop.time()
             while host.idle:
@@ -323,7 +197,7 @@ class HttpPool:
                     self._wake(host)
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, host: _Host,
-                       deadline: float) -> _Conn:
+                       deadline: float) -> ClientConnection:
         limit = self.max_response_bytes
         tls: ssl.SSLContext | None = None
         if host.tls:
@@ -333,7 +207,7 @@ class HttpPool:
         try:
             async with asyncio.timeout_at(min(deadline, loop.time() + self.connect_timeout_s)):
                 _, conn = await loop.create_connection(
-                    lambda: _Conn(limit), host.host, host.port, ssl=tls,
+                    lambda: ClientConnection(limit), host.host, host.port, ssl=tls,
                     server_hostname=host.host if tls is not None else None)
         except TimeoutError:
             raise HttpTimeout("connect timed out", base_url=host.base_url,
@@ -349,7 +223,7 @@ class HttpPool:
                                    base_url=host.base_url, request_sent=False) from exc
         return conn
 
-    def _release(self, loop: asyncio.AbstractEventLoop, host: _Host, conn: _Conn,
+    def _release(self, loop: asyncio.AbstractEventLoop, host: _Host, conn: ClientConnection,
                  ok: bool) -> None:
         conn.fut = None
         if ok and conn.keep and not conn.closed and not self._closed:
@@ -396,42 +270,4 @@ class HttpPool:
         await self.aclose()
 
 
-def _expire(conn: _Conn) -> None:
-    fut, conn.fut = conn.fut, None
-    if fut is not None and not fut.done():
-        fut.set_exception(HttpTimeout("no answer before the timeout", base_url="",
-                                      request_sent=True))
-    conn.abort()
-
-
 _SWEEP_S = 0.02   # how late a timeout may fire; a shared tick is cheaper than a timer per call
-_header_blocks: dict[tuple[tuple[str, str], ...], bytes] = {}
-
-
-def _header_block(headers: Mapping[str, str]) -> bytes:
-    """The encoded header lines, cached: callers send the same few header sets again and again."""
-    key = tuple(headers.items())
-    block = _header_blocks.get(key)
-    if block is None:
-        block = "".join(f"{name}: {value}\r\n" for name, value in key).encode("latin-1")
-        # A CR or LF inside a name or value would split it into extra headers (injection).
-        if block.count(b"\n") != len(key) or block.count(b"\r") != len(key) or any(
-                not name or ":" in name or " " in name for name, _ in key):
-            raise ValueError("a header name or value contains CR, LF or is malformed")
-        if len(_header_blocks) >= 256:
-            _header_blocks.clear()
-        _header_blocks[key] = block
-    return block
-
-
-def _request_head(method: str, path: str, hostport: bytes, headers: Mapping[str, str] | None,
-                  length: int) -> bytes:
-    if not path.startswith("/") or "\r" in path or "\n" in path or " " in path:
-        raise ValueError("path must start with '/' and hold no space, CR or LF")
-    if not method.isalpha() or method == "HEAD":
-        # HEAD is refused: its answer carries a Content-Length but no body, which this
-        # parser cannot be told about.
-        raise ValueError("method must be a token other than HEAD")
-    return b"%s %s HTTP/1.1\r\nhost: %s\r\n%scontent-length: %d\r\n\r\n" % (
-        method.encode("ascii"), path.encode("latin-1"), hostport,
-        _header_block(headers) if headers else b"", length)

@@ -10,10 +10,8 @@ signature and headers are ``webhook_signature``'s (re-exported here).
 from __future__ import annotations
 
 import math
-import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote, urlsplit
 
 import anyio
 import msgspec
@@ -41,7 +39,8 @@ from mailbox_actors.webhooks.signature import (
     sign,
     verify,
 )
-from mailbox_actors.wire.control import Tenant
+from mailbox_actors.webhooks.targets import Refused, decode_job, target_of, tls_context
+from mailbox_actors.webhooks.tenant_limits import TenantReads, TenantSlots
 from mailbox_actors.wire.events import WebhookMessage
 
 __all__ = [
@@ -59,40 +58,11 @@ DEFAULT_SCHEDULE_S: tuple[float, ...] = (1, 5, 30, 120, 600, 1800, 3600)
 
 _log = get_logger("mailbox_actors.webhooks")
 _encode = msgspec.json.Encoder().encode
-_PATH_SAFE = "/?=&%:@!$'()*+,;~-._[]"
 # A tenant at its in-flight cap waits this long (real time) for a slot before its message is
 # deferred; a fast endpoint frees one within milliseconds, a slow one does not.
-_SLOT_WAIT_S = 0.25
-_TENANT_FRESH_MS = 100  # how long a tenant row read for one delivery serves the next ones
-_PORTS = {"http": 80, "https": 443}
 
 
 # ---- delivery ------------------------------------------------------------------------------------
-
-
-class _Refused(Exception):
-    """A delivery that can never succeed as it stands: dead-lettered at once with this reason."""
-
-
-class _Slots:
-    """A tenant's attempts in flight in this process: when each started (anyio time)."""
-
-    __slots__ = ("freed", "started")
-
-    def __init__(self) -> None:
-        self.started: dict[str, float] = {}
-        self.freed = anyio.Event()
-
-
-class _TenantRead:
-    """One control-database read of a tenant that concurrent deliveries share."""
-
-    __slots__ = ("done", "ok", "tenant")
-
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.ok = False
-        self.tenant: Tenant | None = None
 
 
 class WebhookDeliverer:
@@ -136,9 +106,8 @@ class WebhookDeliverer:
         self.schedule_s = tuple(float(d) for d in schedule_s)
         self.jitter_fraction = jitter_fraction
         self.max_in_flight_per_tenant = max_in_flight_per_tenant
-        self._slots: dict[str, _Slots] = {}
-        self._tenant_cache: dict[str, tuple[int, Tenant | None]] = {}
-        self._tenant_reads: dict[str, _TenantRead] = {}
+        self._slots = TenantSlots()
+        self._tenants = TenantReads(control_db, clock)
         if metrics is not None:
             for name, text in (
                     ("webhooks_delivered_total", "Events a webhook endpoint accepted (2xx)"),
@@ -176,14 +145,14 @@ class WebhookDeliverer:
         attempt = msg.body.get("attempt", 0)
         try:
             if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
-                raise _Refused('invalid body: "attempt" must be an integer >= 0')
-            job = _decode(msg.body)
-        except _Refused as exc:
+                raise Refused('invalid body: "attempt" must be an integer >= 0')
+            job = decode_job(msg.body)
+        except Refused as exc:
             await self._give_up(msg, None, str(exc))
             return
         ids: dict[str, Any] = {"message_id": msg.id, "event_id": job.event.id,
                                "tenant_id": job.tenant_id, "attempt": attempt + 1}
-        tenant = await self._tenant(job.tenant_id)  # Q-3: never trust the pointer blindly
+        tenant = await self._tenants.get(job.tenant_id)  # Q-3: never trust the pointer blindly
         if tenant is None or tenant.status != "active" or not tenant.webhook_url \
                 or not tenant.webhook_secret:
             why = "no_tenant" if tenant is None else (
@@ -192,20 +161,20 @@ class WebhookDeliverer:
             _log.info("webhook_skipped", reason=why, **ids)
             return  # the consumer acks it
         try:
-            base_url, path = _target(tenant.webhook_url)
-        except _Refused as exc:
+            base_url, path = target_of(tenant.webhook_url)
+        except Refused as exc:
             await self._give_up(msg, ids, str(exc))
             return
-        if not await self._take_slot(job.tenant_id, msg.id):
+        if not await self._slots.take(job.tenant_id, msg.id, self.max_in_flight_per_tenant):
             await self._defer(msg, ids)
             return
         try:
             outcome = await self._post(base_url, path, job, tenant.webhook_secret, attempt)
         finally:
-            self._free_slot(job.tenant_id, msg.id)
+            self._slots.free(job.tenant_id, msg.id)
         if outcome is None:
             self._inc("webhooks_delivered_total")  # the consumer acks it (queue_acks)
-        elif isinstance(outcome, _Refused):
+        elif isinstance(outcome, Refused):
             await self._give_up(msg, ids, str(outcome))
         elif attempt < len(self.schedule_s):
             await self._again(msg, ids, attempt, outcome)
@@ -214,7 +183,7 @@ class WebhookDeliverer:
             await self._give_up(msg, ids, f"{outcome} after {tries} attempt{'s' * (tries != 1)}")
 
     async def _post(self, base_url: str, path: str, job: WebhookMessage, secret: str,
-                    attempt: int) -> str | _Refused | None:
+                    attempt: int) -> str | Refused | None:
         """One attempt: None when accepted, else what went wrong (never the URL or the body)."""
         body = _encode(job.event)
         headers = {"content-type": "application/json",
@@ -222,7 +191,7 @@ class WebhookDeliverer:
                    EVENT_ID_HEADER: job.event.id, EVENT_TYPE_HEADER: job.event.type,
                    ATTEMPT_HEADER: str(attempt + 1)}
         started = anyio.current_time()
-        outcome: str | _Refused | None = "timeout"
+        outcome: str | Refused | None = "timeout"
         # The pool enforces the timeout; this scope is the backstop that keeps a consumer free.
         with anyio.move_on_after(self.attempt_timeout_s + 1):
             try:
@@ -241,7 +210,7 @@ class WebhookDeliverer:
             except HttpProtocolError:
                 outcome = "invalid http answer"
             except ValueError:  # a header or path the pool refuses to send (CR, LF, ...)
-                outcome = _Refused("the request cannot be framed (event id or type, or the URL)")
+                outcome = Refused("the request cannot be framed (event id or type, or the URL)")
         if self._metrics is not None:
             self._metrics.observe("webhook_attempt_seconds", anyio.current_time() - started)
         return outcome
@@ -272,99 +241,8 @@ class WebhookDeliverer:
         self._inc("webhooks_failed_total")
         await msg.give_up(reason)
 
-    # ---- per-tenant slots ------------------------------------------------------------------------
-
-    async def _tenant(self, tenant_id: str) -> Tenant | None:
-        """The tenant row, read from the control database. Concurrent deliveries for one tenant
-        share one read (single flight) and reuse it for ``_TENANT_FRESH_MS``, so a busy tenant
-        costs one read per wave, not one per event, and a change is seen within that time."""
-        while True:
-            now = self._clock.now_ms()
-            hit = self._tenant_cache.get(tenant_id)
-            if hit is not None and now - hit[0] <= _TENANT_FRESH_MS:
-                return hit[1]
-            flight = self._tenant_reads.get(tenant_id)
-            if flight is None:
-                break
-            # Another delivery is reading it: use its result; if that read failed, loop and
-            # read ourselves (never mistake a failed read for "no such tenant").
-            await flight.done.wait()
-            if flight.ok:
-                return flight.tenant
-        flight = self._tenant_reads[tenant_id] = _TenantRead()
-        try:
-            flight.tenant = await self._db.get_tenant(tenant_id)
-            flight.ok = True
-            if len(self._tenant_cache) > 10_000:
-                self._tenant_cache.clear()
-            self._tenant_cache[tenant_id] = (now, flight.tenant)
-            return flight.tenant
-        finally:
-            del self._tenant_reads[tenant_id]
-            flight.done.set()
-
-    async def _take_slot(self, tenant_id: str, key: str) -> bool:
-        """A slot for one attempt, or False if the tenant stays at its cap (its endpoint is slow)."""
-        cap = self.max_in_flight_per_tenant
-        while True:
-            # Looked up afresh after every wait: the last holder may have dropped the entry.
-            slots = self._slots.setdefault(tenant_id, _Slots())
-            if cap is None or len(slots.started) < cap:
-                break
-            wait_s = min(slots.started.values()) + _SLOT_WAIT_S - anyio.current_time()
-            if wait_s <= 0:
-                return False
-            with anyio.move_on_after(wait_s):
-                await slots.freed.wait()
-        slots.started[key] = anyio.current_time()
-        return True
-
-    def _free_slot(self, tenant_id: str, key: str) -> None:
-        slots = self._slots.get(tenant_id)
-        if slots is None or slots.started.pop(key, None) is None:
-            return
-        slots.freed.set()
-        slots.freed = anyio.Event()
-        if not slots.started:
-            del self._slots[tenant_id]
-
     def _inc(self, name: str, labels: tuple[tuple[str, str], ...] = ()) -> None:
         if self._metrics is not None:
             self._metrics.inc(name, labels)
 
 
-def tls_context(ca_file: str | None) -> ssl.SSLContext:
-    """How https endpoints are verified: the system's trusted CAs, or only those of ``ca_file``
-    (a PEM bundle: a private CA, or a test's). Certificates and host names are always checked."""
-    try:
-        return ssl.create_default_context(cafile=ca_file)
-    except (OSError, ssl.SSLError) as e:
-        raise ValueError(f"webhook CA file {ca_file!r} cannot be loaded: {e}") from None
-
-
-def _decode(body: Mapping[str, Any]) -> WebhookMessage:
-    try:
-        job = msgspec.convert(body, WebhookMessage)
-    except msgspec.ValidationError as exc:
-        raise _Refused(f"invalid body: {exc}") from None  # names the field, never its value
-    if job.v != 1 or job.kind != "webhook_event":
-        raise _Refused("invalid body: not a v1 webhook_event")
-    if job.event.tenant_id != job.tenant_id:
-        raise _Refused("invalid body: the event belongs to another tenant")
-    return job
-
-
-def _target(url: str) -> tuple[str, str]:
-    """``(base_url, request target)`` for the pool."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise _Refused("webhook_url is not a valid URL") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _Refused("webhook_url is not an http:// or https:// URL with a host")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    target = quote(parts.path or "/", safe=_PATH_SAFE)
-    if parts.query:
-        target += "?" + quote(parts.query, safe=_PATH_SAFE)
-    return f"{parts.scheme}://{host}:{port or _PORTS[parts.scheme]}", target

@@ -3,7 +3,8 @@
 Delivery is at least once. A receive claims messages atomically (one ``UPDATE ... RETURNING``) under
 a lease that lapses after the visibility timeout, so a consumer that dies mid-batch has its messages
 delivered again, and two processes never hold one message at once. Every time decision uses the
-``Clock``. How statements run on the file is ``queue_file``'s; a delivery is ``queue_message``'s.
+``Clock``. How statements run on the file is ``database``'s; a delivery is ``message``'s; what the
+queues hold is ``reads``'; the dead-letter records ``dead_letters``'.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from mailbox_actors.platform.queues.bodies import (
     encode_body,
 )
 from mailbox_actors.platform.queues.database import QueueFile
+from mailbox_actors.platform.queues.dead_letters import DeadLetterRecords
 from mailbox_actors.platform.queues.handoff import Handoff
 from mailbox_actors.platform.queues.message import DeadLetterInfo, Message, Policy
+from mailbox_actors.platform.queues.reads import QueueReads
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["QueueService", "QueueWatcher"]
@@ -52,7 +55,7 @@ class QueueWatcher(Protocol):
     def on_visible(self, at_ms: int) -> None: ...
 
 
-class QueueService:
+class QueueService(DeadLetterRecords, QueueReads):
     """Every queue of a cluster in one SQLite file. ``async with QueueService(path, ...) as q:``"""
 
     def __init__(self, path: Path, *, clock: Clock, ids: Ids, metrics: Any | None = None,
@@ -322,91 +325,3 @@ class QueueService:
             _log.warning("queue_message_dead_lettered", queue=msg.queue, dead_letter_queue=dlq,
                          message_id=msg.id, kind=msg.kind, reason=reason, attempts=tried)
             self._notify(dlq, now)
-
-    async def record_dead_letter(self, msg: Message) -> bool:
-        """Record a message held from a dead-letter queue in ``dead_letters`` and remove it, in one
-        transaction; log it at error level and count it. False if the lease had lapsed."""
-        info = msg.dead_letter or DeadLetterInfo(msg.queue, "sent_to_dead_letter_queue", msg.attempts)
-        async with self._file.transaction() as conn:
-            rows = list(await conn.execute_fetchall(
-                "DELETE FROM messages WHERE id = ? AND lease = ? RETURNING kind, body",
-                (msg.id, msg._lease)))
-            if rows:
-                kind, body = rows[0]
-                await conn.execute_fetchall(
-                    "INSERT OR IGNORE INTO dead_letters (queue, dead_letter_queue, message_id, kind, "
-                    "body, reason, attempts, enqueued_at_ms, recorded_at_ms) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (info.origin_queue, msg.queue, msg.id, kind, body, info.reason, info.attempts,
-                     msg.enqueued_at_ms, self._clock.now_ms()))
-        msg._settled = True
-        if not rows:
-            return False
-        _log.error("queue_dead_letter", queue=info.origin_queue, dead_letter_queue=msg.queue,
-                   message_id=msg.id, kind=msg.kind, reason=info.reason, attempts=info.attempts)
-        if self.metrics is not None:
-            self.metrics.inc("queue_dead_letters_total", (("queue", info.origin_queue),))
-        return True
-
-    # ---- reading -------------------------------------------------------------------------------
-
-    async def depth(self, queue: str) -> int:
-        """Messages waiting (ready or delayed) plus those in flight."""
-        check_queue_name(queue)
-        rows = await self._file.fetch("SELECT COUNT(*) FROM messages WHERE queue = ?", (queue,))
-        return int(rows[0][0])
-
-    async def stats(self) -> dict[str, dict[str, int]]:
-        """Per queue: ready, delayed, in_flight, and dead_letters recorded from it."""
-        now = self._clock.now_ms()
-        out: dict[str, dict[str, int]] = {}
-
-        def entry(queue: str) -> dict[str, int]:
-            return out.setdefault(queue, {"ready": 0, "delayed": 0, "in_flight": 0,
-                                          "dead_letters": 0})
-
-        for queue, ready, delayed, in_flight in await self._file.fetch(
-                "SELECT queue, SUM(visible_at_ms <= :now), "
-                "SUM(visible_at_ms > :now AND lease IS NULL), "
-                "SUM(visible_at_ms > :now AND lease IS NOT NULL) FROM messages GROUP BY queue",
-                {"now": now}):
-            entry(queue).update(ready=ready, delayed=delayed, in_flight=in_flight)
-        for queue, n in await self._file.fetch(
-                "SELECT queue, COUNT(*) FROM dead_letters GROUP BY queue"):
-            entry(queue)["dead_letters"] = n
-        return dict(sorted(out.items()))
-
-    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[dict[str, Any]]:
-        """The letters recorded from ``queue`` (its original name), oldest first."""
-        check_queue_name(queue)
-        rows = await self._file.fetch(
-            "SELECT message_id, dead_letter_queue, kind, body, reason, attempts, enqueued_at_ms, "
-            "recorded_at_ms FROM dead_letters WHERE queue = ? ORDER BY seq LIMIT ?",
-            (queue, max(0, int(limit))))
-        return [{"queue": queue, "message_id": mid, "dead_letter_queue": dlq, "kind": kind,
-                 "body": _decoder.decode(body), "reason": reason, "attempts": attempts,
-                 "enqueued_at_ms": enqueued, "recorded_at_ms": recorded}
-                for mid, dlq, kind, body, reason, attempts, enqueued, recorded in rows]
-
-    async def next_visible_ms(self, queue: str) -> int | None:
-        """When the next message of ``queue`` is (or was) visible; in-flight ones count at their
-        visibility timeout. None when the queue is empty."""
-        check_queue_name(queue)
-        rows = await self._file.fetch("SELECT MIN(visible_at_ms) FROM messages WHERE queue = ?", (queue,))
-        return None if rows[0][0] is None else int(rows[0][0])
-
-    async def batch_due_ms(self, queue: str, *, max_batch_size: int, max_batch_timeout_ms: int
-                           ) -> int | None:
-        """When a batch of ``queue`` is due: ``max_batch_size`` messages visible, or the oldest
-        visible one waited ``max_batch_timeout_ms``, whichever is first. None when empty."""
-        check_queue_name(queue)
-        check_batch_size(max_batch_size)
-        rows = await self._file.fetch(
-            "SELECT MIN(visible_at_ms), (SELECT visible_at_ms FROM messages WHERE queue = :q "
-            "ORDER BY visible_at_ms LIMIT 1 OFFSET :k) FROM messages WHERE queue = :q",
-            {"q": queue, "k": max_batch_size - 1})
-        oldest, full = rows[0]
-        if oldest is None:
-            return None
-        due = int(oldest) + max(0, max_batch_timeout_ms)
-        return due if full is None else min(due, int(full))

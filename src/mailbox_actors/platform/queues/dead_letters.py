@@ -1,0 +1,65 @@
+"""The queues' record of dead letters (Q-2): a message held from a dead-letter queue is recorded in
+``dead_letters`` and removed in one transaction, logged and counted; the records read back by
+original queue. Part of ``QueueService``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.queues.bodies import check_queue_name
+from mailbox_actors.platform.queues.database import QueueFile
+from mailbox_actors.platform.queues.message import DeadLetterInfo, Message
+
+__all__ = ["DeadLetterRecords"]
+
+_log = get_logger("mailbox_actors.queues")
+_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+class DeadLetterRecords:
+    """The ``dead_letters`` half of ``QueueService``."""
+
+    _file: QueueFile
+    _clock: Clock
+    metrics: Any
+
+    async def record_dead_letter(self, msg: Message) -> bool:
+        """Record a message held from a dead-letter queue in ``dead_letters`` and remove it, in one
+        transaction; log it at error level and count it. False if the lease had lapsed."""
+        info = msg.dead_letter or DeadLetterInfo(msg.queue, "sent_to_dead_letter_queue", msg.attempts)
+        async with self._file.transaction() as conn:
+            rows = list(await conn.execute_fetchall(
+                "DELETE FROM messages WHERE id = ? AND lease = ? RETURNING kind, body",
+                (msg.id, msg._lease)))
+            if rows:
+                kind, body = rows[0]
+                await conn.execute_fetchall(
+                    "INSERT OR IGNORE INTO dead_letters (queue, dead_letter_queue, message_id, kind, "
+                    "body, reason, attempts, enqueued_at_ms, recorded_at_ms) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (info.origin_queue, msg.queue, msg.id, kind, body, info.reason, info.attempts,
+                     msg.enqueued_at_ms, self._clock.now_ms()))
+        msg._settled = True
+        if not rows:
+            return False
+        _log.error("queue_dead_letter", queue=info.origin_queue, dead_letter_queue=msg.queue,
+                   message_id=msg.id, kind=msg.kind, reason=info.reason, attempts=info.attempts)
+        if self.metrics is not None:
+            self.metrics.inc("queue_dead_letters_total", (("queue", info.origin_queue),))
+        return True
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The letters recorded from ``queue`` (its original name), oldest first."""
+        check_queue_name(queue)
+        rows = await self._file.fetch(
+            "SELECT message_id, dead_letter_queue, kind, body, reason, attempts, enqueued_at_ms, "
+            "recorded_at_ms FROM dead_letters WHERE queue = ? ORDER BY seq LIMIT ?",
+            (queue, max(0, int(limit))))
+        return [{"queue": queue, "message_id": mid, "dead_letter_queue": dlq, "kind": kind,
+                 "body": _decoder.decode(body), "reason": reason, "attempts": attempts,
+                 "enqueued_at_ms": enqueued, "recorded_at_ms": recorded}
+                for mid, dlq, kind, body, reason, attempts, enqueued, recorded in rows]
