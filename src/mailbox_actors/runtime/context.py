@@ -96,6 +96,12 @@ class ActorContext:
         """The runtime's structlog logger; never give it content or addresses (CL-5)."""
         return self._env.log
 
+    @property
+    def deadline_ms(self) -> int | None:
+        """The deadline of the request being served (None in an alarm run, or outside any)."""
+        scope = current_scope()
+        return None if scope is None else scope.deadline_ms
+
     def id_from_name(self, namespace: str, name: str) -> str:
         """The id the object named ``name`` has in ``namespace`` (Durable Objects'
         ``idFromName``), for calls to it."""

@@ -31,7 +31,6 @@ from mailbox_actors.core.dns.spf import evaluate_spf
 from mailbox_actors.objects.domain_monitor.setup import LAST_CHECKS, load_expected
 from mailbox_actors.platform.dns.resolver import RESOLVER, Resolver
 from mailbox_actors.platform.storage.sql import SqlStorage
-from mailbox_actors.runtime.scope import current_scope
 from mailbox_actors.wire.domain import (
     CheckReply,
     CheckRun,
@@ -100,10 +99,10 @@ async def evaluate(resolver: Resolver, domain: str, expected: ExpectedRecords,
 def _budget_s(actor: DomainMonitor) -> float | None:
     """How long DNS may take: the request's deadline less a margin for the transaction (an alarm
     run has no deadline: the resolver's own timeouts bound it)."""
-    scope = current_scope()
-    if scope is None or scope.deadline_ms is None:
+    deadline = actor.ctx.deadline_ms
+    if deadline is None:
         return None
-    return max(0.0, (scope.deadline_ms - actor.ctx.clock.now_ms() - _MARGIN_MS) / 1000)
+    return max(0.0, (deadline - actor.ctx.clock.now_ms() - _MARGIN_MS) / 1000)
 
 
 def _rules(actor: DomainMonitor) -> LifecycleRules:
