@@ -46,11 +46,15 @@ def test_verified_fails_only_after_n_consecutive_failures_and_recovers() -> None
 
 def test_pending_expires_to_failed_after_72_hours_and_a_later_pass_verifies() -> None:
     """DM-3: a pending domain that has not passed by 72 h after init becomes failed
-    (domain.failed), with no more periodic checks; the check before the expiry is scheduled at
-    the expiry itself; a later pass (a manual check) verifies it."""
+    (domain.failed) at the first failed run from then on, with no more periodic checks (an unknown
+    run at the expiry leaves it pending: a timeout never fails a domain); the check before the
+    expiry is scheduled at the expiry itself; a later pass (a manual check) verifies it."""
     t = apply_check(DomainState.PENDING, 0, F, T0 + 72 * HOUR_MS - 60_000, T0, R)
     assert t.state is DomainState.PENDING and t.next_check_ms == T0 + 72 * HOUR_MS
     t = apply_check(DomainState.PENDING, 0, U, T0 + 72 * HOUR_MS, T0, R)
+    assert (t.state, t.event) == (DomainState.PENDING, None)  # DNS unreadable: still in doubt
+    assert t.next_check_ms == T0 + 72 * HOUR_MS + R.check_pending_ms
+    t = apply_check(DomainState.PENDING, 0, F, T0 + 72 * HOUR_MS, T0, R)
     assert (t.state, t.event, t.next_check_ms) == (DomainState.FAILED, "domain.failed", None)
     t = apply_check(DomainState.FAILED, 0, F, T0 + 80 * HOUR_MS, T0, R)
     assert (t.state, t.event) == (DomainState.FAILED, None)

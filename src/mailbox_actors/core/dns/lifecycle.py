@@ -1,7 +1,7 @@
 """A domain's states and hysteresis (DM-3), as one pure transition per check run.
 
     pending --pass--> verified --N fails in a row--> failing --pass--> verified
-    pending --never passes within the expiry (72 h)--> failed --a later pass--> verified
+    pending --a failed run at or after the expiry (72 h)--> failed --a later pass--> verified
 
 An unknown run moves nothing: it neither counts as a failure nor resets the count, so a resolver
 outage can never fail a domain, and one flaky answer cannot flap it. The transition also says when
@@ -47,8 +47,10 @@ def _next_state(state: DomainState, failures: int, verdict: Verdict, now_ms: int
     if verdict is Verdict.PASS:
         return DomainState.VERIFIED, 0
     if state is DomainState.PENDING:
+        # Only a definite failure ends a pending domain: one whose DNS could not be read at the
+        # expiry stays pending until a run says something about it.
         expired = now_ms >= created_at_ms + rules.pending_expiry_ms
-        return (DomainState.FAILED if expired else state), 0
+        return (DomainState.FAILED if expired and verdict is Verdict.FAIL else state), 0
     if verdict is Verdict.UNKNOWN or state is DomainState.FAILED:
         return state, failures
     failures += 1
@@ -65,8 +67,9 @@ def apply_check(state: DomainState, consecutive_failures: int, verdict: Verdict,
         nxt: int | None = None
     elif new is DomainState.PENDING:
         # the last check of a pending domain runs at its expiry, so it fails on time
-        nxt = min(now_ms + rules.check_pending_ms,
-                  max(now_ms + 1, created_at_ms + rules.pending_expiry_ms))
+        expiry = created_at_ms + rules.pending_expiry_ms
+        nxt = now_ms + rules.check_pending_ms if now_ms >= expiry else min(
+            now_ms + rules.check_pending_ms, expiry)
     elif new is DomainState.VERIFIED and failures == 0 and verdict is Verdict.PASS:
         nxt = now_ms + rules.check_verified_ms
     else:
