@@ -385,3 +385,63 @@ def test_generated_hostile_zones_get_verdicts() -> None:
 
     for _name, zone in generated(7, 300):
         _verdicts(zone)
+
+
+@st.composite
+def spf_trees_with_voids(draw: st.DrawFn) -> tuple[dict[Query, Answer], int, int]:
+    """Include trees whose records also hold a/mx terms naming existing or void names, and
+    sometimes a redirect (counted only without an all term)."""
+    n = draw(st.integers(1, 5))
+    names = [f"n{i}.net" for i in range(n)]
+    zone: dict[Query, Answer] = {
+        ("hit.net", Rtype.A): rec("hit.net", Rtype.A, "192.0.2.1"),
+        ("hit.net", Rtype.AAAA): rec("hit.net", Rtype.AAAA),
+        ("hit.net", Rtype.MX): rec("hit.net", Rtype.MX, "10 hit.net")}
+    own: dict[str, tuple[int, int, list[str]]] = {}
+    for i, name in enumerate(names):
+        later = names[i + 1:]
+        kids = draw(st.lists(st.sampled_from(later), max_size=2)) if later else []
+        terms = [f"include:{k}" for k in kids]
+        voids = lookups = 0
+        for _ in range(draw(st.integers(0, 3))):
+            kind, void = draw(st.sampled_from(["a", "mx"])), draw(st.booleans())
+            terms.append(f"{kind}:{'void' if void else 'hit'}.net")
+            lookups, voids = lookups + 1, voids + void
+        has_all = draw(st.booleans())
+        redirect = draw(st.sampled_from(later)) if later and draw(st.booleans()) else None
+        terms = draw(st.permutations(terms)) + (["-all"] if has_all else [])
+        if redirect is not None:
+            terms.append(f"redirect={redirect}")
+            if not has_all:
+                kids = [*kids, redirect]
+        zone[(name, Rtype.TXT)] = rec(name, Rtype.TXT, "v=spf1 " + " ".join(terms))
+        own[name] = (lookups, voids, kids)
+
+    def count(name: str) -> tuple[int, int]:
+        lookups, voids, kids = own[name]
+        for k in kids:
+            kl, kv = count(k)
+            lookups, voids = lookups + 1 + kl, voids + kv
+        return lookups, voids
+    lookups, voids = count(names[0])
+    return zone, lookups, voids
+
+
+@given(spf_trees_with_voids())
+@no_deadline
+def test_spf_lookups_and_void_lookups_match_a_reference_count(
+        tree: tuple[dict[Query, Answer], int, int]) -> None:
+    """DM-2 (RFC 7208 4.6.4): on generated trees of includes, redirects and a/mx terms naming
+    existing or void names, the planner counts what a recursive reference counts and fails on
+    exactly the limit that is exceeded."""
+    zone, lookups, voids = tree
+    plan = run_spf(zone, domain="n0.net", include=None)
+    assert plan.result is not None
+    if lookups <= MAX_LOOKUPS and voids <= 2:
+        assert (plan.result.code, plan.lookups, plan.voids) == ("spf_ok", lookups, voids)
+    elif voids <= 2:
+        assert plan.result.code == "spf_too_many_lookups"
+    elif lookups <= MAX_LOOKUPS:
+        assert plan.result.code == "spf_too_many_void_lookups"
+    else:
+        assert plan.result.code in ("spf_too_many_lookups", "spf_too_many_void_lookups")
