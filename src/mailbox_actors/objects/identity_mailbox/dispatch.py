@@ -215,9 +215,11 @@ def _record(mb: IdentityMailbox, tx: SqlStorage, *, email_id: str,
     row = store.row_by_id(tx, email_id)
     if row is None or row.status != EmailStatus.DISPATCHING:
         return None
-    count = tx.exec("SELECT count(*) FROM email_messages WHERE email_id = ?", email_id).one()[0]
-    refused = [r for r in outcome.refused if 0 <= r.index < count] if not isinstance(
-        outcome, OutcomeUnknown) else []
+    refused = [] if isinstance(outcome, OutcomeUnknown) else list(outcome.refused)
+    if refused:  # by position, as the transport was given them; positions outside are ignored
+        count = tx.exec("SELECT count(*) FROM email_messages WHERE email_id = ?",
+                        email_id).one()[0]
+        refused = [r for r in refused if 0 <= r.index < count]
     for r in refused:
         tx.exec("UPDATE email_messages SET status = ?, code = ?, updated_at_ms = ? "
                 "WHERE email_id = ? AND position = ?", MessageStatus.REFUSED.value, r.code[:64],
