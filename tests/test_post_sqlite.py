@@ -8,6 +8,8 @@ from typing import Any
 
 import msgspec
 import pytest
+import structlog
+import structlog.testing
 
 import _post_actors as pa
 from mailbox_actors.platform.storage.readonly import read_only
@@ -172,14 +174,19 @@ async def test_a_receiver_answering_garbage_is_a_failed_attempt(env: Env) -> Non
 async def test_refusal_and_spent_budget_become_dead_letters_with_reason_and_attempts(
         env: Env) -> None:
     """PO-5: a definite refusal is a dead letter at once; failures until the budget (8
-    attempts) is spent are a dead letter with the last reason; a dead letter no longer holds
-    its address."""
+    attempts) is spent are a dead letter with the last reason; each is logged (route, reason,
+    attempts; not its key or address); a dead letter no longer holds its address."""
     pa.SCRIPT["r"] = ["refuse"]
     pa.SCRIPT["f"] = ["fail"] * 20
     await env.p(pa.Send(to="a", key="r", text="refused"))
     await env.p(pa.Send(to="b", key="f", text="failing"))
     await env.p(pa.Send(to="a", key="after", text="next"))
-    await env.rt.advance(3_600_000)
+    with structlog.testing.capture_logs() as logs:
+        await env.rt.advance(3_600_000)
+    dead = [e for e in logs if e["event"] == "post_dead_letter"]
+    assert sorted((e["route"], e["reason"], e["attempts"]) for e in dead) == [
+        ("note", "no_such_inbox", 1), ("note", "retry_budget_spent:unavailable", 8)]
+    assert all("key" not in e and "address" not in e for e in dead)
     r = await env.job("r")
     assert (r["state"], r["reason"], r["attempts"]) == ("dead", "no_such_inbox", 1)
     f = await env.job("f")

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import anyio
 import msgspec
+import structlog
 
 from mailbox_actors.core.post.rules import (
     AttemptOutcome,
@@ -38,6 +39,7 @@ from mailbox_actors.wire.post import PostEnvelope
 __all__ = ["Claimed", "Deliver", "PostExecutor", "PostStore"]
 
 _JSON = msgspec.json.Decoder(dict[str, Any])
+_log = structlog.get_logger("mailbox_actors.post")
 
 
 @dataclass
@@ -104,6 +106,11 @@ class PostExecutor:
             await self.store.settle(results)
             delivered += sum(1 for _, s in results
                              if s is not None and s.state is JobState.DELIVERED)
+            for job, s in results:
+                if s is not None and s.state is JobState.DEAD:
+                    # Route, reason and count only: keys are the producer's, and may say more.
+                    _log.warning("post_dead_letter", producer=job.producer, route=job.route,
+                                 reason=s.reason, attempts=job.attempts)
 
     async def _chain(self, chain: list[Claimed],
                      results: list[tuple[Claimed, Settlement | None]]) -> None:
