@@ -161,3 +161,15 @@ def test_an_operator_drives_a_cluster_whose_token_is_in_the_environment(tmp_path
     after = _cli("call", "tenant_quota", "acme", '{"op":"status"}', "--data", str(data),
                  env=env)
     assert after.returncode == 1 and "no cluster is running" in after.stderr, after
+
+
+def test_the_client_says_plainly_when_no_cluster_runs(tmp_path: Path) -> None:
+    """OPS-9: ``Client.from_data_dir`` on a directory where nothing runs (no cluster.json, no
+    lock held) says so, instead of handing back a client whose calls fail as "node-0
+    unreachable"; ``send`` and the other commands built on it inherit that."""
+    from mailbox_actors.rpc import Client, RpcError
+
+    (tmp_path / "cluster.token").write_text("t" * 32)
+    with pytest.raises(RpcError) as e:
+        Client.from_data_dir(tmp_path)
+    assert e.value.code.value == "unavailable" and "no cluster is running" in e.value.message

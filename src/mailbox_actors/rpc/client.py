@@ -24,6 +24,7 @@ from mailbox_actors.core.placement import owner_index
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.locks import lock_holder
 from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.rpc.deadlines import default_deadline_ms
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope, RpcReply
@@ -86,6 +87,11 @@ class Client:
             doc = json.loads((d / "cluster.json").read_text())  # written by the supervisor
             nodes = [(n["name"], n["url"]) for n in doc["nodes"]]
         except FileNotFoundError:
+            if "url" not in kw and lock_holder(d) is None:
+                # Said plainly, not as "node-0 unreachable, retry with backoff" (OPS-9).
+                raise RpcError(ErrorCode.UNAVAILABLE, f"no cluster is running on {d} (start one "
+                               f"with 'mailbox-actors cluster --data {d}')",
+                               details={"data": str(d)}) from None
             nodes = [("node-0", kw.pop("url", "http://127.0.0.1:8787"))]
         kw.pop("url", None)
         return cls(nodes, token, **kw)
