@@ -173,3 +173,23 @@ def test_the_client_says_plainly_when_no_cluster_runs(tmp_path: Path) -> None:
     with pytest.raises(RpcError) as e:
         Client.from_data_dir(tmp_path)
     assert e.value.code.value == "unavailable" and "no cluster is running" in e.value.message
+
+
+@pytest.mark.anyio
+async def test_an_embedded_runtime_keeps_its_files_private(tmp_path: Path) -> None:
+    """OPS-5 without the command line's umask (pytest runs with 022): every directory a runtime
+    makes in its data directory is 0700 and every file 0600 (actor files and their logs, the alarm
+    index, the control database, the queue file, the lock)."""
+    from mailbox_actors.testing import TestRuntime
+    from mailbox_actors.wire.quota import QuotaInit
+
+    async with TestRuntime(tmp_path / "rt", control=True) as rt:
+        oid = rt.id_from_name("tenant_quota", "acme")
+        await rt.call("tenant_quota", oid, QuotaInit(per_minute=1, per_day=1), tenant_id="acme")
+        root = rt.node.settings.path
+        # The directory itself is the caller's (TestRuntime's temporary one), and so is the
+        # test kit's own run counter.
+        wrong = [w for w in _modes(root) if not w.startswith((". ", ".testruntime-runs "))]
+        names = {p.name for p in root.rglob("*")}
+    assert {"alarms.sqlite", "control.sqlite", "queues.sqlite", f"{oid}.sqlite"} <= names
+    assert wrong == []

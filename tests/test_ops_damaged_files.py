@@ -121,3 +121,25 @@ def test_a_damaged_shared_file_stops_serve_with_status_2_and_says_what_to_do(
     assert "restore it from a backup" in done.stderr and "move it aside" in done.stderr
     assert "Traceback" not in done.stderr
     assert path.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_a_cluster_on_a_damaged_control_database_stops_instead_of_restarting(
+        tmp_path: Path) -> None:
+    """OPS-2: under ``cluster``, a node that finds the shared control database damaged exits 2;
+    the supervisor does not restart it but stops the cluster with exit status 2, and the file is
+    untouched."""
+    from test_cluster import Cluster
+
+    data = tmp_path / "cluster"
+    data.mkdir()
+    (data / "control.sqlite").write_bytes(b"\x00garbage, not a database\n" * 200)
+    before = (data / "control.sqlite").read_bytes()
+    c = Cluster(data, 2)
+    try:
+        status, out = c.exit_output()
+    finally:
+        c.stop()
+    assert status == 2, out
+    assert "damaged" in out and "not restarting it" in out and "restarting in" not in out, out
+    assert (data / "control.sqlite").read_bytes() == before

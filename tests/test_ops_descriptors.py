@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import resource
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +80,9 @@ async def test_a_low_descriptor_limit_is_raised_and_bounds_actors_without_resets
         assert status == 200 and doc["nofile_limit"] == HARD
         bound = doc["max_active_actors"]
         assert bound * 3 < HARD and doc["actors_active"] <= bound, doc
-        proc.send_signal(signal.SIGTERM)
+        stopped = await anyio.run_process(  # OPS-1: stop works for a single node too
+            [sys.executable, "-m", "mailbox_actors", "stop", "--data", str(data)], check=False)
+        assert stopped.returncode == 0 and b"stopped" in stopped.stdout, stopped
         assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=60)) == 0
     finally:
         if proc.poll() is None:

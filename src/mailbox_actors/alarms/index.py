@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
+from mailbox_actors.platform.sqlite_files import private_file
+
 __all__ = ["AlarmIndex"]
 
 Key = tuple[str, str]
@@ -22,6 +24,7 @@ class AlarmIndex:
 
     def __init__(self, path: Path, *, durability_full: bool = False) -> None:
         self.path = path
+        private_file(path)  # 0600 like every file of the data directory (OPS-5)
         self._conn = sqlite3.connect(path, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = " + ("FULL" if durability_full else "NORMAL"))

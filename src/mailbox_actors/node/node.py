@@ -43,7 +43,7 @@ from mailbox_actors.rpc.router import Router
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.host import ActorHost
 from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
-from mailbox_actors.runtime.settings import RuntimeSettings
+from mailbox_actors.runtime.settings import DEFAULT_ID_SECRET, RuntimeSettings
 from mailbox_actors.webhooks.publish import ControlEventSink
 from mailbox_actors.wire.carrier import InspectionPage
 
@@ -142,6 +142,10 @@ class Node:
             await self._open_control()
             now = self.clock.now_ms()
             overdue = sum(1 for at in alarms.values() if at <= now)
+            if self.settings.id_secret == DEFAULT_ID_SECRET and isinstance(self.clock, SystemClock):
+                # OPS-8: anyone who reads the source can mint ids under the built-in secret.
+                self.log.warning("id_secret_builtin", advice="set RuntimeSettings(id_secret=...) "
+                                 "(serve and cluster generate one per data directory)")
             self.log.info("node_started", node=self.settings.node_name,
                           data_dir=str(self.settings.path), alarms_pending=len(alarms),
                           alarms_overdue=overdue)

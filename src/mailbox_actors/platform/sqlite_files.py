@@ -21,7 +21,7 @@ from pathlib import Path
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["DIR_MODE", "FILE_MODE", "DamagedFile", "check_whole", "create_whole", "damage_of",
-           "is_disk_full"]
+           "is_disk_full", "make_dirs", "private_file"]
 
 DIR_MODE = 0o700  # OPS-5: data directories and every file in them are the node's alone
 FILE_MODE = 0o600
@@ -40,6 +40,30 @@ class DamagedFile(MailboxActorsError):
             details={"path": str(path), "damage": damage})
         self.path = path
         self.damage = damage
+
+
+def make_dirs(path: Path) -> None:
+    """``mkdir -p`` where every directory it makes is 0700 (OPS-5; ``Path.mkdir(parents=True)``
+    gives the parents the default mode)."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            pass
+
+
+def private_file(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 if it does not exist (SQLite then keeps the mode, and
+    gives its -wal and -shm files the same)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+    except FileExistsError:
+        pass
 
 
 def is_disk_full(e: BaseException) -> bool:
@@ -102,7 +126,7 @@ def create_whole(path: Path, statements: Iterable[str] = (), *, fsync: bool = Fa
     process may have won the race: it is hard-linked into place, never renamed over one)."""
     if path.exists():
         return False
-    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
     for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
         leftover.unlink(missing_ok=True)  # a build a crash interrupted
