@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     a = sub.add_parser("add", help="register a domain and start checking its DNS records")
     a.add_argument("name", help="the domain (a U-label is converted to its A-label)")
-    a.add_argument("--tenant", required=True, help="the tenant id (ten_...)")
+    a.add_argument("--tenant", required=True, help="the tenant's id (ten_...) or name")
     a.add_argument("--spf-include", help="the include the SPF record must have, e.g. "
                    "_spf.provider.example")
     a.add_argument("--dkim-selector", help="the DKIM selector to check (s1 checks "
@@ -91,8 +91,9 @@ async def _go(args: argparse.Namespace) -> Any:
             expected = ExpectedRecords(spf_include=args.spf_include,
                                        dkim_selector=args.dkim_selector, dkim_key=args.dkim_key,
                                        mx_hosts=list(args.mx))
-            return msgspec.to_builtins(
-                await create_domain(db, client, args.tenant, args.name, expected))
+            tenant = await db.find_tenant(args.tenant)  # by id or name (OPS-9)
+            return msgspec.to_builtins(await create_domain(
+                db, client, args.tenant if tenant is None else tenant.id, args.name, expected))
         domain = await db.get_domain_by_name(normalise_domain(args.name))
         if domain is None:
             raise LookupError(args.name)
