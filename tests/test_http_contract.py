@@ -10,6 +10,7 @@ functions and the whole run can be checked for coverage afterwards.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -83,8 +84,11 @@ class Rpc:
         self.answer = validator(ok200)
         self.request_schema = validator({"$ref": self.envelope_ref})
         # "Ops and their `ok` replies: `init` -> InitReply, ..." names the reply of each op.
-        self.replies = {op: validator({"$ref": f"#/components/schemas/{name}"})
-                        for op, name in re.findall(r"`(\w+)` -> (\w+)", post["description"])}
+        # "... -> MessageView or null": that op may answer null too.
+        self.replies = {op: validator({"oneOf": [{"$ref": f"#/components/schemas/{name}"},
+                                                 *([{"type": "null"}] if null else [])]})
+                        for op, name, null in re.findall(r"`(\w+)` -> (\w+)( or null)?",
+                                                         post["description"])}
         self.ops = dict(self.envelope["properties"]["req"]["discriminator"]["mapping"])
 
 
@@ -131,6 +135,8 @@ def strategy(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         values = schema.get("additionalProperties", {})
         return st.dictionaries(st.text(min_size=1, max_size=10),
                                strategy(values) if values else _JSON_LEAF, max_size=3)
+    if schema.get("type") == "string" and schema.get("contentEncoding") == "base64":
+        return st.binary(max_size=64).map(lambda b: base64.b64encode(b).decode())
     if schema.get("type") == "string" and "(?" in schema.get("pattern", ""):
         return _string_with_lookahead(schema)
     if schema.get("type") == "array" and "$ref" in schema.get("items", {}):
@@ -353,7 +359,16 @@ CANONICAL: dict[str, list[Any]] = {
                                     "message_id": a["get_email"]["messages"][0]["message_id"],
                                     "provider_event_id": "ev-1"},
                          {"op": "submit", "source_id": "s2", **_EMAIL},
-                         {"op": "cancel", "source_id": "s2"}, {"op": "erase"}],
+                         {"op": "cancel", "source_id": "s2"},
+                         {"op": "ingest", "source_id": "s1",
+                          "raw": base64.b64encode(b"Message-ID: <c@x>\r\n\r\nhi").decode()},
+                         {"op": "register_wait", "filter": {}, "expires_at_ms": 0},
+                         lambda a: {"op": "wait_poll", "wait_id": a["register_wait"]["wait_id"]},
+                         {"op": "list_messages"},
+                         lambda a: {"op": "get_message", "message_id": a["ingest"]["message_id"]},
+                         lambda a: {"op": "get_thread", "thread_id": a["ingest"]["thread_id"]},
+                         lambda a: {"op": "delete_message",
+                                    "message_id": a["ingest"]["message_id"]}, {"op": "erase"}],
     "domain_monitor": [{"op": "init", "domain": "example.com"}, {"op": "check"},
                        {"op": "status"}],
 }

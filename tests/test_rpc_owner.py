@@ -18,6 +18,7 @@ from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.domain import DomainInit, DomainStatus
 from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.inbound import Ingest
 from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit, MailboxStatus
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaStatus, QuotaUsage
 
@@ -139,11 +140,9 @@ async def test_erased_identity_refuses_every_op(tmp_path: Path) -> None:
     async with TestRuntime(tmp_path) as rt:
         m = rt.id_from_name("identity_mailbox", "i1")
         await rt.call("identity_mailbox", m, MailboxInit(), **ids)
+        await rt.call("identity_mailbox", m, Ingest(source_id="s1", raw=b"Subject: s\r\n\r\nhello"),
+                      **ids)
         path = rt.node.host.path_for("identity_mailbox", m)
-    with contextlib.closing(sqlite3.connect(path)) as conn:  # content, as ingest will store it
-        conn.execute("INSERT INTO messages (id, received_at_ms, size_bytes, body) "
-                     "VALUES ('msg_1', 1, 5, x'68656c6c6f')")
-        conn.commit()
 
     async with TestRuntime(tmp_path) as rt:
         reply = await rt.call("identity_mailbox", m, MailboxErase(), **ids)
@@ -156,6 +155,7 @@ async def test_erased_identity_refuses_every_op(tmp_path: Path) -> None:
 
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
         assert conn.execute("SELECT count(*) FROM messages").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM message_bodies").fetchone() == (0,)
         assert conn.execute("SELECT v FROM _ma_meta WHERE k = 'erased'").fetchone() == ("1",)
     async with TestRuntime(tmp_path) as rt:
         for req in (MailboxStatus(), MailboxInit()):

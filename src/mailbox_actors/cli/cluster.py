@@ -46,7 +46,8 @@ __all__ = ["CLUSTER_FILE", "ClusterSupervisor", "add_arguments", "read_cluster_f
 _SETTINGS_ERROR = 2  # what `serve` exits with when it refuses its settings
 # Settings each node gets its own value of (flags), or that travel another way (the tokens).
 _PER_NODE = frozenset({"data", "host", "port", "nodes", "node_name", "token", "token_file",
-                       "operator_token", "operator_token_file", "control_db", "queues_db"})
+                       "operator_token", "operator_token_file", "control_db", "queues_db",
+                       "smtp_listen_port"})
 _RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 # A node that was ready and then leaves /healthz unanswered this long is killed and restarted.
 # Generous: a node busy with a burst still answers /healthz within milliseconds, so only a stopped
@@ -102,6 +103,10 @@ class ClusterSupervisor:
         self.out = out or sys.stdout
         self.names = [f"node-{i}" for i in range(cfg.nodes)]
         self.urls = [f"http://{cfg.host}:{cfg.port + i}" for i in range(cfg.nodes)]
+        # The SMTP door of node i (IN-5), beside its HTTP port; None when not asked for.
+        self.smtp = [None if cfg.smtp_listen_port is None else
+                     f"{cfg.host}:{cfg.smtp_listen_port + i if cfg.smtp_listen_port else 0}"
+                     for i in range(cfg.nodes)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * cfg.nodes
         self.restarts = [0] * cfg.nodes
         self._last_ok: list[float | None] = [None] * cfg.nodes  # None: not ready since spawned
@@ -134,6 +139,9 @@ class ClusterSupervisor:
                # One control database and one queue file for the whole cluster.
                "--control-db", self.cfg.control_db or str(self.data / "control.sqlite"),
                "--queues-db", self.cfg.queues_db or str(self.data / "queues.sqlite")]
+        if self.cfg.smtp_listen_port is not None:
+            port = self.cfg.smtp_listen_port
+            cmd += ["--smtp-listen-port", str(port + i if port else 0)]
         # Its standard input is a pipe only this process writes to: when we die, it reads EOF.
         self._last_ok[i] = None
         return subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE)
@@ -141,9 +149,9 @@ class ClusterSupervisor:
     def write_cluster_file(self) -> None:
         doc = {
             "nodes": [{"name": n, "url": u, "pid": p.pid if p else None,
-                       "data": str(self.data / n), "restarts": r}
-                      for n, u, p, r in zip(self.names, self.urls, self.procs, self.restarts,
-                                            strict=True)],
+                       "data": str(self.data / n), "restarts": r, "smtp": smtp}
+                      for n, u, p, r, smtp in zip(self.names, self.urls, self.procs,
+                                                  self.restarts, self.smtp, strict=True)],
             "supervisor_pid": os.getpid(),
             "cluster_token_file": self.tokens.cluster_file,
             "operator_token_file": self.tokens.operator_file,
@@ -179,7 +187,8 @@ class ClusterSupervisor:
         for i, name in enumerate(self.names):
             ok = self.wait_healthy(i)
             self.say(f"{name} {'ready' if ok else 'NOT ready'} at {self.urls[i]} "
-                     f"(pid {self._pid(i)})")
+                     f"(pid {self._pid(i)})" + (f", SMTP at {self.smtp[i]}" if self.smtp[i]
+                                               else ""))
 
     def _pid(self, i: int) -> str:
         p = self.procs[i]

@@ -213,6 +213,8 @@ def add_identity_arguments(p: argparse.ArgumentParser) -> None:
     c = sub.add_parser("create", help="create an identity and its IdentityMailbox")
     c.add_argument("--tenant", required=True, help="the tenant's id (ten_...) or name")
     c.add_argument("--name", required=True, help="the identity's name, unique in the tenant")
+    c.add_argument("--address", action="append", default=[], metavar="ADDRESS",
+                   help="an address mail to it arrives at through the SMTP door (repeatable)")
     _add_target(c)
 
 
@@ -257,7 +259,10 @@ def run_identity(args: argparse.Namespace) -> int:
             if tenant is None:
                 raise MailboxActorsError(ErrorCode.TENANT_NOT_FOUND,
                                          f"no tenant has the id or name {args.tenant!r}")
-            return msgspec.to_builtins(await create_identity(db, client, tenant.id, args.name))
+            from mailbox_actors.platform.control.addresses import addresses_of
+
+            ident = await create_identity(db, client, tenant.id, args.name, args.address)
+            return msgspec.to_builtins(ident) | {"addresses": await addresses_of(db, ident.id)}
     try:
         print(json.dumps(anyio.run(go), indent=2))
     except NoCluster as e:

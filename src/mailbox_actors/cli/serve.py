@@ -24,6 +24,7 @@ from mailbox_actors.http.server import RpcHttpServer, loop_backend_options
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.config import NodeConfig, ensure_id_secret, ensure_tokens, load_config
 from mailbox_actors.node.node import Node
+from mailbox_actors.node.smtp_door import SmtpDoor
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.descriptors import raise_nofile_limit
 from mailbox_actors.platform.locks import DataDirLocked
@@ -44,7 +45,7 @@ FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_t
          "domain_check_verified_ms", "domain_pending_expiry_ms",
          "transport", "smtp_host", "smtp_port", "smtp_tls", "smtp_username", "smtp_password_file",
          "smtp_timeout_s", "smtp_ca_file", "cloudflare_url", "cloudflare_token_file", "recipient_cap",
-         "recipient_cap_window_ms", "mail_recheck_ms")
+         "recipient_cap_window_ms", "mail_recheck_ms", "smtp_listen_port", "inbound_max_message_bytes")
 
 
 def package_version() -> str:
@@ -147,6 +148,14 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     mail.add_argument("--mail-recheck-ms", dest="mail_recheck_ms", type=int,
                       help="with transport none, how often queued mail is looked at again, so "
                            "a node restarted with a transport sends it (default 300000)")
+    inbound = p.add_argument_group("inbound mail (IN-5)")
+    inbound.add_argument("--smtp-listen-port", dest="smtp_listen_port", type=int,
+                         help="listen for SMTP on --host at this port (0: any free port); "
+                              "in a cluster node i listens on this + i (default: no SMTP door)")
+    inbound.add_argument("--inbound-max-message-bytes", dest="inbound_max_message_bytes",
+                         type=int, help="a received message over this is refused "
+                                        "(552 at the door, limit_exceeded by ingest; "
+                                        "default 26214400)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -231,6 +240,16 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
         except OSError as e:  # a port in use is a setting to change, not a crash to restart
             raise SettingsError(f"cannot listen on {cfg.host}:{cfg.port}: "
                                 f"{e.strerror or e}") from None
+        door = None
+        if cfg.smtp_listen_port is not None:
+            door = SmtpDoor(app, tokens.cluster, max_message_bytes=cfg.inbound_max_message_bytes)
+            try:
+                smtp_port = await door.start(cfg.host, cfg.smtp_listen_port)
+            except OSError as e:
+                await server.stop()
+                raise SettingsError(f"cannot listen for SMTP on {cfg.host}:"
+                                    f"{cfg.smtp_listen_port}: {e.strerror or e}") from None
+            print(f"{cfg.node_name}: SMTP door on {cfg.host}:{smtp_port}", flush=True)
         print(f"{cfg.node_name}: listening on http://{cfg.host}:{port} (pid {os.getpid()})\n"
               f"{cfg.node_name}: data in {data}\n"
               f"{cfg.node_name}: cluster token in {tokens.cluster_file or '(given)'}, "
@@ -250,6 +269,8 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                 tg.cancel_scope.cancel()
         finally:
             print(f"{cfg.node_name}: stopping (draining requests in flight)", flush=True)
+            if door is not None:
+                await door.stop()
             await server.stop()
             await pool.aclose()
     print(f"{cfg.node_name}: stopped", flush=True)

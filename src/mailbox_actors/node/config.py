@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.node.mail import check_transport_files
 from mailbox_actors.platform.dns.resolver import DnsSettings
 from mailbox_actors.platform.storage.sql import Durability
@@ -83,6 +84,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     recipient_cap: int = 50  # CA-6: Emails per normalized recipient in the window ...
     recipient_cap_window_ms: int = 86_400_000  # ... of this length, per identity
     mail_recheck_ms: int = 300_000  # transport none: how often queued mail is looked at again
+    smtp_listen_port: int | None = None  # IN-5: the SMTP door on host:port (a cluster: P+i)
+    inbound_max_message_bytes: int = 25 << 20  # IN-1: a bigger message is refused (552)
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -104,6 +107,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         need(self.log_level in ("debug", "info", "warning", "error"), "log_level",
              "must be debug, info, warning or error")
         need(self.max_body_bytes >= 1024, "max_body_bytes", "must be >= 1024")
+        need(self.smtp_listen_port is None or 0 <= self.smtp_listen_port <= 65535,
+             "smtp_listen_port", "must be 0..65535")
         need(self.read_timeout_s > 0, "read_timeout_s", "must be > 0")
         need(bool(self.host), "host", "must not be empty")
         need(1 <= self.webhook_consumers <= 64, "webhook_consumers", "must be 1..64")
@@ -140,7 +145,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             smtp_ca_file=self.smtp_ca_file,
             cloudflare_url=self.cloudflare_url, cloudflare_token_file=self.cloudflare_token_file,
             recipient_cap=self.recipient_cap, recipient_cap_window_ms=self.recipient_cap_window_ms,
-            mail_recheck_ms=self.mail_recheck_ms)
+            mail_recheck_ms=self.mail_recheck_ms,
+            inbound=InboundLimits(max_message_bytes=self.inbound_max_message_bytes))
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,

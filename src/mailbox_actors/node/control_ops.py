@@ -9,9 +9,11 @@ Every step can be repeated: a retry finds the stored id and ``init`` is idempote
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from mailbox_actors.core.dns.names import NameRefused, normalise_domain
+from mailbox_actors.platform.control.addresses import add_addresses, normalize_all
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.wire.control import Domain, Identity, Tenant
 from mailbox_actors.wire.domain import DomainInit, ExpectedRecords
@@ -36,7 +38,11 @@ async def create_tenant(db: ControlDb, name: str, *, webhook_url: str | None = N
                                   events_days=events_days)
 
 
-async def create_identity(db: ControlDb, caller: Caller, tenant_id: str, name: str) -> Identity:
+async def create_identity(db: ControlDb, caller: Caller, tenant_id: str, name: str,
+                          addresses: Sequence[str] = ()) -> Identity:
+    """Create (or finish creating) the identity; ``addresses`` are given to it (IN-5), checked
+    before anything is written."""
+    normalize_all(addresses)  # a bad address refuses the whole call up front
     if await db.get_tenant(tenant_id) is None:
         raise MailboxActorsError(ErrorCode.TENANT_NOT_FOUND, "no such tenant")
     existing = await db.get_identity_by_name(tenant_id, name)
@@ -54,6 +60,8 @@ async def create_identity(db: ControlDb, caller: Caller, tenant_id: str, name: s
                           tenant_id=tenant_id, identity_id=existing.id)
         await db.set_identity_status(existing.id, "active")
         existing = await db.get_identity(existing.id) or existing
+    if addresses:
+        await add_addresses(db, existing.id, addresses, existing.created_at_ms)
     return existing
 
 

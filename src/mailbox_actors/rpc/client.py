@@ -187,6 +187,50 @@ class Client:
                 raise err
             await anyio.sleep(delay / 1000)
 
+    async def wait_for_message(self, mailbox_id: str, *, tenant_id: str, identity_id: str,
+                               timeout_ms: int = 30_000, poll_interval_ms: int = 250,
+                               from_: str | None = None, to: str | None = None,
+                               subject_contains: str | None = None,
+                               header: tuple[str, str] | None = None,
+                               received_after_ms: int | None = None) -> dict[str, Any]:
+        """Wait for a message into an IdentityMailbox (IN-4): register a durable wait, then poll
+        it every ``poll_interval_ms`` of the client's clock until it matches. Returns
+        ``{"status":"matched","message_id","thread_id"}``; raises ``RpcError`` ``timeout`` after
+        ``timeout_ms``. A message stored before the wait counts only with ``received_after_ms``
+        (pass the time before sending). A node that is down meanwhile is polled again."""
+        deadline = self.clock.now_ms() + timeout_ms
+        wanted = {"from": from_, "to": to, "subject_contains": subject_contains,
+                  "header": None if header is None else {"name": header[0], "value": header[1]},
+                  "received_after_ms": received_after_ms}
+        register = {"op": "register_wait", "filter": wanted, "expires_at_ms": deadline}
+        wait_id: str | None = None
+        while True:
+            try:
+                if wait_id is None:
+                    # A lost answer registers a second wait on retry: harmless, it just expires.
+                    wait_id = (await self.call(
+                        "identity_mailbox", mailbox_id, register, tenant_id=tenant_id,
+                        identity_id=identity_id, deadline_ms=deadline, idempotent=True))["wait_id"]
+                got: dict[str, Any] = await self.call(
+                    "identity_mailbox", mailbox_id, {"op": "wait_poll", "wait_id": wait_id},
+                    tenant_id=tenant_id, identity_id=identity_id, deadline_ms=deadline)
+            except RpcError as e:  # a node down meanwhile (restarting): try again until the end
+                if not e.code.retryable or self.clock.now_ms() >= deadline:
+                    raise
+            else:
+                if got["status"] == "matched":
+                    return got
+                if got["status"] == "expired":
+                    break
+            left = deadline - self.clock.now_ms()
+            if left < 0:
+                break
+            # The clock decides how to wait: a real pause, or (FakeClock) until a test advances.
+            await self.clock.sleep_until(self.clock.now_ms() + min(poll_interval_ms, left + 1),
+                                         anyio.Event())
+        raise RpcError(ErrorCode.TIMEOUT, f"no matching message within {timeout_ms} ms",
+                       details={"wait_id": wait_id})
+
     def _result(self, status: int, out: bytes, rid: str) -> Any:
         if status != 200:
             raise self._error_from(status, out, rid)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 
+from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.platform.dns.resolver import DnsSettings
 from mailbox_actors.platform.storage.sql import Durability, Limits
 
@@ -42,6 +43,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     shutdown_grace_ms: int = 10_000
     id_secret: str = DEFAULT_ID_SECRET
     limits: Limits = Limits()
+    inbound: InboundLimits = InboundLimits()  # caps of received mail (IN-1)
     # The cluster's shared control database and queues (None: events stay in memory, see
     # RecordingEventSink); every node of a cluster names the same two files.
     control_db: str | None = None
@@ -117,6 +119,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
              "recipient_cap_window_ms", "must be between one minute and 31 days")
         need(100 <= self.mail_recheck_ms <= 86_400_000, "mail_recheck_ms",
              "must be between 100 ms and a day")
+        bad = self.inbound.check()
+        if bad is not None:
+            raise SettingsError(f"setting 'inbound.{bad}' must be >= 1")
         lim = self.limits
         for field in lim.__struct_fields__:
             if getattr(lim, field) < 1:

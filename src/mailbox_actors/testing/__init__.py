@@ -16,6 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import msgspec
+
 from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import FakeClock
@@ -27,6 +29,8 @@ from mailbox_actors.platform.services import ServiceKey, Services
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.outbox import RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.inbound import RegisterWait, WaitFilter, WaitPoll
 
 __all__ = ["FakeClock", "FakeResolver", "RecordingTransport", "SeededRng", "TestRuntime"]
 
@@ -115,6 +119,29 @@ class TestRuntime:
 
     def id_from_name(self, namespace: str, name: str) -> str:
         return self.node.id_from_name(namespace, name)
+
+    async def wait_for_message(self, mailbox_id: str, *, tenant_id: str, identity_id: str,
+                               timeout_ms: int = 30_000, step_ms: int = 100,
+                               **filter: Any) -> dict[str, Any]:
+        """Wait on the FakeClock for a message into an IdentityMailbox (IN-4): register a wait
+        (``filter``: from_, to, subject_contains, header={"name","value"}, received_after_ms),
+        then poll, advancing the clock ``step_ms`` at a time (firing what comes due) until it
+        matches. Returns ``{"status":"matched","message_id","thread_id"}``; raises
+        ``MailboxActorsError`` (``timeout``) once ``timeout_ms`` of fake time has passed."""
+        ids = {"tenant_id": tenant_id, "identity_id": identity_id}
+        wanted = msgspec.convert({("from" if k == "from_" else k): msgspec.to_builtins(v)
+                                  for k, v in filter.items()}, WaitFilter)
+        wait = await self.call("identity_mailbox", mailbox_id, RegisterWait(
+            filter=wanted, expires_at_ms=self.now_ms() + timeout_ms), **ids)
+        while True:
+            got: dict[str, Any] = await self.call("identity_mailbox", mailbox_id,
+                                                  WaitPoll(wait_id=wait["wait_id"]), **ids)
+            if got["status"] == "matched":
+                return got
+            if got["status"] == "expired":
+                raise MailboxActorsError(ErrorCode.TIMEOUT,
+                                         f"no matching message within {timeout_ms} ms")
+            await self.advance(step_ms)
 
 
 def _deterministic_dns(services: Mapping[ServiceKey[Any], Any] | None,

@@ -17,5 +17,7 @@ IDEMPOTENT_OPS: Mapping[str, frozenset[str]] = {
     "tenant_quota": frozenset({"init", "status", "usage", "reserve", "release"}),
     "domain_monitor": frozenset({"init", "status", "check"}),
     "identity_mailbox": frozenset({"init", "status", "erase", "get_events", "get_email",
-                                   "submit", "cancel", "apply_delivery_event"}),
+                                   "submit", "cancel", "apply_delivery_event",
+                                   "ingest", "get_message", "get_thread", "list_messages",
+                                   "wait_poll"}),
 }

@@ -6,17 +6,19 @@ owner's own mail (``get_message``); logs and events never do.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
-__all__ = ["AttachmentView", "DeleteMessage", "DeleteMessageReply", "GetMessage", "GetThread",
-           "HeaderMatch", "Ingest", "IngestReply", "ListMessages", "MessageList",
+__all__ = ["INBOUND_OPS", "INBOUND_REPLIES", "AttachmentView", "DeleteMessage",
+           "DeleteMessageReply", "GetMessage", "GetThread",
+           "HeaderMatch", "InboundRequest", "Ingest", "IngestReply", "ListMessages", "MessageList",
            "MessageSummary", "MessageView", "RegisterWait", "RegisterWaitReply", "ThreadView",
            "WaitFilter", "WaitPoll", "WaitPollReply", "WaitStatus"]
 
 SourceId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 RecordId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 FilterText = Annotated[str, msgspec.Meta(min_length=1, max_length=998)]
 
 
@@ -47,13 +49,13 @@ class WaitFilter(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     to: FilterText | None = None
     subject_contains: FilterText | None = None
     header: HeaderMatch | None = None
-    received_after_ms: int | None = None
+    received_after_ms: Millis | None = None
 
 
 class RegisterWait(msgspec.Struct, tag="register_wait", tag_field="op",
                    forbid_unknown_fields=True):
     filter: WaitFilter
-    expires_at_ms: int
+    expires_at_ms: Millis
 
 
 class RegisterWaitReply(msgspec.Struct):
@@ -145,3 +147,14 @@ class DeleteMessage(msgspec.Struct, tag="delete_message", tag_field="op",
 
 class DeleteMessageReply(msgspec.Struct):
     deleted: bool
+
+
+InboundRequest = (Ingest | RegisterWait | WaitPoll | GetMessage | GetThread | ListMessages
+                  | DeleteMessage)
+INBOUND_OPS = (Ingest, RegisterWait, WaitPoll, GetMessage, GetThread, ListMessages, DeleteMessage)
+# op -> reply shape, for the published contract; get_message and get_thread answer null for an id
+# the mailbox does not hold.
+INBOUND_REPLIES: dict[str, Any] = {
+    "ingest": IngestReply, "register_wait": RegisterWaitReply, "wait_poll": WaitPollReply,
+    "get_message": MessageView | None, "get_thread": ThreadView | None,
+    "list_messages": MessageList, "delete_message": DeleteMessageReply}

@@ -19,6 +19,7 @@ from mailbox_actors.wire.carrier import (
     TransportLease,
 )
 from mailbox_actors.wire.events import EmitEvent, EventsReply, GetEvents
+from mailbox_actors.wire.inbound import INBOUND_REPLIES, InboundRequest
 from mailbox_actors.wire.post import DeadLetterPage, PostDeadLetters, PostRetry, PostRetryReply
 from mailbox_actors.wire.shared_replies import InitReply
 
@@ -41,7 +42,8 @@ class MailboxErase(msgspec.Struct, tag="erase", tag_field="op", forbid_unknown_f
 MailboxRequest = (MailboxInit | MailboxStatus | MailboxErase | GetEvents | EmitEvent
                   | Submit | GetEmail | CancelEmail | ResolveEmail | BeginTransport
                   | RecordTransportOutcome | ApplyDeliveryEvent
-                  | PostDeadLetters | PostRetry)  # the roster's Post letters (objects/roster.py)
+                  | PostDeadLetters | PostRetry  # the roster's Post letters (objects/roster.py)
+                  | InboundRequest)
 
 
 class MailboxStatusReply(msgspec.Struct):
@@ -51,6 +53,8 @@ class MailboxStatusReply(msgspec.Struct):
     size_bytes: int
     alarm: int | None
     created_at_ms: int
+    messages: int = 0  # received messages held (IN-6)
+    threads: int = 0  # threads holding at least one of them
 
 
 class EmittedReply(msgspec.Struct):
@@ -70,4 +74,4 @@ MAILBOX_REPLIES: dict[str, Any] = {"post_dead_letters": DeadLetterPage, "post_re
                                     "cancel": Receipt,
                                     "resolve": Receipt, "begin_transport": TransportLease,
                                     "record_transport_outcome": Receipt,
-                                    "apply_delivery_event": DeliveryEventReply}
+                                    "apply_delivery_event": DeliveryEventReply, **INBOUND_REPLIES}

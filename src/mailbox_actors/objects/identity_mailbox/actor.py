@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
-from mailbox_actors.objects.identity_mailbox import carrier, dispatch
+from mailbox_actors.objects.identity_mailbox import carrier, dispatch, inbound, waits
 from mailbox_actors.objects.identity_mailbox.carrier_store import CARRIER_SCHEMA, CARRIER_TABLES
 from mailbox_actors.objects.shared_schema import META_PUT, RATE_WINDOW_PRUNE, RATE_WINDOWS_SCHEMA
 from mailbox_actors.platform.storage.sql import SqlStorage
@@ -36,6 +36,7 @@ from mailbox_actors.wire.carrier import (
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
 from mailbox_actors.wire.events import EmitEvent, GetEvents
 from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
+from mailbox_actors.wire.inbound import INBOUND_OPS
 from mailbox_actors.wire.mailbox import (
     MAILBOX_REPLIES,
     EmittedReply,
@@ -82,6 +83,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(3, POST_SCHEMA),  # the tenant roster goes out by Post (objects/roster.py)
         Migration(4, CARRIER_SCHEMA),
         Migration(5, PLATFORM_META),
+        Migration(6, inbound.INBOUND_SCHEMA),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}
@@ -128,6 +130,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
                 return self.sql.transaction_sync(lambda tx: self._init(tx, call))
             case MailboxErase():
                 return self.sql.transaction_sync(self._erase)
+            case _ if isinstance(req, INBOUND_OPS):
+                return await inbound.handle(self, req)
         raise InvalidRequest(f"unknown op for {self.namespace}")
 
     def _init(self, tx: SqlStorage, call: Call) -> InitReply:
@@ -145,12 +149,13 @@ class IdentityMailbox(Actor[MailboxRequest]):
         return MailboxStatusReply(
             tenant_id=self.ctx.owner_tenant or "", identity_id=self.ctx.owner_identity or "",
             schema_version=self.ctx.schema_version, size_bytes=self.sql.database_size,
-            alarm=self.sql.get_alarm(), created_at_ms=created)
+            alarm=self.sql.get_alarm(), created_at_ms=created, **inbound.counts(self.sql))
 
     def _erase(self, tx: SqlStorage) -> EraseReply:
         now = tx.now_ms()
         for table in CONTENT_TABLES:
             tx.exec(f"DELETE FROM {table}")
+        inbound.erase(tx)
         # Dispatched events are history; undispatched ones (ids only) still go out.
         tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL")
         tx.exec("UPDATE identity SET erased_at_ms = ? WHERE id = 1", now)
@@ -173,6 +178,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
             tx.exec("DELETE FROM idempotency WHERE expires_at_ms <= ?", now)
             tx.exec(RATE_WINDOW_PRUNE, now - RETENTION_MS)
             outbox.prune(tx, days)
+            waits.prune(tx, now)
             tx.exec(META_PUT, "size_bytes", str(tx.database_size))
             self.ctx.schedule("maintenance", now + DAY_MS)
 

@@ -74,6 +74,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE domains ADD COLUMN state_seq INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE domains ADD COLUMN state_at_ms INTEGER",
     ),
+    (
+        # 4: identities' addresses, for the SMTP door (IN-5); one identity per address.
+        """CREATE TABLE addresses (
+            address TEXT PRIMARY KEY,
+            identity_id TEXT NOT NULL REFERENCES identities (id),
+            created_at_ms INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX addresses_by_identity ON addresses (identity_id)",
+    ),
 )
 
 META = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"

@@ -1,0 +1,161 @@
+"""The SMTP door (IN-5): aiosmtpd on loopback, delivering into the recipients' IdentityMailboxes.
+
+RCPT is resolved in the control database (an unknown address: 550 5.1.1; the database away: 451).
+DATA is ingested into each recipient's IdentityMailbox through the node's own RPC path, so an
+IdentityMailbox another node owns is reached by forwarding, exactly as RPC does; 250 is answered
+only after every ingest committed. Over the cap: 552; an owner that cannot be reached now: 451.
+The door prepends ``Delivered-To`` (so a Bcc recipient's waits can match on ``to``) and derives the
+source id from the recipient and the bytes, so a client's retry after a lost 250 is a duplicate.
+Nothing it logs carries an address; aiosmtpd's own logger is cut to warnings without arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from typing import Any
+
+import msgspec
+import structlog
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from mailbox_actors.node.app import NodeApp
+from mailbox_actors.platform.control.addresses import Recipient, resolve
+from mailbox_actors.rpc.router import LONG_DEADLINE_MS
+from mailbox_actors.wire.envelope import ENVELOPE_VERSION, RpcReply
+from mailbox_actors.wire.envelope import Envelope as RpcEnvelope
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.inbound import Ingest
+
+__all__ = ["SmtpDoor"]
+
+_ENC = msgspec.json.Encoder()
+_REPLY = msgspec.json.Decoder(RpcReply)
+_log = structlog.get_logger("mailbox_actors.smtp")
+
+
+class _NoArgs(logging.Filter):
+    """aiosmtpd logs each command line (RCPT TO:<address>) at INFO: keep warnings only, and only
+    their message templates (no arguments, no traceback), so no address reaches a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return False
+        record.msg, record.args, record.exc_info, record.exc_text = str(record.msg), None, None, None
+        return True
+
+
+_mail_log = logging.getLogger("mail.log")
+_mail_log.addFilter(_NoArgs())
+
+
+class _Handler:
+    def __init__(self, door: SmtpDoor) -> None:
+        self.door = door
+
+    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope,
+                          address: str, rcpt_options: list[str]) -> str:
+        db = self.door.app.node.control_db
+        try:
+            if db is None:
+                raise MailboxActorsError(ErrorCode.UNAVAILABLE, "no control database")
+            found = await resolve(db, address)
+        except MailboxActorsError:
+            self.door.count("smtp_rcpt_total", "lookup_failed")
+            return "451 4.3.0 Recipient lookup failed now; try again later"
+        if found is None:
+            self.door.count("smtp_rcpt_total", "unknown")
+            return "550 5.1.1 No such recipient here"
+        targets: list[tuple[str, Recipient]] = getattr(envelope, "ma_targets", [])
+        targets.append((address, found))
+        envelope.ma_targets = targets  # type: ignore[attr-defined]
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        self.door.count("smtp_rcpt_total", "accepted")
+        return "250 2.1.5 Recipient ok"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        raw = envelope.original_content
+        if not isinstance(raw, bytes):
+            raw = envelope.content if isinstance(envelope.content, bytes) else b""
+        targets: list[tuple[str, Recipient]] = getattr(envelope, "ma_targets", [])
+        worst = "250 2.0.0 Delivered"
+        for address, rcpt in targets:
+            reply = await self.door.deliver(address, rcpt, raw)
+            if reply.startswith("4") or (reply.startswith("5") and worst.startswith("2")):
+                worst = reply  # a temporary failure wins: the client retries, duplicates dedupe
+        self.door.count("smtp_messages_total", worst[:3])
+        return worst
+
+
+class SmtpDoor:
+    """``await SmtpDoor(app, cluster_token).start(host, port)``; ``await door.stop()``."""
+
+    def __init__(self, app: NodeApp, cluster_token: str, *, max_message_bytes: int,
+                 hostname: str = "mailbox-actors") -> None:
+        self.app = app
+        self._auth = {"authorization": f"Bearer {cluster_token}",
+                      "content-type": "application/json"}
+        self.max_message_bytes = max_message_bytes
+        self.hostname = hostname
+        self._server: asyncio.base_events.Server | None = None
+        self._handler = _Handler(self)
+        m = app.node.metrics
+        m.describe("smtp_rcpt_total", "SMTP RCPT commands by outcome", "counter")
+        m.describe("smtp_messages_total", "SMTP DATA answers by status code", "counter")
+
+    def count(self, name: str, outcome: str) -> None:
+        self.app.node.metrics.inc(name, (("outcome", outcome),))
+
+    def _protocol(self) -> SMTP:
+        return SMTP(self._handler, data_size_limit=self.max_message_bytes, hostname=self.hostname,
+                    ident="mailbox-actors", enable_SMTPUTF8=True, timeout=60,
+                    loop=asyncio.get_running_loop())
+
+    async def start(self, host: str, port: int) -> int:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._protocol, host, port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def deliver(self, address: str, rcpt: Recipient, raw: bytes) -> str:
+        """Ingest ``raw`` into the recipient's IdentityMailbox; the SMTP reply for it."""
+        node = self.app.node
+        data = b"Delivered-To: " + address.encode("utf-8", "replace") + b"\r\n" + raw
+        source = "smtp:" + hashlib.sha256(rcpt.identity_id.encode() + b"\0" + raw).hexdigest()
+        body = _ENC.encode(RpcEnvelope(
+            v=ENVELOPE_VERSION, tenant_id=rcpt.tenant_id, identity_id=rcpt.identity_id,
+            request_id=node.ids.new_id("req"), actor_key_id=None,
+            deadline_ms=node.clock.now_ms() + LONG_DEADLINE_MS,
+            req=Ingest(source_id=source, raw=data)))
+        answer = await self.app("POST", f"/rpc/identity_mailbox/{rcpt.mailbox_id}", self._auth,
+                                body)
+        status, out = answer[0], answer[1]
+        if status == 413:
+            return "552 5.3.4 Message too big to forward inside this cluster (max_body_bytes)"
+        err: Any = None
+        if status == 200:
+            try:
+                err = _REPLY.decode(out).err
+            except msgspec.DecodeError:
+                err = "undecodable"
+        else:
+            err = f"http {status}"
+        if err is None:
+            return "250 2.0.0 Delivered"
+        code = getattr(err, "code", None)
+        _log.warning("smtp_ingest_failed", identity_id=rcpt.identity_id,
+                     code=str(code.value if code is not None else err))
+        if code is ErrorCode.LIMIT_EXCEEDED:
+            return "552 5.3.4 Message exceeds the mailbox's size cap"
+        if code in (ErrorCode.IDENTITY_NOT_FOUND,):
+            return "550 5.1.1 No such recipient here"
+        if code is not None and not code.retryable and code is not ErrorCode.OVERLOADED:
+            return "554 5.6.0 Message refused"
+        return "451 4.3.0 The recipient's mailbox cannot be reached now; try again later"

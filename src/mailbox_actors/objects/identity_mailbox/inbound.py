@@ -1,0 +1,273 @@
+"""IdentityMailbox's received mail (IN-1, IN-2, IN-3, IN-6): ingest, threads, reading, deletion.
+
+``ingest`` refuses a message over the cap, answers a replayed source id from its record (other
+bytes: ``conflict``), parses outside the transaction (in a worker thread when large), then stores
+the message, its thread, its matched waits and its ``message.received`` event (ids and sizes only)
+in one transaction. The schema is ``INBOUND_SCHEMA``; the wait half lives in ``waits``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+import msgspec
+
+from mailbox_actors.core.inbound.limits import InboundLimits
+from mailbox_actors.core.inbound.parse import ParsedMessage, parse_message
+from mailbox_actors.core.inbound.threads import assign_thread, thread_keys
+from mailbox_actors.core.inbound.waits import WaitSubject
+from mailbox_actors.objects.identity_mailbox import waits
+from mailbox_actors.objects.identity_mailbox.inbound_rows import DETAIL_DECODER, StoredDetail
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, LimitExceeded, MailboxActorsError
+from mailbox_actors.wire.inbound import (
+    AttachmentView,
+    DeleteMessage,
+    DeleteMessageReply,
+    GetMessage,
+    GetThread,
+    Ingest,
+    IngestReply,
+    ListMessages,
+    MessageList,
+    MessageSummary,
+    MessageView,
+    RegisterWait,
+    ThreadView,
+    WaitPoll,
+)
+
+if TYPE_CHECKING:
+    from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
+
+__all__ = ["INBOUND_SCHEMA", "INBOUND_TABLES", "counts", "delete_message",
+           "erase", "get_message", "get_thread", "handle", "ingest", "limits", "list_messages"]
+
+INBOUND_SCHEMA = (
+    # Migration 1's messages table was a placeholder nothing ever wrote.
+    "DROP TABLE messages",
+    "CREATE TABLE messages (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, "
+    "thread_id TEXT NOT NULL, message_id_header TEXT, from_addr TEXT NOT NULL, "
+    "subject TEXT NOT NULL, date_ms INTEGER, received_at_ms INTEGER NOT NULL, "
+    "size_bytes INTEGER NOT NULL, detail BLOB NOT NULL)",
+    "CREATE INDEX messages_by_thread ON messages (thread_id, seq)",
+    "CREATE TABLE message_bodies (message_id TEXT NOT NULL, kind TEXT NOT NULL, "
+    "content TEXT NOT NULL, PRIMARY KEY (message_id, kind)) WITHOUT ROWID",
+    "CREATE TABLE attachment_chunks (message_id TEXT NOT NULL, idx INTEGER NOT NULL, "
+    "chunk INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (message_id, idx, chunk)) "
+    "WITHOUT ROWID",
+    "CREATE TABLE threads (id TEXT PRIMARY KEY, size INTEGER NOT NULL, "
+    "created_at_ms INTEGER NOT NULL, last_at_ms INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE thread_keys (key TEXT PRIMARY KEY, thread_id TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE inbound_sources (source_id TEXT PRIMARY KEY, digest TEXT NOT NULL, "
+    "message_id TEXT NOT NULL, thread_id TEXT NOT NULL, defects BLOB NOT NULL) WITHOUT ROWID",
+    *waits.WAITS_SCHEMA,
+)
+# Every table holding received content or what points at it: erase empties them all (IN-6).
+INBOUND_TABLES = ("messages", "message_bodies", "attachment_chunks", "threads", "thread_keys",
+                  "inbound_sources", *waits.WAITS_TABLES)
+
+_CHUNK = 1 << 20  # attachment content per row, under the 2 MB value limit (RT-7)
+_THREAD_PARSE = 256 * 1024  # parse larger messages in a worker thread: the loop serves others
+_ENC = msgspec.msgpack.Encoder()
+_DEFECTS = msgspec.msgpack.Decoder(list[str])
+
+
+async def handle(mb: IdentityMailbox, req: Any) -> Any:
+    """Each inbound op (``INBOUND_OPS``) to its function."""
+    match req:
+        case Ingest():
+            return await ingest(mb, req)
+        case RegisterWait():
+            return waits.register(mb, req)
+        case WaitPoll():
+            return waits.poll(mb, req)
+        case GetMessage():
+            return get_message(mb, req)
+        case GetThread():
+            return get_thread(mb, req)
+        case ListMessages():
+            return list_messages(mb, req)
+        case DeleteMessage():
+            return delete_message(mb, req)
+    raise InvalidRequest("unknown inbound op")
+
+
+def limits(mb: IdentityMailbox) -> InboundLimits:
+    return mb.ctx.settings.inbound
+
+
+async def ingest(mb: IdentityMailbox, req: Ingest) -> IngestReply:
+    lim = limits(mb)
+    if len(req.raw) > lim.max_message_bytes:
+        raise LimitExceeded("max_message_bytes", lim.max_message_bytes,
+                            f"the message is {len(req.raw)} bytes; the cap is "
+                            f"{lim.max_message_bytes}")
+    digest = hashlib.sha256(req.raw).hexdigest()
+    prior = _replay(mb.sql, req.source_id, digest)
+    if prior is not None:
+        return prior
+    if len(req.raw) > _THREAD_PARSE:
+        parsed = await anyio.to_thread.run_sync(parse_message, req.raw, lim)
+    else:
+        parsed = parse_message(req.raw, lim)
+    return mb.sql.transaction_sync(
+        lambda tx: _store(mb, tx, req.source_id, digest, len(req.raw), parsed))
+
+
+def _replay(sql: SqlStorage, source_id: str, digest: str) -> IngestReply | None:
+    row = sql.exec("SELECT digest, message_id, thread_id, defects FROM inbound_sources "
+                   "WHERE source_id = ?", source_id).all()
+    if not row:
+        return None
+    if row[0][0] != digest:
+        raise MailboxActorsError(ErrorCode.CONFLICT, "this source_id was ingested with other bytes",
+                                 details={"source_id": source_id[:256]},
+                                 fix="Use a new source_id for a different message.")
+    return IngestReply(message_id=row[0][1], thread_id=row[0][2], duplicate=True,
+                       defects=_DEFECTS.decode(row[0][3]))
+
+
+class _Lookup:
+    def __init__(self, tx: SqlStorage) -> None:
+        self.tx = tx
+
+    def thread_of(self, key: str) -> str | None:
+        rows = self.tx.exec("SELECT thread_id FROM thread_keys WHERE key = ?", key).all()
+        return str(rows[0][0]) if rows else None
+
+    def size_of(self, thread_id: str) -> int:
+        rows = self.tx.exec("SELECT size FROM threads WHERE id = ?", thread_id).all()
+        return int(rows[0][0]) if rows else 0
+
+
+def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size: int,
+           p: ParsedMessage) -> IngestReply:
+    prior = _replay(tx, source_id, digest)  # re-checked inside: another ingest may have won
+    if prior is not None:
+        return prior
+    now = tx.now_ms()
+    message_id = mb.ctx.new_id("imsg")
+    keys = thread_keys(f"<{p.message_id}>" if p.message_id else None, p.in_reply_to,
+                       p.references, p.thread_index_root)
+    decision = assign_thread(keys, _Lookup(tx), mb.ctx.new_id("thr"))
+    thread_id = decision.thread_id
+    if decision.created:
+        tx.exec("INSERT INTO threads (id, size, created_at_ms, last_at_ms) VALUES (?, 0, ?, ?)",
+                thread_id, now, now)
+    tx.exec("UPDATE threads SET size = size + 1, last_at_ms = ? WHERE id = ?", now, thread_id)
+    for key in decision.map_if_absent:
+        tx.exec("INSERT OR IGNORE INTO thread_keys (key, thread_id) VALUES (?, ?)", key, thread_id)
+    for key in decision.map_always:
+        tx.exec("INSERT OR REPLACE INTO thread_keys (key, thread_id) VALUES (?, ?)", key,
+                thread_id)
+    detail = StoredDetail(
+        to=p.to, cc=p.cc, delivered_to=p.delivered_to, headers=p.headers,
+        attachments=[AttachmentView(filename=a.filename, content_type=a.content_type,
+                                    size=a.size) for a in p.attachments], defects=p.defects)
+    tx.exec("INSERT INTO messages (id, thread_id, message_id_header, from_addr, subject, date_ms, "
+            "received_at_ms, size_bytes, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            message_id, thread_id, p.message_id, p.from_addr, p.subject, p.date_ms, now, size,
+            _ENC.encode(detail))
+    for kind, content in (("text", p.text), ("html", p.html)):
+        if content is not None:
+            tx.exec("INSERT INTO message_bodies (message_id, kind, content) VALUES (?, ?, ?)",
+                    message_id, kind, content)
+    for idx, att in enumerate(p.attachments):
+        data = att.content or b""
+        for chunk, start in enumerate(range(0, len(data), _CHUNK)):
+            tx.exec("INSERT INTO attachment_chunks (message_id, idx, chunk, data) "
+                    "VALUES (?, ?, ?, ?)", message_id, idx, chunk, data[start:start + _CHUNK])
+    tx.exec("INSERT INTO inbound_sources (source_id, digest, message_id, thread_id, defects) "
+            "VALUES (?, ?, ?, ?, ?)", source_id, digest, message_id, thread_id,
+            _ENC.encode(p.defects))
+    waits.match_new(tx, WaitSubject(
+        from_addr=p.from_addr, recipients=[*p.to, *p.cc, *p.delivered_to], subject=p.subject,
+        headers=p.headers, received_at_ms=now), message_id, thread_id, now)
+    mb.ctx.emit(tx, "message.received", {
+        "message_id": message_id, "thread_id": thread_id, "size_bytes": size,
+        "attachment_count": len(p.attachments), "defect_count": len(p.defects)})
+    return IngestReply(message_id=message_id, thread_id=thread_id, duplicate=False,
+                       defects=p.defects)
+
+
+def get_message(mb: IdentityMailbox, req: GetMessage) -> MessageView | None:
+    rows = mb.sql.exec("SELECT id, thread_id, message_id_header, from_addr, subject, date_ms, "
+                       "received_at_ms, detail FROM messages WHERE id = ?", req.message_id).all()
+    if not rows:
+        return None
+    r = rows[0]
+    d = DETAIL_DECODER.decode(r[7])
+    bodies: dict[str, str] = {k: v for k, v in mb.sql.exec(
+        "SELECT kind, content FROM message_bodies WHERE message_id = ?", req.message_id)}
+    return MessageView(message_id=r[0], thread_id=r[1], message_id_header=r[2], from_=r[3],
+                       to=d.to, cc=d.cc, subject=r[4], date_ms=r[5], received_at_ms=r[6],
+                       text=bodies.get("text"), html=bodies.get("html"), headers=d.headers,
+                       attachments=d.attachments, defects=d.defects)
+
+
+def get_thread(mb: IdentityMailbox, req: GetThread) -> ThreadView | None:
+    if not mb.sql.exec("SELECT 1 FROM threads WHERE id = ?", req.thread_id).all():
+        return None
+    # Thread order: by the sender's Date (a parent that arrived late still comes first), then
+    # arrival for messages without one.
+    ids = [r[0] for r in mb.sql.exec(
+        "SELECT id FROM messages WHERE thread_id = ? ORDER BY COALESCE(date_ms, received_at_ms), "
+        "seq", req.thread_id)]
+    return ThreadView(thread_id=req.thread_id, message_ids=ids)
+
+
+def list_messages(mb: IdentityMailbox, req: ListMessages) -> MessageList:
+    before = _cursor(req.cursor)
+    where = "seq < ?"
+    params: list[Any] = [before]
+    if req.thread_id is not None:
+        where += " AND thread_id = ?"
+        params.append(req.thread_id)
+    rows = mb.sql.exec(f"SELECT seq, id, thread_id, from_addr, subject, received_at_ms, "
+                       f"size_bytes FROM messages WHERE {where} ORDER BY seq DESC LIMIT ?",
+                       *params, req.limit + 1).all()
+    page = rows[:req.limit]
+    return MessageList(
+        messages=[MessageSummary(message_id=r[1], thread_id=r[2], from_=r[3], subject=r[4],
+                                 received_at_ms=r[5], size_bytes=r[6]) for r in page],
+        next_cursor=str(page[-1][0]) if len(rows) > req.limit else None)
+
+
+def _cursor(cursor: str | None) -> int:
+    if cursor is None:
+        return 1 << 62
+    if not cursor.isdigit():
+        raise InvalidRequest("cursor is not one this op returned", details={"field": "cursor"})
+    return int(cursor)
+
+
+def delete_message(mb: IdentityMailbox, req: DeleteMessage) -> DeleteMessageReply:
+    def run(tx: SqlStorage) -> DeleteMessageReply:
+        rows = tx.exec("SELECT thread_id FROM messages WHERE id = ?", req.message_id).all()
+        if not rows:
+            return DeleteMessageReply(deleted=False)
+        for table in ("message_bodies", "attachment_chunks"):
+            tx.exec(f"DELETE FROM {table} WHERE message_id = ?", req.message_id)
+        tx.exec("DELETE FROM messages WHERE id = ?", req.message_id)
+        # The thread keeps its id and keys (ids never change); it holds one message fewer.
+        tx.exec("UPDATE threads SET size = size - 1 WHERE id = ?", rows[0][0])
+        mb.ctx.emit(tx, "message.deleted", {"message_id": req.message_id,
+                                            "thread_id": rows[0][0]})
+        return DeleteMessageReply(deleted=True)
+
+    return mb.sql.transaction_sync(run)
+
+
+def erase(tx: SqlStorage) -> None:
+    """Inside the erase transaction (IN-6): every received byte and what points at it."""
+    for table in INBOUND_TABLES:
+        tx.exec(f"DELETE FROM {table}")
+
+
+def counts(sql: SqlStorage) -> dict[str, int]:
+    messages = sql.exec("SELECT COUNT(*) FROM messages").one()[0]
+    threads = sql.exec("SELECT COUNT(*) FROM threads WHERE size > 0").one()[0]
+    return {"messages": int(messages), "threads": int(threads)}
