@@ -11,6 +11,7 @@ import pytest
 
 import actors_for_tests as afs
 from actors_for_tests import TENANT, Scratch
+from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.objects.identity_mailbox import IdentityMailbox
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.runtime.migrations import PLATFORM_META
@@ -117,17 +118,20 @@ async def test_a_platform_object_of_the_previous_layout_keeps_its_meta(tmp_path:
     PLATFORM_META migration not yet run) is migrated on first access: it keeps a ``meta(k, v)``
     with its own size_bytes, the runtime's keys leave it, and status reports the new version."""
     ids = {"tenant_id": "t1", "identity_id": "i1"}
-    async with TestRuntime(tmp_path) as rt:
+    latest = len(IdentityMailbox.migrations)
+    platform_meta = next(m.version for m in IdentityMailbox.migrations
+                         if m.statements == PLATFORM_META)
+
+    class PreviousMailbox(IdentityMailbox):  # the code as it was before PLATFORM_META
+        migrations = IdentityMailbox.migrations[:platform_meta - 1]
+
+    previous = [PreviousMailbox if c is IdentityMailbox else c for c in DEFAULT_OBJECTS]
+    async with TestRuntime(tmp_path, objects=previous) as rt:
         m = rt.id_from_name("identity_mailbox", "a")
         await rt.call("identity_mailbox", m, MailboxInit(), **ids)
         await rt.run_until_idle()
         path = rt.node.host.path_for("identity_mailbox", m)
-    with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE meta")  # the previous layout had one meta, the runtime's
-    conn.close()
-    latest = len(IdentityMailbox.migrations)
-    assert IdentityMailbox.migrations[-1].statements == PLATFORM_META
-    to_previous_layout(path, schema_version=latest - 1, extra={"size_bytes": "4096"})
+    to_previous_layout(path, extra={"size_bytes": "4096"})  # one meta, the runtime's
 
     async with TestRuntime(tmp_path) as rt:
         st = await rt.call("identity_mailbox", m, MailboxStatus(), **ids)

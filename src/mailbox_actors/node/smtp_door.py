@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from typing import Any
 
 import msgspec
@@ -28,11 +29,15 @@ from mailbox_actors.wire.envelope import Envelope as RpcEnvelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import Ingest
 
-__all__ = ["SmtpDoor"]
+__all__ = ["RESOLVE_TTL_S", "SmtpDoor"]
 
 _ENC = msgspec.json.Encoder()
 _REPLY = msgspec.json.Decoder(RpcReply)
 _log = structlog.get_logger("mailbox_actors.smtp")
+# An address resolved is reused this long: an identity erased meanwhile is refused at DATA instead
+# (its mailbox answers identity_not_found: 550).
+RESOLVE_TTL_S = 2.0
+_KNOWN_MAX = 10_000
 
 
 class _NoArgs(logging.Filter):
@@ -56,23 +61,20 @@ class _Handler:
 
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope,
                           address: str, rcpt_options: list[str]) -> str:
-        db = self.door.app.node.control_db
         try:
-            if db is None:
-                raise MailboxActorsError(ErrorCode.UNAVAILABLE, "no control database")
-            found = await resolve(db, address)
+            found = await self.door.resolve(address)
         except MailboxActorsError:
-            self.door.count("smtp_rcpt_total", "lookup_failed")
+            self.door.metrics.inc("smtp_rcpt_total", (("outcome", "lookup_failed"),))
             return "451 4.3.0 Recipient lookup failed now; try again later"
         if found is None:
-            self.door.count("smtp_rcpt_total", "unknown")
+            self.door.metrics.inc("smtp_rcpt_total", (("outcome", "unknown"),))
             return "550 5.1.1 No such recipient here"
         targets: list[tuple[str, Recipient]] = getattr(envelope, "ma_targets", [])
         targets.append((address, found))
         envelope.ma_targets = targets  # type: ignore[attr-defined]
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(rcpt_options)
-        self.door.count("smtp_rcpt_total", "accepted")
+        self.door.metrics.inc("smtp_rcpt_total", (("outcome", "accepted"),))
         return "250 2.1.5 Recipient ok"
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
@@ -85,7 +87,7 @@ class _Handler:
             reply = await self.door.deliver(address, rcpt, raw)
             if reply.startswith("4") or (reply.startswith("5") and worst.startswith("2")):
                 worst = reply  # a temporary failure wins: the client retries, duplicates dedupe
-        self.door.count("smtp_messages_total", worst[:3])
+        self.door.metrics.inc("smtp_messages_total", (("outcome", worst[:3]),))
         return worst
 
 
@@ -101,12 +103,28 @@ class SmtpDoor:
         self.hostname = hostname
         self._server: asyncio.base_events.Server | None = None
         self._handler = _Handler(self)
-        m = app.node.metrics
+        self._known: dict[str, tuple[Recipient, float]] = {}
+        self.metrics = m = app.node.metrics
         m.describe("smtp_rcpt_total", "SMTP RCPT commands by outcome", "counter")
         m.describe("smtp_messages_total", "SMTP DATA answers by status code", "counter")
 
-    def count(self, name: str, outcome: str) -> None:
-        self.app.node.metrics.inc(name, (("outcome", outcome),))
+    async def resolve(self, address: str) -> Recipient | None:
+        """The recipient of ``address`` from the control database; a found one is remembered
+        for ``RESOLVE_TTL_S`` (a burst to one address asks once), an unknown one never is, so a
+        new identity's address works at once."""
+        now = time.monotonic()
+        hit = self._known.get(address)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        db = self.app.node.control_db
+        if db is None:
+            raise MailboxActorsError(ErrorCode.UNAVAILABLE, "no control database")
+        found = await resolve(db, address)
+        if found is not None:
+            if len(self._known) >= _KNOWN_MAX:
+                self._known.clear()
+            self._known[address] = (found, now + RESOLVE_TTL_S)
+        return found
 
     def _protocol(self) -> SMTP:
         return SMTP(self._handler, data_size_limit=self.max_message_bytes, hostname=self.hostname,

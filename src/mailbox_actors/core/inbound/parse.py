@@ -27,6 +27,7 @@ from mailbox_actors.core.inbound.threads import MAX_ID_CHARS, msg_ids
 __all__ = ["ParsedAttachment", "ParsedMessage", "parse_message"]
 
 _FOLD = re.compile(r"\r?\n[ \t]*")
+_UNFOLD = re.compile(r"\r?\n(?=[ \t])|\r?\n$")
 _NAME_OK = re.compile(r"[^A-Za-z0-9-]")
 # More multipart containers than this cannot be a real message; the parser recurses per level
 # (1,000 levels is a RecursionError after half a second), so such a body is not split at all.
@@ -60,6 +61,10 @@ def _read_header(name: str, raw: str, d: Defects) -> str:
     """One header value, decoded (encoded-words) and unfolded; never raises."""
     safe = _safe_name(name)
     value = text_of(raw, d, safe)
+    if "=?" not in value:
+        # Nothing to decode: unfolding is all the modern parser would do, at a fraction of its
+        # cost (its header registry takes about half a millisecond per field).
+        return _UNFOLD.sub("", value).strip()
     try:
         return str(policy.default.header_fetch_parse(name, value))
     except Exception:  # the modern parser's IndexError, AttributeError...: read it plainly
