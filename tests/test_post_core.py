@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mailbox_actors.core.post.order import Eligibility, eligibility, next_wake
 from mailbox_actors.core.post.rules import (
     Delivered,
     Failed,
@@ -79,3 +80,17 @@ def test_a_policy_that_cannot_work_is_refused() -> None:
         RetryPolicy(max_attempts=0)
     with pytest.raises(ValueError):
         RetryPolicy(base_ms=10, cap_ms=5)
+
+
+def test_a_job_is_due_at_its_retry_time_or_after_its_lease() -> None:
+    """PO-3, PO-5: a queued or failed job waits for its retry time; a running one is due again
+    just after its lease (a crash or a lost answer), unless its budget is spent (dead)."""
+    p = RetryPolicy(max_attempts=3)
+    assert eligibility("queued", 0, 100, None, 99, p) is Eligibility.WAIT
+    assert eligibility("queued", 0, 100, None, 100, p) is Eligibility.ATTEMPT
+    assert eligibility("failed", 2, 500, None, 499, p) is Eligibility.WAIT
+    assert eligibility("running", 1, 0, 1_000, 1_000, p) is Eligibility.WAIT
+    assert eligibility("running", 1, 0, 1_000, 1_001, p) is Eligibility.ATTEMPT
+    assert eligibility("running", 3, 0, 1_000, 1_001, p) is Eligibility.SPENT
+    assert next_wake([("queued", 300, None), ("running", 0, 200), ("failed", 250, None)]) == 201
+    assert next_wake([]) is None

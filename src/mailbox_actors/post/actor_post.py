@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from mailbox_actors.core.post.order import Eligibility, due_at, eligibility
 from mailbox_actors.core.post.rules import (
     ATTEMPT_DEADLINE_MS,
     JobState,
@@ -193,12 +194,12 @@ class Post:
             heads = tx.exec(q.HEADS).all()
             retry = False
             for seq, state, next_at, lease, attempts, akey in heads:
-                running = state == JobState.RUNNING
-                due_at = lease + 1 if running else next_at
-                if due_at > now:
-                    wake = due_at if wake is None else min(wake, due_at)
+                verdict = eligibility(state, attempts, next_at, lease, now, self.policy)
+                if verdict is Eligibility.WAIT:
+                    at = due_at(state, next_at, lease)
+                    wake = at if wake is None else min(wake, at)
                     continue
-                if running and attempts >= self.policy.max_attempts:
+                if verdict is Eligibility.SPENT:
                     s = settle_expired(attempts, now, self.policy, self.ctx.rng.random())
                     tx.exec(q.SETTLE, s.state.value, s.next_attempt_at_ms, s.reason, None, now, seq)
                     retry = True
@@ -224,9 +225,7 @@ class Post:
     def _claim_chain(self, tx: SqlStorage, akey: str, now: int, lease: int) -> list[Claimed]:
         out: list[Claimed] = []
         for r in tx.exec(q.CHAIN, akey, CHAIN).all():
-            state, next_at, old_lease = r[13], r[14], r[15]
-            due = (old_lease or 0) < now if state == JobState.RUNNING else next_at <= now
-            if not due or (state == JobState.RUNNING and r[12] >= self.policy.max_attempts):
+            if eligibility(r[13], r[12], r[14], r[15], now, self.policy) is not Eligibility.ATTEMPT:
                 break
             tx.exec(q.CLAIM, lease, now, r[0])
             out.append(Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4],

@@ -17,6 +17,7 @@ from typing import Any
 import aiosqlite
 import msgspec
 
+from mailbox_actors.core.post.order import Eligibility, eligibility, next_wake
 from mailbox_actors.core.post.rules import (
     ATTEMPT_DEADLINE_MS,
     JobState,
@@ -167,7 +168,7 @@ class ControlPost:
 
     async def next_wake(self) -> int | None:
         rows = await self.db.fetch_all(q.HEADS)
-        return min((r[3] + 1 if r[1] == JobState.RUNNING else r[2] for r in rows), default=None)
+        return next_wake((r[1], r[2], r[3]) for r in rows)
 
     async def run(self) -> int:
         """Deliver everything due now; returns how many were delivered."""
@@ -183,19 +184,18 @@ class ControlPost:
         for seq, state, next_at, old_lease, attempts, akey in await conn.execute_fetchall(q.HEADS):
             if len(chains) >= ROUND_ADDRESSES:
                 break
-            running = state == JobState.RUNNING
-            if (old_lease + 1 if running else next_at) > now:
+            verdict = eligibility(state, attempts, next_at, old_lease, now, self.policy)
+            if verdict is Eligibility.WAIT:
                 continue
-            if running and attempts >= self.policy.max_attempts:
+            if verdict is Eligibility.SPENT:
                 s = settle_expired(attempts, now, self.policy, self.rng.random())
                 await conn.execute(q.SETTLE, (s.state.value, s.next_attempt_at_ms, s.reason, None,
                                               now, seq))
                 continue
             chain: list[Claimed] = []
             for r in await conn.execute_fetchall(q.CHAIN, (akey, CHAIN)):
-                st, nxt, ls = r[13], r[14], r[15]
-                due = (ls or 0) < now if st == JobState.RUNNING else nxt <= now
-                if not due or (st == JobState.RUNNING and r[12] >= self.policy.max_attempts):
+                if eligibility(r[13], r[12], r[14], r[15], now,
+                               self.policy) is not Eligibility.ATTEMPT:
                     break
                 await conn.execute(q.CLAIM, (lease, now, r[0]))
                 chain.append(Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4],

@@ -19,6 +19,7 @@ except ImportError as e:  # pragma: no cover - the extra is installed wherever t
 
 import msgspec
 
+from mailbox_actors.core.post.order import Eligibility, eligibility, next_wake
 from mailbox_actors.core.post.rules import (
     ATTEMPT_DEADLINE_MS,
     JobState,
@@ -176,8 +177,7 @@ class PostgresPost:
         """When the earliest pending head is due (None: nothing pending), for the host's wake."""
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(_HEADS)).fetchall()
-        times = [r[3] + 1 if r[1] == JobState.RUNNING else r[2] for r in rows]
-        return min(times, default=None)
+        return next_wake((r[1], r[2], r[3]) for r in rows)
 
     async def _one(self, sql: str, params: tuple[Any, ...]) -> PostRecord | None:
         async with self.pool.connection() as conn:
@@ -193,10 +193,10 @@ class PostgresPost:
                     await conn.execute(_HEADS)).fetchall():
                 if len(chains) >= ROUND_ADDRESSES:
                     break
-                running = state == JobState.RUNNING
-                if (lease + 1 if running else next_at) > now_ms:
+                verdict = eligibility(state, attempts, next_at, lease, now_ms, self.policy)
+                if verdict is Eligibility.WAIT:
                     continue
-                if running and attempts >= self.policy.max_attempts:
+                if verdict is Eligibility.SPENT:
                     s = settle_expired(attempts, now_ms, self.policy, self.rng.random())
                     await conn.execute(_SETTLE, (s.state.value, s.next_attempt_at_ms, s.reason,
                                                  None, now_ms, seq))
@@ -213,9 +213,7 @@ class PostgresPost:
             return []  # another executor holds this address's head now
         out: list[Claimed] = []
         for r in rows:
-            state, next_at, old_lease = r[13], r[14], r[15]
-            due = (old_lease or 0) < now if state == JobState.RUNNING else next_at <= now
-            if not due or (state == JobState.RUNNING and r[12] >= self.policy.max_attempts):
+            if eligibility(r[13], r[12], r[14], r[15], now, self.policy) is not Eligibility.ATTEMPT:
                 break
             out.append(Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4],
                                namespace=r[5], object_name=r[6], tenant_id=r[7],
