@@ -214,8 +214,8 @@ class Post:
                     chains.append(chain)
             if not retry:
                 break
-        if chains:
-            self.ctx.schedule(self.purpose, lease_until_ms + 1)  # recovery, armed before sending
+        if chains:  # recovery, armed before sending (or earlier, for a retry due before it)
+            self.ctx.schedule(self.purpose, min(lease_until_ms + 1, wake or lease_until_ms + 1))
         elif wake is not None:
             self.ctx.schedule(self.purpose, wake)
         else:
