@@ -3,7 +3,10 @@
 ``TestRuntime`` is a node with a ``FakeClock``, a seeded ``Rng`` and its own temporary data
 directory (isolated storage per test; alarms never leak between tests because each test gets its own
 node). ``advance(ms)`` fires due alarms in order; ``fire_alarm_now`` runs an actor's alarm at once.
-``RecordingTransport`` is the scriptable mail transport to pass in ``services``.
+``run_in_actor``, ``list_ids``, ``get_alarm`` and ``set_alarm`` reach into live actors (TK-2);
+``raise_errors=True`` re-raises a handler's exception in the test instead of ``internal_error``.
+``RecordingTransport`` is the scriptable mail transport to pass in ``services``. The pytest plugin
+(``mailbox_actors.testing.pytest_plugin``, installed with the package) gives these as fixtures.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 import msgspec
 
@@ -26,13 +31,24 @@ from mailbox_actors.platform.dns.resolver import RESOLVER
 from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.platform.services import ServiceKey, Services
+from mailbox_actors.rpc.router import op_name
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.outbox import RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.testing.cluster import TestCluster
+from mailbox_actors.testing.inspection import ErrorTap, actor_ids_on_disk, run_in_actor
+from mailbox_actors.testing.webhooks import WebhookReceiver
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.inbound import RegisterWait, WaitFilter, WaitPoll
 
-__all__ = ["FakeClock", "FakeResolver", "RecordingTransport", "SeededRng", "TestRuntime"]
+__all__ = ["FakeClock", "FakeResolver", "NotStarted", "RecordingTransport", "SeededRng",
+           "TestCluster", "TestRuntime", "WebhookReceiver"]
+
+T = TypeVar("T")
+
+
+class NotStarted(RuntimeError):
+    """A TestRuntime used before ``async with`` started it, or after it stopped (TK-4)."""
 
 
 class TestRuntime:
@@ -43,8 +59,12 @@ class TestRuntime:
     def __init__(self, data_dir: Path | str | None = None, *, start_ms: int = 1_767_225_600_000,
                  seed: int = 0, objects: Sequence[type[Actor]] = DEFAULT_OBJECTS,
                  control: bool = False, services: Mapping[ServiceKey[Any], Any] | None = None,
-                 **settings: Any) -> None:
+                 raise_errors: bool = False, **settings: Any) -> None:
         self._own_dir = data_dir is None
+        self.raise_errors = raise_errors
+        self._errors = ErrorTap()
+        self._started = False
+        self._objects = list(objects)
         self.data_dir = Path(data_dir) if data_dir is not None else Path(
             tempfile.mkdtemp(prefix="mailbox-actors-test-"))
         try:
@@ -55,7 +75,8 @@ class TestRuntime:
                 settings.setdefault("control_db", str(self.data_dir / "control.sqlite"))
                 settings.setdefault("queues_db", str(self.data_dir / "queues.sqlite"))
             self.settings = RuntimeSettings(data_dir=str(self.data_dir), **settings)
-            self.node = Node(self.settings, clock=self.clock, rng=self.rng, objects=objects,
+            self.node = Node(self.settings, clock=self.clock, rng=self.rng,
+                             objects=self._errors.wrap(objects),
                              services=Services(_deterministic_dns(services, self.settings)))
         except BaseException:
             self._remove_own_dir()  # a refused setting must not leave the directory behind
@@ -77,12 +98,20 @@ class TestRuntime:
         except BaseException:
             self._remove_own_dir()
             raise
+        self._started = True
         return self
 
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
                         tb: TracebackType | None) -> None:
+        self._started = False
         await self.node.stop()
         self._remove_own_dir()
+
+    def _require_started(self, what: str) -> None:
+        if not self._started:
+            raise NotStarted(
+                f"TestRuntime.{what} needs a started runtime: use `async with TestRuntime(...) as "
+                "rt:` (or the actor_runtime fixture of the pytest plugin) and call it inside")
 
     def _remove_own_dir(self) -> None:
         if self._own_dir:
@@ -100,21 +129,75 @@ class TestRuntime:
         return self.clock.now_ms()
 
     async def advance(self, ms: int) -> None:
-        """Move the fake clock forward, firing every alarm that comes due, in order."""
+        """Move the fake clock forward, firing every alarm that comes due, in order. With
+        ``raise_errors``, an alarm handler's exception is raised here once time has moved."""
+        self._require_started("advance")
+        seen = len(self._errors.alarms)
         await self.clock.advance(ms)
+        self._raise_alarm_error(seen)
 
     async def run_until_idle(self) -> None:
         """Fire everything already due (alarms set for now, retries due now) without moving time."""
+        self._require_started("run_until_idle")
+        seen = len(self._errors.alarms)
         await self.clock.run_until_idle()
+        self._raise_alarm_error(seen)
+
+    def _raise_alarm_error(self, seen: int) -> None:
+        if self.raise_errors and len(self._errors.alarms) > seen:
+            raise self._errors.alarms[seen]
 
     async def fire_alarm_now(self, namespace: str, object_id: str) -> bool:
-        """Run the actor's alarm handler now if it has an alarm; returns whether it ran."""
-        return await self.node.fire_alarm_now(namespace, object_id)
+        """Run the actor's alarm handler now, whatever its scheduled time (Miniflare's
+        ``runDurableObjectAlarm``); returns whether there was an alarm to run."""
+        self._require_started("fire_alarm_now")
+        seen = len(self._errors.alarms)
+        ran = await self.node.fire_alarm_now(namespace, object_id)
+        self._raise_alarm_error(seen)
+        return ran
 
-    async def call(self, namespace: str, object_id: str, req: Any, **kw: Any) -> Any:
-        return await self.node.call(namespace, object_id, req, **kw)
+    async def call(self, namespace: str, object_id: str, req: Any, *,
+                   reply_type: Any = None, **kw: Any) -> Any:
+        """Call an actor with a request Struct or a dict (``{"op": ...}``); the ``ok`` value as
+        plain JSON types, or decoded into ``reply_type`` (``True``: the namespace's reply type
+        for the op) (TK-3). With ``raise_errors`` a handler's exception is raised here, with its
+        traceback, instead of ``internal_error``."""
+        self._require_started("call")
+        if isinstance(req, dict):
+            req = self._request_from_dict(namespace, req)
+        rid = kw.pop("request_id", None) or self.node.ids.new_id("req")
+        try:
+            result = await self.node.call(namespace, object_id, req, request_id=rid, **kw)
+        except MailboxActorsError as e:
+            original = self._errors.take(rid, e)
+            if self.raise_errors and original is not None:
+                raise original from None
+            raise
+        if reply_type is None:
+            return result
+        if reply_type is True:
+            reply_type = self._reply_type(namespace, req)
+        return msgspec.convert(result, reply_type)
+
+    def _request_from_dict(self, namespace: str, req: dict[str, Any]) -> Any:
+        cls = self.node.host.actor_class(namespace)
+        if cls is None:
+            raise InvalidRequest(f"no namespace {namespace!r} here")
+        try:
+            return msgspec.convert(req, cls.requests)
+        except msgspec.ValidationError as e:
+            raise InvalidRequest(f"not a {namespace} request: {e}") from None
+
+    def _reply_type(self, namespace: str, req: Any) -> Any:
+        cls = self.node.host.actor_class(namespace)
+        op = op_name(req)
+        replies = getattr(cls, "replies", {}) if cls is not None else {}
+        if op not in replies:
+            raise KeyError(f"{namespace} declares no reply type for op {op!r}")
+        return replies[op]
 
     async def call_bytes(self, namespace: str, object_id: str, body: bytes) -> bytes:
+        self._require_started("call_bytes")
         return await self.node.call_bytes(namespace, object_id, body)
 
     def id_from_name(self, namespace: str, name: str) -> str:
@@ -142,6 +225,39 @@ class TestRuntime:
                 raise MailboxActorsError(ErrorCode.TIMEOUT,
                                          f"no matching message within {timeout_ms} ms")
             await self.advance(step_ms)
+
+    # ---- inside actors (TK-2) --------------------------------------------------------------
+
+    async def run_in_actor(self, namespace: str, object_id: str,
+                           fn: Callable[[Any, Any], T | Awaitable[T]]) -> T:
+        """Run ``fn(instance, storage)`` inside the live actor, under its gates (Miniflare's
+        ``runInDurableObject``); ``fn`` may be async. Returns what it returns; raises what it
+        raises (the actor is not reset for it)."""
+        self._require_started("run_in_actor")
+        return await run_in_actor(self.node, namespace, object_id, fn)
+
+    def list_ids(self, namespace: str) -> list[str]:
+        """The ids of every object of ``namespace`` that exists (Miniflare's
+        ``listDurableObjectIds``), sorted."""
+        self._require_started("list_ids")
+        return actor_ids_on_disk(self.node, namespace)
+
+    async def get_alarm(self, namespace: str, object_id: str) -> int | None:
+        """The actor's stored alarm (Unix ms), or None; from outside, even while it runs."""
+        self._require_started("get_alarm")
+        if object_id not in self.list_ids(namespace):
+            return None
+        return await self.run_in_actor(namespace, object_id,
+                                       lambda _actor, storage: storage.stored_alarm())
+
+    async def set_alarm(self, namespace: str, object_id: str, at_ms: int | None) -> None:
+        """Set (or, with None, delete) the actor's alarm from outside, as its own code would."""
+        def write(_actor: Any, storage: Any) -> None:
+            if at_ms is None:
+                storage.delete_alarm()
+            else:
+                storage.set_alarm(at_ms)
+        await self.run_in_actor(namespace, object_id, write)
 
 
 def _deterministic_dns(services: Mapping[ServiceKey[Any], Any] | None,
