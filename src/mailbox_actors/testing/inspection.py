@@ -16,9 +16,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import structlog
-
-from mailbox_actors.runtime.actor import Actor, AlarmInfo, Call
+from mailbox_actors.runtime.actor import Actor, Call
+from mailbox_actors.runtime.scope import RequestScope, entered
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 if TYPE_CHECKING:
@@ -52,18 +51,25 @@ class ErrorTap:
                     tap.by_request.setdefault(call.request_id, e)
                 raise
 
-        async def alarm(actor: Actor, info: AlarmInfo) -> None:
-            try:
-                await cls.alarm(actor, info)
-            except Exception as e:
-                if len(tap.alarms) < 10_000:
-                    tap.alarms.append(e)
-                raise
+        def noting(method: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+            async def run(actor: Actor, *args: Any) -> None:
+                try:
+                    await method(actor, *args)
+                except Exception as e:
+                    if len(tap.alarms) < 10_000:
+                        tap.alarms.append(e)
+                    raise
+            return run
 
         # Same name and namespace: logs, migrations and ids are the class's own.
-        return type(cls.__name__, (cls,), {"handle": handle, "alarm": alarm,
-                                            "__module__": cls.__module__,
-                                            "__qualname__": cls.__qualname__})
+        attrs: dict[str, Any] = {"handle": handle, "__module__": cls.__module__,
+                                 "__qualname__": cls.__qualname__}
+        if cls.alarm is not Actor.alarm:  # it handles its alarm itself
+            attrs["alarm"] = noting(cls.alarm)
+        else:  # the runtime runs its purposes' methods
+            for name in cls.alarm_purposes.values():
+                attrs[name] = noting(getattr(cls, name))
+        return type(cls.__name__, (cls,), attrs)
 
     def take(self, request_id: str | None, err: MailboxActorsError) -> BaseException | None:
         """The handler's exception behind an ``internal_error`` answer to ``request_id``."""
@@ -84,13 +90,13 @@ async def run_in_actor(node: Node, namespace: str, object_id: str,
     if cls is None:
         raise MailboxActorsError(ErrorCode.INVALID_REQUEST, f"no namespace {namespace!r} here")
     object_id = node.router.id_from_string(namespace, object_id)
-    ctx = host.activate(cls, object_id, create=True)
-    assert ctx is not None
+    act = host.activate(cls, object_id, create=True)
+    assert act is not None
     outcome: list[Any] = []
 
     async def inside() -> None:
         try:
-            result = fn(ctx.actor, ctx.storage)
+            result = fn(act.actor, act.storage)
             if inspect.isawaitable(result):
                 result = await result
             outcome.append(result)
@@ -98,10 +104,10 @@ async def run_in_actor(node: Node, namespace: str, object_id: str,
             outcome.append(e)
             outcome.append(None)
 
-    with structlog.contextvars.bound_contextvars(request_id=node.ids.new_id("req")):
-        await ctx.block_concurrency_while(inside)
-    if not ctx.closed:
-        ctx.storage.flush()  # the output gate: what fn wrote is committed when this returns
+    with entered(RequestScope(node.ids.new_id("req"), None)):
+        await act.gate.hold(inside, None)
+    if not act.closed:
+        act.runtime_storage.flush()  # the output gate: fn's writes are committed when it returns
     if len(outcome) == 2:
         raise outcome[0]
     return outcome[0]  # type: ignore[no-any-return]
