@@ -36,7 +36,12 @@ from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.outbox import RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.testing.cluster import TestCluster
-from mailbox_actors.testing.inspection import ErrorTap, actor_ids_on_disk, run_in_actor
+from mailbox_actors.testing.inspection import (
+    ErrorTap,
+    actor_ids_on_disk,
+    run_in_actor,
+    stored_alarm,
+)
 from mailbox_actors.testing.webhooks import WebhookReceiver
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.inbound import RegisterWait, WaitFilter, WaitPoll
@@ -245,10 +250,7 @@ class TestRuntime:
     async def get_alarm(self, namespace: str, object_id: str) -> int | None:
         """The actor's stored alarm (Unix ms), or None; from outside, even while it runs."""
         self._require_started("get_alarm")
-        if object_id not in self.list_ids(namespace):
-            return None
-        return await self.run_in_actor(namespace, object_id,
-                                       lambda _actor, storage: storage.stored_alarm())
+        return stored_alarm(self.node, namespace, object_id)
 
     async def set_alarm(self, namespace: str, object_id: str, at_ms: int | None) -> None:
         """Set (or, with None, delete) the actor's alarm from outside, as its own code would."""

@@ -23,7 +23,7 @@ from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 if TYPE_CHECKING:
     from mailbox_actors.node.node import Node
 
-__all__ = ["ErrorTap", "actor_ids_on_disk", "run_in_actor"]
+__all__ = ["ErrorTap", "actor_ids_on_disk", "run_in_actor", "stored_alarm"]
 
 T = TypeVar("T")
 
@@ -111,6 +111,15 @@ async def run_in_actor(node: Node, namespace: str, object_id: str,
     if len(outcome) == 2:
         raise outcome[0]
     return outcome[0]  # type: ignore[no-any-return]
+
+
+def stored_alarm(node: Node, namespace: str, object_id: str) -> int | None:
+    """The actor's alarm as stored (even while its handler runs), or None (no alarm, no object)."""
+    cls = node.host.actor_class(namespace)
+    if cls is None:
+        raise MailboxActorsError(ErrorCode.INVALID_REQUEST, f"no namespace {namespace!r} here")
+    act = node.host.activate(cls, node.router.id_from_string(namespace, object_id), create=False)
+    return None if act is None else act.runtime_storage.stored_alarm()
 
 
 def actor_ids_on_disk(node: Node, namespace: str) -> list[str]:
