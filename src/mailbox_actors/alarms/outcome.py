@@ -11,6 +11,8 @@ __all__ = ["AlarmOutcome", "AlarmResult"]
 class AlarmOutcome(enum.Enum):
     DONE = "done"                # the handler ran and succeeded
     FAILED = "failed"            # the handler raised, or its writes were rolled back: retry
+    REPLACED = "replaced"        # the handler raised after setting a new alarm: that one stands,
+    #                              as a fresh alarm, instead of a retry (AL-7)
     LATER = "later"              # the stored alarm is not due yet (an early wake)
     GONE = "gone"                # no alarm stored, or no such actor: nothing to fire
     BUSY = "busy"                # a run of this actor's alarm is under way, or the node stops

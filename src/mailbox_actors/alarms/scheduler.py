@@ -163,6 +163,12 @@ class AlarmScheduler:
                 book.push(e.at, key)
         elif outcome is AlarmOutcome.FAILED:
             self._retry(key, e, retry, stored)
+        elif outcome is AlarmOutcome.REPLACED:  # workerd runs the queued alarm, not a retry
+            self._metrics.inc("alarms_replaced_total", (("namespace", key[0]),))
+            if stored is not None:
+                book.put(key, stored, 0)
+            else:
+                book.forget(key)
         elif outcome is AlarmOutcome.UNAVAILABLE:
             # The actor's file cannot be opened now (no descriptors left, a newer schema): not
             # the handler failing, and the alarm is still stored. Try again, as long as it takes.

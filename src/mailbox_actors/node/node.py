@@ -322,6 +322,8 @@ class Node:
         m.describe("alarm_retries_total", "Alarm handler failures scheduled for retry", "counter",
                    ns)
         m.describe("alarms_abandoned_total", "Alarms given up after six retries", "counter", ns)
+        m.describe("alarms_replaced_total", "Alarm handlers that failed after setting a new alarm "
+                   "(it runs instead of a retry, AL-7)", "counter", ns)
         m.describe("actor_overloaded_total", "Requests refused because an actor's queue was full",
                    "counter", ns)
         m.describe("queue_dead_letters_total", "Queue messages moved to a dead-letter queue, by "

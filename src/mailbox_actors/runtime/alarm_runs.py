@@ -45,6 +45,7 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
     if act.gate.closed:
         await act.gate.wait_open(None)
     ok = False
+    raised = False
     with entered(scope):
         alarm_run = storage.begin_alarm_run()
         try:
@@ -58,6 +59,7 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
                     still_open=lambda: not act.closed, log=log, namespace=act.namespace)
             ok = True
         except Exception as e:
+            raised = True
             log.warning("alarm_handler_failed", namespace=act.namespace, object_id=act.id,
                         retry_count=retry_count, error=type(e).__name__, reason=str(e)[:200])
         finally:
@@ -73,6 +75,10 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
         log.warning("alarm_handler_writes_rolled_back", namespace=act.namespace,
                     object_id=act.id, retry_count=retry_count)
         ok = False
+    if raised and ok is False and alarm_run.set_in_handler and storage.stored_alarm() is not None:
+        # The handler set a new alarm (committed) and then failed: as in workerd, the new alarm
+        # replaces the retry and runs as a fresh one (retry_count 0) at its time (AL-7).
+        return AlarmResult(AlarmOutcome.REPLACED, storage.stored_alarm())
     if ok and not alarm_run.set_in_handler and storage.stored_alarm() == stored:
         storage.sql.delete_alarm()
         storage.flush()

@@ -138,14 +138,16 @@ class SqlStorage(Transactions):
     # ---- the alarm (AL-1) ------------------------------------------------------------------
 
     def get_alarm(self) -> int | None:
-        """The alarm time in Unix ms, or None. None while the alarm handler runs (AL-3)."""
-        return None if self._alarm_run is not None else self._alarm
+        """The alarm time in Unix ms, or None. Inside the alarm handler: None until the handler
+        sets (or deletes) the alarm, then what it set (AL-3, AL-7, as workerd's deferred delete)."""
+        run = self._alarm_run
+        return None if run is not None and not run.set_in_handler else self._alarm
 
     def set_alarm(self, at_ms: int) -> None:
         """Set the actor's one alarm; it commits with the surrounding transaction."""
         if isinstance(at_ms, bool) or not isinstance(at_ms, int) or at_ms < 0:
             raise TypeError("set_alarm takes Unix milliseconds as a non-negative int")
-        self._write_alarm(at_ms)
+        self._write_alarm(max(at_ms, self.now_ms()))  # a time in the past stores now (AL-7)
 
     def delete_alarm(self) -> None:
         self._write_alarm(None)
