@@ -75,9 +75,11 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
         log.warning("alarm_handler_writes_rolled_back", namespace=act.namespace,
                     object_id=act.id, retry_count=retry_count)
         ok = False
-    if raised and ok is False and alarm_run.set_in_handler and storage.stored_alarm() is not None:
+    if raised and handles_alarm_itself(act.actor) and alarm_run.set_in_handler \
+            and storage.stored_alarm() is not None:
         # The handler set a new alarm (committed) and then failed: as in workerd, the new alarm
-        # replaces the retry and runs as a fresh one (retry_count 0) at its time (AL-7).
+        # replaces the retry and runs as a fresh one (retry_count 0) at its time (AL-7). (The
+        # purposes' runner re-arms on failure itself: its purposes keep AL-3's retries.)
         return AlarmResult(AlarmOutcome.REPLACED, storage.stored_alarm())
     if ok and not alarm_run.set_in_handler and storage.stored_alarm() == stored:
         storage.sql.delete_alarm()
