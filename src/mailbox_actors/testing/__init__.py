@@ -21,8 +21,6 @@ from typing import Any, TypeVar
 
 import msgspec
 
-import msgspec
-
 from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import FakeClock
