@@ -52,7 +52,7 @@ def _filename(part: Message, d: Defects) -> str | None:
     for header, param in (("content-disposition", "filename"), ("content-type", "name")):
         # The raw value: compat32's get() wraps 8-bit values in a Header object.
         raw = next((v for n, v in part.raw_items() if n.lower() == header), None)
-        if raw is None:
+        if raw is None or param not in raw.lower():  # no name there: skip the costly parse
             continue
         try:
             parsed = policy.default.header_fetch_parse(header, text_of(raw, d, "filename"))

@@ -27,6 +27,8 @@ from mailbox_actors.core.inbound.threads import MAX_ID_CHARS, msg_ids
 __all__ = ["ParsedAttachment", "ParsedMessage", "parse_message"]
 
 _FOLD = re.compile(r"\r?\n[ \t]*")
+# One address, bare or after a plain display name: nothing a parser would read differently.
+_SIMPLE_ADDRESS = re.compile(r'\s*(?:[\w .\-]*<)?([\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+)>?\s*\Z')
 _UNFOLD = re.compile(r"\r?\n(?=[ \t])|\r?\n$")
 _NAME_OK = re.compile(r"[^A-Za-z0-9-]")
 # More multipart containers than this cannot be a real message; the parser recurses per level
@@ -104,6 +106,8 @@ def _addresses(headers: list[tuple[str, str]], name: str, d: Defects) -> list[st
     values = [v for n, v in headers if n.lower() == low]
     if not values:
         return []
+    if len(values) == 1 and (simple := _SIMPLE_ADDRESS.match(values[0])):
+        return [simple.group(1)]  # the common "Name <a@b>" or "a@b": no parser needed
     try:
         pairs = email.utils.getaddresses(values)
     except Exception:
