@@ -71,7 +71,7 @@ def test_one_supervisor_per_directory_stop_sigstop_restart_and_status(tmp_path: 
     its restart; ``stop --data`` stops the cluster and its nodes; then ``status`` says no cluster
     runs and ``stop`` has nothing to stop."""
     data = tmp_path / "cluster"
-    c = Cluster(data, 2)
+    c = Cluster(data, 2, extra=("--health-timeout-s", "3"))
     try:
         c.wait_for("cluster: running")
         before = (data / "cluster.json").read_bytes()
@@ -83,7 +83,7 @@ def test_one_supervisor_per_directory_stop_sigstop_restart_and_status(tmp_path: 
 
         victim = c.nodes()[1]
         os.kill(victim["pid"], signal.SIGSTOP)
-        c.wait_for("has not answered /healthz")
+        assert "for 3 s; killing it" in c.wait_for("has not answered /healthz")
         c.wait_for(f"{victim['name']} back")
         assert _gone(victim["pid"])
         status = _cli("status", "--data", str(data))

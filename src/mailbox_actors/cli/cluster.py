@@ -49,10 +49,9 @@ _PER_NODE = frozenset({"data", "host", "port", "nodes", "node_name", "token", "t
                        "operator_token", "operator_token_file", "control_db", "queues_db",
                        "smtp_listen_port"})
 _RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
-# A node that was ready and then leaves /healthz unanswered this long is killed and restarted.
-# Generous: a node busy with a burst still answers /healthz within milliseconds, so only a stopped
-# or wedged process stays silent for seconds.
-HEALTH_DEADLINE_S = 10.0
+# A node that was ready and then leaves /healthz unanswered for health_timeout_s (default 10 s) is
+# killed and restarted. Generous: a node busy with a burst still answers /healthz within
+# milliseconds, so only a stopped or wedged process stays silent for seconds.
 _HEALTH_PERIOD_S = 0.5
 _HEALTH_TIMEOUT_S = 1.0
 
@@ -60,11 +59,14 @@ _HEALTH_TIMEOUT_S = 1.0
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p)
     p.add_argument("--nodes", type=int, help="number of node processes (default 3)")
+    p.add_argument("--health-timeout-s", dest="health_timeout_s", type=float,
+                   help="restart a node that has not answered /healthz for this long "
+                        "(default 10)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        flags = flags_of(args) | {"nodes": args.nodes}
+        flags = flags_of(args) | {"nodes": args.nodes, "health_timeout_s": args.health_timeout_s}
         cfg = load_config(flags, os.environ, args.config)
     except SettingsError as e:
         print(f"mailbox-actors cluster: {e}", file=sys.stderr)
@@ -203,7 +205,7 @@ class ClusterSupervisor:
             return False
 
     def check_health(self) -> None:
-        """Kill a node that was ready and has not answered /healthz for HEALTH_DEADLINE_S; the
+        """Kill a node that was ready and has not answered /healthz for health_timeout_s; the
         next ``supervise_once`` restarts it like any node that exited (OPS-1)."""
         now = time.monotonic()
         if now < self._next_check:
@@ -215,9 +217,9 @@ class ClusterSupervisor:
             last = self._last_ok[i]  # None: not ready yet since it was spawned, so not judged
             if self._answers(i, p):
                 self._last_ok[i] = time.monotonic()
-            elif last is not None and time.monotonic() - last > HEALTH_DEADLINE_S:
+            elif last is not None and time.monotonic() - last > self.cfg.health_timeout_s:
                 self.say(f"{self.names[i]} (pid {p.pid}) has not answered /healthz for "
-                         f"{HEALTH_DEADLINE_S:.0f} s; killing it")
+                         f"{self.cfg.health_timeout_s:g} s; killing it")
                 p.kill()
                 p.wait()
 

@@ -62,6 +62,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     queues_db: str | None = None  # default DATA/queues.sqlite (a cluster: DIR/queues.sqlite)
     webhook_consumers: int = 4
     webhook_ca_file: str | None = None  # PEM CAs for https webhooks (default: the system's)
+    health_timeout_s: float = 10.0  # cluster: a ready node silent on /healthz this long is restarted
     dns_nameservers: str = ""  # comma-separated IP addresses (default: the system's resolv.conf)
     dns_port: int = 53
     dns_timeout_ms: int = 2_000
@@ -112,6 +113,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         need(self.read_timeout_s > 0, "read_timeout_s", "must be > 0")
         need(bool(self.host), "host", "must not be empty")
         need(1 <= self.webhook_consumers <= 64, "webhook_consumers", "must be 1..64")
+        need(1 <= self.health_timeout_s <= 3600, "health_timeout_s", "must be 1..3600 seconds")
         if self.webhook_ca_file is not None:
             try:
                 ssl.create_default_context(cafile=self.webhook_ca_file)
