@@ -25,7 +25,7 @@ from mailbox_actors.wire.carrier import (
     ResolveEmail,
 )
 from mailbox_actors.wire.errors import MailboxActorsError
-from mailbox_actors.wire.quota import QuotaInit
+from mailbox_actors.wire.quota import QuotaInit, QuotaUsage
 from mailbox_actors.wire.transport import (
     OutcomeUnknown,
     ProviderAccepted,
@@ -263,7 +263,8 @@ async def test_can_send_false_supersedes_and_raising_leaves_it_for_later() -> No
 
 async def test_a_full_quota_window_delays_and_never_drops() -> None:
     """CA-7, RPC-9: with the tenant's TenantQuota full, dispatch waits until its window opens,
-    then sends; nothing is dropped. An uninitialised quota means no limit."""
+    then sends; nothing is dropped. A roomy window counts each send once (reserved in blocks);
+    an uninitialised quota means no limit."""
     transport = RecordingTransport()
     async with runtime(transport) as rt:
         mid = await mailbox(rt)
@@ -283,6 +284,16 @@ async def test_a_full_quota_window_delays_and_never_drops() -> None:
         assert transport.calls == 5
         statuses = {(await receipt(rt, mid, f"q-{i}"))["status"] for i in range(5)}
         assert statuses == {"provider_accepted"}
+    async with runtime(RecordingTransport()) as rt:  # a roomy window counts every send once
+        mid = await mailbox(rt)
+        qid = rt.id_from_name("tenant_quota", OWNER["tenant_id"])
+        await rt.call("tenant_quota", qid, QuotaInit(per_minute=100, per_day=100),
+                      tenant_id=OWNER["tenant_id"])
+        for i in range(5):
+            await call(rt, mid, email(f"r-{i}"))
+        await rt.run_until_idle()
+        usage = await rt.call("tenant_quota", qid, QuotaUsage(), tenant_id=OWNER["tenant_id"])
+        assert usage["minute_used"] == usage["day_used"] == 5
     async with runtime(RecordingTransport()) as rt:  # no quota initialised: no limit
         mid = await mailbox(rt)
         for i in range(5):

@@ -38,7 +38,7 @@ from mailbox_actors.wire.transport import (
 if TYPE_CHECKING:
     from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
 
-__all__ = ["CAN_SEND_RETRY_MS", "DISPATCH_CONCURRENCY", "QUOTA_RETRY_MS", "begin_transport",
+__all__ = ["CAN_SEND_RETRY_MS", "DISPATCH_CONCURRENCY", "QUOTA_BLOCK", "QUOTA_RETRY_MS", "begin_transport",
            "dispatch", "quota_id", "record_transport_outcome"]
 
 CAN_SEND_RETRY_MS = 60_000  # can_send raised: its truth is unavailable now
@@ -48,6 +48,7 @@ _DUE_MANY = ("status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attemp
              "LIMIT ?")
 # Emails of one identity in flight at once (the SMTP transport pools as many connections).
 DISPATCH_CONCURRENCY = 4
+QUOTA_BLOCK = 8  # at most this many attempts reserved in one TenantQuota call
 
 
 def quota_id(mb: IdentityMailbox) -> str:
@@ -78,11 +79,12 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     in that order."""
     claimed: set[str] = set()
     changed = anyio.Event()
+    credits = _Credits()
 
     async def one(row: EmailRow) -> None:
         nonlocal changed
         try:
-            email = await _prepare(mb, row, lease_ms=None)
+            email = await _prepare(mb, row, lease_ms=None, credits=credits)
             if email is not None:
                 outcome = await _send(transport, email)
                 mb.sql.transaction_sync(functools.partial(_record, mb, email_id=email.email_id,
@@ -98,6 +100,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                                                    DISPATCH_CONCURRENCY * 2)
                        if r.email_id not in claimed]
                 if due:
+                    credits.due = len(due)
                     claimed.add(due[0].email_id)
                     tg.start_soon(one, due[0])
                     continue
@@ -140,8 +143,61 @@ def _delay_due(tx: SqlStorage, until: int) -> None:
             "next_attempt_at_ms <= ?", until, tx.now_ms())
 
 
-async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None
-                   ) -> OutboundEmail | None:
+class _Credits:
+    """Quota reserved ahead for the Emails a run is about to send (one ``reserve`` of ``count``
+    for several instead of one each); the lock keeps concurrent sends from reserving twice."""
+
+    def __init__(self) -> None:
+        self.left = 0
+        self.lock = anyio.Lock()
+        self.due = 1  # how many Emails were due when last looked (the next block's size)
+
+
+async def _reserve(mb: IdentityMailbox, row: EmailRow, credits: _Credits | None) -> bool:
+    """TenantQuota's consent for one attempt (RPC-9): True to go on; False when the window is
+    full (everything due waits until it has room) or the quota cannot answer now."""
+    if credits is None:
+        return await _reserve_count(mb, row, 1)
+    async with credits.lock:
+        if credits.left == 0:
+            count = max(1, min(QUOTA_BLOCK, credits.due))
+            if count > 1 and await _reserve_count(mb, row, count, quiet=True):
+                credits.left = count
+            elif await _reserve_count(mb, row, 1):
+                credits.left = 1
+            else:
+                return False
+        credits.left -= 1
+        return True
+
+
+async def _reserve_count(mb: IdentityMailbox, row: EmailRow, count: int,
+                         quiet: bool = False) -> bool:
+    ctx, sql = mb.ctx, mb.sql
+    # The key names the attempt (and the block's size), so a run repeated after a crash gets
+    # the same reservation back instead of counting again.
+    key = f"{row.email_id}/{row.attempts}" + (f"/x{count}" if count > 1 else "")
+    try:
+        await ctx.call("tenant_quota", quota_id(mb),
+                       QuotaReserve(key=key, count=count, identity_id=ctx.owner_identity),
+                       tenant_id=ctx.owner_tenant)
+    except MailboxActorsError as e:
+        if e.code == ErrorCode.TENANT_NOT_FOUND:  # not initialised means no limit
+            return True
+        if quiet:  # a block that does not fit now: the caller asks for one
+            return False
+        if e.code == ErrorCode.RATE_LIMITED:  # the window is full: everything due waits
+            wait = int((e.details or {}).get("retry_after_ms", QUOTA_RETRY_MS))
+            sql.transaction_sync(lambda tx: _delay_due(tx, tx.now_ms() + max(1, wait)))
+            return False
+        ctx.log.warning("carrier_quota_unavailable", email_id=row.email_id, code=e.code.value)
+        sql.transaction_sync(lambda tx: _delay_due(tx, tx.now_ms() + QUOTA_RETRY_MS))
+        return False
+    return True
+
+
+async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None,
+                   credits: _Credits | None = None) -> OutboundEmail | None:
     """The checks before intent, then intent committed; the Email to send, or None (it ended,
     was delayed, or changed meanwhile)."""
     ctx, sql, log = mb.ctx, mb.sql, mb.ctx.log
@@ -172,20 +228,8 @@ async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None
                     store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
             sql.transaction_sync(supersede)
             return None
-    try:
-        await ctx.call("tenant_quota", quota_id(mb),
-                       QuotaReserve(key=f"{row.email_id}/{row.attempts}",
-                                    identity_id=ctx.owner_identity),
-                       tenant_id=ctx.owner_tenant)
-    except MailboxActorsError as e:
-        if e.code == ErrorCode.RATE_LIMITED:  # the window is full: everything due waits
-            wait = int((e.details or {}).get("retry_after_ms", QUOTA_RETRY_MS))
-            sql.transaction_sync(lambda tx: _delay_due(tx, tx.now_ms() + max(1, wait)))
-            return None
-        if e.code != ErrorCode.TENANT_NOT_FOUND:  # not initialised means no limit
-            log.warning("carrier_quota_unavailable", email_id=row.email_id, code=e.code.value)
-            sql.transaction_sync(lambda tx: _delay_due(tx, tx.now_ms() + QUOTA_RETRY_MS))
-            return None
+    if not await _reserve(mb, row, credits):
+        return None
 
     def intent(tx: SqlStorage) -> OutboundEmail | None:
         now_row = store.row_by_id(tx, row.email_id)
