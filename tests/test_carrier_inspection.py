@@ -20,10 +20,13 @@ from _carrier import NS, call, email, mailbox, receipt
 from mailbox_actors.cli import main as cli_main
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.http.server import RpcHttpServer
+from mailbox_actors.node import Node
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
+from mailbox_actors.platform.services import Services
+from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
 from mailbox_actors.wire.transport import ProviderRejected
@@ -115,8 +118,9 @@ async def test_inspection_opens_no_owner_creates_nothing_arms_nothing(tmp_path: 
 
 
 @asynccontextmanager
-async def serving(rt: TestRuntime) -> AsyncIterator[str]:
-    app = NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR)
+async def serving(rt: TestRuntime | Node) -> AsyncIterator[str]:
+    app = NodeApp(rt.node if isinstance(rt, TestRuntime) else rt, cluster_token=TOKEN,
+                  operator_token=OPERATOR)
     server = RpcHttpServer(app, max_body_bytes=1 << 20, request_timeout_s=5)
     port = await server.start("127.0.0.1", 0)
     try:
@@ -181,34 +185,28 @@ async def test_send_and_deliveries_commands(tmp_path: Path) -> None:
     """CA-10, CA-14: ``mailbox-actors send`` names the tenant and identity by name, prints the
     queued receipt and with --wait follows it to provider_accepted; ``deliveries IDENTITY``
     prints pages with the operator token (--all follows next_cursor); bad input exits 1 with the
-    error."""
+    error. (A node on the system clock: the command waits in real time.)"""
     (tmp_path / "cluster.token").write_text(TOKEN)
     (tmp_path / "operator.token").write_text(OPERATOR)
     transport = RecordingTransport()
-    async with TestRuntime(tmp_path, control=True, services={MAIL_TRANSPORT: transport}) as rt, \
-            serving(rt) as url:
-        db = rt.node.control_db
+    settings = RuntimeSettings(data_dir=str(tmp_path), control_db=str(tmp_path / "control.sqlite"),
+                               queues_db=str(tmp_path / "queues.sqlite"))
+    async with Node(settings, services=Services({MAIL_TRANSPORT: transport})) as node, \
+            serving(node) as url:
+        db = node.control_db
         assert db is not None
         tenant = await db.create_tenant("acme")
-        identity = await create_identity(db, rt.node, tenant.id, "support")
-
-        async def drive() -> None:  # the fake clock stands still unless the test moves it
-            for _ in range(200):
-                await anyio.sleep(0.02)
-                await rt.run_until_idle()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drive)
-            status, lines = await run_cli(
-                "send", "--tenant", "acme", "--identity", "support", "--from",
-                "support@acme.example", "--to", "bob@example.com", "--subject", "Hi", "--text",
-                "Hello", "--source-id", "cli-1", "--wait", "--data", str(tmp_path), "--url", url)
-            tg.cancel_scope.cancel()
+        identity = await create_identity(db, node, tenant.id, "support")
+        status, lines = await run_cli(
+            "send", "--tenant", "acme", "--identity", "support", "--from",
+            "support@acme.example", "--to", "bob@example.com", "--subject", "Hi", "--text",
+            "Hello", "--source-id", "cli-1", "--wait", "--data", str(tmp_path), "--url", url)
         assert status == 0
         assert lines[0]["status"] == "queued" and lines[-1]["status"] == "provider_accepted"
         assert transport.sent[0].subject == "Hi"
         for i in range(3):
-            await call_as(rt, identity, email(f"more-{i}"))
+            await node.call(NS, identity.mailbox_id, email(f"more-{i}"),
+                            tenant_id=identity.tenant_id, identity_id=identity.id)
         status, pages = await run_cli("deliveries", identity.id, "--limit", "2", "--all",
                                       "--data", str(tmp_path), "--url", url)
         assert status == 0 and [len(p["records"]) for p in pages] == [2, 2]
@@ -218,8 +216,3 @@ async def test_send_and_deliveries_commands(tmp_path: Path) -> None:
             "--to", "bob@example.com", "--text", "x", "--data", str(tmp_path), "--url", url)
         assert status == 1 and lines[0]["err"]["code"] == "invalid_request"
         assert lines[0]["err"]["details"]["field"] == "from"
-
-
-async def call_as(rt: TestRuntime, identity: Any, req: Any) -> Any:
-    return await rt.call(NS, identity.mailbox_id, req, tenant_id=identity.tenant_id,
-                         identity_id=identity.id)

@@ -316,7 +316,8 @@ async def begin_transport(mb: IdentityMailbox, req: BeginTransport) -> Transport
             return TransportLease(email=None)
     email = await _prepare(mb, rows[0], lease_ms=req.lease_ms)
     after = store.row_by_id(mb.sql, rows[0].email_id)
-    assert after is not None
+    if after is None:  # erased meanwhile
+        return TransportLease(email=None)
     return TransportLease(email=email, lease_until_ms=after.lease_until_ms if email else None,
                           receipt=store.receipt(mb.sql, after))
 
