@@ -143,3 +143,34 @@ def test_a_cluster_on_a_damaged_control_database_stops_instead_of_restarting(
     assert status == 2, out
     assert "damaged" in out and "not restarting it" in out and "restarting in" not in out, out
     assert (data / "control.sqlite").read_bytes() == before
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("damage", ["zero-length", "garbage header", "truncated"])
+async def test_a_damaged_alarm_index_is_set_aside_and_rebuilt_from_the_actor_files(
+        tmp_path: Path, damage: str) -> None:
+    """OPS-2, AL-4: the alarm index is derived from the actor files, so a damaged one does not
+    stop the node (a restart would fail the same way): it is moved aside, kept, and rebuilt by a
+    scan; every actor's alarm is pending again."""
+    async with TestRuntime(tmp_path) as rt:
+        for name in ("acme", "globex", "initech"):
+            await rt.call(NS, rt.id_from_name(NS, name), QuotaInit(per_minute=1, per_day=1),
+                          tenant_id=name)
+        index = rt.node.settings.path / "alarms.sqlite"
+    if damage == "truncated":
+        _pad(index)  # several pages, so that cutting it short is detectable
+    DAMAGES[damage](index)
+    before = index.read_bytes()
+    async with TestRuntime(tmp_path) as rt:
+        assert rt.node.alarm_book.pending_count == 3
+        kept = [p for p in index.parent.iterdir() if p.name.startswith("alarms.sqlite.damaged-")]
+        assert [p.read_bytes() for p in kept if not p.name.endswith(("-wal", "-shm"))] == [before]
+
+
+def _pad(path: Path) -> None:
+    import contextlib
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("CREATE TABLE pad (x)")
+        db.executemany("INSERT INTO pad VALUES (?)", [("p" * 500,)] * 100)

@@ -20,8 +20,8 @@ import msgspec
 import structlog
 
 from mailbox_actors.alarms.book import AlarmBook
-from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.scheduler import AlarmScheduler
+from mailbox_actors.node.alarm_index import open_alarm_index
 from mailbox_actors.node.mail import transport_from_settings
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.objects.identity_mailbox.inspection import DEFAULT_PAGE, inspect_deliveries
@@ -127,17 +127,10 @@ class Node:
         """Lock the data directory, find every pending alarm, start the loops."""
         self._lock.acquire()
         try:
-            index_path = self.settings.path / "alarms.sqlite"
-            full = self.settings.durability == Durability.FULL
-            if not index_path.exists():
-                # No index (first start, or it was deleted): the actor files are the truth. The
-                # index is built aside and moved into place whole, so a scan that is killed
-                # half-way leaves no index and the next start scans again.
-                alarms = self.host.scan_alarms(
-                    lambda n: self._say(f"scanning actor files for alarms: {n} so far"))
-                AlarmIndex.build(index_path, alarms, durability_full=full)
-            index = AlarmIndex(index_path, durability_full=full)
-            alarms = index.load()
+            index, alarms = open_alarm_index(
+                self.settings.path / "alarms.sqlite", self.host.scan_alarms,
+                durability_full=self.settings.durability == Durability.FULL,
+                now_ms=self.clock.now_ms, say=self._say)
             self.alarm_book.open(index, alarms)
             await self._open_control()
             now = self.clock.now_ms()
