@@ -21,12 +21,12 @@ from mailbox_actors.core.carrier.rejections import temporary_retry_at
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus
 from mailbox_actors.objects.identity_mailbox import carrier_store as store
 from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
+from mailbox_actors.objects.identity_mailbox.quota_gate import Credits, reserve
 from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.carrier import BeginTransport, Receipt, RecordTransportOutcome, TransportLease
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
-from mailbox_actors.wire.quota import QuotaReserve
 from mailbox_actors.wire.transport import (
     OutboundEmail,
     OutcomeUnknown,
@@ -38,22 +38,15 @@ from mailbox_actors.wire.transport import (
 if TYPE_CHECKING:
     from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
 
-__all__ = ["CAN_SEND_RETRY_MS", "DISPATCH_CONCURRENCY", "QUOTA_BLOCK", "QUOTA_RETRY_MS", "begin_transport",
-           "dispatch", "quota_id", "record_transport_outcome"]
+__all__ = ["CAN_SEND_RETRY_MS", "DISPATCH_CONCURRENCY", "begin_transport",
+           "dispatch", "record_transport_outcome"]
 
 CAN_SEND_RETRY_MS = 60_000  # can_send raised: its truth is unavailable now
-QUOTA_RETRY_MS = 5_000  # TenantQuota could not answer now
 _DUE = "status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, email_id LIMIT 1"
 _DUE_MANY = ("status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, email_id "
              "LIMIT ?")
 # Emails of one identity in flight at once (the SMTP transport pools as many connections).
 DISPATCH_CONCURRENCY = 4
-QUOTA_BLOCK = 8  # at most this many attempts reserved in one TenantQuota call
-
-
-def quota_id(mb: IdentityMailbox) -> str:
-    """The tenant's TenantQuota: the object named by the tenant id (as host services name it)."""
-    return mb.ctx.id_from_name("tenant_quota", mb.ctx.owner_tenant or "")
 
 
 def _jitter(email_id: str, attempts: int) -> float:
@@ -79,7 +72,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     in that order."""
     claimed: set[str] = set()
     changed = anyio.Event()
-    credits = _Credits()
+    credits = Credits()
 
     async def one(row: EmailRow) -> None:
         nonlocal changed
@@ -138,66 +131,8 @@ def _rearm(mb: IdentityMailbox, tx: SqlStorage, ran_at: int | None, has_transpor
     mb.ctx.schedule("dispatch", at)
 
 
-def _delay_due(tx: SqlStorage, until: int) -> None:
-    tx.exec("UPDATE emails SET next_attempt_at_ms = ? WHERE status = 'queued' AND "
-            "next_attempt_at_ms <= ?", until, tx.now_ms())
-
-
-class _Credits:
-    """Quota reserved ahead for the Emails a run is about to send (one ``reserve`` of ``count``
-    for several instead of one each); the lock keeps concurrent sends from reserving twice."""
-
-    def __init__(self) -> None:
-        self.left = 0
-        self.lock = anyio.Lock()
-        self.due = 1  # how many Emails were due when last looked (the next block's size)
-
-
-async def _reserve(mb: IdentityMailbox, row: EmailRow, credits: _Credits | None) -> bool:
-    """TenantQuota's consent for one attempt (RPC-9): True to go on; False when the window is
-    full (everything due waits until it has room) or the quota cannot answer now."""
-    if credits is None:
-        return await _reserve_count(mb, row, 1)
-    async with credits.lock:
-        if credits.left == 0:
-            count = max(1, min(QUOTA_BLOCK, credits.due))
-            if count > 1 and await _reserve_count(mb, row, count, quiet=True):
-                credits.left = count
-            elif await _reserve_count(mb, row, 1):
-                credits.left = 1
-            else:
-                return False
-        credits.left -= 1
-        return True
-
-
-async def _reserve_count(mb: IdentityMailbox, row: EmailRow, count: int,
-                         quiet: bool = False) -> bool:
-    ctx, sql = mb.ctx, mb.sql
-    # The key names the attempt (and the block's size), so a run repeated after a crash gets
-    # the same reservation back instead of counting again.
-    key = f"{row.email_id}/{row.attempts}" + (f"/x{count}" if count > 1 else "")
-    try:
-        await ctx.call("tenant_quota", quota_id(mb),
-                       QuotaReserve(key=key, count=count, identity_id=ctx.owner_identity),
-                       tenant_id=ctx.owner_tenant)
-    except MailboxActorsError as e:
-        if e.code == ErrorCode.TENANT_NOT_FOUND:  # not initialised means no limit
-            return True
-        if quiet:  # a block that does not fit now: the caller asks for one
-            return False
-        if e.code == ErrorCode.RATE_LIMITED:  # the window is full: everything due waits
-            wait = int((e.details or {}).get("retry_after_ms", QUOTA_RETRY_MS))
-            sql.transaction_sync(lambda tx: _delay_due(tx, tx.now_ms() + max(1, wait)))
-            return False
-        ctx.log.warning("carrier_quota_unavailable", email_id=row.email_id, code=e.code.value)
-        sql.transaction_sync(lambda tx: _delay_due(tx, tx.now_ms() + QUOTA_RETRY_MS))
-        return False
-    return True
-
-
 async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None,
-                   credits: _Credits | None = None) -> OutboundEmail | None:
+                   credits: Credits | None = None) -> OutboundEmail | None:
     """The checks before intent, then intent committed; the Email to send, or None (it ended,
     was delayed, or changed meanwhile)."""
     ctx, sql, log = mb.ctx, mb.sql, mb.ctx.log
@@ -228,7 +163,7 @@ async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None,
                     store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
             sql.transaction_sync(supersede)
             return None
-    if not await _reserve(mb, row, credits):
+    if not await reserve(mb, row, credits):
         return None
 
     def intent(tx: SqlStorage) -> OutboundEmail | None:

@@ -1,0 +1,89 @@
+"""The TenantQuota gate of dispatch (CA-7, RPC-9): one reservation per attempt, taken in blocks
+for a run's due Emails, where a full window delays every due Email and never drops one.
+
+The quota is the ``tenant_quota`` object named by the tenant id; one never initialised means no
+limit. A reservation's key names the attempt (and the block's size), so a run repeated after a
+crash gets the same reservation back instead of counting again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+
+from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.quota import QuotaReserve
+
+if TYPE_CHECKING:
+    from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
+
+__all__ = ["QUOTA_BLOCK", "QUOTA_RETRY_MS", "Credits", "delay_due", "quota_id", "reserve"]
+
+QUOTA_RETRY_MS = 5_000  # TenantQuota could not answer now
+QUOTA_BLOCK = 8  # at most this many attempts reserved in one TenantQuota call
+
+
+def quota_id(mb: IdentityMailbox) -> str:
+    """The tenant's TenantQuota: the object named by the tenant id (as host services name it)."""
+    return mb.ctx.id_from_name("tenant_quota", mb.ctx.owner_tenant or "")
+
+
+def delay_due(tx: SqlStorage, until: int) -> None:
+    tx.exec("UPDATE emails SET next_attempt_at_ms = ? WHERE status = 'queued' AND "
+            "next_attempt_at_ms <= ?", until, tx.now_ms())
+
+
+class Credits:
+    """Quota reserved ahead for the Emails a run is about to send (one ``reserve`` of ``count``
+    for several instead of one each); the lock keeps concurrent sends from reserving twice."""
+
+    def __init__(self) -> None:
+        self.left = 0
+        self.lock = anyio.Lock()
+        self.due = 1  # how many Emails were due when last looked (the next block's size)
+
+
+async def reserve(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -> bool:
+    """TenantQuota's consent for one attempt (RPC-9): True to go on; False when the window is
+    full (everything due waits until it has room) or the quota cannot answer now."""
+    if credits is None:
+        return await reserve_count(mb, row, 1)
+    async with credits.lock:
+        if credits.left == 0:
+            count = max(1, min(QUOTA_BLOCK, credits.due))
+            if count > 1 and await reserve_count(mb, row, count, quiet=True):
+                credits.left = count
+            elif await reserve_count(mb, row, 1):
+                credits.left = 1
+            else:
+                return False
+        credits.left -= 1
+        return True
+
+
+async def reserve_count(mb: IdentityMailbox, row: EmailRow, count: int,
+                         quiet: bool = False) -> bool:
+    ctx, sql = mb.ctx, mb.sql
+    # The key names the attempt (and the block's size), so a run repeated after a crash gets
+    # the same reservation back instead of counting again.
+    key = f"{row.email_id}/{row.attempts}" + (f"/x{count}" if count > 1 else "")
+    try:
+        await ctx.call("tenant_quota", quota_id(mb),
+                       QuotaReserve(key=key, count=count, identity_id=ctx.owner_identity),
+                       tenant_id=ctx.owner_tenant)
+    except MailboxActorsError as e:
+        if e.code == ErrorCode.TENANT_NOT_FOUND:  # not initialised means no limit
+            return True
+        if quiet:  # a block that does not fit now: the caller asks for one
+            return False
+        if e.code == ErrorCode.RATE_LIMITED:  # the window is full: everything due waits
+            wait = int((e.details or {}).get("retry_after_ms", QUOTA_RETRY_MS))
+            sql.transaction_sync(lambda tx: delay_due(tx, tx.now_ms() + max(1, wait)))
+            return False
+        ctx.log.warning("carrier_quota_unavailable", email_id=row.email_id, code=e.code.value)
+        sql.transaction_sync(lambda tx: delay_due(tx, tx.now_ms() + QUOTA_RETRY_MS))
+        return False
+    return True
