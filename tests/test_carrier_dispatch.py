@@ -43,8 +43,11 @@ def runtime(transport: Any = None, path: Path | None = None, **kw: Any) -> TestR
 
 
 def content_rows(rt: TestRuntime, mid: str) -> int:
+    """Stored content: chunks of large Emails plus Emails holding theirs inline."""
     with sqlite3.connect(rt.node.host.path_for(NS, mid)) as conn:
-        return int(conn.execute("SELECT count(*) FROM email_content").fetchone()[0])
+        chunks = conn.execute("SELECT count(*) FROM email_content").fetchone()[0]
+        inline = conn.execute("SELECT count(*) FROM emails WHERE content IS NOT NULL").fetchone()
+        return int(chunks + inline[0])
 
 
 async def test_accepted_records_the_provider_id_and_drops_content() -> None:
@@ -428,3 +431,18 @@ async def test_delivery_events_are_per_message_deduplicated_and_forward_only() -
         with pytest.raises(MailboxActorsError) as e:
             await apply(type="delivered", message_id="msg_nope", provider_event_id="z")
         assert e.value.code == "email_not_found"
+
+
+async def test_large_content_is_sent_whole_and_dropped_after() -> None:
+    """CA-1, CA-3: content over the storage's value size (kept in chunks) reaches the transport
+    whole, and is deleted once the Email is final."""
+    transport = RecordingTransport()
+    async with runtime(transport) as rt:
+        mid = await mailbox(rt)
+        body = "0123456789" * 450_000  # 4.5 MB
+        await call(rt, mid, email("big", text=body))
+        assert content_rows(rt, mid) == 5
+        await rt.run_until_idle()
+        assert (await receipt(rt, mid, "big"))["status"] == "provider_accepted"
+        assert transport.sent[0].text == body
+        assert content_rows(rt, mid) == 0

@@ -14,7 +14,11 @@ from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
 from mailbox_actors.objects.identity_mailbox import carrier, dispatch, inbound, waits
-from mailbox_actors.objects.identity_mailbox.carrier_store import CARRIER_SCHEMA, CARRIER_TABLES
+from mailbox_actors.objects.identity_mailbox.carrier_store import (
+    CARRIER_INLINE_CONTENT,
+    CARRIER_SCHEMA,
+    CARRIER_TABLES,
+)
 from mailbox_actors.objects.shared_schema import META_PUT, RATE_WINDOW_PRUNE, RATE_WINDOWS_SCHEMA
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
@@ -84,6 +88,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(4, CARRIER_SCHEMA),
         Migration(5, PLATFORM_META),
         Migration(6, inbound.INBOUND_SCHEMA),
+        Migration(7, CARRIER_INLINE_CONTENT),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}

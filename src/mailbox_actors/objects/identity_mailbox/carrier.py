@@ -95,10 +95,19 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) ->
     status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
     email_id = ctx.new_id("eml")
     header = _message_id_header(email_id, req.from_)
+    inline: bytes | None = None
+    chunks: list[bytes] = []
+    if not over:
+        inline, chunks = store.encode_content(OutboundEmail(
+            email_id=email_id, message_id_header=header, from_=req.from_, to=req.to, cc=req.cc,
+            bcc=req.bcc, subject=req.subject, text=req.text, html=req.html,
+            headers=req.headers))
     tx.exec("INSERT INTO emails (email_id, source_id, digest, status, message_id_header, "
-            "next_attempt_at_ms, send_before, created_at_ms, updated_at_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", email_id, req.source_id, digest, status.value,
-            header, now if not over else None, req.send_before, now, now)
+            "next_attempt_at_ms, send_before, created_at_ms, updated_at_ms, content, "
+            "content_parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", email_id, req.source_id,
+            digest, status.value, header, now if not over else None, req.send_before, now, now,
+            inline, len(chunks))
+    store.save_chunks(tx, email_id, chunks)
     messages = []
     for position, ((role, _a), key) in enumerate(zip(recipients, keys, strict=True)):
         m_status, code = MessageStatus.QUEUED, None
@@ -114,10 +123,6 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) ->
         ctx.emit(tx, "email.refused", {"email_id": email_id, "status": status.value,
                                        "reason": "recipient_cap", "messages": len(recipients)})
     else:
-        store.save_content(tx, OutboundEmail(
-            email_id=email_id, message_id_header=header, from_=req.from_, to=req.to, cc=req.cc,
-            bcc=req.bcc, subject=req.subject, text=req.text, html=req.html,
-            headers=req.headers))
         ctx.emit(tx, "email.queued", {"email_id": email_id, "status": status.value,
                                       "messages": len(recipients)})
         # Without a transport the wake is the periodic look (a node restarted with one sends).

@@ -25,10 +25,11 @@ from mailbox_actors.wire.transport import OutboundEmail
 if TYPE_CHECKING:
     from mailbox_actors.runtime.actor import ActorContext
 
-__all__ = ["CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow", "drop_content", "email_id_of_header",
-           "load_content", "wake_dispatch",
+__all__ = ["CARRIER_INLINE_CONTENT", "CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow",
+           "drop_content", "email_id_of_header", "encode_content", "load_content", "save_chunks",
+           "wake_dispatch",
            "move", "recipient_key", "receipt", "row_by_id", "row_by_source", "rows_where",
-           "safe_code", "save_content", "set_messages"]
+           "safe_code", "set_messages"]
 
 CARRIER_SCHEMA = (
     "CREATE TABLE emails (email_id TEXT PRIMARY KEY, source_id TEXT NOT NULL UNIQUE, "
@@ -49,6 +50,14 @@ CARRIER_SCHEMA = (
     "CREATE TABLE delivery_events (dedupe_key TEXT PRIMARY KEY, message_id TEXT NOT NULL, "
     "type TEXT NOT NULL, applied_at_ms INTEGER NOT NULL) WITHOUT ROWID",
 )
+# Content up to a chunk's size lives in the Email's own row (one write less at submit, none at
+# drop); larger content in email_content's chunks, counted by content_parts.
+CARRIER_INLINE_CONTENT = (
+    "ALTER TABLE emails ADD COLUMN content BLOB",
+    "ALTER TABLE emails ADD COLUMN content_parts INTEGER NOT NULL DEFAULT 0",
+    "UPDATE emails SET content_parts = (SELECT count(*) FROM email_content c "
+    "WHERE c.email_id = emails.email_id)",
+)
 # Everything here is the identity's content: erase empties them (RPC-4).
 CARRIER_TABLES = ("emails", "email_content", "email_messages", "delivery_events")
 
@@ -57,7 +66,8 @@ _ENC = msgspec.msgpack.Encoder()
 _DEC = msgspec.msgpack.Decoder(OutboundEmail)
 _COLUMNS = ("email_id, source_id, digest, status, message_id_header, attempts, "
             "provider_message_id, rejection_code, rejection_class, next_attempt_at_ms, "
-            "send_before, lease_until_ms, resolution, created_at_ms, updated_at_ms")
+            "send_before, lease_until_ms, resolution, created_at_ms, updated_at_ms, "
+            "content_parts")
 
 
 class EmailRow(msgspec.Struct, frozen=True):
@@ -76,6 +86,7 @@ class EmailRow(msgspec.Struct, frozen=True):
     resolution: str | None
     created_at_ms: int
     updated_at_ms: int
+    content_parts: int  # chunks in email_content (0: the content is inline, or gone)
 
 
 def _row(values: Sequence[Any]) -> EmailRow:
@@ -134,21 +145,33 @@ def receipt(sql: SqlStorage, row: EmailRow) -> Receipt:
         created_at_ms=row.created_at_ms, updated_at_ms=row.updated_at_ms)
 
 
-def save_content(tx: SqlStorage, email: OutboundEmail) -> None:
+def encode_content(email: OutboundEmail) -> tuple[bytes | None, list[bytes]]:
+    """(the inline content, or None; the chunks of content too large to be inline)."""
     data = _ENC.encode(email)
-    for part, start in enumerate(range(0, len(data), _CHUNK)):
+    if len(data) <= _CHUNK:
+        return data, []
+    return None, [data[start:start + _CHUNK] for start in range(0, len(data), _CHUNK)]
+
+
+def save_chunks(tx: SqlStorage, email_id: str, chunks: list[bytes]) -> None:
+    for part, chunk in enumerate(chunks):
         tx.exec("INSERT INTO email_content (email_id, part, chunk) VALUES (?, ?, ?)",
-                email.email_id, part, data[start:start + _CHUNK])
+                email_id, part, chunk)
 
 
-def load_content(sql: SqlStorage, email_id: str) -> OutboundEmail | None:
+def load_content(sql: SqlStorage, row: EmailRow) -> OutboundEmail | None:
+    if not row.content_parts:
+        inline = sql.exec("SELECT content FROM emails WHERE email_id = ?", row.email_id).all()
+        return _DEC.decode(inline[0][0]) if inline and inline[0][0] is not None else None
     rows = sql.exec("SELECT chunk FROM email_content WHERE email_id = ? ORDER BY part",
-                    email_id).all()
+                    row.email_id).all()
     return _DEC.decode(b"".join(r[0] for r in rows)) if rows else None
 
 
-def drop_content(tx: SqlStorage, email_id: str) -> None:
-    tx.exec("DELETE FROM email_content WHERE email_id = ?", email_id)
+def drop_content(tx: SqlStorage, row: EmailRow) -> None:
+    """Only for content in chunks: ``move`` clears inline content in its own update."""
+    if row.content_parts:
+        tx.exec("DELETE FROM email_content WHERE email_id = ?", row.email_id)
 
 
 def set_messages(tx: SqlStorage, email_id: str, status: MessageStatus,
@@ -173,7 +196,8 @@ def safe_code(code: str | None) -> str | None:
 
 
 _SETTABLE = frozenset({"attempts", "provider_message_id", "rejection_code", "rejection_class",
-                       "next_attempt_at_ms", "lease_until_ms", "resolution"})
+                       "next_attempt_at_ms", "lease_until_ms", "resolution", "content",
+                       "content_parts"})
 
 
 def move(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
@@ -185,11 +209,14 @@ def move(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
                                  f"become {to.value}", details={"status": row.status.value})
     assert set(fields) <= _SETTABLE, fields
     now = tx.now_ms()
+    terminal = to not in (EmailStatus.QUEUED, EmailStatus.DISPATCHING)
+    if terminal:
+        drop_content(tx, row)
+        fields = {**fields, "content": None, "content_parts": 0}
     sets = ", ".join(f"{k} = ?" for k in fields)
     tx.exec(f"UPDATE emails SET status = ?, updated_at_ms = ?{', ' if sets else ''}{sets} "
             "WHERE email_id = ?", to.value, now, *fields.values(), row.email_id)
-    if to not in (EmailStatus.QUEUED, EmailStatus.DISPATCHING):
-        drop_content(tx, row.email_id)
+    fields.pop("content", None)
     kind = "requeued" if to == EmailStatus.QUEUED else to.value  # a temporary rejection
     ctx.emit(tx, f"email.{kind}", {"email_id": row.email_id, "status": to.value, **(event or {})})
     return msgspec.structs.replace(row, status=to, updated_at_ms=now, **fields)

@@ -170,7 +170,7 @@ async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None,
         now_row = store.row_by_id(tx, row.email_id)
         if now_row is None or now_row.status != EmailStatus.QUEUED:
             return None  # cancelled (or erased) while we asked
-        email = store.load_content(tx, row.email_id)
+        email = store.load_content(tx, now_row)
         lease = None if lease_ms is None else tx.now_ms() + lease_ms
         store.move(ctx, tx, now_row, EmailStatus.DISPATCHING, {"attempt": now_row.attempts + 1},
                    next_attempt_at_ms=None, lease_until_ms=lease)
