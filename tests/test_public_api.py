@@ -146,3 +146,25 @@ def test_the_host_service_client_imports_without_the_runtime_or_sqlite3() -> Non
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "Client []"
+
+
+def test_the_object_facing_context_and_storage_show_nothing_of_the_host() -> None:
+    """TK-3, RT-4, RT-14: what an actor's code is given names only the object API (README 'Writing
+    an actor'): ActorContext has no host, queue, gate or activation state, and SqlStorage no
+    runtime-only statement, stored-alarm, output-gate or closing name; a subclass of Actor gets
+    exactly those two as ``self.ctx`` and ``self.sql``."""
+    from mailbox_actors.platform.storage.sql import SqlStorage
+    from mailbox_actors.runtime.context import ActorContext
+
+    context_names = {n for n in dir(ActorContext) if not n.startswith("_")}
+    assert context_names == {
+        "block_concurrency_while", "call", "cancel", "claim_owner", "clock", "deadline_ms", "emit",
+        "id", "id_from_name", "log", "mark_erased", "namespace", "new_id", "now_ms",
+        "owner_identity", "owner_tenant", "rng", "schedule", "schema_version", "scheduled",
+        "service", "settings", "storage", "tenant_events_days"}
+    storage_names = {n for n in dir(SqlStorage) if not n.startswith("_")}
+    assert storage_names >= {"exec", "transaction_sync", "get_alarm", "set_alarm", "delete_alarm",
+                             "database_size", "now_ms", "in_transaction", "flush", "delete_all"}
+    assert storage_names.isdisjoint({"sys_exec", "stored_alarm", "check_writes", "alarm_hidden",
+                                     "alarm_set_in_handler", "before_transaction", "alarm_sink",
+                                     "close", "host"})
