@@ -9,8 +9,6 @@ enters a scope for each request it delivers and each alarm run it starts; nothin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 import structlog
@@ -43,15 +41,30 @@ def current_scope() -> RequestScope | None:
     return _current.get()
 
 
-@contextmanager
-def entered(scope: RequestScope) -> Iterator[RequestScope]:
-    """Serve ``scope`` in this task: every log line carries its request id."""
-    token = _current.set(scope)
-    try:
-        with structlog.contextvars.bound_contextvars(request_id=scope.request_id):
-            yield scope
-    finally:
-        _current.reset(token)
+class _Entered:
+    """Entering and leaving a scope, on every request's path: two ContextVar sets and resets,
+    no generator (a ``contextmanager`` here cost a tenth of an in-process call)."""
+
+    __slots__ = ("_log_tokens", "_scope", "_token")
+
+    def __init__(self, scope: RequestScope) -> None:
+        self._scope = scope
+
+    def __enter__(self) -> RequestScope:
+        self._token = _current.set(self._scope)
+        self._log_tokens = structlog.contextvars.bind_contextvars(
+            request_id=self._scope.request_id)
+        return self._scope
+
+    def __exit__(self, *exc: object) -> None:
+        structlog.contextvars.reset_contextvars(**self._log_tokens)
+        _current.reset(self._token)
+
+
+def entered(scope: RequestScope) -> _Entered:
+    """Serve ``scope`` in this task (``with entered(scope):``): every log line carries its
+    request id."""
+    return _Entered(scope)
 
 
 class ScopeHooks:
