@@ -4,7 +4,9 @@ Each mode runs a ``Node`` on the system clock and talks to the test on stdout, o
 line written and flushed only after the fact is durable (the call returned ``ok``):
 
 - ``hold DATA``: start a node, print ``READY <pid>``, then run until killed.
-- ``writer DATA ACTORS ALARM_BASE_MS``: init ACTORS Scratch actors; give actor i the alarm
+- ``writer DATA ACTORS ALARM_BASE_MS [DURABILITY MAX_ACTIVE]``: on a node with that durability and
+  bound on open actors (a bound below ACTORS evicts and reopens files all the time), init ACTORS
+  Scratch actors; give actor i the alarm
   ``ALARM_BASE_MS + i * 1000`` and print ``ALARM <id> <at_ms>`` for each; print ``READY``; then write
   ``k000000, k000001, ...`` to every actor concurrently forever, printing ``ACK <id> <key>`` after
   each write is answered.
@@ -88,8 +90,9 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def node_for(data_dir: str) -> Node:
-    return Node(RuntimeSettings(data_dir=data_dir), objects=afs.ALL_OBJECTS)
+def node_for(data_dir: str, durability: str = "normal", max_active: int = 10_000) -> Node:
+    return Node(RuntimeSettings(data_dir=data_dir, durability=durability,
+                                max_active_actors=max_active), objects=afs.ALL_OBJECTS)
 
 
 async def hold(data_dir: str) -> None:
@@ -98,8 +101,9 @@ async def hold(data_dir: str) -> None:
         await anyio.sleep_forever()
 
 
-async def writer(data_dir: str, actors: int, alarm_base_ms: int) -> None:
-    async with node_for(data_dir) as node:
+async def writer(data_dir: str, actors: int, alarm_base_ms: int, durability: str = "normal",
+                 max_active: int = 10_000) -> None:
+    async with node_for(data_dir, durability, max_active) as node:
         ids = []
         for i in range(actors):
             oid = await afs.new_scratch(node, f"writer-{i}")
@@ -141,7 +145,8 @@ def main(argv: list[str]) -> None:
     if mode == "hold":
         anyio.run(hold, data_dir)
     elif mode == "writer":
-        anyio.run(writer, data_dir, int(rest[0]), int(rest[1]))
+        anyio.run(writer, data_dir, int(rest[0]), int(rest[1]), *rest[2:3],
+                  *map(int, rest[3:4]))
     elif mode == "dump":
         anyio.run(dump, data_dir, rest)
     else:

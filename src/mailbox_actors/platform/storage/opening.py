@@ -18,11 +18,16 @@ from pathlib import Path
 from mailbox_actors.platform.sqlite_files import create_whole, damage_of
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
+from mailbox_actors.platform.storage.handle import keep_wal_on_close
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 
-__all__ = ["StorageUnavailable", "open_storage"]
+__all__ = ["CACHED_STATEMENTS", "StorageUnavailable", "open_storage"]
+
+# Prepared statements kept per connection (LRU): each costs a few KB of SQLite heap, so a large
+# cache would dominate an open actor's memory (ADR 0012); an object's hot statements fit in it.
+CACHED_STATEMENTS = 64
 
 
 _RUNTIME_META = "CREATE TABLE IF NOT EXISTS _ma_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
@@ -49,6 +54,9 @@ _FROM_1 = (
 
 def _create(path: Path, durability: str) -> None:
     """A new object's file, whole, at ``path`` (nothing is there: one node owns the id)."""
+    for log in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        # Left by a removal a crash cut short: a log never belongs to a new file.
+        log.unlink(missing_ok=True)
     try:
         create_whole(path, _RUNTIME_SCHEMA, fsync=durability == Durability.FULL)
     except (sqlite3.OperationalError, OSError) as e:  # out of descriptors or space: retry later
@@ -67,7 +75,7 @@ def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | 
     # mode=rw never creates the file; as_uri escapes '#', '%' and '?' in the directory name.
     try:
         return sqlite3.connect(path.absolute().as_uri() + "?mode=rw", uri=True,
-                               isolation_level=None, cached_statements=256)
+                               isolation_level=None, cached_statements=CACHED_STATEMENTS)
     except sqlite3.OperationalError as e:
         if not path.exists():
             return None  # no such object: the caller answers *_not_found
@@ -124,7 +132,10 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
         conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
         for limit, value, _name in SQLITE_LIMITS:
             conn.setlimit(limit, value)
-        return SqlStorage(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink)
+        storage = SqlStorage(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink)
+        # Closing keeps the write-ahead log for the next open (ADR 0012): no checkpoint, no fsync.
+        storage.keeps_wal = keep_wal_on_close(conn, path)
+        return storage
     except BaseException as e:
         conn.close()  # never leave a descriptor behind for the garbage collector
         if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mailbox_actors.platform.storage.errors import TransactionRolledBack
+from mailbox_actors.platform.storage.handle import close_connection
 from mailbox_actors.platform.storage.sql import AlarmRun, SqlStorage, TxState
 from mailbox_actors.platform.storage.wipe import is_empty, remove_files
 
@@ -95,6 +96,8 @@ class RuntimeStorage:
                     sql._flush()
                 remove = sql.wiped and is_empty(lambda q: sql._sys(f"{q} /*{sql._token}*/"))
         finally:
-            sql._conn.close()
+            # The log stays for the next open (ADR 0012); a file about to be removed is
+            # checkpointed first, so no log outlives it.
+            close_connection(sql._conn, sql.path, keep_wal=sql.keeps_wal and not remove)
         if remove:
             remove_files(sql.path)

@@ -47,6 +47,7 @@ class SqlStorage(Transactions):
         super().__init__(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink)
         self.kv = KvStorage(self)
         self.wiped = False  # delete_all ran on this connection
+        self.keeps_wal = False  # closing leaves the log for the next open (``handle``)
 
     # ---- SQL API (RT-6, RT-13) -------------------------------------------------------------
 

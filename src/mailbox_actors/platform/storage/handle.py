@@ -1,0 +1,122 @@
+"""What the standard ``sqlite3`` module cannot set on Python 3.11 (ADR 0012): the page cache's bulk
+allocation, and keeping an actor file's write-ahead log when its connection closes.
+
+Both are documented SQLite settings. ``SQLITE_CONFIG_PAGECACHE`` with no buffer and no lines stops
+every connection from allocating 20 pages (about 88 KB) at its first read; pages are then allocated
+one at a time as they are read, so a small actor costs what it holds. It is process-wide and must be
+set before SQLite initialises, that is before ``_sqlite3`` is imported: ``configure_sqlite`` is
+called from the package's ``__init__`` and does nothing once ``_sqlite3`` is loaded.
+
+``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`` keeps the log on close instead of checkpointing it into the
+database (two fsyncs, and a new log with its own fsync at the next write). Nothing committed is
+lost: the log holds every committed transaction, synced as ``synchronous`` says, and the next open
+reads it. ``sqlite3.Connection.setconfig`` sets it from Python 3.12; on CPython 3.11 the
+connection's ``sqlite3*`` (the first field after the object header) is reached through ctypes, and
+checked with ``sqlite3_db_filename`` before anything is set on it. A log that has grown past
+``WAL_KEEP_BYTES`` is checkpointed at close as before, so files on disk stay bounded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
+
+__all__ = ["WAL_KEEP_BYTES", "close_connection", "configure_sqlite", "keep_wal_on_close",
+           "page_cache_configured"]
+
+WAL_KEEP_BYTES = 256 * 1024  # a log past this is checkpointed when the file closes
+_CONFIG_PAGECACHE = 7
+_DBCONFIG_NO_CKPT_ON_CLOSE = 1006
+_lib: Any = None
+_lib_tried = False
+_page_cache_configured = False
+
+
+def _library() -> Any:
+    """The SQLite the ``_sqlite3`` extension uses: symbols looked up through the extension itself
+    (its own copy if linked statically, else the shared library it loaded), or None."""
+    global _lib, _lib_tried
+    if not _lib_tried:
+        _lib_tried = True
+        try:
+            spec = importlib.util.find_spec("_sqlite3")
+            origin = spec.origin if spec is not None else None
+            if origin and os.path.exists(origin):
+                lib = ctypes.CDLL(origin)
+                lib.sqlite3_config  # noqa: B018 - raises AttributeError when not exported
+                lib.sqlite3_db_filename.restype = ctypes.c_char_p
+                lib.sqlite3_db_filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+                _lib = lib
+        except (OSError, AttributeError, ImportError, ValueError):
+            _lib = None
+    return _lib
+
+
+def configure_sqlite() -> bool:
+    """Turn off the page cache's initial bulk allocation, if SQLite is not initialised yet."""
+    global _page_cache_configured
+    if _page_cache_configured or "_sqlite3" in sys.modules:
+        return _page_cache_configured
+    lib = _library()
+    if lib is None or sys.platform != "linux":  # variadic calls through ctypes: x86-64/arm64 Linux
+        return False
+    rc = lib.sqlite3_config(ctypes.c_int(_CONFIG_PAGECACHE), ctypes.c_void_p(None),
+                            ctypes.c_int(0), ctypes.c_int(0))
+    _page_cache_configured = bool(rc == 0)
+    return _page_cache_configured
+
+
+def page_cache_configured() -> bool:
+    return _page_cache_configured
+
+
+def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
+    """The connection's ``sqlite3*`` on CPython 3.11, when it provably is the handle of ``path``."""
+    if sys.implementation.name != "cpython" or sys.platform != "linux":
+        return None
+    lib = _library()
+    if lib is None:
+        return None
+    handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
+    if not handle:
+        return None
+    name = lib.sqlite3_db_filename(handle, b"main")
+    if name is None or os.fsdecode(name) not in (str(path.absolute()), os.path.realpath(path)):
+        return None
+    return int(handle)
+
+
+def keep_wal_on_close(conn: sqlite3.Connection, path: Path, keep: bool = True) -> bool:
+    """Set whether closing ``conn`` leaves the log for the next open (True: it was set)."""
+    setconfig = getattr(conn, "setconfig", None)
+    if setconfig is not None:  # Python 3.12+
+        return bool(setconfig(_DBCONFIG_NO_CKPT_ON_CLOSE, keep))
+    handle = _handle(conn, path)
+    if handle is None:
+        return False
+    out = ctypes.c_int(-1)
+    rc = _library().sqlite3_db_config(ctypes.c_void_p(handle),
+                                      ctypes.c_int(_DBCONFIG_NO_CKPT_ON_CLOSE),
+                                      ctypes.c_int(int(keep)), ctypes.byref(out))
+    return bool(rc == 0 and out.value == int(keep))
+
+
+def close_connection(conn: sqlite3.Connection, path: Path, *, keep_wal: bool) -> None:
+    """Close ``conn``; its log is checkpointed first unless ``keep_wal`` and it is small."""
+    if keep_wal:
+        try:
+            big = os.stat(path.with_name(path.name + "-wal")).st_size > WAL_KEEP_BYTES
+        except OSError:
+            big = False
+        if big:
+            keep_wal_on_close(conn, path, False)
+    else:
+        keep_wal_on_close(conn, path, False)
+    conn.close()
