@@ -315,6 +315,9 @@ class Node:
         m.describe("alarm_retries_total", "Alarm handler failures scheduled for retry", "counter",
                    ns)
         m.describe("alarms_abandoned_total", "Alarms given up after six retries", "counter", ns)
+        m.describe("actor_loop_blocked_total", "Handler steps that held the event loop longer "
+                   "than loop_block_warn_ms (RT-17), by namespace and op", "counter",
+                   ("namespace", "op"))
         m.describe("alarms_replaced_total", "Alarm handlers that failed after setting a new alarm "
                    "(it runs instead of a retry, AL-7)", "counter", ns)
         m.describe("actor_overloaded_total", "Requests refused because an actor's queue was full",

@@ -33,7 +33,7 @@ class Activation:
     """A live actor: its object, context, storage, gate and owner, and what the host counts."""
 
     __slots__ = ("actor", "alarm_running", "closed", "cls", "ctx", "gate", "id", "key",
-                 "last_used_ms", "namespace", "owner", "pending", "runtime_storage")
+                 "last_used_ms", "namespace", "owner", "pending", "runtime_storage", "starting")
 
     def __init__(self, cls: type[Actor[Any]], object_id: str, storage: RuntimeStorage,
                  owner: Owner, gate: InputGate, ctx: ActorContext, actor: Actor[Any]) -> None:
@@ -50,6 +50,15 @@ class Activation:
         self.alarm_running = False
         self.closed = False
         self.last_used_ms = 0
+        self.starting = type(actor).on_start is not Actor.on_start  # its start hook is to run
+
+    async def started(self) -> None:
+        """Run the actor's ``on_start`` once, under its input gate, before anything else reaches
+        it (the constructor + ``blockConcurrencyWhile`` pattern, RT-16). If it raises, the
+        activation is reset and the next request starts a fresh one."""
+        if self.starting:
+            self.starting = False
+            await self.gate.hold(self.actor.on_start, None)
 
     @property
     def storage(self) -> SqlStorage:
@@ -82,7 +91,7 @@ def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create
         owner = Owner(meta, kind=cls.owner_kind, namespace=cls.namespace, object_id=object_id,
                       not_found=cls.not_found, metrics=metrics, log=log)
         version = apply_migrations(storage, cls.migrations, int(meta.get(SCHEMA_VERSION_KEY, "0")))
-        gate = InputGate(clock, on_reset)
+        gate = InputGate(clock, on_reset, settings.block_concurrency_timeout_ms)
         ctx = ActorContext(namespace=cls.namespace, object_id=object_id, storage=storage,
                            owner=owner, gate=gate, schema_version=version, env=env)
         return Activation(cls, object_id, storage, owner, gate, ctx, cls(ctx))

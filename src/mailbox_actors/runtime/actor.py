@@ -57,6 +57,11 @@ class Actor(Generic[Req]):
         self.ctx = ctx
         self.sql = ctx.storage
 
+    async def on_start(self) -> None:
+        """Override to do async work when the actor is activated (load state, migrate data):
+        it runs once per activation under the input gate, before any request or alarm reaches
+        the actor (RT-16). If it raises, the actor is reset and the next request tries again."""
+
     async def handle(self, call: Call, req: Req) -> Any:
         raise NotImplementedError
 

@@ -17,6 +17,7 @@ from mailbox_actors.runtime import outbox, purposes
 from mailbox_actors.runtime.activation import Activation
 from mailbox_actors.runtime.actor import AlarmInfo, handles_alarm_itself
 from mailbox_actors.runtime.scope import RequestScope, entered
+from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import MailboxActorsError
 
 __all__ = ["ABANDONED_PURPOSE_RETRY_MS", "abandon", "not_runnable", "run"]
@@ -37,7 +38,7 @@ def not_runnable(act: Activation, force: bool, now_ms: int) -> AlarmResult | Non
 
 
 async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: Clock,
-              event_sink: outbox.EventSink, log: Any) -> AlarmResult:
+              event_sink: outbox.EventSink, log: Any, watch: LoopWatch | None = None) -> AlarmResult:
     """Run the actor's alarm handler once (the host has admitted the run)."""
     storage = act.runtime_storage
     stored = storage.stored_alarm()
@@ -50,10 +51,14 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
         alarm_run = storage.begin_alarm_run()
         try:
             if handles_alarm_itself(act.actor):
-                await act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
+                handler = act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
+                await (handler if watch is None else watch.timed(handler, act.namespace, "alarm"))
             else:
+                # Purposes due by the fired alarm's time run, also when fire_alarm_now fires it
+                # early (TK-2: the handler runs now, whatever its time).
                 await purposes.run_due(
-                    storage, act.actor, act.cls.alarm_purposes, now_ms=clock.now_ms(),
+                    storage, act.actor, act.cls.alarm_purposes,
+                    now_ms=max(clock.now_ms(), stored),
                     dispatch_outbox=lambda: outbox.dispatch(storage.sql, event_sink,
                                                             act.namespace, act.id),
                     still_open=lambda: not act.closed, log=log, namespace=act.namespace)

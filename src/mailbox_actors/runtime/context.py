@@ -9,7 +9,7 @@ alarm, the gates' bookkeeping) stays behind private collaborators it was built w
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from mailbox_actors.core.actor_ids import id_from_name, namespace_key
 from mailbox_actors.platform.clock import Clock
@@ -24,6 +24,7 @@ from mailbox_actors.runtime.owner import Owner
 from mailbox_actors.runtime.scope import current_scope
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.wire.envelope import Envelope
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.events import Event
 
 __all__ = ["ActorContext", "ActorEnv", "CallActor"]
@@ -149,6 +150,23 @@ class ActorContext:
         """
         scope = current_scope()
         return await self._gate.hold(fn, None if scope is None else scope.deadline_ms)
+
+    def abort(self, reason: str = "aborted by the actor") -> NoReturn:
+        """Reset the actor now (Durable Objects' ``ctx.abort``): its in-memory state is dropped,
+        its storage kept; this request and every other in flight or queued fail ``unavailable``
+        (a retry reaches a fresh instance). Never returns (RT-16)."""
+        self._gate.reset()
+        raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the actor aborted itself",
+                                 details={"reason": str(reason)[:200]})
+
+    async def transaction(self, fn: Callable[[SqlStorage], Awaitable[T]]) -> T:
+        """Run ``await fn(sql)`` as one transaction that may await: no other request or alarm
+        of this actor is delivered until it ends; it commits when ``fn`` returns and rolls back
+        when it raises (the exception propagates, the actor is not reset) (RT-16)."""
+        scope = current_scope()
+        return await self._gate.hold(lambda: self.storage._transaction_async(fn),
+                                     None if scope is None else scope.deadline_ms,
+                                     reset_on_error=False)
 
     # ---- alarm purposes (AL-2) -------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.runtime.scope import RequestScope
 from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError
 
-__all__ = ["InputGate", "output_gate"]
+__all__ = ["BlockConcurrencyTimeout", "InputGate", "output_gate"]
 
 T = TypeVar("T")
 
@@ -30,14 +30,24 @@ T = TypeVar("T")
 _held: ContextVar[tuple[int, ...]] = ContextVar("mailbox_actors_gates_held", default=())
 
 
+class BlockConcurrencyTimeout(MailboxActorsError):
+    """A critical section ran past its bound (RT-16): workerd resets the object."""
+
+    def __init__(self, limit_ms: int) -> None:
+        super().__init__(ErrorCode.TIMEOUT, f"block_concurrency_while gave up after {limit_ms} ms; "
+                         "the actor was reset", details={"block_concurrency_timeout_ms": limit_ms})
+
+
 class InputGate:
     """One activation's ``block_concurrency_while``."""
 
-    __slots__ = ("_clock", "_depth", "_on_failure", "_reset", "_waiters")
+    __slots__ = ("_clock", "_depth", "_on_failure", "_reset", "_timeout_ms", "_waiters")
 
-    def __init__(self, clock: Clock, on_failure: Callable[[], None]) -> None:
+    def __init__(self, clock: Clock, on_failure: Callable[[], None],
+                 timeout_ms: int | None = None) -> None:
         self._clock = clock
         self._on_failure = on_failure  # the host drops the activation (storage kept)
+        self._timeout_ms = timeout_ms  # workerd gives up on a critical section after 30 s
         self._depth = 0
         self._waiters: deque[anyio.Event] = deque()
         self._reset = False
@@ -47,25 +57,70 @@ class InputGate:
         """A critical section is running."""
         return self._depth > 0
 
-    async def hold(self, fn: Callable[[], Awaitable[T]], deadline_ms: int | None) -> T:
+    async def hold(self, fn: Callable[[], Awaitable[T]], deadline_ms: int | None, *,
+                   reset_on_error: bool = True) -> T:
         """Run ``fn`` with the gate closed. A task already inside this gate goes straight in; one
-        that is not waits for the running section first (until ``deadline_ms``)."""
+        that is not waits for the running section first (until ``deadline_ms``). A section that
+        outlasts the gate's timeout is given up (``timeout``) and the actor reset (RT-16)."""
         inside = _held.get()
         if id(self) not in inside:
             await self.wait_open(deadline_ms)  # returns with the gate open: no await between
         held = _held.set((*inside, id(self)))  # that and closing it here
         self._depth += 1
         try:
-            return await fn()
-        except BaseException:
+            return await self._bounded(fn)
+        except BlockConcurrencyTimeout:
             self._reset = True
             self._on_failure()
+            raise
+        except BaseException:
+            if reset_on_error:
+                self._reset = True
+                self._on_failure()
             raise
         finally:
             _held.reset(held)
             self._depth -= 1
             if not self._depth or self._reset:
                 self._open()
+
+    async def _bounded(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """``fn()``, given up once the gate's timeout passes on the clock (a FakeClock too)."""
+        limit = self._timeout_ms
+        if limit is None or len(_held.get()) > 1:  # the outermost section carries the bound
+            return await fn()
+        deadline = self._clock.now_ms() + limit
+        done = anyio.Event()
+        timed_out = False
+        outcome: list[T] = []
+        failure: list[BaseException] = []
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                nonlocal timed_out
+                await self._clock.sleep_until(deadline, done)
+                if not outcome and not failure:
+                    timed_out = True
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                outcome.append(await fn())
+            except Exception as e:  # raised below as itself, not inside an ExceptionGroup
+                failure.append(e)
+            finally:
+                done.set()
+        if timed_out:
+            raise BlockConcurrencyTimeout(limit)
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    def reset(self) -> None:
+        """``ctx.abort``: drop the activation now (storage kept); queued requests are answered
+        ``unavailable``, and so are those in flight when they finish."""
+        self._reset = True
+        self._on_failure()
+        self._open()
 
     def _open(self) -> None:
         waiters, self._waiters = self._waiters, deque()

@@ -36,6 +36,7 @@ from mailbox_actors.runtime.outbox import EventsDays, EventSink
 from mailbox_actors.runtime.scan import scan_alarms
 from mailbox_actors.runtime.scope import RequestScope, ScopeHooks, entered
 from mailbox_actors.runtime.settings import RuntimeSettings
+from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError, Overloaded
 
 __all__ = ["ActorHost", "AlarmSinks", "MetricsSink"]
@@ -64,6 +65,7 @@ class ActorHost:
         self.ids = ids
         self.metrics = metrics
         self.log = structlog.get_logger("mailbox_actors.runtime")
+        self.watch = LoopWatch(settings.loop_block_warn_ms, metrics, self.log)  # RT-17
         self.actors_dir = settings.path / "actors"
         self.event_sink = event_sink  # read at each outbox run (tests swap it for a flaky one)
         self._alarm_sinks = alarm_sinks
@@ -169,18 +171,25 @@ class ActorHost:
                         cls.not_found, f"no {cls.namespace} object has been initialised here")
             self._admit(act)
             try:
+                await act.started()
                 if act.gate.closed:
                     await act.gate.wait_open(call.deadline_ms)
                 if self.clock.now_ms() > call.deadline_ms:
                     raise DeadlineExceeded()
                 act.owner.check(call, is_init)
                 try:
-                    result = await act.actor.handle(call, req)
+                    result = await self.watch.timed(act.actor.handle(call, req), act.namespace,
+                                                    _op_of(req))
                 finally:
                     if not act.closed:
                         # the output gate: nothing leaves before its writes commit...
                         act.runtime_storage.flush()
+                if act.closed:  # reset meanwhile (ctx.abort, a failed critical section)
+                    raise MailboxActorsError(ErrorCode.UNAVAILABLE,
+                                             "the actor was reset while the request ran")
                 act.runtime_storage.check_writes(scope.writes)  # ...nor as a success if lost
+                if act.storage.wiped:  # delete_all: the object is as one never created (RT-15)
+                    self.evict(act)
                 return result
             finally:
                 self._release(act)
@@ -228,8 +237,15 @@ class ActorHost:
         act.pending += 1  # an alarm run is never refused by the queue bound
         self._inflight += 1
         try:
+            try:
+                await act.started()
+            except Exception as e:
+                self.log.warning("actor_start_failed", namespace=act.namespace, object_id=act.id,
+                                 error=type(e).__name__)
+                return AlarmResult(AlarmOutcome.FAILED, None)
             return await alarm_runs.run(act, retry_count, RequestScope(self.ids.new_id("req"), None),
-                                        clock=self.clock, event_sink=self.event_sink, log=self.log)
+                                        clock=self.clock, event_sink=self.event_sink, log=self.log,
+                                        watch=self.watch)
         finally:
             act.alarm_running = False
             self._release(act)
@@ -330,3 +346,9 @@ class ActorHost:
 
     def _classes_with_keys(self) -> Mapping[str, bytes]:
         return {ns: self._keys[ns] for ns in self._classes}
+
+
+def _op_of(req: Any) -> str:
+    """The request's op (its Struct tag), for the watchdog's log line and metric labels."""
+    tag = getattr(getattr(type(req), "__struct_config__", None), "tag", None)
+    return tag if isinstance(tag, str) else type(req).__name__

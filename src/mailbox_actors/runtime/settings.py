@@ -41,6 +41,11 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     max_queue: int = 1_000
     alarm_concurrency: int = 32
     shutdown_grace_ms: int = 10_000
+    # RT-16: a block_concurrency_while (and the start hook) that runs longer is given up and the
+    # actor reset, as workerd does after 30 s.
+    block_concurrency_timeout_ms: int = 30_000
+    # RT-17: a handler step that holds the event loop longer is logged and counted.
+    loop_block_warn_ms: int = 100
     id_secret: str = DEFAULT_ID_SECRET
     limits: Limits = Limits()
     inbound: InboundLimits = InboundLimits()  # caps of received mail (IN-1)
@@ -90,6 +95,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
         need(self.max_queue >= 1, "max_queue", "must be >= 1")
         need(1 <= self.alarm_concurrency <= 10_000, "alarm_concurrency", "must be in 1..10000")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms", "must be >= 0")
+        need(self.block_concurrency_timeout_ms >= 1, "block_concurrency_timeout_ms",
+             "must be >= 1")
+        need(self.loop_block_warn_ms >= 1, "loop_block_warn_ms", "must be >= 1")
         need(len(self.id_secret) >= 8, "id_secret", "must be at least 8 characters")
         need((self.control_db is None) == (self.queues_db is None), "queues_db",
              "must be set together with control_db")

@@ -105,6 +105,7 @@ async def run_in_actor(node: Node, namespace: str, object_id: str,
             outcome.append(None)
 
     with entered(RequestScope(node.ids.new_id("req"), None)):
+        await act.started()
         await act.gate.hold(inside, None)
     if not act.closed:
         act.runtime_storage.flush()  # the output gate: fn's writes are committed when it returns

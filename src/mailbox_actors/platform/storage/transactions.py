@@ -12,7 +12,7 @@ import asyncio
 import enum
 import inspect
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Self, TypeVar
 
@@ -156,6 +156,65 @@ class Transactions(ScreenedConnection):
                 run.set_in_handler = set_in_handler
             raise self._map_error(e) from e
         self._after_commit()
+        return result
+
+    async def _transaction_async(self, fn: Callable[[Self], Awaitable[T]]) -> T:
+        """Run ``await fn(sql)`` in one transaction that may await (RT-16): commit when it
+        returns, roll back when it raises. Only ``ActorContext.transaction`` calls this, holding
+        the actor's input gate around it; nested inside another it is a savepoint."""
+        if self._depth:
+            return await self._savepoint_async(fn)
+        self._hooks.before_transaction()
+        if self._state is TxState.IMPLICIT:
+            self._flush()
+        self._sys(self._begin)
+        self._depth, self._state = 1, TxState.EXPLICIT
+        self._txn_now = self._now()
+        run = self._alarm_run
+        set_in_handler = run is not None and run.set_in_handler
+        try:
+            result = await fn(self)
+            if self._state is TxState.ENDED:
+                raise TransactionRolledBack(self._ended_by)
+        except BaseException:
+            self._end_explicit()
+            if self._conn.in_transaction:
+                self._sys(self._rollback)
+            self._reload_alarm()
+            if run is not None:
+                run.set_in_handler = set_in_handler
+            raise
+        self._end_explicit()
+        try:
+            self._sys(self._commit)
+        except sqlite3.Error as e:
+            if self._conn.in_transaction:
+                self._sys(self._rollback)
+            self._reload_alarm()
+            if run is not None:
+                run.set_in_handler = set_in_handler
+            raise self._map_error(e) from e
+        self._after_commit()
+        return result
+
+    async def _savepoint_async(self, fn: Callable[[Self], Awaitable[T]]) -> T:
+        name = f"_ma_sp{self._depth}"
+        self._sys(f"SAVEPOINT {name} /*{self._token}*/")
+        self._depth += 1
+        try:
+            result = await fn(self)
+            if self._state is TxState.ENDED:
+                raise TransactionRolledBack(self._ended_by)
+        except BaseException:
+            self._depth -= 1
+            if self._conn.in_transaction:
+                self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
+                self._sys(f"RELEASE {name} /*{self._token}*/")
+            if self._alarm_dirty:
+                self._read_alarm()
+            raise
+        self._depth -= 1
+        self._sys(f"RELEASE {name} /*{self._token}*/")
         return result
 
     def _end_explicit(self) -> None:
