@@ -55,6 +55,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_body_bytes: int = 1 << 20
     read_timeout_s: float = 10.0
     shutdown_grace_ms: int = 10_000
+    block_concurrency_timeout_ms: int = 30_000  # RT-16
+    loop_block_warn_ms: int = 100  # RT-17
     id_secret: str | None = None  # default: generated into DATA/id.secret (ensure_id_secret)
     log_format: str = "auto"
     log_level: str = "info"
@@ -129,6 +131,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             data_dir=data, node_name=self.node_name, durability=self.durability,
             idle_ms=self.idle_ms, max_active_actors=self.max_active_actors,
             max_queue=self.max_queue, shutdown_grace_ms=self.shutdown_grace_ms,
+            block_concurrency_timeout_ms=self.block_concurrency_timeout_ms,
+            loop_block_warn_ms=self.loop_block_warn_ms,
             id_secret=DEFAULT_ID_SECRET if self.id_secret is None else self.id_secret,
             control_db=self.control_db or str(Path(data) / "control.sqlite"),
             queues_db=self.queues_db or str(Path(data) / "queues.sqlite"),
