@@ -67,7 +67,9 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
             else:
                 await db.set_webhook(record.id, hook, SECRET)
             tenant = record.id
-            identity = await create_identity(db, client, tenant, "support")
+            domain = f"tenant-{t}.example.com"
+            # support@ is where the other tenants' mail to it arrives, through the SMTP door.
+            identity = await create_identity(db, client, tenant, "support", [f"support@{domain}"])
             qid = await client.id_from_name("tenant_quota", tenant)
             # tenant-0 has a small quota so the output shows rate limiting; the rest are roomy.
             per_minute = 600 if t == 0 else 1_000_000
@@ -77,7 +79,6 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
             mid = identity.mailbox_id
             status = await client.call("identity_mailbox", mid, MailboxStatus(),
                                        tenant_id=tenant, identity_id=identity.id)
-            domain = f"tenant-{t}.example.com"
             # The provider's expectations; run_cluster.py's loopback DNS serves these records, so
             # the first check (run at once by init) verifies the domain: domain.verified arrives.
             await create_domain(db, client, tenant, domain, EXPECTED)

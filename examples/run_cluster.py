@@ -1,7 +1,11 @@
 """``make run``: a three-node local cluster on the embedded SQLite default, plus the example host
-service driving real traffic through the client. Ctrl-C stops everything cleanly.
+service driving real traffic through the client. Each node listens for SMTP beside HTTP (node i on
+SMTP_PORT+i), and the cluster's SMTP transport relays to node 0's door: mail one identity sends to
+another arrives in the other's IdentityMailbox through the cluster itself. Ctrl-C stops everything
+cleanly.
 
-    python examples/run_cluster.py [--data ./data] [--port 8787] [--nodes 3] [--seconds 0]
+    python examples/run_cluster.py [--data ./data] [--port 8787] [--smtp-port 2525] [--nodes 3]
+                                   [--seconds 0]
 """
 
 from __future__ import annotations
@@ -73,40 +77,30 @@ def start_dns(data: Path) -> tuple[subprocess.Popen[str], int]:
     return proc, int(line.split()[1])
 
 
-def start_smtp_sink() -> tuple[subprocess.Popen[str], int]:
-    """An SMTP sink on loopback (mailbox_actors.testing.smtp: aiosmtpd, accepts everything, keeps
-    nothing) that the cluster's SMTP transport relays to, and its port."""
-    proc = subprocess.Popen([sys.executable, "-m", "mailbox_actors.testing.smtp"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("port "):
-        raise SystemExit("run: the loopback SMTP sink did not start")
-    print(f"run: SMTP sink on 127.0.0.1:{line.split()[1]} (the cluster's transport relays there)",
-          flush=True)
-    return proc, int(line.split()[1])
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--data", default="./data")
     p.add_argument("--port", type=int, default=8787)
     p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--smtp-port", type=int, default=2525,
+                   help="node i's SMTP door listens on this + i (IN-5)")
     p.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
     a = p.parse_args()
     data = Path(a.data).resolve()
     (data / "cluster.json").unlink(missing_ok=True)
     dns, dns_port = start_dns(data)
-    sink, sink_port = start_smtp_sink()
     sup = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "cluster", "--nodes",
                             str(a.nodes), "--data", str(data), "--port", str(a.port),
                             "--log-level", "warning",
                             # DomainMonitor asks the loopback DNS server that serves the example
                             # domains (DM-1): the resolver is pointed at it by settings.
                             "--dns-nameservers", "127.0.0.1", "--dns-port", str(dns_port),
-                            # Submitted mail leaves through SMTP to the loopback sink (CA-14).
+                            # Every node listens for SMTP (IN-5); submitted mail leaves through
+                            # SMTP (CA-14) to node 0's door, so it arrives in the recipients'
+                            # IdentityMailboxes when they are identities of this cluster.
+                            "--smtp-listen-port", str(a.smtp_port),
                             "--transport", "smtp", "--smtp-host", "127.0.0.1",
-                            "--smtp-port", str(sink_port)])
+                            "--smtp-port", str(a.smtp_port)])
     host = None
     try:
         if not wait_for_cluster(data, sup):
@@ -130,9 +124,8 @@ def main() -> int:
                     proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-        for server in (dns, sink):  # the DNS server and the SMTP sink, by their pids
-            server.terminate()
-            server.wait(timeout=10)
+        dns.terminate()  # the DNS server, by its pid
+        dns.wait(timeout=10)
         print("run: stopped", flush=True)
 
 
