@@ -33,6 +33,7 @@ from mailbox_actors.platform.dns.resolver import RESOLVER
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import DataDirLock
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
+from mailbox_actors.platform.memory import memory_bound, physical_memory
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.platform.process_metrics import register_process_metrics
 from mailbox_actors.platform.queues import DeadLetterRecorder, QueueService
@@ -60,10 +61,12 @@ class Node:
                  progress: Callable[[str], None] | None = None,
                  services: Services | None = None) -> None:
         self.log = structlog.get_logger("mailbox_actors.node")
-        bound = actor_bound(settings.max_active_actors)
-        if bound < settings.max_active_actors:  # OPS-4: never more open files than descriptors
+        # OPS-4: never more open files than descriptors, nor more actors than memory holds.
+        bound = memory_bound(actor_bound(settings.max_active_actors))
+        if bound < settings.max_active_actors:
             self.log.warning("max_active_actors_bounded", configured=settings.max_active_actors,
-                             bound=bound, nofile_limit=nofile_limit())
+                             bound=bound, nofile_limit=nofile_limit(),
+                             memory_bytes=physical_memory())
             settings = msgspec.structs.replace(settings, max_active_actors=bound)
         self.settings = settings
         self.clock: Clock = clock or SystemClock()

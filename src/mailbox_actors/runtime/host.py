@@ -22,6 +22,7 @@ from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
 from mailbox_actors.core.actor_ids import check_id, id_from_name
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.memory import give_back
 from mailbox_actors.platform.rng import Rng
 from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.sqlite_files import is_disk_full
@@ -31,6 +32,7 @@ from mailbox_actors.runtime import alarm_runs
 from mailbox_actors.runtime.activation import Activation, Key, open_activation
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.context import ActorEnv, CallActor
+from mailbox_actors.runtime.eviction import bound_victims, idle_victims
 from mailbox_actors.runtime.migrations import check_migrations
 from mailbox_actors.runtime.outbox import EventsDays, EventSink
 from mailbox_actors.runtime.scan import scan_alarms
@@ -40,6 +42,10 @@ from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError, Overloaded
 
 __all__ = ["ActorHost", "AlarmSinks", "MetricsSink"]
+
+# Freed memory goes back to the system once this many actors were evicted since it last did
+# (``memory.give_back``: a pass over the allocator's free lists, too slow to run per eviction).
+_TRIM_AFTER_EVICTIONS = 256
 
 
 class MetricsSink(Protocol):
@@ -83,6 +89,7 @@ class ActorHost:
         self.stopping = False
         self.activations = 0
         self.evictions = 0
+        self._evicted_since_trim = 0
 
     # ---- registration and placement --------------------------------------------------------
 
@@ -268,6 +275,7 @@ class ActorHost:
         act.closed = True
         self._active.pop(act.key, None)
         self.evictions += 1
+        self._evicted_since_trim += 1
         try:
             act.runtime_storage.close()
         except Exception as e:  # a close failure must not take the node down
@@ -283,28 +291,24 @@ class ActorHost:
 
     def _enforce_bound(self, keep: Activation | None = None) -> None:
         excess = len(self._active) - self.settings.max_active_actors
-        if excess <= 0:
-            return
-        victims = []
-        for act in self._active.values():  # least recently used first; stop once enough
-            if act is not keep and act.idle:
-                victims.append(act)
-                if len(victims) >= excess:
-                    break
-        for act in victims:
-            self.evict(act)
+        if excess > 0:
+            soon = self.clock.now_ms() + self.settings.idle_ms
+            for act in bound_victims(self._active.values(), excess, keep, soon):
+                self.evict(act)
 
     def evict_idle(self, now_ms: int) -> int:
-        """Evict every actor idle for ``idle_ms`` or more; returns how many."""
-        cutoff = now_ms - self.settings.idle_ms
-        victims = []
-        for act in self._active.values():
-            if act.last_used_ms > cutoff:
-                break  # ordered by last use: the rest are younger
-            if act.idle:
-                victims.append(act)
+        """Evict every actor idle for ``idle_ms`` or more, except those whose alarm is due within
+        ``idle_ms`` (``eviction``: they count as used now); returns how many. After enough
+        evictions, freed memory goes back to the system."""
+        victims, kept = idle_victims(self._active.values(), now_ms, self.settings.idle_ms)
+        for act in kept:
+            act.last_used_ms = now_ms
+            self._active.move_to_end(act.key)
         for act in victims:
             self.evict(act)
+        if self._evicted_since_trim >= _TRIM_AFTER_EVICTIONS:
+            self._evicted_since_trim = 0
+            give_back()
         return len(victims)
 
     # Idle eviction is the host's timed work (``Clock.drive``): a loop on the system clock, one
@@ -338,6 +342,7 @@ class ActorHost:
             self.log.warning("shutdown_grace_expired", inflight=self._inflight)
         for act in list(self._active.values()):
             self.evict(act)
+        give_back()
 
     def scan_alarms(self, progress: Callable[[int], None] | None = None) -> dict[Key, int]:
         """Read the alarm of every actor file on disk (when the node's index is missing)."""

@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from mailbox_actors.platform.memory import PAGE_CACHE_KIB
 from mailbox_actors.platform.sqlite_files import create_whole, damage_of
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
@@ -123,6 +124,9 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
             _upgrade_from_1(conn)
         # workerd builds SQLite with foreign keys enforced; an actor may still turn them off.
         conn.execute("PRAGMA foreign_keys = ON")
+        # A busy actor's page cache stays within the memory budget max_active_actors is derived
+        # from (platform/memory.py); pages past it are read again from the OS's cache.
+        conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
         conn.execute("PRAGMA synchronous = " + ("FULL" if durability == Durability.FULL
                                                 else "NORMAL"))
         conn.execute(f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)}")
