@@ -15,6 +15,7 @@ import pytest
 import actors_for_tests as afs
 from actors_for_tests import TENANT, Scratch
 from mailbox_actors.http.client import HttpPool
+from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import NotStarted, TestCluster, TestRuntime, WebhookReceiver
 from mailbox_actors.testing.pytest_plugin import WEBHOOK_SECRET
@@ -278,3 +279,36 @@ async def test_a_runtime_used_before_it_started_is_a_clear_error(tmp_path: Path)
         pass
     with pytest.raises(NotStarted):
         rt.list_ids("tenant_quota")
+
+
+@pytest.mark.actor_runtime(control=True)
+async def test_webhook_receiver_gets_the_runtimes_signed_deliveries(
+        actor_runtime: TestRuntime, webhook_receiver: WebhookReceiver) -> None:
+    """TK-1: the webhook_receiver fixture is what a tenant's webhook URL can point at: the
+    runtime's own webhook consumers deliver identity.created to it, signed with the tenant's secret,
+    and it verifies the signature on the runtime's clock."""
+    rt = actor_runtime
+    db = rt.node.control_db
+    assert db is not None
+    tenant = await db.create_tenant("acme", webhook_url=webhook_receiver.url,
+                                    webhook_secret=WEBHOOK_SECRET)
+    await create_identity(db, rt.node, tenant.id, "alice")
+    await rt.run_until_idle()
+    with anyio.fail_after(30):
+        delivered = await webhook_receiver.wait_for(1)
+    assert delivered[0].event_type == "identity.created"
+    assert delivered[0].json["tenant_id"] == tenant.id and delivered[0].status == 200
+
+
+@pytest.mark.actor_runtime(objects=afs.ALL_OBJECTS)
+async def test_fire_alarm_now_runs_purposes_not_yet_due(actor_runtime: TestRuntime) -> None:
+    """TK-2: fire_alarm_now on an actor whose alarm multiplexes purposes runs the purpose the
+    alarm was set for, an hour before its time."""
+    rt = actor_runtime
+    pid = rt.id_from_name("purposes", "p")
+    await rt.call("purposes", pid, afs.PInit(), tenant_id=TENANT)
+    await rt.call("purposes", pid, afs.Schedule(purpose="check", at_ms=rt.now_ms() + 3_600_000),
+                  tenant_id=TENANT)
+    assert await rt.fire_alarm_now("purposes", pid) is True
+    assert [(oid, purpose) for oid, purpose, _ in afs.PURPOSE_LOG] == [(pid, "check")]
+    assert (await rt.call("purposes", pid, afs.PState(), tenant_id=TENANT))["scheduled"] == {}
