@@ -232,7 +232,8 @@ async def test_sqlite_limits_are_workerds(tmp_path: Path, query: str, limit: str
 async def test_rows_read_counts_rows_scanned_and_rows_written_counts_index_rows(
         tmp_path: Path) -> None:
     """RT-13: rows_read counts the rows a statement scans, not only those it returns (a full scan
-    of 200 rows reads 200 whatever it finds; an indexed lookup reads about one); rows_written counts
+    of 200 rows reads 200 whatever it finds, so does a count(*); an indexed lookup reads about one);
+    rows_written counts
     every row written, index rows included (an INSERT into a table with two indexes writes three
     rows; an UPDATE of an indexed column two, of a plain column one; a DELETE one per row)."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
@@ -254,6 +255,8 @@ async def test_rows_read_counts_rows_scanned_and_rows_written_counts_index_rows(
             out["scan"] = (len(scan.all()), scan.rows_read)
             full = sql.exec("SELECT id FROM t")
             out["full"] = (len(full.all()), full.rows_read)
+            count = sql.exec("SELECT count(*) FROM t")
+            out["count"] = (count.one()[0], count.rows_read)
             point = sql.exec("SELECT * FROM t WHERE a = 7")
             out["point"] = (len(point.all()), point.rows_read)
             out["update_indexed"] = sql.exec("UPDATE t SET a = -1 WHERE id = 3").rows_written
@@ -266,6 +269,7 @@ async def test_rows_read_counts_rows_scanned_and_rows_written_counts_index_rows(
         assert out["insert_one"] == 3
         assert out["scan"] == [0, 200]
         assert out["full"] == [200, 200]
+        assert out["count"] == [200, 200]  # count(*) reads every row, as workerd bills it
         assert out["point"][0] == 1 and 1 <= out["point"][1] <= 2
         assert out["update_indexed"] == 2
         assert out["update_plain"] == 1

@@ -54,7 +54,7 @@ async def test_actor_runtime_factory_starts_several_and_reopens_a_directory(
     with pytest.raises(MailboxActorsError) as e:
         await afs.scratch(two, oid, afs.Dump())
     assert e.value.code == "tenant_not_found"
-    await one.__aexit__(None, None, None)
+    await one.stop()
     again = await actor_runtime_factory(objects=afs.ALL_OBJECTS, data_dir=one.data_dir)
     assert (await afs.scratch(again, oid, afs.Dump()))["keys"] == ["kept"]
 

@@ -62,6 +62,6 @@ async def test_a_restart_keeps_the_counter(actor_runtime_factory: Any) -> None:
     cid = first.id_from_name("counter", "visits")
     await first.call("counter", cid, Start(), tenant_id="t1")
     await first.call("counter", cid, Add(n=4), tenant_id="t1")
-    await first.__aexit__(None, None, None)
+    await first.stop()
     second = await actor_runtime_factory(objects=[Counter], data_dir=first.data_dir)
     assert (await second.call("counter", cid, Get(), tenant_id="t1"))["total"] == 4

@@ -106,6 +106,13 @@ class TestRuntime:
 
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
                         tb: TracebackType | None) -> None:
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Stop the node (a graceful shutdown; its directory stays unless the runtime made it).
+        Stopping twice is a no-op; reopen the directory with a new TestRuntime to restart."""
+        if not self._started:
+            return
         self._started = False
         await self.node.stop()
         self._remove_own_dir()

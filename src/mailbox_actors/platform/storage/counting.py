@@ -6,7 +6,8 @@ two indexes writes three rows; a DELETE counts its table rows). Python's SQLite 
 so this module rebuilds both from what SQLite does expose:
 
 - read: the statement's full-scan steps (``nscan`` of the ``sqlite_stmt`` table, read lazily, only
-  when ``rows_read`` is asked for), or the rows returned when no table was scanned;
+  when ``rows_read`` is asked for) plus every row of a table a bare ``count(*)`` sizes up, or the
+  rows returned when no table was scanned;
 - written: the rows SQLite changed plus, per changed row, one per index the statement's writes
   reach (every index on INSERT; on UPDATE those covering an updated column), learnt from the
   authorizer when the statement was prepared and from the schema.
@@ -38,6 +39,7 @@ class RowCounter:
         self._recording: list[tuple[str, str | None]] | None = None
         self._indexes: dict[str, list[frozenset[str] | None]] = {}  # None: an expression index
         self._scans: dict[str, tuple[int, int]] = {}  # text -> (nscan, run) when last looked at
+        self._counted: dict[str, tuple[str, ...]] = {}  # text -> tables its count(*) reads whole
 
     # ---- written --------------------------------------------------------------------------
 
@@ -123,4 +125,33 @@ class RowCounter:
         if finished and len(self._scans) < _MAX_SHAPES:
             self._scans[query] = (nscan, run)
         # SQLite counts the steps from one row to the next; the first row of a scan is read too.
-        return steps + 1 if steps else 0
+        return (steps + 1 if steps else 0) + self._counted_rows(query)
+
+    def _counted_rows(self, query: str) -> int:
+        """A bare ``count(*)`` never steps through its table (SQLite's Count opcode reads the
+        b-tree's size), yet workerd bills every row of it: add them."""
+        tables = self._counted.get(query)
+        if tables is None:
+            tables = self._count_tables(query)
+            if len(self._counted) < _MAX_SHAPES:
+                self._counted[query] = tables
+        total = 0
+        for table in tables:
+            quoted = '"' + table.replace('"', '""') + '"'
+            total += int(self._sys(f"SELECT count(*) FROM {quoted}", ()).fetchone()[0])
+        return total
+
+    def _count_tables(self, query: str) -> tuple[str, ...]:
+        try:
+            program = self._sys(f"EXPLAIN {query}", ()).fetchall()
+        except sqlite3.Error:
+            return ()
+        roots = {int(r[2]): int(r[3]) for r in program if r[1] in ("OpenRead", "OpenWrite")}
+        counted = [roots[int(r[2])] for r in program if r[1] == "Count" and int(r[2]) in roots]
+        names: list[str] = []
+        for root in counted:
+            row = self._sys("SELECT tbl_name FROM sqlite_schema WHERE rootpage = ?",
+                            (root,)).fetchone()
+            if row is not None:
+                names.append(str(row[0]))
+        return tuple(names)
