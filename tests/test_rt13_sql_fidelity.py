@@ -233,9 +233,9 @@ async def test_rows_read_counts_rows_scanned_and_rows_written_counts_index_rows(
         tmp_path: Path) -> None:
     """RT-13: rows_read counts the rows a statement scans, not only those it returns (a full scan
     of 200 rows reads 200 whatever it finds, so does a count(*); an indexed lookup reads about one);
-    rows_written counts
-    every row written, index rows included (an INSERT into a table with two indexes writes three
-    rows; an UPDATE of an indexed column two, of a plain column one; a DELETE one per row)."""
+    rows_written counts every row written, index rows included (an INSERT into a table with two
+    indexes writes three rows; an UPDATE of an indexed column two, of a plain column one; a DELETE
+    one per row)."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
         oid = await afs.new_scratch(rt, "a")
 
