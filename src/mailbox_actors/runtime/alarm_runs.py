@@ -43,11 +43,17 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
     storage = act.runtime_storage
     stored = storage.stored_alarm()
     assert stored is not None, "not_runnable let through a wake without an alarm"
-    if act.gate.closed:
-        await act.gate.wait_open(None)
     ok = False
     raised = False
     with entered(scope):
+        try:
+            await act.started()  # the start hook first (RT-16); its failure is the run's
+            if act.gate.closed:
+                await act.gate.wait_open(None)
+        except Exception as e:
+            log.warning("alarm_run_not_started", namespace=act.namespace, object_id=act.id,
+                        error=type(e).__name__)
+            return AlarmResult(AlarmOutcome.FAILED, None)
         alarm_run = storage.begin_alarm_run()
         try:
             if handles_alarm_itself(act.actor):

@@ -38,7 +38,7 @@ from mailbox_actors.runtime.outbox import EventsDays, EventSink
 from mailbox_actors.runtime.scan import scan_alarms
 from mailbox_actors.runtime.scope import RequestScope, ScopeHooks, entered
 from mailbox_actors.runtime.settings import RuntimeSettings
-from mailbox_actors.runtime.watchdog import LoopWatch
+from mailbox_actors.runtime.watchdog import LoopWatch, op_of
 from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError, Overloaded
 
 __all__ = ["ActorHost", "AlarmSinks", "MetricsSink"]
@@ -186,7 +186,7 @@ class ActorHost:
                 act.owner.check(call, is_init)
                 try:
                     result = await self.watch.timed(act.actor.handle(call, req), act.namespace,
-                                                    _op_of(req))
+                                                    op_of(req))
                 finally:
                     if not act.closed:
                         # the output gate: nothing leaves before its writes commit...
@@ -244,12 +244,6 @@ class ActorHost:
         act.pending += 1  # an alarm run is never refused by the queue bound
         self._inflight += 1
         try:
-            try:
-                await act.started()
-            except Exception as e:
-                self.log.warning("actor_start_failed", namespace=act.namespace, object_id=act.id,
-                                 error=type(e).__name__)
-                return AlarmResult(AlarmOutcome.FAILED, None)
             return await alarm_runs.run(act, retry_count, RequestScope(self.ids.new_id("req"), None),
                                         clock=self.clock, event_sink=self.event_sink, log=self.log,
                                         watch=self.watch)
@@ -352,8 +346,3 @@ class ActorHost:
     def _classes_with_keys(self) -> Mapping[str, bytes]:
         return {ns: self._keys[ns] for ns in self._classes}
 
-
-def _op_of(req: Any) -> str:
-    """The request's op (its Struct tag), for the watchdog's log line and metric labels."""
-    tag = getattr(getattr(type(req), "__struct_config__", None), "tag", None)
-    return tag if isinstance(tag, str) else type(req).__name__

@@ -15,9 +15,15 @@ import time
 from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
 
-__all__ = ["LoopWatch"]
+__all__ = ["LoopWatch", "op_of"]
 
 T = TypeVar("T")
+
+
+def op_of(req: Any) -> str:
+    """The request's op (its Struct tag), for the log line and the metric's labels."""
+    tag = getattr(getattr(type(req), "__struct_config__", None), "tag", None)
+    return tag if isinstance(tag, str) else type(req).__name__
 
 
 class LoopWatch:
