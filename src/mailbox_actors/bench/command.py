@@ -28,6 +28,7 @@ from mailbox_actors.bench.inbound_figures import INBOUND_FIGURES, inbound_figure
 from mailbox_actors.bench.post_figures import POST_FIGURES, post_figures
 from mailbox_actors.bench.runtime_figures import cold_activation, state_changes
 from mailbox_actors.bench.smtp_figures import SMTP_FIGURES, smtp_figures
+from mailbox_actors.bench.start_figures import START_FIGURES, start_figures
 from mailbox_actors.bench.ticker_figures import TICKER_FIGURES, tickers
 from mailbox_actors.platform.logging import configure_logging
 
@@ -47,10 +48,16 @@ async def _cold(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[s
     return await cold_activation(work, sizes, progress)
 
 
+async def _start(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str],
+                 _errors: list[str]) -> list[Figure]:
+    return await start_figures(work, sizes, progress)
+
+
 # group -> (the figures it yields, how to measure them)
 GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "state": (("state_changes_per_s", "raw_sqlite_tx_per_s"), _state),
     "cold": (("cold_activation_us", "raw_open_read_us"), _cold),
+    "start": (START_FIGURES, _start),  # fresh processes (issue 15)
     "tickers": (TICKER_FIGURES, tickers),
     "http": (HTTP_FIGURES, http_figures),  # servers in child processes (issue 3)
     "events": (EVENT_FIGURES, event_figures),  # a local cluster and a webhook receiver (issue 4)

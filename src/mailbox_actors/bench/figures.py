@@ -34,11 +34,15 @@ FIGURES: tuple[str, ...] = (
     "raw_sqlite_tx_per_s",
     "cold_activation_us",
     "raw_open_read_us",
+    "node_start_to_first_answer_ms",
+    "bare_interpreter_start_ms",
     "alarms_fired_per_s",
     "raw_open_write_close_per_s",
+    "activations_per_fired_alarm",
     "alarm_lateness_p99_ms",
     "memory_per_evicted_actor_bytes",
     "memory_per_active_actor_bytes",
+    "rss_after_eviction_bytes",
 )
 
 

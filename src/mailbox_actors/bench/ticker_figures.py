@@ -21,6 +21,7 @@ from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, 
 from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
 from mailbox_actors.node import Node
 from mailbox_actors.platform.clock import SystemClock
+from mailbox_actors.platform.storage.handle import keep_wal_on_close
 from mailbox_actors.runtime.settings import RuntimeSettings
 
 __all__ = [
@@ -31,8 +32,10 @@ NS = BenchTicker.namespace
 TENANT = "t_bench"
 # The population's first alarm, relative to the real clock when it is made: nothing fires early.
 FIRST_ALARM_AFTER_MS = 10 * 86_400_000
-TICKER_FIGURES = ("alarms_fired_per_s", "raw_open_write_close_per_s", "alarm_lateness_p99_ms",
-                  "memory_per_evicted_actor_bytes", "memory_per_active_actor_bytes")
+TICKER_FIGURES = ("alarms_fired_per_s", "raw_open_write_close_per_s",
+                  "activations_per_fired_alarm", "alarm_lateness_p99_ms",
+                  "memory_per_evicted_actor_bytes", "memory_per_active_actor_bytes",
+                  "rss_after_eviction_bytes")
 
 
 class ShiftedClock(SystemClock):
@@ -82,6 +85,10 @@ async def make_population(work: Path, sizes: Sizes, progress: Progress) -> tuple
         await create_tickers(tpl_node, slots, first, g, progress, "template actors")
         templates = [tpl_node.host.path_for(NS, tpl_node.id_from_name(NS, ticker_name(k)))
                      for k in range(slots)]
+    for tpl in templates:  # fold each template's kept log into it, so one file copies whole
+        conn = sqlite3.connect(tpl, isolation_level=None)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
     progress.say(f"alarms: copying them to {n:,} actors")
     target = Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,))  # not started
     made: set[Path] = set()
@@ -156,8 +163,9 @@ async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
 
 
 async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
-                      ) -> tuple[float, int, bool]:
-    """Every alarm overdue when the node starts; returns (fired/s, fired, all fired)."""
+                      ) -> tuple[float, int, bool, int]:
+    """Every alarm overdue when the node starts; returns (fired/s, fired, all fired,
+    activations)."""
     n = sizes.alarm_actors
     progress.say(f"alarms: throughput, {n:,} alarms overdue at start "
                  f"(stops after {sizes.alarm_phase_s:g} s)")
@@ -169,18 +177,22 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
     try:
         sched = node.scheduler
         assert sched is not None
-        t0, before = time.perf_counter(), sched.fired
+        t0, before, opened = time.perf_counter(), sched.fired, node.host.activations
         t1, done = await _wait_fired(node, n, sizes.alarm_phase_s, progress, "throughput")
         fired = sched.fired - before
+        activations = node.host.activations - opened
     finally:
         await node.stop()
         BenchTicker.yield_after = None
-    return fired / (t1 - t0), fired, done
+    return fired / (t1 - t0), fired, done, activations
 
 
 def raw_alarm_write(path: Path) -> None:
-    """What an alarm on an evicted actor must do at the least: open, one small write, close."""
+    """What an alarm on an evicted actor must do at the least: open, one small write, close,
+    with the best durable settings the runtime could use: WAL, synchronous=NORMAL (the default
+    durability) and the log kept on close (SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, ADR 0012)."""
     conn = sqlite3.connect(path, isolation_level=None)
+    keep_wal_on_close(conn, path)
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("BEGIN")
     conn.execute("UPDATE ticks SET fired = fired + 1 WHERE id = 1")
@@ -224,18 +236,24 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
              for i in range(0, n, step)][:sizes.raw_alarm_sample]
     half = len(paths) // 2
     rates = _raw_rates(paths[:half], progress)  # half before the runtime, half after
-    per_s, fired, done = await _throughput(data, first, sizes, progress)
+    per_s, fired, done, activations = await _throughput(data, first, sizes, progress)
     rates += _raw_rates(paths[half:], progress)
     raw = median(rates)
     cut = "" if done else f"; stopped after {sizes.alarm_phase_s:g} s with {fired:,} fired"
     return [
-        figure("alarms_fired_per_s", per_s, "alarms/s", goal=Goal("at_least", 10_000),
+        figure("alarms_fired_per_s", per_s, "alarms/s", goal=Goal("ratio_at_least", 0.9),
                limit=raw,
                note=f"{scale}, all overdue at node start; at most {sizes.max_active:,} open"
                     f"{cut}; limit = raw open + write + close of an evicted actor's file"),
         figure("raw_open_write_close_per_s", raw, "tx/s",
                note=f"median of {len(rates)} chunks over {len(paths):,} actor files: "
-                    "sqlite3.connect, synchronous=NORMAL, one write transaction, close"),
+                    "sqlite3.connect, WAL, synchronous=NORMAL, the log kept on close "
+                    "(NO_CKPT_ON_CLOSE, as the runtime sets it), one write transaction, close; "
+                    "not locking_mode=EXCLUSIVE, which the runtime cannot use (ADR 0012)"),
+        figure("activations_per_fired_alarm", activations / max(1, fired), "activations",
+               goal=Goal("below", 1.05),
+               note=f"files opened by the node per alarm fired in the throughput phase "
+                    f"({activations:,} for {fired:,})"),
     ]
 
 
@@ -252,9 +270,9 @@ async def tickers(work: Path, sizes: Sizes, progress: Progress, want: frozenset[
             data, work / "empty", n, BenchTicker, progress, scale)),
         ({"alarm_lateness_p99_ms"}, lambda: _lateness_figures(data, first, sizes, progress,
                                                               scale)),
-        ({"alarms_fired_per_s", "raw_open_write_close_per_s"},
+        ({"alarms_fired_per_s", "raw_open_write_close_per_s", "activations_per_fired_alarm"},
          lambda: _throughput_figures(data, first, sizes, progress, scale)),
-        ({"memory_per_active_actor_bytes"}, lambda: active_memory(
+        ({"memory_per_active_actor_bytes", "rss_after_eviction_bytes"}, lambda: active_memory(
             data, min(sizes.memory_active, n // 2), progress)),
     ]
     out: dict[str, Figure] = {}
