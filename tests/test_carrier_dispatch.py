@@ -446,3 +446,28 @@ async def test_large_content_is_sent_whole_and_dropped_after() -> None:
         assert (await receipt(rt, mid, "big"))["status"] == "provider_accepted"
         assert transport.sent[0].text == body
         assert content_rows(rt, mid) == 0
+
+
+async def test_a_long_backlog_lets_the_outbox_in_between_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CA-4, EV-1: one alarm run starts a bounded number of Emails, then re-arms for now: the
+    events of what it sent are published before the next run sends the rest, and every Email
+    is sent once."""
+    from mailbox_actors.objects.identity_mailbox import dispatch
+
+    monkeypatch.setattr(dispatch, "DISPATCH_RUN_MAX", 3)
+    transport = RecordingTransport()
+    async with runtime(transport) as rt:
+        mid = await mailbox(rt)
+        for i in range(7):
+            await call(rt, mid, email(f"b-{i}"))
+        await rt.run_until_idle()
+        assert transport.calls == 3
+        assert len(rt.events.events("email.provider_accepted")) == 3
+        await rt.advance(1)
+        assert transport.calls == 6
+        await rt.advance(1)
+        assert transport.calls == 7
+        assert len({e.email_id for e in transport.sent}) == 7
+        await rt.advance(86_400_000)
+        assert transport.calls == 7

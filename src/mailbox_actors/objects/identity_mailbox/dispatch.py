@@ -38,7 +38,7 @@ from mailbox_actors.wire.transport import (
 if TYPE_CHECKING:
     from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
 
-__all__ = ["CAN_SEND_RETRY_MS", "DISPATCH_CONCURRENCY", "begin_transport",
+__all__ = ["CAN_SEND_RETRY_MS", "DISPATCH_CONCURRENCY", "DISPATCH_RUN_MAX", "begin_transport",
            "dispatch", "record_transport_outcome"]
 
 CAN_SEND_RETRY_MS = 60_000  # can_send raised: its truth is unavailable now
@@ -47,6 +47,9 @@ _DUE_MANY = ("status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attemp
              "LIMIT ?")
 # Emails of one identity in flight at once (the SMTP transport pools as many connections).
 DISPATCH_CONCURRENCY = 4
+# Emails one alarm run starts at most: then it re-arms for now, so the outbox (and every other
+# purpose of the mailbox) gets its turn during a long backlog.
+DISPATCH_RUN_MAX = 256
 
 
 def _jitter(email_id: str, attempts: int) -> float:
@@ -73,6 +76,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     claimed: set[str] = set()
     changed = anyio.Event()
     credits = Credits()
+    started = 0
 
     async def one(row: EmailRow) -> None:
         nonlocal changed
@@ -88,12 +92,13 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
 
     async with anyio.create_task_group() as tg:
         while True:
-            if len(claimed) < DISPATCH_CONCURRENCY:
+            if len(claimed) < DISPATCH_CONCURRENCY and started < DISPATCH_RUN_MAX:
                 due = [r for r in store.rows_where(mb.sql, _DUE_MANY, mb.ctx.now_ms(),
                                                    DISPATCH_CONCURRENCY * 2)
                        if r.email_id not in claimed]
                 if due:
-                    credits.due = len(due)
+                    credits.due = min(len(due), DISPATCH_RUN_MAX - started)
+                    started += 1
                     claimed.add(due[0].email_id)
                     tg.start_soon(one, due[0])
                     continue
