@@ -74,11 +74,23 @@ class DnspythonResolver:
             return Answer(name, rtype, Outcome.ERROR, detail=f"not a DNS name: {type(e).__name__}")
         if not self._base.nameservers:
             return Answer(name, rtype, Outcome.ERROR, detail="no nameservers are configured")
-        try:
-            resolver = await self._for_zone(qname) if self.settings.authoritative else self._base
-            if resolver is None:
+        resolver = self._base
+        if self.settings.authoritative:
+            # Finding the zone's nameservers is not a question about the name: whatever fails
+            # there (a lame nameserver's NXDOMAIN included) says nothing about it.
+            try:
+                zone_resolver = await self._for_zone(qname)
+            except dns.exception.Timeout:
+                return Answer(name, rtype, Outcome.TIMEOUT,
+                              detail="finding the zone's nameservers timed out")
+            except (dns.exception.DNSException, OSError, ValueError, EOFError) as e:
+                return Answer(name, rtype, Outcome.SERVFAIL,
+                              detail=f"finding the zone's nameservers: {_brief(e)}")
+            if zone_resolver is None:
                 return Answer(name, rtype, Outcome.SERVFAIL,
                               detail="the zone's nameservers have no address")
+            resolver = zone_resolver
+        try:
             ans = await resolver.resolve(qname, rtype.value, raise_on_no_answer=False,
                                          search=False)
         except dns.resolver.NXDOMAIN as e:
@@ -117,7 +129,10 @@ class DnspythonResolver:
             addrs: list[str] = []
             for r in ns:
                 for rtype in ("A", "AAAA"):
-                    a = await self._base.resolve(r.target, rtype, raise_on_no_answer=False)
+                    try:
+                        a = await self._base.resolve(r.target, rtype, raise_on_no_answer=False)
+                    except dns.exception.DNSException:  # a lame nameserver: ask the others
+                        continue
                     addrs += [x.address for x in (a.rrset or ())]
             if not addrs:
                 return None
