@@ -158,10 +158,11 @@ def test_the_object_facing_context_and_storage_show_nothing_of_the_host() -> Non
 
     context_names = {n for n in dir(ActorContext) if not n.startswith("_")}
     assert context_names == {
-        "block_concurrency_while", "call", "cancel", "claim_owner", "clock", "deadline_ms", "emit",
+        "abort", "block_concurrency_while", "call", "cancel", "claim_owner", "clock", "deadline_ms",
+        "emit",
         "id", "id_from_name", "log", "mark_erased", "namespace", "new_id", "now_ms",
         "owner_identity", "owner_tenant", "rng", "schedule", "schema_version", "scheduled",
-        "service", "settings", "storage", "tenant_events_days"}
+        "service", "settings", "storage", "tenant_events_days", "transaction"}
     storage_names = {n for n in dir(SqlStorage) if not n.startswith("_")}
     assert storage_names >= {"exec", "transaction_sync", "get_alarm", "set_alarm", "delete_alarm",
                              "database_size", "now_ms", "in_transaction", "flush", "delete_all"}

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from mailbox_actors.testing import TestRuntime
     from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-from mailbox_actors.platform.storage.handle import configure_sqlite
+from mailbox_actors.platform.sqlite_library import configure_sqlite
 
 # Before anything imports sqlite3: SQLite reads this setting once, when it initialises (ADR 0012).
 configure_sqlite()

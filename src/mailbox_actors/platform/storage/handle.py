@@ -19,11 +19,16 @@ checked with ``sqlite3_db_filename`` before anything is set on it. A log that ha
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mailbox_actors.platform.sqlite_library import (
+    configure_sqlite,
+    page_cache_configured,
+    sqlite_library,
+)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -31,57 +36,17 @@ if TYPE_CHECKING:
 __all__ = ["WAL_KEEP_BYTES", "close_connection", "configure_sqlite", "keep_wal_on_close",
            "page_cache_configured"]
 
+# Re-exported: the library lookup and the process-wide setting live in platform.sqlite_library.
+
 WAL_KEEP_BYTES = 256 * 1024  # a log past this is checkpointed when the file closes
-_CONFIG_PAGECACHE = 7
 _DBCONFIG_NO_CKPT_ON_CLOSE = 1006
-_lib: Any = None
-_lib_tried = False
-_page_cache_configured = False
-
-
-def _library() -> Any:
-    """The SQLite the ``_sqlite3`` extension uses: symbols looked up through the extension itself
-    (its own copy if linked statically, else the shared library it loaded), or None."""
-    global _lib, _lib_tried
-    if not _lib_tried:
-        _lib_tried = True
-        try:
-            spec = importlib.util.find_spec("_sqlite3")
-            origin = spec.origin if spec is not None else None
-            if origin and os.path.exists(origin):
-                lib = ctypes.CDLL(origin)
-                lib.sqlite3_config  # noqa: B018 - raises AttributeError when not exported
-                lib.sqlite3_db_filename.restype = ctypes.c_char_p
-                lib.sqlite3_db_filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-                _lib = lib
-        except (OSError, AttributeError, ImportError, ValueError):
-            _lib = None
-    return _lib
-
-
-def configure_sqlite() -> bool:
-    """Turn off the page cache's initial bulk allocation, if SQLite is not initialised yet."""
-    global _page_cache_configured
-    if _page_cache_configured or "_sqlite3" in sys.modules:
-        return _page_cache_configured
-    lib = _library()
-    if lib is None or sys.platform != "linux":  # variadic calls through ctypes: x86-64/arm64 Linux
-        return False
-    rc = lib.sqlite3_config(ctypes.c_int(_CONFIG_PAGECACHE), ctypes.c_void_p(None),
-                            ctypes.c_int(0), ctypes.c_int(0))
-    _page_cache_configured = bool(rc == 0)
-    return _page_cache_configured
-
-
-def page_cache_configured() -> bool:
-    return _page_cache_configured
 
 
 def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
     """The connection's ``sqlite3*`` on CPython 3.11, when it provably is the handle of ``path``."""
     if sys.implementation.name != "cpython" or sys.platform != "linux":
         return None
-    lib = _library()
+    lib = sqlite_library()
     if lib is None:
         return None
     handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
@@ -102,7 +67,7 @@ def keep_wal_on_close(conn: sqlite3.Connection, path: Path, keep: bool = True) -
     if handle is None:
         return False
     out = ctypes.c_int(-1)
-    rc = _library().sqlite3_db_config(ctypes.c_void_p(handle),
+    rc = sqlite_library().sqlite3_db_config(ctypes.c_void_p(handle),
                                       ctypes.c_int(_DBCONFIG_NO_CKPT_ON_CLOSE),
                                       ctypes.c_int(int(keep)), ctypes.byref(out))
     return bool(rc == 0 and out.value == int(keep))

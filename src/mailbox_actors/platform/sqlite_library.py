@@ -1,0 +1,59 @@
+"""The SQLite library that ``_sqlite3`` uses, reached through ctypes, and the one process-wide
+setting made before SQLite initialises (ADR 0012): the page cache's initial bulk allocation off.
+
+Kept out of ``platform.storage`` so that the package's ``__init__`` can call ``configure_sqlite``
+without loading actor storage (a host service importing only the client stays light).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import sys
+from typing import Any
+
+__all__ = ["configure_sqlite", "page_cache_configured", "sqlite_library"]
+
+_CONFIG_PAGECACHE = 7
+_lib: Any = None
+_lib_tried = False
+_page_cache_configured = False
+
+
+def sqlite_library() -> Any:
+    """The SQLite the ``_sqlite3`` extension uses: symbols looked up through the extension itself
+    (its own copy if linked statically, else the shared library it loaded), or None."""
+    global _lib, _lib_tried
+    if not _lib_tried:
+        _lib_tried = True
+        try:
+            spec = importlib.util.find_spec("_sqlite3")
+            origin = spec.origin if spec is not None else None
+            if origin and os.path.exists(origin):
+                lib = ctypes.CDLL(origin)
+                lib.sqlite3_config  # noqa: B018 - raises AttributeError when not exported
+                lib.sqlite3_db_filename.restype = ctypes.c_char_p
+                lib.sqlite3_db_filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+                _lib = lib
+        except (OSError, AttributeError, ImportError, ValueError):
+            _lib = None
+    return _lib
+
+
+def configure_sqlite() -> bool:
+    """Turn off the page cache's initial bulk allocation, if SQLite is not initialised yet."""
+    global _page_cache_configured
+    if _page_cache_configured or "_sqlite3" in sys.modules:
+        return _page_cache_configured
+    lib = sqlite_library()
+    if lib is None or sys.platform != "linux":  # variadic calls through ctypes: x86-64/arm64 Linux
+        return False
+    rc = lib.sqlite3_config(ctypes.c_int(_CONFIG_PAGECACHE), ctypes.c_void_p(None),
+                            ctypes.c_int(0), ctypes.c_int(0))
+    _page_cache_configured = bool(rc == 0)
+    return _page_cache_configured
+
+
+def page_cache_configured() -> bool:
+    return _page_cache_configured
