@@ -13,6 +13,7 @@ import time
 
 import dns.asyncresolver
 import dns.exception
+import dns.flags
 import dns.name
 import dns.rdatatype
 import dns.resolver
@@ -108,6 +109,10 @@ class DnspythonResolver:
             return Answer(name, rtype, Outcome.SERVFAIL, detail=_brief(e))
         except (dns.exception.DNSException, OSError, ValueError, EOFError) as e:
             return Answer(name, rtype, Outcome.ERROR, detail=_brief(e))
+        if ans.response.flags & dns.flags.TC:
+            # Still truncated after the TCP retry (a server that cuts even its TCP replies): the
+            # records are incomplete, so no absence or value can be read from them.
+            return Answer(name, rtype, Outcome.ERROR, detail="the reply was truncated over TCP")
         canon = _name(ans.canonical_name)
         canonical = canon if canon != name.lower().removesuffix(".") else None
         if ans.rrset is None:
