@@ -179,7 +179,7 @@ async def cold_activation(work_dir: Path, sizes: Sizes, progress: Progress) -> l
     async with Node(RuntimeSettings(data_dir=str(work_dir / "node"), max_active_actors=64),
                     objects=(TenantQuota,)) as node:
         oids = await _make_quota_actors(node, 2 * c, sizes.cold_rows, progress)
-        node.host.evict_idle(1 << 62)
+        node.host.evict_all_idle()
         runtime_side, raw_side = oids[:c], [node.host.path_for(NS, o) for o in oids[c:]]
         progress.say(f"cold activation: opening {c:,} actors through the runtime and {c:,} files "
                      "raw, alternating")
@@ -191,7 +191,7 @@ async def cold_activation(work_dir: Path, sizes: Sizes, progress: Progress) -> l
                     out = await node.call_bytes(NS, runtime_side[i], usage)
                     rt_ns.append(perf() - t)
                     _ok(out)
-                    node.host.evict_idle(1 << 62)
+                    node.host.evict_all_idle()
                 else:
                     t = perf()
                     conn = sqlite3.connect(raw_side[i])

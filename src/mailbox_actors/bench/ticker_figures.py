@@ -85,10 +85,6 @@ async def make_population(work: Path, sizes: Sizes, progress: Progress) -> tuple
         await create_tickers(tpl_node, slots, first, g, progress, "template actors")
         templates = [tpl_node.host.path_for(NS, tpl_node.id_from_name(NS, ticker_name(k)))
                      for k in range(slots)]
-    for tpl in templates:  # fold each template's kept log into it, so one file copies whole
-        conn = sqlite3.connect(tpl, isolation_level=None)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.close()
     progress.say(f"alarms: copying them to {n:,} actors")
     target = Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,))  # not started
     made: set[Path] = set()
@@ -97,7 +93,12 @@ async def make_population(work: Path, sizes: Sizes, progress: Progress) -> tuple
         if dest.parent not in made:
             dest.parent.mkdir(parents=True, exist_ok=True)
             made.add(dest.parent)
-        shutil.copyfile(templates[_due(i, 0, sizes) // g], dest)
+        tpl = templates[_due(i, 0, sizes) // g]
+        shutil.copyfile(tpl, dest)
+        # With the log the runtime kept on close (ADR 0012): a copy is what a live node leaves.
+        wal = tpl.with_name(tpl.name + "-wal")
+        if wal.exists():
+            shutil.copyfile(wal, dest.with_name(dest.name + "-wal"))
         progress.tick("  copied {:,}/{:,}", i + 1, n)
     shutil.rmtree(tpl_dir)
     progress.say(f"alarms: first node start scans the {n:,} files for alarms")

@@ -77,6 +77,12 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
             storage.end_alarm_run()
     if act.closed:
         return AlarmResult(AlarmOutcome.FAILED, None)
+    if ok and not alarm_run.set_in_handler and storage.stored_alarm() == stored \
+            and storage.writes_pending:
+        # One commit per run: the fired alarm's removal joins the handler's open implicit
+        # writes (workerd defers the delete the same way); if SQLite rolled them back, the
+        # removal went with them and the run counts as failed below.
+        storage.sql.delete_alarm()
     storage.flush()
     try:
         storage.check_writes(scope.writes)
@@ -93,8 +99,7 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
         # purposes' runner re-arms on failure itself: its purposes keep AL-3's retries.)
         return AlarmResult(AlarmOutcome.REPLACED, storage.stored_alarm())
     if ok and not alarm_run.set_in_handler and storage.stored_alarm() == stored:
-        storage.sql.delete_alarm()
-        storage.flush()
+        storage.clear_fired_alarm()  # the handler committed its writes itself: no second fsync
     return AlarmResult(AlarmOutcome.DONE if ok else AlarmOutcome.FAILED, storage.stored_alarm())
 
 

@@ -43,9 +43,7 @@ from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActor
 
 __all__ = ["ActorHost", "AlarmSinks", "MetricsSink"]
 
-# Freed memory goes back to the system once this many actors were evicted since it last did
-# (``memory.give_back``: a pass over the allocator's free lists, too slow to run per eviction).
-_TRIM_AFTER_EVICTIONS = 256
+_TRIM_AFTER_EVICTIONS = 256  # evictions between two ``memory.give_back`` (too slow for each)
 
 
 class MetricsSink(Protocol):
@@ -291,16 +289,21 @@ class ActorHost:
                 self.evict(act)
 
     def evict_idle(self, now_ms: int) -> int:
-        """Evict every actor idle for ``idle_ms`` or more, except those whose alarm is due within
-        ``idle_ms`` (``eviction``: they count as used now); returns how many. After enough
-        evictions, freed memory goes back to the system."""
+        """Evict actors idle for ``idle_ms`` but those due within it (``eviction``); how many."""
         victims, kept = idle_victims(self._active.values(), now_ms, self.settings.idle_ms)
         for act in kept:
             act.last_used_ms = now_ms
             self._active.move_to_end(act.key)
+        return self._evict_all(victims, trim=False)
+
+    def evict_all_idle(self) -> int:
+        """Evict every idle actor now, alarms due or not (the benchmark's cold starts)."""
+        return self._evict_all([act for act in self._active.values() if act.idle], trim=True)
+
+    def _evict_all(self, victims: list[Activation], trim: bool) -> int:
         for act in victims:
             self.evict(act)
-        if self._evicted_since_trim >= _TRIM_AFTER_EVICTIONS:
+        if trim or self._evicted_since_trim >= _TRIM_AFTER_EVICTIONS:
             self._evicted_since_trim = 0
             give_back()
         return len(victims)
@@ -334,9 +337,7 @@ class ActorHost:
                 await self._drained.wait()
         if self._inflight:
             self.log.warning("shutdown_grace_expired", inflight=self._inflight)
-        for act in list(self._active.values()):
-            self.evict(act)
-        give_back()
+        self._evict_all(list(self._active.values()), trim=True)
 
     def scan_alarms(self, progress: Callable[[int], None] | None = None) -> dict[Key, int]:
         """Read the alarm of every actor file on disk (when the node's index is missing)."""

@@ -57,8 +57,10 @@ async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str
     """
     pending = scheduled(storage)
     sql = storage.sql
+    due = due_purposes(pending, now_ms)
+    finished = False
     try:
-        for purpose in due_purposes(pending, now_ms):
+        for n, purpose in enumerate(due):
             method_name = methods.get(purpose)
             if method_name is None and purpose != outbox.OUTBOX_PURPOSE:
                 log.warning("alarm_purpose_unknown", namespace=namespace, purpose=purpose)
@@ -66,11 +68,24 @@ async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str
                 await dispatch_outbox()
             else:
                 await getattr(actor, method_name)()
-            sql.transaction_sync(functools.partial(
-                _clear, storage, purpose, pending[purpose], method_name is None))
+            clear = functools.partial(_clear, storage, purpose, pending[purpose],
+                                      method_name is None)
+            if n < len(due) - 1:
+                sql.transaction_sync(clear)
+            else:
+                # The last purpose is cleared and the alarm re-armed (or, with nothing left,
+                # the fired alarm removed) in one transaction: one commit for the run's end.
+                sql.transaction_sync(functools.partial(_clear_and_rearm, storage, clear))
+                finished = True
     finally:
-        if still_open():
+        if still_open() and not finished:
             sql.transaction_sync(lambda _tx: rearm(storage))
+
+
+def _clear_and_rearm(storage: RuntimeStorage, clear: Callable[[SqlStorage], None],
+                     tx: SqlStorage) -> None:
+    clear(tx)
+    rearm(storage, finished=True)
 
 
 def _clear(storage: RuntimeStorage, purpose: str, ran_at: int, runtime_outbox: bool,
@@ -81,16 +96,17 @@ def _clear(storage: RuntimeStorage, purpose: str, ran_at: int, runtime_outbox: b
     storage.delete_meta(meta_key(purpose), only_if=str(ran_at))
 
 
-def rearm(storage: RuntimeStorage) -> None:
-    """Point the alarm at the earliest purpose still pending (inside a transaction)."""
+def rearm(storage: RuntimeStorage, finished: bool = False) -> None:
+    """Point the alarm at the earliest purpose still pending (inside a transaction). ``finished``:
+    every due purpose of this alarm run ran, so with none pending the fired alarm goes now."""
     sql = storage.sql
     nxt = earliest(scheduled(storage))
     current = storage.stored_alarm()
     run = storage.alarm_run
     if nxt is None:
-        if current is not None and run is None:
+        if current is not None and (run is None or finished):
             sql.delete_alarm()
-        # inside the handler the host clears the fired alarm once the handler succeeds
+        # otherwise, inside the handler, the host clears the fired alarm once the run succeeds
     elif nxt != current:
         sql.set_alarm(nxt)
     elif run is not None:

@@ -77,6 +77,24 @@ class RuntimeStorage:
         """Commit the implicit transaction, if one is open: nothing leaves before its writes."""
         self.sql._flush()
 
+    def clear_fired_alarm(self) -> None:
+        """Remove the alarm that just ran, in its own commit, never synced: the handler's writes
+        are already durable, and losing only this removal to a power cut makes the alarm run once
+        more (alarms are at least once), so ``durability=full`` pays one fsync per run."""
+        sql = self.sql
+        synchronous = sql._sys("PRAGMA synchronous").fetchone()[0]
+        sql._sys("PRAGMA synchronous = OFF")
+        try:
+            sql.delete_alarm()
+            sql._flush()
+        finally:
+            sql._sys(f"PRAGMA synchronous = {int(synchronous)}")
+
+    @property
+    def writes_pending(self) -> bool:
+        """Whether an implicit transaction is open (writes that the next flush commits)."""
+        return self.sql._state is TxState.IMPLICIT
+
     def check_writes(self, generations: Sequence[int]) -> None:
         """Raise if SQLite rolled back an implicit transaction these writes went into (never
         acknowledge a write that was not stored)."""
