@@ -110,6 +110,23 @@ async def test_undocumented_errors_are_unknown(cf: CloudflareSink, reply: SinkRe
     assert await send(cf.url) == OutcomeUnknown(reason=reason)
 
 
+@pytest.mark.parametrize(("reply", "expected"), [
+    (SinkReply(500, b'{"errors":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+     OutcomeUnknown(reason="no_error_code")),
+    (SinkReply(500, b"\xff\xfe" * 1000), OutcomeUnknown(reason="no_error_code")),
+    (SinkReply(500, b'{"errors":[{"code":"' + b"E" * 100_000 + b'"}]}'),
+     OutcomeUnknown(reason="provider_code:undocumented")),
+    (SinkReply(200, b"x" * (17 * 1024 * 1024)), OutcomeUnknown(reason="no_response")),
+])
+async def test_hostile_answers_are_decoded_without_raising(cf: CloudflareSink, reply: SinkReply,
+                                                           expected: TransportOutcome) -> None:
+    """Hostile input (CA-5): JSON nested 100,000 deep, bytes that are not UTF-8, a code of
+    100,000 characters (never quoted) and a body over the client's 16 MB cap each give an
+    outcome, never an exception."""
+    cf.queue(reply)
+    assert await send(cf.url) == expected
+
+
 async def test_success_false_with_a_code_is_decoded(cf: CloudflareSink) -> None:
     """An answer that says success false is an error even with a 200 status (CA-5)."""
     cf.queue(SinkReply(200, b'{"success":false,"errors":[{"code":"E_SENDER_NOT_VERIFIED"}]}'))

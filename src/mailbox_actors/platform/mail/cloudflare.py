@@ -123,7 +123,7 @@ def decode_answer(email: OutboundEmail, status: int, answer: bytes) -> Transport
     """The outcome of one HTTP answer (hostile input: any shape is decoded without raising)."""
     try:
         doc: Any = msgspec.json.decode(answer) if answer else None
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: JSON nested past the limit
         doc = None
     if not isinstance(doc, dict):
         doc = {}
