@@ -24,7 +24,7 @@ def server() -> Iterator[LoopbackDns]:
 
 def authoritative(server: LoopbackDns) -> DnspythonResolver:
     return DnspythonResolver(DnsSettings(nameservers=(server.host,), port=server.port,
-                                         timeout_ms=200, attempts=1, authoritative=True))
+                                         timeout_ms=1_000, attempts=1, authoritative=True))
 
 
 async def test_a_lame_nameserver_beside_a_good_one_is_passed_over(server: LoopbackDns) -> None:

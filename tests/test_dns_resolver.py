@@ -23,7 +23,7 @@ def server() -> Iterator[LoopbackDns]:
 
 def resolver(server: LoopbackDns, **kw: object) -> DnspythonResolver:
     return DnspythonResolver(DnsSettings(nameservers=(server.host,), port=server.port,
-                                         timeout_ms=200, attempts=2, **kw))  # type: ignore[arg-type]
+                                         timeout_ms=1_000, attempts=2, **kw))  # type: ignore[arg-type]
 
 
 async def test_records_nxdomain_and_nodata_are_distinct_answers(server: LoopbackDns) -> None:

@@ -47,7 +47,7 @@ def dns() -> Iterator[LoopbackDns]:
 
 @pytest.fixture
 async def rt(dns: LoopbackDns, tmp_path: Path) -> AsyncIterator[TestRuntime]:
-    settings = DnsSettings(nameservers=(dns.host,), port=dns.port, timeout_ms=150, attempts=1)
+    settings = DnsSettings(nameservers=(dns.host,), port=dns.port, timeout_ms=1_000, attempts=1)
     async with TestRuntime(tmp_path / "rt", dns=settings) as runtime:
         yield runtime
 
@@ -161,7 +161,7 @@ async def test_a_domain_that_never_verifies_fails_after_72_hours(
     exactly at 72 h after init (domain.failed), and its periodic checks stop; a manual check that
     passes verifies it."""
     dns.set(DOMAIN, "MX", "10 mx1.provider.net")
-    settings = DnsSettings(nameservers=(dns.host,), port=dns.port, timeout_ms=150, attempts=1)
+    settings = DnsSettings(nameservers=(dns.host,), port=dns.port, timeout_ms=1_000, attempts=1)
     async with TestRuntime(tmp_path, dns=settings, domain_check_pending_ms=HOUR) as rt:
         await _never_verifies(rt, dns)
 
@@ -251,7 +251,7 @@ async def test_the_control_databases_domain_row_follows_the_state(
     its domains row from pending to verified once domain.verified is dispatched, and to failing
     after N failed checks."""
     publish(dns)
-    settings = DnsSettings(nameservers=(dns.host,), port=dns.port, timeout_ms=150, attempts=1)
+    settings = DnsSettings(nameservers=(dns.host,), port=dns.port, timeout_ms=1_000, attempts=1)
     async with TestRuntime(tmp_path, control=True, dns=settings, domain_fail_after=1) as rt:
         db = rt.node.control_db
         assert db is not None
