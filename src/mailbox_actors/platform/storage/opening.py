@@ -122,14 +122,16 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
             raise StorageCorrupt(f"runtime schema {version} is newer than this code knows")
         if version == 1:
             _upgrade_from_1(conn)
-        # workerd builds SQLite with foreign keys enforced; an actor may still turn them off.
-        conn.execute("PRAGMA foreign_keys = ON")
-        # A busy actor's page cache stays within the memory budget max_active_actors is derived
-        # from (platform/memory.py); pages past it are read again from the OS's cache.
-        conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
-        conn.execute("PRAGMA synchronous = " + ("FULL" if durability == Durability.FULL
-                                                else "NORMAL"))
-        conn.execute(f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)}")
+        # One script, run once: executescript keeps none of these in the statement cache, where
+        # each would hold a prepared statement for the connection's life (ADR 0012).
+        conn.executescript(
+            # workerd builds SQLite with foreign keys enforced; an actor may still turn them off.
+            "PRAGMA foreign_keys = ON; "
+            # A busy actor's page cache stays within the memory budget max_active_actors is
+            # derived from (platform/memory.py); pages past it are read again from the OS cache.
+            f"PRAGMA cache_size = -{PAGE_CACHE_KIB}; "
+            f"PRAGMA synchronous = {'FULL' if durability == Durability.FULL else 'NORMAL'}; "
+            f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)};")
         conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters)
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
