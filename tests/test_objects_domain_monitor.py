@@ -270,6 +270,23 @@ async def test_the_control_databases_domain_row_follows_the_state(
         assert e.value.code == "invalid_request"
 
 
+async def test_a_refused_registration_leaves_no_domain_row(tmp_path: Path) -> None:
+    """DM-5: expected records init would refuse (a DKIM key without its selector) are refused
+    before the control database is written: the name stays free, so the same tenant's corrected
+    add and another tenant's add both work, never conflict with a monitor that never started."""
+    async with TestRuntime(tmp_path, control=True) as rt:
+        db = rt.node.control_db
+        assert db is not None
+        acme, other = await db.create_tenant("acme"), await db.create_tenant("other")
+        with pytest.raises(MailboxActorsError) as e:
+            await create_domain(db, rt.node, acme.id, DOMAIN, ExpectedRecords(dkim_key=KEY))
+        assert (e.value.code, e.value.details) == ("invalid_request",
+                                                   {"field": "expected.dkim_selector"})
+        assert await db.get_domain_by_name(DOMAIN) is None
+        d = await create_domain(db, rt.node, other.id, DOMAIN, EXPECTED)
+        assert d.tenant_id == other.id
+
+
 async def test_every_hostile_zone_is_checked_end_to_end_without_an_error(
         dns: LoopbackDns, tmp_path: Path) -> None:
     """DM-1, DM-2, DM-5: each hand-written hostile zone of tests/hostile_dns.py, served by the

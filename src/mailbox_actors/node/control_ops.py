@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from mailbox_actors.core.dns.names import NameRefused, normalise_domain
+from mailbox_actors.objects.domain_monitor.setup import valid_expected
 from mailbox_actors.platform.control.addresses import add_addresses, normalize_all
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.wire.control import Domain, Identity, Tenant
@@ -74,6 +75,9 @@ async def create_domain(db: ControlDb, caller: Caller, tenant_id: str, name: str
         name = normalise_domain(name)
     except NameRefused as e:
         raise InvalidRequest(str(e), details={"field": "name"}) from None
+    # Refused here, before the row: init would refuse them too, leaving the name registered to a
+    # monitor that never started (status domain_not_found; other tenants refused with conflict).
+    valid_expected(name, expected or ExpectedRecords())
     if await db.get_tenant(tenant_id) is None:
         raise MailboxActorsError(ErrorCode.TENANT_NOT_FOUND, "no such tenant")
     domain = await db.get_domain_by_name(name)
