@@ -17,7 +17,7 @@ from mailbox_actors.bench.figures import TINY, Progress
 
 def test_domain_checks_beside_raw_dnspython(tmp_path: Path) -> None:
     """domain_checks_per_s has raw dnspython's record sets/s as its limit and a 0.5 target, and
-    the DNS server child is gone afterwards."""
+    the DNS server child is gone afterwards (DM-1, section 12)."""
     figures, errors = anyio.run(command.measure, tmp_path, TINY, frozenset(DNS_FIGURES),
                                 Progress(enabled=False))
     assert errors == []

@@ -76,21 +76,21 @@ def test_headers_and_alternative_parts() -> None:
 
 
 def test_html_only_and_empty() -> None:
-    """An html-only email is a single text/html part; an email with neither is empty text."""
+    """An html-only email is a single text/html part; an email with neither is empty text (CA-8)."""
     msg = parse(build_message(mail(html="<b>x</b>")))
     assert msg.get_content_type() == "text/html"
     assert parse(build_message(mail())).get_content_type() == "text/plain"
 
 
 def test_boundary_never_inside_a_body() -> None:
-    """A body that contains the boundary the Message-ID would give gets a longer one."""
+    """A body that contains the boundary the Message-ID would give gets a longer one (CA-8)."""
     taken = _boundary("<m1@example.test>", [])
     msg = parse(build_message(mail(text=f"--{taken}\n", html="<p>x</p>")))
     assert body_of(msg, "plain").strip() == f"--{taken}"
 
 
 def test_utf8_addresses_use_raw_utf8_headers() -> None:
-    """With an address outside ASCII (sent only with SMTPUTF8) headers are UTF-8 (RFC 6532)."""
+    """With an address outside ASCII (sent only with SMTPUTF8) headers are UTF-8 (RFC 6532) (CA-8)."""
     data = build_message(mail(to=["jürgen@example.test"], subject="Grüße"))
     msg = parse(data)
     assert msg["To"] == "jürgen@example.test" and msg["Subject"] == "Grüße"
@@ -101,7 +101,7 @@ def test_utf8_addresses_use_raw_utf8_headers() -> None:
     {"headers": {"Bad Name": "1"}}, {"headers": {"X:A": "1"}}, {"to": ["a@example.test\r\nX: y"]},
 ])
 def test_header_injection_is_refused(bad: dict[str, object]) -> None:
-    """CR or LF in a header value, or a header name that is not a field name, is refused."""
+    """CR or LF in a header value, or a header name that is not a field name, is refused (CA-8)."""
     with pytest.raises(ValueError):
         build_message(mail(**bad))
 
@@ -138,7 +138,7 @@ def test_any_content_reads_back(text: str, html: str | None, subject: str, extra
 
 def test_control_characters_in_headers_are_encoded() -> None:
     """A control character in a header value is never written raw (it goes as an RFC 2047
-    encoded word), so no relay sees a NUL or an escape in a header line."""
+    encoded word), so no relay sees a NUL or an escape in a header line (CA-8)."""
     data = build_message(mail(subject="a\x00b\x1bc"))
     head = data.split(b"\r\n\r\n", 1)[0]
     assert b"\x00" not in head and b"\x1b" not in head

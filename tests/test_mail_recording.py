@@ -47,7 +47,7 @@ async def test_default_accepts_with_distinct_ids() -> None:
 
 
 async def test_scripted_exception_is_raised() -> None:
-    """An exception in the script escapes send, as a transport that breaks its promise would."""
+    """An exception in the script escapes send, as a transport that breaks its promise would (CA-8)."""
     fake = RecordingTransport([ConnectionResetError("boom")])
     with pytest.raises(ConnectionResetError):
         await fake.send(_email(1))
@@ -76,7 +76,7 @@ async def test_hold_keeps_send_unanswered_until_release() -> None:
 
 
 async def test_held_sends_keep_arrival_order() -> None:
-    """Two held sends answer the outcomes in the order they arrived, whatever order they wake in."""
+    """Two held sends answer the outcomes in the order they arrived, whatever order they wake in (CA-8)."""
     fake = RecordingTransport([ProviderAccepted(provider_message_id="first"),
                                ProviderRejected(code="550 5.1.1", klass="permanent")])
     fake.hold()
@@ -96,7 +96,7 @@ async def test_held_sends_keep_arrival_order() -> None:
 
 
 async def test_closed_transport_refuses_and_releases_holds() -> None:
-    """aclose lets a held send finish and refuses later sends."""
+    """aclose lets a held send finish and refuses later sends (CA-8)."""
     fake = RecordingTransport()
     fake.hold()
     results: list[TransportOutcome] = []

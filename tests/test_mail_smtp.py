@@ -95,7 +95,7 @@ async def test_ehlo_refusal_is_a_definite_rejection() -> None:
 
 
 async def test_connect_failure_is_temporary() -> None:
-    """Nothing listening: a temporary rejection with code connect_failed (nothing was sent)."""
+    """Nothing listening: a temporary rejection with code connect_failed (nothing was sent) (CA-8, CA-11)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -247,7 +247,7 @@ async def test_connection_reused_and_reopened(sink: SmtpSink) -> None:
 
 
 async def test_pool_bounds_concurrent_connections(sink: SmtpSink) -> None:
-    """Concurrent sends use at most pool_size connections, and each is accepted."""
+    """Concurrent sends use at most pool_size connections, and each is accepted (CA-8, CA-11)."""
     transport = transport_for(sink, pool_size=2)
     outcomes: list[TransportOutcome] = []
 
@@ -265,7 +265,7 @@ async def test_pool_bounds_concurrent_connections(sink: SmtpSink) -> None:
 
 
 async def test_header_injection_refused_before_connecting(sink: SmtpSink) -> None:
-    """A subject with CR LF never reaches a server: a permanent rejection (invalid_message)."""
+    """A subject with CR LF never reaches a server: a permanent rejection (invalid_message) (CA-8, CA-11)."""
     outcome = await send_one(sink, email(subject="Hi\r\nBcc: x@example.test"))
     assert outcome == ProviderRejected(code="invalid_message", klass="permanent")
     assert sink.connections == 0

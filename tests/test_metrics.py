@@ -28,7 +28,7 @@ def _check_exposition(text: str) -> None:
 
 
 def test_counter_counts_per_label_set() -> None:
-    """inc adds to the series named by (name, labels); other label sets are separate."""
+    """inc adds to the series named by (name, labels); other label sets are separate (RPC-7, OPS-10)."""
     m = Metrics()
     m.inc("rpc_requests_total", OP_GET)
     m.inc("rpc_requests_total", OP_GET, 2)
@@ -47,7 +47,7 @@ def test_counter_without_labels() -> None:
 
 
 def test_label_order_does_not_split_a_series() -> None:
-    """The same labels in another order update the same series, rendered once."""
+    """The same labels in another order update the same series, rendered once (RPC-7, OPS-10)."""
     m = Metrics()
     m.inc("x_total", (("a", "1"), ("b", "2")))
     m.inc("x_total", (("b", "2"), ("a", "1")))
@@ -58,14 +58,14 @@ def test_label_order_does_not_split_a_series() -> None:
 
 
 def test_counter_cannot_decrease() -> None:
-    """A negative increment is refused: Prometheus counters only go up."""
+    """A negative increment is refused: Prometheus counters only go up (RPC-7, OPS-10)."""
     m = Metrics()
     with pytest.raises(ValueError):
         m.inc("x_total", (), -1)
 
 
 def test_gauge_is_set_not_added() -> None:
-    """set_gauge replaces the value."""
+    """set_gauge replaces the value (RPC-7, OPS-10)."""
     m = Metrics()
     m.set_gauge("actors_open", 5)
     m.set_gauge("actors_open", 3)
@@ -75,7 +75,7 @@ def test_gauge_is_set_not_added() -> None:
 
 
 def test_one_name_one_kind() -> None:
-    """A name used as a counter cannot also be a gauge or a histogram."""
+    """A name used as a counter cannot also be a gauge or a histogram (RPC-7, OPS-10)."""
     m = Metrics()
     m.inc("x_total")
     with pytest.raises(ValueError):
@@ -88,7 +88,7 @@ def test_one_name_one_kind() -> None:
 
 @pytest.mark.parametrize("name", ["", "1abc", "a-b", "a b", "a{b}"])
 def test_bad_metric_names_are_refused(name: str) -> None:
-    """Names outside the Prometheus name syntax are refused when first used."""
+    """Names outside the Prometheus name syntax are refused when first used (RPC-7, OPS-10)."""
     with pytest.raises(ValueError):
         Metrics().inc(name)
 
@@ -99,7 +99,7 @@ def test_bad_metric_names_are_refused(name: str) -> None:
     ids=repr,
 )
 def test_bad_labels_are_refused(labels: Labels) -> None:
-    """Invalid, reserved or repeated label names are refused when a series first appears."""
+    """Invalid, reserved or repeated label names are refused when a series first appears (RPC-7, OPS-10)."""
     with pytest.raises(ValueError):
         Metrics().inc("x_total", labels)
 
@@ -114,13 +114,14 @@ def test_addresses_are_refused_as_label_values() -> None:
 
 
 def test_histogram_buckets_are_the_fixed_set() -> None:
-    """Histograms use the fixed buckets from 0.5 ms to 10 s."""
+    """Histograms use the fixed buckets from 0.5 ms to 10 s (RPC-7, OPS-10)."""
     assert BUCKETS == (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
                        5, 10)
 
 
 def test_histogram_counts_sum_and_cumulative_buckets() -> None:
-    """observe puts each value in the first bucket whose bound is >= it; buckets are cumulative."""
+    """observe puts each value in the first bucket whose bound is >= it; buckets are cumulative
+    (RPC-7, OPS-10)."""
     m = Metrics()
     for v in (0.0005, 0.0007, 0.003, 2.5, 11.0):
         m.observe("rpc_seconds", v, OP_GET)
@@ -140,7 +141,7 @@ def test_histogram_counts_sum_and_cumulative_buckets() -> None:
 
 
 def test_histogram_exposition() -> None:
-    """A histogram renders _bucket lines with le (ending +Inf), then _sum and _count."""
+    """A histogram renders _bucket lines with le (ending +Inf), then _sum and _count (RPC-7, OPS-10)."""
     m = Metrics()
     m.describe("rpc_seconds", "Time to handle one RPC.", "histogram")
     m.observe("rpc_seconds", 0.002, (("op", "get"),))
@@ -159,13 +160,13 @@ def test_histogram_exposition() -> None:
 
 
 def test_histogram_refuses_le_label() -> None:
-    """``le`` is the bucket label, so a histogram cannot use it."""
+    """``le`` is the bucket label, so a histogram cannot use it (RPC-7, OPS-10)."""
     with pytest.raises(ValueError):
         Metrics().observe("x_seconds", 1.0, (("le", "1"),))
 
 
 def test_get_is_for_counters_and_gauges() -> None:
-    """get on a histogram is a TypeError; get_histogram on a counter too."""
+    """get on a histogram is a TypeError; get_histogram on a counter too (RPC-7, OPS-10)."""
     m = Metrics()
     m.observe("h_seconds", 0.1)
     m.inc("c_total")
@@ -199,7 +200,7 @@ def test_exposition_has_help_type_and_samples() -> None:
 
 
 def test_label_values_and_help_are_escaped() -> None:
-    """Backslashes, quotes and newlines in label values, and in help text, are escaped."""
+    """Backslashes, quotes and newlines in label values, and in help text, are escaped (RPC-7, OPS-10)."""
     m = Metrics()
     m.describe("x_total", "Line one\nline two \\ end.", "counter")
     m.inc("x_total", (("path", 'C:\\dir "q"\nnext'),))
@@ -210,7 +211,8 @@ def test_label_values_and_help_are_escaped() -> None:
 
 
 def test_values_are_formatted_for_prometheus() -> None:
-    """Integral values print without a fraction; infinities and NaN use Prometheus spellings."""
+    """Integral values print without a fraction; infinities and NaN use Prometheus spellings
+    (RPC-7, OPS-10)."""
     m = Metrics()
     m.set_gauge("f", 12.0)
     m.set_gauge("a", 0.25)
@@ -248,7 +250,7 @@ def test_described_metric_without_samples_is_listed() -> None:
 
 
 def test_empty_registry_renders_nothing() -> None:
-    """An empty registry renders an empty document."""
+    """An empty registry renders an empty document (RPC-7, OPS-10)."""
     assert Metrics().render_prometheus() == ""
 
 
@@ -267,7 +269,7 @@ def test_gauge_fn_is_computed_at_scrape_time() -> None:
 
 
 def test_gauge_fn_with_labels() -> None:
-    """A gauge function may return one value per label set."""
+    """A gauge function may return one value per label set (RPC-7, OPS-10)."""
     m = Metrics()
     m.register_gauge_fn(
         "actors_open",
@@ -283,7 +285,7 @@ def test_gauge_fn_with_labels() -> None:
 
 
 def test_failing_gauge_fn_does_not_break_the_scrape() -> None:
-    """A gauge function that raises is left out and counted; the rest still renders."""
+    """A gauge function that raises is left out and counted; the rest still renders (RPC-7, OPS-10)."""
     m = Metrics()
 
     def broken() -> float:
@@ -299,7 +301,7 @@ def test_failing_gauge_fn_does_not_break_the_scrape() -> None:
 
 
 def test_gauge_fn_name_cannot_be_set() -> None:
-    """A name computed at scrape time cannot also be set or incremented."""
+    """A name computed at scrape time cannot also be set or incremented (RPC-7, OPS-10)."""
     m = Metrics()
     m.register_gauge_fn("g", lambda: 1.0, "G.")
     with pytest.raises(ValueError):
