@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+__all__: list[str] = []  # a child process entry point: nothing to import
+
 
 async def _main(data: str, init: bool) -> None:
     from mailbox_actors.bench.runtime_figures import BIG_LIMIT, envelope
