@@ -190,6 +190,18 @@ def test_spf_failures_each_have_their_diagnosis() -> None:
     assert code(dict([txt("example.com", "v=spf1 include:example.com")])) == "spf_include_loop"
 
 
+def test_spf_target_dns_cannot_carry_is_a_syntax_failure_not_unknown() -> None:
+    """DM-2: an include, a or mx naming a label over 63 characters, an empty label or a name over
+    253 characters fails as spf_syntax without a lookup (no resolver can ask for it, so waiting
+    for an answer would leave the domain unknown for ever)."""
+    for target in ("x" * 64 + ".example", "a..example", ".".join(["abcdefghi"] * 26)):
+        for term in (f"include:{target}", f"a:{target}", f"mx:{target}"):
+            plan = run_spf(PROVIDER | dict([txt(
+                "example.com", f"v=spf1 include:_spf.provider.net {term} -all")]))
+            assert plan.result is not None and plan.result.code == "spf_syntax", (term, plan)
+            assert all(q[0] != target for q in plan.queries)
+
+
 def test_spf_counts_ten_lookups_as_allowed_and_eleven_as_too_many() -> None:
     """DM-2 (RFC 7208 4.6.4): include, a, mx, ptr, exists and redirect count, nested includes too;
     ip4, ip6, all and exp do not; 10 pass, 11 fail."""

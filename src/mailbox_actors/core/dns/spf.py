@@ -142,6 +142,12 @@ class _Walk:
             if "%" in target:
                 self.macros += 1  # depends on the sender; counted, not followed
                 continue
+            if not _carriable(target):
+                raise _Definite(fail("spf", "spf_syntax",
+                                     f"{t.kind}:{target[:80]} in {name}'s SPF record is not a "
+                                     "name DNS can carry (an empty label, a label over 63 or "
+                                     "the name over 253 characters); receivers answer "
+                                     "permerror. Fix or remove it"))
             if t.kind in ("include", "redirect"):
                 self.follow(target, here, t.kind)
             elif t.kind == "a":
@@ -161,6 +167,12 @@ class _Walk:
                 ex = self.get(target, Rtype.A)
                 if ex and ex.outcome in VOID:
                     self.count_void(f"exists:{target}", name)
+
+
+def _carriable(name: str) -> bool:
+    """Whether DNS can ask for ``name`` at all (sizes only: a resolver cannot, so an unknown
+    answer would hide what receivers treat as a permerror)."""
+    return 0 < len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split("."))
 
 
 def evaluate_spf(domain: str, expected_include: str | None,
