@@ -49,7 +49,9 @@ class InputGate:
         self._on_failure = on_failure  # the host drops the activation (storage kept)
         self._timeout_ms = timeout_ms  # workerd gives up on a critical section after 30 s
         self._depth = 0
-        self._waiters: deque[anyio.Event] = deque()
+        # Made by the first waiter: an idle actor's gate holds no queue (an empty deque is 600 B,
+        # and ten thousand actors may be open).
+        self._waiters: deque[anyio.Event] | None = None
         self._reset = False
 
     @property
@@ -123,8 +125,8 @@ class InputGate:
         self._open()
 
     def _open(self) -> None:
-        waiters, self._waiters = self._waiters, deque()
-        for ev in waiters:
+        waiters, self._waiters = self._waiters, None
+        for ev in waiters or ():
             ev.set()
 
     async def wait_open(self, deadline_ms: int | None) -> None:
@@ -134,13 +136,15 @@ class InputGate:
         clock = self._clock
         while self._depth:
             ev = anyio.Event()
+            if self._waiters is None:
+                self._waiters = deque()
             self._waiters.append(ev)
             await clock.sleep_until(None if deadline_ms is None else deadline_ms + 1, ev)
             if self._reset:
                 raise MailboxActorsError(ErrorCode.UNAVAILABLE,
                                          "the actor was reset while the request was queued")
             if deadline_ms is not None and clock.now_ms() > deadline_ms:
-                if ev in self._waiters:
+                if self._waiters is not None and ev in self._waiters:
                     self._waiters.remove(ev)
                 raise DeadlineExceeded("the deadline passed while the request was queued")
 
