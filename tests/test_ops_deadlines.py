@@ -88,18 +88,19 @@ async def _id_server(answers: list[str]) -> tuple[RpcHttpServer, int]:
 
 @pytest.mark.anyio
 async def test_id_lookups_fail_over_and_honour_the_timeout(silent_port: int) -> None:
-    """OPS-6: with one node down (connection refused) and one silent, every id lookup is answered
-    by the live node whatever node it tries first; with every node silent, the lookup fails
-    ``timeout`` after the client's id timeout, well inside this test's bound."""
+    """OPS-6: beside a live node, one node down (connection refused) or one that accepts and
+    never answers (a stopped process): every id lookup is answered by the live node whatever
+    node it tries first; with every node silent, the lookup fails ``timeout`` after the client's
+    id timeout, well inside this test's bound."""
     answers: list[str] = []
     server, port = await _id_server(answers)
     try:
-        nodes = [("node-0", f"http://127.0.0.1:{_closed_port()}"),
-                 ("node-1", f"http://127.0.0.1:{port}")]
-        async with Client(nodes, "t" * 20, id_timeout_s=5) as client:
-            for k in range(12):
-                assert await client.id_from_name("tenant_quota", f"n{k}") == "a" * 64
-        assert len(answers) == 12
+        for dead in (f"http://127.0.0.1:{_closed_port()}", f"http://127.0.0.1:{silent_port}"):
+            nodes = [("node-0", dead), ("node-1", f"http://127.0.0.1:{port}")]
+            async with Client(nodes, "t" * 20, id_timeout_s=1) as client:
+                for k in range(12):
+                    assert await client.id_from_name("tenant_quota", f"n{k}") == "a" * 64
+        assert len(answers) == 24
     finally:
         await server.stop()
     silent = [("node-0", f"http://127.0.0.1:{silent_port}"),

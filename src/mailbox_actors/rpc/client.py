@@ -120,7 +120,8 @@ class Client:
 
     async def _id(self, method: str, path: str) -> str:
         """Any node answers an id: start at a random one, and on a transport failure try the
-        next, all within ``id_timeout_s`` (OPS-6)."""
+        next, all within ``id_timeout_s`` (OPS-6). Each node gets an equal share of the time
+        left, so a node that accepts and never answers (stopped, wedged) cannot use it all."""
         deadline = anyio.current_time() + self.id_timeout_s
         first = secrets.randbelow(len(self.urls))
         last: RpcError | None = None
@@ -130,7 +131,8 @@ class Client:
                 break
             url = self.urls[(first + k) % len(self.urls)]
             try:
-                status, body = await self._send(url, method, path, b"", remaining)
+                status, body = await self._send(url, method, path, b"",
+                                                remaining / (len(self.urls) - k))
             except RpcError as e:  # this node cannot be reached: the next may
                 last = e
                 continue
