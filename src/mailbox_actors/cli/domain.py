@@ -12,12 +12,12 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 
+from mailbox_actors.cli.data_dir import add_target_arguments, open_control_db
 from mailbox_actors.core.dns.names import NameRefused, normalise_domain
 from mailbox_actors.rpc.client import Client, RpcError
 from mailbox_actors.wire.errors import MailboxActorsError
@@ -44,23 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         if action == "status":
             c.add_argument("--json", action="store_true", help="print the status as JSON")
     for c in sub.choices.values():
-        c.add_argument("--data", default="./data", help="the cluster's data directory")
-        c.add_argument("--url", help="a single node's URL when DATA has no cluster.json")
+        add_target_arguments(c)
 
 
 def _fail(text: str, status: int) -> int:
     print(f"mailbox-actors domain: {text}", file=sys.stderr)
     return status
-
-
-def _control_db(data: str) -> Any:
-    from mailbox_actors.platform.clock import SystemClock
-    from mailbox_actors.platform.control.database import ControlDb
-    from mailbox_actors.platform.ids import Ids
-    from mailbox_actors.platform.rng import SystemRng
-
-    clock = SystemClock()
-    return ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
 
 
 def _when(ms: int | None) -> str:
@@ -86,7 +75,7 @@ async def _go(args: argparse.Namespace) -> Any:
 
     kw = {"url": args.url} if args.url else {}
     # the client first: it reads the token, so a DATA without a cluster creates nothing
-    async with Client.from_data_dir(args.data, **kw) as client, _control_db(args.data) as db:
+    async with Client.from_data_dir(args.data, **kw) as client, open_control_db(args.data) as db:
         if args.action == "add":
             expected = ExpectedRecords(spf_include=args.spf_include,
                                        dkim_selector=args.dkim_selector, dkim_key=args.dkim_key,

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from mailbox_actors.cli.data_dir import add_target_arguments, open_control_db
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.rpc.client import Client, RpcError, read_token
 from mailbox_actors.wire.carrier import GetEmail, Submit
@@ -32,13 +33,6 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # --wait-s bounds it).
 _FINAL = frozenset({"provider_accepted", "outcome_unknown", "rejected", "refused", "expired",
                     "superseded"})
-
-
-def _target(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", default="./data",
-                   help="the cluster's (or node's) data directory (default ./data)")
-    p.add_argument("--url", help="a single node's URL when DATA has no cluster.json "
-                   "(default http://127.0.0.1:8787)")
 
 
 def add_send_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,7 +57,7 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
                    help="follow the receipt until a final status and print each change")
     p.add_argument("--wait-s", dest="wait_s", type=float, default=60.0,
                    help="give up waiting after this many seconds (default 60)")
-    _target(p)
+    add_target_arguments(p)
 
 
 def add_deliveries_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,7 +67,7 @@ def add_deliveries_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--after", help="continue after this cursor (a page's next_cursor)")
     p.add_argument("--limit", type=int, default=32, help="records per page, 1..64 (default 32)")
     p.add_argument("--all", action="store_true", help="follow next_cursor to the last page")
-    _target(p)
+    add_target_arguments(p)
 
 
 def _fail(cmd: str, text: str, status: int) -> int:
@@ -83,23 +77,15 @@ def _fail(cmd: str, text: str, status: int) -> int:
 
 async def _resolve_owner(data: str, tenant: str | None, identity: str) -> tuple[str, str, str]:
     """(tenant id, identity id, mailbox id) from ids or names, through the control database."""
-    from mailbox_actors.platform.clock import SystemClock
-    from mailbox_actors.platform.control.database import ControlDb
-    from mailbox_actors.platform.ids import Ids
-    from mailbox_actors.platform.rng import SystemRng
-
     path = Path(data) / "control.sqlite"
     if not path.exists():
         raise FileNotFoundError(str(path))
-    clock = SystemClock()
-    async with ControlDb(path, clock=clock, ids=Ids(clock, SystemRng())) as db:
+    async with open_control_db(data) as db:
         record = await db.get_identity(identity)
         if record is None and tenant is not None:
-            tenant_id = tenant
-            if await db.get_tenant(tenant) is None:
-                named = [t for t in await db.list_tenants() if t.name == tenant]
-                tenant_id = named[0].id if named else tenant
-            record = await db.get_identity_by_name(tenant_id, identity)
+            found = await db.find_tenant(tenant)  # by id or name (OPS-9)
+            record = await db.get_identity_by_name(tenant if found is None else found.id,
+                                                   identity)
         if record is None:
             raise MailboxActorsError(ErrorCode.IDENTITY_NOT_FOUND,
                                      "no such identity in the control database")

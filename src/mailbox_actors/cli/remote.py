@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from mailbox_actors.cli.data_dir import add_target_arguments, open_control_db
 from mailbox_actors.cli.secrets import SecretError, add_webhook_secret_arguments, webhook_secret
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.locks import lock_holder
@@ -29,22 +30,15 @@ __all__ = ["add_call_arguments", "add_id_arguments", "add_identity_arguments",
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def _add_target(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", default="./data",
-                   help="the cluster's (or node's) data directory (default ./data)")
-    p.add_argument("--url", help="a single node's URL when DATA has no cluster.json "
-                   "(default http://127.0.0.1:8787)")
-
-
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
-    _add_target(p)
+    add_target_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def add_id_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("namespace", help="the object's namespace, e.g. tenant_quota")
     p.add_argument("--name", required=True, help="the object's name")
-    _add_target(p)
+    add_target_arguments(p)
 
 
 def add_call_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,7 +48,7 @@ def add_call_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", help="the envelope's tenant: a tenant's id (ten_...) or name, or "
                    "any string for objects outside the control database")
     p.add_argument("--identity", help="identity_id for the envelope")
-    _add_target(p)
+    add_target_arguments(p)
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -215,24 +209,14 @@ def add_identity_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--name", required=True, help="the identity's name, unique in the tenant")
     c.add_argument("--address", action="append", default=[], metavar="ADDRESS",
                    help="an address mail to it arrives at through the SMTP door (repeatable)")
-    _add_target(c)
-
-
-def _control_db(data: str) -> Any:
-    from mailbox_actors.platform.clock import SystemClock
-    from mailbox_actors.platform.control.database import ControlDb
-    from mailbox_actors.platform.ids import Ids
-    from mailbox_actors.platform.rng import SystemRng
-
-    clock = SystemClock()
-    return ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
+    add_target_arguments(c)
 
 
 def run_tenant(args: argparse.Namespace) -> int:
     from mailbox_actors.wire.errors import MailboxActorsError
 
     async def go() -> Any:
-        async with _control_db(args.data) as db:
+        async with open_control_db(args.data) as db:
             if args.action == "list":
                 return [msgspec.to_builtins(t) | {"webhook_secret": None}
                         for t in await db.list_tenants()]
@@ -254,7 +238,7 @@ def run_identity(args: argparse.Namespace) -> int:
     from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
     async def go() -> Any:
-        async with _control_db(args.data) as db, _client(args) as client:
+        async with open_control_db(args.data) as db, _client(args) as client:
             tenant = await db.find_tenant(args.tenant)
             if tenant is None:
                 raise MailboxActorsError(ErrorCode.TENANT_NOT_FOUND,
@@ -279,6 +263,6 @@ async def _tenant_id(data: str, given: str | None) -> str | None:
     on DATA knows it, else the value as given (objects without a control database take any)."""
     if given is None or not (Path(data) / "control.sqlite").exists():
         return given
-    async with _control_db(data) as db:
+    async with open_control_db(data) as db:
         tenant = await db.find_tenant(given)
     return given if tenant is None else tenant.id
