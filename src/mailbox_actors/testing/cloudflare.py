@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import msgspec
 
 from mailbox_actors.http.server import RpcHttpServer
+from mailbox_actors.testing.held_replies import HeldReplies
 
 __all__ = ["CloudflareSink", "Received", "SinkReply", "error_reply"]
 
@@ -55,9 +55,7 @@ class CloudflareSink:
         self.requests: list[Received] = []
         self._replies: deque[SinkReply] = deque()
         self._server = RpcHttpServer(self._app)
-        self._release = anyio.Event()
-        self._held = 0
-        self._held_changed = anyio.Event()
+        self._holds = HeldReplies()
 
     @property
     def url(self) -> str:
@@ -67,12 +65,12 @@ class CloudflareSink:
         self._replies.extend(replies)
 
     def release(self) -> None:
-        self._release.set()
-        self._release = anyio.Event()
+        """Let every held reply go; later holds wait for the next release."""
+        self._holds.release()
 
     async def wait_held(self, n: int = 1) -> None:
-        while self._held < n:
-            await self._held_changed.wait()
+        """Return once ``n`` replies are being held (their requests have arrived)."""
+        await self._holds.wait_held(n)
 
     async def start(self) -> CloudflareSink:
         self.port = await self._server.start(self.host, 0)
@@ -97,14 +95,7 @@ class CloudflareSink:
         self.requests.append(Received(path, dict(headers), doc))
         reply = self._replies.popleft() if self._replies else SinkReply()
         if reply.hold:
-            release = self._release
-            self._held += 1
-            self._held_changed.set()
-            self._held_changed = anyio.Event()
-            try:
-                await release.wait()
-            finally:
-                self._held -= 1
+            await self._holds.hold()
         answer = reply.body if reply.body is not None else msgspec.json.encode({
             "success": True, "errors": [], "messages": [],
             "result": {"messageId": f"cf-{len(self.requests)}"}})

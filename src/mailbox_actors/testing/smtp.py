@@ -20,6 +20,8 @@ from typing import Any, Literal, cast
 import anyio
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
+from mailbox_actors.testing.held_replies import HeldReplies
+
 __all__ = ["Received", "SinkStep", "SmtpSink"]
 
 Drop = Literal["at_data", "in_body", "after_dot"]
@@ -79,9 +81,7 @@ class SmtpSink:
         self.auth_logins: list[str] = []
         self._steps: deque[SinkStep] = deque()
         self._server: asyncio.Server | None = None
-        self._release = anyio.Event()
-        self._held = 0
-        self._held_changed = anyio.Event()
+        self._holds = HeldReplies()
 
     def queue(self, *steps: SinkStep) -> None:
         """Script the next transactions, after those already queued; then ``default`` applies."""
@@ -89,13 +89,11 @@ class SmtpSink:
 
     def release(self) -> None:
         """Let every held final reply go; later holds wait for the next release."""
-        self._release.set()
-        self._release = anyio.Event()
+        self._holds.release()
 
     async def wait_held(self, n: int = 1) -> None:
         """Return once ``n`` final replies are being held (the body and dot have arrived)."""
-        while self._held < n:
-            await self._held_changed.wait()
+        await self._holds.wait_held(n)
 
     def drop_idle(self) -> None:
         """Close every open session (as a server's idle timeout does)."""
@@ -154,14 +152,7 @@ class SmtpSink:
         return AuthResult(success=False, handled=False)
 
     async def _hold(self) -> None:
-        release = self._release
-        self._held += 1
-        self._held_changed.set()
-        self._held_changed = anyio.Event()
-        try:
-            await release.wait()
-        finally:
-            self._held -= 1
+        await self._holds.hold()
 
 
 class _SinkSmtp(SMTP):
