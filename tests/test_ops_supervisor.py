@@ -6,6 +6,7 @@ plainly when no cluster runs."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -29,11 +30,19 @@ def _gone(pid: int) -> bool:
 
 
 def _wait_gone(pids: list[int], timeout_s: float = 60) -> None:
-    """Poll (bounded) until every pid has ended: real processes, no event to wait on."""
+    """Wait until every pid has ended: a pidfd (Linux 5.3+) turns readable when its process
+    exits, so this waits on the event itself; the timeout only ends a broken run."""
     deadline = time.monotonic() + timeout_s
-    while not all(_gone(p) for p in pids):
-        assert time.monotonic() < deadline, f"still running: {[p for p in pids if not _gone(p)]}"
-        time.sleep(0.05)
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # already gone and reaped
+        try:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            os.close(fd)
+        assert ready or _gone(pid), f"still running: {[p for p in pids if not _gone(p)]}"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
