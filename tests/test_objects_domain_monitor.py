@@ -272,8 +272,8 @@ async def test_the_control_databases_domain_row_follows_the_state(
 
 async def test_a_refused_registration_leaves_no_domain_row(tmp_path: Path) -> None:
     """DM-5: expected records init would refuse (a DKIM key without its selector) are refused
-    before the control database is written: the name stays free, so the same tenant's corrected
-    add and another tenant's add both work, never conflict with a monitor that never started."""
+    before the control database is written: the name stays free, so another tenant's add works
+    (never conflict with a monitor that never started)."""
     async with TestRuntime(tmp_path, control=True) as rt:
         db = rt.node.control_db
         assert db is not None
