@@ -1,5 +1,5 @@
 """DNS resolution for DomainMonitor (DM-1): the ``Resolver`` protocol and its ``RESOLVER`` key
-(``resolver``), the real one on dnspython (``dnspython``), a scriptable fake (``fake``).
+(``resolver``), the real one on dnspython (``real``), a scriptable fake (``fake``).
 
 Import from the modules.
 """
