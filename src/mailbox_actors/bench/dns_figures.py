@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ import anyio
 import dns.asyncresolver
 
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median
+from mailbox_actors.bench.servers import spawn_fixture, stop_fixture
 from mailbox_actors.node import Node
 from mailbox_actors.platform.dns.resolver import DnsSettings
 from mailbox_actors.runtime.settings import RuntimeSettings
@@ -68,17 +68,7 @@ def _write_zone(work: Path) -> Path:
 async def spawn_dns_server(work: Path) -> tuple[asyncio.subprocess.Process, int]:
     """The loopback DNS server in a child process, serving ``bench_zone``; it and its port."""
     zone = _write_zone(work)  # a few hundred bytes, before anything runs concurrently
-    proc = await asyncio.create_subprocess_exec(
-        # The fixture's own entry point: bench and testing are sibling layers.
-        sys.executable, "-m", "mailbox_actors.testing.dns", "--zone", str(zone),
-        stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.PIPE)
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 30)
-    if not line.startswith(b"PORT "):
-        proc.kill()
-        await proc.wait()
-        raise RuntimeError("the loopback DNS server did not start")
-    return proc, int(line.split()[1])
+    return await spawn_fixture("mailbox_actors.testing.dns", "--zone", str(zone))
 
 
 async def _spread(count: int, one: Callable[[int], Awaitable[None]]) -> float:
@@ -136,9 +126,7 @@ async def dns_figures(work: Path, sizes: Sizes, progress: Progress, want: frozen
                 limit.append(await _spread(count, raw_set))
                 ours.append(await _spread(count, check))
     finally:
-        if proc.returncode is None:
-            proc.kill()  # by its pid: the process we started
-        await proc.wait()
+        await stop_fixture(proc)
     note = (f"{rounds} rounds of {count}, {CONCURRENCY} at a time, {DOMAINS} domains; a raw set is "
             "the check's 5 questions asked at once with dnspython (no actor, no verdicts)")
     return [

@@ -1,9 +1,11 @@
 """Server processes the bench starts and stops: free ports, ``serve`` and ``cluster`` as children,
 waiting until healthy, CPU seconds, and stopping by pid (a cluster's nodes too, as listed last).
-Shared by the HTTP and event figures."""
+Shared by the HTTP and event figures; the test fixtures (the loopback DNS server, the SMTP sink)
+as children that print their port (``spawn_fixture``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -21,8 +23,8 @@ import anyio.abc
 from mailbox_actors.http.client import HttpPool, HttpTransportError
 from mailbox_actors.node.cluster_file import read_cluster_file
 
-__all__ = ["HOST", "Spawned", "cpu_seconds", "free_port_block", "pid_alive", "start_cluster",
-           "start_node", "stop_spawned"]
+__all__ = ["HOST", "Spawned", "cpu_seconds", "free_port_block", "pid_alive", "spawn_fixture",
+           "start_cluster", "start_node", "stop_fixture", "stop_spawned"]
 
 HOST = "127.0.0.1"
 
@@ -233,3 +235,25 @@ async def stop_spawned(sp: Spawned, *, grace_s: float = 20.0) -> list[str]:
         while any(pid_alive(p) for p in left):  # noqa: ASYNC110 - other processes' pids
             await anyio.sleep(0.02)
     return problems
+
+
+async def spawn_fixture(module: str, *args: str) -> tuple[asyncio.subprocess.Process, int]:
+    """``python -m module args`` (a fixture's own entry point: bench and testing are sibling
+    layers, neither imports the other), once it has printed ``port N`` (any case); it and N. Its
+    standard input is a pipe it may watch for our end. Stop it with ``stop_fixture``."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", module, *args, stdout=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    words = line.split()
+    if len(words) != 2 or words[0].lower() != b"port" or not words[1].isdigit():
+        await stop_fixture(proc)
+        raise RuntimeError(f"{module} did not start")
+    return proc, int(words[1])
+
+
+async def stop_fixture(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.kill()  # by its pid: the process we started
+    await proc.wait()

@@ -11,7 +11,6 @@ Carrier's dispatch figure is measured with too.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from aiosmtplib import SMTP
 
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
+from mailbox_actors.bench.servers import spawn_fixture, stop_fixture
 from mailbox_actors.platform.mail.mime import build_message
 from mailbox_actors.platform.mail.smtp import SmtpConfig, SmtpTransport
 from mailbox_actors.wire.transport import OutboundEmail, ProviderAccepted
@@ -40,24 +40,11 @@ def bench_email(n: int = 0) -> OutboundEmail:
 async def spawn_smtp_sink() -> tuple[asyncio.subprocess.Process, int]:
     """Start an ``SmtpSink`` (messages counted, not kept) in a child process; returns it and its
     port. Stop it with ``stop_smtp_sink``."""
-    proc = await asyncio.create_subprocess_exec(
-        # The fixture's own entry point: bench and testing are sibling layers, neither imports
-        # the other.
-        sys.executable, "-m", "mailbox_actors.testing.smtp", stdout=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.PIPE)
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 30)
-    if not line.startswith(b"port "):
-        proc.kill()
-        await proc.wait()
-        raise RuntimeError("SMTP sink did not start")
-    return proc, int(line.split()[1])
+    return await spawn_fixture("mailbox_actors.testing.smtp")
 
 
 async def stop_smtp_sink(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.kill()  # by its pid: the process we started
-    await proc.wait()
+    await stop_fixture(proc)
 
 
 async def raw_smtp_sends(port: int, count: int, *, host: str = HOST,
