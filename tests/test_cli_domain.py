@@ -44,7 +44,7 @@ def test_domain_add_check_and_status_from_the_command_line(dns: LoopbackDns,
     cluster = Cluster(tmp_path / "c", 1, extra=("--dns-nameservers", "127.0.0.1",
                                                 "--dns-port", str(dns.port)))
     try:
-        cluster.wait_for("cluster: running")
+        cluster.wait_running()
         data = str(cluster.data)
         tenant = json.loads(cli("tenant", "create", "shop", "--data", data).stdout)
         added = cli("domain", "add", "Shop.Example", "--tenant", tenant["id"], "--spf-include",

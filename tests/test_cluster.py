@@ -7,6 +7,7 @@ import io
 import json
 import os
 import queue
+import random
 import signal
 import socket
 import subprocess
@@ -29,14 +30,22 @@ from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
 pytestmark = pytest.mark.slow
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out for bind(0) and outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_port_block(n: int) -> int:
-    """A base port with ``n`` consecutive free ports after it."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
+    """A base port with ``n`` consecutive free ports after it, below the ephemeral range: a port
+    in that range may be taken by any process's outgoing connection or bind(0) in the seconds
+    between this check and a node's bind (about 1 block in 100 was, on a loaded machine)."""
+    high = _ephemeral_low() - n
+    for _ in range(200):
+        base = random.randrange(20000, high)
         socks = []
         try:
             for i in range(n):
@@ -58,16 +67,37 @@ class Cluster:
     def __init__(self, data: Path, nodes: int, extra: tuple[str, ...] = (),
                  env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.data = data
-        self.port = port if port is not None else _free_port_block(nodes)
+        self._n, self._extra, self._env, self._picked = nodes, extra, env, port is None
+        self._launch(port if port is not None else _free_port_block(nodes))
+
+    def _launch(self, port: int) -> None:
+        self.port = port
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mailbox_actors", "cluster", "--nodes", str(nodes), "--data",
-             str(data), "--port", str(self.port), "--log-level", "warning", *extra],
-            env=None if env is None else {**os.environ, **env},
+            [sys.executable, "-m", "mailbox_actors", "cluster", "--nodes", str(self._n), "--data",
+             str(self.data), "--port", str(self.port), "--log-level", "warning", *self._extra],
+            env=None if self._env is None else {**os.environ, **self._env},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+
+    def wait_running(self, timeout_s: float = 90) -> None:
+        """Block until the supervisor runs with every node ready (its own pid on /healthz), not
+        merely until it says running: it says so after a node that is NOT ready too. A port of a
+        picked block that another process bound before the node did is a new pick (twice)."""
+        for attempt in range(3):
+            self.wait_for("cluster: running", timeout_s)
+            ready = sum(f"cluster: node-{i} ready at" in line for line in self.log
+                        for i in range(self._n))
+            if ready == self._n:
+                return
+            taken = any("cannot listen on" in line for line in self.log)
+            if not (taken and self._picked) or attempt == 2:
+                raise AssertionError(f"{ready} of {self._n} nodes ready; log:\n"
+                                     + "\n".join(self.log[-40:]))
+            self.stop()
+            self._launch(_free_port_block(self._n))
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -124,7 +154,7 @@ class Cluster:
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path / "cluster", 3)
     try:
-        c.wait_for("cluster: running")
+        c.wait_running()
         yield c
     finally:
         c.stop()
@@ -244,7 +274,7 @@ async def test_settings_from_a_config_file_reach_every_node(tmp_path: Path) -> N
     config.write_text('id_secret = "a-custom-id-secret"\nmax_body_bytes = 2048\n')
     c = Cluster(tmp_path / "cluster", 2, extra=("--config", str(config)))
     try:
-        c.wait_for("cluster: running")
+        c.wait_running()
         token = (c.data / "cluster.token").read_text().strip()
         async with Client.from_data_dir(c.data) as client, HttpPool() as pool:
             qid = await client.id_from_name("tenant_quota", "acme")
@@ -314,7 +344,7 @@ def test_the_users_own_per_node_variables_do_not_reach_the_nodes(tmp_path: Path)
     what the supervisor gives each node: `cluster --nodes 1` still starts its node."""
     c = Cluster(tmp_path / "cluster", 1, env={"MAILBOX_ACTORS_NODES": "100"})
     try:
-        c.wait_for("cluster: running")
+        c.wait_running()
         assert any("node-0 ready" in line for line in c.log)
     finally:
         c.stop()

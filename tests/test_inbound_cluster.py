@@ -51,7 +51,7 @@ async def test_mail_through_a_clusters_smtp_door_survives_sigkill_after_250(
     data = tmp_path / "cluster"
     c = Cluster(data, 2, extra=("--smtp-listen-port", str(base + 2)), port=base)
     try:
-        c.wait_for("cluster: running")
+        c.wait_running()
         assert any(f"SMTP at 127.0.0.1:{base + 2}" in line for line in c.log)
         assert any(f"SMTP at 127.0.0.1:{base + 3}" in line for line in c.log)
         tenant = await anyio.to_thread.run_sync(cli, data, "tenant", "create", "acme")

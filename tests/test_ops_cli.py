@@ -105,7 +105,7 @@ def test_an_operator_drives_a_cluster_whose_token_is_in_the_environment(tmp_path
     data = tmp_path / "cluster"
     c = Cluster(data, 2, env=env)
     try:
-        c.wait_for("cluster: running")
+        c.wait_running()
         assert not (data / "cluster.token").exists()
         d = str(data)
         no_token = _cli("identity", "create", "--tenant", "acme", "--name", "x", "--data", d)

@@ -37,7 +37,7 @@ async def test_forwarding_to_a_stopped_owner_ends_at_the_envelopes_deadline(
     assert FORWARD_MAX_S > 15
     c = Cluster(tmp_path / "cluster", 2)
     try:
-        await anyio.to_thread.run_sync(c.wait_for, "cluster: running")
+        await anyio.to_thread.run_sync(c.wait_running)
         token = (c.data / "cluster.token").read_text().strip()
         nodes = c.nodes()
         async with Client.from_data_dir(c.data) as client, HttpPool() as pool:

@@ -58,7 +58,7 @@ def test_nodes_die_with_a_sigkilled_supervisor_and_a_new_cluster_starts_on_the_d
     data = tmp_path / "cluster"
     first = Cluster(data, 2)
     try:
-        first.wait_for("cluster: running")
+        first.wait_running()
         pids = [n["pid"] for n in first.nodes()]
         os.kill(first.proc.pid, signal.SIGKILL)
         first.proc.wait(timeout=30)
@@ -67,7 +67,7 @@ def test_nodes_die_with_a_sigkilled_supervisor_and_a_new_cluster_starts_on_the_d
         first.stop()
     second = Cluster(data, 2)
     try:
-        second.wait_for("cluster: running")
+        second.wait_running()
         assert sum("ready at" in line for line in second.log) == 2, second.log
         assert not any("restarting" in line for line in second.log)
     finally:
@@ -82,7 +82,7 @@ def test_one_supervisor_per_directory_stop_sigstop_restart_and_status(tmp_path: 
     data = tmp_path / "cluster"
     c = Cluster(data, 2, extra=("--health-timeout-s", "3"))
     try:
-        c.wait_for("cluster: running")
+        c.wait_running()
         before = (data / "cluster.json").read_bytes()
         other = _cli("cluster", "--nodes", "1", "--data", str(data), "--port",
                      str(_free_port_block(1)))
@@ -112,3 +112,47 @@ def test_one_supervisor_per_directory_stop_sigstop_restart_and_status(tmp_path: 
     assert "Traceback" not in status.stderr
     again = _cli("stop", "--data", str(data))
     assert again.returncode == 0 and "nothing to stop" in again.stdout
+
+
+def test_a_healthy_node_is_not_killed_for_the_time_the_supervisor_spent_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPS-1: "has not answered /healthz for health_timeout_s" counts from the first failed probe:
+    after the supervisor spent 30 s starting or restarting another node without probing this one,
+    one slow answer does not kill it; probes failing for longer than the timeout do. (The clock
+    and the probe's answers are fakes so the test is exact; the child is a real process.)"""
+    import io
+
+    from mailbox_actors.cli import cluster as cluster_mod
+    from mailbox_actors.cli.cluster import ClusterSupervisor
+    from mailbox_actors.node.config import load_config
+
+    now = [0.0]
+    monkeypatch.setattr(cluster_mod, "time", type("T", (), {
+        "monotonic": staticmethod(lambda: now[0]), "sleep": staticmethod(lambda s: None)}))
+    cfg = load_config({"data": str(tmp_path / "cluster"), "nodes": 1, "health_timeout_s": 10},
+                      env={})
+    out = io.StringIO()
+    sup = ClusterSupervisor(cfg, out=out)
+    answers: list[bool] = []
+    monkeypatch.setattr(sup, "_answers", lambda i, p: answers.pop(0))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        sup.procs[0] = child  # type: ignore[assignment]
+        sup._last_ok[0] = 0.0  # ready at t=0, then not probed while another node restarted
+
+        def probe(at: float, answer: bool) -> None:
+            now[0] = at
+            answers.append(answer)
+            sup.check_health()
+
+        probe(30.0, False)  # one slow answer after the gap: not a node silent for 10 s
+        assert child.poll() is None and "killing" not in out.getvalue()
+        probe(31.0, True)
+        for t in range(32, 44):  # failing from t=32: killed once that is over 10 s old
+            probe(float(t), False)
+            assert (child.poll() is None) == (t - 32 <= 10), t
+        assert "node-0 (pid" in out.getvalue() and "for 10 s; killing it" in out.getvalue()
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+        child.wait()

@@ -74,7 +74,7 @@ async def test_roster_order_and_exactly_once_across_a_sigkill_of_the_quotas_node
     in order (no erased identity is active, none counted twice)."""
     c = Cluster(tmp_path / "cluster", 2)
     try:
-        c.wait_for("cluster: running")
+        c.wait_running()
         async with Client.from_data_dir(c.data, max_attempts=3) as client:
             tenant = "roster-tenant"
 

@@ -112,6 +112,7 @@ class ClusterSupervisor:
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * cfg.nodes
         self.restarts = [0] * cfg.nodes
         self._last_ok: list[float | None] = [None] * cfg.nodes  # None: not ready since spawned
+        self._failing_since: list[float | None] = [None] * cfg.nodes  # first failed probe
         self._next_check = 0.0
         self.failed = False  # a node refused its settings
         self._stopping = False
@@ -145,7 +146,7 @@ class ClusterSupervisor:
             port = self.cfg.smtp_listen_port
             cmd += ["--smtp-listen-port", str(port + i if port else 0)]
         # Its standard input is a pipe only this process writes to: when we die, it reads EOF.
-        self._last_ok[i] = None
+        self._last_ok[i] = self._failing_since[i] = None
         return subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE)
 
     def write_cluster_file(self) -> None:
@@ -215,9 +216,21 @@ class ClusterSupervisor:
             if p is None or p.poll() is not None or self._stopping:
                 continue
             last = self._last_ok[i]  # None: not ready yet since it was spawned, so not judged
+            asked = time.monotonic()
             if self._answers(i, p):
                 self._last_ok[i] = time.monotonic()
-            elif last is not None and time.monotonic() - last > self.cfg.health_timeout_s:
+                self._failing_since[i] = None
+                continue
+            if last is None:
+                continue
+            # Silent for health_timeout_s means probes failing for that long, counted from the
+            # first failed one: not from the last answer, which is stale after the supervisor
+            # spent seconds starting or restarting another node without probing this one (a
+            # single slow answer on a loaded machine then killed a healthy node).
+            failing = self._failing_since[i]
+            if failing is None:
+                self._failing_since[i] = asked
+            elif time.monotonic() - failing > self.cfg.health_timeout_s:
                 self.say(f"{self.names[i]} (pid {p.pid}) has not answered /healthz for "
                          f"{self.cfg.health_timeout_s:g} s; killing it")
                 p.kill()
