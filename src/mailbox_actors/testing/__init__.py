@@ -67,7 +67,6 @@ class TestRuntime:
         self.raise_errors = raise_errors
         self._errors = ErrorTap()
         self._started = False
-        self._objects = list(objects)
         self.data_dir = Path(data_dir) if data_dir is not None else Path(
             tempfile.mkdtemp(prefix="mailbox-actors-test-"))
         try:
