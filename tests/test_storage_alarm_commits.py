@@ -20,6 +20,8 @@ import actors_for_tests as afs
 from mailbox_actors.runtime.actor import Actor, AlarmInfo, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.events import EmitEvent
+from mailbox_actors.wire.mailbox import MailboxInit
 
 
 def wal_commits(path: Path) -> int:
@@ -114,3 +116,27 @@ async def test_a_removal_after_the_handlers_own_commit_is_not_synced(tmp_path: P
         assert sql._sys("SELECT count(*) FROM _ma_alarm").fetchone()[0] == 0
         await rt.advance(60_000)
         assert len(afs.ALARM_LOG) == 1
+
+
+@pytest.mark.anyio
+async def test_an_outbox_run_marks_its_events_in_the_runs_one_commit(tmp_path: Path) -> None:
+    """EV-2, AL-3: the outbox alarm publishes the undispatched events, and marking them
+    dispatched, clearing the outbox purpose and re-arming to maintenance is one commit (a crash
+    before it publishes them again: at least once, EV-3)."""
+    async with TestRuntime(tmp_path, durability="full") as rt:
+        m = rt.id_from_name("identity_mailbox", "a")
+        ids = {"tenant_id": "t1", "identity_id": "i1"}
+        await rt.call("identity_mailbox", m, MailboxInit(), **ids)
+        await rt.run_until_idle()  # identity.created out, and what init starts besides
+        for i in range(3):
+            await rt.call("identity_mailbox", m, EmitEvent(type="identity.updated",
+                                                           data={"n": i}), **ids)
+        path = rt.node.host.path_for("identity_mailbox", m)
+        before = wal_commits(path)
+        await rt.run_until_idle()
+        assert [e.sequence for e in rt.events.events()] == [1, 2, 3, 4]
+        assert wal_commits(path) == before + 1  # was 2: the marking committed on its own
+        sql = rt.node.host._active[("identity_mailbox", m)].runtime_storage.sql
+        assert sql.exec("SELECT count(*) FROM outbox WHERE dispatched_at IS NULL").one()[0] == 0
+        await rt.run_until_idle()
+        assert len(rt.events.published) == 4  # dispatched once

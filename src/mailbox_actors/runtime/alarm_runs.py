@@ -66,7 +66,8 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
                     storage, act.actor, act.cls.alarm_purposes,
                     now_ms=max(clock.now_ms(), stored),
                     dispatch_outbox=lambda: outbox.dispatch(storage.sql, event_sink,
-                                                            act.namespace, act.id),
+                                                            act.namespace, act.id,
+                                                            leave_last=True),
                     still_open=lambda: not act.closed, log=log, namespace=act.namespace)
             ok = True
         except Exception as e:

@@ -24,7 +24,7 @@ from mailbox_actors.wire.events import Event, EventsReply
 
 __all__ = ["DEFAULT_EVENTS_DAYS", "OUTBOX_BATCH", "OUTBOX_PURPOSE", "OUTBOX_SCHEMA", "EventSink",
            "EventsDays", "RecordingEventSink", "RetentionSource", "append", "check_event_data",
-           "dispatch", "has_undispatched", "prune", "read_events", "retention_days"]
+           "dispatch", "has_undispatched", "mark_dispatched", "prune", "read_events", "retention_days"]
 
 OUTBOX_PURPOSE = "outbox"  # the runtime's own alarm purpose: publish undispatched events
 
@@ -107,21 +107,31 @@ def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id:
     return event
 
 
-async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: str) -> None:
+async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: str, *,
+                   leave_last: bool = False) -> int | None:
     """The outbox alarm: publish undispatched events in order, then mark them dispatched; in
-    batches until none is left."""
+    batches until none is left.
+
+    ``leave_last``: the last batch is published but not marked; its last sequence is returned
+    for the caller to mark (``mark_dispatched``) in the transaction that ends its alarm run, so
+    a run costs one commit, not two. A crash before that commit publishes the batch again (EV-3:
+    at least once; consumers deduplicate on the event id)."""
     while True:
         rows = sql.exec("SELECT sequence, body FROM outbox WHERE dispatched_at IS NULL "
                         "ORDER BY sequence LIMIT ?", OUTBOX_BATCH).all()
         if not rows:
-            return
+            return None
         await sink.publish(namespace, object_id, [_DEC.decode(r[1]) for r in rows])
-        sql.transaction_sync(functools.partial(_mark_dispatched, int(rows[-1][0])))
+        last = int(rows[-1][0])
+        if leave_last and len(rows) < OUTBOX_BATCH:
+            return last
+        sql.transaction_sync(functools.partial(mark_dispatched, last))
         if len(rows) < OUTBOX_BATCH:
-            return
+            return None
 
 
-def _mark_dispatched(last: int, tx: SqlStorage) -> None:
+def mark_dispatched(last: int, tx: SqlStorage) -> None:
+    """Inside a transaction: every undispatched event up to sequence ``last`` was published."""
     tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence <= ? AND dispatched_at IS NULL",
             tx.now_ms(), last)
 

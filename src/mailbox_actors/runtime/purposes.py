@@ -46,7 +46,7 @@ def scheduled(storage: RuntimeStorage) -> dict[str, int]:
 
 
 async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str], *, now_ms: int,
-                  dispatch_outbox: Callable[[], Awaitable[None]], still_open: Callable[[], bool],
+                  dispatch_outbox: Callable[[], Awaitable[int | None]], still_open: Callable[[], bool],
                   log: Any, namespace: str) -> None:
     """Run each due purpose's method, earliest first; then re-arm to the earliest pending.
 
@@ -62,14 +62,15 @@ async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str
     try:
         for n, purpose in enumerate(due):
             method_name = methods.get(purpose)
+            published = None  # the outbox's last published sequence, marked with the clear
             if method_name is None and purpose != outbox.OUTBOX_PURPOSE:
                 log.warning("alarm_purpose_unknown", namespace=namespace, purpose=purpose)
             elif method_name is None:  # the runtime's own purpose
-                await dispatch_outbox()
+                published = await dispatch_outbox()
             else:
                 await getattr(actor, method_name)()
             clear = functools.partial(_clear, storage, purpose, pending[purpose],
-                                      method_name is None)
+                                      method_name is None, published)
             if n < len(due) - 1:
                 sql.transaction_sync(clear)
             else:
@@ -89,7 +90,9 @@ def _clear_and_rearm(storage: RuntimeStorage, clear: Callable[[SqlStorage], None
 
 
 def _clear(storage: RuntimeStorage, purpose: str, ran_at: int, runtime_outbox: bool,
-           tx: SqlStorage) -> None:
+           published: int | None, tx: SqlStorage) -> None:
+    if published is not None:  # the outbox's last batch: marked in the run's closing commit
+        outbox.mark_dispatched(published, tx)
     if purpose == outbox.OUTBOX_PURPOSE and runtime_outbox and outbox.has_undispatched(tx):
         schedule(storage, outbox.OUTBOX_PURPOSE, tx.now_ms())  # events emitted while it ran
         return
