@@ -13,13 +13,14 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import psycopg
+
+from _ports import free_port
 
 
 def find_binaries() -> tuple[Path | None, str]:
@@ -35,9 +36,7 @@ def find_binaries() -> tuple[Path | None, str]:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # below the ephemeral range: not taken before the server binds it
 
 
 class PgServer:

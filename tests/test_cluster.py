@@ -7,7 +7,6 @@ import io
 import json
 import os
 import queue
-import random
 import signal
 import socket
 import subprocess
@@ -20,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from _ports import free_port_block as _free_port_block
 from mailbox_actors.cli.cluster import ClusterSupervisor
 from mailbox_actors.core.actor_ids import id_from_name, namespace_key
 from mailbox_actors.http.client import HttpPool
@@ -28,37 +28,6 @@ from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
 
 pytestmark = pytest.mark.slow
-
-
-def _ephemeral_low() -> int:
-    """The first port the kernel hands out for bind(0) and outgoing connections."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _free_port_block(n: int) -> int:
-    """A base port with ``n`` consecutive free ports after it, below the ephemeral range: a port
-    in that range may be taken by any process's outgoing connection or bind(0) in the seconds
-    between this check and a node's bind (about 1 block in 100 was, on a loaded machine)."""
-    high = _ephemeral_low() - n
-    for _ in range(200):
-        base = random.randrange(20000, high)
-        socks = []
-        try:
-            for i in range(n):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no free port block")
 
 
 class Cluster:

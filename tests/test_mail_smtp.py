@@ -96,13 +96,13 @@ async def test_ehlo_refusal_is_a_definite_rejection() -> None:
 
 async def test_connect_failure_is_temporary() -> None:
     """Nothing listening: a temporary rejection with code connect_failed (nothing was sent) (CA-8, CA-11)."""
-    with socket.socket() as probe:
+    with socket.socket() as probe:  # bound, never listening: refused, and no one else's port
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    transport = SmtpTransport(SmtpConfig(host="127.0.0.1", port=port, local_hostname="c.test"))
-    assert await transport.send(email()) == ProviderRejected(code="connect_failed",
-                                                             klass="temporary")
-    await transport.aclose()
+        transport = SmtpTransport(SmtpConfig(host="127.0.0.1", port=port, local_hostname="c.test"))
+        assert await transport.send(email()) == ProviderRejected(code="connect_failed",
+                                                                 klass="temporary")
+        await transport.aclose()
 
 
 async def test_mail_from_refusals(sink: SmtpSink) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
+from _ports import free_port
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.app import FORWARD_MAX_S
@@ -71,9 +72,7 @@ def silent_port() -> Iterator[int]:
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # below the ephemeral range: nothing listens there meanwhile
 
 
 async def _id_server(answers: list[str]) -> tuple[RpcHttpServer, int]:

@@ -15,14 +15,13 @@ from pathlib import Path
 import anyio
 import pytest
 
+from _ports import free_port
 from mailbox_actors.rpc import Client
 from mailbox_actors.wire.quota import QuotaInit, QuotaUsage
 
 
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # below the ephemeral range: not taken before the node binds it
 
 
 class Lines:

@@ -12,7 +12,6 @@ import importlib.util
 import io
 import itertools
 import json
-import socket
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import msgspec
 import pytest
 import structlog
 
+from _ports import free_port
 from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.control.database import ControlDb
@@ -251,12 +251,6 @@ def _reset_structlog() -> Iterator[None]:
     yield
     structlog.reset_defaults()
     structlog.contextvars.clear_contextvars()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---- signatures ----------------------------------------------------------------------------------
