@@ -14,6 +14,7 @@ asks glibc to return free pages to the system (``malloc_trim``); elsewhere it do
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 from typing import Any
 
@@ -43,9 +44,13 @@ def memory_bound(configured: int, memory: int | None = None) -> int:
     return max(1, min(configured, memory // _MEMORY_SHARE // ACTOR_BUDGET_BYTES))
 
 
-def give_back() -> bool:
-    """Return the allocator's free pages to the system; True when it did (glibc only)."""
+def give_back(collect: bool = False) -> bool:
+    """Return the allocator's free pages to the system; True when it did (glibc only).
+    ``collect``: first free the evicted actors' reference cycles (a full ``gc`` pass: for a
+    batch the caller chose to wait for, not the periodic eviction)."""
     global _libc, _libc_tried
+    if collect:
+        gc.collect()
     if not _libc_tried:
         _libc_tried = True
         try:

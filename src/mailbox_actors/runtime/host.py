@@ -305,7 +305,7 @@ class ActorHost:
             self.evict(act)
         if trim or self._evicted_since_trim >= _TRIM_AFTER_EVICTIONS:
             self._evicted_since_trim = 0
-            give_back()
+            give_back(collect=trim)
         return len(victims)
 
     # Idle eviction is the host's timed work (``Clock.drive``): a loop on the system clock, one
