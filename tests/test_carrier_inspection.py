@@ -23,12 +23,14 @@ from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node import Node
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.control_ops import create_identity
+from mailbox_actors.objects.roster import JOINED
 from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.platform.services import Services
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.roster import MemberJoined, RosterAddress
 from mailbox_actors.wire.transport import ProviderRejected
 
 pytestmark = pytest.mark.anyio
@@ -62,7 +64,7 @@ async def test_pages_of_32_by_default_64_at_most_until_the_cursor_is_null() -> N
         while after is not None:
             page = msgspec.to_builtins(rt.node.inspect_deliveries(mid, after=after, limit=64))
             assert len(page["records"]) <= 64
-            seen += [r["email_id"] for r in page["records"]]
+            seen += [r["email_id"] for r in page["records"] if r["kind"] == "email"]
             after = page["next_cursor"]
         ids = [(await receipt(rt, mid, f"s-{i:02d}"))["email_id"] for i in range(70)]
         assert seen == sorted(ids) and len(set(seen)) == 70
@@ -74,7 +76,7 @@ async def test_pages_of_32_by_default_64_at_most_until_the_cursor_is_null() -> N
         text = json.dumps(first)
         for leak in ("@", "Private", "Secret", "hdr", "bob", "Hi Bob"):
             assert leak not in text
-        for bad in ({"limit": 65}, {"limit": 0}, {"after": "x" * 65}):
+        for bad in ({"limit": 65}, {"limit": 0}, {"after": "x" * 201}):
             with pytest.raises(MailboxActorsError) as e:
                 rt.node.inspect_deliveries(mid, **bad)  # type: ignore[arg-type]
             assert e.value.code == "invalid_request"
@@ -93,7 +95,7 @@ async def test_inspection_opens_no_owner_creates_nothing_arms_nothing(tmp_path: 
         before = file_digest(path)
         alarm = rt.node.scheduler.pending((NS, mid)) if rt.node.scheduler else None  # type: ignore[attr-defined]
         page = msgspec.to_builtins(rt.node.inspect_deliveries(mid))
-        assert [r["status"] for r in page["records"]] == ["queued"]
+        assert [r["status"] for r in page["records"] if r["kind"] == "email"] == ["queued"]
         assert not rt.node.host.is_active(NS, mid)
         assert file_digest(path) == before
         assert (rt.node.scheduler.pending((NS, mid)) if rt.node.scheduler  # type: ignore[attr-defined]
@@ -144,7 +146,8 @@ async def test_over_http_only_the_operator_token_may_inspect() -> None:
         mid = await mailbox(rt)
         await call(rt, mid, email())
         status, page = await get(url, f"/admin/deliveries/{mid}?limit=5", OPERATOR)
-        assert status == 200 and page["status"] == "available" and len(page["records"]) == 1
+        assert status == 200 and page["status"] == "available"
+        assert [r["kind"] for r in page["records"]] == ["email", "post"]  # and its roster news
         status, err = await get(url, f"/admin/deliveries/{mid}", TOKEN)
         assert status == 403 and err["err"]["code"] == "permission_denied"
         for token in (None, "wrong-token-0123456789"):
@@ -209,10 +212,60 @@ async def test_send_and_deliveries_commands(tmp_path: Path) -> None:
                             tenant_id=identity.tenant_id, identity_id=identity.id)
         status, pages = await run_cli("deliveries", identity.id, "--limit", "2", "--all",
                                       "--data", str(tmp_path), "--url", url)
-        assert status == 0 and [len(p["records"]) for p in pages] == [2, 2]
+        assert status == 0 and [len(p["records"]) for p in pages] == [2, 2, 1]
         assert pages[-1]["next_cursor"] is None
+        # PO-7: the identity's roster news to its tenant, by its producer key; no address.
+        news = pages[-1]["records"][0]
+        assert (news["kind"], news["key"]) == ("post", f"roster:{identity.id}:joined")
+        assert set(news) <= {"kind", "key", "state", "attempts", "retry_at_ms", "reason"}
         status, lines = await run_cli(
             "send", "--tenant", tenant.id, "--identity", identity.id, "--from", "not an address",
             "--to", "bob@example.com", "--text", "x", "--data", str(tmp_path), "--url", url)
         assert status == 1 and lines[0]["err"]["code"] == "invalid_request"
         assert lines[0]["err"]["details"]["field"] == "from"
+
+
+async def test_post_jobs_are_in_the_same_scan_with_key_state_and_reason_only() -> None:
+    """PO-7, CA-10: the operator scan pages an identity's Post jobs beside its Emails in one key
+    order (``kind`` email or post), the cursor continuing across both: a Post record carries the
+    producer's key (no internal prefix), state, attempts, retry time and dead-letter reason, never
+    the address or the event; a delivered Post row keeps only its key and state; an Email and a
+    Post job sharing a key are both seen, at every page size."""
+    async with TestRuntime() as rt:
+        mid = await mailbox(rt)  # its roster news is a Post job; no tenant here: a dead letter
+        for i in range(3):
+            await call(rt, mid, email(f"s-{i}", subject="Private subject"))
+        await rt.run_until_idle()
+        ids = sorted([(await receipt(rt, mid, f"s-{i}"))["email_id"] for i in range(3)])
+
+        def same_key(actor: Any, _storage: Any) -> None:  # a producer key equal to an email id
+            actor.sql.transaction_sync(lambda tx: actor.post.send(
+                tx, JOINED, RosterAddress("acme"), MemberJoined("idn_other", mid), ids[1]))
+        await rt.run_in_actor(NS, mid, same_key)
+        await rt.run_until_idle()
+        whole = msgspec.to_builtins(rt.node.inspect_deliveries(mid, limit=64))
+        assert whole["next_cursor"] is None
+        kinds = [(r["kind"], r.get("email_id") or r["key"]) for r in whole["records"]]
+        posts = [r for r in whole["records"] if r["kind"] == "post"]
+        assert sorted(k for k, _ in kinds) == ["email"] * 3 + ["post"] * 2
+        assert [k for _, k in kinds] == sorted(k for _, k in kinds)  # one key order
+        assert ("email", ids[1]) in kinds and ("post", ids[1]) in kinds
+        joined = next(r for r in posts if r["key"].startswith("roster:"))
+        assert joined["key"] == "roster:idn_support:joined"  # the producer's key as it gave it
+        assert (joined["state"], joined["reason"], joined["attempts"]) == (
+            "dead", "tenant_not_found", 1)
+        text = json.dumps(whole)
+        for leak in ("@", "Private", "acme", "idn_other", "tenant_id", "mailbox_id"):
+            assert leak not in text
+        for limit in (1, 2, 3, 4):  # every page size sees every record once, in the same order
+            seen, after = [], None
+            while True:
+                page = msgspec.to_builtins(rt.node.inspect_deliveries(mid, after=after,
+                                                                      limit=limit))
+                assert 1 <= len(page["records"]) <= max(limit, 2)
+                seen += page["records"]
+                after = page["next_cursor"]
+                if after is None:
+                    break
+                assert after == (seen[-1].get("email_id") or seen[-1]["key"])
+            assert seen == whole["records"], limit

@@ -36,9 +36,9 @@ def inspection_records(conn: sqlite3.Connection, after: str | None = None, limit
     out = []
     for key, state, attempts, next_at, reason in rows[:limit]:
         if state == "delivered":
-            out.append(PostInspectionRecord(kind="post", key=key, state=state))
+            out.append(PostInspectionRecord(key=key, state=state))
         else:
             out.append(PostInspectionRecord(
-                kind="post", key=key, state=state, attempts=attempts,
+                key=key, state=state, attempts=attempts,
                 retry_at_ms=next_at if state in ("queued", "failed") else None, reason=reason))
     return out, (out[-1].key if len(rows) > limit and out else None)

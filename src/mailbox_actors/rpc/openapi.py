@@ -117,15 +117,16 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
             "security": [{"clusterToken": []}], "responses": id_ok}}
     paths["/admin/deliveries/{object_id}"] = {"get": {
         "operationId": "admin_deliveries",
-        "summary": "Operator inspection of an IdentityMailbox's delivery records (CA-10)",
+        "summary": "Operator inspection of an IdentityMailbox's Emails and Post jobs (CA-10, PO-7)",
         "description": ("A read-only page of at most 64 records (32 by default), continued with "
                         "`after` = the last page's `next_cursor` until it is null. It opens no "
-                        "owner, creates nothing and arms nothing; records never carry "
-                        "addresses, bodies or headers. Needs the operator token."),
+                        "owner, creates nothing and arms nothing; records (`kind` email or "
+                        "post, in one key order) never carry addresses, events, bodies or "
+                        "headers. Needs the operator token."),
         "security": [{"operatorToken": []}],
         "parameters": [id_param,
                        {"name": "after", "in": "query", "required": False,
-                        "schema": {"type": "string", "maxLength": 64}},
+                        "schema": {"type": "string", "maxLength": 200}},
                        {"name": "limit", "in": "query", "required": False,
                         "schema": {"type": "integer", "minimum": 1, "maximum": 64,
                                    "default": 32}}],

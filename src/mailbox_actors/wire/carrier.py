@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from mailbox_actors.wire.post import PostInspectionRecord
 from mailbox_actors.wire.transport import OutboundEmail, TransportOutcome
 
 __all__ = [
@@ -146,9 +147,10 @@ class DeliveryEventReply(msgspec.Struct, frozen=True):
     duplicate: bool
 
 
-class DeliveryRecord(msgspec.Struct, frozen=True, kw_only=True):
+class DeliveryRecord(msgspec.Struct, frozen=True, kw_only=True, tag="email", tag_field="kind"):
     """One Email as the operator sees it (CA-10): state, attempts, retry time and provider
-    evidence; never addresses, bodies or headers."""
+    evidence; never addresses, bodies or headers. ``kind`` is ``email``, beside Post's records
+    (``kind`` ``post``, PO-7) in the same scan."""
 
     email_id: str
     status: str
@@ -164,7 +166,10 @@ class DeliveryRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class InspectionAvailable(msgspec.Struct, frozen=True, tag="available", tag_field="status"):
-    records: list[DeliveryRecord]
+    """One page: Emails and Post jobs in one key order (an Email's id, a Post job's producer
+    key); ``next_cursor`` is the last record's key, null at the end."""
+
+    records: list[DeliveryRecord | PostInspectionRecord]
     next_cursor: str | None
 
 

@@ -59,11 +59,12 @@ class DeadLetterPage(msgspec.Struct, frozen=True):
     next_cursor: str | None  # continue with after=next_cursor until None; a page may be empty
 
 
-class PostInspectionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+class PostInspectionRecord(msgspec.Struct, frozen=True, omit_defaults=True, tag="post",
+                           tag_field="kind"):
     """An operator's view (PO-7): never an address or an event. Delivered rows keep only their key
-    and state; ``attempts`` counts receiver invocations."""
+    and state; ``attempts`` counts receiver invocations. ``kind`` is ``post``, beside Carrier's
+    own records (``kind`` ``email``) in the same scan."""
 
-    kind: str  # "post", beside Carrier's own records in the same scan
     key: str
     state: str
     attempts: int | None = None
