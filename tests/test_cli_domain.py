@@ -61,15 +61,14 @@ def test_domain_add_check_and_status_from_the_command_line(dns: LoopbackDns,
         assert status.returncode == 0 and "shop.example  verified" in status.stdout
         assert "dkim   pass" in status.stdout and "spf_ok" in status.stdout
         deadline = time.monotonic() + 30  # the outbox dispatches the event in the background
-        while time.monotonic() < deadline:
-            doc = json.loads(cli("domain", "status", "shop.example", "--json", "--data",
-                                 data).stdout)
+        while time.monotonic() < deadline:  # the row, not a CLI process per look (seconds each)
             with sqlite3.connect(cluster.data / "control.sqlite") as conn:
                 state = conn.execute("SELECT state FROM domains WHERE name = 'shop.example'"
                                      ).fetchone()[0]
             if state == "verified":
                 break
             time.sleep(0.1)
+        doc = json.loads(cli("domain", "status", "shop.example", "--json", "--data", data).stdout)
         assert state == "verified" and doc["state"] == "verified"
         missing = cli("domain", "status", "other.example", "--data", data)
         assert missing.returncode == 2 and "add it first" in missing.stderr
