@@ -53,7 +53,11 @@ def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
     if not handle:
         return None
     name = lib.sqlite3_db_filename(handle, b"main")
-    if name is None or os.fsdecode(name) not in (str(path.absolute()), os.path.realpath(path)):
+    if name is None:
+        return None
+    # realpath (a syscall per path component) only when the plain absolute path differs.
+    opened = os.fsdecode(name)
+    if opened != str(path.absolute()) and opened != os.path.realpath(path):
         return None
     return int(handle)
 
