@@ -183,6 +183,24 @@ async def _never_verifies(rt: TestRuntime, dns: LoopbackDns) -> None:
     assert (reply["state"], reply["verdict"]) == ("verified", "pass")
 
 
+async def test_changed_expectations_are_checked_at_once(rt: TestRuntime, dns: LoopbackDns
+                                                        ) -> None:
+    """DM-5: a repeated init with other expected records checks the domain again at once against
+    them (the last results answered the old ones); one with the same records changes nothing."""
+    publish(dns)
+    mid = await init(rt)
+    assert (await status(rt, mid))["state"] == "verified"
+    runs = len((await status(rt, mid))["last_checks"])
+    await init(rt, expected=EXPECTED)
+    assert len((await status(rt, mid))["last_checks"]) == runs
+    other = ExpectedRecords(spf_include="_spf.other-provider.net", mx_hosts=["mx9.provider.net"])
+    await init(rt, expected=other)
+    st = await status(rt, mid)
+    assert len(st["last_checks"]) == runs + 1
+    assert codes(st)["spf"] == "spf_include_missing" and codes(st)["mx"] == "mx_host_missing"
+    assert st["consecutive_failures"] == 1 and st["state"] == "verified"  # hysteresis holds
+
+
 async def test_spf_loops_and_bad_records_are_verdicts_with_a_diagnosis(
         rt: TestRuntime, dns: LoopbackDns) -> None:
     """DM-2: an SPF include loop, an oversize DKIM record and a DMARC record without a policy are

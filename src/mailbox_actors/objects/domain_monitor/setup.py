@@ -92,11 +92,16 @@ def init(actor: DomainMonitor, tx: SqlStorage, call: Call, req: DomainInit) -> I
         actor.ctx.emit(tx, "domain.created", {"state": DomainState.PENDING.value})
         actor.ctx.schedule("check", now)  # the first check runs at once
         return InitReply(created=True)
-    existing = tx.exec("SELECT name FROM domain WHERE id = 1").one()[0]
+    existing, stored = tx.exec("SELECT name, expected FROM domain WHERE id = 1").one()
     if existing != name:
         raise MailboxActorsError(ErrorCode.CONFLICT,
                                  "this monitor already watches a different domain")
-    tx.exec("UPDATE domain SET expected = ? WHERE id = 1", _ENC.encode(expected))
+    blob = _ENC.encode(expected)
+    if blob != stored:
+        # New expectations: the last verdicts answered the old ones, so check again now (a
+        # failed domain has no periodic check that would).
+        tx.exec("UPDATE domain SET expected = ? WHERE id = 1", blob)
+        actor.ctx.schedule("check", now)
     return InitReply(created=False)
 
 
