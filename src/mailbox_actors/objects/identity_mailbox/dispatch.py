@@ -72,40 +72,78 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     """Send every due Email, up to ``DISPATCH_CONCURRENCY`` at once (each on its own transport
     connection, so one Email's database work overlaps another's time on the wire); returns
     when none is due and none is in flight. Each Email still goes checks, intent, send, outcome
-    in that order."""
-    claimed: set[str] = set()
+    in that order; what changes is how many share a commit: the outcomes that came back since
+    the last look and the intents of the Emails about to start commit in one transaction, and
+    only after it commits are those Emails handed to the transport (CA-4)."""
+    in_flight: set[str] = set()
+    finished: list[tuple[str, TransportOutcome]] = []
+    skipped: set[str] = set()  # failed a check this run (delayed, ended): not looked at again
     changed = anyio.Event()
     credits = Credits()
     started = 0
 
-    async def one(row: EmailRow) -> None:
-        nonlocal changed
+    async def one(email: OutboundEmail) -> None:
         try:
-            email = await _prepare(mb, row, lease_ms=None, credits=credits)
-            if email is not None:
-                outcome = await _send(transport, email)
-                mb.sql.transaction_sync(functools.partial(_record, mb, email_id=email.email_id,
-                                                          outcome=outcome))
+            outcome = await _send(transport, email)
+            finished.append((email.email_id, outcome))  # committed by the loop's next commit
         finally:
-            claimed.discard(row.email_id)
+            in_flight.discard(email.email_id)
             changed.set()
 
-    async with anyio.create_task_group() as tg:
-        while True:
-            if len(claimed) < DISPATCH_CONCURRENCY and started < DISPATCH_RUN_MAX:
-                due = [r for r in store.rows_where(mb.sql, _DUE_MANY, mb.ctx.now_ms(),
-                                                   DISPATCH_CONCURRENCY * 2)
-                       if r.email_id not in claimed]
-                if due:
+    try:
+        async with anyio.create_task_group() as tg:
+            while True:
+                changed = anyio.Event()
+                ready: list[EmailRow] = []
+                free = min(DISPATCH_CONCURRENCY - len(in_flight), DISPATCH_RUN_MAX - started)
+                checked = False
+                if free > 0:
+                    due = [r for r in store.rows_where(mb.sql, _DUE_MANY, mb.ctx.now_ms(),
+                                                       DISPATCH_CONCURRENCY * 2 + len(skipped))
+                           if r.email_id not in skipped]
                     credits.due = min(len(due), DISPATCH_RUN_MAX - started)
-                    started += 1
-                    claimed.add(due[0].email_id)
-                    tg.start_soon(one, due[0])
-                    continue
-            if not claimed:
-                return
-            await changed.wait()
-            changed = anyio.Event()
+                    for row in due[:free]:
+                        started, checked = started + 1, True
+                        if await _checks(mb, row, credits):
+                            ready.append(row)
+                        else:
+                            skipped.add(row.email_id)
+                emails: list[OutboundEmail] = []
+                if finished or ready:
+                    emails = mb.sql.transaction_sync(functools.partial(
+                        _commit_round, mb, _take(finished), ready))
+                for email in emails:
+                    in_flight.add(email.email_id)
+                    tg.start_soon(one, email)
+                if not in_flight and not finished:
+                    if not checked:
+                        return
+                    continue  # this round's rows ended before intent: look for more
+                if not emails and not finished:
+                    await changed.wait()
+    finally:
+        if finished:  # cancelled with outcomes in hand: commit them, the sweep cannot know
+            mb.sql.transaction_sync(functools.partial(_commit_round, mb, _take(finished), []))
+
+
+def _take(items: list[tuple[str, TransportOutcome]]) -> list[tuple[str, TransportOutcome]]:
+    out = items[:]
+    items.clear()
+    return out
+
+
+def _commit_round(mb: IdentityMailbox, outcomes: list[tuple[str, TransportOutcome]],
+                  ready: list[EmailRow], tx: SqlStorage) -> list[OutboundEmail]:
+    """One transaction: the outcomes that came back, then dispatch intent for ``ready``; the
+    Emails now ``dispatching`` (to send once this commits)."""
+    for email_id, outcome in outcomes:
+        _record(mb, tx, email_id=email_id, outcome=outcome)
+    emails = []
+    for row in ready:
+        email = _intent(mb, tx, row, None)
+        if email is not None:
+            emails.append(email)
+    return emails
 
 
 def _sweep(mb: IdentityMailbox, tx: SqlStorage) -> None:
@@ -140,13 +178,21 @@ async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None,
                    credits: Credits | None = None) -> OutboundEmail | None:
     """The checks before intent, then intent committed; the Email to send, or None (it ended,
     was delayed, or changed meanwhile)."""
+    if not await _checks(mb, row, credits):
+        return None
+    return mb.sql.transaction_sync(lambda tx: _intent(mb, tx, row, lease_ms))
+
+
+async def _checks(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -> bool:
+    """Expiry, ``can_send``, then TenantQuota: True when the Email may go on to intent; False when
+    it ended or was delayed (each committed here)."""
     ctx, sql, log = mb.ctx, mb.sql, mb.ctx.log
     if row.send_before is not None and ctx.now_ms() >= row.send_before:
         def expire(tx: SqlStorage) -> None:
             store.move(ctx, tx, row, EmailStatus.EXPIRED, next_attempt_at_ms=None)
             store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
         sql.transaction_sync(expire)
-        return None
+        return False
     hook = ctx.service(CAN_SEND)
     if hook is not None:
         try:
@@ -158,7 +204,7 @@ async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None,
             sql.transaction_sync(lambda tx: tx.exec(
                 "UPDATE emails SET next_attempt_at_ms = ? WHERE email_id = ?",
                 tx.now_ms() + CAN_SEND_RETRY_MS, row.email_id))
-            return None
+            return False
         if not ok:
             def supersede(tx: SqlStorage) -> None:
                 now_row = store.row_by_id(tx, row.email_id)
@@ -167,22 +213,24 @@ async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None,
                                next_attempt_at_ms=None)
                     store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
             sql.transaction_sync(supersede)
-            return None
-    if not await reserve(mb, row, credits):
-        return None
+            return False
+    return await reserve(mb, row, credits)
 
-    def intent(tx: SqlStorage) -> OutboundEmail | None:
-        now_row = store.row_by_id(tx, row.email_id)
-        if now_row is None or now_row.status != EmailStatus.QUEUED:
-            return None  # cancelled (or erased) while we asked
-        email = store.load_content(tx, now_row)
-        lease = None if lease_ms is None else tx.now_ms() + lease_ms
-        store.move(ctx, tx, now_row, EmailStatus.DISPATCHING, {"attempt": now_row.attempts + 1},
-                   next_attempt_at_ms=None, lease_until_ms=lease)
-        if lease is not None:
-            store.wake_dispatch(ctx, lease)  # the sweep that settles an unreported lease
-        return email
-    return sql.transaction_sync(intent)
+
+def _intent(mb: IdentityMailbox, tx: SqlStorage, row: EmailRow,
+            lease_ms: int | None) -> OutboundEmail | None:
+    """Dispatch intent, in the caller's transaction: the Email to send once it commits, or None
+    (cancelled or erased while the checks ran)."""
+    now_row = store.row_by_id(tx, row.email_id)
+    if now_row is None or now_row.status != EmailStatus.QUEUED:
+        return None
+    email = store.load_content(tx, now_row)
+    lease = None if lease_ms is None else tx.now_ms() + lease_ms
+    store.move(mb.ctx, tx, now_row, EmailStatus.DISPATCHING, {"attempt": now_row.attempts + 1},
+               next_attempt_at_ms=None, lease_until_ms=lease)
+    if lease is not None:
+        store.wake_dispatch(mb.ctx, lease)  # the sweep that settles an unreported lease
+    return email
 
 
 async def _send(transport: Transport, email: OutboundEmail) -> TransportOutcome:
