@@ -24,7 +24,7 @@ from mailbox_actors.core.backoff import (
     alarm_retry_delay_ms,
     exponential_delay_ms,
 )
-from mailbox_actors.core.ulid import MAX_RANDOM, next_ulid_parts
+from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid, next_ulid_parts
 
 # Hypothesis' per-example deadline is a timing assertion; tests here assert behaviour only.
 no_deadline = settings(deadline=None)
@@ -53,6 +53,20 @@ def test_ulid_same_millisecond_increments_random_part() -> None:
 def test_ulid_clock_going_back_keeps_the_last_millisecond() -> None:
     """A clock that steps back never makes ids go backwards (RT-12)."""
     assert next_ulid_parts((T0, 7), T0 - 5, R1) == (T0, 8)
+
+
+def test_ulid_text_is_the_canonical_crockford_form() -> None:
+    """An id's text is the ULID's canonical 26-character Crockford base-32 form, as the ulid
+    package prints it, at the edges and in between, so ids sort by time then randomness (RT-12)."""
+    from ulid import ULID
+
+    cases = [(0, 0), ((1 << 48) - 1, MAX_RANDOM), (T0, int.from_bytes(R1, "big")), (T0, 1),
+             (1, MAX_RANDOM), (T0 + 1, 0)]
+    for ms, rand in cases:
+        expected = str(ULID.from_bytes(ms.to_bytes(6, "big") + rand.to_bytes(10, "big")))
+        assert encode_ulid(ms, rand) == expected
+    texts = [encode_ulid(ms, rand) for ms, rand in sorted(cases)]
+    assert texts == sorted(texts) and all(len(t) == 26 for t in texts)
 
 
 def test_ulid_overflow_moves_to_next_millisecond() -> None:

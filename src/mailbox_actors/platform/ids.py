@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ulid import ULID
-
-from mailbox_actors.core.ulid import next_ulid_parts
+from mailbox_actors.core.ulid import encode_ulid, next_ulid_parts
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.rng import Rng
 
@@ -28,5 +26,4 @@ class Ids:
             raise ValueError(f"id prefix must match {PREFIX_RE.pattern!r}, got {prefix!r}")
         ms, rand = next_ulid_parts(self._last, self._clock.now_ms(), self._rng.random_bytes(10))
         self._last = (ms, rand)
-        raw = ms.to_bytes(6, "big") + rand.to_bytes(10, "big")
-        return f"{prefix}_{ULID.from_bytes(raw)}"
+        return f"{prefix}_{encode_ulid(ms, rand)}"
