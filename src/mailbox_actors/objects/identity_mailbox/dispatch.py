@@ -78,6 +78,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     in_flight: set[str] = set()
     finished: list[tuple[str, TransportOutcome]] = []
     skipped: set[str] = set()  # failed a check this run (delayed, ended): not looked at again
+    due: list[EmailRow] = []  # read ahead, not started yet (intent re-reads each row)
     changed = anyio.Event()
     credits = Credits()
     started = 0
@@ -98,16 +99,20 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                 free = min(DISPATCH_CONCURRENCY - len(in_flight), DISPATCH_RUN_MAX - started)
                 checked = False
                 if free > 0:
-                    due = [r for r in store.rows_where(mb.sql, _DUE_MANY, mb.ctx.now_ms(),
-                                                       DISPATCH_CONCURRENCY * 2 + len(skipped))
-                           if r.email_id not in skipped]
+                    if not due:  # read a few ahead: one query serves several rounds
+                        due = [r for r in store.rows_where(
+                            mb.sql, _DUE_MANY, mb.ctx.now_ms(),
+                            DISPATCH_CONCURRENCY * 2 + len(skipped) + len(in_flight))
+                            if r.email_id not in skipped and r.email_id not in in_flight]
                     credits.due = min(len(due), DISPATCH_RUN_MAX - started)
-                    for row in due[:free]:
+                    take, due = due[:free], due[free:]
+                    for row in take:
                         started, checked = started + 1, True
                         if await _checks(mb, row, credits):
                             ready.append(row)
-                        else:
+                        else:  # ended or delayed (a full quota delays every due Email)
                             skipped.add(row.email_id)
+                            due = []
                 emails: list[OutboundEmail] = []
                 if finished or ready:
                     emails = mb.sql.transaction_sync(functools.partial(
@@ -222,8 +227,8 @@ def _intent(mb: IdentityMailbox, tx: SqlStorage, row: EmailRow,
     """Dispatch intent, in the caller's transaction: the Email to send once it commits, or None
     (cancelled or erased while the checks ran)."""
     now_row = store.row_by_id(tx, row.email_id)
-    if now_row is None or now_row.status != EmailStatus.QUEUED:
-        return None
+    if now_row is None or now_row.status != EmailStatus.QUEUED or now_row.attempts != row.attempts:
+        return None  # the quota was reserved for the attempt the checks saw
     email = store.load_content(tx, now_row)
     lease = None if lease_ms is None else tx.now_ms() + lease_ms
     store.move(mb.ctx, tx, now_row, EmailStatus.DISPATCHING, {"attempt": now_row.attempts + 1},
