@@ -16,6 +16,7 @@ import hashlib
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 
 from mailbox_actors.core.carrier.rejections import temporary_retry_at
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus
@@ -126,6 +127,9 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                     continue  # this round's rows ended before intent: look for more
                 if not emails and not finished:
                     await changed.wait()
+                    # Sends whose replies came in the same moment finish on this checkpoint:
+                    # their outcomes share the next round's commit.
+                    await anyio.lowlevel.checkpoint()
     finally:
         if finished:  # cancelled with outcomes in hand: commit them, the sweep cannot know
             mb.sql.transaction_sync(functools.partial(_commit_round, mb, _take(finished), []))
