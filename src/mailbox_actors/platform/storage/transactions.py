@@ -125,6 +125,21 @@ class Transactions(ScreenedConnection):
                             "function: no await may happen inside a transaction")
         if self._depth:
             return self._savepoint(fn)
+        before = self._begin_top()
+        try:
+            result = self._call(fn)
+            if self._state is TxState.ENDED:  # fn went on after SQLite ended the transaction
+                raise TransactionRolledBack(self._ended_by)
+        except BaseException:
+            self._end_explicit()
+            self._undo_top(before)
+            raise
+        self._commit_top(before)
+        return result
+
+    def _begin_top(self) -> tuple[AlarmRun | None, bool]:
+        """BEGIN an outermost transaction; returns the alarm run it is part of and whether its
+        handler had set an alarm before it, which a rollback restores (it undoes a set_alarm)."""
         self._hooks.before_transaction()
         if self._state is TxState.IMPLICIT:
             self._flush()
@@ -132,31 +147,24 @@ class Transactions(ScreenedConnection):
         self._depth, self._state = 1, TxState.EXPLICIT
         self._txn_now = self._now()
         run = self._alarm_run
-        set_in_handler = run is not None and run.set_in_handler  # a rollback undoes a set_alarm
-        try:
-            result = self._call(fn)
-            if self._state is TxState.ENDED:  # fn went on after SQLite ended the transaction
-                raise TransactionRolledBack(self._ended_by)
-        except BaseException:
-            self._end_explicit()
-            if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
-                self._sys(self._rollback)
-            self._reload_alarm()
-            if run is not None:
-                run.set_in_handler = set_in_handler
-            raise
+        return run, run is not None and run.set_in_handler
+
+    def _undo_top(self, before: tuple[AlarmRun | None, bool]) -> None:
+        if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
+            self._sys(self._rollback)
+        self._reload_alarm()
+        run, set_in_handler = before
+        if run is not None:
+            run.set_in_handler = set_in_handler
+
+    def _commit_top(self, before: tuple[AlarmRun | None, bool]) -> None:
         self._end_explicit()
         try:
             self._sys(self._commit)
         except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
-            if self._conn.in_transaction:
-                self._sys(self._rollback)
-            self._reload_alarm()
-            if run is not None:
-                run.set_in_handler = set_in_handler
+            self._undo_top(before)
             raise self._map_error(e) from e
         self._after_commit()
-        return result
 
     async def _transaction_async(self, fn: Callable[[Self], Awaitable[T]]) -> T:
         """Run ``await fn(sql)`` in one transaction that may await (RT-16): commit when it
@@ -164,37 +172,16 @@ class Transactions(ScreenedConnection):
         the actor's input gate around it; nested inside another it is a savepoint."""
         if self._depth:
             return await self._savepoint_async(fn)
-        self._hooks.before_transaction()
-        if self._state is TxState.IMPLICIT:
-            self._flush()
-        self._sys(self._begin)
-        self._depth, self._state = 1, TxState.EXPLICIT
-        self._txn_now = self._now()
-        run = self._alarm_run
-        set_in_handler = run is not None and run.set_in_handler
+        before = self._begin_top()
         try:
             result = await fn(self)
             if self._state is TxState.ENDED:
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._end_explicit()
-            if self._conn.in_transaction:
-                self._sys(self._rollback)
-            self._reload_alarm()
-            if run is not None:
-                run.set_in_handler = set_in_handler
+            self._undo_top(before)
             raise
-        self._end_explicit()
-        try:
-            self._sys(self._commit)
-        except sqlite3.Error as e:
-            if self._conn.in_transaction:
-                self._sys(self._rollback)
-            self._reload_alarm()
-            if run is not None:
-                run.set_in_handler = set_in_handler
-            raise self._map_error(e) from e
-        self._after_commit()
+        self._commit_top(before)
         return result
 
     async def _savepoint_async(self, fn: Callable[[Self], Awaitable[T]]) -> T:
