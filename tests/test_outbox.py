@@ -371,5 +371,5 @@ async def test_an_event_is_delivered_after_an_outage_longer_than_the_alarm_retri
         await rt.advance(300_000)
         await db.open()
         await rt.advance(120_000)
-        assert [r.type for r in await db.events(tenant.id)] == ["identity.created",
-                                                                 "identity.updated"]
+        assert [r.type for r in await db.events(tenant.id)] == [
+            "quota.created", "identity.created", "identity.updated"]

@@ -11,11 +11,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mailbox_actors.node.control_ops import UNLIMITED, create_identity
 from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit
 from mailbox_actors.wire.post import PostDeadLetters, PostRetry
-from mailbox_actors.wire.quota import QuotaInit
+from mailbox_actors.wire.quota import QuotaInit, QuotaStatus
 from mailbox_actors.wire.roster import QuotaRoster
 from test_cluster import Cluster
 
@@ -127,3 +128,32 @@ async def test_roster_order_and_exactly_once_across_a_sigkill_of_the_quotas_node
             assert roster == {"active": 12, "joined": 24, "left": 12}
     finally:
         c.stop()
+
+
+async def test_creating_an_identity_initialises_its_tenants_quota_so_the_roster_arrives(
+        tmp_path: Path) -> None:
+    """PO-5: creating an identity through the control database initialises its tenant's
+    TenantQuota first when it was never initialised (with the largest limits: none in effect),
+    so the roster's joined letter is delivered, not a tenant_not_found dead letter; a quota
+    with limits already keeps them (init with keep_existing leaves them as they are)."""
+    async with TestRuntime(tmp_path, control=True) as rt:
+        db = rt.node.control_db
+        assert db is not None
+        fresh, limited = await db.create_tenant("fresh"), await db.create_tenant("limited")
+        q_limited = rt.id_from_name("tenant_quota", limited.id)
+        await rt.call("tenant_quota", q_limited, QuotaInit(per_minute=7, per_day=70),
+                      tenant_id=limited.id)
+        made = [await create_identity(db, rt.node, t.id, "support") for t in (fresh, limited)]
+        await rt.run_until_idle()
+        for tenant, ident in zip((fresh, limited), made, strict=True):
+            owner = {"tenant_id": tenant.id, "identity_id": ident.id}
+            dead = await rt.call("identity_mailbox", ident.mailbox_id, PostDeadLetters(), **owner)
+            assert dead["letters"] == []
+            q = rt.id_from_name("tenant_quota", tenant.id)
+            assert await rt.call("tenant_quota", q, QuotaRoster(), tenant_id=tenant.id) == {
+                "active": 1, "joined": 1, "left": 0}
+        status = await rt.call("tenant_quota", rt.id_from_name("tenant_quota", fresh.id),
+                               QuotaStatus(), tenant_id=fresh.id)
+        assert (status["per_minute"], status["per_day"]) == (UNLIMITED, UNLIMITED)
+        status = await rt.call("tenant_quota", q_limited, QuotaStatus(), tenant_id=limited.id)
+        assert (status["per_minute"], status["per_day"]) == (7, 70)

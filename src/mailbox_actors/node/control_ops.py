@@ -20,14 +20,22 @@ from mailbox_actors.wire.control import Domain, Identity, Tenant
 from mailbox_actors.wire.domain import DomainInit, ExpectedRecords
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.mailbox import MailboxInit
+from mailbox_actors.wire.quota import QuotaInit
 
-__all__ = ["Caller", "create_domain", "create_identity", "create_tenant"]
+__all__ = ["UNLIMITED", "Caller", "create_domain", "create_identity", "create_tenant"]
+
+# The largest limits a quota takes: in effect none, as for a quota never initialised (Carrier's
+# quota gate lets everything through then). Creating an identity initialises its tenant's quota
+# with these unless it has limits already, so the roster's letters have somewhere to arrive.
+UNLIMITED = 1_000_000_000
 
 
 class Caller(Protocol):
     """A Node (in process) or a Client (over the network)."""
 
     def new_unique_id(self, namespace: str) -> Any: ...  # a str, or an awaitable of one
+
+    def id_from_name(self, namespace: str, name: str) -> Any: ...  # likewise
 
     async def call(self, namespace: str, object_id: str, req: Any, *, tenant_id: str | None = ...,
                    identity_id: str | None = ...) -> Any: ...
@@ -57,6 +65,7 @@ async def create_identity(db: ControlDb, caller: Caller, tenant_id: str, name: s
                                  details={"identity_id": existing.id},
                                  fix="Choose another name: an erased identity is not reused.")
     if existing.status == "creating":
+        await _ensure_quota(caller, tenant_id)
         await caller.call("identity_mailbox", existing.mailbox_id, MailboxInit(),
                           tenant_id=tenant_id, identity_id=existing.id)
         await db.set_identity_status(existing.id, "active")
@@ -64,6 +73,18 @@ async def create_identity(db: ControlDb, caller: Caller, tenant_id: str, name: s
     if addresses:
         await add_addresses(db, existing.id, addresses, existing.created_at_ms)
     return existing
+
+
+async def _ensure_quota(caller: Caller, tenant_id: str) -> None:
+    """Initialise the tenant's TenantQuota unless it has limits (then they are kept): the new
+    mailbox's roster letter (objects/roster.py) would otherwise be a ``tenant_not_found`` dead
+    letter. Before the mailbox's own init, so the letter finds the quota on its first try."""
+    quota_id = caller.id_from_name("tenant_quota", tenant_id)
+    if inspect.isawaitable(quota_id):
+        quota_id = await quota_id
+    await caller.call("tenant_quota", str(quota_id),
+                      QuotaInit(per_minute=UNLIMITED, per_day=UNLIMITED, keep_existing=True),
+                      tenant_id=tenant_id)
 
 
 async def create_domain(db: ControlDb, caller: Caller, tenant_id: str, name: str,

@@ -122,6 +122,8 @@ class TenantQuota(Actor[QuotaRequest]):
         created = self.ctx.claim_owner(call)
         # A repeated init may change the limits; the owner is fixed.
         before = tx.exec("SELECT per_minute, per_day FROM limits WHERE id = 1").all()
+        if before and req.keep_existing:
+            return InitReply(created=created)
         tx.exec("INSERT OR REPLACE INTO limits (id, per_minute, per_day) VALUES (1, ?, ?)",
                 req.per_minute, req.per_day)
         self._limits = (req.per_minute, req.per_day)

@@ -22,6 +22,9 @@ Key = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 class QuotaInit(msgspec.Struct, tag="init", tag_field="op", forbid_unknown_fields=True):
     per_minute: Limit
     per_day: Limit
+    # True: a quota that already has limits keeps them (creating an identity initialises its
+    # tenant's quota this way, so an operator's limits are never overwritten by it).
+    keep_existing: bool = False
 
 
 class QuotaReserve(msgspec.Struct, tag="reserve", tag_field="op", forbid_unknown_fields=True):
