@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mailbox_actors.core.dns.answers import Answer, Outcome, Query, Rtype
-from mailbox_actors.core.dns.checks import check_dkim, check_dmarc, check_mx, dkim_query
+from mailbox_actors.core.dns.checks import (
+    check_dkim,
+    check_dmarc,
+    check_mx,
+    dkim_query,
+    dmarc_fallback_query,
+)
 from mailbox_actors.core.dns.names import NameRefused, normalise_domain
 from mailbox_actors.core.dns.results import combine
 from mailbox_actors.core.dns.spf import MAX_LOOKUPS, SpfPlan, evaluate_spf
@@ -107,6 +113,34 @@ def test_dkim_finds_the_selectors_key_directly_or_through_a_cname() -> None:
 
 
 # ---- DMARC ---------------------------------------------------------------------------------------
+
+def test_dmarc_falls_back_to_the_organizational_domain_only_without_a_record_of_its_own(
+        ) -> None:
+    """DM-2, RFC 7489 6.6.3: a domain with no DMARC record (none, NXDOMAIN, or only non-DMARC
+    TXT) asks its organizational domain, whose record then applies; a domain with a record, one
+    that is its own organizational domain, or a transient answer asks nothing more; the
+    fallback's own verdicts (missing, transient, bad) are the domain's."""
+    own, org = "_dmarc.news.example.co.uk", "_dmarc.example.co.uk"
+    missing = rec(own, Rtype.TXT, "unrelated")
+    assert dmarc_fallback_query("news.example.co.uk", "example.co.uk", missing) == (org, Rtype.TXT)
+    assert dmarc_fallback_query("news.example.co.uk", "example.co.uk",
+                                out(own, Rtype.TXT, Outcome.NXDOMAIN)) == (org, Rtype.TXT)
+    assert dmarc_fallback_query("news.example.co.uk", "example.co.uk",
+                                rec(own, Rtype.TXT, "v=DMARC1; p=none")) is None
+    assert dmarc_fallback_query("example.co.uk", "example.co.uk", missing) is None
+    assert dmarc_fallback_query("news.example.co.uk", None, missing) is None
+    assert dmarc_fallback_query("news.example.co.uk", "example.co.uk",
+                                out(own, Rtype.TXT, Outcome.TIMEOUT)) is None
+    r = check_dmarc(missing, rec(org, Rtype.TXT, "v=DMARC1; p=reject"))
+    assert (r.verdict, r.code) == (Verdict.PASS, "dmarc_ok")
+    assert "organizational" in r.message and org in r.message
+    r = check_dmarc(missing, rec(org, Rtype.TXT))
+    assert r.code == "dmarc_missing" and own in r.message and org in r.message
+    assert check_dmarc(missing, out(org, Rtype.TXT, Outcome.SERVFAIL)).verdict is Verdict.UNKNOWN
+    assert check_dmarc(missing, rec(org, Rtype.TXT, "v=DMARC1; p=maybe")).code == \
+        "dmarc_bad_policy"
+    assert check_dmarc(missing).code == "dmarc_missing"
+
 
 def test_dmarc_needs_one_record_with_a_policy_and_tolerates_junk_tags() -> None:
     """DM-2: DMARC passes on one v=DMARC1 record with p=none|quarantine|reject, whatever junk tags

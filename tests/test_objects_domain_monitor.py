@@ -128,6 +128,25 @@ async def test_a_removed_record_fails_the_domain_only_after_n_checks_and_recover
                                                    "previous_state": "failing"})
 
 
+async def test_a_subdomain_without_dmarc_takes_its_organizational_domains_policy(
+        rt: TestRuntime, dns: LoopbackDns) -> None:
+    """DM-2, RFC 7489 6.6.3: a subdomain with every record but DMARC verifies on the DMARC record
+    of its organizational domain (from the Public Suffix List: news.example.co.uk's is
+    example.co.uk); once that one is removed too, DMARC is missing at both names."""
+    sub = "news.example.co.uk"
+    publish(dns, sub)
+    dns.remove(f"_dmarc.{sub}")
+    dns.set("_dmarc.example.co.uk", "TXT", "v=DMARC1; p=reject")
+    mid = await init(rt, sub)
+    st = await status(rt, mid)
+    assert st["state"] == "verified" and codes(st)["dmarc"] == "dmarc_ok"
+    assert "_dmarc.example.co.uk" in next(r["message"] for r in st["results"]
+                                          if r["record"] == "dmarc")
+    dns.remove("_dmarc.example.co.uk")
+    st = msgspec.to_builtins(await rt.call("domain_monitor", mid, DomainCheck(), tenant_id="t1"))
+    assert codes(st)["dmarc"] == "dmarc_missing"
+
+
 async def test_timeouts_and_garbage_never_fail_a_domain(rt: TestRuntime, dns: LoopbackDns) -> None:
     """DM-1, DM-2, DM-3: while the nameserver never answers, or answers garbage or SERVFAIL, every
     check is unknown (dns_timeout, dns_servfail): a verified domain stays verified with no failure

@@ -16,8 +16,8 @@ from mailbox_actors.core.dns.results import fail, ok, transient
 from mailbox_actors.core.dns.tags import parse_tags
 from mailbox_actors.wire.domain import RecordCheck
 
-__all__ = ["DMARC_POLICIES", "check_dkim", "check_dmarc", "check_mx", "dkim_query", "dmarc_query",
-           "mx_query"]
+__all__ = ["DMARC_POLICIES", "check_dkim", "check_dmarc", "check_mx", "dkim_query",
+           "dmarc_fallback_query", "dmarc_query", "mx_query"]
 
 DMARC_POLICIES = ("none", "quarantine", "reject")
 _SPACE = re.compile(r"\s+")
@@ -106,27 +106,60 @@ def check_dkim(a: Answer | None, selector: str, expected_key: str | None) -> Rec
     return ok("dkim", "dkim_ok", f"DKIM key found at {a.name}{via}")
 
 
-def check_dmarc(a: Answer) -> RecordCheck:
+def dmarc_fallback_query(domain: str, organizational: str | None, a: Answer) -> Query | None:
+    """The organizational domain's DMARC question (RFC 7489 6.6.3, step 3), when the domain's own
+    answer holds no DMARC record and the domain is below its organizational domain; else None.
+    A transient answer is not "no record": it is judged unknown without a fallback."""
+    if organizational is None or organizational == domain or a.outcome in TRANSIENT:
+        return None
+    if a.outcome is Outcome.OVERSIZE or _dmarc_records(a):
+        return None
+    return dmarc_query(organizational)
+
+
+def _dmarc_records(a: Answer) -> list[str]:
+    return [r for r in a.records if r.strip().upper().startswith("V=DMARC1")
+            and r.strip()[8:9] in ("", ";", " ", "\t")]
+
+
+def check_dmarc(a: Answer, fallback: Answer | None = None) -> RecordCheck:
+    """The domain's DMARC record, or (``fallback``, asked when it has none) the organizational
+    domain's, whose policy then applies to the domain as well (RFC 7489 6.6.3)."""
     if a.outcome in TRANSIENT:
         return transient("dmarc", a)
     if a.outcome is Outcome.OVERSIZE:
         return _oversize("dmarc", a)
-    records = [r for r in a.records if r.strip().upper().startswith("V=DMARC1")
-               and r.strip()[8:9] in ("", ";", " ", "\t")]
+    records = _dmarc_records(a)
+    if not records and fallback is not None:
+        if fallback.outcome in TRANSIENT:
+            return transient("dmarc", fallback)
+        if fallback.outcome is Outcome.OVERSIZE:
+            return _oversize("dmarc", fallback)
+        if _dmarc_records(fallback):
+            return _judge_dmarc(fallback, _dmarc_records(fallback),
+                                f" (the organizational domain's record; none at {a.name})")
+        return fail("dmarc", "dmarc_missing",
+                    f"no DMARC record at {a.name} nor at {fallback.name}; publish a TXT record "
+                    "such as v=DMARC1; p=none; rua=mailto:<reports address>")
     if not records:
         return fail("dmarc", "dmarc_missing",
                     f"no DMARC record at {a.name}; publish a TXT record such as "
                     "v=DMARC1; p=none; rua=mailto:<reports address>")
+    return _judge_dmarc(a, records, "")
+
+
+def _judge_dmarc(a: Answer, records: list[str], via: str) -> RecordCheck:
     if len(records) > 1:
         return fail("dmarc", "dmarc_multiple", f"{a.name} holds {len(records)} DMARC records; "
                     "receivers ignore all of them (RFC 7489 6.6.3); keep exactly one")
     tags = parse_tags(records[0])
     policy = tags.get("p")
     if policy is None:
-        return fail("dmarc", "dmarc_no_policy", f"the DMARC record at {a.name} has no p= tag; "
-                    "add p=none, p=quarantine or p=reject")
+        return fail("dmarc", "dmarc_no_policy", f"the DMARC record at {a.name}{via} has no p= "
+                    "tag; add p=none, p=quarantine or p=reject")
     if policy.lower() not in DMARC_POLICIES:
         return fail("dmarc", "dmarc_bad_policy",
-                    f"the DMARC record at {a.name} has p={policy[:32]!r}; use none, quarantine "
-                    "or reject")
-    return ok("dmarc", "dmarc_ok", f"DMARC policy {policy.lower()} at {a.name}")
+                    f"the DMARC record at {a.name}{via} has p={policy[:32]!r}; use none, "
+                    "quarantine or reject")
+    return ok("dmarc", "dmarc_ok", f"DMARC policy {policy.lower()} at {a.name}{via}")
+

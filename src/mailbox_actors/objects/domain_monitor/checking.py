@@ -2,8 +2,9 @@
 
 The questions of one run go out concurrently: MX, DMARC, DKIM and the SPF planner's first round;
 then the SPF planner's further rounds (includes, redirects, the a/mx/exists terms it counts) until
-it decides. DNS is asked outside any transaction; the verdicts, the new state, its event and the
-next check are written in one. Nothing in a run raises: a resolver that fails in any way is an
+it decides; then, for a domain without a DMARC record, its organizational domain's. DNS is asked
+outside any transaction; the verdicts, the new state, its event and the next check are written in
+one. Nothing in a run raises: a resolver that fails in any way is an
 unknown answer, so ``alarm:check`` always re-arms.
 """
 
@@ -22,6 +23,7 @@ from mailbox_actors.core.dns.checks import (
     check_dmarc,
     check_mx,
     dkim_query,
+    dmarc_fallback_query,
     dmarc_query,
     mx_query,
 )
@@ -29,6 +31,7 @@ from mailbox_actors.core.dns.lifecycle import LifecycleRules, apply_check
 from mailbox_actors.core.dns.results import combine, unknown
 from mailbox_actors.core.dns.spf import evaluate_spf
 from mailbox_actors.objects.domain_monitor.setup import LAST_CHECKS, load_expected
+from mailbox_actors.platform.dns.public_suffix import organizational_domain
 from mailbox_actors.platform.dns.resolver import RESOLVER, Resolver
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.domain import (
@@ -92,7 +95,12 @@ async def evaluate(resolver: Resolver, domain: str, expected: ExpectedRecords,
     if expected.dkim_selector:
         results.append(check_dkim(answers.get(dkim_q) if dkim_q else None,
                                   expected.dkim_selector, expected.dkim_key))
-    results.append(check_dmarc(answers[dmarc_query(domain)]))
+    dmarc = answers[dmarc_query(domain)]
+    # Only a domain without a record of its own asks its organizational domain (RFC 7489 6.6.3).
+    fallback_q = dmarc_fallback_query(domain, await organizational_domain(domain), dmarc)
+    if fallback_q is not None:
+        await ask_all(resolver, [fallback_q], answers, stop_at)
+    results.append(check_dmarc(dmarc, answers[fallback_q] if fallback_q else None))
     return results
 
 
