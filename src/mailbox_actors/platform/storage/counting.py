@@ -40,6 +40,9 @@ class RowCounter:
         self._indexes: dict[str, list[frozenset[str] | None]] = {}  # None: an expression index
         self._scans: dict[str, tuple[int, int]] = {}  # text -> (nscan, run) when last looked at
         self._counted: dict[str, tuple[str, ...]] = {}  # text -> tables its count(*) reads whole
+        # text -> index rows written per changed row, from its shape and the schema: worked out
+        # once per statement, not on each run (a run costs one lookup); cleared with the schema
+        self._extra: dict[str, int] = {}
 
     # ---- written --------------------------------------------------------------------------
 
@@ -66,6 +69,7 @@ class RowCounter:
 
     def schema_changed(self) -> None:
         self._indexes.clear()
+        self._extra.clear()
 
     def _table_indexes(self, table: str) -> list[frozenset[str] | None]:
         found = self._indexes.get(table)
@@ -91,9 +95,21 @@ class RowCounter:
     def written(self, query: str, changed: int, rowcount: int) -> int:
         """Rows written by one statement: ``changed`` table rows (triggers included) plus the
         index rows of the ``rowcount`` rows the statement itself changed."""
-        shape = self._shapes.get(query)
-        if not shape or rowcount <= 0:
+        if rowcount <= 0:
             return changed
+        extra = self._extra.get(query)
+        if extra is None:
+            extra = self._index_rows(query)
+            if query in self._shapes and len(self._extra) < _MAX_SHAPES:
+                self._extra[query] = extra
+        return changed + rowcount * extra
+
+    def _index_rows(self, query: str) -> int:
+        """Index rows one changed row of ``query`` writes: every index of a table it inserts
+        into, and those covering a column it updates."""
+        shape = self._shapes.get(query)
+        if not shape:
+            return 0
         extra = 0
         inserted = {t for t, col in shape if col is None}
         for table in inserted:
@@ -104,7 +120,7 @@ class RowCounter:
                 updated.setdefault(table, set()).add(col)
         for table, cols in updated.items():
             extra += sum(1 for idx in self._table_indexes(table) if idx is None or idx & cols)
-        return changed + rowcount * extra
+        return extra
 
     # ---- read -----------------------------------------------------------------------------
 

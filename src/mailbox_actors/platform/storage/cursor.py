@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mailbox_actors.platform.storage.counting import RowCounter
 
 __all__ = ["BufferedRows", "SqlCursor"]
 
@@ -40,19 +43,28 @@ class SqlCursor:
     more), as workerd counts them for billing (RT-13, ``counting``). It may grow as you iterate.
     """
 
-    __slots__ = ("_cur", "_done", "_returned", "_scanned", "rows_written")
+    __slots__ = ("_counter", "_cur", "_done", "_query", "_read", "_returned", "rows_written")
 
     def __init__(self, cur: sqlite3.Cursor | BufferedRows, rows_written: int,
-                 scanned: Callable[[bool], int] | None = None) -> None:
+                 counter: RowCounter | None = None, query: str = "",
+                 read: int | None = None) -> None:
         self._cur = cur
         self._returned = 0
         self._done = cur.description is None  # no result rows: it ran to the end in execute
-        self._scanned = scanned
+        # Rows scanned are asked of SQLite only when rows_read is read (most callers never do):
+        # the counter and the text, not a closure made for every statement; ``read`` when the
+        # count was taken already (a script's last statement, read out before its savepoint).
+        self._counter = counter
+        self._query = query
+        self._read = read
         self.rows_written = rows_written
 
     @property
     def rows_read(self) -> int:
-        scanned = self._scanned(self._done) if self._scanned is not None else 0
+        scanned = self._read
+        if scanned is None:
+            counter = self._counter
+            scanned = counter.scanned(self._query, self._done) if counter is not None else 0
         return max(self._returned, scanned)
 
     def __iter__(self) -> Iterator[sqlite3.Row]:

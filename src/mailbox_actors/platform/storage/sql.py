@@ -11,7 +11,6 @@ name actor code can reach; opening a file is ``opening``; the key-value API is `
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -79,6 +78,25 @@ class SqlStorage(Transactions):
 
     def _exec_one(self, query: str, params: Sequence[Any], ddl: bool,
                   buffered: bool = False) -> SqlCursor:
+        counter = self._counter
+        if ddl or counter.needs_shape(query):
+            return self._exec_first(query, params, ddl, buffered)
+        # The path of every statement run before: ``_run`` inlined, rows written from the
+        # statement's cached index count, rows read only when asked for (``SqlCursor``).
+        if self._state is TxState.ENDED:
+            raise TransactionRolledBack(self._ended_by)
+        conn = self._conn
+        before = conn.total_changes
+        try:
+            cur = conn.execute(query, params)
+        except sqlite3.Error as e:
+            raise self._failed(e) from e
+        return self._cursor(cur, query, conn.total_changes - before, buffered)
+
+    def _exec_first(self, query: str, params: Sequence[Any], ddl: bool,
+                    buffered: bool) -> SqlCursor:
+        """A statement whose write shape is not known yet (``counting``), or one that changes
+        the schema: SQLite's authorizer records what it writes while it is prepared."""
         conn = self._conn
         counter = self._counter
         record = counter.needs_shape(query)
@@ -94,13 +112,17 @@ class SqlStorage(Transactions):
                 counter.stop_recording(query, keep=ok)
             if ddl:
                 counter.schema_changed()
-        written = counter.written(query, conn.total_changes - before, cur.rowcount)
-        scanned = functools.partial(counter.scanned, query)
+        return self._cursor(cur, query, conn.total_changes - before, buffered)
+
+    def _cursor(self, cur: sqlite3.Cursor, query: str, changed: int,
+                buffered: bool) -> SqlCursor:
+        counter = self._counter
+        written = counter.written(query, changed, cur.rowcount)
         if buffered:
             rows = self._run(lambda: BufferedRows(cur))
-            read = scanned(True)  # its scan is over: count it now, while its text is prepared
-            return SqlCursor(rows, written, lambda _done: read)
-        return SqlCursor(cur, written, scanned)
+            # its scan is over: count it now, while its text is prepared
+            return SqlCursor(rows, written, read=counter.scanned(query, True))
+        return SqlCursor(cur, written, counter, query)
 
     def _exec_script(self, statements: tuple[str, ...], writes: bool, ddl: bool,
                      params: Sequence[Any]) -> SqlCursor:

@@ -96,15 +96,20 @@ class Transactions(ScreenedConnection):
         try:
             return statement()
         except sqlite3.Error as e:
-            mapped = self._map_error(e)
-            if not self._conn.in_transaction:  # disk full, OR ROLLBACK, RAISE(ROLLBACK)
-                if self._state is TxState.EXPLICIT:
-                    self._state, self._ended_by = TxState.ENDED, mapped
-                elif self._state is TxState.IMPLICIT:
-                    self._state = TxState.NONE
-                    self._lost.add(self._gen)
-                    self._reload_alarm()
-            raise mapped from e
+            raise self._failed(e) from e
+
+    def _failed(self, e: sqlite3.Error) -> Exception:
+        """A statement failed: the error to raise; if SQLite ended the whole transaction with
+        it, remember that (``_run``, and ``exec``'s path, which inlines ``_run``)."""
+        mapped = self._map_error(e)
+        if not self._conn.in_transaction:  # disk full, OR ROLLBACK, RAISE(ROLLBACK)
+            if self._state is TxState.EXPLICIT:
+                self._state, self._ended_by = TxState.ENDED, mapped
+            elif self._state is TxState.IMPLICIT:
+                self._state = TxState.NONE
+                self._lost.add(self._gen)
+                self._reload_alarm()
+        return mapped
 
     def now_ms(self) -> int:
         """The clock, frozen for the length of a transaction (RT-12)."""
