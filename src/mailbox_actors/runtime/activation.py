@@ -94,7 +94,9 @@ def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create
         gate = InputGate(clock, on_reset, settings.block_concurrency_timeout_ms)
         ctx = ActorContext(namespace=cls.namespace, object_id=object_id, storage=storage,
                            owner=owner, gate=gate, schema_version=version, env=env)
-        return Activation(cls, object_id, storage, owner, gate, ctx, cls(ctx))
+        act = Activation(cls, object_id, storage, owner, gate, ctx, cls(ctx))
+        storage.shed_caches()  # the meta, migration and alarm reads are done
+        return act
     except BaseException:
         storage.close()
         raise

@@ -14,11 +14,16 @@ reads it. ``sqlite3.Connection.setconfig`` sets it from Python 3.12; on CPython 
 connection's ``sqlite3*`` (the first field after the object header) is reached through ctypes, and
 checked with ``sqlite3_db_filename`` before anything is set on it. A log that has grown past
 ``WAL_KEEP_BYTES`` is checkpointed at close as before, so files on disk stay bounded.
+
+``shed_caches`` frees what opening an actor left cached and its code may never use again (ADR
+0015): the page cache's unpinned pages (``sqlite3_db_release_memory``, which no Python version
+exposes) and the statements the runtime prepared to read its meta, alarm and schema version.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import sys
 from pathlib import Path
@@ -34,7 +39,7 @@ if TYPE_CHECKING:
     import sqlite3
 
 __all__ = ["WAL_KEEP_BYTES", "close_connection", "configure_sqlite", "keep_wal_on_close",
-           "page_cache_configured"]
+           "page_cache_configured", "shed_caches"]
 
 # Re-exported: the library lookup and the process-wide setting live in platform.sqlite_library.
 
@@ -75,6 +80,23 @@ def keep_wal_on_close(conn: sqlite3.Connection, path: Path, keep: bool = True) -
                                       ctypes.c_int(_DBCONFIG_NO_CKPT_ON_CLOSE),
                                       ctypes.c_int(int(keep)), ctypes.byref(out))
     return bool(rc == 0 and out.value == int(keep))
+
+
+def shed_caches(conn: sqlite3.Connection, path: Path, cached_statements: int) -> None:
+    """Free ``conn``'s unpinned cached pages (read again from the OS's cache when needed) and
+    finalize its cached statements (prepared again at their next use).
+
+    The statement cache is CPython's ``functools.lru_cache`` around the connection, which the
+    connection reports to the garbage collector; it is cleared only when one referent provably
+    is that cache (its ``cache_info`` says the ``maxsize`` the connection was opened with)."""
+    handle = _handle(conn, path)
+    if handle is not None:
+        sqlite_library().sqlite3_db_release_memory(ctypes.c_void_p(handle))
+    for ref in gc.get_referents(conn):
+        info = getattr(ref, "cache_info", None)
+        if callable(info) and getattr(info(), "maxsize", None) == cached_statements:
+            ref.cache_clear()
+            break
 
 
 def close_connection(conn: sqlite3.Connection, path: Path, *, keep_wal: bool) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mailbox_actors.platform.storage.errors import TransactionRolledBack
-from mailbox_actors.platform.storage.handle import close_connection
+from mailbox_actors.platform.storage.handle import close_connection, shed_caches
+from mailbox_actors.platform.storage.opening import CACHED_STATEMENTS
 from mailbox_actors.platform.storage.sql import AlarmRun, SqlStorage, TxState
 from mailbox_actors.platform.storage.wipe import is_empty, remove_files
 
@@ -102,6 +103,11 @@ class RuntimeStorage:
             raise TransactionRolledBack(None)
 
     # ---- lifetime --------------------------------------------------------------------------
+
+    def shed_caches(self) -> None:
+        """Opening is done: free the pages and statements it left cached (ADR 0015); an idle
+        open actor then holds little more than a bare connection does."""
+        shed_caches(self.sql._conn, self.sql.path, CACHED_STATEMENTS)
 
     def close(self) -> None:
         """Commit anything pending and close the file (removing it after a ``delete_all`` that
