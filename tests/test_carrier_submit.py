@@ -60,6 +60,36 @@ async def test_submit_answers_queued_once_everything_is_committed(tmp_path: Path
         assert (await receipt(rt, mid))["status"] == "queued"
 
 
+async def test_fifty_recipients_keep_their_order_roles_and_ids(tmp_path: Path) -> None:
+    """CA-1, CA-6: an Email of 50 recipients (the most submit takes) has 50 Messages in to, cc,
+    bcc order, each with its own msg_ id, as answered and as stored; over the cap, every one is
+    not_sent and only the addresses at the cap are coded recipient_cap."""
+    to = [f"t{i}@x.example" for i in range(30)]
+    cc = [f"c{i}@x.example" for i in range(15)]
+    bcc = [f"b{i}@x.example" for i in range(5)]
+    async with TestRuntime(tmp_path, recipient_cap=1) as rt:
+        mid = await mailbox(rt)
+        r = await call(rt, mid, email(to=to, cc=cc, bcc=bcc))
+        assert r["status"] == "queued"
+        assert [m["role"] for m in r["messages"]] == ["to"] * 30 + ["cc"] * 15 + ["bcc"] * 5
+        assert len({m["message_id"] for m in r["messages"]}) == 50
+        stored = rows(rt, mid, "SELECT message_id, role, position, status FROM email_messages "
+                               "ORDER BY position")
+        assert stored == [(m["message_id"], m["role"], i, "queued")
+                          for i, m in enumerate(r["messages"])]
+        assert await receipt(rt, mid) == r
+        # t7 and b4 were counted once already: with a cap of 1, this Email is refused for them.
+        refused = await call(rt, mid, email("s-2", to=[f"n{i}@x.example" for i in range(40)]
+                                            + ["T7@x.example"], bcc=["b4@x.example"]))
+        assert refused["status"] == "refused" and len(refused["messages"]) == 42
+        assert all(m["status"] == "not_sent" for m in refused["messages"])
+        assert [i for i, m in enumerate(refused["messages"])
+                if m["code"] == "recipient_cap"] == [40, 41]
+        assert await receipt(rt, mid, "s-2") == refused
+        assert rows(rt, mid, "SELECT content, content_parts, next_attempt_at_ms FROM emails "
+                             "WHERE source_id = 's-2'") == [(None, 0, None)]
+
+
 async def test_replay_returns_the_same_receipt_and_changes_are_conflicts() -> None:
     """CA-2: the same source id with identical content answers the existing receipt (one Email);
     changed content, envelope, headers or expiry is conflict; get_email of an absent id is null."""

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-__all__ = ["CapPolicy", "over_cap", "window_start"]
+__all__ = ["CapPolicy", "full_at", "over_cap", "window_start"]
 
 
 class CapPolicy(msgspec.Struct, frozen=True):
@@ -24,10 +24,17 @@ def window_start(policy: CapPolicy, now_ms: int) -> int:
     return now_ms - policy.window_ms
 
 
+def full_at(policy: CapPolicy) -> int:
+    """An address already counted this many times in the window refuses one more Email (the
+    store asks for such an address in the same statement that inserts the Email)."""
+    return policy.limit
+
+
 def over_cap(policy: CapPolicy, keys: Iterable[str], counted: Mapping[str, int]) -> list[str]:
     """The keys (in first-seen order, once each) that one more Email would take over the cap."""
+    full = full_at(policy)
     out: list[str] = []
     for key in dict.fromkeys(keys):
-        if counted.get(key, 0) + 1 > policy.limit:
+        if counted.get(key, 0) >= full:
             out.append(key)
     return out

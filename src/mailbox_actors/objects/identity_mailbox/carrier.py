@@ -9,9 +9,10 @@ Dispatch itself is ``dispatch``'s.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
-from mailbox_actors.core.carrier.cap import CapPolicy, over_cap, window_start
+from mailbox_actors.core.carrier.cap import CapPolicy, full_at, over_cap, window_start
 from mailbox_actors.core.carrier.digest import content_digest
 from mailbox_actors.core.carrier.states import (
     COUNTED_BY_CAP,
@@ -29,7 +30,6 @@ from mailbox_actors.wire.carrier import (
     CancelEmail,
     DeliveryEventReply,
     GetEmail,
-    MessageReceipt,
     Receipt,
     ResolveEmail,
     Submit,
@@ -44,9 +44,25 @@ __all__ = ["apply_delivery_event", "cancel", "cap_policy", "get_email", "resolve
 
 _ROLES = ("to", "cc", "bcc")
 _COUNTED = ", ".join(f"'{s.value}'" for s in sorted(COUNTED_BY_CAP))
-_CAP_COUNT = ("SELECT m.recipient_key, count(DISTINCT m.email_id) FROM email_messages m "
-              "JOIN emails e ON e.email_id = m.email_id WHERE m.recipient_key IN ({keys}) "
-              f"AND m.created_at_ms > ? AND e.status IN ({_COUNTED}) GROUP BY m.recipient_key")
+# The Messages of each address that count toward the cap (CA-6), in the window.
+_CAP_ROWS = ("FROM email_messages m JOIN emails e ON e.email_id = m.email_id "
+             "WHERE m.recipient_key IN ({keys}) AND m.created_at_ms > ? "
+             f"AND e.status IN ({_COUNTED}) GROUP BY m.recipient_key")
+_CAP_COUNT = "SELECT m.recipient_key, count(DISTINCT m.email_id) " + _CAP_ROWS
+# The Email's row, queued or refused by the cap (an address counted full_at times or more in
+# the window), in one statement; it inserts nothing, and returns no row, for a source id that
+# exists. Parameters: id, source id, digest, the keys, window start, full_at, then the rest.
+_INSERT_EMAIL = (
+    "INSERT INTO emails (email_id, source_id, digest, status, message_id_header, "
+    "next_attempt_at_ms, send_before, created_at_ms, updated_at_ms, content, content_parts) "
+    "VALUES (?, ?, ?, CASE WHEN EXISTS (SELECT 1 " + _CAP_ROWS
+    + " HAVING count(DISTINCT m.email_id) >= ?) THEN 'refused' ELSE 'queued' END, "
+    "?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source_id) DO NOTHING RETURNING status")
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_email(keys: int) -> str:
+    return _INSERT_EMAIL.format(keys=", ".join("?" for _ in range(keys)))
 
 
 def cap_policy(mb: IdentityMailbox) -> CapPolicy:
@@ -74,51 +90,39 @@ def submit(mb: IdentityMailbox, req: Submit) -> Receipt:
 
 
 def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) -> Receipt:
-    existing = store.row_by_source(tx, req.source_id)
-    if existing is not None:
-        if existing.digest != digest:
-            raise MailboxActorsError(
-                ErrorCode.CONFLICT, "this source_id was submitted with other content, envelope, "
-                "headers or expiry", details={"email_id": existing.email_id},
-                fix="Replay with identical content, or submit under a new source_id.")
-        return store.receipt(tx, existing)  # a replay: the same receipt, nothing sent again
     ctx = mb.ctx
     now = tx.now_ms()
     recipients = [(role, a) for role in _ROLES for a in getattr(req, role)]
     keys = [store.recipient_key(a) for _, a in recipients]
-    policy = cap_policy(mb)
     unique = list(dict.fromkeys(keys))
-    counted = {k: n for k, n in tx.exec(
-        _CAP_COUNT.format(keys=", ".join("?" for _ in unique)), *unique,
-        window_start(policy, now))}
-    over = set(over_cap(policy, keys, counted))
-    status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
+    policy = cap_policy(mb)
     email_id = ctx.new_id("eml")
     header = _message_id_header(email_id, req.from_)
-    inline: bytes | None = None
-    chunks: list[bytes] = []
-    if not over:
-        inline, chunks = store.encode_content(OutboundEmail(
-            email_id=email_id, message_id_header=header, from_=req.from_, to=req.to, cc=req.cc,
-            bcc=req.bcc, subject=req.subject, text=req.text, html=req.html,
-            headers=req.headers))
-    tx.exec("INSERT INTO emails (email_id, source_id, digest, status, message_id_header, "
-            "next_attempt_at_ms, send_before, created_at_ms, updated_at_ms, content, "
-            "content_parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", email_id, req.source_id,
-            digest, status.value, header, now if not over else None, req.send_before, now, now,
-            inline, len(chunks))
-    store.save_chunks(tx, email_id, chunks)
-    messages = []
-    for position, ((role, _a), key) in enumerate(zip(recipients, keys, strict=True)):
-        m_status, code = MessageStatus.QUEUED, None
-        if over:
-            m_status = MessageStatus.NOT_SENT
-            code = "recipient_cap" if key in over else None
-        message_id = ctx.new_id("msg")
-        tx.exec("INSERT INTO email_messages (message_id, email_id, position, role, recipient_key, "
-                "status, code, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                message_id, email_id, position, role, key, m_status.value, code, now, now)
-        messages.append(MessageReceipt(message_id, role, m_status.value, code))  # type: ignore[arg-type]
+    inline, chunks = store.encode_content(OutboundEmail(
+        email_id=email_id, message_id_header=header, from_=req.from_, to=req.to, cc=req.cc,
+        bcc=req.bcc, subject=req.subject, text=req.text, html=req.html, headers=req.headers))
+    # One statement: the Email as queued, unless an address is at the cap (then refused); none
+    # when the source id exists (a replay, compared below).
+    got = tx.exec(_insert_email(len(unique)), email_id, req.source_id, digest, *unique,
+                  window_start(policy, now), full_at(policy), header, now, req.send_before,
+                  now, now, inline, len(chunks)).all()
+    if not got:
+        return _replay(tx, req, digest)
+    over: set[str] = set()
+    if got[0][0] == EmailStatus.REFUSED:
+        counted = {k: n for k, n in tx.exec(
+            _CAP_COUNT.format(keys=", ".join("?" for _ in unique)), *unique,
+            window_start(policy, now))}
+        over = set(over_cap(policy, keys, counted))
+        if not over:  # the statement's check and the rule disagree: the rule decides
+            raise RuntimeError("recipient cap: the store's check and the rule disagree")
+        # The refused Email keeps no content and is never due.
+        tx.exec("UPDATE emails SET content = NULL, content_parts = 0, next_attempt_at_ms = NULL "
+                "WHERE email_id = ?", email_id)
+    else:
+        store.save_chunks(tx, email_id, chunks)
+    status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
+    messages = store.insert_messages(ctx, tx, email_id, recipients, keys, over, now)
     if over:
         ctx.emit(tx, "email.refused", {"email_id": email_id, "status": status.value,
                                        "reason": "recipient_cap", "messages": len(recipients)})
@@ -133,6 +137,18 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) ->
         message_id_header=header, messages=messages, attempts=0, provider_message_id=None,
         provider_rejection=None, next_attempt_at_ms=None if over else now, created_at_ms=now,
         updated_at_ms=now)
+
+
+def _replay(tx: SqlStorage, req: Submit, digest: str) -> Receipt:
+    existing = store.row_by_source(tx, req.source_id)
+    if existing is None:  # the insert was skipped for nothing but its source id
+        raise RuntimeError("submit: an Email insert was skipped without a stored source id")
+    if existing.digest != digest:
+        raise MailboxActorsError(
+            ErrorCode.CONFLICT, "this source_id was submitted with other content, envelope, "
+            "headers or expiry", details={"email_id": existing.email_id},
+            fix="Replay with identical content, or submit under a new source_id.")
+    return store.receipt(tx, existing)  # a replay: the same receipt, nothing sent again
 
 
 def get_email(mb: IdentityMailbox, req: GetEmail) -> Receipt | None:

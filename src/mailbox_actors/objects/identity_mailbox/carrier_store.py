@@ -9,8 +9,9 @@ and bounce matching's key); content leaves with ``drop_content``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -26,10 +27,9 @@ if TYPE_CHECKING:
     from mailbox_actors.runtime.actor import ActorContext
 
 __all__ = ["CARRIER_INLINE_CONTENT", "CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow",
-           "drop_content", "email_id_of_header", "encode_content", "load_content", "save_chunks",
-           "wake_dispatch",
+           "drop_content", "email_id_of_header", "encode_content", "insert_messages", "load_content",
            "move", "recipient_key", "receipt", "row_by_id", "row_by_source", "rows_where",
-           "safe_code", "set_messages"]
+           "safe_code", "save_chunks", "set_messages", "wake_dispatch"]
 
 CARRIER_SCHEMA = (
     "CREATE TABLE emails (email_id TEXT PRIMARY KEY, source_id TEXT NOT NULL UNIQUE, "
@@ -143,6 +143,42 @@ def receipt(sql: SqlStorage, row: EmailRow) -> Receipt:
         attempts=row.attempts, provider_message_id=row.provider_message_id,
         provider_rejection=rejection, next_attempt_at_ms=row.next_attempt_at_ms,
         created_at_ms=row.created_at_ms, updated_at_ms=row.updated_at_ms)
+
+
+# Messages per INSERT: four parameters each and three shared stay under the bound-parameter
+# limit of 100 (RT-7), so an Email of up to 24 recipients takes one statement.
+_MESSAGES_PER_INSERT = 24
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_messages(first: int, count: int) -> str:
+    """Rows for positions first..first+count-1: ?1 the email id, ?2 now, ?3 the Messages'
+    status; then message id, role, key and code per row."""
+    rows = ", ".join(
+        f"(?{4 + 4 * j}, ?1, {first + j}, ?{5 + 4 * j}, ?{6 + 4 * j}, ?3, ?{7 + 4 * j}, ?2, ?2)"
+        for j in range(count))
+    return ("INSERT INTO email_messages (message_id, email_id, position, role, recipient_key, "
+            f"status, code, created_at_ms, updated_at_ms) VALUES {rows}")
+
+
+def insert_messages(ctx: ActorContext, tx: SqlStorage, email_id: str,
+                    recipients: Sequence[tuple[str, str]], keys: Sequence[str],
+                    over: Collection[str], now: int) -> list[MessageReceipt]:
+    """The Email's Messages (queued; all not_sent, those over the cap coded so, when ``over``
+    names any address), in as few statements as the parameter limit allows."""
+    status = MessageStatus.NOT_SENT if over else MessageStatus.QUEUED
+    out: list[MessageReceipt] = []
+    params: list[Any] = []
+    for (role, _address), key in zip(recipients, keys, strict=True):
+        message_id = ctx.new_id("msg")
+        code = "recipient_cap" if key in over else None
+        params += (message_id, role, key, code)
+        out.append(MessageReceipt(message_id, role, status.value, code))  # type: ignore[arg-type]
+    for first in range(0, len(out), _MESSAGES_PER_INSERT):
+        count = min(_MESSAGES_PER_INSERT, len(out) - first)
+        tx.exec(_insert_messages(first, count), email_id, now, status.value,
+                *params[4 * first:4 * (first + count)])
+    return out
 
 
 def encode_content(email: OutboundEmail) -> tuple[bytes | None, list[bytes]]:
