@@ -38,7 +38,7 @@ from mailbox_actors.runtime.outbox import EventsDays, EventSink
 from mailbox_actors.runtime.scan import scan_alarms
 from mailbox_actors.runtime.scope import RequestScope, ScopeHooks, entered
 from mailbox_actors.runtime.settings import RuntimeSettings
-from mailbox_actors.runtime.watchdog import LoopWatch, op_of
+from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError, Overloaded
 
 __all__ = ["ActorHost", "AlarmSinks", "MetricsSink"]
@@ -176,23 +176,23 @@ class ActorHost:
                         cls.not_found, f"no {cls.namespace} object has been initialised here")
             self._admit(act)
             try:
-                await act.started()
+                if act.starting:
+                    await act.started()
                 if act.gate.closed:
                     await act.gate.wait_open(call.deadline_ms)
                 if self.clock.now_ms() > call.deadline_ms:
                     raise DeadlineExceeded()
                 act.owner.check(call, is_init)
                 try:
-                    result = await self.watch.timed(act.actor.handle(call, req), act.namespace,
-                                                    op_of(req))
+                    result = await self.watch.timed(act.actor.handle(call, req), act.namespace, req)
                 finally:
-                    if not act.closed:
-                        # the output gate: nothing leaves before its writes commit...
+                    if not act.closed:  # the output gate: nothing leaves before its writes commit..
                         act.runtime_storage.flush()
                 if act.closed:  # reset meanwhile (ctx.abort, a failed critical section)
                     raise MailboxActorsError(ErrorCode.UNAVAILABLE,
                                              "the actor was reset while the request ran")
-                act.runtime_storage.check_writes(scope.writes)  # ...nor as a success if lost
+                if scope.writes:
+                    act.runtime_storage.check_writes(scope.writes)  # ...nor as a success if lost
                 if act.storage.wiped:  # delete_all: the object is as one never created (RT-15)
                     self.evict(act)
                 return result

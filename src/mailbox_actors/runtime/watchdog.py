@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 __all__ = ["LoopWatch", "op_of"]
 
 T = TypeVar("T")
+_now = time.perf_counter
 
 
 def op_of(req: Any) -> str:
@@ -29,40 +30,40 @@ def op_of(req: Any) -> str:
 class LoopWatch:
     """Times handler steps; reports the slow ones (``metrics.inc``, ``log.warning``)."""
 
-    __slots__ = ("_log", "_metrics", "_nested", "threshold_ms")
+    __slots__ = ("_limit_s", "_log", "_metrics", "_nested", "threshold_ms")
 
     def __init__(self, threshold_ms: int, metrics: Any, log: Any) -> None:
         self.threshold_ms = threshold_ms
+        self._limit_s = threshold_ms / 1000
         self._metrics = metrics
         self._log = log
         self._nested: list[float] = []  # per running step: time spent in steps nested in it
 
-    def timed(self, coro: Coroutine[Any, Any, T], namespace: str, op: str) -> _Timed[T]:
-        return _Timed(self, coro, namespace, op)
+    def timed(self, coro: Coroutine[Any, Any, T], namespace: str, what: Any) -> _Timed[T]:
+        """``coro`` with each step timed. ``what`` is the op's name, or the request, whose op is
+        worked out only for a step that is reported (``op_of``)."""
+        return _Timed(self, coro, namespace, what)
 
-    def _step_done(self, started: float, namespace: str, op: str) -> None:
-        elapsed = time.perf_counter() - started
-        inner = self._nested.pop()
-        if self._nested:
-            self._nested[-1] += elapsed
-        own_ms = (elapsed - inner) * 1000
-        if own_ms >= self.threshold_ms:
-            self._metrics.inc("actor_loop_blocked_total", (("namespace", namespace), ("op", op)))
-            self._log.warning("event_loop_blocked", namespace=namespace, op=op,
-                              duration_ms=round(own_ms), threshold_ms=self.threshold_ms)
+    def _report(self, own_s: float, namespace: str, what: Any) -> None:
+        op = what if isinstance(what, str) else op_of(what)
+        self._metrics.inc("actor_loop_blocked_total", (("namespace", namespace), ("op", op)))
+        self._log.warning("event_loop_blocked", namespace=namespace, op=op,
+                          duration_ms=round(own_s * 1000), threshold_ms=self.threshold_ms)
 
 
 class _Timed(Generator[Any, Any, T]):
-    """An awaitable that drives ``coro`` step by step, timing each step."""
+    """An awaitable that drives ``coro`` step by step, timing each step. The step's timing is
+    written out in ``send`` (every step of every handler passes there: no closure, no helper
+    call unless the step is reported)."""
 
-    __slots__ = ("_coro", "_namespace", "_op", "_watch")
+    __slots__ = ("_coro", "_namespace", "_watch", "_what")
 
     def __init__(self, watch: LoopWatch, coro: Coroutine[Any, Any, T], namespace: str,
-                 op: str) -> None:
+                 what: Any) -> None:
         self._watch = watch
         self._coro = coro
         self._namespace = namespace
-        self._op = op
+        self._what = what
 
     def __await__(self) -> Generator[Any, Any, T]:
         return self
@@ -70,24 +71,36 @@ class _Timed(Generator[Any, Any, T]):
     def __iter__(self) -> Generator[Any, Any, T]:
         return self
 
-    def __next__(self) -> Any:
-        return self.send(None)
+    def send(self, value: Any = None) -> Any:
+        nested = self._watch._nested
+        nested.append(0.0)
+        started = _now()
+        try:
+            return self._coro.send(value)
+        finally:
+            elapsed = _now() - started
+            inner = nested.pop()
+            if nested:  # this step ran inside another actor's: it is not that actor's time
+                nested[-1] += elapsed
+            if elapsed - inner >= self._watch._limit_s:
+                self._watch._report(elapsed - inner, self._namespace, self._what)
 
-    def send(self, value: Any) -> Any:
-        return self._step(lambda: self._coro.send(value))
+    __next__ = send
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         exc = typ if isinstance(typ, BaseException) else typ(val)
-        return self._step(lambda: self._coro.throw(exc))
+        nested = self._watch._nested
+        nested.append(0.0)
+        started = _now()
+        try:
+            return self._coro.throw(exc)
+        finally:
+            elapsed = _now() - started
+            inner = nested.pop()
+            if nested:
+                nested[-1] += elapsed
+            if elapsed - inner >= self._watch._limit_s:
+                self._watch._report(elapsed - inner, self._namespace, self._what)
 
     def close(self) -> None:
         self._coro.close()
-
-    def _step(self, advance: Any) -> Any:
-        watch = self._watch
-        watch._nested.append(0.0)
-        started = time.perf_counter()
-        try:
-            return advance()
-        finally:
-            watch._step_done(started, self._namespace, self._op)

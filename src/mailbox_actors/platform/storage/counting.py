@@ -41,8 +41,9 @@ class RowCounter:
         self._scans: dict[str, tuple[int, int]] = {}  # text -> (nscan, run) when last looked at
         self._counted: dict[str, tuple[str, ...]] = {}  # text -> tables its count(*) reads whole
         # text -> index rows written per changed row, from its shape and the schema: worked out
-        # once per statement, not on each run (a run costs one lookup); cleared with the schema
-        self._extra: dict[str, int] = {}
+        # once per statement, not on each run (``exec`` reads it: a statement found here has its
+        # shape recorded, and needs one lookup per run); cleared with the schema
+        self.index_rows: dict[str, int] = {}
 
     # ---- written --------------------------------------------------------------------------
 
@@ -69,7 +70,7 @@ class RowCounter:
 
     def schema_changed(self) -> None:
         self._indexes.clear()
-        self._extra.clear()
+        self.index_rows.clear()
 
     def _table_indexes(self, table: str) -> list[frozenset[str] | None]:
         found = self._indexes.get(table)
@@ -95,14 +96,12 @@ class RowCounter:
     def written(self, query: str, changed: int, rowcount: int) -> int:
         """Rows written by one statement: ``changed`` table rows (triggers included) plus the
         index rows of the ``rowcount`` rows the statement itself changed."""
-        if rowcount <= 0:
-            return changed
-        extra = self._extra.get(query)
+        extra = self.index_rows.get(query)
         if extra is None:
             extra = self._index_rows(query)
-            if query in self._shapes and len(self._extra) < _MAX_SHAPES:
-                self._extra[query] = extra
-        return changed + rowcount * extra
+            if query in self._shapes and len(self.index_rows) < _MAX_SHAPES:
+                self.index_rows[query] = extra  # a SELECT's 0 too: its next run takes exec's path
+        return changed + rowcount * extra if rowcount > 0 else changed
 
     def _index_rows(self, query: str) -> int:
         """Index rows one changed row of ``query`` writes: every index of a table it inserts

@@ -72,17 +72,14 @@ class SqlStorage(Transactions):
                                 f"{self.limits.max_bound_parameters}")
         if writes:
             self._before_write()
-        if len(statements) == 1:
-            return self._exec_one(statements[0], params, ddl)
-        return self._exec_script(statements, writes, ddl, params)
-
-    def _exec_one(self, query: str, params: Sequence[Any], ddl: bool,
-                  buffered: bool = False) -> SqlCursor:
-        counter = self._counter
-        if ddl or counter.needs_shape(query):
-            return self._exec_first(query, params, ddl, buffered)
-        # The path of every statement run before: ``_run`` inlined, rows written from the
-        # statement's cached index count, rows read only when asked for (``SqlCursor``).
+        if len(statements) > 1:
+            return self._exec_script(statements, writes, ddl, params)
+        query = statements[0]
+        per_row = self._counter.index_rows.get(query)
+        if per_row is None or ddl:
+            return self._exec_one(query, params, ddl)
+        # A statement run before (its write shape and index count known): ``_run`` inlined, the
+        # rows written from the cached count, the rows read only when asked for (``SqlCursor``).
         if self._state is TxState.ENDED:
             raise TransactionRolledBack(self._ended_by)
         conn = self._conn
@@ -91,12 +88,16 @@ class SqlStorage(Transactions):
             cur = conn.execute(query, params)
         except sqlite3.Error as e:
             raise self._failed(e) from e
-        return self._cursor(cur, query, conn.total_changes - before, buffered)
+        changed = conn.total_changes - before
+        rowcount = cur.rowcount
+        return SqlCursor(cur, changed + rowcount * per_row if rowcount > 0 else changed,
+                         self._counter, query)
 
-    def _exec_first(self, query: str, params: Sequence[Any], ddl: bool,
-                    buffered: bool) -> SqlCursor:
-        """A statement whose write shape is not known yet (``counting``), or one that changes
-        the schema: SQLite's authorizer records what it writes while it is prepared."""
+    def _exec_one(self, query: str, params: Sequence[Any], ddl: bool,
+                  buffered: bool = False) -> SqlCursor:
+        """A statement whose write shape is not known yet (``counting``), one that changes the
+        schema, or a script's last: SQLite's authorizer records what it writes while it is
+        prepared, and its index count is worked out."""
         conn = self._conn
         counter = self._counter
         record = counter.needs_shape(query)
@@ -112,12 +113,7 @@ class SqlStorage(Transactions):
                 counter.stop_recording(query, keep=ok)
             if ddl:
                 counter.schema_changed()
-        return self._cursor(cur, query, conn.total_changes - before, buffered)
-
-    def _cursor(self, cur: sqlite3.Cursor, query: str, changed: int,
-                buffered: bool) -> SqlCursor:
-        counter = self._counter
-        written = counter.written(query, changed, cur.rowcount)
+        written = counter.written(query, conn.total_changes - before, cur.rowcount)
         if buffered:
             rows = self._run(lambda: BufferedRows(cur))
             # its scan is over: count it now, while its text is prepared
