@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from mailbox_actors.http.client import HttpPool
-from mailbox_actors.platform.mail.cloudflare import CloudflareTransport
-from mailbox_actors.platform.mail.smtp import SmtpConfig, SmtpTransport
-from mailbox_actors.platform.mail.smtp_session import TlsMode
-from mailbox_actors.platform.mail.transport import Transport
 from mailbox_actors.runtime.settings import RuntimeSettings, SettingsError
+
+if TYPE_CHECKING:
+    from mailbox_actors.platform.mail.transport import Transport
 
 __all__ = ["check_transport_files", "read_secret_file", "smtp_tls_context",
            "transport_from_settings"]
@@ -63,7 +61,12 @@ def smtp_tls_context(settings: RuntimeSettings) -> ssl.SSLContext | None:
 
 def transport_from_settings(settings: RuntimeSettings) -> Transport | None:
     """The transport the settings choose (None for ``none``); it opens nothing until it sends."""
+    # Each transport's code is imported when chosen: a node with none answers without loading
+    # aiosmtplib or the HTTP client.
     if settings.transport == "smtp":
+        from mailbox_actors.platform.mail.smtp import SmtpConfig, SmtpTransport
+        from mailbox_actors.platform.mail.smtp_session import TlsMode
+
         assert settings.smtp_host is not None  # RuntimeSettings refuses smtp without a host
         password = (None if settings.smtp_password_file is None
                     else read_secret_file(settings.smtp_password_file, "smtp_password_file"))
@@ -73,6 +76,9 @@ def transport_from_settings(settings: RuntimeSettings) -> Transport | None:
             username=settings.smtp_username, password=password,
             final_timeout_s=settings.smtp_timeout_s, tls_context=smtp_tls_context(settings)))
     if settings.transport == "cloudflare":
+        from mailbox_actors.http.client import HttpPool
+        from mailbox_actors.platform.mail.cloudflare import CloudflareTransport
+
         assert settings.cloudflare_url is not None and settings.cloudflare_token_file is not None
         token = read_secret_file(settings.cloudflare_token_file, "cloudflare_token_file").strip()
         # The project's own keep-alive pool (ADR 0003), owned and closed by the transport.

@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -23,20 +23,15 @@ from mailbox_actors.alarms.book import AlarmBook
 from mailbox_actors.alarms.scheduler import AlarmScheduler
 from mailbox_actors.node.alarm_index import open_alarm_index
 from mailbox_actors.node.mail import transport_from_settings
-from mailbox_actors.objects import DEFAULT_OBJECTS
-from mailbox_actors.objects.identity_mailbox.inspection import DEFAULT_PAGE, inspect_deliveries
 from mailbox_actors.platform.clock import Clock, Loop, SystemClock, TimedWork
-from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.descriptors import actor_bound, nofile_limit
-from mailbox_actors.platform.dns.real import DnspythonResolver
-from mailbox_actors.platform.dns.resolver import RESOLVER
+from mailbox_actors.platform.dns.resolver import RESOLVER, ResolverOnFirstUse
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import DataDirLock
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
 from mailbox_actors.platform.memory import memory_bound, physical_memory
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.platform.process_metrics import register_process_metrics
-from mailbox_actors.platform.queues import DeadLetterRecorder, QueueService
 from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.storage.limits import Durability
@@ -45,8 +40,11 @@ from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.host import ActorHost
 from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
 from mailbox_actors.runtime.settings import DEFAULT_ID_SECRET, RuntimeSettings
-from mailbox_actors.webhooks.publish import ControlEventSink
-from mailbox_actors.wire.carrier import InspectionPage
+
+if TYPE_CHECKING:  # what a node without a control database or a transport never imports
+    from mailbox_actors.platform.control.database import ControlDb
+    from mailbox_actors.platform.queues import QueueService
+    from mailbox_actors.wire.carrier import InspectionPage
 
 __all__ = ["METRIC_PREFIX", "Node"]
 
@@ -57,7 +55,7 @@ class Node:
     """One node. Use ``async with Node(settings) as node:``; call with ``node.call(...)``."""
 
     def __init__(self, settings: RuntimeSettings, *, clock: Clock | None = None,
-                 rng: Rng | None = None, objects: Sequence[type[Actor]] = DEFAULT_OBJECTS,
+                 rng: Rng | None = None, objects: Sequence[type[Actor]] | None = None,
                  progress: Callable[[str], None] | None = None,
                  services: Services | None = None) -> None:
         self.log = structlog.get_logger("mailbox_actors.node")
@@ -75,7 +73,9 @@ class Node:
         self.metrics = Metrics(prefix=METRIC_PREFIX)
         self._progress = progress
         self._lock = DataDirLock(settings.path)
-        self._objects = tuple(objects)
+        if objects is None:  # the platform's objects, imported now rather than with this module
+            from mailbox_actors.objects import DEFAULT_OBJECTS
+        self._objects = tuple(DEFAULT_OBJECTS if objects is None else objects)
         # The mail transport (CA-14): a caller's own (a test's fake) is kept; else the settings'
         # (none: no transport, mail stays queued). The node closes only the one it built.
         services = services or Services()
@@ -91,6 +91,9 @@ class Node:
         self.queues: QueueService | None = None
         event_sink: EventSink = RecordingEventSink()
         if settings.control_db is not None and settings.queues_db is not None:
+            from mailbox_actors.platform.control.database import ControlDb
+            from mailbox_actors.platform.queues import QueueService
+            from mailbox_actors.webhooks.publish import ControlEventSink
             self.control_db = ControlDb(Path(settings.control_db), clock=self.clock, ids=self.ids)
             self.queues = QueueService(Path(settings.queues_db), clock=self.clock, ids=self.ids,
                                        metrics=self.metrics)
@@ -220,6 +223,7 @@ class Node:
         """The cluster's control database and queues, the event sink and the webhook consumers."""
         if self.control_db is None or self.queues is None:
             return
+        from mailbox_actors.platform.queues import DeadLetterRecorder
         from mailbox_actors.webhooks.delivery import WebhookDeliverer
         st = self.settings
         await self.control_db.open()
@@ -279,11 +283,13 @@ class Node:
         return self.router.id_from_name(namespace, name)
 
     def inspect_deliveries(self, mailbox_id: str, *, after: str | None = None,
-                           limit: int = DEFAULT_PAGE) -> InspectionPage:
+                           limit: int | None = None) -> InspectionPage:
         """CA-10: a page of an IdentityMailbox's delivery records, read from its file without
         activating it (no owner, no migration, no alarm). For callers that admitted an operator."""
+        from mailbox_actors.objects.identity_mailbox.inspection import DEFAULT_PAGE, inspect_deliveries
         oid = self.router.id_from_string("identity_mailbox", mailbox_id)
-        return inspect_deliveries(self.host.path_for("identity_mailbox", oid), after, limit)
+        return inspect_deliveries(self.host.path_for("identity_mailbox", oid), after,
+                                  DEFAULT_PAGE if limit is None else limit)
 
     def new_unique_id(self, namespace: str) -> str:
         return self.router.new_unique_id(namespace)
@@ -339,5 +345,5 @@ def _with_resolver(services: Services | None, settings: RuntimeSettings) -> Serv
     (DM-1): ``serve`` and ``cluster`` point DomainMonitor at ``dns_nameservers`` this way."""
     items = dict(services.items()) if services is not None else {}
     if items.get(RESOLVER) is None:
-        items[RESOLVER] = DnspythonResolver(settings.dns)
+        items[RESOLVER] = ResolverOnFirstUse(settings.dns)
     return Services(items)

@@ -1,9 +1,37 @@
-"""The platform's objects, each an actor class with its own namespace."""
+"""The platform's objects, each an actor class with its own namespace.
 
-from mailbox_actors.objects.domain_monitor import DomainMonitor
-from mailbox_actors.objects.identity_mailbox import IdentityMailbox
-from mailbox_actors.objects.tenant_quota import TenantQuota
+Each is imported on first use (PEP 562): a node serving one object does not load the others' code
+(a mailbox's mail parsing, a domain monitor's DNS) before it answers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mailbox_actors.objects.domain_monitor import DomainMonitor
+    from mailbox_actors.objects.identity_mailbox import IdentityMailbox
+    from mailbox_actors.objects.tenant_quota import TenantQuota
+    from mailbox_actors.runtime.actor import Actor
 
 __all__ = ["DEFAULT_OBJECTS", "DomainMonitor", "IdentityMailbox", "TenantQuota"]
 
-DEFAULT_OBJECTS = (IdentityMailbox, DomainMonitor, TenantQuota)
+_WHERE = {
+    "DomainMonitor": "mailbox_actors.objects.domain_monitor",
+    "IdentityMailbox": "mailbox_actors.objects.identity_mailbox",
+    "TenantQuota": "mailbox_actors.objects.tenant_quota",
+}
+DEFAULT_OBJECTS: tuple[type[Actor], ...]  # IdentityMailbox, DomainMonitor, TenantQuota
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DEFAULT_OBJECTS":
+        value: Any = (__getattr__("IdentityMailbox"), __getattr__("DomainMonitor"),
+                      __getattr__("TenantQuota"))
+    elif name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # looked up once
+    return value

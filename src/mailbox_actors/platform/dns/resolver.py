@@ -14,7 +14,7 @@ import msgspec
 from mailbox_actors.core.dns.answers import Answer, Rtype
 from mailbox_actors.platform.services import ServiceKey
 
-__all__ = ["RESOLVER", "DnsSettings", "Resolver"]
+__all__ = ["RESOLVER", "DnsSettings", "Resolver", "ResolverOnFirstUse"]
 
 
 class Resolver(Protocol):
@@ -37,6 +37,27 @@ class DnsSettings(msgspec.Struct, frozen=True, kw_only=True):
     # Ask the zone's own nameservers (found through the configured ones), so an answer never comes
     # from a recursive resolver's cache that still holds "not found" for a record just added.
     authoritative: bool = False
+
+
+class ResolverOnFirstUse:
+    """The real resolver (``platform.dns.real``), built at the first question: dnspython is
+    imported and ``/etc/resolv.conf`` read then, so a node that checks no domain never pays for
+    them before it answers."""
+
+    def __init__(self, settings: DnsSettings) -> None:
+        self.settings = settings
+        self._real: Resolver | None = None
+
+    async def resolve(self, name: str, rtype: Rtype) -> Answer:
+        if self._real is None:
+            from mailbox_actors.platform.dns.real import DnspythonResolver
+
+            self._real = DnspythonResolver(self.settings)
+        return await self._real.resolve(name, rtype)
+
+    async def aclose(self) -> None:
+        if self._real is not None:
+            await self._real.aclose()
 
 
 # The node's resolver, as objects ask for it (``ctx.service(RESOLVER)``).
