@@ -36,6 +36,7 @@ FIGURES: tuple[str, ...] = (
     "raw_open_read_us",
     "node_start_to_first_answer_ms",
     "bare_interpreter_start_ms",
+    "runtime_libraries_start_ms",
     "alarms_fired_per_s",
     "raw_open_write_close_per_s",
     "activations_per_fired_alarm",
