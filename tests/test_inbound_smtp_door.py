@@ -19,6 +19,7 @@ from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.placement import owner_index
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.control_ops import create_identity
+from mailbox_actors.node.forwarding import Peers
 from mailbox_actors.node.smtp_door import SmtpDoor
 from mailbox_actors.platform.control.addresses import add_addresses, addresses_of, resolve
 from mailbox_actors.testing import TestRuntime
@@ -55,21 +56,35 @@ class Door:
 @asynccontextmanager
 async def door(tmp_path: Path, *, peers: list[str] | None = None, forward: Any = None,
                cap: int = 1 << 20) -> AsyncIterator[Door]:
-    async with TestRuntime(tmp_path, control=True,
-                           inbound=InboundLimits(max_message_bytes=cap)) as rt:
+    limits = InboundLimits(max_message_bytes=cap)
+    async with TestRuntime(tmp_path, control=True, inbound=limits) as rt:
         db = rt.node.control_db
         assert db is not None
         tenant = await db.create_tenant("acme")
         bob = await create_identity(db, rt.node, tenant.id, "bob",
                                     ["Bob@Example.com", "bob.alias@example.com"])
-        app = NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR,
-                      peers=peers or [], forward=forward)
-        smtp = SmtpDoor(app, TOKEN, max_message_bytes=cap)
-        port = await smtp.start("127.0.0.1", 0)
-        try:
-            yield Door(rt, port, bob)
-        finally:
-            await smtp.stop()
+        if not peers:
+            async with serving(rt) as port:
+                yield Door(rt, port, bob)
+            return
+    # node-0 of a cluster: it knows its peers from its start, so its actors' calls for ids of
+    # node-1 go there too; bob's objects were made above, by the node alone.
+    cluster = Peers(peers, 0, forward, cluster_token=TOKEN)
+    async with TestRuntime(tmp_path, control=True, peers=cluster, inbound=limits) as rt, \
+            serving(rt) as port:
+        yield Door(rt, port, bob)
+
+
+@asynccontextmanager
+async def serving(rt: TestRuntime) -> AsyncIterator[int]:
+    """The SMTP door in front of the node's app; its port."""
+    smtp = SmtpDoor(NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR), TOKEN,
+                    max_message_bytes=rt.settings.inbound.max_message_bytes)
+    port = await smtp.start("127.0.0.1", 0)
+    try:
+        yield port
+    finally:
+        await smtp.stop()
 
 
 @pytest.mark.anyio

@@ -23,6 +23,7 @@ from mailbox_actors.http.client import HttpPool
 from mailbox_actors.http.server import RpcHttpServer, loop_backend_options
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.config import NodeConfig, ensure_id_secret, ensure_tokens, load_config
+from mailbox_actors.node.forwarding import Peers
 from mailbox_actors.node.node import Node
 from mailbox_actors.node.smtp_door import SmtpDoor
 from mailbox_actors.objects import DEFAULT_OBJECTS
@@ -218,8 +219,6 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
     names = [n for n, _ in peers]
     if names and cfg.node_name not in names:
         raise SettingsError(f"setting 'node_name' {cfg.node_name!r} is not in the peer list")
-    node = Node(cfg.runtime_settings(str(data)),
-                progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr))
     pool = HttpPool()
     urls = [u for _, u in peers]
 
@@ -227,10 +226,13 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                       timeout_s: float) -> tuple[int, bytes]:
         return await pool.request(urls[owner], method, path, headers, body, timeout_s=timeout_s)
 
-    # Made before the node starts: its alarms' calls to actors on other nodes go there.
+    # The cluster is the node's from its construction: its alarms' calls to actors on other
+    # nodes, and the app's requests, go to their owners from the first one.
+    cluster = Peers(names, names.index(cfg.node_name), forward,
+                    cluster_token=tokens.cluster) if names else None
+    node = Node(cfg.runtime_settings(str(data)), peers=cluster,
+                progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr))
     app = NodeApp(node, cluster_token=tokens.cluster, operator_token=tokens.operator,
-                  peers=names, self_index=names.index(cfg.node_name) if names else 0,
-                  forward=forward if peers else None,
                   openapi=openapi_json(DEFAULT_OBJECTS, package_version()))
     async with node:
         server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,

@@ -11,14 +11,14 @@ from __future__ import annotations
 import hmac
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
 import msgspec
 import structlog
 
-from mailbox_actors.core.placement import owner_index
+from mailbox_actors.node.forwarding import FORWARD_MAX_S, FORWARDED_HEADER
 from mailbox_actors.node.node import Node
 from mailbox_actors.objects.identity_mailbox.inspection import DEFAULT_PAGE
 from mailbox_actors.platform.descriptors import nofile_limit
@@ -28,23 +28,8 @@ from mailbox_actors.wire.shared_replies import IdReply
 
 __all__ = ["FORWARDED_HEADER", "FORWARD_MAX_S", "NodeApp", "Response"]
 
-FORWARDED_HEADER = "x-mailbox-actors-forwarded"
 Plain = tuple[int, bytes, str]
 Response = Plain | tuple[int, bytes, str, Mapping[str, str]]
-# (owner index, method, path, headers, body, timeout in seconds) -> (status, body)
-Forward = Callable[[int, str, str, Mapping[str, str], bytes, float],
-                   Awaitable[tuple[int, bytes]]]
-FORWARD_MAX_S = 30.0  # a forwarded request without a deadline waits this long at most
-
-
-class _Deadline(msgspec.Struct):
-    """The one envelope field forwarding reads; the owner decodes and checks the rest."""
-
-    deadline_ms: int | None = None
-
-
-_DEADLINE = msgspec.json.Decoder(_Deadline)
-
 _JSON = "application/json"
 _ENC = msgspec.json.Encoder()
 
@@ -59,14 +44,14 @@ class NodeApp:
     """``async __call__(method, path, headers, body) -> (status, body, content_type)``."""
 
     def __init__(self, node: Node, *, cluster_token: str, operator_token: str,
-                 peers: Sequence[str] = (), self_index: int = 0, forward: Forward | None = None,
                  openapi: bytes = b"{}") -> None:
         self.node = node
         self._cluster = cluster_token.encode()
         self._operator = operator_token.encode()
-        self.peers = list(peers)  # node names in cluster order; empty: a single node
-        self.self_index = self_index
-        self._forward = forward
+        # The cluster (peers, owner of each id, the hop) is the node's, given when it was made.
+        self._placement = node.forwarding
+        self.peers = self._placement.peers  # node names in cluster order; empty: a single node
+        self.self_index = self._placement.self_index
         self._openapi = openapi
         self._log = structlog.get_logger("mailbox_actors.http")
         self._codes: dict[int, tuple[tuple[str, str], ...]] = {}  # status -> its label, made once
@@ -75,9 +60,6 @@ class NodeApp:
                    "histogram")
         m.describe("http_responses_total", "HTTP responses of the node's endpoints by status",
                    "counter", ("code",))
-        m.describe("rpc_forwarded_total", "RPCs forwarded to the owning node", "counter")
-        if len(self.peers) > 1:
-            node.router.route_bytes = self._route_bytes  # actor-to-actor calls too (RPC-9)
 
     # ---- auth (REL-3) ----------------------------------------------------------------------
 
@@ -175,20 +157,6 @@ class NodeApp:
                                     self.node.router.namespaces else "?"),))
         return 200, out, _JSON
 
-    async def _route_bytes(self, namespace: str, object_id: str, body: bytes) -> bytes:
-        """An in-process call (an actor calling another): run here when this node owns the id,
-        else send it to the owner in one hop, as a forwarded request."""
-        owner = self._owner(namespace, object_id)
-        if owner == self.self_index or not 0 <= owner < len(self.peers):
-            return await self.node.call_bytes(namespace, object_id, body)
-        headers = {"authorization": f"Bearer {self._cluster.decode()}"}
-        status, out, _ = await self._forward_to(owner, f"/rpc/{namespace}/{object_id}", headers,
-                                                body)
-        if status != 200:
-            return _ENC.encode({"err": MailboxActorsError(
-                ErrorCode.UNAVAILABLE, f"the owning node answered HTTP {status}").to_body()})
-        return out
-
     async def _deliveries(self, object_id: str, query: str, headers: Mapping[str, str],
                           full_path: str) -> Response:
         """CA-10: one page of an IdentityMailbox's delivery records, read on the node that owns
@@ -207,47 +175,11 @@ class NodeApp:
         return 200, _ENC.encode(page), _JSON
 
     def _owner(self, namespace: str, object_id: str) -> int:
-        if len(self.peers) <= 1:
-            return self.self_index
-        return owner_index(self.peers, namespace, object_id)
+        return self._placement.owner(namespace, object_id)
 
     async def _forward_to(self, owner: int, path: str, headers: Mapping[str, str],
                           body: bytes, method: str = "POST") -> Plain:
-        if self._forward is None:
-            return error_response(ErrorCode.UNAVAILABLE, "the owning node is not reachable")
-        fwd = {"authorization": headers.get("authorization", ""), FORWARDED_HEADER: "1",
-               "content-type": _JSON}
-        self.node.metrics.inc("rpc_forwarded_total")
-        timeout_s = self._forward_timeout_s(body)
-        if timeout_s <= 0:
-            return 200, _ENC.encode({"err": MailboxActorsError(
-                ErrorCode.TIMEOUT, "the request's deadline passed before it reached its node"
-            ).to_body()}), _JSON
-        try:
-            status, out = await self._forward(owner, method, path, fwd, body, timeout_s)
-        except (OSError, ConnectionError, TimeoutError) as e:
-            self._log.warning("forward_failed", owner=self.peers[owner], error=type(e).__name__)
-            if isinstance(e, TimeoutError) and timeout_s < FORWARD_MAX_S:
-                # OPS-6: the owner did not answer within the caller's deadline (stopped, wedged).
-                return 200, _ENC.encode({"err": MailboxActorsError(
-                    ErrorCode.TIMEOUT, f"the owning node {self.peers[owner]} did not answer "
-                    "within the request's deadline").to_body()}), _JSON
-            return 200, _ENC.encode({"err": MailboxActorsError(
-                ErrorCode.UNAVAILABLE, f"the owning node {self.peers[owner]} cannot be reached now"
-            ).to_body()}), _JSON
-        return status, out, _JSON
-
-    def _forward_timeout_s(self, body: bytes) -> float:
-        """How long a forwarded request may wait for its owner: until the envelope's deadline
-        (OPS-6), at most FORWARD_MAX_S; a body that is not an envelope gets the maximum (its owner
-        answers it invalid_request at once)."""
-        try:
-            deadline = _DEADLINE.decode(body).deadline_ms if body else None
-        except msgspec.DecodeError:
-            deadline = None
-        if deadline is None:
-            return FORWARD_MAX_S
-        return min(FORWARD_MAX_S, (deadline - self.node.clock.now_ms()) / 1000)
+        return await self._placement.forward_to(owner, path, headers, body, method)
 
     # ---- observing -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import structlog
 from mailbox_actors.alarms.book import AlarmBook
 from mailbox_actors.alarms.scheduler import AlarmScheduler
 from mailbox_actors.node.alarm_index import open_alarm_index
+from mailbox_actors.node.forwarding import Forwarding, Peers
 from mailbox_actors.node.mail import transport_from_settings
 from mailbox_actors.platform.clock import Clock, Loop, SystemClock, TimedWork
 from mailbox_actors.platform.descriptors import actor_bound, nofile_limit
@@ -57,7 +58,7 @@ class Node:
     def __init__(self, settings: RuntimeSettings, *, clock: Clock | None = None,
                  rng: Rng | None = None, objects: Sequence[type[Actor]] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 services: Services | None = None) -> None:
+                 services: Services | None = None, peers: Peers | None = None) -> None:
         self.log = structlog.get_logger("mailbox_actors.node")
         # OPS-4: never more open files than descriptors, nor more actors than memory holds.
         bound = memory_bound(actor_bound(settings.max_active_actors))
@@ -99,10 +100,15 @@ class Node:
                                        metrics=self.metrics)
             event_sink = ControlEventSink(self.control_db, self.queues)
         self.alarm_book = AlarmBook(self.clock.now_ms)
+        # The cluster around this node (CL-2): the owner of each id, and the hop to it, for
+        # requests from outside (the HTTP app) and from its own actors (RPC-9) alike.
+        self.forwarding = Forwarding(peers, now_ms=self.clock.now_ms, metrics=self.metrics,
+                                     log=self.log)
         self.router = Router(settings, ids=self.ids, clock=self.clock, rng=self.rng,
                              metrics=self.metrics, alarm_sinks=self.alarm_book,
                              event_sink=event_sink, events_days=self._events_days,
-                             services=_with_resolver(services, settings))
+                             services=_with_resolver(services, settings),
+                             placement=self.forwarding if self.forwarding.clustered else None)
         self.host: ActorHost = self.router.host
         for cls in self._objects:
             self.router.register(cls)

@@ -9,8 +9,7 @@ unexpected is logged with the request id and becomes ``internal_error``.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 import anyio.lowlevel
@@ -86,13 +85,25 @@ def _union_members(tp: Any) -> tuple[Any, ...]:
     return tuple(getattr(tp, "__args__", (tp,)))
 
 
+class Placement(Protocol):
+    """Where an object id lives in the cluster (RPC-9): an in-process call for an id another
+    node owns goes there (the node's ``Forwarding``)."""
+
+    def elsewhere(self, namespace: str, object_id: str) -> int | None:
+        """The owning node's index when it is not this node; None when the id lives here."""
+
+    async def send(self, owner: int, namespace: str, object_id: str, body: bytes) -> bytes:
+        """The envelope sent to node ``owner``; its reply bytes."""
+
+
 class Router:
     """The node's front door. It makes the host it delivers to, handing it ``call`` for the calls
     actors make to each other (so that they take the same path as every other call)."""
 
     def __init__(self, settings: RuntimeSettings, *, ids: Ids, clock: Clock, rng: Rng,
                  metrics: MetricsSink, alarm_sinks: AlarmSinks, event_sink: EventSink,
-                 events_days: EventsDays, services: Services | None = None) -> None:
+                 events_days: EventsDays, services: Services | None = None,
+                 placement: Placement | None = None) -> None:
         self.ids = ids
         self.clock = clock
         self.rng = rng
@@ -101,9 +112,9 @@ class Router:
         self._ns: dict[str, Namespace] = {}
         self._calls = 0
         self.log = structlog.get_logger("mailbox_actors.rpc")
-        # Where an in-process call's envelope goes: this node's own call path, unless the node's
-        # app places the id on another node of the cluster (RPC-9: in-process when it lives here).
-        self.route_bytes: Callable[[str, str, bytes], Awaitable[bytes]] = self.call_bytes
+        # Where an in-process call's envelope goes: this node's own call path, unless the
+        # cluster places the id on another node (RPC-9: in-process when it lives here).
+        self._placement = placement
         self.host = ActorHost(settings, clock=clock, rng=rng, ids=ids, metrics=metrics,
                               alarm_sinks=alarm_sinks, call=self.call, event_sink=event_sink,
                               events_days=events_days, services=services)
@@ -219,7 +230,14 @@ class Router:
         env = Envelope(v=ENVELOPE_VERSION, tenant_id=tenant_id, identity_id=identity_id,
                        request_id=request_id,
                        actor_key_id=actor_key_id, deadline_ms=deadline_ms, req=req)
-        reply = _REPLY.decode(await self.route_bytes(namespace, object_id, _ENC.encode(env)))
+        body = _ENC.encode(env)
+        placement = self._placement
+        owner = None if placement is None else placement.elsewhere(namespace, object_id)
+        if placement is None or owner is None:
+            out = await self.call_bytes(namespace, object_id, body)
+        else:
+            out = await placement.send(owner, namespace, object_id, body)
+        reply = _REPLY.decode(out)
         if reply.err is not None:
             raise MailboxActorsError.from_body(reply.err)
         return reply.ok

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from mailbox_actors.node.forwarding import Peers
 from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import FakeClock
@@ -62,7 +63,8 @@ class TestRuntime:
     def __init__(self, data_dir: Path | str | None = None, *, start_ms: int = 1_767_225_600_000,
                  seed: int = 0, objects: Sequence[type[Actor]] = DEFAULT_OBJECTS,
                  control: bool = False, services: Mapping[ServiceKey[Any], Any] | None = None,
-                 raise_errors: bool = False, **settings: Any) -> None:
+                 raise_errors: bool = False, peers: Peers | None = None,
+                 **settings: Any) -> None:
         self._own_dir = data_dir is None
         self.raise_errors = raise_errors
         self._errors = ErrorTap()
@@ -79,7 +81,8 @@ class TestRuntime:
             self.settings = RuntimeSettings(data_dir=str(self.data_dir), **settings)
             self.node = Node(self.settings, clock=self.clock, rng=self.rng,
                              objects=self._errors.wrap(objects),
-                             services=Services(_deterministic_dns(services, self.settings)))
+                             services=Services(_deterministic_dns(services, self.settings)),
+                             peers=peers)
         except BaseException:
             self._remove_own_dir()  # a refused setting must not leave the directory behind
             raise
