@@ -6,7 +6,9 @@ Both servers run in this process on loopback, on the same event loop as the clie
 pays the same client cost. The door's side is the whole path: RCPT resolved in the control
 database, DATA ingested (parse, thread, waits, event) into one of ``IDENTITIES`` IdentityMailboxes
 through the node's RPC path, 250 after commit. ``CONCURRENCY`` connections each send their share on
-one reused connection; rounds alternate; each rate is a median of rounds. The latency is one
+one reused connection; rounds alternate; each rate is a median of rounds. Before each round the
+door's work from the round before (its events' outbox runs and webhook queue messages) is let
+drain, so neither side is measured while the other's leftovers run. The latency is one
 ``ingest`` through the full in-process RPC path (envelope bytes in and out) followed by the
 ``wait_poll`` that sees its wait matched, per sample.
 """
@@ -14,19 +16,19 @@ one reused connection; rounds alternate; each rate is a median of rounds. The la
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import aiosmtplib
 import msgspec
-from aiosmtpd.smtp import SMTP
 
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
 from mailbox_actors.node import Node
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.control_ops import create_identity
-from mailbox_actors.node.smtp_door import SmtpDoor
+from mailbox_actors.node.smtp_door import SmtpDoor, smtp_server
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.wire.envelope import Envelope
 from mailbox_actors.wire.inbound import Ingest, RegisterWait, WaitFilter, WaitPoll
@@ -73,6 +75,23 @@ async def _send_all(port: int, count: int, start: int, rcpts: list[str]) -> None
     await asyncio.gather(*(one_connection(k) for k in range(CONCURRENCY)))
 
 
+async def _settle(queues_db: str, bound_s: float = 5.0) -> None:
+    """Until the webhook queue has stayed empty for two looks in a row (or ``bound_s``): the
+    door's events of the round before are published and consumed."""
+    conn = sqlite3.connect(f"file:{queues_db}?mode=ro", uri=True, timeout=1)
+    try:
+        empty, deadline = 0, time.monotonic() + bound_s
+        while empty < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            try:
+                left = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+            except sqlite3.OperationalError:  # locked for a moment by the consumer's write
+                left = 1
+            empty = empty + 1 if left == 0 else 0
+    finally:
+        conn.close()
+
+
 async def _rate(port: int, count: int, start: int, rcpts: list[str]) -> float:
     t0 = time.perf_counter()
     await _send_all(port, count, start, rcpts)
@@ -81,8 +100,9 @@ async def _rate(port: int, count: int, start: int, rcpts: list[str]) -> float:
 
 async def inbound_figures(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str],
                           _errors: list[str]) -> list[Figure]:
+    queues_db = str(work / "queues.sqlite")
     settings = RuntimeSettings(data_dir=str(work / "node"), control_db=str(work / "control.sqlite"),
-                               queues_db=str(work / "queues.sqlite"))
+                               queues_db=queues_db)
     per_round = max(40, sizes.state_calls // 10)
     rounds = max(2, sizes.rounds // 2)
     loop = asyncio.get_running_loop()
@@ -96,7 +116,10 @@ async def inbound_figures(work: Path, sizes: Sizes, progress: Progress, _want: f
         app = NodeApp(node, cluster_token=TOKEN, operator_token=TOKEN + "-operator")
         door = SmtpDoor(app, TOKEN, max_message_bytes=settings.inbound.max_message_bytes)
         door_port = await door.start("127.0.0.1", 0)
-        noop = await loop.create_server(lambda: SMTP(_NoOp(), loop=loop), "127.0.0.1", 0)
+        # The same aiosmtpd settings as the door's (size limit, hostname, SMTPUTF8, timeout).
+        noop = await loop.create_server(
+            lambda: smtp_server(_NoOp(), max_message_bytes=settings.inbound.max_message_bytes,
+                                hostname="mailbox-actors"), "127.0.0.1", 0)
         noop_port = int(noop.sockets[0].getsockname()[1])
         try:
             ours: list[float] = []
@@ -106,7 +129,9 @@ async def inbound_figures(work: Path, sizes: Sizes, progress: Progress, _want: f
             await _send_all(noop_port, CONCURRENCY * 4, 10_000_000, rcpts)
             for r in range(rounds):
                 progress.say(f"inbound: SMTP round {r + 1}/{rounds} ({per_round} messages a side)")
+                await _settle(queues_db)
                 raw.append(await _rate(noop_port, per_round, sent, rcpts))
+                await _settle(queues_db)
                 ours.append(await _rate(door_port, per_round, sent, rcpts))
                 sent += per_round
             latencies = await _ingest_to_poll(node, idents[0], max(50, per_round // 2))

@@ -29,7 +29,7 @@ from mailbox_actors.wire.envelope import Envelope as RpcEnvelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import Ingest
 
-__all__ = ["RESOLVE_TTL_S", "SmtpDoor"]
+__all__ = ["RESOLVE_TTL_S", "SmtpDoor", "smtp_server"]
 
 _ENC = msgspec.json.Encoder()
 _REPLY = msgspec.json.Decoder(RpcReply)
@@ -53,6 +53,14 @@ class _NoArgs(logging.Filter):
 
 _mail_log = logging.getLogger("mail.log")
 _mail_log.addFilter(_NoArgs())
+
+
+def smtp_server(handler: Any, *, max_message_bytes: int, hostname: str) -> SMTP:
+    """The aiosmtpd session the door serves with: the benchmark builds its no-op server here too,
+    so both sides pay for the same protocol settings."""
+    return SMTP(handler, data_size_limit=max_message_bytes, hostname=hostname,
+                ident="mailbox-actors", enable_SMTPUTF8=True, timeout=60,
+                loop=asyncio.get_running_loop())
 
 
 class _Handler:
@@ -127,9 +135,8 @@ class SmtpDoor:
         return found
 
     def _protocol(self) -> SMTP:
-        return SMTP(self._handler, data_size_limit=self.max_message_bytes, hostname=self.hostname,
-                    ident="mailbox-actors", enable_SMTPUTF8=True, timeout=60,
-                    loop=asyncio.get_running_loop())
+        return smtp_server(self._handler, max_message_bytes=self.max_message_bytes,
+                           hostname=self.hostname)
 
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()

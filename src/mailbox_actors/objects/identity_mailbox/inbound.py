@@ -111,10 +111,12 @@ async def ingest(mb: IdentityMailbox, req: Ingest) -> IngestReply:
         return prior
     if len(req.raw) > _THREAD_PARSE:
         parsed = await anyio.to_thread.run_sync(parse_message, req.raw, lim)
+        recheck = True  # the actor served other requests meanwhile: one may have stored it
     else:
         parsed = parse_message(req.raw, lim)
+        recheck = False  # nothing ran since _replay: no await between it and the transaction
     return mb.sql.transaction_sync(
-        lambda tx: _store(mb, tx, req.source_id, digest, len(req.raw), parsed))
+        lambda tx: _store(mb, tx, req.source_id, digest, len(req.raw), parsed, recheck))
 
 
 def _replay(sql: SqlStorage, source_id: str, digest: str) -> IngestReply | None:
@@ -144,10 +146,11 @@ class _Lookup:
 
 
 def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size: int,
-           p: ParsedMessage) -> IngestReply:
-    prior = _replay(tx, source_id, digest)  # re-checked inside: another ingest may have won
-    if prior is not None:
-        return prior
+           p: ParsedMessage, recheck: bool) -> IngestReply:
+    if recheck:
+        prior = _replay(tx, source_id, digest)  # another ingest may have won during the parse
+        if prior is not None:
+            return prior
     now = tx.now_ms()
     message_id = mb.ctx.new_id("imsg")
     keys = thread_keys(f"<{p.message_id}>" if p.message_id else None, p.in_reply_to,
@@ -155,9 +158,11 @@ def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, siz
     decision = assign_thread(keys, _Lookup(tx), mb.ctx.new_id("thr"))
     thread_id = decision.thread_id
     if decision.created:
-        tx.exec("INSERT INTO threads (id, size, created_at_ms, last_at_ms) VALUES (?, 0, ?, ?)",
+        tx.exec("INSERT INTO threads (id, size, created_at_ms, last_at_ms) VALUES (?, 1, ?, ?)",
                 thread_id, now, now)
-    tx.exec("UPDATE threads SET size = size + 1, last_at_ms = ? WHERE id = ?", now, thread_id)
+    else:
+        tx.exec("UPDATE threads SET size = size + 1, last_at_ms = ? WHERE id = ?", now,
+                thread_id)
     for key in decision.map_if_absent:
         tx.exec("INSERT OR IGNORE INTO thread_keys (key, thread_id) VALUES (?, ?)", key, thread_id)
     for key in decision.map_always:
@@ -183,7 +188,7 @@ def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, siz
     tx.exec("INSERT INTO inbound_sources (source_id, digest, message_id, thread_id, defects) "
             "VALUES (?, ?, ?, ?, ?)", source_id, digest, message_id, thread_id,
             _ENC.encode(p.defects))
-    waits.match_new(tx, WaitSubject(
+    waits.match_new(mb, tx, lambda: WaitSubject(
         from_addr=p.from_addr, recipients=[*p.to, *p.cc, *p.delivered_to], subject=p.subject,
         headers=p.headers, received_at_ms=now), message_id, thread_id, now)
     mb.ctx.emit(tx, "message.received", {

@@ -9,6 +9,8 @@ so waits are deterministic under the FakeClock. Maintenance drops waits a day pa
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -45,9 +47,15 @@ SCAN_LIMIT = 10_000  # messages a received_after_ms registration looks back over
 _KEEP_EXPIRED_MS = 86_400_000
 _ENC = msgspec.msgpack.Encoder()
 _FILTER = msgspec.msgpack.Decoder(WaitFilter)
+# Mailboxes (instances) known to hold no pending wait: ingest skips the waits query for them. A
+# mailbox joins when that query found none (a wait that is not pending now never becomes pending
+# again) and leaves before any registration runs, so a rolled-back one only costs a query.
+_NONE_PENDING: weakref.WeakSet[IdentityMailbox] = weakref.WeakSet()
 
 
 def register(mb: IdentityMailbox, req: RegisterWait) -> RegisterWaitReply:
+    _NONE_PENDING.discard(mb)
+
     def run(tx: SqlStorage) -> RegisterWaitReply:
         now = tx.now_ms()
         if req.expires_at_ms > now + MAX_WAIT_MS:
@@ -84,10 +92,18 @@ def _look_back(tx: SqlStorage, f: WaitFilter) -> tuple[str, str] | None:
     return None
 
 
-def match_new(tx: SqlStorage, m: WaitSubject, message_id: str, thread_id: str, now: int) -> None:
-    """Inside ingest's transaction: record this message on every pending wait it matches."""
+def match_new(mb: IdentityMailbox, tx: SqlStorage, subject: Callable[[], WaitSubject],
+              message_id: str, thread_id: str, now: int) -> None:
+    """Inside ingest's transaction: record this message on every pending wait it matches
+    (``subject`` makes what the filters read, only when a wait is pending)."""
+    if mb in _NONE_PENDING:
+        return
     rows = tx.exec("SELECT id, filter FROM waits WHERE message_id IS NULL AND "
                    "expires_at_ms >= ?", now).all()
+    if not rows:
+        _NONE_PENDING.add(mb)
+        return
+    m = subject()
     for wait_id, blob in rows:
         if wait_matches(_FILTER.decode(blob), m):
             tx.exec("UPDATE waits SET message_id = ?, thread_id = ? WHERE id = ?", message_id,
