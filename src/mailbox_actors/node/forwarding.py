@@ -77,10 +77,6 @@ class Forwarding:
         self._log = log
         metrics.describe("rpc_forwarded_total", "RPCs forwarded to the owning node", "counter")
 
-    @property
-    def clustered(self) -> bool:
-        return len(self.peers) > 1
-
     def owner(self, namespace: str, object_id: str) -> int:
         """The index of the node that owns the id."""
         if len(self.peers) <= 1:
@@ -91,7 +87,9 @@ class Forwarding:
 
     def elsewhere(self, namespace: str, object_id: str) -> int | None:
         """The owner's index when another node owns the id; None when it lives here."""
-        owner = self.owner(namespace, object_id)
+        if len(self.peers) <= 1:
+            return None  # a single node: the in-process call path pays one length check
+        owner = owner_index(self.peers, namespace, object_id)
         if owner == self.self_index or not 0 <= owner < len(self.peers):
             return None
         return owner

@@ -100,15 +100,12 @@ class Node:
                                        metrics=self.metrics)
             event_sink = ControlEventSink(self.control_db, self.queues)
         self.alarm_book = AlarmBook(self.clock.now_ms)
-        # The cluster around this node (CL-2): the owner of each id, and the hop to it, for
-        # requests from outside (the HTTP app) and from its own actors (RPC-9) alike.
-        self.forwarding = Forwarding(peers, now_ms=self.clock.now_ms, metrics=self.metrics,
-                                     log=self.log)
+        # The cluster (CL-2, RPC-9): for the HTTP app's requests and this node's actors' calls.
+        self.forwarding = Forwarding(peers, now_ms=self.clock.now_ms, metrics=self.metrics, log=self.log)
         self.router = Router(settings, ids=self.ids, clock=self.clock, rng=self.rng,
                              metrics=self.metrics, alarm_sinks=self.alarm_book,
                              event_sink=event_sink, events_days=self._events_days,
-                             services=_with_resolver(services, settings),
-                             placement=self.forwarding if self.forwarding.clustered else None)
+                             services=_with_resolver(services, settings), placement=self.forwarding)
         self.host: ActorHost = self.router.host
         for cls in self._objects:
             self.router.register(cls)
@@ -281,9 +278,8 @@ class Node:
                    tenant_id: str | None = None, identity_id: str | None = None,
                    deadline_ms: int | None = None, request_id: str | None = None) -> Any:
         """In-process call; returns the ok value or raises ``MailboxActorsError``."""
-        return await self.router.call(namespace, object_id, req, tenant_id=tenant_id,
-                                      identity_id=identity_id, deadline_ms=deadline_ms,
-                                      request_id=request_id)
+        return await self.router.call(namespace, object_id, req, tenant_id=tenant_id, identity_id=identity_id,
+                                      deadline_ms=deadline_ms, request_id=request_id)
 
     def id_from_name(self, namespace: str, name: str) -> str:
         return self.router.id_from_name(namespace, name)
@@ -327,8 +323,7 @@ class Node:
         m.describe("rpc_owner_mismatch_total", "Calls whose tenant/identity did not match the "
                    "object's owner (always a bug upstream)", "counter", ns)
         m.describe("alarms_fired_total", "Alarm handlers that completed", "counter", ns)
-        m.describe("alarm_retries_total", "Alarm handler failures scheduled for retry", "counter",
-                   ns)
+        m.describe("alarm_retries_total", "Alarm handler failures scheduled for retry", "counter", ns)
         m.describe("alarms_abandoned_total", "Alarms given up after six retries", "counter", ns)
         m.describe("actor_loop_blocked_total", "Handler steps that held the event loop longer "
                    "than loop_block_warn_ms (RT-17), by namespace and op", "counter",
