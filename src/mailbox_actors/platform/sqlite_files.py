@@ -21,7 +21,7 @@ from pathlib import Path
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["DIR_MODE", "FILE_MODE", "DamagedFile", "check_whole", "create_whole", "damage_of",
-           "is_disk_full", "make_dirs", "private_file"]
+           "examine", "is_disk_full", "make_dirs", "private_file"]
 
 DIR_MODE = 0o700  # OPS-5: data directories and every file in them are the node's alone
 FILE_MODE = 0o600
@@ -82,13 +82,30 @@ def damage_of(path: Path) -> str | None:
     only while no write-ahead log holds pages (a crash in the middle of a checkpoint leaves the main
     file short until SQLite replays the log, which is not damage)."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            header = f.read(100)
+        return examine(os.fspath(path))
+    except OSError as e:  # FileNotFoundError included: a file that should be there
+        return f"unreadable: {e.strerror}"
+
+
+def examine(path: str) -> str | None:
+    """``damage_of`` for a file that may be missing (then FileNotFoundError): one descriptor
+    (open, fstat, pread) and one stat of the log, on the path as a string, since every actor
+    file's activation passes here."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
     except OSError as e:
         # Out of descriptors or permissions: a condition of the moment, not of the file.
         return None if e.errno in (errno.EACCES, errno.EMFILE, errno.ENFILE) else \
             f"unreadable: {e.strerror}"
+    try:
+        size = os.fstat(fd).st_size
+        header = os.pread(fd, 100, 0)
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+    finally:
+        os.close(fd)
     if size == 0:
         return "it is empty (zero bytes)"
     if len(header) < 100 or not header.startswith(_MAGIC):
@@ -99,16 +116,15 @@ def damage_of(path: Path) -> str | None:
         return "its header is not a SQLite header"
     if size < page_size:
         return f"it is truncated ({size} bytes, less than one {page_size}-byte page)"
-    wal = path.with_name(path.name + "-wal")
-    try:
-        wal_holds_pages = wal.stat().st_size > 0
-    except FileNotFoundError:
-        wal_holds_pages = False
     change_counter, pages, valid_for = header[24:28], header[28:32], header[92:96]
     expected = struct.unpack(">I", pages)[0] * page_size
-    if not wal_holds_pages and change_counter == valid_for and size < expected:
-        return f"it is truncated ({size} bytes; its header says {expected})"
-    return None
+    if change_counter != valid_for or size >= expected:
+        return None
+    try:
+        wal_holds_pages = os.stat(path + "-wal").st_size > 0
+    except FileNotFoundError:
+        wal_holds_pages = False
+    return None if wal_holds_pages else f"it is truncated ({size} bytes; its header says {expected})"
 
 
 def check_whole(path: Path, what: str) -> None:

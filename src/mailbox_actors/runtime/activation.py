@@ -14,7 +14,7 @@ from typing import Any
 
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
-from mailbox_actors.platform.storage.opening import open_storage
+from mailbox_actors.platform.storage.opening import open_actor_storage
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor
@@ -27,6 +27,7 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 __all__ = ["Activation", "Key", "open_activation"]
 
 Key = tuple[str, str]
+_META_KEYS = (SCHEMA_VERSION_KEY, *OWNER_META_KEYS)
 
 
 class Activation:
@@ -80,14 +81,14 @@ def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create
                     on_reset: Callable[[], None]) -> Activation | None:
     """Open the actor's file and build its activation (None: no such object and not ``create``).
     Whatever fails after the file opened closes it again."""
-    sql = open_storage(path, create=create, durability=settings.durability,
-                       limits=settings.limits, now_ms=clock.now_ms, hooks=hooks,
-                       alarm_sink=alarm_sink)
-    if sql is None:
+    opened = open_actor_storage(path, create=create, durability=settings.durability,
+                                limits=settings.limits, now_ms=clock.now_ms, hooks=hooks,
+                                alarm_sink=alarm_sink, meta_keys=_META_KEYS)
+    if opened is None:
         return None
+    sql, meta = opened  # the meta keys come with the file's first read
     storage = RuntimeStorage(sql)
     try:
-        meta = storage.meta((SCHEMA_VERSION_KEY, *OWNER_META_KEYS))
         owner = Owner(meta, kind=cls.owner_kind, namespace=cls.namespace, object_id=object_id,
                       not_found=cls.not_found, metrics=metrics, log=log)
         version = apply_migrations(storage, cls.migrations, int(meta.get(SCHEMA_VERSION_KEY, "0")))

@@ -47,8 +47,14 @@ WAL_KEEP_BYTES = 256 * 1024  # a log past this is checkpointed when the file clo
 _DBCONFIG_NO_CKPT_ON_CLOSE = 1006
 
 
+_layout_checked = False  # a handle read at this offset was once proved to be its file's
+
+
 def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
-    """The connection's ``sqlite3*`` on CPython 3.11, when it provably is the handle of ``path``."""
+    """The connection's ``sqlite3*`` on CPython 3.11, when it provably is the handle of ``path``.
+    The proof (``sqlite3_db_filename`` is the file just opened) is made once per process: the
+    offset of the handle in a connection object is the same for every one of them."""
+    global _layout_checked
     if sys.implementation.name != "cpython" or sys.platform != "linux":
         return None
     lib = sqlite_library()
@@ -57,6 +63,8 @@ def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
     handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
     if not handle:
         return None
+    if _layout_checked:
+        return int(handle)
     name = lib.sqlite3_db_filename(handle, b"main")
     if name is None:
         return None
@@ -64,6 +72,7 @@ def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
     opened = os.fsdecode(name)
     if opened != str(path.absolute()) and opened != os.path.realpath(path):
         return None
+    _layout_checked = True
     return int(handle)
 
 

@@ -11,20 +11,24 @@ without the runtime schema is a damaged object, never a new one for the next ``i
 
 from __future__ import annotations
 
+import os
+import secrets
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import quote_from_bytes
 
 from mailbox_actors.platform.memory import PAGE_CACHE_KIB
-from mailbox_actors.platform.sqlite_files import create_whole, damage_of
+from mailbox_actors.platform.sqlite_files import create_whole, examine
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
 from mailbox_actors.platform.storage.handle import keep_wal_on_close
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.limits import Durability, Limits
+from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 
-__all__ = ["CACHED_STATEMENTS", "StorageUnavailable", "open_storage"]
+__all__ = ["CACHED_STATEMENTS", "StorageUnavailable", "open_actor_storage", "open_storage"]
 
 # Prepared statements kept per connection (LRU): each costs a few KB of SQLite heap, so a large
 # cache would dominate an open actor's memory (ADR 0012); an object's hot statements fit in it.
@@ -65,22 +69,53 @@ def _create(path: Path, durability: str) -> None:
 
 
 def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | None:
-    if not path.exists():
+    name = os.fspath(path.absolute())
+    try:
+        damage = examine(name)  # the header check and "does it exist" in one look
+    except FileNotFoundError:
         if not create:
             return None  # no such object: the caller answers *_not_found
         _create(path, durability)
-    else:
-        damage = damage_of(path)
-        if damage is not None:
-            raise StorageCorrupt(damage)
-    # mode=rw never creates the file; as_uri escapes '#', '%' and '?' in the directory name.
+        damage = None
+    if damage is not None:
+        raise StorageCorrupt(damage)
+    # mode=rw never creates the file; the path is escaped as Path.as_uri does ('#', '%', '?').
     try:
-        return sqlite3.connect(path.absolute().as_uri() + "?mode=rw", uri=True,
-                               isolation_level=None, cached_statements=CACHED_STATEMENTS)
+        return sqlite3.connect("file://" + quote_from_bytes(os.fsencode(name)) + "?mode=rw",
+                               uri=True, isolation_level=None,
+                               cached_statements=CACHED_STATEMENTS)
     except sqlite3.OperationalError as e:
         if not path.exists():
             return None  # no such object: the caller answers *_not_found
         raise StorageUnavailable(type(e).__name__) from e
+
+
+def _first_read(conn: sqlite3.Connection, meta_keys: Sequence[str],
+                ) -> tuple[int, int | None, dict[str, str]] | None:
+    """The runtime schema's version, the stored alarm and the runtime meta ``meta_keys`` in one
+    statement (the file's first read), or None when the file has no ``_ma_meta`` (the runtime
+    schema 1 layout, or no schema at all: the caller looks at ``user_version`` alone). Its text
+    carries a nonce: the cached statement is never one actor SQL can name."""
+    quoted = ", ".join("'" + k.replace("'", "''") + "'" for k in meta_keys) or "NULL"
+    try:
+        rows = conn.execute(
+            "SELECT 0, user_version, NULL FROM pragma_user_version "
+            "UNION ALL SELECT 1, at_ms, NULL FROM _ma_alarm WHERE id = 1 "
+            f"UNION ALL SELECT 2, k, v FROM _ma_meta WHERE k IN ({quoted}) "
+            f"/*{secrets.token_hex(8)}*/").fetchall()
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return None
+        raise
+    version, alarm, meta = 0, None, {}
+    for kind, a, b in rows:
+        if kind == 0:
+            version = a
+        elif kind == 1:
+            alarm = a
+        else:
+            meta[a] = b
+    return version, alarm, meta
 
 
 def _upgrade_from_1(conn: sqlite3.Connection) -> None:
@@ -105,6 +140,17 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
     """Open (or create) an actor's file. Returns None when it does not exist and ``create`` is
     False, so probing an unknown id never leaves a file behind. A file that exists but cannot be
     opened now raises ``StorageUnavailable`` (retryable); an unreadable one ``StorageCorrupt``."""
+    opened = open_actor_storage(path, create=create, durability=durability, limits=limits,
+                                now_ms=now_ms, hooks=hooks, alarm_sink=alarm_sink)
+    return None if opened is None else opened[0]
+
+
+def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Limits,
+                       now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
+                       alarm_sink: AlarmSink | None = None, meta_keys: Sequence[str] = (),
+                       ) -> tuple[SqlStorage, dict[str, str]] | None:
+    """``open_storage``, and the stored values of the runtime meta ``meta_keys`` (absent ones left
+    out), read with the file's version and alarm in its first statement."""
     try:
         conn = _connect(path, create, durability)
     except sqlite3.OperationalError as e:
@@ -113,15 +159,14 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
         return None
     try:
         conn.row_factory = sqlite3.Row
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
-            # Every file this code makes has the schema before it is at this path: one without
-            # it was cut short or overwritten (SQLite reads a short first page as an empty file).
-            raise StorageCorrupt("the file has no runtime schema (empty or truncated)")
-        if version > RUNTIME_SCHEMA_VERSION:
-            raise StorageCorrupt(f"runtime schema {version} is newer than this code knows")
-        if version == 1:
-            _upgrade_from_1(conn)
+        first = _first_read(conn, meta_keys)
+        if first is None:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            _check_version(version)
+            if version == 1:
+                _upgrade_from_1(conn)
+        else:
+            _check_version(first[0])
         # One script, run once: executescript keeps none of these in the statement cache, where
         # each would hold a prepared statement for the connection's life (ADR 0012).
         conn.executescript(
@@ -138,10 +183,15 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
         conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
         for limit, value, _name in SQLITE_LIMITS:
             conn.setlimit(limit, value)
-        storage = SqlStorage(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink)
+        storage = SqlStorage(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink,
+                             alarm=None if first is None else (first[1],))
+        if first is None:
+            meta = RuntimeStorage(storage).meta(meta_keys) if meta_keys else {}
+        else:
+            meta = first[2]
         # Closing keeps the write-ahead log for the next open (ADR 0012): no checkpoint, no fsync.
         storage.keeps_wal = keep_wal_on_close(conn, path)
-        return storage
+        return storage, meta
     except BaseException as e:
         conn.close()  # never leave a descriptor behind for the garbage collector
         if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
@@ -149,3 +199,12 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
         if isinstance(e, sqlite3.DatabaseError):
             raise StorageCorrupt(type(e).__name__) from e
         raise
+
+
+def _check_version(version: int) -> None:
+    if version == 0:
+        # Every file this code makes has the schema before it is at this path: one without
+        # it was cut short or overwritten (SQLite reads a short first page as an empty file).
+        raise StorageCorrupt("the file has no runtime schema (empty or truncated)")
+    if version > RUNTIME_SCHEMA_VERSION:
+        raise StorageCorrupt(f"runtime schema {version} is newer than this code knows")

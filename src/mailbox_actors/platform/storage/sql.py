@@ -42,8 +42,10 @@ class SqlStorage(Transactions):
 
     def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits,
                  now_ms: Callable[[], int], *, hooks: TransactionHooks | None = None,
-                 alarm_sink: AlarmSink | None = None) -> None:
-        super().__init__(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink)
+                 alarm_sink: AlarmSink | None = None, alarm: tuple[int | None] | None = None,
+                 ) -> None:
+        super().__init__(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink,
+                         alarm=alarm)
         self.kv = KvStorage(self)
         self.wiped = False  # delete_all ran on this connection
         self.keeps_wal = False  # closing leaves the log for the next open (``handle``)

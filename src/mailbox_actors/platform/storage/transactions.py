@@ -57,7 +57,8 @@ class Transactions(ScreenedConnection):
 
     def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits,
                  now_ms: Callable[[], int], *, hooks: TransactionHooks | None = None,
-                 alarm_sink: AlarmSink | None = None) -> None:
+                 alarm_sink: AlarmSink | None = None, alarm: tuple[int | None] | None = None,
+                 ) -> None:
         super().__init__(conn, path, limits)
         self._now = now_ms
         self._hooks: TransactionHooks = hooks or NoTransactionHooks()
@@ -72,6 +73,9 @@ class Transactions(ScreenedConnection):
         self._gen = 0  # the current (or last) implicit transaction
         self._lost: set[int] = set()  # implicit transactions SQLite rolled back
         self._alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{self._token}*/"
+        if alarm is not None:  # read by the opener, in the file's first statement
+            self._alarm = alarm[0]
+            return
         try:
             self._read_alarm()  # the token in the text keeps user SQL off this cached statement
         except sqlite3.DatabaseError as e:
