@@ -25,7 +25,6 @@ from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavai
 from mailbox_actors.platform.storage.handle import keep_wal_on_close
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.limits import Durability, Limits
-from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 
 __all__ = ["CACHED_STATEMENTS", "StorageUnavailable", "open_actor_storage", "open_storage"]
@@ -90,32 +89,33 @@ def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | 
         raise StorageUnavailable(type(e).__name__) from e
 
 
+def _meta_query(keys: Sequence[str]) -> str:
+    """The runtime meta ``keys`` (written into the text, as ``RuntimeStorage.meta`` does)."""
+    quoted = ", ".join("'" + k.replace("'", "''") + "'" for k in keys) or "NULL"
+    return f"SELECT k, v FROM _ma_meta WHERE k IN ({quoted})"
+
+
 def _first_read(conn: sqlite3.Connection, meta_keys: Sequence[str],
-                ) -> tuple[int, int | None, dict[str, str]] | None:
-    """The runtime schema's version, the stored alarm and the runtime meta ``meta_keys`` in one
-    statement (the file's first read), or None when the file has no ``_ma_meta`` (the runtime
-    schema 1 layout, or no schema at all: the caller looks at ``user_version`` alone). Its text
-    carries a nonce: the cached statement is never one actor SQL can name."""
-    quoted = ", ".join("'" + k.replace("'", "''") + "'" for k in meta_keys) or "NULL"
+                ) -> tuple[int | None, dict[str, str]] | None:
+    """The stored alarm and the runtime meta ``meta_keys`` in one statement (the file's first
+    read), or None when the file has no ``_ma_meta`` (the runtime schema 1 layout, or no schema
+    at all: the caller looks at ``user_version`` alone). Its text carries a nonce, so the cached
+    statement is never one actor SQL can name."""
     try:
         rows = conn.execute(
-            "SELECT 0, user_version, NULL FROM pragma_user_version "
-            "UNION ALL SELECT 1, at_ms, NULL FROM _ma_alarm WHERE id = 1 "
-            f"UNION ALL SELECT 2, k, v FROM _ma_meta WHERE k IN ({quoted}) "
-            f"/*{secrets.token_hex(8)}*/").fetchall()
+            "SELECT NULL, at_ms FROM _ma_alarm WHERE id = 1 UNION ALL "
+            f"{_meta_query(meta_keys)} /*{secrets.token_hex(8)}*/").fetchall()
     except sqlite3.OperationalError as e:
         if "no such table" in str(e):
             return None
         raise
-    version, alarm, meta = 0, None, {}
-    for kind, a, b in rows:
-        if kind == 0:
-            version = a
-        elif kind == 1:
-            alarm = a
+    alarm, meta = None, {}
+    for k, v in rows:
+        if k is None:
+            alarm = v
         else:
-            meta[a] = b
-    return version, alarm, meta
+            meta[k] = v
+    return alarm, meta
 
 
 def _upgrade_from_1(conn: sqlite3.Connection) -> None:
@@ -160,13 +160,13 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
     try:
         conn.row_factory = sqlite3.Row
         first = _first_read(conn, meta_keys)
-        if first is None:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            _check_version(version)
-            if version == 1:
-                _upgrade_from_1(conn)
-        else:
-            _check_version(first[0])
+        # A plain PRAGMA, not pragma_user_version in the first read: that table-valued function
+        # is a virtual table SQLite builds (parsing its declaration) on every connection.
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        _check_version(version)
+        if version == 1:
+            _upgrade_from_1(conn)
+            first = None  # read again below, from the upgraded layout
         # One script, run once: executescript keeps none of these in the statement cache, where
         # each would hold a prepared statement for the connection's life (ADR 0012).
         conn.executescript(
@@ -184,11 +184,11 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
         for limit, value, _name in SQLITE_LIMITS:
             conn.setlimit(limit, value)
         storage = SqlStorage(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink,
-                             alarm=None if first is None else (first[1],))
+                             alarm=None if first is None else (first[0],))
         if first is None:
-            meta = RuntimeStorage(storage).meta(meta_keys) if meta_keys else {}
+            meta = dict(storage._runtime_exec(_meta_query(meta_keys))) if meta_keys else {}
         else:
-            meta = first[2]
+            meta = first[1]
         # Closing keeps the write-ahead log for the next open (ADR 0012): no checkpoint, no fsync.
         storage.keeps_wal = keep_wal_on_close(conn, path)
         return storage, meta
