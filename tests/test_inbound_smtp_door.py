@@ -5,6 +5,8 @@ its logs (no address in clear, CL-5)."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -145,6 +147,43 @@ async def test_the_door_refuses_unknown_recipients_at_rcpt(tmp_path: Path) -> No
         errors, _ = await d.send(letter(subject="two"), ["nobody@example.com", "bob@example.com"])
         assert errors["nobody@example.com"].code == 550
         assert await d.messages(d.bob) == 1
+
+
+def _in_another_process(db_path: Path, sql: str) -> None:
+    """Change the control database from another process, as another node of the cluster would."""
+    script = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+              "c.execute(sys.argv[2]); c.commit(); c.close()")
+    proc = subprocess.run([sys.executable, "-c", script, str(db_path), sql], timeout=60,
+                          capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.anyio
+async def test_recipients_follow_address_and_identity_changes_at_once(tmp_path: Path) -> None:
+    """IN-5: the door keeps the addresses it resolved, but a change to addresses or identities,
+    made by this node or by another process on the shared control database, is seen by the next
+    RCPT: an address added after it was refused is accepted, one taken away or whose identity
+    was erased is refused with 550 5.1.1; nothing waits for a cache to expire."""
+    async with door(tmp_path) as d:
+        db = d.rt.node.control_db
+        assert db is not None
+        with pytest.raises(aiosmtplib.SMTPRecipientsRefused):
+            await d.send(letter(subject="early"), ["bob.new@example.com"])
+        await add_addresses(db, d.bob.id, ["bob.new@example.com"], 0)
+        errors, _ = await d.send(letter(subject="added"), ["bob.new@example.com"])
+        assert errors == {} and await d.messages(d.bob) == 1
+        errors, _ = await d.send(letter(subject="alias"), ["bob.alias@example.com"])
+        assert errors == {}
+        await anyio.to_thread.run_sync(_in_another_process, db.path,
+                                       "DELETE FROM addresses WHERE address = 'bob.alias@example.com'")
+        with pytest.raises(aiosmtplib.SMTPRecipientsRefused) as info:
+            await d.send(letter(subject="removed"), ["bob.alias@example.com"])
+        assert info.value.recipients[0].code == 550
+        await db.set_identity_status(d.bob.id, "erased")
+        with pytest.raises(aiosmtplib.SMTPRecipientsRefused) as info:
+            await d.send(letter(subject="erased"), ["bob@example.com"])
+        assert info.value.recipients[0].code == 550 and "5.1.1" in info.value.recipients[0].message
+        assert await d.messages(d.bob) == 2
 
 
 @pytest.mark.anyio

@@ -1,6 +1,7 @@
 """The SMTP door (IN-5): aiosmtpd on loopback, delivering into the recipients' IdentityMailboxes.
 
-RCPT is resolved in the control database (an unknown address: 550 5.1.1; the database away: 451).
+RCPT is resolved in the control database (an unknown address: 550 5.1.1; the database away: 451),
+through an ``AddressBook`` that keeps answers until an address or identity changes.
 DATA is ingested into each recipient's IdentityMailbox through the node's own RPC path, so an
 IdentityMailbox another node owns is reached by forwarding, exactly as RPC does; 250 is answered
 only after every ingest committed. Over the cap: 552; an owner that cannot be reached now: 451.
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
 from typing import Any
 
 import msgspec
@@ -22,22 +22,18 @@ import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from mailbox_actors.node.app import NodeApp
-from mailbox_actors.platform.control.addresses import Recipient, resolve
+from mailbox_actors.platform.control.addresses import AddressBook, Recipient
 from mailbox_actors.rpc.router import LONG_DEADLINE_MS
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, RpcReply
 from mailbox_actors.wire.envelope import Envelope as RpcEnvelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import Ingest
 
-__all__ = ["RESOLVE_TTL_S", "SmtpDoor", "smtp_server"]
+__all__ = ["SmtpDoor", "smtp_server"]
 
 _ENC = msgspec.json.Encoder()
 _REPLY = msgspec.json.Decoder(RpcReply)
 _log = structlog.get_logger("mailbox_actors.smtp")
-# An address resolved is reused this long: an identity erased meanwhile is refused at DATA instead
-# (its mailbox answers identity_not_found: 550).
-RESOLVE_TTL_S = 2.0
-_KNOWN_MAX = 10_000
 
 
 class _NoArgs(logging.Filter):
@@ -111,28 +107,21 @@ class SmtpDoor:
         self.hostname = hostname
         self._server: asyncio.base_events.Server | None = None
         self._handler = _Handler(self)
-        self._known: dict[str, tuple[Recipient, float]] = {}
+        self._book: AddressBook | None = None
         self.metrics = m = app.node.metrics
         m.describe("smtp_rcpt_total", "SMTP RCPT commands by outcome", "counter")
         m.describe("smtp_messages_total", "SMTP DATA answers by status code", "counter")
 
     async def resolve(self, address: str) -> Recipient | None:
-        """The recipient of ``address`` from the control database; a found one is remembered
-        for ``RESOLVE_TTL_S`` (a burst to one address asks once), an unknown one never is, so a
-        new identity's address works at once."""
-        now = time.monotonic()
-        hit = self._known.get(address)
-        if hit is not None and hit[1] > now:
-            return hit[0]
+        """The recipient of ``address`` from the control database (None: no active identity has
+        it). Answers are kept until an address or identity changes anywhere in the cluster, so
+        a new address works at once and a removed or erased one is refused at once."""
         db = self.app.node.control_db
         if db is None:
             raise MailboxActorsError(ErrorCode.UNAVAILABLE, "no control database")
-        found = await resolve(db, address)
-        if found is not None:
-            if len(self._known) >= _KNOWN_MAX:
-                self._known.clear()
-            self._known[address] = (found, now + RESOLVE_TTL_S)
-        return found
+        if self._book is None:
+            self._book = AddressBook(db)
+        return await self._book.resolve(address)
 
     def _protocol(self) -> SMTP:
         return smtp_server(self._handler, max_message_bytes=self.max_message_bytes,
@@ -148,6 +137,9 @@ class SmtpDoor:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        if self._book is not None:
+            self._book.close()
+            self._book = None
 
     async def deliver(self, address: str, rcpt: Recipient, raw: bytes) -> str:
         """Ingest ``raw`` into the recipient's IdentityMailbox; the SMTP reply for it."""

@@ -1,11 +1,16 @@
 """Identities' addresses in the control database (IN-5): claiming them and resolving a recipient.
 
 An address belongs to at most one identity; ``resolve`` answers only for an active identity, with
-what the SMTP door needs to reach its IdentityMailbox. Nothing here logs an address.
+what the SMTP door needs to reach its IdentityMailbox. ``AddressBook`` is the door's resolver:
+it keeps what it resolved (found or not) while the control database's ``address_epoch`` (bumped
+by triggers on every change to addresses and identities, by any process) stands, and reads that
+count with a point read on its own read-only connection, on the calling thread: no hand-off to
+the database's worker thread per recipient. Nothing here logs an address.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 
 import msgspec
@@ -14,7 +19,8 @@ from mailbox_actors.core.inbound.addresses import normalize_address
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
-__all__ = ["Recipient", "add_addresses", "addresses_of", "normalize_all", "resolve"]
+__all__ = ["AddressBook", "Recipient", "add_addresses", "addresses_of", "normalize_all",
+           "resolve"]
 
 
 class Recipient(msgspec.Struct, frozen=True):
@@ -74,3 +80,51 @@ async def resolve(db: ControlDb, address: str) -> Recipient | None:
         "i.id = a.identity_id WHERE a.address = ? AND i.status = 'active'", (a,))
     return None if row is None else Recipient(tenant_id=row[0], identity_id=row[1],
                                               mailbox_id=row[2])
+
+
+class AddressBook:
+    """``await book.resolve(address)``: as ``resolve``, from memory while nothing that decides it
+    changed; ``book.close()`` when done."""
+
+    def __init__(self, db: ControlDb, *, max_entries: int = 10_000) -> None:
+        self._db = db
+        self._max = max_entries
+        self._known: dict[str, Recipient | None] = {}
+        self._epoch: int | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    def _read_epoch(self) -> int | None:
+        """The change count now, or None when it cannot be read (then nothing is kept)."""
+        try:
+            if self._conn is None:
+                # timeout 0: a lock (which WAL readers meet only in recovery) is a miss, not a wait
+                self._conn = sqlite3.connect(self._db.path.absolute().as_uri() + "?mode=ro",
+                                             uri=True, timeout=0, isolation_level=None)
+            row = self._conn.execute("SELECT n FROM address_epoch WHERE id = 1").fetchone()
+        except sqlite3.Error:
+            self.close()  # reopened at the next look
+            return None
+        return None if row is None else int(row[0])
+
+    async def resolve(self, address: str) -> Recipient | None:
+        epoch = self._read_epoch()
+        if epoch is None:
+            self._known.clear()
+            return await resolve(self._db, address)
+        if epoch != self._epoch:
+            self._known.clear()
+            self._epoch = epoch
+        if address in self._known:
+            return self._known[address]
+        found = await resolve(self._db, address)
+        # Read after the count: a change meanwhile bumps it, and the next look drops this entry.
+        if self._epoch == epoch:
+            if len(self._known) >= self._max:
+                self._known.clear()
+            self._known[address] = found
+        return found
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -83,6 +83,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID""",
         "CREATE INDEX addresses_by_identity ON addresses (identity_id)",
     ),
+    (
+        # 5: a count of changes to what resolves an address (IN-5): the SMTP door keeps the
+        # addresses it resolved while the count stands, in every process sharing the file.
+        "CREATE TABLE address_epoch (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL)",
+        "INSERT INTO address_epoch (id, n) VALUES (1, 0)",
+        *(f"CREATE TRIGGER address_epoch_{table}_{event.lower()} AFTER {event} ON {table} "
+          "BEGIN UPDATE address_epoch SET n = n + 1 WHERE id = 1; END"
+          for table in ("addresses", "identities") for event in ("INSERT", "UPDATE", "DELETE")),
+    ),
 )
 
 META = "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
