@@ -25,6 +25,7 @@ from mailbox_actors.wire.carrier import (
     ResolveEmail,
 )
 from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.mailbox import MailboxErase
 from mailbox_actors.wire.quota import QuotaInit, QuotaUsage
 from mailbox_actors.wire.transport import (
     OutcomeUnknown,
@@ -165,6 +166,30 @@ async def test_outcome_unknown_is_never_sent_again(answer: Any) -> None:
         await rt.advance(7 * 24 * HOUR)
         assert transport.calls == 1
         assert unknown["email_id"] == first["email_id"]
+
+
+async def test_an_erase_while_a_send_is_in_flight_records_nothing() -> None:
+    """CA-4, RPC-4: the mailbox erased while the transport holds a send: the outcome that comes
+    back afterwards finds no Email and writes nothing (no row comes back, no event), and the
+    dispatch run ends cleanly; a second Email queued before the erase is never sent."""
+    transport = RecordingTransport()
+    transport.hold()
+    async with runtime(transport) as rt:
+        mid = await mailbox(rt)
+        await call(rt, mid, email("h-1"))
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rt.run_until_idle)
+                await transport.wait_entered()
+                await call(rt, mid, email("h-2"))
+                await call(rt, mid, MailboxErase())
+                transport.release()
+        assert len(transport.sent) == 1  # h-1 only
+        assert [e.type for e in rt.events.events("email.")] == [
+            "email.queued", "email.dispatching", "email.queued"]  # h-1's outcome: none
+        with sqlite3.connect(rt.node.host.path_for(NS, mid)) as conn:
+            assert conn.execute("SELECT count(*) FROM emails").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM email_messages").fetchone() == (0,)
 
 
 async def test_interrupted_after_intent_is_outcome_unknown_after_restart(tmp_path: Path) -> None:

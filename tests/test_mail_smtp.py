@@ -370,3 +370,28 @@ async def test_auth_configured_but_not_offered(sink: SmtpSink) -> None:
     outcome = await send_one(sink, username="relay", password="pw")
     assert outcome == ProviderRejected(code="auth_not_offered", klass="temporary")
     assert sink.messages == []
+
+
+def test_command_paths_are_aiosmtplibs_without_its_parse() -> None:
+    """CA-8: MAIL and RCPT carry each address as aiosmtplib would quote it (plain addresses
+    written as they are, others through its quoting), and an address that could put more on the
+    command line (a parameter, CR LF and a command) never does."""
+    from aiosmtplib.email import quote_address
+
+    from mailbox_actors.platform.mail.smtp_paths import path
+    plain = ["a@b.c", "A.B+c-d_e@x-y.example", "o'neil@x.com", "x!y%z@h.example",
+             "{a}|b~c@h.example", "a=b?c^d`e@h.example"]
+    other = ['"a b"@x.example', "a@[192.0.2.1]", " a@x.example ", "Bob <b@x.example>"]
+    for address in plain + other:
+        assert path(address, "ascii") == quote_address(address).encode("ascii"), address
+    for hostile in ["a@x.example> SIZE=1", "a@x.example\r\nRSET", "<a@x.example>"]:
+        assert path(hostile, "ascii") == quote_address(hostile).encode("ascii") == b"<a@x.example>"
+
+
+async def test_quoted_local_part_reaches_the_server(sink: SmtpSink) -> None:
+    """CA-8: an address with a quoted local part goes on MAIL and RCPT intact."""
+    outcome = await send_one(sink, email(from_='"odd sender"@example.test',
+                                         to=['"first last"@example.test', "b@example.test"]))
+    assert isinstance(outcome, ProviderAccepted)
+    assert sink.messages[0].mail_from == '"odd sender"@example.test'
+    assert sink.messages[0].rcpt_tos == ['"first last"@example.test', "b@example.test"]

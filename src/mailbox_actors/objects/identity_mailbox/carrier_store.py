@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CARRIER_INLINE_CONTENT", "CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow",
            "drop_content", "email_id_of_header", "encode_content", "insert_messages", "load_content",
-           "move", "recipient_key", "receipt", "row_by_id", "row_by_source", "rows_where",
+           "move", "move_if", "recipient_key", "receipt", "row_by_id", "row_by_source", "rows_where",
            "safe_code", "save_chunks", "set_messages", "wake_dispatch"]
 
 CARRIER_SCHEMA = (
@@ -239,7 +239,19 @@ _SETTABLE = frozenset({"attempts", "provider_message_id", "rejection_code", "rej
 def move(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
          event: dict[str, Any] | None = None, **fields: Any) -> EmailRow:
     """Change the Email's status (a transition ``states`` allows), set ``fields``, drop content
-    when it becomes terminal, and emit ``email.<status>`` with ``event`` (ids and codes only)."""
+    when it becomes terminal, and emit ``email.<status>`` with ``event`` (ids and codes only).
+    ``row`` was read in this transaction."""
+    moved = move_if(ctx, tx, row, to, event, **fields)
+    if moved is None:
+        raise MailboxActorsError(ErrorCode.CONFLICT, "the email changed meanwhile",
+                                 details={"status": row.status.value})
+    return moved
+
+
+def move_if(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
+            event: dict[str, Any] | None = None, **fields: Any) -> EmailRow | None:
+    """``move``, for a ``row`` read earlier: None (nothing changed, nothing emitted) when the
+    stored Email is no longer in ``row``'s status, or is gone."""
     if not can_move(row.status, to):
         raise MailboxActorsError(ErrorCode.CONFLICT, f"the email is {row.status.value}; it cannot "
                                  f"become {to.value}", details={"status": row.status.value})
@@ -247,11 +259,14 @@ def move(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
     now = tx.now_ms()
     terminal = to not in (EmailStatus.QUEUED, EmailStatus.DISPATCHING)
     if terminal:
-        drop_content(tx, row)
         fields = {**fields, "content": None, "content_parts": 0}
     sets = ", ".join(f"{k} = ?" for k in fields)
-    tx.exec(f"UPDATE emails SET status = ?, updated_at_ms = ?{', ' if sets else ''}{sets} "
-            "WHERE email_id = ?", to.value, now, *fields.values(), row.email_id)
+    if not tx.exec(f"UPDATE emails SET status = ?, updated_at_ms = ?{', ' if sets else ''}{sets} "
+                   "WHERE email_id = ? AND status = ?", to.value, now, *fields.values(),
+                   row.email_id, row.status.value).rows_written:
+        return None
+    if terminal:
+        drop_content(tx, row)
     fields.pop("content", None)
     kind = "requeued" if to == EmailStatus.QUEUED else to.value  # a temporary rejection
     ctx.emit(tx, f"email.{kind}", {"email_id": row.email_id, "status": to.value, **(event or {})})

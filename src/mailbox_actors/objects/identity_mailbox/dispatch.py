@@ -12,15 +12,14 @@ without one, mail stays queued and is looked at again every ``mail_recheck_ms``.
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 
-from mailbox_actors.core.carrier.rejections import temporary_retry_at
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus
 from mailbox_actors.objects.identity_mailbox import carrier_store as store
+from mailbox_actors.objects.identity_mailbox import dispatch_rows
 from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
 from mailbox_actors.objects.identity_mailbox.quota_gate import Credits, reserve
 from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
@@ -31,8 +30,6 @@ from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.transport import (
     OutboundEmail,
     OutcomeUnknown,
-    ProviderAccepted,
-    ProviderRejected,
     TransportOutcome,
 )
 
@@ -48,15 +45,11 @@ _DUE_MANY = ("status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attemp
              "LIMIT ?")
 # Emails of one identity in flight at once (the SMTP transport pools as many connections).
 DISPATCH_CONCURRENCY = 4
+# Due Emails one query reads ahead: it serves several rounds, and sizes the quota block.
+_READ_AHEAD = 32
 # Emails one alarm run starts at most: then it re-arms for now, so the outbox (and every other
 # purpose of the mailbox) gets its turn during a long backlog.
 DISPATCH_RUN_MAX = 256
-
-
-def _jitter(email_id: str, attempts: int) -> float:
-    """A fraction in [0, 1) fixed per Email and attempt: retries spread without a random draw."""
-    digest = hashlib.sha256(f"{email_id}/{attempts}".encode()).digest()
-    return int.from_bytes(digest[:6], "big") / float(1 << 48)
 
 
 async def dispatch(mb: IdentityMailbox) -> None:
@@ -76,20 +69,20 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     in that order; what changes is how many share a commit: the outcomes that came back since
     the last look and the intents of the Emails about to start commit in one transaction, and
     only after it commits are those Emails handed to the transport (CA-4)."""
-    in_flight: set[str] = set()
-    finished: list[tuple[str, TransportOutcome]] = []
+    in_flight: dict[str, EmailRow] = {}  # as intent left them, for their outcome
+    finished: list[tuple[EmailRow, TransportOutcome]] = []
     skipped: set[str] = set()  # failed a check this run (delayed, ended): not looked at again
     due: list[EmailRow] = []  # read ahead, not started yet (intent re-reads each row)
     changed = anyio.Event()
     credits = Credits()
     started = 0
 
-    async def one(email: OutboundEmail) -> None:
+    async def one(row: EmailRow, email: OutboundEmail) -> None:
         try:
             outcome = await _send(transport, email)
-            finished.append((email.email_id, outcome))  # committed by the loop's next commit
+            finished.append((row, outcome))  # committed by the loop's next commit
         finally:
-            in_flight.discard(email.email_id)
+            del in_flight[row.email_id]
             changed.set()
 
     try:
@@ -103,7 +96,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                     if not due:  # read a few ahead: one query serves several rounds
                         due = [r for r in store.rows_where(
                             mb.sql, _DUE_MANY, mb.ctx.now_ms(),
-                            DISPATCH_CONCURRENCY * 2 + len(skipped) + len(in_flight))
+                            _READ_AHEAD + len(skipped) + len(in_flight))
                             if r.email_id not in skipped and r.email_id not in in_flight]
                     credits.due = min(len(due), DISPATCH_RUN_MAX - started)
                     take, due = due[:free], due[free:]
@@ -114,13 +107,13 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                         else:  # ended or delayed (a full quota delays every due Email)
                             skipped.add(row.email_id)
                             due = []
-                emails: list[OutboundEmail] = []
+                emails: list[tuple[EmailRow, OutboundEmail]] = []
                 if finished or ready:
                     emails = mb.sql.transaction_sync(functools.partial(
                         _commit_round, mb, _take(finished), ready))
-                for email in emails:
-                    in_flight.add(email.email_id)
-                    tg.start_soon(one, email)
+                for row, email in emails:
+                    in_flight[row.email_id] = row
+                    tg.start_soon(one, row, email)
                 if not in_flight and not finished:
                     if not checked:
                         return
@@ -135,23 +128,24 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
             mb.sql.transaction_sync(functools.partial(_commit_round, mb, _take(finished), []))
 
 
-def _take(items: list[tuple[str, TransportOutcome]]) -> list[tuple[str, TransportOutcome]]:
+def _take(items: list[tuple[EmailRow, TransportOutcome]]
+          ) -> list[tuple[EmailRow, TransportOutcome]]:
     out = items[:]
     items.clear()
     return out
 
 
-def _commit_round(mb: IdentityMailbox, outcomes: list[tuple[str, TransportOutcome]],
-                  ready: list[EmailRow], tx: SqlStorage) -> list[OutboundEmail]:
+def _commit_round(mb: IdentityMailbox, outcomes: list[tuple[EmailRow, TransportOutcome]],
+                  ready: list[EmailRow], tx: SqlStorage) -> list[tuple[EmailRow, OutboundEmail]]:
     """One transaction: the outcomes that came back, then dispatch intent for ``ready``; the
     Emails now ``dispatching`` (to send once this commits)."""
-    for email_id, outcome in outcomes:
-        _record(mb, tx, email_id=email_id, outcome=outcome)
+    for row, outcome in outcomes:
+        dispatch_rows.record(mb.ctx, tx, row, outcome)
     emails = []
     for row in ready:
-        email = _intent(mb, tx, row, None)
-        if email is not None:
-            emails.append(email)
+        started = dispatch_rows.intent(mb.ctx, tx, row, None)
+        if started is not None and started[1] is not None:
+            emails.append((started[0], started[1]))
     return emails
 
 
@@ -189,7 +183,8 @@ async def _prepare(mb: IdentityMailbox, row: EmailRow, lease_ms: int | None,
     was delayed, or changed meanwhile)."""
     if not await _checks(mb, row, credits):
         return None
-    return mb.sql.transaction_sync(lambda tx: _intent(mb, tx, row, lease_ms))
+    started = mb.sql.transaction_sync(lambda tx: dispatch_rows.intent(mb.ctx, tx, row, lease_ms))
+    return None if started is None else started[1]
 
 
 async def _checks(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -> bool:
@@ -226,76 +221,11 @@ async def _checks(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -
     return await reserve(mb, row, credits)
 
 
-def _intent(mb: IdentityMailbox, tx: SqlStorage, row: EmailRow,
-            lease_ms: int | None) -> OutboundEmail | None:
-    """Dispatch intent, in the caller's transaction: the Email to send once it commits, or None
-    (cancelled or erased while the checks ran)."""
-    now_row = store.row_by_id(tx, row.email_id)
-    if now_row is None or now_row.status != EmailStatus.QUEUED or now_row.attempts != row.attempts:
-        return None  # the quota was reserved for the attempt the checks saw
-    email = store.load_content(tx, now_row)
-    lease = None if lease_ms is None else tx.now_ms() + lease_ms
-    store.move(mb.ctx, tx, now_row, EmailStatus.DISPATCHING, {"attempt": now_row.attempts + 1},
-               next_attempt_at_ms=None, lease_until_ms=lease)
-    if lease is not None:
-        store.wake_dispatch(mb.ctx, lease)  # the sweep that settles an unreported lease
-    return email
-
-
 async def _send(transport: Transport, email: OutboundEmail) -> TransportOutcome:
     try:
         return await transport.send(email)
     except Exception:  # the body may have gone: nothing else is safe to conclude
         return OutcomeUnknown(reason="transport_raised")
-
-
-def _record(mb: IdentityMailbox, tx: SqlStorage, *, email_id: str,
-            outcome: TransportOutcome) -> EmailRow | None:
-    """Commit one attempt's outcome for an Email in ``dispatching``."""
-    ctx = mb.ctx
-    row = store.row_by_id(tx, email_id)
-    if row is None or row.status != EmailStatus.DISPATCHING:
-        return None
-    refused = [] if isinstance(outcome, OutcomeUnknown) else list(outcome.refused)
-    if refused:  # by position, as the transport was given them; positions outside are ignored
-        count = tx.exec("SELECT count(*) FROM email_messages WHERE email_id = ?",
-                        email_id).one()[0]
-        refused = [r for r in refused if 0 <= r.index < count]
-    for r in refused:
-        tx.exec("UPDATE email_messages SET status = ?, code = ?, updated_at_ms = ? "
-                "WHERE email_id = ? AND position = ?", MessageStatus.REFUSED.value, r.code[:64],
-                tx.now_ms(), email_id, r.index)
-    if isinstance(outcome, ProviderAccepted):
-        row = store.move(ctx, tx, row, EmailStatus.PROVIDER_ACCEPTED,
-                         {"refused_messages": len(refused)},
-                         provider_message_id=outcome.provider_message_id[:200],
-                         lease_until_ms=None)
-        store.set_messages(tx, email_id, MessageStatus.UNCONFIRMED, only=[MessageStatus.QUEUED])
-    elif isinstance(outcome, ProviderRejected):
-        attempts = row.attempts + 1
-        code = outcome.code[:64]
-        retry_at = (temporary_retry_at(attempts, tx.now_ms(), _jitter(email_id, attempts))
-                    if outcome.klass == "temporary" else None)
-        info = {"attempts": attempts, "code": store.safe_code(code), "class": outcome.klass}
-        if retry_at is not None:
-            # Back to queued: the refusals of this attempt are not final.
-            store.set_messages(tx, email_id, MessageStatus.QUEUED, only=[MessageStatus.REFUSED])
-            row = store.move(ctx, tx, row, EmailStatus.QUEUED,
-                             {**info, "next_attempt_at_ms": retry_at}, attempts=attempts,
-                             rejection_code=code, rejection_class=outcome.klass,
-                             next_attempt_at_ms=retry_at, lease_until_ms=None)
-            store.wake_dispatch(ctx, retry_at)
-        else:
-            row = store.move(ctx, tx, row, EmailStatus.REJECTED, info, attempts=attempts,
-                             rejection_code=code, rejection_class=outcome.klass,
-                             lease_until_ms=None)
-            store.set_messages(tx, email_id, MessageStatus.NOT_SENT, only=[MessageStatus.QUEUED])
-    else:
-        row = store.move(ctx, tx, row, EmailStatus.OUTCOME_UNKNOWN,
-                         {"reason": store.safe_code(outcome.reason) or "unknown"},
-                         lease_until_ms=None)
-        store.set_messages(tx, email_id, MessageStatus.UNKNOWN, only=[MessageStatus.QUEUED])
-    return row
 
 
 async def begin_transport(mb: IdentityMailbox, req: BeginTransport) -> TransportLease:
@@ -329,7 +259,7 @@ def record_transport_outcome(mb: IdentityMailbox, req: RecordTransportOutcome) -
                 ErrorCode.CONFLICT, f"the email is {row.status.value}, not leased to a "
                 "dispatcher: its outcome cannot be recorded now (resolve settles outcome_unknown)",
                 details={"status": row.status.value})
-        done = _record(mb, tx, email_id=req.email_id, outcome=req.outcome)
+        done = dispatch_rows.record(mb.ctx, tx, row, req.outcome)
         assert done is not None
         return store.receipt(tx, done)
     return mb.sql.transaction_sync(run)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["QUOTA_BLOCK", "QUOTA_RETRY_MS", "Credits", "delay_due", "quota_id", "reserve"]
 
 QUOTA_RETRY_MS = 5_000  # TenantQuota could not answer now
-QUOTA_BLOCK = 8  # at most this many attempts reserved in one TenantQuota call
+QUOTA_BLOCK = 32  # at most this many attempts reserved in one TenantQuota call
 
 
 def quota_id(mb: IdentityMailbox) -> str:

@@ -27,6 +27,7 @@ from aiosmtplib import (
 )
 from aiosmtplib.protocol import SMTPProtocol
 
+from mailbox_actors.platform.mail import smtp_paths
 from mailbox_actors.platform.mail.mime import needs_smtputf8
 from mailbox_actors.wire.transport import (
     OutboundEmail,
@@ -157,8 +158,7 @@ class SmtpConnection:
                 raise Definite("smtputf8_not_offered", "permanent", answered=True)
             enc = "utf-8" if utf8 else "ascii"
             try:
-                await smtp.mail(email.from_, options=["SMTPUTF8"] if utf8 else [], encoding=enc,
-                                timeout=cmd)
+                await smtp_paths.mail(smtp, email.from_, ["SMTPUTF8"] if utf8 else [], enc, cmd)
             except SMTPResponseException as err:
                 if first_command and err.code == 421:  # the server timed the idle session out
                     raise Stale() from err
@@ -210,7 +210,7 @@ class SmtpConnection:
         recipients = email.recipients
         for index, address in enumerate(recipients):
             try:
-                await self.smtp.rcpt(address, encoding=enc, timeout=cmd)
+                await smtp_paths.rcpt(self.smtp, address, enc, cmd)
             except SMTPRecipientRefused as err:
                 refused.append(RecipientRefusal(index, reply_code(err.code, err.message),
                                                 reply_class(err.code)))

@@ -1,0 +1,124 @@
+"""The rows dispatch changes (CA-4, CA-5, CA-11): dispatch intent, and an attempt's outcome, each
+inside the caller's transaction with its event (EV-1).
+
+Intent is one guarded update that also returns the inline content: the Email moves to
+``dispatching`` only while it is still ``queued`` at the attempt its checks saw (its quota was
+reserved for that attempt). An outcome is recorded against the row intent left, guarded the same
+way (``move_if``), so the round that commits several outcomes reads none of them back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from mailbox_actors.core.carrier.rejections import temporary_retry_at
+from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus, can_move
+from mailbox_actors.objects.identity_mailbox import carrier_store as store
+from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
+from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.wire.transport import (
+    OutboundEmail,
+    OutcomeUnknown,
+    ProviderAccepted,
+    ProviderRejected,
+    TransportOutcome,
+)
+
+if TYPE_CHECKING:
+    from mailbox_actors.runtime.actor import ActorContext
+
+__all__ = ["intent", "jitter", "record"]
+
+_INTENT = ("UPDATE emails SET status = 'dispatching', updated_at_ms = ?, next_attempt_at_ms = NULL, "
+           "lease_until_ms = ? WHERE email_id = ? AND status = 'queued' AND attempts = ? "
+           "RETURNING content, content_parts")
+_DEC = msgspec.msgpack.Decoder(OutboundEmail)
+assert can_move(EmailStatus.QUEUED, EmailStatus.DISPATCHING)
+
+
+def jitter(email_id: str, attempts: int) -> float:
+    """A fraction in [0, 1) fixed per Email and attempt: retries spread without a random draw."""
+    digest = hashlib.sha256(f"{email_id}/{attempts}".encode()).digest()
+    return int.from_bytes(digest[:6], "big") / float(1 << 48)
+
+
+def intent(ctx: ActorContext, tx: SqlStorage, row: EmailRow, lease_ms: int | None
+           ) -> tuple[EmailRow, OutboundEmail | None] | None:
+    """Dispatch intent: the Email as now stored and its content (to send once this commits), or
+    None when it is no longer queued at ``row``'s attempt (cancelled, erased, sent meanwhile)."""
+    now = tx.now_ms()
+    lease = None if lease_ms is None else now + lease_ms
+    got = tx.exec(_INTENT, now, lease, row.email_id, row.attempts).all()
+    if not got:
+        return None
+    inline, parts = got[0][0], got[0][1]
+    moved = msgspec.structs.replace(row, status=EmailStatus.DISPATCHING, updated_at_ms=now,
+                                    next_attempt_at_ms=None, lease_until_ms=lease,
+                                    content_parts=parts)
+    if parts:
+        email = store.load_content(tx, moved)
+    else:
+        email = None if inline is None else _DEC.decode(inline)
+    ctx.emit(tx, "email.dispatching", {"email_id": row.email_id, "status": "dispatching",
+                                       "attempt": row.attempts + 1})
+    if lease is not None:
+        store.wake_dispatch(ctx, lease)  # the sweep that settles an unreported lease
+    return moved, email
+
+
+def record(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
+           outcome: TransportOutcome) -> EmailRow | None:
+    """Commit one attempt's outcome for ``row``, the Email intent left ``dispatching``; None when
+    it is no longer so (erased meanwhile, say)."""
+    if row.status != EmailStatus.DISPATCHING:
+        return None
+    email_id = row.email_id
+    refused = [] if isinstance(outcome, OutcomeUnknown) else list(outcome.refused)
+    if refused:  # by position, as the transport was given them; positions outside are ignored
+        count = tx.exec("SELECT count(*) FROM email_messages WHERE email_id = ?",
+                        email_id).one()[0]
+        refused = [r for r in refused if 0 <= r.index < count]
+    moved: EmailRow | None
+    only = MessageStatus.QUEUED  # the Messages that take ``after``
+    if isinstance(outcome, ProviderAccepted):
+        moved = store.move_if(ctx, tx, row, EmailStatus.PROVIDER_ACCEPTED,
+                              {"refused_messages": len(refused)},
+                              provider_message_id=outcome.provider_message_id[:200],
+                              lease_until_ms=None)
+        after = MessageStatus.UNCONFIRMED
+    elif isinstance(outcome, ProviderRejected):
+        attempts = row.attempts + 1
+        code = outcome.code[:64]
+        retry_at = (temporary_retry_at(attempts, tx.now_ms(), jitter(email_id, attempts))
+                    if outcome.klass == "temporary" else None)
+        info = {"attempts": attempts, "code": store.safe_code(code), "class": outcome.klass}
+        if retry_at is not None:  # back to queued: the refusals of this attempt are not final
+            moved = store.move_if(ctx, tx, row, EmailStatus.QUEUED,
+                                  {**info, "next_attempt_at_ms": retry_at}, attempts=attempts,
+                                  rejection_code=code, rejection_class=outcome.klass,
+                                  next_attempt_at_ms=retry_at, lease_until_ms=None)
+            if moved is not None:
+                store.wake_dispatch(ctx, retry_at)
+            after, only = MessageStatus.QUEUED, MessageStatus.REFUSED
+        else:
+            moved = store.move_if(ctx, tx, row, EmailStatus.REJECTED, info, attempts=attempts,
+                                  rejection_code=code, rejection_class=outcome.klass,
+                                  lease_until_ms=None)
+            after = MessageStatus.NOT_SENT
+    else:
+        moved = store.move_if(ctx, tx, row, EmailStatus.OUTCOME_UNKNOWN,
+                              {"reason": store.safe_code(outcome.reason) or "unknown"},
+                              lease_until_ms=None)
+        after = MessageStatus.UNKNOWN
+    if moved is None:
+        return None
+    now = tx.now_ms()
+    for r in refused:
+        tx.exec("UPDATE email_messages SET status = ?, code = ?, updated_at_ms = ? "
+                "WHERE email_id = ? AND position = ?", MessageStatus.REFUSED.value, r.code[:64],
+                now, email_id, r.index)
+    store.set_messages(tx, email_id, after, only=[only])
+    return moved
