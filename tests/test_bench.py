@@ -82,6 +82,10 @@ def test_runtime_figures_stand_beside_a_measured_limit(measured: list[Figure]) -
     assert by["alarms_fired_per_s"].limit == by["raw_open_write_close_per_s"].value
     assert by["memory_per_active_actor_bytes"].limit is not None
     assert "tiny run" in (by["alarms_fired_per_s"].note or "")
+    # Lateness is reported within the capacity measured in the run, and at overload apart.
+    capacity = f"{by['alarms_fired_per_s'].value:,.0f}/s alarms_fired_per_s"
+    assert capacity in (by["alarm_lateness_p99_ms"].note or "")
+    assert (by["alarm_lateness_overload_p99_ms"].note or "").startswith("overload")
 
 
 @pytest.mark.slow

@@ -41,6 +41,7 @@ FIGURES: tuple[str, ...] = (
     "raw_open_write_close_per_s",
     "activations_per_fired_alarm",
     "alarm_lateness_p99_ms",
+    "alarm_lateness_overload_p99_ms",
     "memory_per_evicted_actor_bytes",
     "memory_per_active_actor_bytes",
     "rss_after_eviction_bytes",
@@ -122,7 +123,8 @@ class Sizes(msgspec.Struct, frozen=True, kw_only=True):
     cold_actors: int  # actors per side for cold activation (each opened once)
     cold_rows: int  # reservations written into each of them first
     alarm_actors: int  # the population holding alarms (memory per evicted actor is measured on it)
-    alarm_rate: int  # arrivals per second in the lateness phase
+    alarm_rate: int  # arrivals per second in the overload lateness phase
+    paced_alarm_s: float  # seconds of arrivals at 0.7 of the measured capacity (lateness within it)
     alarm_batch_ms: int  # alarm times are rounded down to a multiple of this (1: every ms)
     alarm_lead_ms: int  # the node's clock starts this long before the first alarm is due
     alarm_phase_s: float  # each alarm phase stops after this long, fired or not
@@ -132,14 +134,17 @@ class Sizes(msgspec.Struct, frozen=True, kw_only=True):
 
 
 QUICK = Sizes(name="quick", rounds=7, state_calls=4_000, cold_actors=300, cold_rows=3,
-              alarm_actors=20_000, alarm_rate=10_000, alarm_batch_ms=5, alarm_lead_ms=1_000,
-              alarm_phase_s=8, raw_alarm_sample=2_000, memory_active=500, max_active=1_000)
+              alarm_actors=20_000, alarm_rate=10_000, paced_alarm_s=3, alarm_batch_ms=5,
+              alarm_lead_ms=1_000, alarm_phase_s=8, raw_alarm_sample=2_000, memory_active=500,
+              max_active=1_000)
 FULL = Sizes(name="full", rounds=9, state_calls=10_000, cold_actors=3_000, cold_rows=20,
-             alarm_actors=100_000, alarm_rate=10_000, alarm_batch_ms=1, alarm_lead_ms=1_000,
-             alarm_phase_s=300, raw_alarm_sample=10_000, memory_active=2_000, max_active=1_000)
+             alarm_actors=100_000, alarm_rate=10_000, paced_alarm_s=10, alarm_batch_ms=1,
+             alarm_lead_ms=1_000, alarm_phase_s=300, raw_alarm_sample=10_000, memory_active=2_000,
+             max_active=1_000)
 TINY = Sizes(name="tiny", rounds=2, state_calls=30, cold_actors=8, cold_rows=3,
-             alarm_actors=200, alarm_rate=10_000, alarm_batch_ms=1, alarm_lead_ms=300,
-             alarm_phase_s=20, raw_alarm_sample=20, memory_active=20, max_active=50)
+             alarm_actors=200, alarm_rate=10_000, paced_alarm_s=0.5, alarm_batch_ms=1,
+             alarm_lead_ms=300, alarm_phase_s=20, raw_alarm_sample=20, memory_active=20,
+             max_active=50)
 
 
 class Progress:

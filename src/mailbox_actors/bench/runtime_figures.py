@@ -201,7 +201,7 @@ async def cold_activation(work_dir: Path, sizes: Sizes, progress: Progress) -> l
     rt, raw = median(rt_ns) / 1000, median(raw_ns) / 1000
     note = f"median of {c} actors per side, each opened once; close timed on neither side"
     return [
-        figure("cold_activation_us", rt, "us", goal=Goal("ratio_at_most", 3.0), limit=raw,
+        figure("cold_activation_us", rt, "us", goal=Goal("ratio_at_most", 1.5), limit=raw,
                note=note + "; ratio = runtime/raw, lower is better"),
         figure("raw_open_read_us", raw, "us", note=note + "; sqlite3.connect + the same reads as usage"),
     ]
