@@ -50,6 +50,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     operator_token_file: str | None = None
     durability: str = Durability.NORMAL
     idle_ms: int = 10_000
+    # A ceiling: the node lowers it at start to a quarter of memory / 512 KB and to a third of the
+    # descriptors it may use (OPS-4; README "How many open actors").
     max_active_actors: int = 10_000
     max_queue: int = 1_000
     max_body_bytes: int = 1 << 20

@@ -21,7 +21,9 @@ from typing import Any
 __all__ = ["ACTOR_BUDGET_BYTES", "PAGE_CACHE_KIB", "give_back", "memory_bound", "physical_memory"]
 
 PAGE_CACHE_KIB = 256  # PRAGMA cache_size = -256 on every actor connection
-ACTOR_BUDGET_BYTES = 512 * 1024  # the page cache full, 64 statements cached, the runtime's part
+# The page cache full, 64 statements cached, the runtime's part: measured 478 KB of RSS for such an
+# actor (2026-12-01; an idle one that served a read, about 70 KB: README, ADR 0015).
+ACTOR_BUDGET_BYTES = 512 * 1024
 _MEMORY_SHARE = 4  # open actors may take a quarter of the machine's memory
 
 _libc: Any = None
