@@ -1,0 +1,58 @@
+"""What an open actor keeps in memory (RT-9, OPS-4, section 12's memory row): once it is open, the
+pages and prepared statements of the runtime's own open-time reads are freed (ADR 0015), so an
+actor that served a read holds no more SQLite heap than a bare connection after the same read, and
+it goes on reading and writing as before.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mailbox_actors.bench.actors import BenchTicker, TickInit, TickRead, ticker_name
+from mailbox_actors.bench.memory_figures import sqlite_heap_fn
+from mailbox_actors.node import Node
+from mailbox_actors.runtime.settings import RuntimeSettings
+
+COUNT = 16
+NS = BenchTicker.namespace
+
+
+@pytest.mark.anyio
+async def test_an_open_actor_holds_the_sqlite_heap_of_a_bare_connection(tmp_path: Path) -> None:
+    """Section 12 (memory per active actor), RT-9: 16 actors opened by a read and kept open grow
+    SQLite's heap by no more than 16 bare connections to the same files after the same read
+    (within 10%); each then runs its alarm handler's write and reads it back."""
+    heap = sqlite_heap_fn()
+    if heap is None:
+        pytest.skip("sqlite3_memory_used of the module's SQLite is not reachable here")
+    settings = RuntimeSettings(data_dir=str(tmp_path), max_active_actors=COUNT + 4,
+                               idle_ms=3_600_000)
+    async with Node(settings, objects=(BenchTicker,)) as node:
+        oids = [node.id_from_name(NS, ticker_name(i)) for i in range(COUNT + 1)]
+        for oid in oids:
+            await node.call(NS, oid, TickInit(alarm_at_ms=node.clock.now_ms() + 86_400_000),
+                            tenant_id="t_mem")
+        await node.call(NS, oids[0], TickRead(), tenant_id="t_mem")  # the request path, warm
+        node.host.evict_all_idle()
+        before = heap()
+        for oid in oids[1:]:
+            assert await node.call(NS, oid, TickRead(), tenant_id="t_mem") == 0
+        runtime = heap() - before
+        assert node.host.active_count == COUNT
+        paths = [node.host.path_for(NS, oid) for oid in oids[1:]]
+        for oid in oids[1:]:  # what was shed is read or prepared again when needed
+            assert await node.fire_alarm_now(NS, oid)
+            assert await node.call(NS, oid, TickRead(), tenant_id="t_mem") == 1
+    before = heap()
+    bare = []
+    for path in paths:
+        conn = sqlite3.connect(path, isolation_level=None)
+        assert conn.execute("SELECT fired FROM ticks WHERE id = 1").fetchall() == [(1,)]
+        bare.append(conn)
+    bare_heap = heap() - before
+    for conn in bare:
+        conn.close()
+    assert runtime <= bare_heap * 1.1, (runtime / COUNT, bare_heap / COUNT)
