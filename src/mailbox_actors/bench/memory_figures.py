@@ -32,7 +32,7 @@ from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.settings import RuntimeSettings
 
 __all__ = ["ActiveSample", "Probe", "Sample", "active_memory", "evicted_memory", "rss_bytes",
-           "sqlite_heap_fn"]
+           "shm_rss_bytes", "sqlite_heap_fn"]
 
 
 def sqlite_heap_fn() -> Callable[[], int] | None:
@@ -64,6 +64,22 @@ def rss_bytes() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def shm_rss_bytes() -> int:
+    """RSS of this process's mappings of SQLite ``-shm`` files (the wal-index: SQLite maps it in
+    32 KB regions), 0 when ``/proc/self/smaps`` is not readable."""
+    total, shm = 0, False
+    try:
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+                    shm = line.rstrip().endswith("-shm")
+                elif shm and line.startswith("Rss:"):
+                    total += int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return total
 
 
 class Sample(msgspec.Struct, frozen=True):
@@ -140,12 +156,14 @@ async def evicted_memory(data: Path, empty: Path, n: int, cls: type[Actor], prog
 
 class ActiveSample(msgspec.Struct, frozen=True):
     """One child's RSS (no tracemalloc running): before opening, with ``count`` open, after
-    closing them all; and SQLite's heap growth while they were open."""
+    closing them all; and SQLite's heap growth and the ``-shm`` mappings' RSS growth while they
+    were open."""
 
     base: int
     open: int
     closed: int
     sqlite: int
+    shm: int = 0
 
 
 async def _child(mode: str, data: Path, count: int) -> ActiveSample:
@@ -179,10 +197,12 @@ async def active_memory(data: Path, count: int, progress: Progress) -> list[Figu
                limit=per_raw,
                note=f"{count:,} actors opened by a read through node.call_bytes and kept open, "
                     f"in a fresh process; value = RSS growth per actor (no tracemalloc), SQLite "
-                    f"heap {rt.sqlite / count:,.0f} B of it; limit = the same for a bare sqlite3 "
+                    f"heap {rt.sqlite / count:,.0f} B and the -shm mapping "
+                    f"{rt.shm / count:,.0f} B of it; limit = the same for a bare sqlite3 "
                     f"connection to another actor's file after the same read, in its own fresh "
-                    f"process, with {pcache} (SQLite heap {raw.sqlite / count:,.0f} B); the "
-                    f"better of 2 alternating runs each; target also within 1.5x of the limit"),
+                    f"process, with {pcache} (SQLite heap {raw.sqlite / count:,.0f} B, -shm "
+                    f"{raw.shm / count:,.0f} B); the better of 2 alternating runs each; target "
+                    f"also within 1.5x of the limit"),
         figure("rss_after_eviction_bytes", rt.closed, "B", goal=Goal("ratio_at_most", 1.1),
                limit=rt.base,
                note=f"RSS of that process once all {count:,} were evicted (it held "
@@ -209,17 +229,17 @@ async def _runtime_child(data: str, count: int) -> ActiveSample:
         # Warm the request path on one actor first (its code, caches), then measure from there.
         out = await node.call_bytes(ns, oids[0], read)
         node.host.evict_all_idle()
-        base, sq = _rss(), heap()
+        base, sq, shm = _rss(), heap(), shm_rss_bytes()
         for oid in oids:
             out = await node.call_bytes(ns, oid, read)
             if not out.startswith(b'{"ok"'):
                 raise RuntimeError(f"benchmark call failed: {out[:300]!r}")
         if node.host.active_count != count:
             raise RuntimeError(f"expected {count} open actors, found {node.host.active_count}")
-        opened, sq = _rss(), heap() - sq
+        opened, sq, shm = _rss(), heap() - sq, shm_rss_bytes() - shm
         node.host.evict_all_idle()  # every actor, at once: what a long idle period does
         closed = _rss()
-    return ActiveSample(base=base, open=opened, closed=closed, sqlite=sq)
+    return ActiveSample(base=base, open=opened, closed=closed, sqlite=sq, shm=shm)
 
 
 def _bare_child(data: str, count: int) -> ActiveSample:
@@ -232,17 +252,17 @@ def _bare_child(data: str, count: int) -> ActiveSample:
     warm = sqlite3.connect(paths[0], isolation_level=None)
     warm.execute("SELECT fired FROM ticks WHERE id = 1").fetchall()
     warm.close()
-    base, sq = _rss(), heap()
+    base, sq, shm = _rss(), heap(), shm_rss_bytes()
     conns = []
     for path in paths:
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("SELECT fired FROM ticks WHERE id = 1").fetchall()
         conns.append(conn)
-    opened, sq = _rss(), heap() - sq
+    opened, sq, shm = _rss(), heap() - sq, shm_rss_bytes() - shm
     for conn in conns:
         conn.close()
     conns.clear()
-    return ActiveSample(base=base, open=opened, closed=_rss(), sqlite=sq)
+    return ActiveSample(base=base, open=opened, closed=_rss(), sqlite=sq, shm=shm)
 
 
 if __name__ == "__main__":
