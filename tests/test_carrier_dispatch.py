@@ -168,6 +168,38 @@ async def test_outcome_unknown_is_never_sent_again(answer: Any) -> None:
         assert unknown["email_id"] == first["email_id"]
 
 
+async def test_every_submit_is_woken_for_before_during_and_after_dispatch_runs(
+        tmp_path: Path) -> None:
+    """CA-1, CA-4: an Email submitted while a dispatch run holds a send, one submitted after the
+    run ended, and one submitted to a restarted node are each sent once; the committed wake is
+    there for each (submit does not read it again while it knows it)."""
+    transport = RecordingTransport()
+    transport.hold()
+    async with runtime(transport, tmp_path) as rt:
+        mid = await mailbox(rt)
+        await call(rt, mid, email("w-1"))
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rt.run_until_idle)
+                await transport.wait_entered()
+                await call(rt, mid, email("w-2"))  # during the run
+                transport.release()
+        for n in (3, 4):  # after it: the second submit behind the first
+            await call(rt, mid, email(f"w-{n}"))
+        await rt.run_until_idle()
+        assert len(transport.sent) == 4
+        await call(rt, mid, email("w-5"))
+        await rt.run_until_idle()
+        assert len(transport.sent) == 5
+        statuses = [(await receipt(rt, mid, f"w-{n}"))["status"] for n in range(1, 6)]
+        assert statuses == ["provider_accepted"] * 5
+    after = RecordingTransport()
+    async with runtime(after, tmp_path) as rt:
+        await call(rt, mid, email("w-6"))
+        await rt.run_until_idle()
+        assert len(after.sent) == 1
+
+
 async def test_an_erase_while_a_send_is_in_flight_records_nothing() -> None:
     """CA-4, RPC-4: the mailbox erased while the transport holds a send: the outcome that comes
     back afterwards finds no Email and writes nothing (no row comes back, no event), and the

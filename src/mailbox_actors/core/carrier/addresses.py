@@ -27,6 +27,12 @@ MAX_ADDRESS = 254
 
 def address_problem(value: str) -> str | None:
     """None for an addr-spec; else why not (never quoting the value)."""
+    # The common case first: a match has no CR, LF or NUL (no part of the pattern admits them),
+    # and an ASCII value's length is its byte length.
+    if value.isascii() and len(value) <= MAX_ADDRESS and _ADDR_SPEC.fullmatch(value):
+        if len(value.rsplit("@", 1)[0]) <= MAX_LOCAL:
+            return None
+        return f"has a local part longer than {MAX_LOCAL} bytes"
     if not value:
         return "is empty"
     if any(c in value for c in "\r\n\0"):

@@ -19,6 +19,7 @@ from mailbox_actors.objects.identity_mailbox.carrier_store import (
     CARRIER_SCHEMA,
     CARRIER_TABLES,
 )
+from mailbox_actors.objects.identity_mailbox.dispatch_wake import DispatchWake
 from mailbox_actors.objects.shared_schema import META_PUT, RATE_WINDOW_PRUNE, RATE_WINDOWS_SCHEMA
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
@@ -96,6 +97,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
     def __init__(self, ctx: ActorContext) -> None:
         super().__init__(ctx)
         self.post = Post(self, roster.ROSTER)
+        self.dispatch_wake = DispatchWake()  # Carrier: the committed dispatch wake, when known
 
     async def post_tick(self) -> None:
         await self.post.run()

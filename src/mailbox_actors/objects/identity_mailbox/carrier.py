@@ -86,10 +86,15 @@ def submit(mb: IdentityMailbox, req: Submit) -> Receipt:
     digest = content_digest(from_=req.from_, to=req.to, cc=req.cc, bcc=req.bcc,
                             subject=req.subject, text=req.text, html=req.html,
                             headers=req.headers, send_before=req.send_before)
-    return mb.sql.transaction_sync(lambda tx: _submit_tx(mb, tx, req, digest))
+    receipt, wake = mb.sql.transaction_sync(lambda tx: _submit_tx(mb, tx, req, digest))
+    if wake is not None:
+        mb.dispatch_wake.committed(wake)
+    return receipt
 
 
-def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) -> Receipt:
+def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str
+               ) -> tuple[Receipt, int | None]:
+    """The receipt, and the dispatch wake this transaction ensured (None: it ensured none)."""
     ctx = mb.ctx
     now = tx.now_ms()
     recipients = [(role, a) for role in _ROLES for a in getattr(req, role)]
@@ -107,7 +112,7 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) ->
                   window_start(policy, now), full_at(policy), header, now, req.send_before,
                   now, now, inline, len(chunks)).all()
     if not got:
-        return _replay(tx, req, digest)
+        return _replay(tx, req, digest), None
     over: set[str] = set()
     if got[0][0] == EmailStatus.REFUSED:
         counted = {k: n for k, n in tx.exec(
@@ -123,6 +128,7 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) ->
         store.save_chunks(tx, email_id, chunks)
     status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
     messages = store.insert_messages(ctx, tx, email_id, recipients, keys, over, now)
+    wake = None
     if over:
         ctx.emit(tx, "email.refused", {"email_id": email_id, "status": status.value,
                                        "reason": "recipient_cap", "messages": len(recipients)})
@@ -130,13 +136,13 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str) ->
         ctx.emit(tx, "email.queued", {"email_id": email_id, "status": status.value,
                                       "messages": len(recipients)})
         # Without a transport the wake is the periodic look (a node restarted with one sends).
-        store.wake_dispatch(ctx, now if ctx.service(MAIL_TRANSPORT) is not None
-                            else now + ctx.settings.mail_recheck_ms)
+        wake = mb.dispatch_wake.ensure(ctx, now if ctx.service(MAIL_TRANSPORT) is not None
+                                       else now + ctx.settings.mail_recheck_ms)
     return Receipt(
         email_id=email_id, source_id=req.source_id, status=status.value,
         message_id_header=header, messages=messages, attempts=0, provider_message_id=None,
         provider_rejection=None, next_attempt_at_ms=None if over else now, created_at_ms=now,
-        updated_at_ms=now)
+        updated_at_ms=now), wake
 
 
 def _replay(tx: SqlStorage, req: Submit, digest: str) -> Receipt:

@@ -118,12 +118,15 @@ def email_id_of_header(header: str) -> str | None:
     return "eml_" + local[4:].upper()
 
 
-def wake_dispatch(ctx: ActorContext, at: int) -> None:
+def wake_dispatch(ctx: ActorContext, at: int) -> int:
     """Schedule ``alarm:dispatch`` at ``at`` unless it is already due sooner (scheduling a
-    purpose replaces its time, and an earlier wake must not be put off)."""
+    purpose replaces its time, and an earlier wake must not be put off); returns the wake's time
+    as it now stands."""
     pending = ctx.scheduled().get("dispatch")
     if pending is None or at < pending:
         ctx.schedule("dispatch", at)
+        return at
+    return pending
 
 
 def recipient_key(address: str) -> str:

@@ -55,11 +55,15 @@ DISPATCH_RUN_MAX = 256
 async def dispatch(mb: IdentityMailbox) -> None:
     """``alarm:dispatch``: settle interrupted dispatches, then send every due Email."""
     ran_at = mb.ctx.scheduled().get("dispatch")
-    mb.sql.transaction_sync(lambda tx: _sweep(mb, tx))
-    transport = mb.ctx.service(MAIL_TRANSPORT)
-    if transport is not None:
-        await _send_due(mb, transport)
-    mb.sql.transaction_sync(lambda tx: _rearm(mb, tx, ran_at, transport is not None))
+    mb.dispatch_wake.run_started()
+    try:
+        mb.sql.transaction_sync(lambda tx: _sweep(mb, tx))
+        transport = mb.ctx.service(MAIL_TRANSPORT)
+        if transport is not None:
+            await _send_due(mb, transport)
+        mb.sql.transaction_sync(lambda tx: _rearm(mb, tx, ran_at, transport is not None))
+    finally:
+        mb.dispatch_wake.run_ended()  # the runtime now clears or keeps the purpose
 
 
 async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:

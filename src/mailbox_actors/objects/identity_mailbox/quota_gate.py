@@ -51,6 +51,9 @@ async def reserve(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -
     full (everything due waits until it has room) or the quota cannot answer now."""
     if credits is None:
         return await reserve_count(mb, row, 1)
+    if credits.left and not credits.lock.locked():
+        credits.left -= 1  # reserved already: no call, and no wait for the lock (no await here)
+        return True
     async with credits.lock:
         if credits.left == 0:
             count = max(1, min(QUOTA_BLOCK, credits.due))

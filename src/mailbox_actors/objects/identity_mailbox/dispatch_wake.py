@@ -1,0 +1,45 @@
+"""What one IdentityMailbox instance knows of its committed ``alarm:dispatch`` (CA-1), so a
+``submit`` behind another need not read the purposes again to know the wake is there.
+
+``known`` is a time the committed wake is at or before: a later wake is then already covered.
+It is learnt only after a submit's transaction committed, never while a dispatch run is going (the
+runtime clears or re-arms the purpose when the run ends), and forgotten when a run starts and
+ends. Everything else only moves the wake earlier, which keeps ``known`` true. A new instance (a
+restart, an eviction) knows nothing and reads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mailbox_actors.objects.identity_mailbox.carrier_store import wake_dispatch
+
+if TYPE_CHECKING:
+    from mailbox_actors.runtime.actor import ActorContext
+
+__all__ = ["DispatchWake"]
+
+
+class DispatchWake:
+    __slots__ = ("known", "running")
+
+    def __init__(self) -> None:
+        self.known: int | None = None
+        self.running = False
+
+    def ensure(self, ctx: ActorContext, at: int) -> int:
+        """Inside the transaction: a wake at or before ``at``; returns its time."""
+        if self.known is not None and self.known <= at:
+            return self.known
+        return wake_dispatch(ctx, at)
+
+    def committed(self, at: int) -> None:
+        """The transaction that ensured a wake at ``at`` committed."""
+        if not self.running:
+            self.known = at
+
+    def run_started(self) -> None:
+        self.running, self.known = True, None
+
+    def run_ended(self) -> None:
+        self.running, self.known = False, None
