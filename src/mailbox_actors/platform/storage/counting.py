@@ -77,10 +77,12 @@ class RowCounter:
         if found is None:
             found = []
             without_rowid = False
-            for row in self._sys("SELECT name, origin FROM pragma_index_list(?)", (table,)).fetchall():
-                name, origin = row[0], row[1]
-                cols = [r[0] for r in self._sys("SELECT name FROM pragma_index_info(?)",
-                                                (name,)).fetchall()]
+            # Plain PRAGMAs, not the pragma_index_list() functions: each of those is a virtual
+            # table SQLite builds on every connection (its first write to a table paid ~45 us).
+            for row in self._sys(f"PRAGMA index_list({_quoted(table)})", ()).fetchall():
+                name, origin = row[1], row[3]
+                cols = [r[2] for r in self._sys(f"PRAGMA index_info({_quoted(name)})",
+                                                ()).fetchall()]
                 if origin == "pk":
                     # A WITHOUT ROWID table is its primary-key index: no row of its own.
                     without_rowid = self._sys(
@@ -170,3 +172,8 @@ class RowCounter:
             if row is not None:
                 names.append(str(row[0]))
         return tuple(names)
+
+
+def _quoted(name: str) -> str:
+    """An identifier quoted for SQL text (a PRAGMA's argument cannot be bound)."""
+    return '"' + name.replace('"', '""') + '"'
