@@ -122,3 +122,51 @@ def test_generated_hostile_mail_never_raises(seed: int) -> None:
     for _, raw in generated(seed, 200):
         p = parse_message(raw, LIMITS)
         assert isinstance(p.defects, list)
+
+
+_SPLIT_CASES = [
+    b"Subject: a\r\n  b\r\n\tc\r\nTo: x@y.z,\r\n w@y.z\r\nFrom: \"Q, R\" <q@r.s>\r\n\r\nbody\r\n",
+    b"Subject: mixed\nX-A: 1\r\nX-B:\n\n\r\nbody with\rlone CR\n",
+    b"X-Empty:\r\nX-Spaces:   \r\n\tfolded after spaces\r\nX-8: caf\xc3\xa9 \xff\r\n\r\n",
+    b"X-Odd!#$%&'*+-.^_`|~: v\r\nFrom: a@b.c\r\n\r\n\r\nbody after a blank line\r\n",
+    b"Subject: no body\r\n\r\n",
+    b"Subject: x\r\nNot a header line\r\n\r\nbody",  # the feed parser records a defect
+    b"\tcontinued first\r\nSubject: x\r\n\r\n",
+    b"From sender Tue Dec  1 10:00:00 2026\r\nSubject: x\r\n\r\n",
+    b"Subject: lone\rcr\r\n\r\n",
+    b"\r\nSubject: in the body\r\n\r\n",
+    b"Subject: headers only, no blank line\r\n",
+    b"Content-Type: MESSAGE/rfc822\r\n\r\nSubject: inner\r\n\r\nx",
+    b": no name\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("index", range(len(_SPLIT_CASES)))
+def test_the_plain_split_reads_a_message_as_the_feed_parser_does(index: int) -> None:
+    """IN-1: where the fast split of a one-part message answers, its header items, payload and
+    defects are exactly the feed parser's; where the feed parser would record a defect or read
+    parts, it leaves the message to the feed parser."""
+    _same_as_feed_parser(_SPLIT_CASES[index])
+
+
+def test_the_plain_split_agrees_with_the_feed_parser_over_the_hostile_corpus() -> None:
+    """IN-1: every hand-written and generated hostile message the fast split accepts is split
+    exactly as the feed parser splits it (header items, payload, defects); some are accepted."""
+    corpus = [*HAND_WRITTEN.values(), *(raw for _, raw in generated(3, 300))]
+    assert sum(_same_as_feed_parser(raw) for raw in corpus) > 20
+
+
+def _same_as_feed_parser(raw: bytes) -> bool:
+    from email import policy
+    from email.parser import BytesParser
+
+    from mailbox_actors.core.inbound.split import split_simple
+    fast = split_simple(raw)
+    if fast is None:
+        return False
+    full = BytesParser(policy=policy.compat32).parsebytes(raw)
+    assert not full.is_multipart() and full.defects == [] and fast.defects == []
+    assert list(fast.raw_items()) == list(full.raw_items())
+    assert fast.get_payload() == full.get_payload()
+    assert fast.get_unixfrom() is None and full.get_unixfrom() is None
+    return True

@@ -21,6 +21,7 @@ import msgspec
 
 from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.inbound.mime import Body, ParsedAttachment
+from mailbox_actors.core.inbound.split import split_simple
 from mailbox_actors.core.inbound.text import Defects, cap_utf8, text_of
 from mailbox_actors.core.inbound.threads import MAX_ID_CHARS, msg_ids
 
@@ -186,8 +187,10 @@ def parse_message(raw: bytes, lim: InboundLimits) -> ParsedMessage:
     split_body = containers <= _MAX_MULTIPART_SCAN
     if not split_body:
         d.add("mime_too_complex")
+    simple = split_simple(raw) if containers == 0 else None  # most mail: one part
     try:
-        msg = BytesParser(policy=policy.compat32).parsebytes(raw, headersonly=not split_body)
+        msg = simple or BytesParser(policy=policy.compat32).parsebytes(
+            raw, headersonly=not split_body)
     except RecursionError:
         d.add("mime_too_complex")
         msg = BytesParser(policy=policy.compat32).parsebytes(raw, headersonly=True)
