@@ -235,6 +235,11 @@ async def _dispatch_figures(work: Path, sizes: Sizes, progress: Progress,
                 if not r % 2:
                     raw_rates.append(await raw.rate(count))
             progress.say(f"carrier: {paced} submits at 100/s, each timed to provider_accepted")
+            # Latency as in production: the transport's default pool (the rate rows compare one
+            # connection with one).
+            await watch.inner.aclose()
+            watch.inner = SmtpTransport(SmtpConfig(host="127.0.0.1", port=port,
+                                                   local_hostname="bench.test"))
             watch.expect(paced)
             submitted: dict[str, float] = {}
             start = time.perf_counter()
@@ -259,7 +264,7 @@ async def _dispatch_figures(work: Path, sizes: Sizes, progress: Progress,
               "another on one reused connection to the same aiosmtpd sink (its own process); "
               "the rounds alternate which side goes first")
     p_note = (f"{paced} submits paced at 100/s to one identity; submit call to the transport's "
-              "acceptance")
+              "acceptance (the transport's default pool of connections)")
     return [
         figure("dispatches_per_s", median(dispatch_rates), "emails/s",
                goal=Goal("ratio_at_least", 0.7), limit=median(raw_rates), note=d_note),
