@@ -11,15 +11,23 @@ the time; a restarted process then reads every acknowledged write back.
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 import _procs
 import actors_for_tests as afs
+from mailbox_actors.platform import sqlite_files
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.platform.storage import handle
+from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION
 from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.quota import QuotaInit, QuotaUsage
+
+NS = "tenant_quota"
 
 
 def _logs(data: Path) -> list[Path]:
@@ -118,3 +126,47 @@ async def test_sigkill_while_files_close_and_reopen_loses_no_acknowledged_write(
         assert keys <= present, f"acknowledged writes lost: {sorted(keys - present)[:5]}"
         assert dumps[oid]["total"] == len(present)  # no half transaction
         assert sorted(present) == [f"k{n:06d}" for n in range(len(present))]
+
+
+def test_the_open_time_header_check_reads_a_short_file_with_its_log_as_whole(
+        tmp_path: Path) -> None:
+    """OPS-2, RT-2: opening checks a file's header with one descriptor. A file shorter than its
+    header says is damage only without a log holding pages beside it (a crash in a checkpoint
+    leaves it short until SQLite replays the log, and it must still open); a missing file says so
+    (the opener then creates or answers not found); a whole file passes."""
+    path = tmp_path / "a.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (v TEXT)")
+    conn.executemany("INSERT INTO t VALUES (?)", [("x" * 500,) for _ in range(40)])
+    conn.commit()
+    conn.close()
+    assert sqlite_files.examine(str(path)) is None
+    os.truncate(path, path.stat().st_size // 2)
+    assert "truncated" in (sqlite_files.examine(str(path)) or "")
+    assert sqlite_files.damage_of(path) == sqlite_files.examine(str(path))
+    wal = path.with_name(path.name + "-wal")
+    wal.write_bytes(b"\0" * 32)  # what the log's size says is all the check reads of it
+    assert sqlite_files.examine(str(path)) is None
+    wal.write_bytes(b"")
+    assert "truncated" in (sqlite_files.examine(str(path)) or "")
+    with pytest.raises(FileNotFoundError):
+        sqlite_files.examine(str(tmp_path / "missing.sqlite"))
+    assert (sqlite_files.damage_of(tmp_path / "missing.sqlite") or "").startswith("unreadable")
+
+
+@pytest.mark.anyio
+async def test_a_file_of_a_newer_runtime_schema_is_refused_not_read(tmp_path: Path) -> None:
+    """RT-14, REL-4: opening reads the alarm and meta in its first statement and then checks the
+    runtime schema version; a file from a newer runtime (user_version past what this code knows)
+    is internal_error for that actor, not opened as if this code understood it."""
+    async with TestRuntime(tmp_path) as rt:
+        oid = rt.id_from_name(NS, "acme")
+        await rt.call(NS, oid, QuotaInit(per_minute=100, per_day=1000), tenant_id="acme")
+        path = rt.node.host.path_for(NS, oid)
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION + 1}")
+    conn.close()
+    async with TestRuntime(tmp_path) as rt:
+        with pytest.raises(MailboxActorsError) as e:
+            await rt.call(NS, oid, QuotaUsage(), tenant_id="acme")
+        assert e.value.code == ErrorCode.INTERNAL_ERROR
