@@ -4,6 +4,7 @@ into the text and html bodies and the attachments (name, type, size, content).""
 from __future__ import annotations
 
 import codecs
+import functools
 from email import policy
 from email.message import Message
 from typing import Any
@@ -23,9 +24,26 @@ class ParsedAttachment(msgspec.Struct, frozen=True):
     content: bytes | None  # None: over max_attachment_bytes, not stored
 
 
+@functools.lru_cache(maxsize=256)
+def _charset_of(content_type: str) -> str | None:
+    """The charset parameter of a plain-ASCII Content-Type value, read by compat32 as the part
+    would read it (the same few values recur in every message: parsed once)."""
+    probe = Message(policy=policy.compat32)
+    probe["content-type"] = content_type
+    return probe.get_content_charset("us-ascii")
+
+
+def _charset(part: Message) -> str | None:
+    value = part.get("content-type")
+    if value is None:
+        return "us-ascii"
+    if isinstance(value, str) and value.isascii():
+        return _charset_of(value)
+    return part.get_content_charset("us-ascii")  # 8-bit bytes: compat32 wraps them in a Header
+
+
 def _decode_text(part: Message, data: bytes, d: Defects) -> str:
-    charset = guard(lambda: part.get_content_charset("us-ascii"), "us-ascii", d,
-                     "charset_unreadable") or "us-ascii"
+    charset = guard(lambda: _charset(part), "us-ascii", d, "charset_unreadable") or "us-ascii"
     try:
         codecs.lookup(charset)
     except (LookupError, ValueError):

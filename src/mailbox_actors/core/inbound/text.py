@@ -41,6 +41,8 @@ def text_of(value: str, d: Defects, what: str) -> str:
 
 
 def cap_utf8(text: str, cap: int) -> tuple[str, bool]:
+    if len(text) <= cap and text.isascii():  # one byte a character: nothing to measure
+        return text, False
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= cap:
         return text, False
