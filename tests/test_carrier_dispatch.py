@@ -21,6 +21,7 @@ from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.carrier import (
     ApplyDeliveryEvent,
     BeginTransport,
+    CancelEmail,
     RecordTransportOutcome,
     ResolveEmail,
 )
@@ -198,6 +199,32 @@ async def test_every_submit_is_woken_for_before_during_and_after_dispatch_runs(
         await call(rt, mid, email("w-6"))
         await rt.run_until_idle()
         assert len(after.sent) == 1
+
+
+async def test_an_email_cancelled_while_others_send_stays_cancelled_when_its_expiry_passes(
+        ) -> None:
+    """CA-4, CA-7: an Email read ahead by a dispatch run, cancelled while the run's sends are
+    held, and past its send_before when the run comes to it, stays superseded (cancelled): it is
+    neither expired over its cancellation nor sent."""
+    transport = RecordingTransport()
+    transport.hold()
+    async with runtime(transport) as rt:
+        mid = await mailbox(rt)
+        for n in range(1, 5):
+            await call(rt, mid, email(f"k-{n}"))
+        await call(rt, mid, email("late", send_before=rt.now_ms() + 1_000))
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rt.run_until_idle)
+                await transport.wait_entered()  # k-1..k-4 in flight, "late" read ahead
+                await call(rt, mid, CancelEmail(source_id="late"))
+                rt.clock.set_ms(rt.now_ms() + 2_000)
+                transport.release()
+        late = await receipt(rt, mid, "late")
+        assert late["status"] == "superseded"
+        assert [m["status"] for m in late["messages"]] == ["not_sent"]
+        assert len(transport.sent) == 4
+        assert "email.expired" not in [e.type for e in rt.events.events("email.")]
 
 
 async def test_an_erase_while_a_send_is_in_flight_records_nothing() -> None:

@@ -197,8 +197,9 @@ async def _checks(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -
     ctx, sql, log = mb.ctx, mb.sql, mb.ctx.log
     if row.send_before is not None and ctx.now_ms() >= row.send_before:
         def expire(tx: SqlStorage) -> None:
-            store.move(ctx, tx, row, EmailStatus.EXPIRED, next_attempt_at_ms=None)
-            store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
+            # ``row`` was read ahead: an Email cancelled since is left as it is.
+            if store.move_if(ctx, tx, row, EmailStatus.EXPIRED, next_attempt_at_ms=None):
+                store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
         sql.transaction_sync(expire)
         return False
     hook = ctx.service(CAN_SEND)
