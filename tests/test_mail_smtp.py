@@ -395,3 +395,14 @@ async def test_quoted_local_part_reaches_the_server(sink: SmtpSink) -> None:
     assert isinstance(outcome, ProviderAccepted)
     assert sink.messages[0].mail_from == '"odd sender"@example.test'
     assert sink.messages[0].rcpt_tos == ['"first last"@example.test', "b@example.test"]
+
+
+async def test_a_plain_connection_never_loads_the_trust_store(
+        sink: SmtpSink, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CA-8: without TLS the transport builds no TLS context (loading the system trust store
+    takes tens of milliseconds, which held up every request of the node while a new connection
+    opened)."""
+    def refuse(*_a: object, **_k: object) -> ssl.SSLContext:
+        raise AssertionError("a plain connection loaded the trust store")
+    monkeypatch.setattr(ssl, "create_default_context", refuse)
+    assert isinstance(await send_one(sink), ProviderAccepted)

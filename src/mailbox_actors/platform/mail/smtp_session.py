@@ -254,9 +254,11 @@ async def open_connection(config: SmtpConfig, local_hostname: str) -> SmtpConnec
 
     Raises ``Definite`` for every failure: nothing of any email was sent yet.
     """
-    tls_context = config.tls_context or ssl.create_default_context()
+    tls_context = None
+    if config.tls != "none":
+        tls_context = config.tls_context or await _system_context()
     smtp = SMTP(hostname=config.host, port=config.port, use_tls=config.tls == "tls",
-                start_tls=False, tls_context=tls_context if config.tls != "none" else None,
+                start_tls=False, tls_context=tls_context,
                 timeout=config.command_s, local_hostname=local_hostname)
     try:
         await smtp.connect()
@@ -299,6 +301,20 @@ async def open_connection(config: SmtpConfig, local_hostname: str) -> SmtpConnec
         smtp.close()
         raise
     return SmtpConnection(smtp, config)
+
+
+_SYSTEM_CONTEXT: list[ssl.SSLContext] = []
+
+
+async def _system_context() -> ssl.SSLContext:
+    """The system trust store's client context, made once and off the event loop: loading the
+    store takes about 40 ms, which every new connection (plain ones too) used to spend on the
+    loop, holding up every request and send of the node meanwhile."""
+    if not _SYSTEM_CONTEXT:
+        context = await anyio.to_thread.run_sync(ssl.create_default_context)
+        if not _SYSTEM_CONTEXT:
+            _SYSTEM_CONTEXT.append(context)
+    return _SYSTEM_CONTEXT[0]
 
 
 async def _greet(smtp: SMTP) -> None:
