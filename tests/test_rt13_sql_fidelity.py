@@ -275,3 +275,28 @@ async def test_rows_read_counts_rows_scanned_and_rows_written_counts_index_rows(
         assert out["update_plain"] == 1
         assert out["update_many"] == 10
         assert out["delete"] == 5
+
+
+@pytest.mark.anyio
+async def test_rows_written_of_a_statement_run_again_follows_the_schema(tmp_path: Path) -> None:
+    """RT-13: the same INSERT text, run again and again, counts the indexes its table has at each
+    run: one row before any index, two once an index is created, one again once it is dropped, and
+    three after a schema change made by a script (the count is worked out once per statement and
+    schema, never kept across a change of it)."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+
+        async def counts(actor: Scratch, call: Call, arg: Any) -> Any:
+            sql = actor.sql
+            insert = "INSERT INTO t (a, b) VALUES (?, ?)"
+            sql.exec("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b INTEGER)")
+            out = [sql.exec(insert, 1, 1).rows_written, sql.exec(insert, 2, 2).rows_written]
+            sql.exec("CREATE INDEX t_a ON t (a)")
+            out += [sql.exec(insert, 3, 3).rows_written, sql.exec(insert, 4, 4).rows_written]
+            sql.exec("DROP INDEX t_a")
+            out.append(sql.exec(insert, 5, 5).rows_written)
+            sql.exec("CREATE INDEX t_a ON t (a); CREATE INDEX t_b ON t (b)")
+            out.append(sql.exec(insert, 6, 6).rows_written)
+            return out
+
+        assert await run(rt, oid, counts) == [1, 1, 2, 2, 1, 3]
