@@ -52,6 +52,22 @@ def test_a_well_formed_message_is_read_whole() -> None:
     assert ("Subject", "héllo world") in p.headers
 
 
+def test_long_content_type_values_are_read_but_not_kept_by_the_charset_cache() -> None:
+    """IN-1: a text part's charset is read from a Content-Type value of any length (here 20 KB
+    of junk parameters before charset=iso-8859-1); the process-wide cache of parsed values keeps
+    only short ones, so hostile mail with distinct huge values cannot pin memory in it."""
+    from mailbox_actors.core.inbound.mime import _charset_of
+
+    before = _charset_of.cache_info().currsize
+    for i in range(3):
+        junk = "".join(f"; x{i}{n}=y" for n in range(2_000))
+        raw = (b"From: a@example.com\r\nSubject: s\r\nContent-Type: text/plain" + junk.encode()
+               + b"; charset=iso-8859-1\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n"
+               b"caf=E9\r\n")
+        assert (parse_message(raw, LIMITS).text or "").strip() == "caf\u00e9"
+    assert _charset_of.cache_info().currsize == before
+
+
 @pytest.mark.parametrize("name", sorted(HAND_WRITTEN))
 def test_every_hand_written_hostile_message_parses_with_defects_not_errors(name: str) -> None:
     """IN-1: each hostile case parses without an exception, within every cap."""

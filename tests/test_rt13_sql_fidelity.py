@@ -300,3 +300,31 @@ async def test_rows_written_of_a_statement_run_again_follows_the_schema(tmp_path
             return out
 
         assert await run(rt, oid, counts) == [1, 1, 2, 2, 1, 3]
+
+
+@pytest.mark.anyio
+async def test_rows_written_of_a_write_with_returning_counts_its_rows(tmp_path: Path) -> None:
+    """RT-13: an INSERT, UPDATE or DELETE with RETURNING counts the rows it wrote (index rows
+    included), on its first run and on later runs of the same text, alone or as a script's last
+    statement, before its returned rows are read; an upsert that did nothing counts none (a
+    DELETE counts its table rows, as without RETURNING). SQLite
+    counts such changes only when the statement finishes, so an open cursor would say 0."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+
+        async def counts(actor: Scratch, call: Call, arg: Any) -> Any:
+            sql = actor.sql
+            sql.exec("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER UNIQUE, b INTEGER)")
+            insert = "INSERT INTO t (a, b) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING id"
+            out = []
+            for a in (1, 2, 2):  # first run, a run of the same text, a conflict: nothing written
+                cur = sql.exec(insert, a, a)
+                out.append((cur.rows_written, [tuple(r) for r in cur]))
+            cur = sql.exec("UPDATE t SET b = b + 1 RETURNING id")
+            out.append((cur.rows_written, len(cur.all())))
+            cur = sql.exec("SELECT 1; DELETE FROM t WHERE a = 1 RETURNING id")
+            out.append((cur.rows_written, [tuple(r) for r in cur]))
+            return out
+
+        assert await run(rt, oid, counts) == [
+            [2, [[1]]], [2, [[2]]], [0, []], [2, 2], [1, [[1]]]]

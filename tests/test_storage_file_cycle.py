@@ -155,16 +155,22 @@ def test_the_open_time_header_check_reads_a_short_file_with_its_log_as_whole(
 
 
 @pytest.mark.anyio
-async def test_a_file_of_a_newer_runtime_schema_is_refused_not_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["same", "changed"])
+async def test_a_file_of_a_newer_runtime_schema_is_refused_not_read(tmp_path: Path,
+                                                                    layout: str) -> None:
     """RT-14, REL-4: opening reads the alarm and meta in its first statement and then checks the
     runtime schema version; a file from a newer runtime (user_version past what this code knows)
-    is internal_error for that actor, not opened as if this code understood it."""
+    is internal_error for that actor, not opened as if this code understood it, also when the
+    newer runtime changed the runtime tables' layout so that first read fails (not a retryable
+    unavailable: retrying cannot help)."""
     async with TestRuntime(tmp_path) as rt:
         oid = rt.id_from_name(NS, "acme")
         await rt.call(NS, oid, QuotaInit(per_minute=100, per_day=1000), tenant_id="acme")
         path = rt.node.host.path_for(NS, oid)
     conn = sqlite3.connect(path)
     conn.execute(f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION + 1}")
+    if layout == "changed":
+        conn.execute("ALTER TABLE _ma_alarm RENAME COLUMN at_ms TO due_at_ms")
     conn.close()
     async with TestRuntime(tmp_path) as rt:
         with pytest.raises(MailboxActorsError) as e:

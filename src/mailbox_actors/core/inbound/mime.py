@@ -24,6 +24,9 @@ class ParsedAttachment(msgspec.Struct, frozen=True):
     content: bytes | None  # None: over max_attachment_bytes, not stored
 
 
+_CACHED_VALUE_CHARS = 256
+
+
 @functools.lru_cache(maxsize=256)
 def _charset_of(content_type: str) -> str | None:
     """The charset parameter of a plain-ASCII Content-Type value, read by compat32 as the part
@@ -38,7 +41,10 @@ def _charset(part: Message) -> str | None:
     if value is None:
         return "us-ascii"
     if isinstance(value, str) and value.isascii():
-        return _charset_of(value)
+        # Only short values are kept: the cache is per process, and hostile mail can carry
+        # Content-Type values as long as a header may be (256 of those would pin a lot).
+        return _charset_of(value) if len(value) <= _CACHED_VALUE_CHARS else \
+            _charset_of.__wrapped__(value)
     return part.get_content_charset("us-ascii")  # 8-bit bytes: compat32 wraps them in a Header
 
 

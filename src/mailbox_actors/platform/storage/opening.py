@@ -159,7 +159,13 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
         return None
     try:
         conn.row_factory = sqlite3.Row
-        first = _first_read(conn, meta_keys)
+        try:
+            first = _first_read(conn, meta_keys)
+        except sqlite3.OperationalError:
+            # A newer runtime's layout may not fit this read: its version says so (corrupt for
+            # this code, not a retryable unavailable); checked only then, off the common path.
+            _check_version(conn.execute("PRAGMA user_version").fetchone()[0])
+            raise
         # A plain PRAGMA, not pragma_user_version in the first read: that table-valued function
         # is a virtual table SQLite builds (parsing its declaration) on every connection.
         version = conn.execute("PRAGMA user_version").fetchone()[0]

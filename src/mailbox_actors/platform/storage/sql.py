@@ -79,7 +79,7 @@ class SqlStorage(Transactions):
         query = statements[0]
         per_row = self._counter.index_rows.get(query)
         if per_row is None or ddl:
-            return self._exec_one(query, params, ddl)
+            return self._exec_one(query, params, ddl, returning_writes=writes)
         # A statement run before (its write shape and index count known): ``_run`` inlined, the
         # rows written from the cached count, the rows read only when asked for (``SqlCursor``).
         if self._state is TxState.ENDED:
@@ -90,13 +90,26 @@ class SqlStorage(Transactions):
             cur = conn.execute(query, params)
         except sqlite3.Error as e:
             raise self._failed(e) from e
+        if writes and cur.description is not None:  # a write with RETURNING: see _exec_one
+            return self._read_out(cur, query, before, per_row)
         changed = conn.total_changes - before
         rowcount = cur.rowcount
         return SqlCursor(cur, changed + rowcount * per_row if rowcount > 0 else changed,
                          self._counter, query)
 
+    def _read_out(self, cur: sqlite3.Cursor, query: str, before: int, per_row: int) -> SqlCursor:
+        """The statement read out at once, then counted: a write with RETURNING (SQLite makes
+        every change at its first step but counts them, changes and rowcount, only when the
+        statement finishes, so rows_written would read 0 on a cursor left open: RT-13), or a
+        script's last statement (its savepoint is released after). Its scan is over: rows read
+        are counted now, while its text is prepared."""
+        rows = self._run(lambda: BufferedRows(cur))
+        changed = self._conn.total_changes - before
+        written = changed + rows.rowcount * per_row if rows.rowcount > 0 else changed
+        return SqlCursor(rows, written, read=self._counter.scanned(query, True))
+
     def _exec_one(self, query: str, params: Sequence[Any], ddl: bool,
-                  buffered: bool = False) -> SqlCursor:
+                  buffered: bool = False, returning_writes: bool = False) -> SqlCursor:
         """A statement whose write shape is not known yet (``counting``), one that changes the
         schema, or a script's last: SQLite's authorizer records what it writes while it is
         prepared, and its index count is worked out."""
@@ -115,11 +128,10 @@ class SqlStorage(Transactions):
                 counter.stop_recording(query, keep=ok)
             if ddl:
                 counter.schema_changed()
+        if buffered or (returning_writes and cur.description is not None):
+            per_row = counter.written(query, 0, 1)  # index rows per changed row
+            return self._read_out(cur, query, before, per_row)
         written = counter.written(query, conn.total_changes - before, cur.rowcount)
-        if buffered:
-            rows = self._run(lambda: BufferedRows(cur))
-            # its scan is over: count it now, while its text is prepared
-            return SqlCursor(rows, written, read=counter.scanned(query, True))
         return SqlCursor(cur, written, counter, query)
 
     def _exec_script(self, statements: tuple[str, ...], writes: bool, ddl: bool,
