@@ -390,6 +390,27 @@ async def test_a_full_quota_window_delays_and_never_drops() -> None:
             "provider_accepted"}
 
 
+async def test_quota_reserved_ahead_for_emails_that_ended_is_given_back() -> None:
+    """CA-7, RPC-9: a run reserves quota in a block sized by the Emails due; what Emails that
+    ended before sending (can_send false: superseded) did not use is released at the end of the
+    run, so the tenant's window counts only the two sends."""
+    async def can_send(check: SendCheck) -> bool:
+        return not check.source_id.startswith("obsolete")
+
+    transport = RecordingTransport()
+    async with runtime(transport, services={CAN_SEND: can_send}) as rt:
+        mid = await mailbox(rt)
+        qid = rt.id_from_name("tenant_quota", OWNER["tenant_id"])
+        await rt.call("tenant_quota", qid, QuotaInit(per_minute=100, per_day=100),
+                      tenant_id=OWNER["tenant_id"])
+        for source in ("first", "obsolete-1", "obsolete-2", "obsolete-3", "last"):
+            await call(rt, mid, email(source))
+        await rt.run_until_idle()
+        assert transport.calls == 2
+        usage = await rt.call("tenant_quota", qid, QuotaUsage(), tenant_id=OWNER["tenant_id"])
+        assert usage["minute_used"] == usage["day_used"] == 2
+
+
 async def test_an_outside_dispatcher_leases_reports_and_loses_its_lease() -> None:
     """CA-4: begin_transport commits intent and hands out the Email with a lease;
     record_transport_outcome commits the outcome; a lease that ends unreported becomes

@@ -192,6 +192,25 @@ async def test_release_gives_capacity_back(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_release_of_part_of_a_reservation_gives_that_much_back(tmp_path: Path) -> None:
+    """OBJ-2: release with a count gives back that many of the reservation (a block reserved
+    ahead and not all used), at most what is left of it; release without a count gives back
+    the rest; a replay of the reserve answers the same reservation while part of it stands and
+    conflict once all of it was given back."""
+    async with TestRuntime(tmp_path, start_ms=T0) as rt:
+        q = Quota(rt)
+        await q(QuotaInit(per_minute=10, per_day=100))
+        r1 = (await q.reserve("block", count=5))["reservation_id"]
+        assert await q(QuotaRelease(reservation_id=r1, count=2)) == {"released": True}
+        assert (await q(QuotaUsage()))["minute_used"] == 3
+        assert (await q.reserve("block", count=5))["reservation_id"] == r1
+        assert await q(QuotaRelease(reservation_id=r1, count=9)) == {"released": True}
+        assert (await q(QuotaUsage()))["minute_used"] == 0
+        assert await q(QuotaRelease(reservation_id=r1)) == {"released": False}
+        assert (await q.refused("block", count=5)).code == "conflict"
+
+
+@pytest.mark.anyio
 async def test_maintenance_alarm_deletes_windows_older_than_48_hours(tmp_path: Path) -> None:
     """OBJ-2: the daily maintenance alarm deletes rate windows (and idempotency rows) older than
     48 hours, keeps younger ones, and re-arms itself a day later."""

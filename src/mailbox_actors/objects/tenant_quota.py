@@ -81,6 +81,8 @@ class TenantQuota(Actor[QuotaRequest]):
         Migration(2, OUTBOX_SCHEMA),
         Migration(3, (*POST_RECEIVER_SCHEMA, *roster.ROSTER_SCHEMA)),
         Migration(4, PLATFORM_META),
+        # ``released`` becomes how many of the count were given back (was a 0/1 flag).
+        Migration(5, ("UPDATE reservations SET released = count WHERE released = 1",)),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance"}
 
@@ -145,7 +147,7 @@ class TenantQuota(Actor[QuotaRequest]):
                     ErrorCode.CONFLICT, f"idempotency key reused with count {req.count}; it "
                     f"reserved {count}", details={"count": count},
                     fix="Use a new key for a different reservation.")
-            if released:
+            if released >= count:
                 raise MailboxActorsError(
                     ErrorCode.CONFLICT, "this key's reservation was released",
                     fix="Use a new key to reserve again.")
@@ -176,13 +178,17 @@ class TenantQuota(Actor[QuotaRequest]):
     def _release(self, tx: SqlStorage, req: QuotaRelease) -> ReleaseReply:
         row = tx.exec("SELECT count, minute_start, day_start, released FROM reservations "
                       "WHERE reservation_id = ?", req.reservation_id).all()
-        if not row or row[0][3]:
+        if not row:
             return ReleaseReply(released=False)
-        count, m, d, _ = row[0]
+        count, m, d, released = row[0]
+        give = count - released if req.count is None else min(req.count, count - released)
+        if give <= 0:  # all of it was given back already
+            return ReleaseReply(released=False)
         for scope, start in ((MINUTE.scope, m), (DAY.scope, d)):
             tx.exec("UPDATE rate_windows SET count = max(0, count - ?) "
-                    "WHERE scope = ? AND start_ms = ?", count, scope, start)
-        tx.exec("UPDATE reservations SET released = 1 WHERE reservation_id = ?", req.reservation_id)
+                    "WHERE scope = ? AND start_ms = ?", give, scope, start)
+        tx.exec("UPDATE reservations SET released = released + ? WHERE reservation_id = ?", give,
+                req.reservation_id)
         return ReleaseReply(released=True)
 
     def _used(self, w: Window, now: int) -> int:

@@ -35,6 +35,9 @@ class QuotaReserve(msgspec.Struct, tag="reserve", tag_field="op", forbid_unknown
 
 class QuotaRelease(msgspec.Struct, tag="release", tag_field="op", forbid_unknown_fields=True):
     reservation_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    # Give back this many of the reservation's count (a block reserved ahead and not all used);
+    # None: all that is left of it.
+    count: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
 
 
 class QuotaUsage(msgspec.Struct, tag="usage", tag_field="op", forbid_unknown_fields=True):

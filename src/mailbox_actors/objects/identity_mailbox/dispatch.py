@@ -21,7 +21,7 @@ from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus
 from mailbox_actors.objects.identity_mailbox import carrier_store as store
 from mailbox_actors.objects.identity_mailbox import dispatch_rows
 from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
-from mailbox_actors.objects.identity_mailbox.quota_gate import Credits, reserve
+from mailbox_actors.objects.identity_mailbox.quota_gate import Credits, give_back, reserve
 from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
 from mailbox_actors.platform.storage.sql import SqlStorage
@@ -120,7 +120,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                     tg.start_soon(one, row, email)
                 if not in_flight and not finished:
                     if not checked:
-                        return
+                        break  # none due, none in flight: the run is over
                     continue  # this round's rows ended before intent: look for more
                 if not emails and not finished:
                     await changed.wait()
@@ -130,6 +130,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     finally:
         if finished:  # cancelled with outcomes in hand: commit them, the sweep cannot know
             mb.sql.transaction_sync(functools.partial(_commit_round, mb, _take(finished), []))
+    await give_back(mb, credits)  # not on cancellation: an unreleased block ages out
 
 
 def _take(items: list[tuple[EmailRow, TransportOutcome]]

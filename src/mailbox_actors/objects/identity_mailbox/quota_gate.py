@@ -15,12 +15,13 @@ import anyio
 from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
-from mailbox_actors.wire.quota import QuotaReserve
+from mailbox_actors.wire.quota import QuotaRelease, QuotaReserve
 
 if TYPE_CHECKING:
     from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
 
-__all__ = ["QUOTA_BLOCK", "QUOTA_RETRY_MS", "Credits", "delay_due", "quota_id", "reserve"]
+__all__ = ["QUOTA_BLOCK", "QUOTA_RETRY_MS", "Credits", "delay_due", "give_back", "quota_id",
+           "reserve"]
 
 QUOTA_RETRY_MS = 5_000  # TenantQuota could not answer now
 QUOTA_BLOCK = 32  # at most this many attempts reserved in one TenantQuota call
@@ -44,23 +45,40 @@ class Credits:
         self.left = 0
         self.lock = anyio.Lock()
         self.due = 1  # how many Emails were due when last looked (the next block's size)
+        self.block: str | None = None  # the reservation ``left`` belongs to, if a block
+
+
+async def give_back(mb: IdentityMailbox, credits: Credits) -> None:
+    """At the end of a run, release what is left of its block: the block was sized by the
+    Emails due when it was taken, and some may have ended (expired, cancelled, refused by
+    can_send) or been left for the next run; their quota goes back to the tenant (CA-7)."""
+    if not credits.left or credits.block is None:
+        return
+    left, credits.left = credits.left, 0
+    try:
+        await mb.ctx.call("tenant_quota", quota_id(mb),
+                          QuotaRelease(reservation_id=credits.block, count=left),
+                          tenant_id=mb.ctx.owner_tenant)
+    except MailboxActorsError as e:  # not given back: it ages out with the window
+        mb.ctx.log.warning("carrier_quota_release_failed", code=e.code.value)
 
 
 async def reserve(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -> bool:
     """TenantQuota's consent for one attempt (RPC-9): True to go on; False when the window is
     full (everything due waits until it has room) or the quota cannot answer now."""
     if credits is None:
-        return await reserve_count(mb, row, 1)
+        return await reserve_count(mb, row, 1) is not None
     if credits.left and not credits.lock.locked():
         credits.left -= 1  # reserved already: no call, and no wait for the lock (no await here)
         return True
     async with credits.lock:
         if credits.left == 0:
             count = max(1, min(QUOTA_BLOCK, credits.due))
-            if count > 1 and await reserve_count(mb, row, count, quiet=True):
-                credits.left = count
-            elif await reserve_count(mb, row, 1):
-                credits.left = 1
+            block = await reserve_count(mb, row, count, quiet=True) if count > 1 else None
+            if block is not None:
+                credits.left, credits.block = count, block or None
+            elif await reserve_count(mb, row, 1) is not None:
+                credits.left, credits.block = 1, None
             else:
                 return False
         credits.left -= 1
@@ -68,25 +86,26 @@ async def reserve(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -
 
 
 async def reserve_count(mb: IdentityMailbox, row: EmailRow, count: int,
-                         quiet: bool = False) -> bool:
+                         quiet: bool = False) -> str | None:
+    """The reservation's id ("" when the quota has no limits); None when it was refused."""
     ctx, sql = mb.ctx, mb.sql
     # The key names the attempt (and the block's size), so a run repeated after a crash gets
     # the same reservation back instead of counting again.
     key = f"{row.email_id}/{row.attempts}" + (f"/x{count}" if count > 1 else "")
     try:
-        await ctx.call("tenant_quota", quota_id(mb),
-                       QuotaReserve(key=key, count=count, identity_id=ctx.owner_identity),
-                       tenant_id=ctx.owner_tenant)
+        reply = await ctx.call("tenant_quota", quota_id(mb),
+                               QuotaReserve(key=key, count=count, identity_id=ctx.owner_identity),
+                               tenant_id=ctx.owner_tenant)
     except MailboxActorsError as e:
         if e.code == ErrorCode.TENANT_NOT_FOUND:  # not initialised means no limit
-            return True
+            return ""
         if quiet:  # a block that does not fit now: the caller asks for one
-            return False
+            return None
         if e.code == ErrorCode.RATE_LIMITED:  # the window is full: everything due waits
             wait = int((e.details or {}).get("retry_after_ms", QUOTA_RETRY_MS))
             sql.transaction_sync(lambda tx: delay_due(tx, tx.now_ms() + max(1, wait)))
-            return False
+            return None
         ctx.log.warning("carrier_quota_unavailable", email_id=row.email_id, code=e.code.value)
         sql.transaction_sync(lambda tx: delay_due(tx, tx.now_ms() + QUOTA_RETRY_MS))
-        return False
-    return True
+        return None
+    return str(reply.get("reservation_id") or "") if isinstance(reply, dict) else ""
