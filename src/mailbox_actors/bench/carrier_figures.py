@@ -262,7 +262,8 @@ async def _dispatch_figures(work: Path, sizes: Sizes, progress: Progress,
               "send to last acceptance (checks, quota, intent, send, outcome each; the transport "
               "on one reused connection); raw: aiosmtplib sendmail of the same count, one after "
               "another on one reused connection to the same aiosmtpd sink (its own process); "
-              "the rounds alternate which side goes first")
+              "the rounds alternate which side goes first; the transport writes MAIL and RCPT "
+              "itself, without the address parse sendmail does on the raw side")
     p_note = (f"{paced} submits paced at 100/s to one identity; submit call to the transport's "
               "acceptance (the transport's default pool of connections)")
     return [

@@ -98,6 +98,9 @@ class IdentityMailbox(Actor[MailboxRequest]):
         super().__init__(ctx)
         self.post = Post(self, roster.ROSTER)
         self.dispatch_wake = DispatchWake()  # Carrier: the committed dispatch wake, when known
+        # Inbound: this instance knows it holds no pending wait, so ingest skips the waits query
+        # (set by that query finding none, cleared before any register_wait: waits.py).
+        self.no_pending_waits = False
 
     async def post_tick(self) -> None:
         await self.post.run()

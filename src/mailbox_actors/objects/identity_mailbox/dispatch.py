@@ -266,6 +266,7 @@ def record_transport_outcome(mb: IdentityMailbox, req: RecordTransportOutcome) -
                 "dispatcher: its outcome cannot be recorded now (resolve settles outcome_unknown)",
                 details={"status": row.status.value})
         done = dispatch_rows.record(mb.ctx, tx, row, req.outcome)
-        assert done is not None
+        if done is None:  # the status was read as dispatching in this transaction: cannot be
+            raise RuntimeError("a leased email's outcome was not recorded")
         return store.receipt(tx, done)
     return mb.sql.transaction_sync(run)

@@ -6,6 +6,10 @@ It is learnt only after a submit's transaction committed, never while a dispatch
 runtime clears or re-arms the purpose when the run ends), and forgotten when a run starts and
 ends. Everything else only moves the wake earlier, which keeps ``known`` true. A new instance (a
 restart, an eviction) knows nothing and reads.
+
+This leans on the runtime: between the dispatch method's return (``run_ended``) and the purpose
+being cleared or re-armed there is no await (``runtime/purposes.py`` ``run_due``), so no submit can
+commit and learn a wake that the clearing then removes. An await added there breaks it.
 """
 
 from __future__ import annotations

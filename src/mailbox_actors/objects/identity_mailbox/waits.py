@@ -9,7 +9,6 @@ so waits are deterministic under the FakeClock. Maintenance drops waits a day pa
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -47,14 +46,10 @@ SCAN_LIMIT = 10_000  # messages a received_after_ms registration looks back over
 _KEEP_EXPIRED_MS = 86_400_000
 _ENC = msgspec.msgpack.Encoder()
 _FILTER = msgspec.msgpack.Decoder(WaitFilter)
-# Mailboxes (instances) known to hold no pending wait: ingest skips the waits query for them. A
-# mailbox joins when that query found none (a wait that is not pending now never becomes pending
-# again) and leaves before any registration runs, so a rolled-back one only costs a query.
-_NONE_PENDING: weakref.WeakSet[IdentityMailbox] = weakref.WeakSet()
 
 
 def register(mb: IdentityMailbox, req: RegisterWait) -> RegisterWaitReply:
-    _NONE_PENDING.discard(mb)
+    mb.no_pending_waits = False  # before the transaction: a rolled-back one only costs a query
 
     def run(tx: SqlStorage) -> RegisterWaitReply:
         now = tx.now_ms()
@@ -96,12 +91,12 @@ def match_new(mb: IdentityMailbox, tx: SqlStorage, subject: Callable[[], WaitSub
               message_id: str, thread_id: str, now: int) -> None:
     """Inside ingest's transaction: record this message on every pending wait it matches
     (``subject`` makes what the filters read, only when a wait is pending)."""
-    if mb in _NONE_PENDING:
+    if mb.no_pending_waits:
         return
     rows = tx.exec("SELECT id, filter FROM waits WHERE message_id IS NULL AND "
                    "expires_at_ms >= ?", now).all()
-    if not rows:
-        _NONE_PENDING.add(mb)
+    if not rows:  # a wait not pending now never becomes pending again
+        mb.no_pending_waits = True
         return
     m = subject()
     for wait_id, blob in rows:
