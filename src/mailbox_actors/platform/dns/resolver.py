@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import anyio
 import msgspec
 
 from mailbox_actors.core.dns.answers import Answer, Rtype
@@ -42,18 +43,27 @@ class DnsSettings(msgspec.Struct, frozen=True, kw_only=True):
 class ResolverOnFirstUse:
     """The real resolver (``platform.dns.real``), built at the first question: dnspython is
     imported and ``/etc/resolv.conf`` read then, so a node that checks no domain never pays for
-    them before it answers."""
+    them before it answers. It is built in a worker thread (the import and the file read would
+    hold the event loop), once however many first questions arrive together."""
 
     def __init__(self, settings: DnsSettings) -> None:
         self.settings = settings
         self._real: Resolver | None = None
+        self._building = anyio.Lock()
+
+    def _build(self) -> Resolver:
+        from mailbox_actors.platform.dns.real import DnspythonResolver
+
+        return DnspythonResolver(self.settings)
 
     async def resolve(self, name: str, rtype: Rtype) -> Answer:
-        if self._real is None:
-            from mailbox_actors.platform.dns.real import DnspythonResolver
-
-            self._real = DnspythonResolver(self.settings)
-        return await self._real.resolve(name, rtype)
+        real = self._real
+        if real is None:
+            async with self._building:
+                if self._real is None:
+                    self._real = await anyio.to_thread.run_sync(self._build)
+            real = self._real
+        return await real.resolve(name, rtype)
 
     async def aclose(self) -> None:
         if self._real is not None:
