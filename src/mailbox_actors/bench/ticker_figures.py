@@ -243,7 +243,12 @@ async def _paced_figures(work: Path, capacity: float, sizes: Sizes, progress: Pr
     progress.say(f"alarms: lateness within capacity, {n:,} alarms arriving at {rate:,}/s "
                  f"(0.7 of the {capacity:,.0f}/s measured)")
     data, first = await make_population(work, paced, progress)
+    waited = _cpu_wait_ms()
     lateness, fired, done = await _lateness(data, first, paced, progress)
+    after = _cpu_wait_ms()
+    # A late alarm is the runtime's, or the machine's: how long the node waited for a CPU says.
+    busy = "" if waited is None or after is None else (
+        f"; the node's thread waited {after - waited:,.0f} ms for a CPU meanwhile (schedstat)")
     cut = "" if done else (f"; stopped {sizes.alarm_phase_s:g} s after the last was due, "
                            f"with {fired:,} fired; each unfired alarm is counted as late as "
                            "it was then")
@@ -252,7 +257,17 @@ async def _paced_figures(work: Path, capacity: float, sizes: Sizes, progress: Pr
         note=f"within capacity: {n:,} evicted actors' alarms arriving at {rate:,}/s, 0.7 of "
              f"the {capacity:,.0f}/s alarms_fired_per_s measured in this run, each due at its "
              f"own millisecond, real clock; at most {sizes.max_active:,} open; max "
-             f"{max(lateness, default=0):,} ms{cut}")]
+             f"{max(lateness, default=0):,} ms{cut}{busy}")]
+
+
+def _cpu_wait_ms() -> float | None:
+    """How long this thread has been runnable but waiting for a CPU (Linux's schedstat), or
+    None where that is not reported."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Progress,
