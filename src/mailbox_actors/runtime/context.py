@@ -189,7 +189,7 @@ class ActorContext:
         event = outbox.append(tx, self._runtime, event_id=self.new_id("evt"),
                               tenant_id=self._owner.tenant or "",
                               identity_id=self._owner.identity, type_=type_, data=data or {})
-        self.schedule(outbox.OUTBOX_PURPOSE, event.occurred_at_ms)
+        purposes.lower_alarm(self._runtime, event.occurred_at_ms)  # append recorded the purpose
         return event
 
     async def tenant_events_days(self) -> int | None:

@@ -1,8 +1,8 @@
 """The transactional outbox (EV-1..EV-5): events leave an actor at least once and are never lost.
 
-``append`` runs inside the state-change transaction (the context's ``emit``, which then schedules
-``alarm:outbox`` for now): it bumps ``meta.event_seq`` and stores the event in the actor's
-``outbox`` table undispatched. The outbox alarm
+``append`` runs inside the state-change transaction (the context's ``emit``, which then lowers
+the alarm to now): it bumps ``meta.event_seq``, records ``alarm:outbox`` for now (one write)
+and stores the event in the actor's ``outbox`` table undispatched. The outbox alarm
 publishes the undispatched events through the node's ``EventSink`` (index in the control database,
 one ``webhooks`` queue message per event) and only then marks them dispatched: a crash between any
 two steps repeats the step, and consumers deduplicate on the event id.
@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from mailbox_actors.core.alarm_purposes import meta_key
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import SqlStorage
@@ -27,6 +28,7 @@ __all__ = ["DEFAULT_EVENTS_DAYS", "OUTBOX_BATCH", "OUTBOX_PURPOSE", "OUTBOX_SCHE
            "dispatch", "has_undispatched", "mark_dispatched", "prune", "read_events", "retention_days"]
 
 OUTBOX_PURPOSE = "outbox"  # the runtime's own alarm purpose: publish undispatched events
+_OUTBOX_KEY = meta_key(OUTBOX_PURPOSE)
 
 # Statements an object adds to its migrations to get an outbox.
 OUTBOX_SCHEMA = (
@@ -92,14 +94,15 @@ def check_event_data(data: dict[str, Any]) -> None:
 
 def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id: str,
            identity_id: str | None, type_: str, data: dict[str, Any]) -> Event:
-    """Inside the state-change transaction: append the event (the caller schedules the outbox
-    purpose for now)."""
+    """Inside the state-change transaction: append the event and record the outbox purpose
+    for now (the caller lowers the alarm to it)."""
     if not tx.in_transaction:
         raise RuntimeError("emit must run inside transaction_sync, with the state change")
     check_event_data(data)
-    seq = int(storage.meta(("event_seq",)).get("event_seq", "0")) + 1
-    storage.put_meta("event_seq", str(seq))
     now = tx.now_ms()
+    # The sequence and the outbox purpose (due now) in one write; the caller lowers the
+    # alarm to it (``purposes.lower_alarm``). Both roll back with the state change.
+    seq = storage.bump_meta("event_seq", _OUTBOX_KEY, str(now))
     event = Event(id=event_id, type=type_, sequence=seq, tenant_id=tenant_id,
                   identity_id=identity_id, occurred_at_ms=now, data=data)
     tx.exec("INSERT INTO outbox (sequence, id, type, occurred_at_ms, body) VALUES (?, ?, ?, ?, ?)",

@@ -22,13 +22,19 @@ from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime import outbox
 
-__all__ = ["cancel", "rearm", "run_due", "schedule", "scheduled"]
+__all__ = ["cancel", "lower_alarm", "rearm", "run_due", "schedule", "scheduled"]
 
 
 def schedule(storage: RuntimeStorage, purpose: str, at_ms: int) -> None:
     """Record ``alarm:{purpose}`` and lower the alarm to it when earlier. Commits with the
     surrounding transaction."""
     storage.put_meta(meta_key(purpose), str(at_ms))
+    lower_alarm(storage, at_ms)
+
+
+def lower_alarm(storage: RuntimeStorage, at_ms: int) -> None:
+    """The alarm moves to ``at_ms`` when that is earlier (a purpose just recorded for then, as
+    the outbox's ``append`` records its own)."""
     sql = storage.sql
     current = sql.get_alarm()
     new = alarm_after_schedule(current, at_ms)
