@@ -7,6 +7,7 @@ files itself: its runner (the host) does that, and decides whether a wake was sp
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 from typing import Any, Protocol
 
@@ -214,7 +215,21 @@ class AlarmScheduler:
     # ---- the real-time loop ----------------------------------------------------------------
 
     async def run(self) -> None:
-        """Fire alarms as they come due, forever (cancel the surrounding scope to stop)."""
+        """Fire alarms as they come due, forever (cancel the surrounding scope to stop).
+
+        While it runs, what existed when it started (the modules, the book's entries, the node)
+        is out of the collector's reach (``gc.freeze``): a full collection then walks only what
+        came since, the open actors, so its pause (which every alarm due meanwhile waits out)
+        no longer grows with the number of alarms or the code loaded. Nothing of it is lost:
+        objects freed by reference count still are, and ``gc.unfreeze`` at stop hands the rest
+        back to the collector."""
+        gc.freeze()
+        try:
+            await self._run()
+        finally:
+            gc.unfreeze()
+
+    async def _run(self) -> None:
         async with anyio.create_task_group() as tg:
             while True:
                 now = self._clock.now_ms()
