@@ -22,10 +22,12 @@ __all__ = ["RuntimeStorage"]
 class RuntimeStorage:
     """One actor's storage as the runtime uses it; ``sql`` is what the actor's code gets."""
 
-    __slots__ = ("sql",)
+    __slots__ = ("_counters", "sql")
 
     def __init__(self, sql: SqlStorage) -> None:
         self.sql = sql
+        # counter key -> (its value as this wrapper last wrote it, sql._undone then)
+        self._counters: dict[str, tuple[int, int]] = {}
 
     # ---- meta ------------------------------------------------------------------------------
 
@@ -50,13 +52,19 @@ class RuntimeStorage:
     def bump_meta(self, counter: str, key: str, value: str) -> int:
         """Add one to the integer meta key ``counter`` (absent: 0) and store ``key`` = ``value``
         with it in one write (the outbox's per event: its sequence and its alarm purpose); returns
-        the counter's new value. A read and a two-row write: cheaper in SQLite than one upsert
-        with RETURNING."""
+        the counter's new value. Only this wrapper writes ``counter``: the value it last wrote is
+        still stored (committed, or in the open transaction) while no rollback happened since,
+        so it is read from the file only after one (``_undone``), or first."""
         sql = self.sql
-        row = sql._runtime_exec("SELECT v FROM _ma_meta WHERE k = ?", (counter,)).fetchone()
-        n = int(row[0]) + 1 if row else 1
+        cached = self._counters.get(counter)
+        if cached is not None and cached[1] == sql._undone:
+            n = cached[0] + 1
+        else:
+            row = sql._runtime_exec("SELECT v FROM _ma_meta WHERE k = ?", (counter,)).fetchone()
+            n = int(row[0]) + 1 if row else 1
         sql._runtime_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES (?, ?), (?, ?)",
                           (counter, str(n), key, value))
+        self._counters[counter] = (n, sql._undone)
         return n
 
     def delete_meta(self, key: str, only_if: str | None = None) -> None:

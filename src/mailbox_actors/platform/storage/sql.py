@@ -209,6 +209,7 @@ class SqlStorage(Transactions):
                 self._run(lambda stmt=stmt: self._sys(f"{stmt} /*{self._token}*/"))  # type: ignore[misc]
             self._write_alarm(None)
         self.transaction_sync(wipe)
+        self._undone += 1  # the runtime's meta went with everything else
         self._counter.schema_changed()
         self._plans.clear()
         self.wiped = True

@@ -82,6 +82,10 @@ class Transactions(ScreenedConnection):
         self._alarm_run: AlarmRun | None = None
         self._gen = 0  # the current (or last) implicit transaction
         self._lost: set[int] = set()  # implicit transactions SQLite rolled back
+        # Bumped by every rollback, whole or to a savepoint, and by delete_all: a value cached
+        # from a write (the outbox's event sequence) is still what the file holds while this
+        # has not moved since the write.
+        self._undone = 0
         self._alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{self._token}*/"
         if alarm is not None:  # read by the opener, in the file's first statement
             self._alarm = alarm[0]
@@ -117,6 +121,7 @@ class Transactions(ScreenedConnection):
         it, remember that (``_run``, and ``exec``'s path, which inlines ``_run``)."""
         mapped = self._map_error(e)
         if not self._conn.in_transaction:  # disk full, OR ROLLBACK, RAISE(ROLLBACK)
+            self._undone += 1
             if self._state is TxState.EXPLICIT:
                 self._state, self._ended_by = TxState.ENDED, mapped
             elif self._state is TxState.IMPLICIT:
@@ -169,6 +174,7 @@ class Transactions(ScreenedConnection):
         return run, run is not None and run.set_in_handler
 
     def _undo_top(self, before: tuple[AlarmRun | None, bool]) -> None:
+        self._undone += 1
         if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
             self._sys(self._rollback)
         self._reload_alarm()
@@ -213,6 +219,7 @@ class Transactions(ScreenedConnection):
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._depth -= 1
+            self._undone += 1
             if self._conn.in_transaction:
                 self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
                 self._sys(f"RELEASE {name} /*{self._token}*/")
@@ -248,6 +255,7 @@ class Transactions(ScreenedConnection):
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._depth -= 1
+            self._undone += 1
             if self._conn.in_transaction:
                 self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
                 self._sys(f"RELEASE {name} /*{self._token}*/")
@@ -280,6 +288,7 @@ class Transactions(ScreenedConnection):
             return
         self._state = TxState.NONE
         if not self._conn.in_transaction:  # SQLite rolled it back itself
+            self._undone += 1
             self._lost.add(self._gen)
             self._reload_alarm()
             return
@@ -287,6 +296,7 @@ class Transactions(ScreenedConnection):
             self._sys(self._commit)
         except sqlite3.Error as e:
             self._lost.add(self._gen)
+            self._undone += 1
             if self._conn.in_transaction:
                 self._sys(self._rollback)
             self._reload_alarm()
