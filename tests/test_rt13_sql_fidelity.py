@@ -11,6 +11,7 @@ import pytest
 
 import actors_for_tests as afs
 from actors_for_tests import Scratch
+from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
@@ -281,8 +282,9 @@ async def test_rows_read_counts_rows_scanned_and_rows_written_counts_index_rows(
 async def test_rows_written_of_a_statement_run_again_follows_the_schema(tmp_path: Path) -> None:
     """RT-13: the same INSERT text, run again and again, counts the indexes its table has at each
     run: one row before any index, two once an index is created, one again once it is dropped, and
-    three after a schema change made by a script (the count is worked out once per statement and
-    schema, never kept across a change of it)."""
+    three after a schema change made by a script, and three again after a transaction that made
+    a fourth index rolled back (the count is worked out once per statement and schema, never kept
+    across a change of it, nor across one undone)."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
         oid = await afs.new_scratch(rt, "a")
 
@@ -297,9 +299,17 @@ async def test_rows_written_of_a_statement_run_again_follows_the_schema(tmp_path
             out.append(sql.exec(insert, 5, 5).rows_written)
             sql.exec("CREATE INDEX t_a ON t (a); CREATE INDEX t_b ON t (b)")
             out.append(sql.exec(insert, 6, 6).rows_written)
+
+            def index_then_fail(tx: SqlStorage) -> None:
+                tx.exec("CREATE INDEX t_ab ON t (a, b)")
+                out.append(tx.exec(insert, 7, 7).rows_written)
+                raise ValueError("undo it")
+            with pytest.raises(ValueError):
+                sql.transaction_sync(index_then_fail)
+            out.append(sql.exec(insert, 8, 8).rows_written)  # t_ab was rolled back with it
             return out
 
-        assert await run(rt, oid, counts) == [1, 1, 2, 2, 1, 3]
+        assert await run(rt, oid, counts) == [1, 1, 2, 2, 1, 3, 4, 3]
 
 
 @pytest.mark.anyio

@@ -201,6 +201,9 @@ class SqlStorage(Transactions):
 
     # ---- deleting everything (RT-15) -------------------------------------------------------
 
+    def _schema_undone(self) -> None:
+        self._counter.schema_changed()  # a rolled-back CREATE/DROP INDEX: count indexes again
+
     def delete_all(self) -> None:
         """Remove everything the actor stored, its alarm and the runtime's record of it (RT-15,
         ``wipe``); the file goes when the storage closes, if nothing was written since."""

@@ -121,7 +121,7 @@ class Transactions(ScreenedConnection):
         it, remember that (``_run``, and ``exec``'s path, which inlines ``_run``)."""
         mapped = self._map_error(e)
         if not self._conn.in_transaction:  # disk full, OR ROLLBACK, RAISE(ROLLBACK)
-            self._undone += 1
+            self._rolled_back()
             if self._state is TxState.EXPLICIT:
                 self._state, self._ended_by = TxState.ENDED, mapped
             elif self._state is TxState.IMPLICIT:
@@ -173,8 +173,18 @@ class Transactions(ScreenedConnection):
         run = self._alarm_run
         return run, run is not None and run.set_in_handler
 
-    def _undo_top(self, before: tuple[AlarmRun | None, bool]) -> None:
+    def _rolled_back(self) -> None:
+        """Something was undone: what was cached of the file since is read again (the runtime's
+        counters, ``runtime_access``; the row counter's indexes, after a CREATE or DROP INDEX
+        that did not stay)."""
         self._undone += 1
+        self._schema_undone()
+
+    def _schema_undone(self) -> None:
+        """Overridden by the storage that caches what the schema says."""
+
+    def _undo_top(self, before: tuple[AlarmRun | None, bool]) -> None:
+        self._rolled_back()
         if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
             self._sys(self._rollback)
         self._reload_alarm()
@@ -219,7 +229,7 @@ class Transactions(ScreenedConnection):
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._depth -= 1
-            self._undone += 1
+            self._rolled_back()
             if self._conn.in_transaction:
                 self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
                 self._sys(f"RELEASE {name} /*{self._token}*/")
@@ -255,7 +265,7 @@ class Transactions(ScreenedConnection):
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._depth -= 1
-            self._undone += 1
+            self._rolled_back()
             if self._conn.in_transaction:
                 self._sys(f"ROLLBACK TO {name} /*{self._token}*/")
                 self._sys(f"RELEASE {name} /*{self._token}*/")
@@ -288,7 +298,7 @@ class Transactions(ScreenedConnection):
             return
         self._state = TxState.NONE
         if not self._conn.in_transaction:  # SQLite rolled it back itself
-            self._undone += 1
+            self._rolled_back()
             self._lost.add(self._gen)
             self._reload_alarm()
             return
@@ -296,7 +306,7 @@ class Transactions(ScreenedConnection):
             self._sys(self._commit)
         except sqlite3.Error as e:
             self._lost.add(self._gen)
-            self._undone += 1
+            self._rolled_back()
             if self._conn.in_transaction:
                 self._sys(self._rollback)
             self._reload_alarm()
