@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 
-from _ports import free_port
+from mailbox_actors.testing.ports import free_port
 
 
 def find_binaries() -> tuple[Path | None, str]:

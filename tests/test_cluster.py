@@ -19,12 +19,12 @@ from typing import Any
 import anyio
 import pytest
 
-from _ports import free_port_block as _free_port_block
 from mailbox_actors.cli.cluster import ClusterSupervisor
 from mailbox_actors.core.actor_ids import id_from_name, namespace_key
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.node.config import load_config
 from mailbox_actors.rpc import Client, RpcError
+from mailbox_actors.testing.ports import free_port_block as _free_port_block
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
 
 pytestmark = pytest.mark.slow

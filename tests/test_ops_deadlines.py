@@ -17,12 +17,12 @@ from typing import Any
 import anyio
 import pytest
 
-from _ports import free_port
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.app import FORWARD_MAX_S
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.rpc import Client, RpcError
+from mailbox_actors.testing.ports import free_port
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
 from test_cluster import Cluster

@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from _ports import free_port
 from mailbox_actors.rpc import Client
+from mailbox_actors.testing.ports import free_port
 from mailbox_actors.wire.quota import QuotaInit, QuotaUsage
 
 

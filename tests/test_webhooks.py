@@ -24,7 +24,6 @@ import msgspec
 import pytest
 import structlog
 
-from _ports import free_port
 from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.control.database import ControlDb
@@ -33,6 +32,7 @@ from mailbox_actors.platform.logging import configure_logging
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.platform.queues import Consumer, DeadLetterRecorder, Message, QueueService
 from mailbox_actors.platform.rng import SeededRng
+from mailbox_actors.testing.ports import free_port
 from mailbox_actors.webhooks.delivery import (
     DEFAULT_SCHEDULE_S,
     EVENT_ID_HEADER,

@@ -13,7 +13,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,32 +22,9 @@ from types import TracebackType
 from typing import Any
 
 from mailbox_actors.rpc.client import Client
+from mailbox_actors.testing.ports import free_port_block
 
 __all__ = ["TestCluster"]
-
-
-def _free_port_block(n: int) -> int:
-    """A base port with ``n`` consecutive free ports after it."""
-    for _ in range(50):
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        base = int(probe.getsockname()[1])
-        probe.close()
-        if base + n > 65535:
-            continue
-        socks: list[socket.socket] = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no block of free ports on 127.0.0.1")
 
 
 class TestCluster:
@@ -63,7 +39,7 @@ class TestCluster:
         self.data = Path(data_dir)
         self.count = nodes
         self.timeout_s = timeout_s
-        self.port = _free_port_block(nodes)
+        self.port = free_port_block(nodes)
         flags: list[str] = []
         for name, value in (settings or {}).items():
             flags += [f"--{name.replace('_', '-')}", str(value)]

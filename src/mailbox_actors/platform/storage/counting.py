@@ -98,12 +98,16 @@ class RowCounter:
     def written(self, query: str, changed: int, rowcount: int) -> int:
         """Rows written by one statement: ``changed`` table rows (triggers included) plus the
         index rows of the ``rowcount`` rows the statement itself changed."""
+        return changed + rowcount * self.per_row(query) if rowcount > 0 else changed
+
+    def per_row(self, query: str) -> int:
+        """Index rows one changed row of ``query`` writes, worked out once per schema."""
         extra = self.index_rows.get(query)
         if extra is None:
             extra = self._index_rows(query)
             if query in self._shapes and len(self.index_rows) < _MAX_SHAPES:
                 self.index_rows[query] = extra  # a SELECT's 0 too: its next run takes exec's path
-        return changed + rowcount * extra if rowcount > 0 else changed
+        return extra
 
     def _index_rows(self, query: str) -> int:
         """Index rows one changed row of ``query`` writes: every index of a table it inserts

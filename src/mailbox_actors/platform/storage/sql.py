@@ -129,8 +129,7 @@ class SqlStorage(Transactions):
             if ddl:
                 counter.schema_changed()
         if buffered or (returning_writes and cur.description is not None):
-            per_row = counter.written(query, 0, 1)  # index rows per changed row
-            return self._read_out(cur, query, before, per_row)
+            return self._read_out(cur, query, before, counter.per_row(query))
         written = counter.written(query, conn.total_changes - before, cur.rowcount)
         return SqlCursor(cur, written, counter, query)
 

@@ -1,4 +1,5 @@
-"""Free loopback ports for servers a test starts in another process (or starts later).
+"""Free loopback ports for servers a test starts in another process (or starts later), as
+``TestCluster`` does.
 
 Picked below the kernel's ephemeral range: a port in that range can be taken by any process's
 outgoing connection or bind(0) in the seconds between the check and the server's bind (about one
@@ -28,7 +29,7 @@ def free_port_block(n: int) -> int:
     high = _ephemeral_low() - n
     for _ in range(200):
         base = random.randrange(20000, high)
-        socks = []
+        socks: list[socket.socket] = []
         try:
             for i in range(n):
                 t = socket.socket()
