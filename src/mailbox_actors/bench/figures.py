@@ -37,6 +37,7 @@ FIGURES: tuple[str, ...] = (
     "node_start_to_first_answer_ms",
     "bare_interpreter_start_ms",
     "runtime_libraries_start_ms",
+    "node_start_in_this_venv_ms",
     "alarms_fired_per_s",
     "raw_open_write_close_per_s",
     "activations_per_fired_alarm",

@@ -10,13 +10,15 @@ dead (its reason says why) until an operator retries it. Tables: ``roster`` and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mailbox_actors.platform.storage.sql import SqlStorage
-from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.routes import Route, Routes
 from mailbox_actors.wire.post import PostEnvelope
 from mailbox_actors.wire.roster import MemberJoined, MemberLeft, RosterAddress, RosterReply
+
+if TYPE_CHECKING:  # the sender's side: TenantQuota only receives, and never loads it
+    from mailbox_actors.post.actor_post import Post
 
 __all__ = ["JOINED", "LEFT", "ROSTER", "ROSTER_SCHEMA", "apply", "read", "send_joined",
            "send_left"]
