@@ -6,11 +6,18 @@ and stores the event in the actor's ``outbox`` table undispatched. The outbox al
 publishes the undispatched events through the node's ``EventSink`` (index in the control database,
 one ``webhooks`` queue message per event) and only then marks them dispatched: a crash between any
 two steps repeats the step, and consumers deduplicate on the event id.
+
+Events are marked dispatched in sequence order, a prefix at a time, so the undispatched ones are
+always the newest: the outbox finds them from the first undispatched sequence, which it keeps in
+memory per connection (read again after any rollback), instead of an index on ``dispatched_at``.
+``OUTBOX_LEAN`` rebuilds an outbox without that index and without one on the event id (ids are
+unique by construction and never looked up): an event then writes one b-tree page, not three.
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -23,7 +30,8 @@ from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded, MailboxActorsError
 from mailbox_actors.wire.events import Event, EventsReply
 
-__all__ = ["DEFAULT_EVENTS_DAYS", "OUTBOX_BATCH", "OUTBOX_PURPOSE", "OUTBOX_SCHEMA", "EventSink",
+__all__ = ["DEFAULT_EVENTS_DAYS", "OUTBOX_BATCH", "OUTBOX_LEAN", "OUTBOX_PURPOSE", "OUTBOX_SCHEMA",
+           "EventSink",
            "EventsDays", "RecordingEventSink", "RetentionSource", "append", "check_event_data",
            "dispatch", "has_undispatched", "mark_dispatched", "prune", "read_events", "retention_days"]
 
@@ -36,6 +44,17 @@ OUTBOX_SCHEMA = (
     "type TEXT NOT NULL, occurred_at_ms INTEGER NOT NULL, body BLOB NOT NULL, "
     "dispatched_at INTEGER)",
     "CREATE INDEX outbox_undispatched ON outbox (sequence) WHERE dispatched_at IS NULL",
+)
+# A later migration of the same object: the outbox rebuilt with its rows, keyed by the sequence
+# alone (no index on the event id, none on dispatched_at), for files made with OUTBOX_SCHEMA.
+OUTBOX_LEAN = (
+    "CREATE TABLE outbox_lean (sequence INTEGER PRIMARY KEY, id TEXT NOT NULL, "
+    "type TEXT NOT NULL, occurred_at_ms INTEGER NOT NULL, body BLOB NOT NULL, "
+    "dispatched_at INTEGER)",
+    "INSERT INTO outbox_lean (sequence, id, type, occurred_at_ms, body, dispatched_at) "
+    "SELECT sequence, id, type, occurred_at_ms, body, dispatched_at FROM outbox",
+    "DROP TABLE outbox",
+    "ALTER TABLE outbox_lean RENAME TO outbox",
 )
 OUTBOX_BATCH = 200
 DEFAULT_EVENTS_DAYS = 30  # a tenant the control database does not know (embedded use)
@@ -110,6 +129,25 @@ def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id:
     return event
 
 
+# connection -> (a sequence at or below the first undispatched event, its rollbacks then)
+_FIRST: weakref.WeakKeyDictionary[SqlStorage, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+
+def _first_undispatched(sql: SqlStorage) -> int:
+    """A sequence no undispatched event is below. Known from the last marking on this connection
+    while nothing was rolled back since (a marking undone would leave events below it); read
+    otherwise: one past the newest dispatched event, found from the end (the undispatched are
+    the newest, so the scan crosses only them)."""
+    known = _FIRST.get(sql)
+    if known is not None and known[1] == sql.rollbacks:
+        return known[0]
+    rows = sql.exec("SELECT sequence FROM outbox WHERE dispatched_at IS NOT NULL "
+                    "ORDER BY sequence DESC LIMIT 1").all()
+    first = int(rows[0][0]) + 1 if rows else 0
+    _FIRST[sql] = (first, sql.rollbacks)
+    return first
+
+
 async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: str, *,
                    leave_last: bool = False) -> int | None:
     """The outbox alarm: publish undispatched events in order, then mark them dispatched; in
@@ -120,8 +158,9 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
     a run costs one commit, not two. A crash before that commit publishes the batch again (EV-3:
     at least once; consumers deduplicate on the event id)."""
     while True:
-        rows = sql.exec("SELECT sequence, body FROM outbox WHERE dispatched_at IS NULL "
-                        "ORDER BY sequence LIMIT ?", OUTBOX_BATCH).all()
+        rows = sql.exec("SELECT sequence, body FROM outbox WHERE sequence >= ? AND "
+                        "dispatched_at IS NULL ORDER BY sequence LIMIT ?",
+                        _first_undispatched(sql), OUTBOX_BATCH).all()
         if not rows:
             return None
         await sink.publish(namespace, object_id, [_DEC.decode(r[1]) for r in rows])
@@ -135,8 +174,10 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
 
 def mark_dispatched(last: int, tx: SqlStorage) -> None:
     """Inside a transaction: every undispatched event up to sequence ``last`` was published."""
-    tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence <= ? AND dispatched_at IS NULL",
-            tx.now_ms(), last)
+    tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence >= ? AND sequence <= ? AND "
+            "dispatched_at IS NULL", tx.now_ms(), _first_undispatched(tx), last)
+    # Should this transaction roll back, the rollback moves ``rollbacks`` and this is forgotten.
+    _FIRST[tx] = (max(last + 1, _first_undispatched(tx)), tx.rollbacks)
 
 
 async def retention_days(ctx: RetentionSource) -> int | None:
@@ -157,7 +198,8 @@ def prune(tx: SqlStorage, days: int | None) -> None:
 
 
 def has_undispatched(sql: SqlStorage) -> bool:
-    return bool(sql.exec("SELECT 1 FROM outbox WHERE dispatched_at IS NULL LIMIT 1").all())
+    return bool(sql.exec("SELECT 1 FROM outbox WHERE sequence >= ? AND dispatched_at IS NULL "
+                         "LIMIT 1", _first_undispatched(sql)).all())
 
 
 def read_events(sql: SqlStorage, after_sequence: int, limit: int) -> EventsReply:

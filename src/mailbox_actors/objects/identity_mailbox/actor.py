@@ -16,6 +16,7 @@ from mailbox_actors.objects import roster
 from mailbox_actors.objects.identity_mailbox import carrier, dispatch, inbound, waits
 from mailbox_actors.objects.identity_mailbox.carrier_store import (
     CARRIER_INLINE_CONTENT,
+    CARRIER_MESSAGES_LEAN,
     CARRIER_SCHEMA,
     CARRIER_TABLES,
 )
@@ -28,7 +29,7 @@ from mailbox_actors.post.sql import POST_SCHEMA
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
-from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA, read_events
+from mailbox_actors.runtime.outbox import OUTBOX_LEAN, OUTBOX_SCHEMA, read_events
 from mailbox_actors.wire.carrier import (
     ApplyDeliveryEvent,
     BeginTransport,
@@ -90,6 +91,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(5, PLATFORM_META),
         Migration(6, inbound.INBOUND_SCHEMA),
         Migration(7, CARRIER_INLINE_CONTENT),
+        # Fewer b-trees per submit (the outbox's event and the Messages), existing rows kept.
+        Migration(8, (*OUTBOX_LEAN, *CARRIER_MESSAGES_LEAN)),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}

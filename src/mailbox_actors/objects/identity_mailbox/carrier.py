@@ -49,20 +49,24 @@ _CAP_ROWS = ("FROM email_messages m JOIN emails e ON e.email_id = m.email_id "
              "WHERE m.recipient_key IN ({keys}) AND m.created_at_ms > ? "
              f"AND e.status IN ({_COUNTED}) GROUP BY m.recipient_key")
 _CAP_COUNT = "SELECT m.recipient_key, count(DISTINCT m.email_id) " + _CAP_ROWS
-# The Email's row, queued or refused by the cap (an address counted full_at times or more in
-# the window), in one statement; it inserts nothing, and returns no row, for a source id that
-# exists. Parameters: id, source id, digest, the keys, window start, full_at, then the rest.
-_INSERT_EMAIL = (
-    "INSERT INTO emails (email_id, source_id, digest, status, message_id_header, "
-    "next_attempt_at_ms, send_before, created_at_ms, updated_at_ms, content, content_parts) "
-    "VALUES (?, ?, ?, CASE WHEN EXISTS (SELECT 1 " + _CAP_ROWS
-    + " HAVING count(DISTINCT m.email_id) >= ?) THEN 'refused' ELSE 'queued' END, "
-    "?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source_id) DO NOTHING RETURNING status")
+# The Email's row as queued, in one statement that inserts nothing when an address is at the cap
+# (counted full_at times or more in the window) or the source id exists; no RETURNING, so the
+# common case reads nothing back. Parameters: id, source id, digest, the header, next attempt,
+# send_before, created, updated, content, content parts, then the keys, window start, full_at.
+_COLUMNS = ("email_id, source_id, digest, status, message_id_header, next_attempt_at_ms, "
+            "send_before, created_at_ms, updated_at_ms, content, content_parts")
+_INSERT_QUEUED = (
+    f"INSERT INTO emails ({_COLUMNS}) SELECT ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ? "
+    "WHERE NOT EXISTS (SELECT 1 " + _CAP_ROWS + " HAVING count(DISTINCT m.email_id) >= ?) "
+    "ON CONFLICT (source_id) DO NOTHING")
+# The refused Email keeps no content and is never due.
+_INSERT_REFUSED = (f"INSERT INTO emails ({_COLUMNS}) "
+                   "VALUES (?, ?, ?, 'refused', ?, NULL, ?, ?, ?, NULL, 0)")
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_email(keys: int) -> str:
-    return _INSERT_EMAIL.format(keys=", ".join("?" for _ in range(keys)))
+def _insert_queued(keys: int) -> str:
+    return _INSERT_QUEUED.format(keys=", ".join("?" for _ in range(keys)))
 
 
 def cap_policy(mb: IdentityMailbox) -> CapPolicy:
@@ -106,24 +110,23 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str
     inline, chunks = store.encode_content(OutboundEmail(
         email_id=email_id, message_id_header=header, from_=req.from_, to=req.to, cc=req.cc,
         bcc=req.bcc, subject=req.subject, text=req.text, html=req.html, headers=req.headers))
-    # One statement: the Email as queued, unless an address is at the cap (then refused); none
-    # when the source id exists (a replay, compared below).
-    got = tx.exec(_insert_email(len(unique)), email_id, req.source_id, digest, *unique,
-                  window_start(policy, now), full_at(policy), header, now, req.send_before,
-                  now, now, inline, len(chunks)).all()
-    if not got:
-        return _replay(tx, req, digest), None
+    # One statement: the Email as queued, unless an address is at the cap or the source id
+    # exists (a replay, compared below); then it inserts nothing.
+    start = window_start(policy, now)
     over: set[str] = set()
-    if got[0][0] == EmailStatus.REFUSED:
+    if not tx.exec(_insert_queued(len(unique)), email_id, req.source_id, digest, header, now,
+                   req.send_before, now, now, inline, len(chunks), *unique, start,
+                   full_at(policy)).rows_written:
+        existing = store.row_by_source(tx, req.source_id)
+        if existing is not None:
+            return _replay(tx, existing, digest), None
         counted = {k: n for k, n in tx.exec(
-            _CAP_COUNT.format(keys=", ".join("?" for _ in unique)), *unique,
-            window_start(policy, now))}
+            _CAP_COUNT.format(keys=", ".join("?" for _ in unique)), *unique, start)}
         over = set(over_cap(policy, keys, counted))
         if not over:  # the statement's check and the rule disagree: the rule decides
             raise RuntimeError("recipient cap: the store's check and the rule disagree")
-        # The refused Email keeps no content and is never due.
-        tx.exec("UPDATE emails SET content = NULL, content_parts = 0, next_attempt_at_ms = NULL "
-                "WHERE email_id = ?", email_id)
+        tx.exec(_INSERT_REFUSED, email_id, req.source_id, digest, header, req.send_before,
+                now, now)
     else:
         store.save_chunks(tx, email_id, chunks)
     status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
@@ -145,10 +148,7 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str
         updated_at_ms=now), wake
 
 
-def _replay(tx: SqlStorage, req: Submit, digest: str) -> Receipt:
-    existing = store.row_by_source(tx, req.source_id)
-    if existing is None:  # the insert was skipped for nothing but its source id
-        raise RuntimeError("submit: an Email insert was skipped without a stored source id")
+def _replay(tx: SqlStorage, existing: store.EmailRow, digest: str) -> Receipt:
     if existing.digest != digest:
         raise MailboxActorsError(
             ErrorCode.CONFLICT, "this source_id was submitted with other content, envelope, "

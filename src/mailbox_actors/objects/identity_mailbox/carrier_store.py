@@ -26,7 +26,7 @@ from mailbox_actors.wire.transport import OutboundEmail
 if TYPE_CHECKING:
     from mailbox_actors.runtime.actor import ActorContext
 
-__all__ = ["CARRIER_INLINE_CONTENT", "CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow",
+__all__ = ["CARRIER_INLINE_CONTENT", "CARRIER_MESSAGES_LEAN", "CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow",
            "drop_content", "email_id_of_header", "encode_content", "insert_messages", "load_content",
            "move", "move_if", "recipient_key", "receipt", "row_by_id", "row_by_source", "rows_where",
            "safe_code", "save_chunks", "set_messages", "wake_dispatch"]
@@ -57,6 +57,22 @@ CARRIER_INLINE_CONTENT = (
     "ALTER TABLE emails ADD COLUMN content_parts INTEGER NOT NULL DEFAULT 0",
     "UPDATE emails SET content_parts = (SELECT count(*) FROM email_content c "
     "WHERE c.email_id = emails.email_id)",
+)
+# The Messages keyed by their Email and position, without a rowid (WITHOUT ROWID: the rows are
+# small): one b-tree and two indexes (the message id's, the cap's) where there were a table and
+# three, so a Message costs three pages of the commit, not four.
+CARRIER_MESSAGES_LEAN = (
+    "CREATE TABLE email_messages_lean (email_id TEXT NOT NULL, position INTEGER NOT NULL, "
+    "message_id TEXT NOT NULL, role TEXT NOT NULL, recipient_key TEXT NOT NULL, "
+    "status TEXT NOT NULL, code TEXT, created_at_ms INTEGER NOT NULL, "
+    "updated_at_ms INTEGER NOT NULL, PRIMARY KEY (email_id, position)) WITHOUT ROWID",
+    "INSERT INTO email_messages_lean (email_id, position, message_id, role, recipient_key, "
+    "status, code, created_at_ms, updated_at_ms) SELECT email_id, position, message_id, role, "
+    "recipient_key, status, code, created_at_ms, updated_at_ms FROM email_messages",
+    "DROP TABLE email_messages",
+    "ALTER TABLE email_messages_lean RENAME TO email_messages",
+    "CREATE UNIQUE INDEX email_messages_id ON email_messages (message_id)",
+    "CREATE INDEX email_messages_recipient ON email_messages (recipient_key, created_at_ms)",
 )
 # Everything here is the identity's content: erase empties them (RPC-4).
 CARRIER_TABLES = ("emails", "email_content", "email_messages", "delivery_events")

@@ -95,6 +95,13 @@ class Transactions(ScreenedConnection):
         except sqlite3.DatabaseError as e:
             raise StorageCorrupt(type(e).__name__) from e
 
+    @property
+    def rollbacks(self) -> int:
+        """How many rollbacks (whole or to a savepoint) and ``delete_all``s this connection has
+        seen: a value cached from a write is still what the file holds while this has not moved
+        since the write (the outbox's first undispatched event, say)."""
+        return self._undone
+
     def _before_write(self) -> None:
         """A write is about to run: refuse it inside a transaction SQLite already ended; outside
         transaction_sync, join (or open) the implicit transaction and tell the request."""
