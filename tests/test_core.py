@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -67,6 +69,14 @@ def test_ulid_text_is_the_canonical_crockford_form() -> None:
         assert encode_ulid(ms, rand) == expected
     texts = [encode_ulid(ms, rand) for ms, rand in sorted(cases)]
     assert texts == sorted(texts) and all(len(t) == 26 for t in texts)
+    # Seeded values across the range, each millisecond asked twice (the kept time text) and
+    # after another (the kept text replaced).
+    rng = random.Random(12)
+    for _ in range(2000):
+        ms, rand = rng.randrange(1 << 48), rng.randrange(1 << 80)
+        expected = str(ULID.from_bytes(ms.to_bytes(6, "big") + rand.to_bytes(10, "big")))
+        assert encode_ulid(ms, rand) == expected
+        assert encode_ulid(ms, rand ^ 1)[:10] == expected[:10]
 
 
 def test_ulid_overflow_moves_to_next_millisecond() -> None:

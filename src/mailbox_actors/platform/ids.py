@@ -20,10 +20,14 @@ class Ids:
         self._clock = clock
         self._rng = rng
         self._last: tuple[int, int] | None = None
+        self._prefixes: set[str] = set()  # checked once: the same few prefixes recur
 
     def new_id(self, prefix: str) -> str:
-        if not PREFIX_RE.match(prefix):
-            raise ValueError(f"id prefix must match {PREFIX_RE.pattern!r}, got {prefix!r}")
+        if prefix not in self._prefixes:
+            if not isinstance(prefix, str) or not PREFIX_RE.match(prefix):
+                raise ValueError(f"id prefix must match {PREFIX_RE.pattern!r}, got {prefix!r}")
+            if len(self._prefixes) < 64:
+                self._prefixes.add(prefix)
         ms, rand = next_ulid_parts(self._last, self._clock.now_ms(), self._rng.random_bytes(10))
         self._last = (ms, rand)
         return f"{prefix}_{encode_ulid(ms, rand)}"
