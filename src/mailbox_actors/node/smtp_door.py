@@ -32,6 +32,8 @@ from mailbox_actors.wire.inbound import Ingest
 __all__ = ["SmtpDoor", "smtp_server"]
 
 _ENC = msgspec.json.Encoder()
+_DELIVERED = "250 2.0.0 Delivered"
+_MAILBOX = "identity_mailbox"
 _REPLY = msgspec.json.Decoder(RpcReply)
 _log = structlog.get_logger("mailbox_actors.smtp")
 
@@ -86,7 +88,7 @@ class _Handler:
         if not isinstance(raw, bytes):
             raw = envelope.content if isinstance(envelope.content, bytes) else b""
         targets: list[tuple[str, Recipient]] = getattr(envelope, "ma_targets", [])
-        worst = "250 2.0.0 Delivered"
+        worst = _DELIVERED
         for address, rcpt in targets:
             reply = await self.door.deliver(address, rcpt, raw)
             if reply.startswith("4") or (reply.startswith("5") and worst.startswith("2")):
@@ -146,13 +148,21 @@ class SmtpDoor:
         node = self.app.node
         data = b"Delivered-To: " + address.encode("utf-8", "replace") + b"\r\n" + raw
         source = "smtp:" + hashlib.sha256(rcpt.identity_id.encode() + b"\0" + raw).hexdigest()
-        body = _ENC.encode(RpcEnvelope(
+        env = RpcEnvelope(
             v=ENVELOPE_VERSION, tenant_id=rcpt.tenant_id, identity_id=rcpt.identity_id,
             request_id=node.ids.new_id("req"), actor_key_id=None,
             deadline_ms=node.clock.now_ms() + LONG_DEADLINE_MS,
-            req=Ingest(source_id=source, raw=data)))
-        answer = await self.app("POST", f"/rpc/identity_mailbox/{rcpt.mailbox_id}", self._auth,
-                                body)
+            req=Ingest(source_id=source, raw=data))
+        if node.forwarding.elsewhere(_MAILBOX, rcpt.mailbox_id) is None:
+            # This node owns the mailbox: the router's call path without the envelope's bytes
+            # (the message would be base64-encoded into JSON only to be decoded again here).
+            try:
+                await node.router.call_envelope(_MAILBOX, rcpt.mailbox_id, env)
+            except MailboxActorsError as e:
+                return self._refused(rcpt, e.code)
+            return _DELIVERED
+        answer = await self.app("POST", f"/rpc/{_MAILBOX}/{rcpt.mailbox_id}",
+                                self._auth, _ENC.encode(env))
         status, out = answer[0], answer[1]
         if status == 413:
             return "552 5.3.4 Message too big to forward inside this cluster (max_body_bytes)"
@@ -165,8 +175,11 @@ class SmtpDoor:
         else:
             err = f"http {status}"
         if err is None:
-            return "250 2.0.0 Delivered"
-        code = getattr(err, "code", None)
+            return _DELIVERED
+        return self._refused(rcpt, getattr(err, "code", None), err)
+
+    def _refused(self, rcpt: Recipient, code: ErrorCode | None, err: Any = None) -> str:
+        """The SMTP reply for an ingest that failed with ``code`` (None: no error body came)."""
         _log.warning("smtp_ingest_failed", identity_id=rcpt.identity_id,
                      code=str(code.value if code is not None else err))
         if code is ErrorCode.LIMIT_EXCEEDED:

@@ -106,17 +106,19 @@ async def ingest(mb: IdentityMailbox, req: Ingest) -> IngestReply:
                             f"the message is {len(req.raw)} bytes; the cap is "
                             f"{lim.max_message_bytes}")
     digest = hashlib.sha256(req.raw).hexdigest()
-    prior = _replay(mb.sql, req.source_id, digest)
-    if prior is not None:
-        return prior
     if len(req.raw) > _THREAD_PARSE:
+        # A replay of a large message is answered before its parse, which is not cheap; the
+        # transaction looks again (the actor served other requests while the thread parsed).
+        prior = _replay(mb.sql, req.source_id, digest)
+        if prior is not None:
+            return prior
         parsed = await anyio.to_thread.run_sync(parse_message, req.raw, lim)
-        recheck = True  # the actor served other requests meanwhile: one may have stored it
     else:
+        # A small message is parsed first and looked up inside the transaction: one read of
+        # the source id, under the write's own lock (a replay is rare; its parse is cheap).
         parsed = parse_message(req.raw, lim)
-        recheck = False  # nothing ran since _replay: no await between it and the transaction
     return mb.sql.transaction_sync(
-        lambda tx: _store(mb, tx, req.source_id, digest, len(req.raw), parsed, recheck))
+        lambda tx: _store(mb, tx, req.source_id, digest, len(req.raw), parsed))
 
 
 def _replay(sql: SqlStorage, source_id: str, digest: str) -> IngestReply | None:
@@ -146,11 +148,10 @@ class _Lookup:
 
 
 def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size: int,
-           p: ParsedMessage, recheck: bool) -> IngestReply:
-    if recheck:
-        prior = _replay(tx, source_id, digest)  # another ingest may have won during the parse
-        if prior is not None:
-            return prior
+           p: ParsedMessage) -> IngestReply:
+    prior = _replay(tx, source_id, digest)  # stored before (or by another ingest meanwhile)
+    if prior is not None:
+        return prior
     now = tx.now_ms()
     message_id = mb.ctx.new_id("imsg")
     keys = thread_keys(f"<{p.message_id}>" if p.message_id else None, p.in_reply_to,
