@@ -130,6 +130,7 @@ class Router:
         ns = Namespace(cls, self.namespace_key(cls.namespace))
         self._ns[cls.namespace] = ns
         self.host.register(cls, ns.key)
+        ns.verified = self.host.paths.verified[cls.namespace]  # one check per id, door or file
         return ns
 
     @property

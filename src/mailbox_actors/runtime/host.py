@@ -19,7 +19,7 @@ import anyio
 import structlog
 
 from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
-from mailbox_actors.core.actor_ids import check_id, id_from_name
+from mailbox_actors.core.actor_ids import id_from_name
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.memory import give_back
@@ -35,6 +35,7 @@ from mailbox_actors.runtime.context import ActorEnv, CallActor
 from mailbox_actors.runtime.eviction import bound_victims, idle_victims
 from mailbox_actors.runtime.migrations import check_migrations
 from mailbox_actors.runtime.outbox import EventsDays, EventSink
+from mailbox_actors.runtime.paths import ActorPaths
 from mailbox_actors.runtime.scan import scan_alarms
 from mailbox_actors.runtime.scope import RequestScope, ScopeHooks, entered
 from mailbox_actors.runtime.settings import RuntimeSettings
@@ -79,7 +80,8 @@ class ActorHost:
                              events_days=events_days)
         self._hooks = ScopeHooks(clock)
         self._classes: dict[str, type[Actor[Any]]] = {}
-        self._keys: dict[str, bytes] = {}
+        self.paths = ActorPaths(self.actors_dir)  # the namespaces' keys and checked ids
+        self._keys = self.paths.keys
         self._active: OrderedDict[Key, Activation] = OrderedDict()
         self._inflight = 0
         # Made only by stop(), when it waits for work in flight: not an Event per busy period.
@@ -95,7 +97,7 @@ class ActorHost:
         """Serve ``cls``; its ids are checked with ``namespace_key`` (the router derives it)."""
         check_migrations(cls.migrations, cls.__name__)
         self._classes[cls.namespace] = cls
-        self._keys[cls.namespace] = namespace_key
+        self.paths.add(cls.namespace, namespace_key)
 
     def id_from_name(self, namespace: str, name: str) -> str:
         """The object id ``name`` has in ``namespace`` on this cluster (for actor-to-actor calls)."""
@@ -109,11 +111,7 @@ class ActorHost:
         return self._classes.get(namespace)
 
     def path_for(self, namespace: str, object_id: str) -> Path:
-        # Only ids that passed check_id reach here, so no path is built from an unchecked string.
-        reason = check_id(self._keys[namespace], object_id)
-        if reason is not None:
-            raise MailboxActorsError(ErrorCode.INVALID_REQUEST, reason)
-        return self.actors_dir / namespace / object_id[:2] / f"{object_id}.sqlite"
+        return self.paths.path_for(namespace, object_id)  # an id of the namespace only
 
     @property
     def active_count(self) -> int:

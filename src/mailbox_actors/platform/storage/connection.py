@@ -25,6 +25,20 @@ from mailbox_actors.wire.errors import LimitExceeded
 
 __all__ = ["ScreenedConnection"]
 
+Plan = tuple[tuple[str, ...], bool, bool]  # its statements, may write?, changes the schema?
+_MAX_SHARED = 4096
+_MAX_SHARED_TEXT = 2048  # longer texts (and names) are screened again: the caches stay small
+# What ``denial`` answers depends on the action and its two names alone, so the process keeps each
+# answer: SQLite asks the authorizer again for every statement an activation prepares, and a
+# reopened actor prepares all of its statements again.
+_VERDICTS: dict[tuple[int, str | None, str | None], str | None] = {}
+# A query's plan depends on its text and the statement limit alone (``_plan``): screened once per
+# process, not once per activation. The token check stays per connection, before this is read.
+_PLANS: dict[tuple[str, int], Plan] = {}
+_OK = sqlite3.SQLITE_OK
+_DENY = sqlite3.SQLITE_DENY
+_RECORDED = (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE)  # what the row counter notes
+
 
 class ScreenedConnection:
     """One actor file's connection, its authorizer and its runtime-only statements."""
@@ -37,7 +51,7 @@ class ScreenedConnection:
         self._sys_mode = False
         self._deny_reason: str | None = None
         # query text -> (its statements, may write?, changes the schema?), after screening
-        self._plans: dict[str, tuple[tuple[str, ...], bool, bool]] = {}
+        self._plans: dict[str, Plan] = {}
         self._counter = RowCounter(lambda q, p: self._sys(q, p), self._token)
         self._begin = f"BEGIN /*{self._token}*/"
         self._commit = f"COMMIT /*{self._token}*/"
@@ -48,24 +62,43 @@ class ScreenedConnection:
 
     def _authorize(self, action: int, a1: str | None, a2: str | None, db: str | None,
                    trigger: str | None) -> int:
-        if self._sys_mode and trigger is None:
-            # A trigger is always user code, even when a runtime statement fires it.
-            return sqlite3.SQLITE_OK
         if trigger is None:
-            self._counter.note(action, a1, a2)
-        reason = denial(action, a1, a2)
+            if self._sys_mode:
+                # A trigger is always user code, even when a runtime statement fires it.
+                return _OK
+            if action in _RECORDED:
+                self._counter.note(action, a1, a2)
+        key = (action, a1, a2)
+        try:
+            reason = _VERDICTS[key]
+        except KeyError:
+            reason = denial(action, a1, a2)
+            if len(_VERDICTS) < _MAX_SHARED and len(a1 or "") + len(a2 or "") < _MAX_SHARED_TEXT:
+                _VERDICTS[key] = reason
         if reason is None:
-            return sqlite3.SQLITE_OK
+            return _OK
         self._deny_reason = reason
-        return sqlite3.SQLITE_DENY
+        return _DENY
 
-    def _plan(self, query: str) -> tuple[tuple[str, ...], bool, bool]:
+    def _plan(self, query: str) -> Plan:
         """Split and screen a query once (``script``, ``screen``): its statements, whether any
         may write, whether any changes the schema. Raises for a refused statement anywhere."""
         if self._token in query:
             # The text of a runtime statement: its cached, pre-authorised copy must stay the
             # runtime's alone.
             raise StatementRefused("this statement belongs to the runtime")
+        shared_key = (query, self.limits.max_statement_bytes)
+        plan = _PLANS.get(shared_key)
+        if plan is None:
+            plan = self._screen(query)
+            if len(_PLANS) < _MAX_SHARED and len(query) < _MAX_SHARED_TEXT:
+                _PLANS[shared_key] = plan
+        if len(self._plans) < 4096:
+            self._plans[query] = plan
+        return plan
+
+    def _screen(self, query: str) -> Plan:
+        """``_plan``'s work: it reads the text and the statement limit, nothing else."""
         statements = split_statements(query)
         if len(statements) > 1 and len(query.encode()) > self.limits.max_statement_bytes:
             raise LimitExceeded("max_statement_bytes", self.limits.max_statement_bytes,
@@ -74,10 +107,7 @@ class ScreenedConnection:
         for stmt in statements:
             writes = classify(stmt, self.limits) or writes
             ddl = ddl or changes_schema(stmt)
-        plan = (tuple(statements), writes, ddl)
-        if len(self._plans) < 4096:
-            self._plans[query] = plan
-        return plan
+        return tuple(statements), writes, ddl
 
     def _map_error(self, e: sqlite3.Error) -> Exception:
         denied, self._deny_reason = self._deny_reason, None

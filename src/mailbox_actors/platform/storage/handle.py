@@ -109,14 +109,14 @@ def shed_caches(conn: sqlite3.Connection, path: Path, cached_statements: int) ->
 
 
 def close_connection(conn: sqlite3.Connection, path: Path, *, keep_wal: bool) -> None:
-    """Close ``conn``; its log is checkpointed first unless ``keep_wal`` and it is small."""
+    """Close ``conn``. With ``keep_wal`` and a log of at most ``WAL_KEEP_BYTES`` the log stays for
+    the next open (set here, at the only moment it matters, so opening pays nothing for it);
+    otherwise SQLite's close checkpoints it into the database, as by default."""
     if keep_wal:
         try:
-            big = os.stat(path.with_name(path.name + "-wal")).st_size > WAL_KEEP_BYTES
+            small = os.stat(path.with_name(path.name + "-wal")).st_size <= WAL_KEEP_BYTES
         except OSError:
-            big = False
-        if big:
-            keep_wal_on_close(conn, path, False)
-    else:
-        keep_wal_on_close(conn, path, False)
+            small = True  # no log to checkpoint: nothing is lost by keeping what comes
+        if small:
+            keep_wal_on_close(conn, path)
     conn.close()

@@ -22,7 +22,6 @@ from mailbox_actors.platform.memory import PAGE_CACHE_KIB
 from mailbox_actors.platform.sqlite_files import create_whole, examine
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
-from mailbox_actors.platform.storage.handle import keep_wal_on_close
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
@@ -195,8 +194,9 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
             meta = dict(storage._runtime_exec(_meta_query(meta_keys))) if meta_keys else {}
         else:
             meta = first[1]
-        # Closing keeps the write-ahead log for the next open (ADR 0012): no checkpoint, no fsync.
-        storage.keeps_wal = keep_wal_on_close(conn, path)
+        # Closing keeps the write-ahead log for the next open (ADR 0012): no checkpoint, no fsync
+        # (``close_connection`` sets it then).
+        storage.keeps_wal = True
         return storage, meta
     except BaseException as e:
         conn.close()  # never leave a descriptor behind for the garbage collector

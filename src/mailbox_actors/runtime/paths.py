@@ -1,0 +1,52 @@
+"""Where an actor's file is (RT-1, RT-2): ``actors/<namespace>/<2 hex>/<id>.sqlite``, built only
+for an id of that namespace.
+
+An id is checked once (its HMAC under the namespace's key) and remembered in a bounded set that
+the router shares (``verified``): a call checked at the door does not pay the digest again when
+its actor is opened, and an alarm's actor pays it once per set's life.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mailbox_actors.core.actor_ids import check_id
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+__all__ = ["VERIFIED_MAX", "ActorPaths"]
+
+VERIFIED_MAX = 10_000  # ids remembered per namespace (cleared when full: an id never changes)
+
+
+class ActorPaths:
+    """The namespaces' keys, their checked ids and their directories under ``actors_dir``."""
+
+    __slots__ = ("_dirs", "actors_dir", "keys", "verified")
+
+    def __init__(self, actors_dir: Path) -> None:
+        self.actors_dir = actors_dir
+        self.keys: dict[str, bytes] = {}
+        self.verified: dict[str, set[str]] = {}
+        self._dirs: dict[str, str] = {}
+
+    def add(self, namespace: str, key: bytes) -> None:
+        self.keys[namespace] = key
+        self.verified[namespace] = set()
+        self._dirs[namespace] = str(self.actors_dir / namespace)
+
+    def check(self, namespace: str, object_id: str) -> None:
+        """Raise ``invalid_request`` unless ``object_id`` is an id of ``namespace``."""
+        verified = self.verified[namespace]
+        if isinstance(object_id, str) and object_id in verified:
+            return
+        reason = check_id(self.keys[namespace], object_id)
+        if reason is not None:
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST, reason)
+        if len(verified) >= VERIFIED_MAX:
+            verified.clear()
+        verified.add(object_id)
+
+    def path_for(self, namespace: str, object_id: str) -> Path:
+        # Only a checked id makes a path: 64 lowercase hex digits, nothing a path could escape by.
+        self.check(namespace, object_id)
+        return Path(f"{self._dirs[namespace]}/{object_id[:2]}/{object_id}.sqlite")
