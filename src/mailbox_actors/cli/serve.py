@@ -11,7 +11,6 @@ import argparse
 import os
 import signal
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.config import NodeConfig, ensure_id_secret, ensure_tokens, load_config
 from mailbox_actors.node.forwarding import Peers
 from mailbox_actors.node.node import Node
-from mailbox_actors.node.smtp_door import SmtpDoor
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.descriptors import raise_nofile_limit
 from mailbox_actors.platform.locks import DataDirLocked
@@ -50,6 +48,8 @@ FLAGS = ("data", "host", "port", "node_name", "token", "token_file", "operator_t
 
 
 def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # 35 ms of imports: not at start
+
     try:
         return version("mailbox-actors")
     except PackageNotFoundError:  # running from a source tree without installing
@@ -233,7 +233,7 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
     node = Node(cfg.runtime_settings(str(data)), peers=cluster,
                 progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr))
     app = NodeApp(node, cluster_token=tokens.cluster, operator_token=tokens.operator,
-                  openapi=openapi_json(DEFAULT_OBJECTS, package_version()))
+                  openapi=lambda: openapi_json(DEFAULT_OBJECTS, package_version()))
     async with node:
         server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
                                request_timeout_s=cfg.read_timeout_s)
@@ -244,6 +244,8 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                                 f"{e.strerror or e}") from None
         door = None
         if cfg.smtp_listen_port is not None:
+            from mailbox_actors.node.smtp_door import SmtpDoor  # aiosmtpd: only with a door
+
             door = SmtpDoor(app, tokens.cluster, max_message_bytes=cfg.inbound_max_message_bytes)
             try:
                 smtp_port = await door.start(cfg.host, cfg.smtp_listen_port)

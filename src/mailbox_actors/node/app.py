@@ -44,7 +44,7 @@ class NodeApp:
     """``async __call__(method, path, headers, body) -> (status, body, content_type)``."""
 
     def __init__(self, node: Node, *, cluster_token: str, operator_token: str,
-                 openapi: bytes = b"{}") -> None:
+                 openapi: bytes | Callable[[], bytes] = b"{}") -> None:
         self.node = node
         self._cluster = cluster_token.encode()
         self._operator = operator_token.encode()
@@ -52,6 +52,8 @@ class NodeApp:
         self._placement = node.forwarding
         self.peers = self._placement.peers  # node names in cluster order; empty: a single node
         self.self_index = self._placement.self_index
+        # The document, or how to make it at its first request (not at every start: it imports
+        # every object's wire types and the package metadata).
         self._openapi = openapi
         self._log = structlog.get_logger("mailbox_actors.http")
         self._codes: dict[int, tuple[tuple[str, str], ...]] = {}  # status -> its label, made once
@@ -109,7 +111,7 @@ class NodeApp:
                     200, self.node.metrics.render_prometheus().encode(),
                     "text/plain; version=0.0.4; charset=utf-8")
             if path == "/openapi.json":
-                return self._get_only(method) or (200, self._openapi, _JSON)
+                return self._get_only(method) or (200, self._openapi_document(), _JSON)
             if len(parts) == 5 and parts[1] == "ids" and parts[3] == "by-name":
                 return self._get_only(method) or self._auth(headers, False) or self._id(
                     lambda: self.node.id_from_name(parts[2], unquote(parts[4])))
@@ -129,6 +131,11 @@ class NodeApp:
         return error_response(ErrorCode.NOT_FOUND, "no such endpoint",
                               details={"endpoints": ["/rpc/{namespace}/{object_id}", "/healthz",
                                                      "/metrics", "/openapi.json", "/ids/..."]})
+
+    def _openapi_document(self) -> bytes:
+        if not isinstance(self._openapi, bytes):
+            self._openapi = self._openapi()  # made once, at the first request for it
+        return self._openapi
 
     def _get_only(self, method: str) -> Response | None:
         return None if method in ("GET", "HEAD") else _not_allowed("GET")
