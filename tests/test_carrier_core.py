@@ -90,6 +90,20 @@ BASE = dict(from_="a@example.com", to=["b@example.com"], cc=[], bcc=[], subject=
             html=None, headers={"X-A": "1"}, send_before=None)
 
 
+def test_digest_of_a_given_email_never_changes() -> None:
+    """CA-2: the digest is what a stored Email's replays are compared by, so the same content
+    gives the same digest in every version (two pinned values)."""
+    assert content_digest(
+        from_="a@example.com", to=["b@example.com", "c@example.com"], cc=["d@example.com"],
+        bcc=[], subject="Hi \u00e9", text="body\n", html=None,
+        headers={"X-Tag": "v", "In-Reply-To": "<x@y>"}, send_before=1767225600000,
+    ) == "77b87333c22c3f9ce166d471739f011a6dc6b66c3973dc21ad0d6c1335361a16"
+    assert content_digest(
+        from_="a@example.com", to=["b@example.com"], cc=[], bcc=["e@example.com"], subject="",
+        text=None, html="<p>h</p>", headers={}, send_before=None,
+    ) == "196611949de779e17b29459fa5b1a8614918cf6440a89cc8451d5d2e89600fde"
+
+
 def test_digest_covers_content_envelope_headers_and_expiry() -> None:
     """CA-2: changing content, envelope, headers or expiry changes the digest; header names'
     case and order do not."""

@@ -26,7 +26,7 @@ from mailbox_actors.core.backoff import (
     alarm_retry_delay_ms,
     exponential_delay_ms,
 )
-from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid, next_ulid_parts
+from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid, next_in_millisecond, next_ulid_parts
 
 # Hypothesis' per-example deadline is a timing assertion; tests here assert behaviour only.
 no_deadline = settings(deadline=None)
@@ -117,6 +117,39 @@ def test_ulid_rejects_bad_inputs() -> None:
         next_ulid_parts(None, 1 << 48, R1)
     with pytest.raises(ValueError):
         next_ulid_parts(None, T0, b"short")
+
+
+def test_ulid_needs_randomness_only_for_a_new_millisecond() -> None:
+    """RT-12: within the last id's millisecond (or a clock gone back) the next id is the last
+    plus one, with no randomness drawn; a later millisecond or a full random part needs fresh
+    bytes (None: ask next_ulid_parts). Ids minted so strictly increase and draw once per ms."""
+    assert next_in_millisecond(None, T0) is None
+    assert next_in_millisecond((T0, 41), T0) == (T0, 42)
+    assert next_in_millisecond((T0, 41), T0 - 3) == (T0, 42)
+    assert next_in_millisecond((T0, 41), T0 + 1) is None
+    assert next_in_millisecond((T0, MAX_RANDOM), T0) is None
+
+    class CountingRng:
+        draws = 0
+
+        def random_bytes(self, n: int) -> bytes:
+            self.draws += 1
+            return bytes(range(n))
+
+        def random(self) -> float:
+            return 0.5
+
+    from mailbox_actors.platform.clock import FakeClock
+    from mailbox_actors.platform.ids import Ids
+
+    clock, rng = FakeClock(T0), CountingRng()
+    ids = Ids(clock, rng)
+    minted = [ids.new_id("evt") for _ in range(3)]
+    assert rng.draws == 1
+    clock.set_ms(T0 + 5)
+    minted += [ids.new_id("evt") for _ in range(2)]
+    assert rng.draws == 2
+    assert minted == sorted(minted) and len(set(minted)) == 5
 
 
 # -- actor ids ----------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Pure: the caller passes the time and the random bytes.
 
 from __future__ import annotations
 
-__all__ = ["MAX_RANDOM", "encode_ulid", "next_ulid_parts"]
+__all__ = ["MAX_RANDOM", "encode_ulid", "next_in_millisecond", "next_ulid_parts"]
 
 MAX_RANDOM = (1 << 80) - 1
 MAX_TIME = (1 << 48) - 1
@@ -34,6 +34,15 @@ def encode_ulid(time_ms: int, random: int) -> str:
     return "".join((text, pairs[a >> 30], pairs[(a >> 20) & 1023], pairs[(a >> 10) & 1023],
                     pairs[a & 1023], pairs[b >> 30], pairs[(b >> 20) & 1023],
                     pairs[(b >> 10) & 1023], pairs[b & 1023]))
+
+
+def next_in_millisecond(last: tuple[int, int] | None, now_ms: int) -> tuple[int, int] | None:
+    """The next id's (time_ms, random) when it needs no randomness (the clock has not passed the
+    last id's millisecond and its random part can still grow by one), else None: then
+    ``next_ulid_parts`` with fresh random bytes."""
+    if last is not None and 0 <= now_ms <= last[0] and last[1] < MAX_RANDOM:
+        return last[0], last[1] + 1
+    return None
 
 
 def next_ulid_parts(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from mailbox_actors.core.ulid import encode_ulid, next_ulid_parts
+from mailbox_actors.core.ulid import encode_ulid, next_in_millisecond, next_ulid_parts
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.rng import Rng
 
@@ -28,6 +28,11 @@ class Ids:
                 raise ValueError(f"id prefix must match {PREFIX_RE.pattern!r}, got {prefix!r}")
             if len(self._prefixes) < 64:
                 self._prefixes.add(prefix)
-        ms, rand = next_ulid_parts(self._last, self._clock.now_ms(), self._rng.random_bytes(10))
-        self._last = (ms, rand)
-        return f"{prefix}_{encode_ulid(ms, rand)}"
+        # Within one millisecond the random part grows by one (the seed's rule): randomness is
+        # drawn only for an id that starts a new millisecond.
+        now = self._clock.now_ms()
+        parts = next_in_millisecond(self._last, now)
+        if parts is None:
+            parts = next_ulid_parts(self._last, now, self._rng.random_bytes(10))
+        self._last = parts
+        return f"{prefix}_{encode_ulid(*parts)}"

@@ -49,24 +49,25 @@ _CAP_ROWS = ("FROM email_messages m JOIN emails e ON e.email_id = m.email_id "
              "WHERE m.recipient_key IN ({keys}) AND m.created_at_ms > ? "
              f"AND e.status IN ({_COUNTED}) GROUP BY m.recipient_key")
 _CAP_COUNT = "SELECT m.recipient_key, count(DISTINCT m.email_id) " + _CAP_ROWS
-# The Email's row as queued, in one statement that inserts nothing when an address is at the cap
-# (counted full_at times or more in the window) or the source id exists; no RETURNING, so the
-# common case reads nothing back. Parameters: id, source id, digest, the header, next attempt,
-# send_before, created, updated, content, content parts, then the keys, window start, full_at.
+# The Email's row as queued, in one statement that inserts nothing when the source id exists or
+# an address may be at the cap: one with full_at Messages or more in the window, whatever their
+# Emails' status (an index-only look at the cap's index, stopping at the full_at-th; Messages
+# bound the Emails counted from above). No RETURNING, so the common case reads nothing back.
+# Parameters: ?1..?10 id, source id, digest, header, next attempt, send_before, created,
+# updated, content, content parts; ?11 window start, ?12 full_at; then one per address.
 _COLUMNS = ("email_id, source_id, digest, status, message_id_header, next_attempt_at_ms, "
             "send_before, created_at_ms, updated_at_ms, content, content_parts")
-_INSERT_QUEUED = (
-    f"INSERT INTO emails ({_COLUMNS}) SELECT ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ? "
-    "WHERE NOT EXISTS (SELECT 1 " + _CAP_ROWS + " HAVING count(DISTINCT m.email_id) >= ?) "
-    "ON CONFLICT (source_id) DO NOTHING")
-# The refused Email keeps no content and is never due.
-_INSERT_REFUSED = (f"INSERT INTO emails ({_COLUMNS}) "
-                   "VALUES (?, ?, ?, 'refused', ?, NULL, ?, ?, ?, NULL, 0)")
+_MAY_BE_FULL = ("EXISTS (SELECT 1 FROM email_messages WHERE recipient_key = ?{n} AND "
+                "created_at_ms > ?11 LIMIT 1 OFFSET ?12 - 1)")
+# An Email written as the cap's rule decided, once the quick look above could not.
+_INSERT = (f"INSERT INTO emails ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 @functools.lru_cache(maxsize=64)
 def _insert_queued(keys: int) -> str:
-    return _INSERT_QUEUED.format(keys=", ".join("?" for _ in range(keys)))
+    full = " OR ".join(_MAY_BE_FULL.format(n=12 + i) for i in range(1, keys + 1))
+    return (f"INSERT INTO emails ({_COLUMNS}) SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, "
+            f"?9, ?10 WHERE NOT ({full}) ON CONFLICT (source_id) DO NOTHING")
 
 
 def cap_policy(mb: IdentityMailbox) -> CapPolicy:
@@ -110,24 +111,26 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str
     inline, chunks = store.encode_content(OutboundEmail(
         email_id=email_id, message_id_header=header, from_=req.from_, to=req.to, cc=req.cc,
         bcc=req.bcc, subject=req.subject, text=req.text, html=req.html, headers=req.headers))
-    # One statement: the Email as queued, unless an address is at the cap or the source id
-    # exists (a replay, compared below); then it inserts nothing.
+    # One statement: the Email as queued, unless the source id exists (a replay, compared
+    # below) or an address may be at the cap (then the rule decides, from the counts).
     start = window_start(policy, now)
     over: set[str] = set()
     if not tx.exec(_insert_queued(len(unique)), email_id, req.source_id, digest, header, now,
-                   req.send_before, now, now, inline, len(chunks), *unique, start,
-                   full_at(policy)).rows_written:
+                   req.send_before, now, now, inline, len(chunks), start, full_at(policy),
+                   *unique).rows_written:
         existing = store.row_by_source(tx, req.source_id)
         if existing is not None:
             return _replay(tx, existing, digest), None
         counted = {k: n for k, n in tx.exec(
             _CAP_COUNT.format(keys=", ".join("?" for _ in unique)), *unique, start)}
         over = set(over_cap(policy, keys, counted))
-        if not over:  # the statement's check and the rule disagree: the rule decides
-            raise RuntimeError("recipient cap: the store's check and the rule disagree")
-        tx.exec(_INSERT_REFUSED, email_id, req.source_id, digest, header, req.send_before,
-                now, now)
-    else:
+        if over:  # the refused Email keeps no content and is never due
+            tx.exec(_INSERT, email_id, req.source_id, digest, EmailStatus.REFUSED.value, header,
+                    None, req.send_before, now, now, None, 0)
+        else:
+            tx.exec(_INSERT, email_id, req.source_id, digest, EmailStatus.QUEUED.value, header,
+                    now, req.send_before, now, now, inline, len(chunks))
+    if not over:
         store.save_chunks(tx, email_id, chunks)
     status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
     messages = store.insert_messages(ctx, tx, email_id, recipients, keys, over, now)

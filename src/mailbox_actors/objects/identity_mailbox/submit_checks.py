@@ -61,6 +61,12 @@ def check_submit(req: Submit) -> None:
             raise _invalid("headers", problem[1], provider_code=problem[0])
         raise MailboxActorsError(ErrorCode.LIMIT_EXCEEDED, f"headers: {problem[1]}",
                                  details={"field": "headers", "provider_code": problem[0]})
+    # A character is at most four bytes of UTF-8: only content that could pass the limit is
+    # encoded to be measured.
+    chars = (len(req.subject) + len(req.text or "") + len(req.html or "")
+             + sum(len(k) + len(v) for k, v in req.headers.items()))
+    if chars * 4 <= MAX_CONTENT_BYTES:
+        return
     size = (len(req.subject.encode()) + len((req.text or "").encode())
             + len((req.html or "").encode())
             + sum(len(k.encode()) + len(v.encode()) for k, v in req.headers.items()))
