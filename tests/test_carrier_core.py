@@ -268,3 +268,21 @@ def test_temporary_retries_back_off_until_the_budget_is_spent(u: float) -> None:
     base = [temporary_retry_at(n, now, 0.0) for n in range(1, 6)]
     assert base == sorted(base) and len(set(base)) == len(base)
     assert temporary_retry_at(RETRY_BUDGET, now, u) is None
+
+
+def test_every_code_point_is_an_atom_or_quoted_character_exactly_as_rfc_5322_and_6532_say() -> None:
+    """CA-1: a one-character local part is accepted exactly when the character is RFC 5322 atext or
+    any non-ASCII code point (RFC 6532), and a quoted one exactly when it is qtext or non-ASCII or
+    an escaped printable ASCII character; checked on every code point up to U+00FF and on a spread
+    of the rest up to U+10FFFF (surrogates, which no wire string carries, aside), so the pattern's
+    spelling cannot change what is accepted."""
+    atext = set(string.ascii_letters + string.digits + "!#$%&'*+-/=?^_`{|}~")
+    qtext = {chr(c) for c in range(0x20, 0x7F)} - {'"', "\\"}
+    for c in [*range(0x100), *range(0x100, 0x110000, 251), 0xFFFF, 0x10000, 0x10FFFF]:
+        if 0xD800 <= c <= 0xDFFF:
+            continue
+        ch = chr(c)
+        assert (address_problem(f"{ch}@example.com") is None) == (ch in atext or c >= 0x80), c
+        assert (address_problem(f'"{ch}"@example.com') is None) == (ch in qtext or c >= 0x80), c
+    for c in range(0x20, 0x7F):
+        assert address_problem(f'"\\{chr(c)}"@example.com') is None, c
