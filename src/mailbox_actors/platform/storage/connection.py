@@ -2,8 +2,8 @@
 authorizer applied to user statements, each query split and screened once, the runtime's own
 statements exempt from screening, and errors mapped to the codes of SPEC section 5.
 
-The runtime's statement texts carry a token unique to the connection, so user SQL can never reuse
-their cached, pre-authorised statements. What a statement may do is ``screen``'s and
+The runtime's statement texts carry a token that user SQL may not contain, so user SQL can never
+reuse their cached, pre-authorised statements. What a statement may do is ``screen``'s and
 ``allowlist``'s rule; rows read and written are ``counting``'s; transactions are
 ``transactions``'; the API actor code calls is ``sql``'s.
 """
@@ -23,7 +23,16 @@ from mailbox_actors.platform.storage.screen import changes_schema, classify, den
 from mailbox_actors.platform.storage.script import split_statements
 from mailbox_actors.wire.errors import LimitExceeded
 
-__all__ = ["ScreenedConnection"]
+__all__ = ["RUNTIME_TOKEN", "ScreenedConnection"]
+
+# Carried by the text of every runtime statement; a user query containing it is refused (``_plan``),
+# so user SQL never reaches a runtime statement's cached, pre-authorised copy, in any connection.
+# That refusal is the guarantee, so one token serves the process: random only so that no honest
+# text contains it by chance, and made once rather than at every activation.
+RUNTIME_TOKEN = secrets.token_hex(8)
+_BEGIN = f"BEGIN /*{RUNTIME_TOKEN}*/"
+_COMMIT = f"COMMIT /*{RUNTIME_TOKEN}*/"
+_ROLLBACK = f"ROLLBACK /*{RUNTIME_TOKEN}*/"
 
 Plan = tuple[tuple[str, ...], bool, bool]  # its statements, may write?, changes the schema?
 _MAX_SHARED = 4096
@@ -47,15 +56,15 @@ class ScreenedConnection:
         self._conn = conn
         self.path = path
         self.limits = limits
-        self._token = secrets.token_hex(8)  # makes runtime statement texts unguessable (_sys)
+        self._token = RUNTIME_TOKEN  # marks runtime statement texts (_sys)
         self._sys_mode = False
         self._deny_reason: str | None = None
         # query text -> (its statements, may write?, changes the schema?), after screening
         self._plans: dict[str, Plan] = {}
         self._counter = RowCounter(lambda q, p: self._sys(q, p), self._token)
-        self._begin = f"BEGIN /*{self._token}*/"
-        self._commit = f"COMMIT /*{self._token}*/"
-        self._rollback = f"ROLLBACK /*{self._token}*/"
+        self._begin = _BEGIN
+        self._commit = _COMMIT
+        self._rollback = _ROLLBACK
         conn.set_authorizer(self._authorize)
 
     # ---- screening -------------------------------------------------------------------------

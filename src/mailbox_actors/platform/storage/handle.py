@@ -23,6 +23,7 @@ exposes) and the statements the runtime prepared to read its meta, alarm and sch
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import os
 import sys
@@ -48,6 +49,8 @@ _DBCONFIG_NO_CKPT_ON_CLOSE = 1006
 
 
 _layout_checked = False  # a handle read at this offset was once proved to be its file's
+_LRU_CACHE = type(functools.lru_cache(maxsize=1)(int))
+_cache_at: int | None = None  # where the statement cache is among a connection's referents
 
 
 def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
@@ -97,14 +100,23 @@ def shed_caches(conn: sqlite3.Connection, path: Path, cached_statements: int) ->
 
     The statement cache is CPython's ``functools.lru_cache`` around the connection, which the
     connection reports to the garbage collector; it is cleared only when one referent provably
-    is that cache (its ``cache_info`` says the ``maxsize`` the connection was opened with)."""
+    is that cache (its ``cache_info`` says the ``maxsize`` the connection was opened with). That
+    proof is made once: its place among the referents (the order the connection reports its
+    fields in) is the same for every connection, so later ones check only its type there."""
+    global _cache_at
     handle = _handle(conn, path)
     if handle is not None:
         sqlite_library().sqlite3_db_release_memory(ctypes.c_void_p(handle))
-    for ref in gc.get_referents(conn):
+    refs = gc.get_referents(conn)
+    at = _cache_at
+    if at is not None and at < len(refs) and type(refs[at]) is _LRU_CACHE:
+        refs[at].cache_clear()
+        return
+    for i, ref in enumerate(refs):
         info = getattr(ref, "cache_info", None)
         if callable(info) and getattr(info(), "maxsize", None) == cached_statements:
             ref.cache_clear()
+            _cache_at = i if type(ref) is _LRU_CACHE else None
             break
 
 

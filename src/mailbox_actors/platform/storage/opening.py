@@ -12,7 +12,7 @@ without the runtime schema is a damaged object, never a new one for the next ``i
 from __future__ import annotations
 
 import os
-import secrets
+import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +21,7 @@ from urllib.parse import quote_from_bytes
 from mailbox_actors.platform.memory import PAGE_CACHE_KIB
 from mailbox_actors.platform.sqlite_files import create_whole, examine
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
+from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.limits import Durability, Limits
@@ -31,6 +32,8 @@ __all__ = ["CACHED_STATEMENTS", "StorageUnavailable", "open_actor_storage", "ope
 # Prepared statements kept per connection (LRU): each costs a few KB of SQLite heap, so a large
 # cache would dominate an open actor's memory (ADR 0012); an object's hot statements fit in it.
 CACHED_STATEMENTS = 64
+# Characters quote_from_bytes leaves as they are (its safe set, with '/'): such a path is its URI.
+_URI_PLAIN = re.compile(r"[A-Za-z0-9_.\-~/]*")
 
 
 _RUNTIME_META = "CREATE TABLE IF NOT EXISTS _ma_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
@@ -77,10 +80,11 @@ def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | 
         damage = None
     if damage is not None:
         raise StorageCorrupt(damage)
-    # mode=rw never creates the file; the path is escaped as Path.as_uri does ('#', '%', '?').
+    # mode=rw never creates the file; the path is escaped as Path.as_uri does ('#', '%', '?'),
+    # unless no character of it needs escaping (an actor file's path under a plain data dir).
+    uri = name if _URI_PLAIN.fullmatch(name) else quote_from_bytes(os.fsencode(name))
     try:
-        return sqlite3.connect("file://" + quote_from_bytes(os.fsencode(name)) + "?mode=rw",
-                               uri=True, isolation_level=None,
+        return sqlite3.connect("file://" + uri + "?mode=rw", uri=True, isolation_level=None,
                                cached_statements=CACHED_STATEMENTS)
     except sqlite3.OperationalError as e:
         if not path.exists():
@@ -94,27 +98,36 @@ def _meta_query(keys: Sequence[str]) -> str:
     return f"SELECT k, v FROM _ma_meta WHERE k IN ({quoted})"
 
 
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _first_read(conn: sqlite3.Connection, meta_keys: Sequence[str],
                 ) -> tuple[int | None, dict[str, str]] | None:
     """The stored alarm and the runtime meta ``meta_keys`` in one statement (the file's first
     read), or None when the file has no ``_ma_meta`` (the runtime schema 1 layout, or no schema
-    at all: the caller looks at ``user_version`` alone). Its text carries a nonce, so the cached
-    statement is never one actor SQL can name."""
+    at all: the caller looks at ``user_version`` alone). Its text carries the runtime's token, so
+    the cached statement is never one actor SQL can name.
+
+    The keys are read as the range from the least to the greatest (one seek, then the few
+    runtime keys between them, which are left out here): an ``IN`` list costs SQLite an
+    ephemeral index and a seek per key, about 50 K instructions more at every activation."""
+    meta = (f" UNION ALL SELECT k, v FROM _ma_meta WHERE k BETWEEN {_quoted(min(meta_keys))} "
+            f"AND {_quoted(max(meta_keys))}") if meta_keys else ""
     try:
         rows = conn.execute(
-            "SELECT NULL, at_ms FROM _ma_alarm WHERE id = 1 UNION ALL "
-            f"{_meta_query(meta_keys)} /*{secrets.token_hex(8)}*/").fetchall()
+            f"SELECT NULL, at_ms FROM _ma_alarm WHERE id = 1{meta} /*{RUNTIME_TOKEN}*/").fetchall()
     except sqlite3.OperationalError as e:
         if "no such table" in str(e):
             return None
         raise
-    alarm, meta = None, {}
+    alarm, found = None, {}
     for k, v in rows:
         if k is None:
             alarm = v
-        else:
-            meta[k] = v
-    return alarm, meta
+        elif k in meta_keys:
+            found[k] = v
+    return alarm, found
 
 
 def _upgrade_from_1(conn: sqlite3.Connection) -> None:
@@ -157,7 +170,6 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
     if conn is None:
         return None
     try:
-        conn.row_factory = sqlite3.Row
         try:
             first = _first_read(conn, meta_keys)
         except sqlite3.OperationalError:
@@ -172,6 +184,7 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
         if version == 1:
             _upgrade_from_1(conn)
             first = None  # read again below, from the upgraded layout
+        conn.row_factory = sqlite3.Row  # for the actor's code (the runtime's rows were tuples)
         # One script, run once: executescript keeps none of these in the statement cache, where
         # each would hold a prepared statement for the connection's life (ADR 0012).
         conn.executescript(
