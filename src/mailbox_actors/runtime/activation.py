@@ -8,6 +8,7 @@ then the object.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,12 +79,14 @@ class Activation:
 def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create: bool,
                     settings: RuntimeSettings, clock: Clock, hooks: TransactionHooks,
                     alarm_sink: AlarmSink, env: ActorEnv, metrics: Any, log: Any,
-                    on_reset: Callable[[], None]) -> Activation | None:
+                    on_reset: Callable[[], None],
+                    conn: sqlite3.Connection | None = None) -> Activation | None:
     """Open the actor's file and build its activation (None: no such object and not ``create``).
-    Whatever fails after the file opened closes it again."""
+    Whatever fails after the file opened closes it again. ``conn``: the file's connection made
+    ahead (``opening.connect_ahead``)."""
     opened = open_actor_storage(path, create=create, durability=settings.durability,
                                 limits=settings.limits, now_ms=clock.now_ms, hooks=hooks,
-                                alarm_sink=alarm_sink, meta_keys=_META_KEYS)
+                                alarm_sink=alarm_sink, meta_keys=_META_KEYS, conn=conn)
     if opened is None:
         return None
     sql, meta = opened  # the meta keys come with the file's first read

@@ -4,12 +4,13 @@ It owns the table of live activations (bounded, least recently used evicted firs
 request or alarm run through the actor's queue bound and input gate, enters the request's scope,
 applies owner and deadline checks, and holds the output gate (implicit writes commit before a reply
 leaves). It never parses the wire format (that is the router's job) and never decides when alarms
-fire (that is the scheduler's); one alarm run is ``alarm_runs``'.
+fire (that is the scheduler's); a wake's opening and admission are ``alarm_host``', its run ``alarm_runs``'.
 """
 
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
-from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
 from mailbox_actors.core.actor_ids import id_from_name
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
@@ -28,9 +28,9 @@ from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.sqlite_files import is_disk_full
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteFailed
 from mailbox_actors.platform.storage.hooks import AlarmSink
-from mailbox_actors.runtime import alarm_runs
 from mailbox_actors.runtime.activation import Activation, Key, open_activation
 from mailbox_actors.runtime.actor import Actor, Call
+from mailbox_actors.runtime.alarm_host import AlarmHost
 from mailbox_actors.runtime.context import ActorEnv, CallActor
 from mailbox_actors.runtime.eviction import bound_victims, idle_victims
 from mailbox_actors.runtime.migrations import check_migrations
@@ -58,8 +58,9 @@ class AlarmSinks(Protocol):
     def sink(self, key: Key) -> AlarmSink: ...
 
 
-class ActorHost:
-    """Live activations of one node, and the only way a request or alarm reaches an actor."""
+class ActorHost(AlarmHost):
+    """Live activations of one node, and the only way a request or alarm reaches an actor (alarm
+    runs through ``AlarmHost``: the scheduler's runner)."""
 
     def __init__(self, settings: RuntimeSettings, *, clock: Clock, rng: Rng, ids: Ids,
                  metrics: MetricsSink,
@@ -125,19 +126,23 @@ class ActorHost:
 
     # ---- activation ------------------------------------------------------------------------
 
-    def activate(self, cls: type[Actor[Any]], object_id: str, *,
-                 create: bool) -> Activation | None:
-        """Return the live activation, opening the file when needed (None: no such object)."""
+    def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
+                 conn: sqlite3.Connection | None = None) -> Activation | None:
+        """Return the live activation, opening the file when needed (None: no such object);
+        ``conn``: the file's connection made ahead (``opening.connect_ahead``), used or closed."""
         key = (cls.namespace, object_id)
         act = self._active.get(key)
         if act is not None:
+            if conn is not None:  # activated meanwhile (a request): the one made ahead goes
+                conn.close()
             return act
         path = self.path_for(cls.namespace, object_id)
         try:
             act = open_activation(
                 cls, object_id, path, create=create, settings=self.settings, clock=self.clock,
                 hooks=self._hooks, alarm_sink=self._alarm_sinks.sink(key), env=self._env,
-                metrics=self.metrics, log=self.log, on_reset=functools.partial(self._reset, key))
+                metrics=self.metrics, log=self.log, on_reset=functools.partial(self._reset, key),
+                conn=conn)
             if act is None:
                 return None
         except MailboxActorsError as e:
@@ -216,45 +221,6 @@ class ActorHost:
             self._drained.set()
         if len(self._active) > self.settings.max_active_actors:
             self._enforce_bound()
-
-    # ---- alarms (the scheduler's AlarmRunner) ----------------------------------------------
-
-    async def fire_alarm(self, key: Key, retry_count: int, force: bool = False) -> AlarmResult:
-        """Run an actor's alarm handler if its stored alarm is due, or at once when ``force``
-        (AL-3, AL-4)."""
-        cls = self._classes.get(key[0])
-        if cls is None:
-            return AlarmResult(AlarmOutcome.UNKNOWN, None)
-        if self.stopping:
-            return AlarmResult(AlarmOutcome.BUSY, None)
-        try:
-            act = self.activate(cls, key[1], create=False)
-        except MailboxActorsError:
-            return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
-        if act is None:
-            return AlarmResult(AlarmOutcome.GONE, None)
-        skip = alarm_runs.not_runnable(act, force, self.clock.now_ms())
-        if skip is not None:
-            return skip
-        act.alarm_running = True
-        act.pending += 1  # an alarm run is never refused by the queue bound
-        self._inflight += 1
-        try:
-            return await alarm_runs.run(act, retry_count, RequestScope(self.ids.new_id("req"), None),
-                                        clock=self.clock, event_sink=self.event_sink, log=self.log,
-                                        watch=self.watch)
-        finally:
-            act.alarm_running = False
-            self._release(act)
-
-    def abandon_alarm(self, key: Key, fired_ms: int | None) -> int | None:
-        """After the last retry: clear the alarm, or re-arm it for purposes still pending.
-        Returns the alarm stored after it."""
-        cls = self._classes.get(key[0])
-        if cls is None:
-            return None
-        act = self.activate(cls, key[1], create=False)
-        return None if act is None else alarm_runs.abandon(act, fired_ms, self.clock.now_ms())
 
     # ---- eviction (RT-9) -------------------------------------------------------------------
 

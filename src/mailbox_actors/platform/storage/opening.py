@@ -26,8 +26,10 @@ from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavai
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
+from mailbox_actors.wire.errors import MailboxActorsError
 
-__all__ = ["CACHED_STATEMENTS", "StorageUnavailable", "open_actor_storage", "open_storage"]
+__all__ = ["CACHED_STATEMENTS", "StorageUnavailable", "connect_ahead", "open_actor_storage",
+           "open_storage"]
 
 # Prepared statements kept per connection (LRU): each costs a few KB of SQLite heap, so a large
 # cache would dominate an open actor's memory (ADR 0012); an object's hot statements fit in it.
@@ -69,7 +71,8 @@ def _create(path: Path, durability: str) -> None:
         raise StorageUnavailable(type(e).__name__) from e
 
 
-def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | None:
+def _connect(path: Path, create: bool, durability: str,
+             same_thread: bool = True) -> sqlite3.Connection | None:
     name = os.fspath(path.absolute())
     try:
         damage = examine(name)  # the header check and "does it exist" in one look
@@ -85,11 +88,31 @@ def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | 
     uri = name if _URI_PLAIN.fullmatch(name) else quote_from_bytes(os.fsencode(name))
     try:
         return sqlite3.connect("file://" + uri + "?mode=rw", uri=True, isolation_level=None,
-                               cached_statements=CACHED_STATEMENTS)
+                               cached_statements=CACHED_STATEMENTS, check_same_thread=same_thread)
     except sqlite3.OperationalError as e:
         if not path.exists():
             return None  # no such object: the caller answers *_not_found
         raise StorageUnavailable(type(e).__name__) from e
+
+
+def connect_ahead(path: Path) -> sqlite3.Connection | None:
+    """An existing actor file's connection, made in a worker thread for ``open_actor_storage``
+    (``conn``) to finish on the event loop: the file opened, its write-ahead log recovered into a
+    new ``-shm`` and its schema read, which is where an evicted actor's open waits for the disk
+    (SQLite releases the GIL meanwhile). None when the file is absent, damaged or refuses now:
+    the open on the loop then finds out why and reports it. Nothing is written to the file."""
+    try:
+        conn = _connect(path, False, Durability.NORMAL, same_thread=False)
+    except (MailboxActorsError, sqlite3.Error, OSError):
+        return None
+    if conn is None:
+        return None
+    try:
+        conn.execute("SELECT at_ms FROM _ma_alarm WHERE id = 1").fetchall()
+    except sqlite3.Error:
+        conn.close()
+        return None
+    return conn
 
 
 def _meta_query(keys: Sequence[str]) -> str:
@@ -160,13 +183,16 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
 def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Limits,
                        now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                        alarm_sink: AlarmSink | None = None, meta_keys: Sequence[str] = (),
+                       conn: sqlite3.Connection | None = None,
                        ) -> tuple[SqlStorage, dict[str, str]] | None:
     """``open_storage``, and the stored values of the runtime meta ``meta_keys`` (absent ones left
-    out), read with the file's version and alarm in its first statement."""
-    try:
-        conn = _connect(path, create, durability)
-    except sqlite3.OperationalError as e:
-        raise StorageUnavailable(type(e).__name__) from e
+    out), read with the file's version and alarm in its first statement. ``conn``: the file's
+    connection made by ``connect_ahead``, finished here (closed if this fails)."""
+    if conn is None:
+        try:
+            conn = _connect(path, create, durability)
+        except sqlite3.OperationalError as e:
+            raise StorageUnavailable(type(e).__name__) from e
     if conn is None:
         return None
     try:

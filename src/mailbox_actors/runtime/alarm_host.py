@@ -1,0 +1,123 @@
+"""The host's side of the scheduler's ``AlarmRunner`` (AL-3, AL-4, RT-9): which actor a wake is
+for, opening it if it was evicted, admitting the run; the run itself is ``alarm_runs``'.
+
+An alarm on an evicted actor spends most of its time opening the file: SQLite opens the database
+and its log, rebuilds the ``-shm`` index from the log (a truncate and a read of every frame: on a
+busy disk, milliseconds of waiting) and reads the schema. That part runs in a worker thread
+(``opening.connect_ahead``; SQLite releases the GIL), so the event loop serves other alarms and
+requests meanwhile and the waits of several opens overlap; the open is finished on the loop
+(``ActorHost.activate``: the runtime's reads, limits, migrations), where everything else about the
+actor happens. Nothing is written in the thread, so a crash there loses nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+
+from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
+from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.storage.opening import connect_ahead
+from mailbox_actors.runtime import alarm_runs
+from mailbox_actors.runtime.activation import Activation, Key
+from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.outbox import EventSink
+from mailbox_actors.runtime.scope import RequestScope
+from mailbox_actors.runtime.watchdog import LoopWatch
+from mailbox_actors.wire.errors import MailboxActorsError
+
+__all__ = ["OPEN_AHEAD_THREADS", "AlarmHost"]
+
+# Files opened ahead at once: the waits of a busy disk overlap, and the loop's thread keeps one core.
+OPEN_AHEAD_THREADS = 4
+
+
+class _Host(Protocol):
+    """What ``AlarmHost`` uses of the host it is part of."""
+
+    _classes: dict[str, type[Actor[Any]]]
+    _inflight: int
+    stopping: bool
+    clock: Clock
+    ids: Ids
+    log: Any
+    watch: LoopWatch
+    event_sink: EventSink
+
+    @property
+    def _active(self) -> Mapping[Key, Activation]: ...
+
+    @property
+    def _open_ahead(self) -> anyio.CapacityLimiter: ...
+
+    def path_for(self, namespace: str, object_id: str) -> Path: ...
+
+    def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
+                 conn: sqlite3.Connection | None = None) -> Activation | None: ...
+
+    def _release(self, act: Activation) -> None: ...
+
+
+class AlarmHost:
+    """Mixed into ``ActorHost``: ``fire_alarm`` and ``abandon_alarm``."""
+
+    _limiter: anyio.CapacityLimiter | None = None
+
+    @property
+    def _open_ahead(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:  # made on first use: it belongs to the running event loop
+            self._limiter = anyio.CapacityLimiter(OPEN_AHEAD_THREADS)
+        return self._limiter
+
+    async def fire_alarm(self: _Host, key: Key, retry_count: int,
+                         force: bool = False) -> AlarmResult:
+        """Run an actor's alarm handler if its stored alarm is due, or at once when ``force``
+        (AL-3, AL-4)."""
+        cls = self._classes.get(key[0])
+        if cls is None:
+            return AlarmResult(AlarmOutcome.UNKNOWN, None)
+        if self.stopping:
+            return AlarmResult(AlarmOutcome.BUSY, None)
+        conn = None
+        if key not in self._active:
+            conn = await anyio.to_thread.run_sync(connect_ahead, self.path_for(*key),
+                                                  limiter=self._open_ahead)
+            # No await from here to activate(): the connection is the activation's, or closed.
+            if self.stopping:
+                if conn is not None:
+                    conn.close()
+                return AlarmResult(AlarmOutcome.BUSY, None)
+        try:
+            act = self.activate(cls, key[1], create=False, conn=conn)
+        except MailboxActorsError:
+            return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
+        if act is None:
+            return AlarmResult(AlarmOutcome.GONE, None)
+        skip = alarm_runs.not_runnable(act, force, self.clock.now_ms())
+        if skip is not None:
+            return skip
+        act.alarm_running = True
+        act.pending += 1  # an alarm run is never refused by the queue bound
+        self._inflight += 1
+        try:
+            return await alarm_runs.run(act, retry_count, RequestScope(self.ids.new_id("req"), None),
+                                        clock=self.clock, event_sink=self.event_sink, log=self.log,
+                                        watch=self.watch)
+        finally:
+            act.alarm_running = False
+            self._release(act)
+
+    def abandon_alarm(self: _Host, key: Key, fired_ms: int | None) -> int | None:
+        """After the last retry: clear the alarm, or re-arm it for purposes still pending.
+        Returns the alarm stored after it."""
+        cls = self._classes.get(key[0])
+        if cls is None:
+            return None
+        act = self.activate(cls, key[1], create=False)
+        return None if act is None else alarm_runs.abandon(act, fired_ms, self.clock.now_ms())
