@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import actors_for_tests as afs
+from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.opening import connect_ahead
 from mailbox_actors.testing import TestRuntime
 
@@ -62,7 +63,7 @@ async def test_an_actor_activated_while_its_file_was_opened_ahead_keeps_its_conn
         oid = await afs.new_scratch(rt, "busy")
         act = host.activate(afs.Scratch, oid, create=False)
         path = host.path_for("scratch", oid)
-        ahead = connect_ahead(path)
+        ahead = connect_ahead(path, Durability.NORMAL, Limits())
         assert ahead is not None
         assert _descriptors_on(path) > 3
         assert host.activate(afs.Scratch, oid, create=False, conn=ahead) is act
@@ -78,10 +79,10 @@ def test_opening_ahead_leaves_a_missing_or_damaged_file_as_it_is(tmp_path: Path)
     """OPS-2, REL-4: opening ahead never creates a file for an unknown id, and leaves a damaged
     one untouched (no log or -shm made beside it): the open on the event loop reports it."""
     missing = tmp_path / "missing.sqlite"
-    assert connect_ahead(missing) is None
+    assert connect_ahead(missing, Durability.NORMAL, Limits()) is None
     assert list(tmp_path.iterdir()) == []
     damaged = tmp_path / "damaged.sqlite"
     damaged.write_bytes(b"not a database, " * 64)
-    assert connect_ahead(damaged) is None
+    assert connect_ahead(damaged, Durability.NORMAL, Limits()) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.sqlite"]
     assert damaged.read_bytes() == b"not a database, " * 64

@@ -29,6 +29,7 @@ from mailbox_actors.runtime.activation import Activation, Key
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.outbox import EventSink
 from mailbox_actors.runtime.scope import RequestScope
+from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import MailboxActorsError
 
@@ -44,6 +45,7 @@ class _Host(Protocol):
     _classes: dict[str, type[Actor[Any]]]
     _inflight: int
     stopping: bool
+    settings: RuntimeSettings
     clock: Clock
     ids: Ids
     log: Any
@@ -87,7 +89,8 @@ class AlarmHost:
         conn = None
         if key not in self._active:
             conn = await anyio.to_thread.run_sync(connect_ahead, self.path_for(*key),
-                                                  limiter=self._open_ahead)
+                                                  self.settings.durability,
+                                                  self.settings.limits, limiter=self._open_ahead)
             # No await from here to activate(): the connection is the activation's, or closed.
             if self.stopping:
                 if conn is not None:

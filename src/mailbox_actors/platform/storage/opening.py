@@ -95,20 +95,36 @@ def _connect(path: Path, create: bool, durability: str,
         raise StorageUnavailable(type(e).__name__) from e
 
 
-def connect_ahead(path: Path) -> sqlite3.Connection | None:
+def _settings_script(durability: str, limits: Limits) -> str:
+    """The open-time PRAGMAs, as one script: executescript keeps none of them in the statement
+    cache, where each would hold a prepared statement for the connection's life (ADR 0012)."""
+    return (
+        # workerd builds SQLite with foreign keys enforced; an actor may still turn them off.
+        "PRAGMA foreign_keys = ON; "
+        # A busy actor's page cache stays within the memory budget max_active_actors is
+        # derived from (platform/memory.py); pages past it are read again from the OS cache.
+        f"PRAGMA cache_size = -{PAGE_CACHE_KIB}; "
+        f"PRAGMA synchronous = {'FULL' if durability == Durability.FULL else 'NORMAL'}; "
+        f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)};")
+
+
+def connect_ahead(path: Path, durability: str, limits: Limits) -> sqlite3.Connection | None:
     """An existing actor file's connection, made in a worker thread for ``open_actor_storage``
     (``conn``) to finish on the event loop: the file opened, its write-ahead log recovered into a
-    new ``-shm`` and its schema read, which is where an evicted actor's open waits for the disk
-    (SQLite releases the GIL meanwhile). None when the file is absent, damaged or refuses now:
-    the open on the loop then finds out why and reports it. Nothing is written to the file."""
+    new ``-shm``, its schema read and the open-time settings made, which is where an evicted
+    actor's open waits for the disk (SQLite releases the GIL meanwhile): one call into SQLite
+    after the connect. None when the file is absent, damaged or refuses now: the open on the loop
+    then finds out why and reports it. Nothing is written to the file."""
     try:
-        conn = _connect(path, False, Durability.NORMAL, same_thread=False)
+        conn = _connect(path, False, durability, same_thread=False)
     except (MailboxActorsError, sqlite3.Error, OSError):
         return None
     if conn is None:
         return None
     try:
-        conn.execute("SELECT at_ms FROM _ma_alarm WHERE id = 1").fetchall()
+        # The read first: it loads the schema and the log; the settings then cost nothing more.
+        conn.executescript("SELECT at_ms FROM _ma_alarm WHERE id = 1; "
+                           + _settings_script(durability, limits))
     except sqlite3.Error:
         conn.close()
         return None
@@ -187,7 +203,9 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
                        ) -> tuple[SqlStorage, dict[str, str]] | None:
     """``open_storage``, and the stored values of the runtime meta ``meta_keys`` (absent ones left
     out), read with the file's version and alarm in its first statement. ``conn``: the file's
-    connection made by ``connect_ahead``, finished here (closed if this fails)."""
+    connection made by ``connect_ahead`` (its settings made), finished here (closed if this
+    fails)."""
+    ahead = conn is not None
     if conn is None:
         try:
             conn = _connect(path, create, durability)
@@ -208,19 +226,14 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         _check_version(version)
         if version == 1:
+            if ahead:  # the upgrade runs as it always has, before the settings are made
+                conn.execute("PRAGMA foreign_keys = OFF")
             _upgrade_from_1(conn)
             first = None  # read again below, from the upgraded layout
+            ahead = False
         conn.row_factory = sqlite3.Row  # for the actor's code (the runtime's rows were tuples)
-        # One script, run once: executescript keeps none of these in the statement cache, where
-        # each would hold a prepared statement for the connection's life (ADR 0012).
-        conn.executescript(
-            # workerd builds SQLite with foreign keys enforced; an actor may still turn them off.
-            "PRAGMA foreign_keys = ON; "
-            # A busy actor's page cache stays within the memory budget max_active_actors is
-            # derived from (platform/memory.py); pages past it are read again from the OS cache.
-            f"PRAGMA cache_size = -{PAGE_CACHE_KIB}; "
-            f"PRAGMA synchronous = {'FULL' if durability == Durability.FULL else 'NORMAL'}; "
-            f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)};")
+        if not ahead:
+            conn.executescript(_settings_script(durability, limits))
         conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters)
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
