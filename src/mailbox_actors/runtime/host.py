@@ -30,7 +30,7 @@ from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteF
 from mailbox_actors.platform.storage.hooks import AlarmSink
 from mailbox_actors.runtime.activation import Activation, Key, open_activation
 from mailbox_actors.runtime.actor import Actor, Call
-from mailbox_actors.runtime.alarm_host import AlarmHost
+from mailbox_actors.runtime.alarm_host import OPEN_AHEAD_THREADS, AlarmHost, OpenAhead
 from mailbox_actors.runtime.context import ActorEnv, CallActor
 from mailbox_actors.runtime.eviction import bound_victims, idle_victims
 from mailbox_actors.runtime.migrations import check_migrations
@@ -91,6 +91,7 @@ class ActorHost(AlarmHost):
         self.activations = 0
         self.evictions = 0
         self._evicted_since_trim = 0
+        self._open_ahead = OpenAhead(OPEN_AHEAD_THREADS)  # evicted actors' alarms (AlarmHost)
 
     # ---- registration and placement --------------------------------------------------------
 
@@ -301,6 +302,7 @@ class ActorHost(AlarmHost):
                 await self._drained.wait()
         if self._inflight:
             self.log.warning("shutdown_grace_expired", inflight=self._inflight)
+        self.stop_alarms()
         self._evict_all(list(self._active.values()), trim=True)
 
     def scan_alarms(self, progress: Callable[[int], None] | None = None) -> dict[Key, int]:
