@@ -186,3 +186,69 @@ def _same_as_feed_parser(raw: bytes) -> bool:
     assert fast.get_payload() == full.get_payload()
     assert fast.get_unixfrom() is None and full.get_unixfrom() is None
     return True
+
+
+def test_the_plain_body_reads_a_one_part_message_as_the_walk_does() -> None:
+    """IN-1: where the direct read of a one-part plain-text body answers, its text and defects
+    are exactly the MIME walk's (caps, charsets, 8-bit bytes, NULs); a part with a name, a
+    disposition, a transfer encoding or another type is left to the walk. Over the hand-written
+    and generated hostile corpus and the split cases, with tight caps too."""
+    from mailbox_actors.core.inbound.mime import Body
+    from mailbox_actors.core.inbound.split import split_simple
+    from mailbox_actors.core.inbound.text import Defects
+
+    extra = [b"Subject: x\r\nContent-Type: text/plain; charset=latin-1\r\n\r\ncaf\xe9",
+             b"Content-Type: text/plain; name=a.txt\r\n\r\nnamed",
+             b"Content-Type: TEXT/PLAIN\r\nContent-Transfer-Encoding: BASE64\r\n\r\naGk=",
+             b"Content-Type: text/html\r\n\r\n<p>hi</p>",
+             b"Content-Type: nonsense\r\n\r\nread as text",
+             b"Content-Disposition: attachment\r\n\r\nfile",
+             b"Content-Type: text/plain; charset=no-such-set\r\n\r\nx\x00y\xff",
+             b"Content-Transfer-Encoding: 8bit \r\n\r\n\xc3\xa9t\xc3\xa9"]
+    corpus = [*HAND_WRITTEN.values(), *(raw for _, raw in generated(7, 300)), *_SPLIT_CASES,
+              *extra]
+    read = 0
+    for lim in (InboundLimits(), InboundLimits(max_text_bytes=5)):
+        for raw in corpus:
+            msg = split_simple(raw)
+            if msg is None:
+                continue
+            direct, walked = Body(lim, Defects()), Body(lim, Defects())
+            if not direct.plain(msg):
+                continue
+            walked.walk(split_simple(raw))
+            read += 1
+            assert (direct.text, direct.html, direct.attachments, list(direct.d.items)) == \
+                (walked.text, walked.html, walked.attachments, list(walked.d.items))
+    assert read > 20
+
+
+def test_the_canonical_date_form_is_read_as_the_standard_library_reads_it() -> None:
+    """IN-1: a Date read directly (``D Mon YYYY HH:MM[:SS] +HHMM``) gives the standard library's
+    milliseconds, and every other value (two-digit years, named zones, ``-0000``, a day the month
+    lacks, an offset past a day, junk) the standard library's answer or ``date_invalid``."""
+    import email.utils
+    import random
+
+    from mailbox_actors.core.inbound.dates import date_ms
+    from mailbox_actors.core.inbound.text import Defects
+
+    rng = random.Random(5)
+    days = ["Mon, ", "Tue, ", "Sun, ", "Xyz, ", "Tue,", ""]
+    months = ["Jan", "Feb", "Jun", "Dec", "DEC", "dec", "Foo"]
+    zones = ["+0000", "-0000", "+0100", "-0530", "+2359", "-2400", "+1260", "GMT", "EST", "+00"]
+    for _ in range(5000):
+        year = rng.choice([str(rng.randint(1900, 2100)), f"{rng.randint(0, 9999):04d}",
+                           str(rng.randint(0, 99))])
+        clock = f"{rng.randint(0, 25):02d}:{rng.randint(0, 61):02d}" + (
+            f":{rng.randint(0, 61):02d}" if rng.random() < 0.8 else "")
+        value = (f"{rng.choice(days)}{rng.randint(0, 32)} {rng.choice(months)} {year} {clock} "
+                 f"{rng.choice(zones)}")
+        try:
+            expected: int | None = int(email.utils.parsedate_to_datetime(value).timestamp() * 1000)
+        except Exception:
+            expected = None
+        d = Defects()
+        assert date_ms(value, d) == expected, value
+        assert list(d.items) == ([] if expected is not None else ["date_invalid"]), value
+    assert date_ms("Tue, 01 Dec 2026 10:00:00 +0000", Defects()) == 1_796_119_200_000

@@ -19,6 +19,7 @@ from email.parser import BytesParser
 
 import msgspec
 
+from mailbox_actors.core.inbound.dates import date_ms
 from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.inbound.mime import Body, ParsedAttachment
 from mailbox_actors.core.inbound.split import split_simple
@@ -140,16 +141,6 @@ def _addresses(by_name: dict[str, list[str]], low: str, d: Defects) -> list[str]
     return out[:1000]
 
 
-def _date_ms(value: str | None, d: Defects) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(email.utils.parsedate_to_datetime(value).timestamp() * 1000)
-    except Exception:
-        d.add("date_invalid")
-        return None
-
-
 def _message_id(value: str | None, d: Defects) -> str | None:
     if value is None:
         return None
@@ -198,7 +189,8 @@ def parse_message(raw: bytes, lim: InboundLimits) -> ParsedMessage:
     headers = _headers(msg, lim, d)
     body = Body(lim, d)
     if split_body:
-        body.walk(msg)
+        if simple is None or not body.plain(msg):
+            body.walk(msg)
     else:
         payload = msg.get_payload()
         data = payload.encode("ascii", "surrogateescape") if isinstance(payload, str) else b""
@@ -220,6 +212,6 @@ def parse_message(raw: bytes, lim: InboundLimits) -> ParsedMessage:
         from_addr=from_addrs[0] if from_addrs else "",
         to=_addresses(by_name, "to", d), cc=_addresses(by_name, "cc", d),
         delivered_to=_addresses(by_name, "delivered-to", d),
-        date_ms=_date_ms(_first(by_name, "date"), d),
+        date_ms=date_ms(_first(by_name, "date"), d),
         text=body.text, html=body.html, attachments=body.attachments,
         defects=list(d.items))

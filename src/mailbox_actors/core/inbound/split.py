@@ -19,9 +19,10 @@ from email.message import Message
 
 __all__ = ["split_simple"]
 
-# A header line as the feed parser's headerRE reads one: a field name of printable ASCII other
-# than ':' (at least one character), then ':'.
-_FIELD = re.compile(rb"[\041-\071\073-\176]+:")
+# A header field as the feed parser reads one: a name of printable ASCII other than ':' (at least
+# one character), ':', the rest of its line, and the continuation lines (a space or tab first)
+# that follow; every line ends in LF (CRLF here: a lone CR sends the message to the feed parser).
+_FIELD = re.compile(r"([\x21-\x39\x3b-\x7e]+):([^\r\n]*\r?\n(?:[ \t][^\r\n]*\r?\n)*)")
 _BLANK = re.compile(rb"\n\r?\n")  # the end of the header block: a line end, then an empty line
 _PARTS = re.compile(rb"(?i)multipart/|message/")
 
@@ -32,33 +33,23 @@ def split_simple(raw: bytes) -> Message | None:
     if end is None:
         return None
     block = raw[:end.start() + 1]  # the header lines, each with its line end
-    body = raw[end.end():]
     if block.count(b"\r") != block.count(b"\r\n") or _PARTS.search(block) \
             or block.startswith(b"From "):
         return None
+    # The bytes parser hands the feed parser the text decoded so (8-bit bytes as surrogates).
+    text = block.decode("ascii", "surrogateescape")
     msg = Message(policy=policy.compat32)
-    name: bytes | None = None
-    lines: list[bytes] = []
-    for line in block.splitlines(keepends=True):
-        if line[:1] in (b" ", b"\t"):
-            if name is None:
-                return None  # a continuation first: the feed parser records a defect
-            lines.append(line)
-            continue
-        field = _FIELD.match(line)
+    match = _FIELD.match
+    pos, size = 0, len(text)
+    while pos < size:
+        field = match(text, pos)
         if field is None:
-            return None  # not a header line: the feed parser ends the headers there (a defect)
-        if name is not None:
-            _set(msg, lines)
-        name, lines = line[:field.end() - 1], [line]
-    if name is None:
-        return None
-    _set(msg, lines)
-    msg.set_payload(body.decode("ascii", "surrogateescape"))
+            # Not a header line (the feed parser ends the headers there, with a defect), or a
+            # continuation first (a defect too).
+            return None
+        # compat32's header_source_parse: the first line's blanks after ':' and the last line
+        # end go; continuation lines are kept as they are.
+        msg.set_raw(field[1], field[2].lstrip(" \t").rstrip("\r\n"))
+        pos = field.end()
+    msg.set_payload(raw[end.end():].decode("ascii", "surrogateescape"))
     return msg
-
-
-def _set(msg: Message, lines: list[bytes]) -> None:
-    # compat32's header_source_parse, on the text the bytes parser would hand it.
-    first, _, rest = b"".join(lines).decode("ascii", "surrogateescape").partition(":")
-    msg.set_raw(first, rest.lstrip(" \t").rstrip("\r\n"))
