@@ -141,3 +141,22 @@ async def test_sigkill_mid_stream_loses_no_acknowledged_write_and_no_alarm(tmp_p
         for oid, _ in ordered:
             assert await afs.scratch(rt, oid, afs.GetAlarm()) is None
             assert len(await afs.scratch(rt, oid, afs.Fired())) == 1
+
+
+def test_the_lock_file_names_its_holder_alone_after_a_longer_pid(tmp_path: Path) -> None:
+    """RT-3 (the lock names its holder, so ``stop`` signals the right process): a data directory
+    whose lock file still holds a longer pid from an earlier holder is taken with the file holding
+    this process's pid and nothing after it, and ``lock_holder`` answers that pid."""
+    import os
+
+    from mailbox_actors.platform.locks import LOCK_FILE, DataDirLock, lock_holder
+
+    tmp_path.joinpath(LOCK_FILE).write_bytes(b"123456789012\n")
+    lock = DataDirLock(tmp_path)
+    lock.acquire()
+    try:
+        assert tmp_path.joinpath(LOCK_FILE).read_bytes() == f"{os.getpid()}\n".encode()
+        assert lock_holder(tmp_path) == os.getpid()
+    finally:
+        lock.release()
+    assert lock_holder(tmp_path) is None  # released: nobody holds it

