@@ -28,7 +28,7 @@ import gc
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mailbox_actors.platform.sqlite_library import (
     configure_sqlite,
@@ -51,6 +51,7 @@ _DBCONFIG_NO_CKPT_ON_CLOSE = 1006
 _layout_checked = False  # a handle read at this offset was once proved to be its file's
 _LRU_CACHE = type(functools.lru_cache(maxsize=1)(int))
 _cache_at: int | None = None  # where the statement cache is among a connection's referents
+_release: Any = None  # sqlite3_db_release_memory, with its prototype
 
 
 def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
@@ -103,10 +104,13 @@ def shed_caches(conn: sqlite3.Connection, path: Path, cached_statements: int) ->
     is that cache (its ``cache_info`` says the ``maxsize`` the connection was opened with). That
     proof is made once: its place among the referents (the order the connection reports its
     fields in) is the same for every connection, so later ones check only its type there."""
-    global _cache_at
+    global _cache_at, _release
     handle = _handle(conn, path)
     if handle is not None:
-        sqlite_library().sqlite3_db_release_memory(ctypes.c_void_p(handle))
+        if _release is None:
+            _release = sqlite_library().sqlite3_db_release_memory
+            _release.argtypes, _release.restype = [ctypes.c_void_p], ctypes.c_int
+        _release(handle)
     refs = gc.get_referents(conn)
     at = _cache_at
     if at is not None and at < len(refs) and type(refs[at]) is _LRU_CACHE:

@@ -141,7 +141,10 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _first_read(conn: sqlite3.Connection, meta_keys: Sequence[str],
+_FIRST_READS: dict[tuple[str, ...], str] = {}  # the first read's text, per tuple of meta keys
+
+
+def _first_read(conn: sqlite3.Connection, meta_keys: tuple[str, ...],
                 ) -> tuple[int | None, dict[str, str]] | None:
     """The stored alarm and the runtime meta ``meta_keys`` in one statement (the file's first
     read), or None when the file has no ``_ma_meta`` (the runtime schema 1 layout, or no schema
@@ -151,11 +154,15 @@ def _first_read(conn: sqlite3.Connection, meta_keys: Sequence[str],
     The keys are read as the range from the least to the greatest (one seek, then the few
     runtime keys between them, which are left out here): an ``IN`` list costs SQLite an
     ephemeral index and a seek per key, about 50 K instructions more at every activation."""
-    meta = (f" UNION ALL SELECT k, v FROM _ma_meta WHERE k BETWEEN {_quoted(min(meta_keys))} "
-            f"AND {_quoted(max(meta_keys))}") if meta_keys else ""
+    query = _FIRST_READS.get(meta_keys)
+    if query is None:
+        meta = (f" UNION ALL SELECT k, v FROM _ma_meta WHERE k BETWEEN {_quoted(min(meta_keys))} "
+                f"AND {_quoted(max(meta_keys))}") if meta_keys else ""
+        query = f"SELECT NULL, at_ms FROM _ma_alarm WHERE id = 1{meta} /*{RUNTIME_TOKEN}*/"
+        if len(_FIRST_READS) < 64:
+            _FIRST_READS[meta_keys] = query
     try:
-        rows = conn.execute(
-            f"SELECT NULL, at_ms FROM _ma_alarm WHERE id = 1{meta} /*{RUNTIME_TOKEN}*/").fetchall()
+        rows = conn.execute(query).fetchall()
     except sqlite3.OperationalError as e:
         if "no such table" in str(e):
             return None
@@ -167,6 +174,26 @@ def _first_read(conn: sqlite3.Connection, meta_keys: Sequence[str],
         elif k in meta_keys:
             found[k] = v
     return alarm, found
+
+
+_SETUPS: dict[tuple[str, Limits], tuple[str, tuple[tuple[int, int], ...]]] = {}
+
+
+def _setup(durability: str, limits: Limits) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """What every connection is set up with, made once per durability and limits: the open-time
+    PRAGMAs (``_settings_script``) and SQLite's limits."""
+    made = _SETUPS.get((durability, limits))
+    if made is None:
+        script = _settings_script(durability, limits)
+        settings = ((sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters),
+                    (sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes),
+                    (sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes),
+                    (sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns),
+                    *((limit, value) for limit, value, _name in SQLITE_LIMITS))
+        made = (script, settings)
+        if len(_SETUPS) < 64:
+            _SETUPS[(durability, limits)] = made
+    return made
 
 
 def _upgrade_from_1(conn: sqlite3.Connection) -> None:
@@ -198,7 +225,7 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
 
 def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Limits,
                        now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
-                       alarm_sink: AlarmSink | None = None, meta_keys: Sequence[str] = (),
+                       alarm_sink: AlarmSink | None = None, meta_keys: tuple[str, ...] = (),
                        conn: sqlite3.Connection | None = None,
                        ) -> tuple[SqlStorage, dict[str, str]] | None:
     """``open_storage``, and the stored values of the runtime meta ``meta_keys`` (absent ones left
@@ -232,13 +259,10 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
             first = None  # read again below, from the upgraded layout
             ahead = False
         conn.row_factory = sqlite3.Row  # for the actor's code (the runtime's rows were tuples)
+        script, settings = _setup(durability, limits)
         if not ahead:
-            conn.executescript(_settings_script(durability, limits))
-        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
-        for limit, value, _name in SQLITE_LIMITS:
+            conn.executescript(script)
+        for limit, value in settings:
             conn.setlimit(limit, value)
         storage = SqlStorage(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink,
                              alarm=None if first is None else (first[0],))

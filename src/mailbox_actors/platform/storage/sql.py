@@ -128,10 +128,15 @@ class SqlStorage(Transactions):
                 counter.stop_recording(query, keep=ok)
             if ddl:
                 counter.schema_changed()
+        # Worked out now for every statement, a SELECT's 0 too (``written`` asks only when rows
+        # changed): once known, the statement's next run takes exec's short path.
+        per_row = counter.per_row(query)
         if buffered or (returning_writes and cur.description is not None):
-            return self._read_out(cur, query, before, counter.per_row(query))
-        written = counter.written(query, conn.total_changes - before, cur.rowcount)
-        return SqlCursor(cur, written, counter, query)
+            return self._read_out(cur, query, before, per_row)
+        changed = conn.total_changes - before
+        rowcount = cur.rowcount
+        return SqlCursor(cur, changed + rowcount * per_row if rowcount > 0 else changed,
+                         counter, query)
 
     def _exec_script(self, statements: tuple[str, ...], writes: bool, ddl: bool,
                      params: Sequence[Any]) -> SqlCursor:
