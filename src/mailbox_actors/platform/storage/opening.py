@@ -26,7 +26,6 @@ from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavai
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
-from mailbox_actors.wire.errors import MailboxActorsError
 
 __all__ = ["CACHED_STATEMENTS", "StorageUnavailable", "connect_ahead", "open_actor_storage",
            "open_storage"]
@@ -71,8 +70,15 @@ def _create(path: Path, durability: str) -> None:
         raise StorageUnavailable(type(e).__name__) from e
 
 
-def _connect(path: Path, create: bool, durability: str,
-             same_thread: bool = True) -> sqlite3.Connection | None:
+def _file_uri(name: str) -> str:
+    """``name`` as a URI that opens the file read-write and never creates it; the path is escaped
+    as Path.as_uri does ('#', '%', '?'), unless no character of it needs escaping (an actor
+    file's path under a plain data dir)."""
+    uri = name if _URI_PLAIN.fullmatch(name) else quote_from_bytes(os.fsencode(name))
+    return "file://" + uri + "?mode=rw"
+
+
+def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | None:
     name = os.fspath(path.absolute())
     try:
         damage = examine(name)  # the header check and "does it exist" in one look
@@ -83,12 +89,9 @@ def _connect(path: Path, create: bool, durability: str,
         damage = None
     if damage is not None:
         raise StorageCorrupt(damage)
-    # mode=rw never creates the file; the path is escaped as Path.as_uri does ('#', '%', '?'),
-    # unless no character of it needs escaping (an actor file's path under a plain data dir).
-    uri = name if _URI_PLAIN.fullmatch(name) else quote_from_bytes(os.fsencode(name))
     try:
-        return sqlite3.connect("file://" + uri + "?mode=rw", uri=True, isolation_level=None,
-                               cached_statements=CACHED_STATEMENTS, check_same_thread=same_thread)
+        return sqlite3.connect(_file_uri(name), uri=True, isolation_level=None,
+                               cached_statements=CACHED_STATEMENTS)
     except sqlite3.OperationalError as e:
         if not path.exists():
             return None  # no such object: the caller answers *_not_found
@@ -113,13 +116,14 @@ def connect_ahead(path: Path, durability: str, limits: Limits) -> sqlite3.Connec
     (``conn``) to finish on the event loop: the file opened, its write-ahead log recovered into a
     new ``-shm``, its schema read and the open-time settings made, which is where an evicted
     actor's open waits for the disk (SQLite releases the GIL meanwhile): one call into SQLite
-    after the connect. None when the file is absent, damaged or refuses now: the open on the loop
-    then finds out why and reports it. Nothing is written to the file."""
+    after the connect, and no ``examine`` (its four system calls each hand the GIL over once
+    more). None when the file is absent, damaged or refuses now: the open on the loop examines
+    it as always, and reports why. It only reads, as that open would."""
     try:
-        conn = _connect(path, False, durability, same_thread=False)
-    except (MailboxActorsError, sqlite3.Error, OSError):
-        return None
-    if conn is None:
+        conn = sqlite3.connect(_file_uri(os.fspath(path.absolute())), uri=True,
+                               isolation_level=None, cached_statements=CACHED_STATEMENTS,
+                               check_same_thread=False)
+    except sqlite3.Error:
         return None
     try:
         # The read first: it loads the schema and the log; the settings then cost nothing more.
