@@ -128,7 +128,7 @@ def connect_ahead(path: Path, durability: str, limits: Limits) -> sqlite3.Connec
     try:
         # The read first: it loads the schema and the log; the settings then cost nothing more.
         conn.executescript("SELECT at_ms FROM _ma_alarm WHERE id = 1; "
-                           + _settings_script(durability, limits))
+                           + _setup(durability, limits)[0])
     except sqlite3.Error:
         conn.close()
         return None
