@@ -62,6 +62,7 @@ _MAX_DATA_BYTES = 4096
 _FORBIDDEN_KEYS = frozenset({"body", "text", "html", "subject", "content", "attachment",
                              "attachments", "raw", "headers", "from", "to", "cc", "bcc",
                              "address", "email"})
+_NESTED = (dict, list)  # a tuple, not ``dict | list``: that would build a union at every check
 _ENC = msgspec.json.Encoder()
 _DEC = msgspec.json.Decoder(Event)
 
@@ -103,10 +104,11 @@ def check_event_data(data: dict[str, Any]) -> None:
         if k.lower() in _FORBIDDEN_KEYS:
             raise InvalidRequest(f"event data may not carry {k!r}: events carry ids only",
                                  details={"field": k})
-        if isinstance(v, str) and ("@" in v or len(v) > 256):
-            raise InvalidRequest(f"event data field {k!r} looks like content or an address",
-                                 details={"field": k})
-        if isinstance(v, dict | list):
+        if isinstance(v, str):
+            if "@" in v or len(v) > 256:
+                raise InvalidRequest(f"event data field {k!r} looks like content or an address",
+                                     details={"field": k})
+        elif isinstance(v, _NESTED):
             raise InvalidRequest(f"event data field {k!r} must be a string, number, bool or null",
                                  details={"field": k})
 

@@ -28,6 +28,21 @@ def _limit(field: str, why: str, limit: int) -> MailboxActorsError:
                               details={"field": field, "limit": limit})
 
 
+def _check_headers(headers: dict[str, str]) -> None:
+    for name, value in headers.items():
+        problem = header_problem(name, value)
+        if problem is not None:
+            # The name is the caller's own key, checked to be printable ASCII before quoting it.
+            shown = name if problem[0] != "E_HEADER_NAME_INVALID" else "?"
+            raise _invalid(f"headers.{shown}", problem[1], provider_code=problem[0])
+    problem = headers_problem(headers)
+    if problem is not None:
+        if problem[0] == "E_HEADER_NAME_INVALID":
+            raise _invalid("headers", problem[1], provider_code=problem[0])
+        raise MailboxActorsError(ErrorCode.LIMIT_EXCEEDED, f"headers: {problem[1]}",
+                                 details={"field": "headers", "provider_code": problem[0]})
+
+
 def check_submit(req: Submit) -> None:
     """Raise for the first problem found; return when the Email may be stored."""
     bad = address_problem(req.from_)
@@ -49,22 +64,12 @@ def check_submit(req: Submit) -> None:
         raise _invalid("subject", bad)
     if req.text is None and req.html is None:
         raise _invalid("text", "and html are both null: send text, html or both")
-    for name, value in req.headers.items():
-        problem = header_problem(name, value)
-        if problem is not None:
-            # The name is the caller's own key, checked to be printable ASCII before quoting it.
-            shown = name if problem[0] != "E_HEADER_NAME_INVALID" else "?"
-            raise _invalid(f"headers.{shown}", problem[1], provider_code=problem[0])
-    problem = headers_problem(req.headers)
-    if problem is not None:
-        if problem[0] == "E_HEADER_NAME_INVALID":
-            raise _invalid("headers", problem[1], provider_code=problem[0])
-        raise MailboxActorsError(ErrorCode.LIMIT_EXCEEDED, f"headers: {problem[1]}",
-                                 details={"field": "headers", "provider_code": problem[0]})
+    chars = len(req.subject) + len(req.text or "") + len(req.html or "")
+    if req.headers:  # most Emails set none
+        _check_headers(req.headers)
+        chars += sum(len(k) + len(v) for k, v in req.headers.items())
     # A character is at most four bytes of UTF-8: only content that could pass the limit is
     # encoded to be measured.
-    chars = (len(req.subject) + len(req.text or "") + len(req.html or "")
-             + sum(len(k) + len(v) for k, v in req.headers.items()))
     if chars * 4 <= MAX_CONTENT_BYTES:
         return
     size = (len(req.subject.encode()) + len((req.text or "").encode())
