@@ -24,7 +24,6 @@ __all__ = ["split_simple"]
 # that follow; every line ends in LF (CRLF here: a lone CR sends the message to the feed parser).
 _FIELD = re.compile(r"([\x21-\x39\x3b-\x7e]+):([^\r\n]*\r?\n(?:[ \t][^\r\n]*\r?\n)*)")
 _BLANK = re.compile(rb"\n\r?\n")  # the end of the header block: a line end, then an empty line
-_PARTS = re.compile(rb"(?i)multipart/|message/")
 
 
 def split_simple(raw: bytes) -> Message | None:
@@ -33,9 +32,10 @@ def split_simple(raw: bytes) -> Message | None:
     if end is None:
         return None
     block = raw[:end.start() + 1]  # the header lines, each with its line end
-    if block.count(b"\r") != block.count(b"\r\n") or _PARTS.search(block) \
-            or block.startswith(b"From "):
-        return None
+    lowered = block.lower()
+    if block.count(b"\r") != block.count(b"\r\n") or b"multipart/" in lowered \
+            or b"message/" in lowered or block.startswith(b"From "):
+        return None  # a lone CR, a type that could hold parts, a unix From line: the feed parser
     # The bytes parser hands the feed parser the text decoded so (8-bit bytes as surrogates).
     text = block.decode("ascii", "surrogateescape")
     msg = Message(policy=policy.compat32)
