@@ -31,9 +31,10 @@ def _descriptors_on(path: Path) -> int:
 
 @pytest.mark.anyio
 async def test_an_alarm_on_an_evicted_actor_runs_once_on_one_connection(tmp_path: Path) -> None:
-    """AL-4, RT-9, OPS-4: the evicted actor's alarm opens its file (ahead, in a thread, then on
-    the loop) once, runs once, stores its write, and leaves one connection open: the database,
-    its log and its -shm, nothing more."""
+    """AL-4, RT-9, RT-11, OPS-4: the evicted actor's alarm opens its file (ahead, in a thread,
+    then on the loop) once, runs once, stores its write, and leaves one connection open: the
+    database, its log and its -shm, nothing more; evicted again, that connection is closed in a
+    thread, and the node's stop waits for it: nothing is held after."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
         host = rt.node.host
         oid = await afs.new_scratch(rt, "evicted", alarm_at=rt.now_ms() + 5_000)
@@ -49,6 +50,8 @@ async def test_an_alarm_on_an_evicted_actor_runs_once_on_one_connection(tmp_path
         fired = await rt.run_in_actor("scratch", oid, lambda _actor, sql: sql.exec(
             "SELECT count(*) FROM fired").one()[0])
         assert fired == 1
+        host.evict_all_idle()  # its connection is closed behind, in a thread
+    assert _descriptors_on(path) == 0  # the node's stop waited for it
 
 
 @pytest.mark.anyio

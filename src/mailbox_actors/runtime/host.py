@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
+import anyio.to_thread
 import structlog
 
 from mailbox_actors.core.actor_ids import id_from_name
@@ -30,9 +31,10 @@ from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteF
 from mailbox_actors.platform.storage.hooks import AlarmSink
 from mailbox_actors.runtime.activation import Activation, Key, open_activation
 from mailbox_actors.runtime.actor import Actor, Call
-from mailbox_actors.runtime.alarm_host import OPEN_AHEAD_THREADS, AlarmHost, OpenAhead
+from mailbox_actors.runtime.alarm_host import AlarmHost
 from mailbox_actors.runtime.context import ActorEnv, CallActor
 from mailbox_actors.runtime.eviction import bound_victims, idle_victims
+from mailbox_actors.runtime.file_threads import FILE_THREADS, FileThreads
 from mailbox_actors.runtime.migrations import check_migrations
 from mailbox_actors.runtime.outbox import EventsDays, EventSink
 from mailbox_actors.runtime.paths import ActorPaths
@@ -91,7 +93,9 @@ class ActorHost(AlarmHost):
         self.activations = 0
         self.evictions = 0
         self._evicted_since_trim = 0
-        self._open_ahead = OpenAhead(OPEN_AHEAD_THREADS)  # evicted actors' alarms (AlarmHost)
+        # Evicted actors' files opened ahead of their alarms (AlarmHost), and closed behind.
+        self._files = FileThreads(FILE_THREADS)
+        self._made_ahead: set[Key] = set()  # open actors whose connection a thread made
 
     # ---- registration and placement --------------------------------------------------------
 
@@ -159,6 +163,8 @@ class ActorHost(AlarmHost):
             raise StorageCorrupt(type(e).__name__) from e
         act.last_used_ms = self.clock.now_ms()
         self._active[key] = act
+        if conn is not None:
+            self._made_ahead.add(key)
         self.activations += 1
         if len(self._active) > self.settings.max_active_actors:
             self._enforce_bound(keep=act)  # never the activation we are about to use
@@ -233,8 +239,12 @@ class ActorHost(AlarmHost):
         self._active.pop(act.key, None)
         self.evictions += 1
         self._evicted_since_trim += 1
+        key = act.key
+        ahead = key in self._made_ahead
+        self._made_ahead.discard(key)
         try:
-            act.runtime_storage.close()
+            # A connection a thread made may be closed by one (FileThreads), off the loop.
+            act.runtime_storage.close(self._files.close_behind if ahead else None)
         except Exception as e:  # a close failure must not take the node down
             self.log.error("actor_close_failed", namespace=act.namespace, object_id=act.id,
                            error=type(e).__name__)
@@ -302,8 +312,9 @@ class ActorHost(AlarmHost):
                 await self._drained.wait()
         if self._inflight:
             self.log.warning("shutdown_grace_expired", inflight=self._inflight)
-        self.stop_alarms()
+        self._files.stop()  # what is queued still runs; from now on files close here
         self._evict_all(list(self._active.values()), trim=True)
+        await anyio.to_thread.run_sync(self._files.join, 10.0)
 
     def scan_alarms(self, progress: Callable[[int], None] | None = None) -> dict[Key, int]:
         """Read the alarm of every actor file on disk (when the node's index is missing)."""

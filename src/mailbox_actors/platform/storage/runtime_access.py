@@ -8,7 +8,8 @@ version, erasure, alarm purposes, event sequence) go through here, in the actor'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 from mailbox_actors.platform.storage.errors import TransactionRolledBack
 from mailbox_actors.platform.storage.handle import close_connection, shed_caches
@@ -129,9 +130,10 @@ class RuntimeStorage:
         open actor then holds little more than a bare connection does."""
         shed_caches(self.sql._conn, self.sql.path, CACHED_STATEMENTS)
 
-    def close(self) -> None:
+    def close(self, behind: Callable[[Callable[[], None]], bool] | None = None) -> None:
         """Commit anything pending and close the file (removing it after a ``delete_all`` that
-        nothing was written after)."""
+        nothing was written after). ``behind``: takes the connection's close to run in a worker
+        thread (True), when the connection was made for that (``check_same_thread`` off)."""
         sql = self.sql
         remove = False
         try:
@@ -142,6 +144,9 @@ class RuntimeStorage:
         finally:
             # The log stays for the next open (ADR 0012); a file about to be removed is
             # checkpointed first, so no log outlives it.
-            close_connection(sql._conn, sql.path, keep_wal=sql.keeps_wal and not remove)
+            close = functools.partial(close_connection, sql._conn, sql.path,
+                                      keep_wal=sql.keeps_wal and not remove)
+            if remove or behind is None or not behind(close):
+                close()
         if remove:
             remove_files(sql.path)

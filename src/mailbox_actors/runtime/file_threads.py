@@ -1,0 +1,106 @@
+"""Worker threads for actor files (RT-9, AL-4): an evicted actor's file opened ahead of its alarm
+(``opening.connect_ahead``) and a connection made that way closed behind its eviction.
+
+Both are where an alarm on an evicted actor waits for the disk (the log's recovery into a new
+``-shm``, the reads; the close's unmapping and, for a log past its bound, the checkpoint), and
+SQLite releases the GIL meanwhile, so the event loop goes on with other alarms and requests. The
+threads touch no actor state: a connection opened ahead is the loop's once delivered (or closed,
+when nobody waits for it any more), and only a connection that no activation holds is closed
+behind. Each job costs the loop one queue put, and an open one ``call_soon_threadsafe``: a
+fraction of ``anyio.to_thread``'s limiter and cancel scope, which cost the loop about as much as
+the open saved it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from mailbox_actors.platform.storage.limits import Limits
+from mailbox_actors.platform.storage.opening import connect_ahead
+
+__all__ = ["FILE_THREADS", "FileThreads"]
+
+# Files opened or closed at once: the waits of a busy disk overlap; the loop keeps its core.
+FILE_THREADS = 4
+
+_log = structlog.get_logger("mailbox_actors.runtime")
+
+
+class FileThreads:
+    """Up to ``threads`` daemon threads fed by one queue; ``stop`` ends them."""
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._running: list[threading.Thread] = []
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.stopped = False
+
+    def _put(self, job: Callable[[], None]) -> None:
+        if len(self._running) < self._threads:
+            thread = threading.Thread(target=_work, args=(self._jobs,), daemon=True,
+                                      name="mailbox-actors-files")
+            thread.start()
+            self._running.append(thread)
+        self._jobs.put(job)
+
+    def open(self, path: Path, durability: str,
+             limits: Limits) -> asyncio.Future[sqlite3.Connection | None]:
+        """``connect_ahead(path, ...)`` in a thread; the connection (or None) comes back on
+        this loop. Not after ``stop`` (the caller opens on the loop then)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[sqlite3.Connection | None] = loop.create_future()
+        self._put(functools.partial(_open, loop, fut, path, durability, limits))
+        return fut
+
+    def close_behind(self, close: Callable[[], None]) -> bool:
+        """Run ``close`` (an evicted actor's ``close_connection``) in a thread; False once
+        stopped: the caller closes it itself."""
+        if self.stopped:
+            return False
+        self._put(close)
+        return True
+
+    def stop(self) -> None:
+        """Every job queued runs, then the threads end; ``join`` waits for them."""
+        self.stopped = True
+        for _ in self._running:
+            self._jobs.put(None)
+
+    def join(self, timeout_s: float) -> None:
+        for thread in self._running:
+            thread.join(timeout_s)
+        self._running = []
+
+
+def _work(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    while (job := jobs.get()) is not None:
+        try:
+            job()
+        except Exception as e:  # a close that fails must not end the thread
+            _log.error("actor_close_failed", error=type(e).__name__)
+
+
+def _open(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[sqlite3.Connection | None],
+          path: Path, durability: str, limits: Limits) -> None:
+    conn = connect_ahead(path, durability, limits)
+    try:
+        loop.call_soon_threadsafe(_deliver, fut, conn)
+    except RuntimeError:  # the loop is closed: nobody will take it
+        if conn is not None:
+            conn.close()
+
+
+def _deliver(fut: asyncio.Future[sqlite3.Connection | None],
+             conn: sqlite3.Connection | None) -> None:
+    if not fut.cancelled():
+        fut.set_result(conn)
+    elif conn is not None:
+        conn.close()
