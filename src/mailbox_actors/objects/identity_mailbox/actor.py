@@ -93,6 +93,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(7, CARRIER_INLINE_CONTENT),
         # Fewer b-trees per submit (the outbox's event and the Messages), existing rows kept.
         Migration(8, (*OUTBOX_LEAN, *CARRIER_MESSAGES_LEAN)),
+        Migration(9, inbound.INBOUND_LEAN),  # bodies in the message row, one b-tree less
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}

@@ -3,7 +3,8 @@
 ``ingest`` refuses a message over the cap, answers a replayed source id from its record (other
 bytes: ``conflict``), parses outside the transaction (in a worker thread when large), then stores
 the message, its thread, its matched waits and its ``message.received`` event (ids and sizes only)
-in one transaction. The schema is ``INBOUND_SCHEMA``; the wait half lives in ``waits``.
+in one transaction. The schema is ``INBOUND_SCHEMA`` then ``INBOUND_LEAN``; the wait half lives
+in ``waits``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from mailbox_actors.wire.inbound import (
 if TYPE_CHECKING:
     from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
 
-__all__ = ["INBOUND_SCHEMA", "INBOUND_TABLES", "counts", "delete_message",
+__all__ = ["INBOUND_LEAN", "INBOUND_SCHEMA", "INBOUND_TABLES", "counts", "delete_message",
            "erase", "get_message", "get_thread", "handle", "ingest", "limits", "list_messages"]
 
 INBOUND_SCHEMA = (
@@ -65,9 +66,29 @@ INBOUND_SCHEMA = (
     "message_id TEXT NOT NULL, thread_id TEXT NOT NULL, defects BLOB NOT NULL) WITHOUT ROWID",
     *waits.WAITS_SCHEMA,
 )
+# A later migration: the text and html bodies move into the message's row (one b-tree written
+# per message, not two) and the sequence loses AUTOINCREMENT (whose sqlite_sequence row was one
+# more page of every commit). A sequence is still never reused below a kept message: SQLite
+# gives max + 1, so listing order and cursors hold.
+INBOUND_LEAN = (
+    "CREATE TABLE messages_lean (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
+    "thread_id TEXT NOT NULL, message_id_header TEXT, from_addr TEXT NOT NULL, "
+    "subject TEXT NOT NULL, date_ms INTEGER, received_at_ms INTEGER NOT NULL, "
+    "size_bytes INTEGER NOT NULL, detail BLOB NOT NULL, text TEXT, html TEXT)",
+    "INSERT INTO messages_lean (seq, id, thread_id, message_id_header, from_addr, subject, "
+    "date_ms, received_at_ms, size_bytes, detail, text, html) SELECT m.seq, m.id, m.thread_id, "
+    "m.message_id_header, m.from_addr, m.subject, m.date_ms, m.received_at_ms, m.size_bytes, "
+    "m.detail, (SELECT b.content FROM message_bodies b WHERE b.message_id = m.id AND "
+    "b.kind = 'text'), (SELECT b.content FROM message_bodies b WHERE b.message_id = m.id AND "
+    "b.kind = 'html') FROM messages m",
+    "DROP TABLE messages",
+    "DROP TABLE message_bodies",
+    "ALTER TABLE messages_lean RENAME TO messages",
+    "CREATE INDEX messages_by_thread ON messages (thread_id, seq)",
+)
 # Every table holding received content or what points at it: erase empties them all (IN-6).
-INBOUND_TABLES = ("messages", "message_bodies", "attachment_chunks", "threads", "thread_keys",
-                  "inbound_sources", *waits.WAITS_TABLES)
+INBOUND_TABLES = ("messages", "attachment_chunks", "threads", "thread_keys", "inbound_sources",
+                  *waits.WAITS_TABLES)
 
 _CHUNK = 1 << 20  # attachment content per row, under the 2 MB value limit (RT-7)
 _THREAD_PARSE = 256 * 1024  # parse larger messages in a worker thread: the loop serves others
@@ -174,13 +195,10 @@ def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, siz
         attachments=[AttachmentView(filename=a.filename, content_type=a.content_type,
                                     size=a.size) for a in p.attachments], defects=p.defects)
     tx.exec("INSERT INTO messages (id, thread_id, message_id_header, from_addr, subject, date_ms, "
-            "received_at_ms, size_bytes, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "received_at_ms, size_bytes, detail, text, html) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             message_id, thread_id, p.message_id, p.from_addr, p.subject, p.date_ms, now, size,
-            _ENC.encode(detail))
-    for kind, content in (("text", p.text), ("html", p.html)):
-        if content is not None:
-            tx.exec("INSERT INTO message_bodies (message_id, kind, content) VALUES (?, ?, ?)",
-                    message_id, kind, content)
+            _ENC.encode(detail), p.text, p.html)
     for idx, att in enumerate(p.attachments):
         data = att.content or b""
         for chunk, start in enumerate(range(0, len(data), _CHUNK)):
@@ -201,16 +219,15 @@ def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, siz
 
 def get_message(mb: IdentityMailbox, req: GetMessage) -> MessageView | None:
     rows = mb.sql.exec("SELECT id, thread_id, message_id_header, from_addr, subject, date_ms, "
-                       "received_at_ms, detail FROM messages WHERE id = ?", req.message_id).all()
+                       "received_at_ms, detail, text, html FROM messages WHERE id = ?",
+                       req.message_id).all()
     if not rows:
         return None
     r = rows[0]
     d = DETAIL_DECODER.decode(r[7])
-    bodies: dict[str, str] = {k: v for k, v in mb.sql.exec(
-        "SELECT kind, content FROM message_bodies WHERE message_id = ?", req.message_id)}
     return MessageView(message_id=r[0], thread_id=r[1], message_id_header=r[2], from_=r[3],
                        to=d.to, cc=d.cc, subject=r[4], date_ms=r[5], received_at_ms=r[6],
-                       text=bodies.get("text"), html=bodies.get("html"), headers=d.headers,
+                       text=r[8], html=r[9], headers=d.headers,
                        attachments=d.attachments, defects=d.defects)
 
 
@@ -255,8 +272,7 @@ def delete_message(mb: IdentityMailbox, req: DeleteMessage) -> DeleteMessageRepl
         rows = tx.exec("SELECT thread_id FROM messages WHERE id = ?", req.message_id).all()
         if not rows:
             return DeleteMessageReply(deleted=False)
-        for table in ("message_bodies", "attachment_chunks"):
-            tx.exec(f"DELETE FROM {table} WHERE message_id = ?", req.message_id)
+        tx.exec("DELETE FROM attachment_chunks WHERE message_id = ?", req.message_id)
         tx.exec("DELETE FROM messages WHERE id = ?", req.message_id)
         # The thread keeps its id and keys (ids never change); it holds one message fewer.
         tx.exec("UPDATE threads SET size = size - 1 WHERE id = ?", rows[0][0])
