@@ -221,6 +221,9 @@ class Consumer:
         when nothing was visible. A claim is a write (it takes the file's write lock even when it
         finds nothing), so unless the last claim found messages, read first whether any is."""
         self._look = False
+        # This look is the poll interval's: the other consumers woken with this one (a
+        # hand-off wakes them all) must not read the file too while it is under way.
+        looks.look_at = anyio.current_time() + self.poll_interval_s
         due = None if found else await self._service.next_visible_ms(self.queue)
         if found or (due is not None and due <= self._clock.now_ms()):
             if not found:
