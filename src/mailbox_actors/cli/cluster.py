@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from mailbox_actors.cli.lifeline import SUPERVISOR_ENV
-from mailbox_actors.cli.serve import add_config_arguments, flags_of
+from mailbox_actors.cli.serve_args import add_config_arguments, flags_of
 from mailbox_actors.node.cluster_file import CLUSTER_FILE, read_cluster_file
 from mailbox_actors.node.config import (
     ENV_PREFIX,
