@@ -35,7 +35,7 @@ async def test_an_alarm_on_an_evicted_actor_runs_once_on_one_connection(tmp_path
     then on the loop) once, runs once, stores its write, and leaves one connection open: the
     database, its log and its -shm, nothing more; evicted again, that connection is closed in a
     thread, and the node's stop waits for it: nothing is held after."""
-    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
         host = rt.node.host
         oid = await afs.new_scratch(rt, "evicted", alarm_at=rt.now_ms() + 5_000)
         host.evict_all_idle()
@@ -61,7 +61,7 @@ async def test_an_actor_activated_while_its_file_was_opened_ahead_keeps_its_conn
     ahead, the activation stands and the connection made ahead is closed: SQLite keeps at most
     its database descriptor until the activation's own connection closes (closing it sooner
     would drop the activation's file locks), and then nothing is held."""
-    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
         host = rt.node.host
         oid = await afs.new_scratch(rt, "busy")
         act = host.activate(afs.Scratch, oid, create=False)

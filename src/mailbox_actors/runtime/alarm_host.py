@@ -49,6 +49,7 @@ class _Host(Protocol):
     def _active(self) -> Mapping[Key, Activation]: ...
 
     _files: FileThreads
+    _opening: dict[Key, bool]
 
     def path_for(self, namespace: str, object_id: str) -> Path: ...
 
@@ -71,13 +72,20 @@ class AlarmHost:
         if self.stopping:
             return AlarmResult(AlarmOutcome.BUSY, None)
         conn = None
-        if key not in self._active and not self._files.stopped:
-            conn = await self._files.open(self.path_for(*key), self.settings.durability,
-                                          self.settings.limits)
+        if key not in self._active and self._files.enabled:
+            path = self.path_for(*key)
+            self._opening[key] = True
+            try:
+                conn = await self._files.open(path, self.settings.durability, self.settings.limits)
+            finally:
+                fresh = self._opening.pop(key, False)
             # No await from here to activate(): the connection is the activation's, or closed.
+            if conn is not None and (self.stopping or not fresh):
+                # Opened or closed on the loop meanwhile (a request, an eviction, a delete_all):
+                # the file under this connection may be one since removed, so it goes unused.
+                conn.close()
+                conn = None
             if self.stopping:
-                if conn is not None:
-                    conn.close()
                 return AlarmResult(AlarmOutcome.BUSY, None)
         try:
             act = self.activate(cls, key[1], create=False, conn=conn)

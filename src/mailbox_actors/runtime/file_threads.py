@@ -26,22 +26,30 @@ import structlog
 from mailbox_actors.platform.storage.limits import Limits
 from mailbox_actors.platform.storage.opening import connect_ahead
 
-__all__ = ["FILE_THREADS", "FileThreads"]
+__all__ = ["MAX_PENDING_CLOSES", "FileThreads"]
 
-# Files opened or closed at once: the waits of a busy disk overlap; the loop keeps its core.
-FILE_THREADS = 4
+# Closes queued at most: past it the loop closes the file itself, so that the connections waiting
+# for a thread stay few (each holds three descriptors that max_active_actors no longer counts).
+MAX_PENDING_CLOSES = 64
 
 _log = structlog.get_logger("mailbox_actors.runtime")
 
 
 class FileThreads:
-    """Up to ``threads`` daemon threads fed by one queue; ``stop`` ends them."""
+    """Up to ``threads`` daemon threads fed by one queue (none: ``enabled`` is False and the
+    host opens and closes files on the loop, in the scheduler's order); ``stop`` ends them."""
 
     def __init__(self, threads: int) -> None:
         self._threads = threads
         self._running: list[threading.Thread] = []
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._closes = 0  # closes queued and not yet run (the threads count them down)
+        self._lock = threading.Lock()
         self.stopped = False
+
+    @property
+    def enabled(self) -> bool:
+        return self._threads > 0 and not self.stopped
 
     def _put(self, job: Callable[[], None]) -> None:
         if len(self._running) < self._threads:
@@ -61,12 +69,21 @@ class FileThreads:
         return fut
 
     def close_behind(self, close: Callable[[], None]) -> bool:
-        """Run ``close`` (an evicted actor's ``close_connection``) in a thread; False once
-        stopped: the caller closes it itself."""
-        if self.stopped:
+        """Run ``close`` (an evicted actor's ``close_connection``) in a thread; False when not
+        enabled or ``MAX_PENDING_CLOSES`` wait already: the caller closes it itself."""
+        if not self.enabled or self._closes >= MAX_PENDING_CLOSES:
             return False
-        self._put(close)
+        with self._lock:
+            self._closes += 1
+        self._put(functools.partial(self._close, close))
         return True
+
+    def _close(self, close: Callable[[], None]) -> None:
+        try:
+            close()
+        finally:
+            with self._lock:
+                self._closes -= 1
 
     def stop(self) -> None:
         """Every job queued runs, then the threads end; ``join`` waits for them."""
@@ -90,12 +107,15 @@ def _work(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
 
 def _open(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[sqlite3.Connection | None],
           path: Path, durability: str, limits: Limits) -> None:
-    conn = connect_ahead(path, durability, limits)
+    conn = None
     try:
-        loop.call_soon_threadsafe(_deliver, fut, conn)
-    except RuntimeError:  # the loop is closed: nobody will take it
-        if conn is not None:
-            conn.close()
+        conn = connect_ahead(path, durability, limits)
+    finally:  # whatever happened, the alarm waiting for it goes on (None: the loop opens)
+        try:
+            loop.call_soon_threadsafe(_deliver, fut, conn)
+        except RuntimeError:  # the loop is closed: nobody will take it
+            if conn is not None:
+                conn.close()
 
 
 def _deliver(fut: asyncio.Future[sqlite3.Connection | None],

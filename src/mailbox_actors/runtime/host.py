@@ -34,7 +34,7 @@ from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.alarm_host import AlarmHost
 from mailbox_actors.runtime.context import ActorEnv, CallActor
 from mailbox_actors.runtime.eviction import bound_victims, idle_victims
-from mailbox_actors.runtime.file_threads import FILE_THREADS, FileThreads
+from mailbox_actors.runtime.file_threads import FileThreads
 from mailbox_actors.runtime.migrations import check_migrations
 from mailbox_actors.runtime.outbox import EventsDays, EventSink
 from mailbox_actors.runtime.paths import ActorPaths
@@ -94,8 +94,11 @@ class ActorHost(AlarmHost):
         self.evictions = 0
         self._evicted_since_trim = 0
         # Evicted actors' files opened ahead of their alarms (AlarmHost), and closed behind.
-        self._files = FileThreads(FILE_THREADS)
+        self._files = FileThreads(settings.file_threads)
         self._made_ahead: set[Key] = set()  # open actors whose connection a thread made
+        # Keys a thread is opening ahead: False once the loop opened or closed that file itself
+        # meanwhile, when the connection made ahead may be to a file since deleted (AlarmHost).
+        self._opening: dict[Key, bool] = {}
 
     # ---- registration and placement --------------------------------------------------------
 
@@ -141,6 +144,8 @@ class ActorHost(AlarmHost):
             if conn is not None:  # activated meanwhile (a request): the one made ahead goes
                 conn.close()
             return act
+        if conn is None and key in self._opening:
+            self._opening[key] = False
         path = self.path_for(cls.namespace, object_id)
         try:
             act = open_activation(
@@ -240,6 +245,8 @@ class ActorHost(AlarmHost):
         self.evictions += 1
         self._evicted_since_trim += 1
         key = act.key
+        if key in self._opening:
+            self._opening[key] = False
         ahead = key in self._made_ahead
         self._made_ahead.discard(key)
         try:

@@ -40,6 +40,10 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     max_active_actors: int = 10_000
     max_queue: int = 1_000
     alarm_concurrency: int = 32
+    # Worker threads that open an evicted actor's file ahead of its alarm and close it behind
+    # (runtime/file_threads.py); 0: on the event loop, in the scheduler's order (TestRuntime's
+    # default, so that alarms due at one fake instant run in one order every time: RT-12).
+    file_threads: int = 4
     shutdown_grace_ms: int = 10_000
     # RT-16: a block_concurrency_while (and the start hook) that runs longer is given up and the
     # actor reset, as workerd does after 30 s.
@@ -94,6 +98,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
         need(self.max_active_actors >= 1, "max_active_actors", "must be >= 1")
         need(self.max_queue >= 1, "max_queue", "must be >= 1")
         need(1 <= self.alarm_concurrency <= 10_000, "alarm_concurrency", "must be in 1..10000")
+        need(0 <= self.file_threads <= 64, "file_threads", "must be in 0..64")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms", "must be >= 0")
         need(self.block_concurrency_timeout_ms >= 1, "block_concurrency_timeout_ms",
              "must be >= 1")
