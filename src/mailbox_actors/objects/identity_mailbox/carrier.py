@@ -72,7 +72,12 @@ def _insert_queued(keys: int) -> str:
 
 def cap_policy(mb: IdentityMailbox) -> CapPolicy:
     st = mb.ctx.settings
-    return CapPolicy(limit=st.recipient_cap, window_ms=st.recipient_cap_window_ms)
+    return _policy(st.recipient_cap, st.recipient_cap_window_ms)
+
+
+@functools.lru_cache(maxsize=8)
+def _policy(limit: int, window_ms: int) -> CapPolicy:
+    return CapPolicy(limit=limit, window_ms=window_ms)
 
 
 def _not_found() -> MailboxActorsError:
@@ -80,10 +85,16 @@ def _not_found() -> MailboxActorsError:
 
 
 def _message_id_header(email_id: str, from_: str) -> str:
-    domain = from_.rsplit("@", 1)[1]
+    return f"<{email_id.lower()}@{_header_domain(from_.rsplit('@', 1)[1])}>"
+
+
+@functools.lru_cache(maxsize=256)
+def _header_domain(domain: str) -> str:
+    """The Message-ID's domain for a sender's (the same few domains send again and again; only
+    the domain is kept, never an address)."""
     if domain.startswith("[") or not domain.isascii():
-        domain = "mailbox-actors.invalid"  # a literal or an IDN: keep the header plain ASCII
-    return f"<{email_id.lower()}@{domain.lower()}>"
+        return "mailbox-actors.invalid"  # a literal or an IDN: keep the header plain ASCII
+    return domain.lower()
 
 
 def submit(mb: IdentityMailbox, req: Submit) -> Receipt:
