@@ -13,7 +13,9 @@ import pytest
 import actors_for_tests as afs
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.opening import connect_ahead
+from mailbox_actors.runtime.activation import META_KEYS
 from mailbox_actors.testing import TestRuntime
+from test_rt14_runtime_state import table_rows, to_previous_layout
 
 
 def _descriptors_on(path: Path) -> int:
@@ -66,13 +68,13 @@ async def test_an_actor_activated_while_its_file_was_opened_ahead_keeps_its_conn
         oid = await afs.new_scratch(rt, "busy")
         act = host.activate(afs.Scratch, oid, create=False)
         path = host.path_for("scratch", oid)
-        ahead = connect_ahead(path, Durability.NORMAL, Limits())
+        ahead = connect_ahead(path, Durability.NORMAL, Limits(), META_KEYS)
         assert ahead is not None
         assert _descriptors_on(path) > 3
-        assert host.activate(afs.Scratch, oid, create=False, conn=ahead) is act
+        assert host.activate(afs.Scratch, oid, create=False, ahead=ahead) is act
         assert _descriptors_on(path) <= 4
         with pytest.raises(Exception, match="closed"):
-            ahead.execute("SELECT 1")
+            ahead.conn.execute("SELECT 1")
         assert await rt.call("scratch", oid, afs.Get(k="k"), tenant_id=afs.TENANT) is None
         host.evict_all_idle()
         assert _descriptors_on(path) == 0
@@ -82,10 +84,27 @@ def test_opening_ahead_leaves_a_missing_or_damaged_file_as_it_is(tmp_path: Path)
     """OPS-2, REL-4: opening ahead never creates a file for an unknown id, and leaves a damaged
     one untouched (no log or -shm made beside it): the open on the event loop reports it."""
     missing = tmp_path / "missing.sqlite"
-    assert connect_ahead(missing, Durability.NORMAL, Limits()) is None
+    assert connect_ahead(missing, Durability.NORMAL, Limits(), META_KEYS) is None
     assert list(tmp_path.iterdir()) == []
     damaged = tmp_path / "damaged.sqlite"
     damaged.write_bytes(b"not a database, " * 64)
-    assert connect_ahead(damaged, Durability.NORMAL, Limits()) is None
+    assert connect_ahead(damaged, Durability.NORMAL, Limits(), META_KEYS) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.sqlite"]
     assert damaged.read_bytes() == b"not a database, " * 64
+
+
+@pytest.mark.anyio
+async def test_an_evicted_actor_of_the_previous_layout_is_upgraded_by_its_alarm(
+        tmp_path: Path) -> None:
+    """RT-14, AL-4: opening ahead leaves a file of runtime schema 1 to the open on the loop,
+    which upgrades it; the alarm the file holds fires once and the file is of schema 2 after."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "old", alarm_at=rt.now_ms() + 60_000)
+        path = rt.node.host.path_for("scratch", oid)
+    to_previous_layout(path)
+    assert connect_ahead(path, Durability.NORMAL, Limits(), META_KEYS) is None
+    assert table_rows(path, "PRAGMA user_version") == [(1,)]
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        await rt.advance(60_000)
+        assert [s.object_id for s in afs.ALARM_LOG] == [oid]
+    assert table_rows(path, "PRAGMA user_version") == [(2,)]

@@ -8,14 +8,13 @@ then the object.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
-from mailbox_actors.platform.storage.opening import open_actor_storage
+from mailbox_actors.platform.storage.opening import OpenedAhead, open_actor_storage
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor
@@ -25,10 +24,10 @@ from mailbox_actors.runtime.migrations import SCHEMA_VERSION_KEY, apply_migratio
 from mailbox_actors.runtime.owner import OWNER_META_KEYS, Owner
 from mailbox_actors.runtime.settings import RuntimeSettings
 
-__all__ = ["Activation", "Key", "open_activation"]
+__all__ = ["META_KEYS", "Activation", "Key", "open_activation"]
 
 Key = tuple[str, str]
-_META_KEYS = (SCHEMA_VERSION_KEY, *OWNER_META_KEYS)
+META_KEYS = (SCHEMA_VERSION_KEY, *OWNER_META_KEYS)  # the runtime meta an activation reads
 
 
 class Activation:
@@ -80,13 +79,13 @@ def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create
                     settings: RuntimeSettings, clock: Clock, hooks: TransactionHooks,
                     alarm_sink: AlarmSink, env: ActorEnv, metrics: Any, log: Any,
                     on_reset: Callable[[], None],
-                    conn: sqlite3.Connection | None = None) -> Activation | None:
+                    ahead: OpenedAhead | None = None) -> Activation | None:
     """Open the actor's file and build its activation (None: no such object and not ``create``).
-    Whatever fails after the file opened closes it again. ``conn``: the file's connection made
-    ahead (``opening.connect_ahead``)."""
+    Whatever fails after the file opened closes it again. ``ahead``: the file's connection made
+    ahead (``opening.connect_ahead``, with ``META_KEYS``)."""
     opened = open_actor_storage(path, create=create, durability=settings.durability,
                                 limits=settings.limits, now_ms=clock.now_ms, hooks=hooks,
-                                alarm_sink=alarm_sink, meta_keys=_META_KEYS, conn=conn)
+                                alarm_sink=alarm_sink, meta_keys=META_KEYS, ahead=ahead)
     if opened is None:
         return None
     sql, meta = opened  # the meta keys come with the file's first read

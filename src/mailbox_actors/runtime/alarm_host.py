@@ -12,7 +12,6 @@ actor happens. Nothing is written in the thread, so a crash there loses nothing.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,8 +19,9 @@ from typing import Any, Protocol
 from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.storage.opening import OpenedAhead
 from mailbox_actors.runtime import alarm_runs
-from mailbox_actors.runtime.activation import Activation, Key
+from mailbox_actors.runtime.activation import META_KEYS, Activation, Key
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.file_threads import FileThreads
 from mailbox_actors.runtime.outbox import EventSink
@@ -54,7 +54,7 @@ class _Host(Protocol):
     def path_for(self, namespace: str, object_id: str) -> Path: ...
 
     def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
-                 conn: sqlite3.Connection | None = None) -> Activation | None: ...
+                 ahead: OpenedAhead | None = None) -> Activation | None: ...
 
     def _release(self, act: Activation) -> None: ...
 
@@ -71,24 +71,25 @@ class AlarmHost:
             return AlarmResult(AlarmOutcome.UNKNOWN, None)
         if self.stopping:
             return AlarmResult(AlarmOutcome.BUSY, None)
-        conn = None
+        ahead = None
         if key not in self._active and self._files.enabled:
             path = self.path_for(*key)
             self._opening[key] = True
             try:
-                conn = await self._files.open(path, self.settings.durability, self.settings.limits)
+                ahead = await self._files.open(path, self.settings.durability,
+                                               self.settings.limits, META_KEYS)
             finally:
                 fresh = self._opening.pop(key, False)
             # No await from here to activate(): the connection is the activation's, or closed.
-            if conn is not None and (self.stopping or not fresh):
+            if ahead is not None and (self.stopping or not fresh):
                 # Opened or closed on the loop meanwhile (a request, an eviction, a delete_all):
                 # the file under this connection may be one since removed, so it goes unused.
-                conn.close()
-                conn = None
+                ahead.conn.close()
+                ahead = None
             if self.stopping:
                 return AlarmResult(AlarmOutcome.BUSY, None)
         try:
-            act = self.activate(cls, key[1], create=False, conn=conn)
+            act = self.activate(cls, key[1], create=False, ahead=ahead)
         except MailboxActorsError:
             return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
         if act is None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import queue
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import structlog
 
 from mailbox_actors.platform.storage.limits import Limits
-from mailbox_actors.platform.storage.opening import connect_ahead
+from mailbox_actors.platform.storage.opening import OpenedAhead, connect_ahead
 
 __all__ = ["MAX_PENDING_CLOSES", "FileThreads"]
 
@@ -59,13 +58,13 @@ class FileThreads:
             self._running.append(thread)
         self._jobs.put(job)
 
-    def open(self, path: Path, durability: str,
-             limits: Limits) -> asyncio.Future[sqlite3.Connection | None]:
+    def open(self, path: Path, durability: str, limits: Limits,
+             meta_keys: tuple[str, ...]) -> asyncio.Future[OpenedAhead | None]:
         """``connect_ahead(path, ...)`` in a thread; the connection (or None) comes back on
         this loop. Not after ``stop`` (the caller opens on the loop then)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[sqlite3.Connection | None] = loop.create_future()
-        self._put(functools.partial(_open, loop, fut, path, durability, limits))
+        fut: asyncio.Future[OpenedAhead | None] = loop.create_future()
+        self._put(functools.partial(_open, loop, fut, path, durability, limits, meta_keys))
         return fut
 
     def close_behind(self, close: Callable[[], None]) -> bool:
@@ -105,22 +104,21 @@ def _work(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
             _log.error("actor_close_failed", error=type(e).__name__)
 
 
-def _open(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[sqlite3.Connection | None],
-          path: Path, durability: str, limits: Limits) -> None:
-    conn = None
+def _open(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[OpenedAhead | None],
+          path: Path, durability: str, limits: Limits, meta_keys: tuple[str, ...]) -> None:
+    opened = None
     try:
-        conn = connect_ahead(path, durability, limits)
+        opened = connect_ahead(path, durability, limits, meta_keys)
     finally:  # whatever happened, the alarm waiting for it goes on (None: the loop opens)
         try:
-            loop.call_soon_threadsafe(_deliver, fut, conn)
+            loop.call_soon_threadsafe(_deliver, fut, opened)
         except RuntimeError:  # the loop is closed: nobody will take it
-            if conn is not None:
-                conn.close()
+            if opened is not None:
+                opened.conn.close()
 
 
-def _deliver(fut: asyncio.Future[sqlite3.Connection | None],
-             conn: sqlite3.Connection | None) -> None:
+def _deliver(fut: asyncio.Future[OpenedAhead | None], opened: OpenedAhead | None) -> None:
     if not fut.cancelled():
-        fut.set_result(conn)
-    elif conn is not None:
-        conn.close()
+        fut.set_result(opened)
+    elif opened is not None:
+        opened.conn.close()

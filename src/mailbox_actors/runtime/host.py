@@ -10,7 +10,6 @@ fire (that is the scheduler's); a wake's opening and admission are ``alarm_host`
 from __future__ import annotations
 
 import functools
-import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -29,6 +28,7 @@ from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.sqlite_files import is_disk_full
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteFailed
 from mailbox_actors.platform.storage.hooks import AlarmSink
+from mailbox_actors.platform.storage.opening import OpenedAhead
 from mailbox_actors.runtime.activation import Activation, Key, open_activation
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.alarm_host import AlarmHost
@@ -135,16 +135,16 @@ class ActorHost(AlarmHost):
     # ---- activation ------------------------------------------------------------------------
 
     def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
-                 conn: sqlite3.Connection | None = None) -> Activation | None:
+                 ahead: OpenedAhead | None = None) -> Activation | None:
         """Return the live activation, opening the file when needed (None: no such object);
-        ``conn``: the file's connection made ahead (``opening.connect_ahead``), used or closed."""
+        ``ahead``: the file's connection made ahead (``opening.connect_ahead``), used or closed."""
         key = (cls.namespace, object_id)
         act = self._active.get(key)
         if act is not None:
-            if conn is not None:  # activated meanwhile (a request): the one made ahead goes
-                conn.close()
+            if ahead is not None:  # activated meanwhile (a request): the one made ahead goes
+                ahead.conn.close()
             return act
-        if conn is None and key in self._opening:
+        if ahead is None and key in self._opening:
             self._opening[key] = False
         path = self.path_for(cls.namespace, object_id)
         try:
@@ -152,7 +152,7 @@ class ActorHost(AlarmHost):
                 cls, object_id, path, create=create, settings=self.settings, clock=self.clock,
                 hooks=self._hooks, alarm_sink=self._alarm_sinks.sink(key), env=self._env,
                 metrics=self.metrics, log=self.log, on_reset=functools.partial(self._reset, key),
-                conn=conn)
+                ahead=ahead)
             if act is None:
                 return None
         except MailboxActorsError as e:
@@ -168,7 +168,7 @@ class ActorHost(AlarmHost):
             raise StorageCorrupt(type(e).__name__) from e
         act.last_used_ms = self.clock.now_ms()
         self._active[key] = act
-        if conn is not None:
+        if ahead is not None:
             self._made_ahead.add(key)
         self.activations += 1
         if len(self._active) > self.settings.max_active_actors:

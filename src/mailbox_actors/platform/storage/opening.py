@@ -16,6 +16,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import quote_from_bytes
 
 from mailbox_actors.platform.memory import PAGE_CACHE_KIB
@@ -27,8 +28,8 @@ from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 
-__all__ = ["CACHED_STATEMENTS", "StorageUnavailable", "connect_ahead", "open_actor_storage",
-           "open_storage"]
+__all__ = ["CACHED_STATEMENTS", "OpenedAhead", "StorageUnavailable", "connect_ahead",
+           "open_actor_storage", "open_storage"]
 
 # Prepared statements kept per connection (LRU): each costs a few KB of SQLite heap, so a large
 # cache would dominate an open actor's memory (ADR 0012); an object's hot statements fit in it.
@@ -111,14 +112,23 @@ def _settings_script(durability: str, limits: Limits) -> str:
         f"PRAGMA max_page_count = {max(1, limits.max_database_bytes // 4096)};")
 
 
-def connect_ahead(path: Path, durability: str, limits: Limits) -> sqlite3.Connection | None:
+class OpenedAhead(NamedTuple):
+    """A connection ``connect_ahead`` made, with the file's first read done (alarm, meta)."""
+
+    conn: sqlite3.Connection
+    first: tuple[int | None, dict[str, str]]
+
+
+def connect_ahead(path: Path, durability: str, limits: Limits,
+                  meta_keys: tuple[str, ...]) -> OpenedAhead | None:
     """An existing actor file's connection, made in a worker thread for ``open_actor_storage``
-    (``conn``) to finish on the event loop: the file opened, its write-ahead log recovered into a
-    new ``-shm``, its schema read and the open-time settings made, which is where an evicted
-    actor's open waits for the disk (SQLite releases the GIL meanwhile): one call into SQLite
-    after the connect, and no ``examine`` (its four system calls each hand the GIL over once
-    more). None when the file is absent, damaged or refuses now: the open on the loop examines
-    it as always, and reports why. It only reads, as that open would."""
+    (``ahead``) to finish on the event loop: the file opened, its write-ahead log recovered into
+    a new ``-shm``, its schema read, the runtime's first read and version check done and the
+    open-time settings made, which is where an evicted actor's open waits for the disk (SQLite
+    releases the GIL meanwhile). No ``examine`` here (its four system calls each hand the GIL
+    over once more): None when the file is absent, damaged, refusing now or of another runtime
+    schema, and the open on the loop examines it as always, upgrades it or reports why. It only
+    reads, as that open would."""
     try:
         conn = sqlite3.connect(_file_uri(os.fspath(path.absolute())), uri=True,
                                isolation_level=None, cached_statements=CACHED_STATEMENTS,
@@ -126,13 +136,16 @@ def connect_ahead(path: Path, durability: str, limits: Limits) -> sqlite3.Connec
     except sqlite3.Error:
         return None
     try:
-        # The read first: it loads the schema and the log; the settings then cost nothing more.
-        conn.executescript("SELECT at_ms FROM _ma_alarm WHERE id = 1; "
-                           + _setup(durability, limits)[0])
+        first = _first_read(conn, meta_keys)
+        if first is None or \
+                conn.execute("PRAGMA user_version").fetchone()[0] != RUNTIME_SCHEMA_VERSION:
+            conn.close()
+            return None
+        conn.executescript(_setup(durability, limits)[0])
     except sqlite3.Error:
         conn.close()
         return None
-    return conn
+    return OpenedAhead(conn, first)
 
 
 def _meta_query(keys: Sequence[str]) -> str:
@@ -230,14 +243,15 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
 def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Limits,
                        now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                        alarm_sink: AlarmSink | None = None, meta_keys: tuple[str, ...] = (),
-                       conn: sqlite3.Connection | None = None,
+                       ahead: OpenedAhead | None = None,
                        ) -> tuple[SqlStorage, dict[str, str]] | None:
     """``open_storage``, and the stored values of the runtime meta ``meta_keys`` (absent ones left
-    out), read with the file's version and alarm in its first statement. ``conn``: the file's
-    connection made by ``connect_ahead`` (its settings made), finished here (closed if this
-    fails)."""
-    ahead = conn is not None
-    if conn is None:
+    out), read with the file's version and alarm in its first statement. ``ahead``: the file's
+    connection made by ``connect_ahead`` (first read, version check and settings done), finished
+    here (closed if this fails)."""
+    if ahead is not None:
+        conn: sqlite3.Connection | None = ahead.conn
+    else:
         try:
             conn = _connect(path, create, durability)
         except sqlite3.OperationalError as e:
@@ -245,27 +259,13 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
     if conn is None:
         return None
     try:
-        try:
-            first = _first_read(conn, meta_keys)
-        except sqlite3.OperationalError:
-            # A newer runtime's layout may not fit this read: its version says so (corrupt for
-            # this code, not a retryable unavailable); checked only then, off the common path.
-            _check_version(conn.execute("PRAGMA user_version").fetchone()[0])
-            raise
-        # A plain PRAGMA, not pragma_user_version in the first read: that table-valued function
-        # is a virtual table SQLite builds (parsing its declaration) on every connection.
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        _check_version(version)
-        if version == 1:
-            if ahead:  # the upgrade runs as it always has, before the settings are made
-                conn.execute("PRAGMA foreign_keys = OFF")
-            _upgrade_from_1(conn)
-            first = None  # read again below, from the upgraded layout
-            ahead = False
-        conn.row_factory = sqlite3.Row  # for the actor's code (the runtime's rows were tuples)
         script, settings = _setup(durability, limits)
-        if not ahead:
-            conn.executescript(script)
+        first: tuple[int | None, dict[str, str]] | None
+        if ahead is not None:
+            first = ahead.first
+        else:
+            first = _prepare(conn, meta_keys, script)
+        conn.row_factory = sqlite3.Row  # for the actor's code (the runtime's rows were tuples)
         for limit, value in settings:
             conn.setlimit(limit, value)
         storage = SqlStorage(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink,
@@ -285,6 +285,29 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
         if isinstance(e, sqlite3.DatabaseError):
             raise StorageCorrupt(type(e).__name__) from e
         raise
+
+
+def _prepare(conn: sqlite3.Connection, meta_keys: tuple[str, ...],
+             script: str) -> tuple[int | None, dict[str, str]] | None:
+    """The open on the loop, after the connect: the first read, the version check (and the
+    upgrade from runtime schema 1), the open-time settings. Returns the first read, or None when
+    it is to be made again from the upgraded layout."""
+    try:
+        first = _first_read(conn, meta_keys)
+    except sqlite3.OperationalError:
+        # A newer runtime's layout may not fit this read: its version says so (corrupt for
+        # this code, not a retryable unavailable); checked only then, off the common path.
+        _check_version(conn.execute("PRAGMA user_version").fetchone()[0])
+        raise
+    # A plain PRAGMA, not pragma_user_version in the first read: that table-valued function
+    # is a virtual table SQLite builds (parsing its declaration) on every connection.
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    _check_version(version)
+    if version == 1:
+        _upgrade_from_1(conn)
+        first = None  # read again by the caller, from the upgraded layout
+    conn.executescript(script)
+    return first
 
 
 def _check_version(version: int) -> None:
