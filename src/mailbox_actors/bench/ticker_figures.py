@@ -25,6 +25,7 @@ from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
 from mailbox_actors.node import Node
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.platform.storage.handle import keep_wal_on_close
+from mailbox_actors.runtime.file_threads import FILE_THREADS
 from mailbox_actors.runtime.settings import RuntimeSettings
 
 __all__ = [
@@ -314,7 +315,9 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
         figure("alarms_fired_per_s", per_s, "alarms/s", goal=Goal("ratio_at_least", 0.9),
                limit=raw,
                note=f"{scale}, all overdue at node start; at most {sizes.max_active:,} open"
-                    f"{cut}; limit = raw open + write + close of an evicted actor's file"),
+                    f"{cut}; limit = raw open + write + close of an evicted actor's file, one "
+                    "file at a time (the node opens and closes files in up to "
+                    f"{FILE_THREADS} worker threads, its commits on the event loop)"),
         figure("raw_open_write_close_per_s", raw, "tx/s",
                note=f"the better of two medians of chunks over {len(paths):,} actor files: "
                     f"one thread {median(single):,.0f}/s ({len(single)} chunks), {threads} "
