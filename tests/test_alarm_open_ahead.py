@@ -104,7 +104,7 @@ async def test_an_evicted_actor_of_the_previous_layout_is_upgraded_by_its_alarm(
     to_previous_layout(path)
     assert connect_ahead(path, Durability.NORMAL, Limits(), META_KEYS) is None
     assert table_rows(path, "PRAGMA user_version") == [(1,)]
-    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
         await rt.advance(60_000)
         assert [s.object_id for s in afs.ALARM_LOG] == [oid]
     assert table_rows(path, "PRAGMA user_version") == [(2,)]

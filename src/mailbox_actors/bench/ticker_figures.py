@@ -25,7 +25,6 @@ from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
 from mailbox_actors.node import Node
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.platform.storage.handle import keep_wal_on_close
-from mailbox_actors.runtime.file_threads import FILE_THREADS
 from mailbox_actors.runtime.settings import RuntimeSettings
 
 __all__ = [
@@ -317,7 +316,8 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
                note=f"{scale}, all overdue at node start; at most {sizes.max_active:,} open"
                     f"{cut}; limit = raw open + write + close of an evicted actor's file, one "
                     "file at a time (the node opens and closes files in up to "
-                    f"{FILE_THREADS} worker threads, its commits on the event loop)"),
+                    f"{_settings(data, sizes).file_threads} worker threads, its commits on the "
+                    "event loop)"),
         figure("raw_open_write_close_per_s", raw, "tx/s",
                note=f"the better of two medians of chunks over {len(paths):,} actor files: "
                     f"one thread {median(single):,.0f}/s ({len(single)} chunks), {threads} "
