@@ -2,8 +2,9 @@
 
 RCPT is resolved in the control database (an unknown address: 550 5.1.1; the database away: 451),
 through an ``AddressBook`` that keeps answers until an address or identity changes.
-DATA is ingested into each recipient's IdentityMailbox through the node's own RPC path, so an
-IdentityMailbox another node owns is reached by forwarding, exactly as RPC does; 250 is answered
+DATA is ingested into each recipient's IdentityMailbox through the router's call path (an envelope
+built here, not encoded: the router's id and host checks, counted as RPC) when this node owns it,
+and through the app's forwarding, exactly as RPC does, when another node does; 250 is answered
 only after every ingest committed. Over the cap: 552; an owner that cannot be reached now: 451.
 The door prepends ``Delivered-To`` (so a Bcc recipient's waits can match on ``to``) and derives the
 source id from the recipient and the bytes, so a client's retry after a lost 250 is a duplicate.
