@@ -495,6 +495,13 @@ def _sized(total: int) -> dict[str, Any]:
     return {"v": 1, "kind": "job", "pad": "x" * (total - base)}
 
 
+def _nested(levels: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(levels):
+        value = {"in": value}
+    return value
+
+
 @pytest.mark.parametrize(("body", "names"), [
     ([1, 2], "JSON object"),
     ("text", "JSON object"),
@@ -510,6 +517,9 @@ def _sized(total: int) -> dict[str, Any]:
     ({"v": 1, "kind": "job", "x": [float("nan")]}, "body.x[0]"),
     ({"v": 1, "kind": "job", "raw": b"bytes"}, "body.raw: bytes"),
     ({"v": 1, "kind": "job", "m": {2: "a"}}, "keys must be strings"),
+    ({"v": 1, "kind": "job", "e": {"data": {"n": 1, "x": [1, {"y": float("inf")}]}}},
+     "body.e.data.x[1].y"),
+    ({"v": 1, "kind": "job", "deep": _nested(40)}, "nested deeper than 32 levels"),
 ])
 @pytest.mark.anyio
 async def test_bad_bodies_are_refused(queues: QueueService, body: Any, names: str) -> None:

@@ -102,10 +102,35 @@ def encode_body(body: object, *, where: str = "body") -> tuple[bytes, str]:
         raise LimitExceeded("queue_body_bytes", MAX_BODY_BYTES,
                             f"queue {where} is {len(data)} bytes encoded; the limit is "
                             f"{MAX_BODY_BYTES} (bodies carry ids and pointers, not content)")
-    problem = _json_problem(body, where, 0)
-    if problem is not None:
+    if not _plain_json(body, 0):
+        problem = _json_problem(body, where, 0) or f"{where}: not plain JSON"
         raise _invalid(f"queue {where} is not JSON-serialisable: {problem}", field=where)
     return data, kind
+
+
+def _plain_json(value: Any, depth: int) -> bool:
+    """Whether ``value`` is plain JSON, as ``_json_problem`` decides it, without building the
+    path of every value on the way (every body sent is walked; the path is needed only to say
+    what is wrong with one that is not)."""
+    if value is None or isinstance(value, str | bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if depth >= _MAX_DEPTH:
+        return False
+    if type(value) is dict or isinstance(value, Mapping):  # a dict skips the ABC's check
+        for k, item in value.items():
+            if not isinstance(k, str) or not (
+                    item is None or type(item) is str or type(item) is int
+                    or _plain_json(item, depth + 1)):
+                return False
+        return True
+    if isinstance(value, list | tuple):
+        for item in value:
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
+    return False
 
 
 def _json_problem(value: Any, path: str, depth: int) -> str | None:
