@@ -314,10 +314,10 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
         figure("alarms_fired_per_s", per_s, "alarms/s", goal=Goal("ratio_at_least", 0.9),
                limit=raw,
                note=f"{scale}, all overdue at node start; at most {sizes.max_active:,} open"
-                    f"{cut}; limit = raw open + write + close of an evicted actor's file, one "
-                    "file at a time (the node opens and closes files in up to "
-                    f"{_settings(data, sizes).file_threads} worker threads, its commits on the "
-                    "event loop)"),
+                    f"{cut}; limit = raw open + write + close of evicted actors' files, the "
+                    f"better of one file at a time and {threads} at once (the node opens and "
+                    f"closes files in up to {threads} worker threads, file_threads, its commits "
+                    "on the event loop)"),
         figure("raw_open_write_close_per_s", raw, "tx/s",
                note=f"the better of two medians of chunks over {len(paths):,} actor files: "
                     f"one thread {median(single):,.0f}/s ({len(single)} chunks), {threads} "
