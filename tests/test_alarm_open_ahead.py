@@ -14,6 +14,7 @@ import actors_for_tests as afs
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.opening import connect_ahead
 from mailbox_actors.runtime.activation import META_KEYS
+from mailbox_actors.runtime.file_threads import FileThreads
 from mailbox_actors.testing import TestRuntime
 from test_rt14_runtime_state import table_rows, to_previous_layout
 
@@ -108,3 +109,22 @@ async def test_an_evicted_actor_of_the_previous_layout_is_upgraded_by_its_alarm(
         await rt.advance(60_000)
         assert [s.object_id for s in afs.ALARM_LOG] == [oid]
     assert table_rows(path, "PRAGMA user_version") == [(2,)]
+
+
+def test_files_are_opened_ahead_only_while_opens_on_the_loop_wait_for_the_disk() -> None:
+    """AL-5, RT-9: a node opens evicted actors' files ahead (in threads) while its opens on the
+    loop wait for the disk, and on the loop once they stop waiting (a quiet disk, where the
+    threads' hand-offs would cost more than they save); it starts opening ahead."""
+    files = FileThreads(4)
+    assert files.enabled and files.idle
+    assert files.ahead_pays()
+    files.opened_on_loop(wall_s=0.0004, cpu_s=0.0004)  # waited for nothing
+    files.opened_on_loop(wall_s=0.0005, cpu_s=0.0004)
+    assert not any(files.ahead_pays() for _ in range(1000))
+    files.opened_on_loop(wall_s=0.0090, cpu_s=0.0004)  # a busy disk: 8.6 ms of waiting
+    pays = [files.ahead_pays() for _ in range(256)]
+    # Ahead until a sample is due, then on the loop until an open there is timed again.
+    assert pays[0] and not pays[-1] and pays == sorted(pays, reverse=True)
+    files.opened_on_loop(wall_s=0.0090, cpu_s=0.0004)
+    assert files.ahead_pays()
+    assert not FileThreads(0).enabled

@@ -12,6 +12,7 @@ actor happens. Nothing is written in the thread, so a crash there loses nothing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -72,7 +73,11 @@ class AlarmHost:
         if self.stopping:
             return AlarmResult(AlarmOutcome.BUSY, None)
         ahead = None
-        if key not in self._active and self._files.enabled:
+        timed: tuple[float, float] | None = None
+        if key not in self._active and self._files.enabled and not self._files.ahead_pays():
+            if self._files.idle:  # does the disk make an open on the loop wait?
+                timed = (time.perf_counter(), time.thread_time())
+        elif key not in self._active and self._files.enabled:
             path = self.path_for(*key)
             self._opening[key] = True
             try:
@@ -92,6 +97,10 @@ class AlarmHost:
             act = self.activate(cls, key[1], create=False, ahead=ahead)
         except MailboxActorsError:
             return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
+        finally:
+            if timed is not None:
+                self._files.opened_on_loop(time.perf_counter() - timed[0],
+                                           time.thread_time() - timed[1])
         if act is None:
             return AlarmResult(AlarmOutcome.GONE, None)
         skip = alarm_runs.not_runnable(act, force, self.clock.now_ms())
