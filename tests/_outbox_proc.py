@@ -32,13 +32,12 @@ class PublishThenHang:
 
 
 async def main(data: Path, mode: str) -> None:
-    async with TestRuntime(data, control=True) as rt:
+    wrap = PublishThenHang if mode == "published" else None
+    async with TestRuntime(data, control=True, wrap_event_sink=wrap) as rt:
         db = rt.node.control_db
         assert db is not None
         tenant = await db.create_tenant("crash", webhook_url=None)
         mid = rt.id_from_name("identity_mailbox", "crash-identity")
-        if mode == "published":
-            rt.node.host.event_sink = PublishThenHang(rt.node.host.event_sink)
         await rt.call("identity_mailbox", mid, MailboxInit(), tenant_id=tenant.id,
                       identity_id="idt_crash")
         print("committed", mid, tenant.id, flush=True)

@@ -8,7 +8,7 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import pytest
 from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.runtime.outbox import EventSink
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.webhooks.publish import ControlEventSink
 from mailbox_actors.wire.control import EventIndexRow, Identity, Tenant
@@ -73,18 +74,20 @@ async def test_outbox_alarm_dispatches_then_re_arms_to_maintenance(tmp_path: Pat
 async def test_a_failing_sink_retries_the_dispatch_and_loses_nothing(tmp_path: Path) -> None:
     """EV-3: when publishing fails the outbox alarm is retried with backoff; the event goes out
     on a later try, once it succeeds."""
-    async with TestRuntime(tmp_path) as rt:
+    failures = [2]
+
+    class Flaky:
+        def __init__(self, inner: EventSink) -> None:
+            self.inner = inner
+
+        async def publish(self, ns: str, oid: str, events: Sequence[Event]) -> None:
+            if failures[0]:
+                failures[0] -= 1
+                raise ConnectionError("control database unavailable")
+            await self.inner.publish(ns, oid, events)
+
+    async with TestRuntime(tmp_path, wrap_event_sink=Flaky) as rt:
         real = rt.events
-        failures = [2]
-
-        class Flaky:
-            async def publish(self, ns: str, oid: str, events: list) -> None:  # type: ignore[type-arg]
-                if failures[0]:
-                    failures[0] -= 1
-                    raise ConnectionError("control database unavailable")
-                await real.publish(ns, oid, events)
-
-        rt.node.host.event_sink = Flaky()
         m = rt.id_from_name("identity_mailbox", "a")
         await rt.call("identity_mailbox", m, MailboxInit(), **IDS)
         await rt.run_until_idle()

@@ -75,7 +75,7 @@ class ActorHost(AlarmHost):
         self.log = structlog.get_logger("mailbox_actors.runtime")
         self.watch = LoopWatch(settings.loop_block_warn_ms, metrics, self.log)  # RT-17
         self.actors_dir = settings.path / "actors"
-        self.event_sink = event_sink  # read at each outbox run (tests swap it for a flaky one)
+        self.event_sink = event_sink  # read at each outbox run (TestRuntime may wrap it)
         self._alarm_sinks = alarm_sinks
         self.services = services or Services()  # what objects read with ctx.service(KEY)
         self._env = ActorEnv(settings=settings, clock=clock, rng=rng, ids=ids,

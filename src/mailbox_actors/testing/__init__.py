@@ -32,7 +32,7 @@ from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.platform.services import ServiceKey, Services
 from mailbox_actors.rpc.router import op_name
 from mailbox_actors.runtime.actor import Actor
-from mailbox_actors.runtime.outbox import RecordingEventSink
+from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.testing.cluster import TestCluster
 from mailbox_actors.testing.inspection import (
@@ -56,7 +56,10 @@ class NotStarted(RuntimeError):
 
 
 class TestRuntime:
-    """An in-process node for one test. ``async with TestRuntime() as rt: ...``"""
+    """An in-process node for one test. ``async with TestRuntime() as rt: ...``
+
+    ``wrap_event_sink``: builds the sink outbox alarms publish to around the node's own (a test's
+    failing or hanging sink); ``events`` still reads the node's own recording."""
 
     __test__ = False  # not a pytest test class
 
@@ -64,6 +67,7 @@ class TestRuntime:
                  seed: int = 0, objects: Sequence[type[Actor]] = DEFAULT_OBJECTS,
                  control: bool = False, services: Mapping[ServiceKey[Any], Any] | None = None,
                  raise_errors: bool = False, peers: Peers | None = None,
+                 wrap_event_sink: Callable[[EventSink], EventSink] | None = None,
                  **settings: Any) -> None:
         self._own_dir = data_dir is None
         self.raise_errors = raise_errors
@@ -86,6 +90,11 @@ class TestRuntime:
                              objects=self._errors.wrap(objects),
                              services=Services(_deterministic_dns(services, self.settings)),
                              peers=peers)
+            self._event_sink = self.node.host.event_sink
+            if wrap_event_sink is not None:
+                # A test's sink around the node's own (one that fails or hangs), in place
+                # before anything publishes.
+                self.node.host.event_sink = wrap_event_sink(self._event_sink)
         except BaseException:
             self._remove_own_dir()  # a refused setting must not leave the directory behind
             raise
@@ -135,7 +144,7 @@ class TestRuntime:
     @property
     def events(self) -> RecordingEventSink:
         """Events published by outbox alarms (without ``control=True``)."""
-        sink = self.node.host.event_sink
+        sink = self._event_sink
         if not isinstance(sink, RecordingEventSink):
             raise RuntimeError("with control=True events go to the control database and queues")
         return sink
