@@ -74,10 +74,12 @@ class AlarmHost:
             return AlarmResult(AlarmOutcome.BUSY, None)
         ahead = None
         timed: tuple[float, float] | None = None
-        if key not in self._active and self._files.enabled and not self._files.ahead_pays():
+        if key in self._active or not self._files.enabled:
+            pass
+        elif not self._files.ahead_pays():
             if self._files.idle:  # does the disk make an open on the loop wait?
                 timed = (time.perf_counter(), time.thread_time())
-        elif key not in self._active and self._files.enabled:
+        else:
             path = self.path_for(*key)
             self._opening[key] = True
             try:

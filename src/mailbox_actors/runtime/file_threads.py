@@ -29,7 +29,7 @@ import structlog
 from mailbox_actors.platform.storage.limits import Limits
 from mailbox_actors.platform.storage.opening import OpenedAhead, connect_ahead
 
-__all__ = ["MAX_PENDING_CLOSES", "FileThreads"]
+__all__ = ["MAX_PENDING_JOBS", "FileThreads"]
 
 # Opening ahead pays when an open on the loop waits (wall time past its CPU time) this long: on a
 # quiet disk an open waits about 1 ms and handing it to a thread costs the GIL's hand-offs more
@@ -40,9 +40,10 @@ AHEAD_PAYS_WAIT_S = 0.002
 # loop and timed (with no thread holding the GIL meanwhile, its waits are the disk's).
 _SAMPLE_EVERY = 256
 
-# Closes queued at most: past it the loop closes the file itself, so that the connections waiting
-# for a thread stay few (each holds three descriptors that max_active_actors no longer counts).
-MAX_PENDING_CLOSES = 64
+# Jobs queued or running at most when a close is handed over: past it the loop closes the file
+# itself, so that the connections waiting for a thread stay few (each holds three descriptors that
+# max_active_actors no longer counts).
+MAX_PENDING_JOBS = 64
 
 _log = structlog.get_logger("mailbox_actors.runtime")
 
@@ -55,7 +56,6 @@ class FileThreads:
         self._threads = threads
         self._running: list[threading.Thread] = []
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._closes = 0  # closes queued and not yet run (the threads count them down)
         self._lock = threading.Lock()
         self.stopped = False
         # How long opens on the loop waited lately (a moving average; it starts as if they
@@ -117,20 +117,11 @@ class FileThreads:
 
     def close_behind(self, close: Callable[[], None]) -> bool:
         """Run ``close`` (an evicted actor's ``close_connection``) in a thread; False when not
-        enabled or ``MAX_PENDING_CLOSES`` wait already: the caller closes it itself."""
-        if not self.enabled or self._closes >= MAX_PENDING_CLOSES:
+        enabled or ``MAX_PENDING_JOBS`` are queued or running already: the caller closes it."""
+        if not self.enabled or self._busy >= MAX_PENDING_JOBS:
             return False
-        with self._lock:
-            self._closes += 1
-        self._put(functools.partial(self._close, close))
+        self._put(close)
         return True
-
-    def _close(self, close: Callable[[], None]) -> None:
-        try:
-            close()
-        finally:
-            with self._lock:
-                self._closes -= 1
 
     def stop(self) -> None:
         """Every job queued runs, then the threads end; ``join`` waits for them."""
