@@ -1,7 +1,7 @@
 """The rows dispatch changes (CA-4, CA-5, CA-11): dispatch intent, and an attempt's outcome, each
 inside the caller's transaction with its event (EV-1).
 
-Intent is one guarded update that also returns the inline content: the Email moves to
+Intent is one guarded update, then the inline content read by key: the Email moves to
 ``dispatching`` only while it is still ``queued`` at the attempt its checks saw (its quota was
 reserved for that attempt). An outcome is recorded against the row intent left, guarded the same
 way (``move_if``), so the round that commits several outcomes reads none of them back.
@@ -32,9 +32,12 @@ if TYPE_CHECKING:
 
 __all__ = ["intent", "jitter", "record"]
 
+# No RETURNING: the storage counts a write's rows read through ``sqlite_stmt`` when it returns
+# rows (RT-13), a scan of every prepared statement that cost more than the update; the content is
+# read after it by primary key instead.
 _INTENT = ("UPDATE emails SET status = 'dispatching', updated_at_ms = ?, next_attempt_at_ms = NULL, "
-           "lease_until_ms = ? WHERE email_id = ? AND status = 'queued' AND attempts = ? "
-           "RETURNING content, content_parts")
+           "lease_until_ms = ? WHERE email_id = ? AND status = 'queued' AND attempts = ?")
+_CONTENT = "SELECT content, content_parts FROM emails WHERE email_id = ?"
 _DEC = msgspec.msgpack.Decoder(OutboundEmail)
 assert can_move(EmailStatus.QUEUED, EmailStatus.DISPATCHING)
 
@@ -51,10 +54,9 @@ def intent(ctx: ActorContext, tx: SqlStorage, row: EmailRow, lease_ms: int | Non
     None when it is no longer queued at ``row``'s attempt (cancelled, erased, sent meanwhile)."""
     now = tx.now_ms()
     lease = None if lease_ms is None else now + lease_ms
-    got = tx.exec(_INTENT, now, lease, row.email_id, row.attempts).all()
-    if not got:
+    if not tx.exec(_INTENT, now, lease, row.email_id, row.attempts).rows_written:
         return None
-    inline, parts = got[0][0], got[0][1]
+    inline, parts = tx.exec(_CONTENT, row.email_id).one()
     moved = msgspec.structs.replace(row, status=EmailStatus.DISPATCHING, updated_at_ms=now,
                                     next_attempt_at_ms=None, lease_until_ms=lease,
                                     content_parts=parts)
