@@ -108,6 +108,10 @@ class _Watch:
             self.done.set()
         return outcome
 
+    @property
+    def slots(self) -> int:
+        return int(getattr(self.inner, "slots", 4))
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 

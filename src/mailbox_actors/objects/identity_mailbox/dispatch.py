@@ -50,6 +50,9 @@ _READ_AHEAD = 32
 # Emails one alarm run starts at most: then it re-arms for now, so the outbox (and every other
 # purpose of the mailbox) gets its turn during a long backlog.
 DISPATCH_RUN_MAX = 256
+# How long an outcome may wait for others to share its commit (see ``_send_due``): far below
+# what a receipt reader notices, about a send on loopback.
+_LINGER_S = 0.005
 
 
 async def dispatch(mb: IdentityMailbox) -> None:
@@ -72,7 +75,13 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     when none is due and none is in flight. Each Email still goes checks, intent, send, outcome
     in that order; what changes is how many share a commit: the outcomes that came back since
     the last look and the intents of the Emails about to start commit in one transaction, and
-    only after it commits are those Emails handed to the transport (CA-4)."""
+    only after it commits are those Emails handed to the transport (CA-4).
+
+    A transport with fewer connections (``slots``) than Emails in flight has Emails with intent
+    waiting for a connection: while one of them is still waiting, the wire is not about to idle,
+    so an outcome waits (at most ``_LINGER_S``) for the next ones and they commit together, with
+    the intents of as many new Emails, one commit for several Emails instead of one each."""
+    slots = getattr(transport, "slots", DISPATCH_CONCURRENCY)
     in_flight: dict[str, EmailRow] = {}  # as intent left them, for their outcome
     finished: list[tuple[EmailRow, TransportOutcome]] = []
     skipped: set[str] = set()  # failed a check this run (delayed, ended): not looked at again
@@ -92,6 +101,11 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     try:
         async with anyio.create_task_group() as tg:
             while True:
+                if finished and len(in_flight) > slots:  # an Email with intent still waits
+                    with anyio.move_on_after(_LINGER_S):
+                        while finished and len(in_flight) > slots:
+                            changed = anyio.Event()
+                            await changed.wait()
                 changed = anyio.Event()
                 ready: list[EmailRow] = []
                 free = min(DISPATCH_CONCURRENCY - len(in_flight), DISPATCH_RUN_MAX - started)

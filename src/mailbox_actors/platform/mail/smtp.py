@@ -41,6 +41,12 @@ class SmtpTransport:
         self._closed = False
         self.connections_opened = 0  # for tests and the benchmark: how often a session began
 
+    @property
+    def slots(self) -> int:
+        """Emails sent at once (one a connection); a dispatcher with more in flight has the rest
+        waiting here, and may let their outcomes share a commit."""
+        return self.config.pool_size
+
     async def send(self, email: OutboundEmail) -> TransportOutcome:
         if self._closed:
             raise TransportClosed("SmtpTransport.send after aclose")
