@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 
 import anyio
 import pytest
@@ -239,6 +241,47 @@ def test_rng_ranges(rng: Rng) -> None:
         assert 0.0 <= rng.random() < 1.0
     assert len(rng.random_bytes(0)) == 0
     assert len(rng.random_bytes(16)) == 16
+
+
+def test_system_rng_hands_out_each_byte_once() -> None:
+    """SystemRng serves small requests from one read of the OS's randomness: across refills
+    and from several threads at once no chunk is handed out twice, and large requests are
+    as long as asked (RT-12: ids stay unique)."""
+    rng = SystemRng()
+    seen: list[bytes] = []
+
+    def draw() -> None:
+        for _ in range(3000):
+            seen.append(rng.random_bytes(10))
+
+    threads = [threading.Thread(target=draw) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 12_000 and len(set(seen)) == 12_000  # 80 bits each: a repeat is a bug
+    assert all(len(b) == 10 for b in seen)
+    assert len(rng.random_bytes(64)) == 64 and rng.random_bytes(32) != rng.random_bytes(32)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_system_rng_forked_child_draws_its_own_bytes() -> None:
+    """A forked process never repeats the bytes its parent had read ahead (RT-12)."""
+    rng = SystemRng()
+    rng.random_bytes(10)  # the parent now holds bytes read ahead
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: write what it draws next and leave at once
+        os.close(r)
+        os.write(w, rng.random_bytes(10))
+        os._exit(0)
+    os.close(w)
+    try:
+        child = os.read(r, 10)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert len(child) == 10 and child != rng.random_bytes(10)
 
 
 # -- ids ----------------------------------------------------------------------------------------

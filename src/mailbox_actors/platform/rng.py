@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from typing import Protocol, runtime_checkable
 
 __all__ = ["Rng", "SeededRng", "SystemRng"]
@@ -18,10 +19,45 @@ class Rng(Protocol):
         ...
 
 
+_POOL_BYTES = 4096
+_POOLED_MAX = 16  # larger requests (secrets, keys) are read from the OS each time
+
+
+class _Pool:
+    """Small requests served from one read of the OS's randomness: an id's ten random bytes are
+    otherwise one ``getrandom`` call each, a system call that also lets the interpreter's other
+    threads take the GIL from the event loop. The bytes are the OS's, each handed out once; a
+    forked child starts with none (``os.register_at_fork``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buf = b""
+        self._pos = 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            if self._pos + n > len(self._buf):
+                self._buf, self._pos = os.urandom(_POOL_BYTES), 0
+            out = self._buf[self._pos:self._pos + n]
+            self._pos += n
+            return out
+
+    def forget(self) -> None:
+        # In a forked child: another thread of the parent may have held the lock at the fork.
+        self._lock = threading.Lock()
+        self._buf, self._pos = b"", 0
+
+
+_POOL = _Pool()
+os.register_at_fork(after_in_child=_POOL.forget)
+
+
 class SystemRng:
     """Cryptographic randomness from the OS."""
 
     def random_bytes(self, n: int) -> bytes:
+        if 0 < n <= _POOLED_MAX:
+            return _POOL.take(n)
         return os.urandom(n)
 
     def random(self) -> float:

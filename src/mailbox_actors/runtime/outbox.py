@@ -128,11 +128,14 @@ def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id:
                   identity_id=identity_id, occurred_at_ms=now, data=data)
     tx.exec("INSERT INTO outbox (sequence, id, type, occurred_at_ms, body) VALUES (?, ?, ?, ?, ?)",
             seq, event.id, type_, now, _ENC.encode(event))
+    _LAST[tx] = (seq, tx.rollbacks)  # the drain's has_undispatched reads it
     return event
 
 
 # connection -> (a sequence at or below the first undispatched event, its rollbacks then)
 _FIRST: weakref.WeakKeyDictionary[SqlStorage, tuple[int, int]] = weakref.WeakKeyDictionary()
+# connection -> (the sequence ``append`` gave last, its rollbacks then)
+_LAST: weakref.WeakKeyDictionary[SqlStorage, tuple[int, int]] = weakref.WeakKeyDictionary()
 
 
 def _first_undispatched(sql: SqlStorage) -> int:
@@ -200,6 +203,13 @@ def prune(tx: SqlStorage, days: int | None) -> None:
 
 
 def has_undispatched(sql: SqlStorage) -> bool:
+    """Whether an event is still to be published. Dispatched events are a prefix, so while this
+    connection appended the newest event and nothing was rolled back since, the answer is
+    whether that event is at or past the first undispatched sequence, without a read (the
+    outbox run asks it in every closing commit); otherwise it is read."""
+    last = _LAST.get(sql)
+    if last is not None and last[1] == sql.rollbacks:
+        return last[0] >= _first_undispatched(sql)
     return bool(sql.exec("SELECT 1 FROM outbox WHERE sequence >= ? AND dispatched_at IS NULL "
                          "LIMIT 1", _first_undispatched(sql)).all())
 

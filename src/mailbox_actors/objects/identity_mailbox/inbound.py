@@ -135,8 +135,8 @@ async def ingest(mb: IdentityMailbox, req: Ingest) -> IngestReply:
             return prior
         parsed = await anyio.to_thread.run_sync(parse_message, req.raw, lim)
     else:
-        # A small message is parsed first and looked up inside the transaction: one read of
-        # the source id, under the write's own lock (a replay is rare; its parse is cheap).
+        # A small message is parsed first and its source id claimed inside the transaction,
+        # under the write's own lock (a replay is rare; its parse is cheap).
         parsed = parse_message(req.raw, lim)
     return mb.sql.transaction_sync(
         lambda tx: _store(mb, tx, req.source_id, digest, len(req.raw), parsed))
@@ -170,15 +170,21 @@ class _Lookup:
 
 def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size: int,
            p: ParsedMessage) -> IngestReply:
-    prior = _replay(tx, source_id, digest)  # stored before (or by another ingest meanwhile)
-    if prior is not None:
-        return prior
     now = tx.now_ms()
     message_id = mb.ctx.new_id("imsg")
     keys = thread_keys(f"<{p.message_id}>" if p.message_id else None, p.in_reply_to,
                        p.references, p.thread_index_root)
     decision = assign_thread(keys, _Lookup(tx), mb.ctx.new_id("thr"))
     thread_id = decision.thread_id
+    # The source id is claimed before anything is written: one statement, where a look-up and
+    # then an insert were two. Ignored means stored before (or by another ingest meanwhile):
+    # nothing of this transaction is written, and the record answers (a replay, or a conflict).
+    if not tx.exec("INSERT OR IGNORE INTO inbound_sources (source_id, digest, message_id, "
+                   "thread_id, defects) VALUES (?, ?, ?, ?, ?)", source_id, digest, message_id,
+                   thread_id, _ENC.encode(p.defects)).rows_written:
+        prior = _replay(tx, source_id, digest)
+        assert prior is not None, "an ignored insert leaves the source's row"
+        return prior
     if decision.created:
         tx.exec("INSERT INTO threads (id, size, created_at_ms, last_at_ms) VALUES (?, 1, ?, ?)",
                 thread_id, now, now)
@@ -204,9 +210,6 @@ def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, siz
         for chunk, start in enumerate(range(0, len(data), _CHUNK)):
             tx.exec("INSERT INTO attachment_chunks (message_id, idx, chunk, data) "
                     "VALUES (?, ?, ?, ?)", message_id, idx, chunk, data[start:start + _CHUNK])
-    tx.exec("INSERT INTO inbound_sources (source_id, digest, message_id, thread_id, defects) "
-            "VALUES (?, ?, ?, ?, ?)", source_id, digest, message_id, thread_id,
-            _ENC.encode(p.defects))
     waits.match_new(mb, tx, lambda: WaitSubject(
         from_addr=p.from_addr, recipients=[*p.to, *p.cc, *p.delivered_to], subject=p.subject,
         headers=p.headers, received_at_ms=now), message_id, thread_id, now)
