@@ -182,7 +182,10 @@ class Consumer:
         looks = handoff if handoff is not None else _Looks()
         found = True  # whether the last claim found messages: then claim again at once
         while True:
-            self._wake = anyio.Event()
+            # A new event only once the last one was set: one not set yet still catches every
+            # wake from here on (most turns take a hand-off and never wait).
+            if self._wake is None or self._wake.is_set():
+                self._wake = anyio.Event()
             wait_s = self.poll_interval_s
             try:
                 if handoff is not None and len(handoff):
