@@ -23,12 +23,18 @@ __all__ = ["RuntimeStorage"]
 class RuntimeStorage:
     """One actor's storage as the runtime uses it; ``sql`` is what the actor's code gets."""
 
-    __slots__ = ("_counters", "sql")
+    __slots__ = ("_counters", "_ranges", "sql")
 
     def __init__(self, sql: SqlStorage) -> None:
         self.sql = sql
         # counter key -> (its value as this wrapper last wrote it, sql._undone then)
         self._counters: dict[str, tuple[int, int]] = {}
+        # [start, end) -> (its keys and values as last read, with this wrapper's writes since,
+        # sql._undone then): the alarm purposes' range is read at every alarm run's start and
+        # re-arm. Every runtime meta write goes through this wrapper, and anything undone
+        # (a rollback, delete_all) moves _undone, so a range known at the current _undone is
+        # what the file holds.
+        self._ranges: dict[tuple[str, str], tuple[dict[str, str], int]] = {}
 
     # ---- meta ------------------------------------------------------------------------------
 
@@ -41,14 +47,33 @@ class RuntimeStorage:
         return {k: v for k, v in rows}
 
     def meta_range(self, start: str, end: str) -> dict[str, str]:
-        """Every meta key in ``[start, end)``, with its value."""
+        """Every meta key in ``[start, end)``, with its value (from memory while known)."""
+        undone = self.sql._undone
+        known = self._ranges.get((start, end))
+        if known is not None and known[1] == undone:
+            return dict(known[0])
         rows = self.sql._runtime_exec("SELECT k, v FROM _ma_meta WHERE k >= ? AND k < ?",
                                       (start, end))
-        return {k: v for k, v in rows}
+        out = {k: v for k, v in rows}
+        if len(self._ranges) < 4 or (start, end) in self._ranges:  # a few fixed ranges
+            self._ranges[(start, end)] = (dict(out), undone)
+        return out
+
+    def _written(self, key: str, value: str | None, only_if: str | None = None) -> None:
+        """A write of ``key`` (None: deleted, when it held ``only_if`` if given) went through:
+        the known ranges holding it follow."""
+        undone = self.sql._undone
+        for (start, end), (values, at) in self._ranges.items():
+            if at == undone and start <= key < end:
+                if value is not None:
+                    values[key] = value
+                elif only_if is None or values.get(key) == only_if:
+                    values.pop(key, None)
 
     def put_meta(self, key: str, value: str) -> None:
         self.sql._runtime_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES (?, ?)",
                                (key, value))
+        self._written(key, value)
 
     def bump_meta(self, counter: str, key: str, value: str) -> int:
         """Add one to the integer meta key ``counter`` (absent: 0) and store ``key`` = ``value``
@@ -66,6 +91,8 @@ class RuntimeStorage:
         sql._runtime_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES (?, ?), (?, ?)",
                           (counter, str(n), key, value))
         self._counters[counter] = (n, sql._undone)
+        self._written(counter, str(n))
+        self._written(key, value)
         return n
 
     def delete_meta(self, key: str, only_if: str | None = None) -> None:
@@ -74,6 +101,7 @@ class RuntimeStorage:
             self.sql._runtime_exec("DELETE FROM _ma_meta WHERE k = ?", (key,))
         else:
             self.sql._runtime_exec("DELETE FROM _ma_meta WHERE k = ? AND v = ?", (key, only_if))
+        self._written(key, None, only_if)
 
     # ---- the alarm as stored ---------------------------------------------------------------
 
