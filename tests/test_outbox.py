@@ -70,6 +70,47 @@ async def test_outbox_alarm_dispatches_then_re_arms_to_maintenance(tmp_path: Pat
         assert status["alarm"] == rt.now_ms() + 86_400_000
 
 
+class _Undo(Exception):
+    pass
+
+
+def _emits(actor: Any, storage: Any, ns: list[int], fail_after: bool) -> None:
+    def run(tx: Any) -> None:
+        for n in ns:
+            actor.ctx.emit(tx, "identity.updated", {"n": n})
+        if fail_after:
+            raise _Undo
+    try:
+        storage.transaction_sync(run)
+    except _Undo:
+        pass
+
+
+@pytest.mark.anyio
+async def test_each_run_publishes_what_the_outbox_holds_once_and_in_order(tmp_path: Path) -> None:
+    """EV-2, EV-4: the outbox run publishes exactly the stored undispatched events, in sequence
+    order, each once: across runs, after rolled-back emits (whose events never existed), and
+    past the number of events a run keeps in memory (it then reads them back)."""
+    async with TestRuntime(tmp_path) as rt:
+        m = rt.id_from_name("identity_mailbox", "a")
+        await rt.call("identity_mailbox", m, MailboxInit(), **IDS)
+        await rt.run_until_idle()
+        plan = [([1, 2], False), ([3], False), ([4, 5], False), ([6], False), ([-1], True),
+                ([7], False), ([8], False), (list(range(9, 310)), False), ([-2, -3], True),
+                ([310], False), ([311], False)]
+        for ns, fail in plan:
+            await rt.run_in_actor("identity_mailbox", m,
+                                  lambda a, s, ns=ns, fail=fail: _emits(a, s, ns, fail))
+            if len(ns) < 3:
+                await rt.run_until_idle()  # a run between these writes
+        await rt.run_until_idle()
+        published = [(e.sequence, e.data.get("n")) for e in rt.events.events("identity.updated")]
+        stored = await rt.call("identity_mailbox", m, GetEvents(limit=1000), **IDS)
+        replay = [(e["sequence"], e["data"].get("n")) for e in stored["events"]
+                  if e["type"] == "identity.updated"]
+    assert published == replay == [(k + 1, k) for k in range(1, 312)]
+
+
 @pytest.mark.anyio
 async def test_a_failing_sink_retries_the_dispatch_and_loses_nothing(tmp_path: Path) -> None:
     """EV-3: when publishing fails the outbox alarm is retried with backoff; the event goes out

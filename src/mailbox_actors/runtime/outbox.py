@@ -126,9 +126,10 @@ def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id:
     seq = storage.bump_meta("event_seq", _OUTBOX_KEY, str(now))
     event = Event(id=event_id, type=type_, sequence=seq, tenant_id=tenant_id,
                   identity_id=identity_id, occurred_at_ms=now, data=data)
+    body = _ENC.encode(event)
     tx.exec("INSERT INTO outbox (sequence, id, type, occurred_at_ms, body) VALUES (?, ?, ?, ?, ?)",
-            seq, event.id, type_, now, _ENC.encode(event))
-    _LAST[tx] = (seq, tx.rollbacks)  # the drain's has_undispatched reads it
+            seq, event.id, type_, now, body)
+    _appended(tx, seq, body)  # what the drain (dispatch, has_undispatched) knows without a read
     return event
 
 
@@ -136,6 +137,33 @@ def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id:
 _FIRST: weakref.WeakKeyDictionary[SqlStorage, tuple[int, int]] = weakref.WeakKeyDictionary()
 # connection -> (the sequence ``append`` gave last, its rollbacks then)
 _LAST: weakref.WeakKeyDictionary[SqlStorage, tuple[int, int]] = weakref.WeakKeyDictionary()
+# connection -> (every undispatched event's (sequence, body), in order, its rollbacks then):
+# known from a marking that left nothing undispatched, then followed by each append, so the
+# outbox run publishes without reading its events back; dropped past _UNSENT_KEPT events.
+_UNSENT: weakref.WeakKeyDictionary[SqlStorage, tuple[list[tuple[int, bytes]], int]] = \
+    weakref.WeakKeyDictionary()
+_UNSENT_KEPT = OUTBOX_BATCH
+
+
+def _appended(tx: SqlStorage, seq: int, body: bytes) -> None:
+    rollbacks = tx.rollbacks
+    _LAST[tx] = (seq, rollbacks)
+    unsent = _UNSENT.get(tx)
+    if unsent is not None:
+        if unsent[1] == rollbacks and len(unsent[0]) < _UNSENT_KEPT:
+            unsent[0].append((seq, body))
+        else:
+            del _UNSENT[tx]  # read from the file until a marking leaves nothing undispatched
+
+
+def _undispatched(sql: SqlStorage, first: int) -> list[tuple[int, bytes]]:
+    """Up to OUTBOX_BATCH undispatched events from ``first``, oldest first."""
+    unsent = _UNSENT.get(sql)
+    if unsent is not None and unsent[1] == sql.rollbacks:
+        return [e for e in unsent[0] if e[0] >= first][:OUTBOX_BATCH]
+    return [(int(r[0]), r[1]) for r in sql.exec(
+        "SELECT sequence, body FROM outbox WHERE sequence >= ? AND dispatched_at IS NULL "
+        "ORDER BY sequence LIMIT ?", first, OUTBOX_BATCH).all()]
 
 
 def _first_undispatched(sql: SqlStorage) -> int:
@@ -163,13 +191,11 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
     a run costs one commit, not two. A crash before that commit publishes the batch again (EV-3:
     at least once; consumers deduplicate on the event id)."""
     while True:
-        rows = sql.exec("SELECT sequence, body FROM outbox WHERE sequence >= ? AND "
-                        "dispatched_at IS NULL ORDER BY sequence LIMIT ?",
-                        _first_undispatched(sql), OUTBOX_BATCH).all()
+        rows = _undispatched(sql, _first_undispatched(sql))
         if not rows:
             return None
         await sink.publish(namespace, object_id, [_DEC.decode(r[1]) for r in rows])
-        last = int(rows[-1][0])
+        last = rows[-1][0]
         if leave_last and len(rows) < OUTBOX_BATCH:
             return last
         sql.transaction_sync(functools.partial(mark_dispatched, last))
@@ -182,7 +208,16 @@ def mark_dispatched(last: int, tx: SqlStorage) -> None:
     tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence >= ? AND sequence <= ? AND "
             "dispatched_at IS NULL", tx.now_ms(), _first_undispatched(tx), last)
     # Should this transaction roll back, the rollback moves ``rollbacks`` and this is forgotten.
-    _FIRST[tx] = (max(last + 1, _first_undispatched(tx)), tx.rollbacks)
+    first = max(last + 1, _first_undispatched(tx))
+    rollbacks = tx.rollbacks
+    _FIRST[tx] = (first, rollbacks)
+    unsent = _UNSENT.get(tx)
+    if unsent is not None and unsent[1] == rollbacks:
+        unsent[0][:] = [e for e in unsent[0] if e[0] >= first]
+    else:
+        appended = _LAST.get(tx)
+        if appended is not None and appended[1] == rollbacks and appended[0] < first:
+            _UNSENT[tx] = ([], rollbacks)  # nothing is undispatched: follow the appends now
 
 
 async def retention_days(ctx: RetentionSource) -> int | None:
