@@ -18,6 +18,7 @@ from _carrier import call, email, mailbox, receipt
 from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.carrier import CancelEmail
 from mailbox_actors.wire.transport import OutboundEmail, TransportOutcome
 
 pytestmark = pytest.mark.anyio
@@ -96,3 +97,29 @@ async def test_a_crash_anywhere_in_a_batch_sends_each_email_at_most_once(tmp_pat
                     assert status in ("provider_accepted", "outcome_unknown"), (label, i, status)
                 unknown_seen += status == "outcome_unknown"
     assert unknown_seen > 0  # some copies caught Emails between intent and outcome
+
+
+async def test_an_email_cancelled_after_it_was_read_ahead_is_left_out_of_its_batch() -> None:
+    """CA-4: eight Emails, four in flight and held, the rest read ahead by the run; one of those
+    cancelled meanwhile: the intents of the next batch (written together) skip it, it stays
+    superseded and is never sent, and the others are each sent once."""
+    transport = RecordingTransport()
+    transport.hold()
+    async with TestRuntime(services={MAIL_TRANSPORT: transport}) as rt:
+        mid = await mailbox(rt)
+        for i in range(8):
+            await call(rt, mid, email(f"c-{i}", to=[f"r{i}@example.com"]))
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rt.run_until_idle)
+                await transport.wait_sent(4)  # c-0..c-3 in flight; c-4..c-7 read ahead
+                await call(rt, mid, CancelEmail(source_id="c-5"))
+                transport.release()
+        statuses = [(await receipt(rt, mid, f"c-{i}"))["status"] for i in range(8)]
+        assert statuses == ["provider_accepted"] * 5 + ["superseded"] + ["provider_accepted"] * 2
+        sent = [e.email_id for e in transport.sent]
+        assert len(sent) == len(set(sent)) == 7
+        cancelled = (await receipt(rt, mid, "c-5"))["email_id"]
+        assert cancelled not in sent
+        dispatching = [e.data["email_id"] for e in rt.events.events("email.dispatching")]
+        assert cancelled not in dispatching and len(dispatching) == 7

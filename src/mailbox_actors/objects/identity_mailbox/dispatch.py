@@ -11,7 +11,6 @@ without one, mail stays queued and is looked at again every ``mail_recheck_ms``.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 import anyio
@@ -127,8 +126,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                             due = []
                 emails: list[tuple[EmailRow, OutboundEmail]] = []
                 if finished or ready:
-                    emails = mb.sql.transaction_sync(functools.partial(
-                        _commit_round, mb, _take(finished), ready))
+                    emails = _commit(mb, _take(finished), ready)
                 for row, email in emails:
                     in_flight[row.email_id] = row
                     tg.start_soon(one, row, email)
@@ -143,7 +141,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                     await anyio.lowlevel.checkpoint()
     finally:
         if finished:  # cancelled with outcomes in hand: commit them, the sweep cannot know
-            mb.sql.transaction_sync(functools.partial(_commit_round, mb, _take(finished), []))
+            _commit(mb, _take(finished), [])
     await give_back(mb, credits)  # not on cancellation: an unreleased block ages out
 
 
@@ -152,6 +150,12 @@ def _take(items: list[tuple[EmailRow, TransportOutcome]]
     out = items[:]
     items.clear()
     return out
+
+
+def _commit(mb: IdentityMailbox, outcomes: list[tuple[EmailRow, TransportOutcome]],
+            ready: list[EmailRow]) -> list[tuple[EmailRow, OutboundEmail]]:
+    # A plain function for transaction_sync: a partial costs an inspect unwrap per commit.
+    return mb.sql.transaction_sync(lambda tx: _commit_round(mb, outcomes, ready, tx))
 
 
 def _commit_round(mb: IdentityMailbox, outcomes: list[tuple[EmailRow, TransportOutcome]],
