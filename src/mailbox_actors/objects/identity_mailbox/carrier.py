@@ -85,13 +85,14 @@ def _not_found() -> MailboxActorsError:
 
 
 def _message_id_header(email_id: str, from_: str) -> str:
-    return f"<{email_id.lower()}@{_header_domain(from_.rsplit('@', 1)[1])}>"
+    return f"<{email_id.lower()}@{_header_domain(from_)}>"
 
 
-@functools.lru_cache(maxsize=256)
-def _header_domain(domain: str) -> str:
-    """The Message-ID's domain for a sender's (the same few domains send again and again; only
-    the domain is kept, never an address)."""
+@functools.lru_cache(maxsize=64)
+def _header_domain(from_: str) -> str:
+    """The Message-ID's domain for a sender (an identity sends from the same few addresses
+    again and again, so each is worked out once; as many as ``check_submit`` keeps)."""
+    domain = from_.rsplit("@", 1)[1]
     if domain.startswith("[") or not domain.isascii():
         return "mailbox-actors.invalid"  # a literal or an IDN: keep the header plain ASCII
     return domain.lower()

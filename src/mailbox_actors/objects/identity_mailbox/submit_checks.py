@@ -8,6 +8,8 @@ at most 50 recipients and 5 MiB of content.
 
 from __future__ import annotations
 
+import functools
+
 from mailbox_actors.core.carrier.addresses import address_problem, header_problem, headers_problem
 from mailbox_actors.core.carrier.addresses import text_problem as line_problem
 from mailbox_actors.wire.carrier import Submit
@@ -43,9 +45,15 @@ def _check_headers(headers: dict[str, str]) -> None:
                                  details={"field": "headers", "provider_code": problem[0]})
 
 
+# An identity sends from the same few addresses again and again: each is checked once per process
+# (the answer depends on the text alone). Only senders, the identity's own addresses, are kept;
+# recipients vary too much to be worth it, and no recipient address stays in memory.
+_sender_problem = functools.lru_cache(maxsize=64)(address_problem)
+
+
 def check_submit(req: Submit) -> None:
     """Raise for the first problem found; return when the Email may be stored."""
-    bad = address_problem(req.from_)
+    bad = _sender_problem(req.from_)
     if bad is not None:
         raise _invalid("from", bad)
     for role in ("to", "cc", "bcc"):
