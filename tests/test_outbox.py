@@ -112,6 +112,42 @@ async def test_each_run_publishes_what_the_outbox_holds_once_and_in_order(tmp_pa
 
 
 @pytest.mark.anyio
+async def test_an_event_emitted_while_the_run_publishes_goes_out_with_the_next_run(
+        tmp_path: Path) -> None:
+    """EV-1, EV-2, AL-2: an event a request emits while the outbox run is publishing keeps the
+    actor's alarm due (the run re-arms it from the recorded purposes), and the next run
+    publishes it; then the alarm falls back to the daily maintenance."""
+    started, release = anyio.Event(), anyio.Event()
+
+    class Held:
+        def __init__(self, inner: EventSink) -> None:
+            self.inner = inner
+
+        async def publish(self, ns: str, oid: str, events: Sequence[Event]) -> None:
+            if not release.is_set():
+                started.set()
+                await release.wait()
+            await self.inner.publish(ns, oid, events)
+
+    async with TestRuntime(tmp_path, wrap_event_sink=Held) as rt:
+        m = rt.id_from_name("identity_mailbox", "a")
+        await rt.call("identity_mailbox", m, MailboxInit(), **IDS)
+        due = rt.now_ms()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rt.run_until_idle)  # the outbox run: held in publish
+            await started.wait()
+            await rt.call("identity_mailbox", m, EmitEvent(type="identity.updated",
+                                                           data={"n": 1}), **IDS)
+            assert await rt.get_alarm("identity_mailbox", m) == due  # still due, as stored
+            release.set()
+        await rt.run_until_idle()
+        assert [(e.type, e.sequence) for e in rt.events.events()] == [
+            ("identity.created", 1), ("identity.updated", 2)]
+        status = await rt.call("identity_mailbox", m, MailboxStatus(), **IDS)
+        assert status["alarm"] == rt.now_ms() + 86_400_000
+
+
+@pytest.mark.anyio
 async def test_a_failing_sink_retries_the_dispatch_and_loses_nothing(tmp_path: Path) -> None:
     """EV-3: when publishing fails the outbox alarm is retried with backoff; the event goes out
     on a later try, once it succeeds."""
