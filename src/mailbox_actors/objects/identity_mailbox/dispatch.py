@@ -88,6 +88,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     changed = anyio.Event()
     credits = Credits()
     started = 0
+    contents: dict[str, bytes] = {}  # inline content read ahead with ``due``
 
     async def one(row: EmailRow, email: OutboundEmail) -> None:
         try:
@@ -111,10 +112,15 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                 checked = False
                 if free > 0:
                     if not due:  # read a few ahead: one query serves several rounds
-                        due = [r for r in store.rows_where(
-                            mb.sql, _DUE_MANY, mb.ctx.now_ms(),
-                            _READ_AHEAD + len(skipped) + len(in_flight))
-                            if r.email_id not in skipped and r.email_id not in in_flight]
+                        due = []
+                        contents.clear()  # what started took its own; the rest is read again
+                        for r, inline in store.rows_and_content_where(
+                                mb.sql, _DUE_MANY, mb.ctx.now_ms(),
+                                _READ_AHEAD + len(skipped) + len(in_flight)):
+                            if r.email_id not in skipped and r.email_id not in in_flight:
+                                due.append(r)
+                                if inline is not None:
+                                    contents[r.email_id] = inline
                     credits.due = min(len(due), DISPATCH_RUN_MAX - started)
                     take, due = due[:free], due[free:]
                     for row in take:
@@ -126,7 +132,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                             due = []
                 emails: list[tuple[EmailRow, OutboundEmail]] = []
                 if finished or ready:
-                    emails = _commit(mb, _take(finished), ready)
+                    emails = _commit(mb, _take(finished), ready, contents)
                 for row, email in emails:
                     in_flight[row.email_id] = row
                     tg.start_soon(one, row, email)
@@ -141,7 +147,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                     await anyio.lowlevel.checkpoint()
     finally:
         if finished:  # cancelled with outcomes in hand: commit them, the sweep cannot know
-            _commit(mb, _take(finished), [])
+            _commit(mb, _take(finished), [], {})
     await give_back(mb, credits)  # not on cancellation: an unreleased block ages out
 
 
@@ -153,20 +159,23 @@ def _take(items: list[tuple[EmailRow, TransportOutcome]]
 
 
 def _commit(mb: IdentityMailbox, outcomes: list[tuple[EmailRow, TransportOutcome]],
-            ready: list[EmailRow]) -> list[tuple[EmailRow, OutboundEmail]]:
+            ready: list[EmailRow], contents: dict[str, bytes]
+            ) -> list[tuple[EmailRow, OutboundEmail]]:
     # A plain function for transaction_sync: a partial costs an inspect unwrap per commit.
-    return mb.sql.transaction_sync(lambda tx: _commit_round(mb, outcomes, ready, tx))
+    return mb.sql.transaction_sync(lambda tx: _commit_round(mb, outcomes, ready, contents, tx))
 
 
 def _commit_round(mb: IdentityMailbox, outcomes: list[tuple[EmailRow, TransportOutcome]],
-                  ready: list[EmailRow], tx: SqlStorage) -> list[tuple[EmailRow, OutboundEmail]]:
+                  ready: list[EmailRow], contents: dict[str, bytes], tx: SqlStorage
+                  ) -> list[tuple[EmailRow, OutboundEmail]]:
     """One transaction: the outcomes that came back, then dispatch intent for ``ready``; the
-    Emails now ``dispatching`` (to send once this commits)."""
+    Emails now ``dispatching`` (to send once this commits). ``contents``: inline content read
+    ahead (each taken out as its Email starts)."""
     for row, outcome in outcomes:
         dispatch_rows.record(mb.ctx, tx, row, outcome)
     emails = []
     for row in ready:
-        started = dispatch_rows.intent(mb.ctx, tx, row, None)
+        started = dispatch_rows.intent(mb.ctx, tx, row, None, contents.pop(row.email_id, None))
         if started is not None and started[1] is not None:
             emails.append((started[0], started[1]))
     return emails

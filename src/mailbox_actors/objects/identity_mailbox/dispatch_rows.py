@@ -48,15 +48,20 @@ def jitter(email_id: str, attempts: int) -> float:
     return int.from_bytes(digest[:6], "big") / float(1 << 48)
 
 
-def intent(ctx: ActorContext, tx: SqlStorage, row: EmailRow, lease_ms: int | None
-           ) -> tuple[EmailRow, OutboundEmail | None] | None:
+def intent(ctx: ActorContext, tx: SqlStorage, row: EmailRow, lease_ms: int | None,
+           content: bytes | None = None) -> tuple[EmailRow, OutboundEmail | None] | None:
     """Dispatch intent: the Email as now stored and its content (to send once this commits), or
-    None when it is no longer queued at ``row``'s attempt (cancelled, erased, sent meanwhile)."""
+    None when it is no longer queued at ``row``'s attempt (cancelled, erased, sent meanwhile).
+    ``content``: its inline content as read with ``row`` (None: read it here). An Email's content
+    never changes while it stays queued at one attempt, which the guarded update checks."""
     now = tx.now_ms()
     lease = None if lease_ms is None else now + lease_ms
     if not tx.exec(_INTENT, now, lease, row.email_id, row.attempts).rows_written:
         return None
-    inline, parts = tx.exec(_CONTENT, row.email_id).one()
+    if content is not None and not row.content_parts:
+        inline, parts = content, 0
+    else:
+        inline, parts = tx.exec(_CONTENT, row.email_id).one()
     moved = msgspec.structs.replace(row, status=EmailStatus.DISPATCHING, updated_at_ms=now,
                                     next_attempt_at_ms=None, lease_until_ms=lease,
                                     content_parts=parts)
