@@ -55,7 +55,8 @@ class _Host(Protocol):
     def path_for(self, namespace: str, object_id: str) -> Path: ...
 
     def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
-                 ahead: OpenedAhead | None = None) -> Activation | None: ...
+                 ahead: OpenedAhead | None = None,
+                 path: Path | None = None) -> Activation | None: ...
 
     def _release(self, act: Activation) -> None: ...
 
@@ -74,13 +75,14 @@ class AlarmHost:
             return AlarmResult(AlarmOutcome.BUSY, None)
         ahead = None
         timed: tuple[float, float] | None = None
+        path = None
         if key in self._active or not self._files.enabled:
             pass
         elif not self._files.ahead_pays():
             if self._files.idle:  # does the disk make an open on the loop wait?
                 timed = (time.perf_counter(), time.thread_time())
         else:
-            path = self.path_for(*key)
+            path = self.path_for(*key)  # once: activate() is given it
             self._opening[key] = True
             try:
                 ahead = await self._files.open(path, self.settings.durability,
@@ -96,7 +98,7 @@ class AlarmHost:
             if self.stopping:
                 return AlarmResult(AlarmOutcome.BUSY, None)
         try:
-            act = self.activate(cls, key[1], create=False, ahead=ahead)
+            act = self.activate(cls, key[1], create=False, ahead=ahead, path=path)
         except MailboxActorsError:
             return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
         finally:

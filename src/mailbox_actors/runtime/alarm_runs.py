@@ -47,7 +47,8 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
     raised = False
     with entered(scope):
         try:
-            await act.started()  # the start hook first (RT-16); its failure is the run's
+            if act.starting:
+                await act.started()  # the start hook first (RT-16); its failure is the run's
             if act.gate.closed:
                 await act.gate.wait_open(None)
         except Exception as e:

@@ -135,7 +135,8 @@ class ActorHost(AlarmHost):
     # ---- activation ------------------------------------------------------------------------
 
     def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
-                 ahead: OpenedAhead | None = None) -> Activation | None:
+                 ahead: OpenedAhead | None = None,
+                 path: Path | None = None) -> Activation | None:
         """Return the live activation, opening the file when needed (None: no such object);
         ``ahead``: the file's connection made ahead (``opening.connect_ahead``), used or closed."""
         key = (cls.namespace, object_id)
@@ -146,7 +147,8 @@ class ActorHost(AlarmHost):
             return act
         if ahead is None and key in self._opening:
             self._opening[key] = False
-        path = self.path_for(cls.namespace, object_id)
+        if path is None:
+            path = self.path_for(cls.namespace, object_id)
         try:
             act = open_activation(
                 cls, object_id, path, create=create, settings=self.settings, clock=self.clock,

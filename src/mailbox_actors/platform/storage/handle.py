@@ -130,7 +130,9 @@ def close_connection(conn: sqlite3.Connection, path: Path, *, keep_wal: bool) ->
     otherwise SQLite's close checkpoints it into the database, as by default."""
     if keep_wal:
         try:
-            small = os.stat(path.with_name(path.name + "-wal")).st_size <= WAL_KEEP_BYTES
+            # The log's name as a string: the path's own is kept by pathlib once made (at
+            # open), where a new Path for the log cost its parsing and formatting at every close.
+            small = os.stat(os.fspath(path) + "-wal").st_size <= WAL_KEEP_BYTES
         except OSError:
             small = True  # no log to checkpoint: nothing is lost by keeping what comes
         if small:
