@@ -83,6 +83,8 @@ def record(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
     if row.status != EmailStatus.DISPATCHING:
         return None
     email_id = row.email_id
+    if isinstance(outcome, ProviderAccepted) and not outcome.refused:
+        return _accepted(ctx, tx, row, outcome.provider_message_id[:200])
     refused = [] if isinstance(outcome, OutcomeUnknown) else list(outcome.refused)
     if refused:  # by position, as the transport was given them; positions outside are ignored
         count = tx.exec("SELECT count(*) FROM email_messages WHERE email_id = ?",
@@ -129,3 +131,30 @@ def record(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
                 now, email_id, r.index)
     store.set_messages(tx, email_id, after, only=[only])
     return moved
+
+
+# An acceptance with every recipient taken, dispatch's common outcome, written out: the same
+# update, event and Messages as ``store.move_if`` and ``store.set_messages`` make for it, with
+# the statements' text fixed instead of composed for each Email.
+_ACCEPTED = ("UPDATE emails SET status = 'provider_accepted', updated_at_ms = ?, "
+             "provider_message_id = ?, lease_until_ms = NULL, content = NULL, content_parts = 0 "
+             "WHERE email_id = ? AND status = 'dispatching'")
+_UNCONFIRMED = ("UPDATE email_messages SET status = 'unconfirmed', updated_at_ms = ? "
+                "WHERE email_id = ? AND status = 'queued'")
+assert can_move(EmailStatus.DISPATCHING, EmailStatus.PROVIDER_ACCEPTED)
+assert (MessageStatus.UNCONFIRMED.value, MessageStatus.QUEUED.value) == ("unconfirmed", "queued")
+
+
+def _accepted(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
+              provider_message_id: str) -> EmailRow | None:
+    now = tx.now_ms()
+    if not tx.exec(_ACCEPTED, now, provider_message_id, row.email_id).rows_written:
+        return None  # no longer dispatching (erased meanwhile, say)
+    store.drop_content(tx, row)
+    ctx.emit(tx, "email.provider_accepted", {"email_id": row.email_id,
+                                             "status": "provider_accepted",
+                                             "refused_messages": 0})
+    tx.exec(_UNCONFIRMED, now, row.email_id)
+    return msgspec.structs.replace(row, status=EmailStatus.PROVIDER_ACCEPTED, updated_at_ms=now,
+                                   provider_message_id=provider_message_id,
+                                   lease_until_ms=None, content_parts=0)
