@@ -90,13 +90,20 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     started = 0
     contents: dict[str, bytes] = {}  # inline content read ahead with ``due``
 
-    async def one(row: EmailRow, email: OutboundEmail) -> None:
-        try:
-            outcome = await _send(transport, email)
-            finished.append((row, outcome))  # committed by the loop's next commit
-        finally:
-            del in_flight[row.email_id]
-            changed.set()
+    # The sends run in at most DISPATCH_CONCURRENCY worker tasks, fed in intent order and
+    # started as the run needs them: a task spawned for each Email cost more than its intent.
+    to_send, to_workers = anyio.create_memory_object_stream[tuple[EmailRow, OutboundEmail]](
+        DISPATCH_CONCURRENCY)
+    workers = 0
+
+    async def worker() -> None:
+        async for row, email in to_workers:
+            try:
+                outcome = await _send(transport, email)
+                finished.append((row, outcome))  # committed by the loop's next commit
+            finally:
+                del in_flight[row.email_id]
+                changed.set()
 
     try:
         async with anyio.create_task_group() as tg:
@@ -135,9 +142,13 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                     emails = _commit(mb, _take(finished), ready, contents)
                 for row, email in emails:
                     in_flight[row.email_id] = row
-                    tg.start_soon(one, row, email)
+                    to_send.send_nowait((row, email))  # room: at most DISPATCH_CONCURRENCY
+                while workers < len(in_flight):
+                    tg.start_soon(worker)
+                    workers += 1
                 if not in_flight and not finished:
                     if not checked:
+                        to_send.close()  # the workers end with the run
                         break  # none due, none in flight: the run is over
                     continue  # this round's rows ended before intent: look for more
                 if not emails and not finished:
@@ -146,6 +157,8 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                     # their outcomes share the next round's commit.
                     await anyio.lowlevel.checkpoint()
     finally:
+        to_send.close()
+        to_workers.close()
         if finished:  # cancelled with outcomes in hand: commit them, the sweep cannot know
             _commit(mb, _take(finished), [], {})
     await give_back(mb, credits)  # not on cancellation: an unreleased block ages out
