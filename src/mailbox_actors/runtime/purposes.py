@@ -114,7 +114,9 @@ def _clear(storage: RuntimeStorage, purpose: str, ran_at: int, runtime_outbox: b
     if published is not None:  # the outbox's last batch: marked in the run's closing commit
         outbox.mark_dispatched(published, tx)
     if purpose == outbox.OUTBOX_PURPOSE and runtime_outbox and outbox.has_undispatched(tx):
-        schedule(storage, outbox.OUTBOX_PURPOSE, tx.now_ms())  # events emitted while it ran
+        # Events emitted while it ran: the purpose stays recorded (each append recorded it for
+        # its own time, never later than now), so the re-arm that follows makes the alarm due
+        # again; writing it once more for now would only add a page to this commit.
         return
     storage.delete_meta(meta_key(purpose), only_if=str(ran_at))
 
