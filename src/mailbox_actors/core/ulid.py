@@ -12,28 +12,31 @@ MAX_TIME = (1 << 48) - 1
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two base-32 digits per lookup: 13 lookups make the 26 characters of a ULID.
 _PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)
-_time_text: tuple[int, str] = (-1, "")  # the last millisecond encoded, and its ten characters
+# The last id's millisecond and the top 60 bits of its random part, with the 22 characters they
+# make: ids minted within one millisecond add one to the random part, so the next id usually
+# shares them and only its last four characters (the low 20 bits) are new.
+_head: tuple[int, int, str] = (-1, -1, "")
 
 
 def encode_ulid(time_ms: int, random: int) -> str:
     """The 26-character Crockford base-32 text of a ULID (the canonical form, as the ``ulid``
     package prints it): big-endian, ten bits at a time. Ids are minted on every write (several a
-    message at the SMTP door), so this is written for speed: the time's ten characters are kept
-    for the millisecond that asks again, and the random part's 80 bits are read as two 40-bit
-    halves (small integers) rather than as shifts of one 128-bit value."""
-    global _time_text
+    message at the SMTP door, three a submit), so this is written for speed: the first 22
+    characters are kept for the next id of the same millisecond and random top (the time's ten
+    and the random part's top 60 bits), and the rest is two lookups in a table of 10-bit pairs."""
+    global _head
     pairs = _PAIRS
-    known_ms, text = _time_text
-    if known_ms != time_ms:
-        text = (pairs[time_ms >> 40] + pairs[(time_ms >> 30) & 1023]
-                + pairs[(time_ms >> 20) & 1023] + pairs[(time_ms >> 10) & 1023]
-                + pairs[time_ms & 1023])
-        _time_text = (time_ms, text)  # one tuple: a reader sees the old pair or the new
-    a = random >> 40
-    b = random & 0xFFFFFFFFFF
-    return "".join((text, pairs[a >> 30], pairs[(a >> 20) & 1023], pairs[(a >> 10) & 1023],
-                    pairs[a & 1023], pairs[b >> 30], pairs[(b >> 20) & 1023],
-                    pairs[(b >> 10) & 1023], pairs[b & 1023]))
+    high = random >> 20
+    known_ms, known_high, text = _head
+    if known_ms != time_ms or known_high != high:
+        text = "".join((pairs[time_ms >> 40], pairs[(time_ms >> 30) & 1023],
+                        pairs[(time_ms >> 20) & 1023], pairs[(time_ms >> 10) & 1023],
+                        pairs[time_ms & 1023], pairs[high >> 50], pairs[(high >> 40) & 1023],
+                        pairs[(high >> 30) & 1023], pairs[(high >> 20) & 1023],
+                        pairs[(high >> 10) & 1023], pairs[high & 1023]))
+        _head = (time_ms, high, text)  # one tuple: a reader sees the old triple or the new
+    low = random & 0xFFFFF
+    return text + pairs[low >> 10] + pairs[low & 1023]
 
 
 def next_in_millisecond(last: tuple[int, int] | None, now_ms: int) -> tuple[int, int] | None:

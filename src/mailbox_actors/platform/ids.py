@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from mailbox_actors.core.ulid import encode_ulid, next_in_millisecond, next_ulid_parts
+from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid, next_ulid_parts
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.rng import Rng
 
@@ -30,9 +30,12 @@ class Ids:
                 self._prefixes.add(prefix)
         # Within one millisecond the random part grows by one (the seed's rule): randomness is
         # drawn only for an id that starts a new millisecond.
+        # (``core.ulid.next_in_millisecond``, inlined: this runs for every id.)
         now = self._clock.now_ms()
-        parts = next_in_millisecond(self._last, now)
-        if parts is None:
-            parts = next_ulid_parts(self._last, now, self._rng.random_bytes(10))
+        last = self._last
+        if last is not None and 0 <= now <= last[0] and last[1] < MAX_RANDOM:
+            parts = (last[0], last[1] + 1)
+        else:
+            parts = next_ulid_parts(last, now, self._rng.random_bytes(10))
         self._last = parts
-        return f"{prefix}_{encode_ulid(*parts)}"
+        return f"{prefix}_{encode_ulid(parts[0], parts[1])}"
