@@ -80,7 +80,7 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     waiting for a connection: while one of them is still waiting, the wire is not about to idle,
     so an outcome waits (at most ``_LINGER_S``) for the next ones and they commit together, with
     the intents of as many new Emails, one commit for several Emails instead of one each."""
-    slots = getattr(transport, "slots", DISPATCH_CONCURRENCY)
+    slots = max(1, int(getattr(transport, "slots", DISPATCH_CONCURRENCY)))
     in_flight: dict[str, EmailRow] = {}  # as intent left them, for their outcome
     finished: list[tuple[EmailRow, TransportOutcome]] = []
     skipped: set[str] = set()  # failed a check this run (delayed, ended): not looked at again
