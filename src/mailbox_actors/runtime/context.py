@@ -139,6 +139,11 @@ class ActorContext:
         """Inside the erase transaction (RPC-4); from now on every op is identity_not_found."""
         self._owner.mark_erased(self._runtime)
 
+    @property
+    def erased(self) -> bool:
+        """Whether the object was erased (RPC-4): work it started before must not use content."""
+        return self._owner.erased
+
     # ---- the input gate (RT-4) -------------------------------------------------------------
 
     async def block_concurrency_while(self, fn: Callable[[], Awaitable[T]]) -> T:

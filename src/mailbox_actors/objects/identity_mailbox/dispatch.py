@@ -99,6 +99,8 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     async def worker() -> None:
         async for row, email in to_workers:
             try:
+                if mb.ctx.erased:  # erase answered while this waited: its content stays (RPC-4)
+                    continue
                 outcome = await _send(transport, email)
                 finished.append((row, outcome))  # committed by the loop's next commit
             finally:
