@@ -175,6 +175,42 @@ async def test_a_failing_sink_retries_the_dispatch_and_loses_nothing(tmp_path: P
 
 
 @pytest.mark.anyio
+async def test_while_the_sink_fails_an_open_actor_keeps_no_event_bodies(tmp_path: Path) -> None:
+    """EV-3, RT-9: while publishing fails, an actor kept open by its outbox's retries keeps none
+    of the event bodies emitted meanwhile in memory (the retries read them from its file), and
+    every one of them still goes out, in order, once the sink is back."""
+    from mailbox_actors.runtime import outbox
+
+    down = [False]
+
+    class Down:
+        def __init__(self, inner: EventSink) -> None:
+            self.inner = inner
+
+        async def publish(self, ns: str, oid: str, events: Sequence[Event]) -> None:
+            if down[0]:
+                raise ConnectionError("control database unavailable")
+            await self.inner.publish(ns, oid, events)
+
+    async with TestRuntime(tmp_path, wrap_event_sink=Down) as rt:
+        m = rt.id_from_name("identity_mailbox", "a")
+        await rt.call("identity_mailbox", m, MailboxInit(), **IDS)
+        await rt.run_until_idle()  # identity.created goes out: nothing is undispatched
+        down[0] = True
+        for i in range(40):
+            await rt.call("identity_mailbox", m, EmitEvent(type="identity.updated",
+                                                           data={"n": i}), **IDS)
+            await rt.advance(1_000)
+        kept = sum(len(bodies) for bodies, _ in outbox._UNSENT.values())
+        assert kept == 0
+        down[0] = False
+        await rt.advance(600_000)
+        assert [e.type for e in rt.events.events()] == ["identity.created"] + \
+            ["identity.updated"] * 40
+        assert [e.data["n"] for e in rt.events.events()[1:]] == list(range(40))
+
+
+@pytest.mark.anyio
 async def test_get_events_replays_in_order_after_restart(tmp_path: Path) -> None:
     """EV-4: get_events returns events after a sequence, in order, paged, also after a
     restart."""

@@ -194,7 +194,13 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
         rows = _undispatched(sql, _first_undispatched(sql))
         if not rows:
             return None
-        await sink.publish(namespace, object_id, [_DEC.decode(r[1]) for r in rows])
+        try:
+            await sink.publish(namespace, object_id, [_DEC.decode(r[1]) for r in rows])
+        except BaseException:
+            # The sink is down: the retries read from the file, so an actor left open by its
+            # outbox's retries does not also keep every event body emitted meanwhile.
+            _UNSENT.pop(sql, None)
+            raise
         last = rows[-1][0]
         if leave_last and len(rows) < OUTBOX_BATCH:
             return last
