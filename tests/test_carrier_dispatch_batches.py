@@ -1,8 +1,9 @@
-"""Dispatch with more Emails in flight than the transport has connections (CA-4): the outcomes that
-come back while another Email with intent still waits for a connection share one commit with the
-intents of the next Emails. A node that dies at any moment of such a batch (its files copied as a
-SIGKILL would leave them: before each send, and after each answer) comes back with every Email
-sent at most once: what had intent and no committed outcome is ``outcome_unknown`` and never sent
+"""Dispatch with more Emails in flight than the transport has connections (CA-4), where the outcomes
+that come back while another Email with intent still waits for a connection may share one commit
+with the intents of the next Emails (these tests prove what that must never break, not that the
+commit is shared: that is a speed measure, in the benchmark). A node that dies at any moment of
+such a run (its files copied as a SIGKILL would leave them: before each send, and after each
+answer) comes back with every Email sent at most once: what had intent and no committed outcome is ``outcome_unknown`` and never sent
 again, what had no intent is sent exactly once, and nothing is ``provider_accepted`` unsent."""
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ async def test_a_crash_anywhere_in_a_batch_sends_each_email_at_most_once(tmp_pat
 
 async def test_an_email_cancelled_after_it_was_read_ahead_is_left_out_of_its_batch() -> None:
     """CA-4: eight Emails, four in flight and held, the rest read ahead by the run; one of those
-    cancelled meanwhile: the intents of the next batch (written together) skip it, it stays
+    cancelled meanwhile: the next intents (each guarded by the Email's status) skip it, it stays
     superseded and is never sent, and the others are each sent once."""
     transport = RecordingTransport()
     transport.hold()
