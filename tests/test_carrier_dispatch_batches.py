@@ -3,8 +3,9 @@ that come back while another Email with intent still waits for a connection may 
 with the intents of the next Emails (these tests prove what that must never break, not that the
 commit is shared: that is a speed measure, in the benchmark). A node that dies at any moment of
 such a run (its files copied as a SIGKILL would leave them: before each send, and after each
-answer) comes back with every Email sent at most once: what had intent and no committed outcome is ``outcome_unknown`` and never sent
-again, what had no intent is sent exactly once, and nothing is ``provider_accepted`` unsent."""
+answer) comes back with every Email sent at most once: what had intent and no committed outcome
+is ``outcome_unknown`` and never sent again, what had no intent is sent exactly once, and nothing
+is ``provider_accepted`` unsent."""
 
 from __future__ import annotations
 
