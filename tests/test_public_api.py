@@ -160,7 +160,7 @@ def test_the_object_facing_context_and_storage_show_nothing_of_the_host() -> Non
     assert context_names == {
         "abort", "block_concurrency_while", "call", "cancel", "claim_owner", "clock", "deadline_ms",
         "emit",
-        "id", "id_from_name", "log", "mark_erased", "namespace", "new_id", "now_ms",
+        "erased", "id", "id_from_name", "log", "mark_erased", "namespace", "new_id", "now_ms",
         "owner_identity", "owner_tenant", "rng", "schedule", "schema_version", "scheduled",
         "service", "settings", "storage", "tenant_events_days", "transaction"}
     storage_names = {n for n in dir(SqlStorage) if not n.startswith("_")}
