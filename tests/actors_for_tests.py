@@ -22,7 +22,7 @@ from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, AlarmInfo, Call
 from mailbox_actors.runtime.migrations import Migration
-from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
 TENANT = "t_test"
 
@@ -336,3 +336,15 @@ def hook(fn: Hook) -> str:
 async def run(rt: Caller, oid: str, fn: Hook, arg: Any = None, **kw: Any) -> Any:
     """Run ``fn`` inside the Scratch actor ``oid``'s handler, through the full RPC path."""
     return await scratch(rt, oid, Run(hook=hook(fn), arg=arg), **kw)
+
+
+def exec_outcomes(actor: Scratch, queries: tuple[str, ...]) -> list[str]:
+    """Each statement run in ``actor``: "ran", or the error code it was refused with."""
+    out = []
+    for sql in queries:
+        try:
+            actor.sql.exec(sql).all()
+            out.append("ran")
+        except MailboxActorsError as e:
+            out.append(e.code.value)
+    return out

@@ -555,15 +555,9 @@ async def test_actor_sql_cannot_reuse_the_runtimes_statements(tmp_path: Path) ->
         oid = await afs.new_scratch(rt, "a", alarm_at=rt.now_ms() + 10**9)
 
         async def evil(actor: afs.Scratch, call: object, arg: object) -> list[str]:
-            out = []
-            for sql in ("SELECT sql FROM sqlite_stmt",
-                        f"INSERT OR REPLACE INTO _ma_alarm VALUES (1, 1) /*{actor.sql._token}*/"):
-                try:
-                    actor.sql.exec(sql).all()
-                    out.append("ran")
-                except MailboxActorsError as e:
-                    out.append(e.code.value)
-            return out
+            return afs.exec_outcomes(actor, (
+                "SELECT sql FROM sqlite_stmt",
+                f"INSERT OR REPLACE INTO _ma_alarm VALUES (1, 1) /*{actor.sql._token}*/"))
 
         assert await afs.run(rt, oid, evil) == ["invalid_request", "invalid_request"]
 

@@ -21,17 +21,6 @@ REFUSED = ("SELECT * FROM _ma_meta", "UPDATE _ma_alarm SET at_ms = 1",
            "PRAGMA journal_mode = DELETE", "SELECT sql FROM sqlite_stmt")
 
 
-def _outcomes(actor: afs.Scratch, queries: tuple[str, ...]) -> list[str]:
-    out = []
-    for sql in queries:
-        try:
-            actor.sql.exec(sql).all()
-            out.append("ran")
-        except MailboxActorsError as e:
-            out.append(e.code.value)
-    return out
-
-
 @pytest.mark.anyio
 async def test_refused_statements_stay_refused_in_every_actor_and_every_reopening(
         tmp_path: Path) -> None:
@@ -43,7 +32,7 @@ async def test_refused_statements_stay_refused_in_every_actor_and_every_reopenin
 
         async def probe(actor: afs.Scratch, call: object, arg: object) -> list[str]:
             token = actor.sql._token
-            return _outcomes(actor, (*REFUSED, f"SELECT 1 /*{token}*/", "SELECT k FROM items"))
+            return afs.exec_outcomes(actor, (*REFUSED, f"SELECT 1 /*{token}*/", "SELECT k FROM items"))
 
         expected = ["invalid_request"] * (len(REFUSED) + 1) + ["ran"]
         for _ in range(2):
