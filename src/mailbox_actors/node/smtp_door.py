@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 from typing import Any
 
 import msgspec
@@ -30,7 +31,7 @@ from mailbox_actors.wire.envelope import Envelope as RpcEnvelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import Ingest
 
-__all__ = ["SmtpDoor", "smtp_server"]
+__all__ = ["DoorSession", "SmtpDoor", "smtp_server"]
 
 _ENC = msgspec.json.Encoder()
 _DELIVERED = "250 2.0.0 Delivered"
@@ -54,12 +55,44 @@ _mail_log = logging.getLogger("mail.log")
 _mail_log.addFilter(_NoArgs())
 
 
-def smtp_server(handler: Any, *, max_message_bytes: int, hostname: str) -> SMTP:
-    """The aiosmtpd session the door serves with: the benchmark builds its no-op server here too,
-    so both sides pay for the same protocol settings."""
-    return SMTP(handler, data_size_limit=max_message_bytes, hostname=hostname,
-                ident="mailbox-actors", enable_SMTPUTF8=True, timeout=60,
-                loop=asyncio.get_running_loop())
+# RFC 5322's atext; a plain "<local@domain>" as aiosmtpd's parser reads it, character for character.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_PLAIN_ANGLE = re.compile(rf"<({_ATEXT}+(?:\.{_ATEXT}+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)>")
+
+
+class DoorSession(SMTP):
+    """aiosmtpd's session, reading the plain ``<local@domain>`` of MAIL and RCPT with one regex.
+
+    aiosmtpd reads every address with the email package's header parser, about 70 us each: two
+    a message, a quarter of the session's CPU. A dot-atom local part and a domain of letters,
+    digits and hyphens, outside encoded-word syntax, read the same either way (tested equal,
+    parameters and their spacing included); anything else (quotes, comments, routes, literals,
+    8-bit) goes to aiosmtpd's own reading.
+    """
+
+    def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
+        m = _PLAIN_ANGLE.match(arg)
+        if m is None or "=?" in m.group(1):
+            return super()._getaddr(arg)
+        rest = arg[m.end():]
+        if rest[:1] in (" ", "\t"):
+            rest = rest.lstrip()  # the parser's folding white space: str.lstrip()'s set
+        if rest[:1] == "(":  # a comment: the parser's to skip
+            return super()._getaddr(arg)
+        addr = m.group(1)
+        if self.local_part_limit and len(addr.rpartition("@")[0]) > self.local_part_limit:
+            return None, None
+        return addr, rest
+
+
+def smtp_server(handler: Any, *, max_message_bytes: int, hostname: str,
+                session: type[SMTP] = SMTP) -> SMTP:
+    """The aiosmtpd session with the door's protocol settings (size limit, hostname, SMTPUTF8,
+    timeout): the benchmark builds its no-op server here too, stock aiosmtpd (``SMTP``); the
+    door serves with ``DoorSession``."""
+    return session(handler, data_size_limit=max_message_bytes, hostname=hostname,
+                   ident="mailbox-actors", enable_SMTPUTF8=True, timeout=60,
+                   loop=asyncio.get_running_loop())
 
 
 class _Handler:
@@ -128,7 +161,7 @@ class SmtpDoor:
 
     def _protocol(self) -> SMTP:
         return smtp_server(self._handler, max_message_bytes=self.max_message_bytes,
-                           hostname=self.hostname)
+                           hostname=self.hostname, session=DoorSession)
 
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
