@@ -21,6 +21,7 @@ from mailbox_actors.core.carrier.states import (
     MessageStatus,
     delivery_moves,
 )
+from mailbox_actors.objects.identity_mailbox import carrier_keys
 from mailbox_actors.objects.identity_mailbox import carrier_store as store
 from mailbox_actors.objects.identity_mailbox.submit_checks import check_submit
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
@@ -44,7 +45,7 @@ __all__ = ["apply_delivery_event", "cancel", "cap_policy", "get_email", "resolve
 
 _COUNTED = ", ".join(f"'{s.value}'" for s in sorted(COUNTED_BY_CAP))
 # The Messages of each address that count toward the cap (CA-6), in the window.
-_CAP_ROWS = ("FROM email_messages m JOIN emails e ON e.email_id = m.email_id "
+_CAP_ROWS = ("FROM email_messages m JOIN emails e ON e.seq = m.email_seq "
              "WHERE m.recipient_key IN ({keys}) AND m.created_at_ms > ? "
              f"AND e.status IN ({_COUNTED}) GROUP BY m.recipient_key")
 _CAP_COUNT = "SELECT m.recipient_key, count(DISTINCT m.email_id) " + _CAP_ROWS
@@ -118,6 +119,8 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str
     unique = list(dict.fromkeys(keys))
     policy = cap_policy(mb)
     email_id = ctx.new_id("eml")
+    # Minted next to the Email's id, so they fall within its millisecond (carrier_keys).
+    message_ids = [ctx.new_id("msg") for _ in recipients]
     header = _message_id_header(email_id, req.from_)
     inline, chunks = store.encode_content(OutboundEmail(
         email_id=email_id, message_id_header=header, from_=req.from_, to=req.to, cc=req.cc,
@@ -141,10 +144,11 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str
         else:
             tx.exec(_INSERT, email_id, req.source_id, digest, EmailStatus.QUEUED.value, header,
                     now, req.send_before, now, now, inline, len(chunks))
+    status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
+    # Right after the Email's INSERT: the Messages take its seq from it (carrier_keys).
+    messages = store.insert_messages(tx, email_id, message_ids, recipients, keys, over, now)
     if not over:
         store.save_chunks(tx, email_id, chunks)
-    status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
-    messages = store.insert_messages(ctx, tx, email_id, recipients, keys, over, now)
     wake = None
     if over:
         ctx.emit(tx, "email.refused", {"email_id": email_id, "status": status.value,
@@ -259,20 +263,21 @@ def apply_delivery_event(mb: IdentityMailbox, req: ApplyDeliveryEvent) -> Delive
                              "(it is deduplicated on them)", details={"field": "provider_event_id"})
 
     def run(tx: SqlStorage) -> DeliveryEventReply:
+        found: tuple[str, str, str] | None
         if req.message_id is not None:
-            found = tx.exec("SELECT m.message_id, m.email_id, m.status FROM email_messages m "
-                            "WHERE m.message_id = ?", req.message_id).all()
+            found = carrier_keys.find_message(tx, req.message_id)
         else:
-            found = tx.exec("SELECT m.message_id, m.email_id, m.status FROM email_messages m JOIN "
-                            "emails e ON e.email_id = m.email_id WHERE e.email_id = ? AND "
-                            "e.message_id_header = ? AND m.recipient_key = ? "
-                            "ORDER BY m.position LIMIT 1",
-                            store.email_id_of_header(req.message_id_header or "") or "",
-                            req.message_id_header, store.recipient_key(req.recipient or "")).all()
-        if not found:
+            rows = tx.exec("SELECT m.message_id, m.email_id, m.status FROM email_messages m JOIN "
+                           "emails e ON e.seq = m.email_seq WHERE m.email_id = ? AND "
+                           "e.message_id_header = ? AND m.recipient_key = ? "
+                           "ORDER BY m.position LIMIT 1",
+                           store.email_id_of_header(req.message_id_header or "") or "",
+                           req.message_id_header, store.recipient_key(req.recipient or "")).all()
+            found = (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+        if found is None:
             raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no such message",
                                      details={"field": "message_id"})
-        message_id, email_id, current = found[0][0], found[0][1], MessageStatus(found[0][2])
+        message_id, email_id, current = found[0], found[1], MessageStatus(found[2])
         if current not in DELIVERY_RANK:
             raise MailboxActorsError(
                 ErrorCode.CONFLICT, f"the message is {current.value}: it never reached the "
@@ -286,9 +291,10 @@ def apply_delivery_event(mb: IdentityMailbox, req: ApplyDeliveryEvent) -> Delive
         if not fresh:
             return DeliveryEventReply(message_id, current.value, changed=False, duplicate=True)
         changed = delivery_moves(current, news)
-        if changed:
+        if changed:  # by the Messages' key: the message id has no index of its own
             tx.exec("UPDATE email_messages SET status = ?, code = ?, updated_at_ms = ? "
-                    "WHERE message_id = ?", news.value, req.code, now, message_id)
+                    "WHERE email_id = ? AND message_id = ?", news.value, req.code, now, email_id,
+                    message_id)
         mb.ctx.emit(tx, f"email.message_{news.value}", {
             "email_id": email_id, "message_id": message_id, "changed": changed,
             "code": store.safe_code(req.code)})

@@ -18,6 +18,7 @@ import msgspec
 
 from mailbox_actors.core.carrier.addresses import normalize
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus, can_move
+from mailbox_actors.objects.identity_mailbox import carrier_keys
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.carrier import MessageReceipt, ProviderRejection, Receipt
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CARRIER_INLINE_CONTENT", "CARRIER_MESSAGES_LEAN", "CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow",
            "drop_content", "email_id_of_header", "encode_content", "insert_messages", "load_content",
-           "move", "move_if", "recipient_key", "receipt", "row_by_id", "row_by_source",
+           "move", "move_if", "recipient_key", "receipt", "row_by_id", "row_by_seq", "row_by_source",
            "rows_and_content_where", "rows_where",
            "safe_code", "save_chunks", "set_messages", "wake_dispatch"]
 
@@ -76,7 +77,8 @@ CARRIER_MESSAGES_LEAN = (
     "CREATE INDEX email_messages_recipient ON email_messages (recipient_key, created_at_ms)",
 )
 # Everything here is the identity's content: erase empties them (RPC-4).
-CARRIER_TABLES = ("emails", "email_content", "email_messages", "delivery_events")
+CARRIER_TABLES = ("emails", "email_content", "email_messages", "email_message_ids",
+                  "delivery_events")
 
 _CHUNK = 1_000_000  # under the storage's value limit (RT-7): 5 MiB of content is six rows
 _ENC = msgspec.msgpack.Encoder()
@@ -84,7 +86,7 @@ _DEC = msgspec.msgpack.Decoder(OutboundEmail)
 _COLUMNS = ("email_id, source_id, digest, status, message_id_header, attempts, "
             "provider_message_id, rejection_code, rejection_class, next_attempt_at_ms, "
             "send_before, lease_until_ms, resolution, created_at_ms, updated_at_ms, "
-            "content_parts")
+            "content_parts, seq")
 
 
 class EmailRow(msgspec.Struct, frozen=True):
@@ -104,6 +106,7 @@ class EmailRow(msgspec.Struct, frozen=True):
     created_at_ms: int
     updated_at_ms: int
     content_parts: int  # chunks in email_content (0: the content is inline, or gone)
+    seq: int  # the row's key (``carrier_keys``): every update of the Email names it
 
 
 def _row(values: Sequence[Any]) -> EmailRow:
@@ -118,7 +121,15 @@ def row_by_source(sql: SqlStorage, source_id: str) -> EmailRow | None:
 
 
 def row_by_id(sql: SqlStorage, email_id: str) -> EmailRow | None:
-    rows = sql.exec(f"SELECT {_COLUMNS} FROM emails WHERE email_id = ?", email_id).all()
+    """The Email by its id, through its first Message's key (``carrier_keys``)."""
+    rows = sql.exec(f"SELECT {_COLUMNS} FROM emails WHERE seq = (SELECT email_seq FROM "
+                    "email_messages WHERE email_id = ?1 AND position = 0) AND email_id = ?1",
+                    email_id).all()
+    return _row(rows[0]) if rows else None
+
+
+def row_by_seq(sql: SqlStorage, seq: int) -> EmailRow | None:
+    rows = sql.exec(f"SELECT {_COLUMNS} FROM emails WHERE seq = ?", seq).all()
     return _row(rows[0]) if rows else None
 
 
@@ -182,24 +193,31 @@ _MESSAGES_PER_INSERT = 24
 @functools.lru_cache(maxsize=256)
 def _insert_messages(first: int, count: int) -> str:
     """Rows for positions first..first+count-1: ?1 the email id, ?2 now, ?3 the Messages'
-    status; then message id, role, key and code per row."""
+    status; then message id, role, key and code per row. Each names its Email's seq as the
+    Email's INSERT just left it (``last_insert_rowid()``: Messages are WITHOUT ROWID, so their
+    own inserts do not change it)."""
     rows = ", ".join(
-        f"(?{4 + 4 * j}, ?1, {first + j}, ?{5 + 4 * j}, ?{6 + 4 * j}, ?3, ?{7 + 4 * j}, ?2, ?2)"
-        for j in range(count))
+        f"(?{4 + 4 * j}, ?1, {first + j}, ?{5 + 4 * j}, ?{6 + 4 * j}, ?3, ?{7 + 4 * j}, ?2, ?2, "
+        "last_insert_rowid())" for j in range(count))
     return ("INSERT INTO email_messages (message_id, email_id, position, role, recipient_key, "
-            f"status, code, created_at_ms, updated_at_ms) VALUES {rows}")
+            f"status, code, created_at_ms, updated_at_ms, email_seq) VALUES {rows}")
 
 
-def insert_messages(ctx: ActorContext, tx: SqlStorage, email_id: str,
+def insert_messages(tx: SqlStorage, email_id: str, message_ids: Sequence[str],
                     recipients: Sequence[tuple[str, str]], keys: Sequence[str],
                     over: Collection[str], now: int) -> list[MessageReceipt]:
     """The Email's Messages (queued; all not_sent, those over the cap coded so, when ``over``
-    names any address), in as few statements as the parameter limit allows."""
+    names any address), in as few statements as the parameter limit allows; called right
+    after the Email's own INSERT. A Message id minted far from its Email's (a millisecond
+    passed between them) is listed, so ``carrier_keys.find_message`` finds it."""
     status = MessageStatus.NOT_SENT if over else MessageStatus.QUEUED
     out: list[MessageReceipt] = []
     params: list[Any] = []
-    for (role, _address), key in zip(recipients, keys, strict=True):
-        message_id = ctx.new_id("msg")
+    email_value = carrier_keys.ulid_value(email_id)
+    far: list[tuple[str, int]] = []
+    for message_id, (role, _address), key in zip(message_ids, recipients, keys, strict=True):
+        if email_value is None or not carrier_keys.derived(email_value, message_id):
+            far.append((message_id, len(out)))
         code = "recipient_cap" if key in over else None
         params += (message_id, role, key, code)
         out.append(MessageReceipt(message_id, role, status.value, code))  # type: ignore[arg-type]
@@ -207,6 +225,9 @@ def insert_messages(ctx: ActorContext, tx: SqlStorage, email_id: str,
         count = min(_MESSAGES_PER_INSERT, len(out) - first)
         tx.exec(_insert_messages(first, count), email_id, now, status.value,
                 *params[4 * first:4 * (first + count)])
+    for message_id, position in far:
+        tx.exec("INSERT INTO email_message_ids (message_id, email_id, position) VALUES (?, ?, ?)",
+                message_id, email_id, position)
     return out
 
 
@@ -226,7 +247,7 @@ def save_chunks(tx: SqlStorage, email_id: str, chunks: list[bytes]) -> None:
 
 def load_content(sql: SqlStorage, row: EmailRow) -> OutboundEmail | None:
     if not row.content_parts:
-        inline = sql.exec("SELECT content FROM emails WHERE email_id = ?", row.email_id).all()
+        inline = sql.exec("SELECT content FROM emails WHERE seq = ?", row.seq).all()
         return _DEC.decode(inline[0][0]) if inline and inline[0][0] is not None else None
     rows = sql.exec("SELECT chunk FROM email_content WHERE email_id = ? ORDER BY part",
                     row.email_id).all()
@@ -291,8 +312,8 @@ def move_if(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
         fields = {**fields, "content": None, "content_parts": 0}
     sets = ", ".join(f"{k} = ?" for k in fields)
     if not tx.exec(f"UPDATE emails SET status = ?, updated_at_ms = ?{', ' if sets else ''}{sets} "
-                   "WHERE email_id = ? AND status = ?", to.value, now, *fields.values(),
-                   row.email_id, row.status.value).rows_written:
+                   "WHERE seq = ? AND status = ?", to.value, now, *fields.values(),
+                   row.seq, row.status.value).rows_written:
         return None
     if terminal:
         drop_content(tx, row)

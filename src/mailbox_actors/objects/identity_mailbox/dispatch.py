@@ -254,12 +254,12 @@ async def _checks(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -
         except Exception as e:  # its truth is unavailable: leave it unsent, look again later
             log.warning("carrier_can_send_failed", email_id=row.email_id, error=type(e).__name__)
             sql.transaction_sync(lambda tx: tx.exec(
-                "UPDATE emails SET next_attempt_at_ms = ? WHERE email_id = ?",
-                tx.now_ms() + CAN_SEND_RETRY_MS, row.email_id))
+                "UPDATE emails SET next_attempt_at_ms = ? WHERE seq = ?",
+                tx.now_ms() + CAN_SEND_RETRY_MS, row.seq))
             return False
         if not ok:
             def supersede(tx: SqlStorage) -> None:
-                now_row = store.row_by_id(tx, row.email_id)
+                now_row = store.row_by_seq(tx, row.seq)
                 if now_row is not None and now_row.status == EmailStatus.QUEUED:
                     store.move(ctx, tx, now_row, EmailStatus.SUPERSEDED, {"reason": "can_send"},
                                next_attempt_at_ms=None)
@@ -290,7 +290,7 @@ async def begin_transport(mb: IdentityMailbox, req: BeginTransport) -> Transport
         if not rows:
             return TransportLease(email=None)
     email = await _prepare(mb, rows[0], lease_ms=req.lease_ms)
-    after = store.row_by_id(mb.sql, rows[0].email_id)
+    after = store.row_by_seq(mb.sql, rows[0].seq)
     if after is None:  # erased meanwhile
         return TransportLease(email=None)
     return TransportLease(email=email, lease_until_ms=after.lease_until_ms if email else None,

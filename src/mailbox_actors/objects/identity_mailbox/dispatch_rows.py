@@ -36,8 +36,8 @@ __all__ = ["intent", "jitter", "record"]
 # rows (RT-13), a scan of every prepared statement that cost more than the update; the content is
 # read after it by primary key instead.
 _INTENT = ("UPDATE emails SET status = 'dispatching', updated_at_ms = ?, next_attempt_at_ms = NULL, "
-           "lease_until_ms = ? WHERE email_id = ? AND status = 'queued' AND attempts = ?")
-_CONTENT = "SELECT content, content_parts FROM emails WHERE email_id = ?"
+           "lease_until_ms = ? WHERE seq = ? AND status = 'queued' AND attempts = ?")
+_CONTENT = "SELECT content, content_parts FROM emails WHERE seq = ?"
 _DEC = msgspec.msgpack.Decoder(OutboundEmail)
 assert can_move(EmailStatus.QUEUED, EmailStatus.DISPATCHING)
 
@@ -56,12 +56,12 @@ def intent(ctx: ActorContext, tx: SqlStorage, row: EmailRow, lease_ms: int | Non
     never changes while it stays queued at one attempt, which the guarded update checks."""
     now = tx.now_ms()
     lease = None if lease_ms is None else now + lease_ms
-    if not tx.exec(_INTENT, now, lease, row.email_id, row.attempts).rows_written:
+    if not tx.exec(_INTENT, now, lease, row.seq, row.attempts).rows_written:
         return None
     if content is not None and not row.content_parts:
         inline, parts = content, 0
     else:
-        inline, parts = tx.exec(_CONTENT, row.email_id).one()
+        inline, parts = tx.exec(_CONTENT, row.seq).one()
     moved = msgspec.structs.replace(row, status=EmailStatus.DISPATCHING, updated_at_ms=now,
                                     next_attempt_at_ms=None, lease_until_ms=lease,
                                     content_parts=parts)
@@ -138,7 +138,7 @@ def record(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
 # the statements' text fixed instead of composed for each Email.
 _ACCEPTED = ("UPDATE emails SET status = 'provider_accepted', updated_at_ms = ?, "
              "provider_message_id = ?, lease_until_ms = NULL, content = NULL, content_parts = 0 "
-             "WHERE email_id = ? AND status = 'dispatching'")
+             "WHERE seq = ? AND status = 'dispatching'")
 _UNCONFIRMED = ("UPDATE email_messages SET status = 'unconfirmed', updated_at_ms = ? "
                 "WHERE email_id = ? AND status = 'queued'")
 assert can_move(EmailStatus.DISPATCHING, EmailStatus.PROVIDER_ACCEPTED)
@@ -148,7 +148,7 @@ assert (MessageStatus.UNCONFIRMED.value, MessageStatus.QUEUED.value) == ("unconf
 def _accepted(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
               provider_message_id: str) -> EmailRow | None:
     now = tx.now_ms()
-    if not tx.exec(_ACCEPTED, now, provider_message_id, row.email_id).rows_written:
+    if not tx.exec(_ACCEPTED, now, provider_message_id, row.seq).rows_written:
         return None  # no longer dispatching (erased meanwhile, say)
     store.drop_content(tx, row)
     ctx.emit(tx, "email.provider_accepted", {"email_id": row.email_id,

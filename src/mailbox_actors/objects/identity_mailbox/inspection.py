@@ -38,6 +38,11 @@ _SCAN = ("SELECT e.email_id, e.status, e.attempts, e.next_attempt_at_ms, e.provi
          "(SELECT count(*) FROM email_messages m WHERE m.email_id = e.email_id), "
          "(SELECT count(*) FROM email_messages m WHERE m.email_id = e.email_id AND "
          "m.status = 'refused') FROM emails e WHERE e.email_id > ? ORDER BY e.email_id LIMIT ?")
+# The same for a file keyed as ``carrier_keys`` describes (no email-id index): the Emails in id
+# order are their first Messages in the Messages' key order.
+_SCAN_KEYED = _SCAN.replace("FROM emails e WHERE e.email_id > ? ORDER BY e.email_id", (
+    "FROM email_messages f JOIN emails e ON e.seq = f.email_seq WHERE f.email_id > ? AND "
+    "f.position = 0 ORDER BY f.email_id"))
 
 Record = DeliveryRecord | PostInspectionRecord
 
@@ -85,7 +90,9 @@ def _order(r: Record) -> tuple[str, int]:
 
 
 def _emails(conn: sqlite3.Connection, after: str | None, n: int) -> list[DeliveryRecord]:
-    rows = conn.execute(_SCAN, (after or "", n)).fetchall()
+    # A sleeping actor's file may be of an earlier layout: inspection migrates nothing.
+    scan = _SCAN_KEYED if table_exists(conn, "email_message_ids") else _SCAN
+    rows = conn.execute(scan, (after or "", n)).fetchall()
     return [DeliveryRecord(
         email_id=r[0], status=r[1], attempts=r[2], next_attempt_at_ms=r[3],
         provider_message_id=r[4],
