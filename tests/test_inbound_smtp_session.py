@@ -1,6 +1,9 @@
-"""The door's SMTP session (IN-5) reads MAIL and RCPT addresses exactly as aiosmtpd does: its
-fast reading of a plain ``<local@domain>`` answers what aiosmtpd's own parser answers, for every
-argument, hostile ones included (the address, the parameters after it, a refusal)."""
+"""The door's SMTP session (IN-5) answers as stock aiosmtpd does: its reading of a plain
+``<local@domain>`` in MAIL and RCPT gives what aiosmtpd's own parser gives, for every argument,
+hostile ones included (the address, the parameters after it, a refusal); its DATA, read in
+blocks, gives aiosmtpd's replies, content and refusals (500 line too long, 552 too much data),
+and leaves in the stream exactly what aiosmtpd leaves (the next command), however the bytes
+arrive."""
 
 from __future__ import annotations
 
@@ -8,11 +11,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from aiosmtpd.smtp import SMTP
+from aiosmtpd.smtp import SMTP, Envelope, Session
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mailbox_actors.node.smtp_door import DoorSession
+from mailbox_actors.node.smtp_session import DoorSession
 
 
 class _Handler:
@@ -94,3 +97,109 @@ def test_a_local_part_limit_refuses_as_aiosmtpd_does() -> None:
         s.local_part_limit = 4
     for arg in ("<abcd@b.c>", "<abcde@b.c> SIZE=1"):
         assert door._getaddr(arg) == stock._getaddr(arg)
+
+
+# ---- DATA ---------------------------------------------------------------------------------------
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Keeper:
+    def __init__(self) -> None:
+        self.content: list[Any] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Envelope) -> str:
+        self.content.append((envelope.content, envelope.original_content))
+        return "250 2.0.0 Delivered"
+
+
+async def _data(cls: type[SMTP], stream: bytes, piece: int, size_limit: int | None,
+                ) -> tuple[list[bytes], list[Any], bytes]:
+    """One DATA command on a session of ``cls`` reading ``stream`` as it arrives ``piece`` bytes
+    at a time: its replies, what its handler was given, and what it left unread."""
+    loop = asyncio.get_running_loop()
+    keeper = _Keeper()
+    s = cls(keeper, data_size_limit=size_limit, loop=loop)
+    reader = asyncio.StreamReader(limit=s.line_length_limit, loop=loop)
+    writer = _Writer()
+    s._reader, s._writer = reader, writer  # type: ignore[assignment]
+    s.transport = writer  # type: ignore[assignment]  # connected (aiosmtpd reads while it is)
+    s.session = Session(loop)
+    s.session.host_name = "client.example"
+    s.envelope = Envelope()
+    s.envelope.mail_from = "a@b.c"
+    s.envelope.rcpt_tos = ["d@e.f"]
+
+    async def feed() -> None:
+        for at in range(0, len(stream), piece):
+            reader.feed_data(stream[at:at + piece])
+            await asyncio.sleep(0)  # a turn of the loop: the session reads what came so far
+        reader.feed_eof()
+
+    feeding = asyncio.create_task(feed())
+    await s.smtp_DATA("")
+    await feeding
+    return writer.out, keeper.content, await reader.read()
+
+
+_STREAMS = [
+    b".\r\n", b"\r\n.\r\n", b"a\r\n.\r\n", b"..\r\n.\r\n", b"..x\r\n.x\r\n..\r\n.\r\n",
+    b".a\r\nb\r\n.\r\n", b"a\n.\nb\r\n.\r\n", b"a\r.\r\n\r\n.\r\n", b"\r\r\n.\r\n",
+    b"a\r\n.\rb\r\n.\r\n", b"a\r\n. \r\n.\r\n", b"\r\n\r\n\r\n.\r\n",
+    b"From: x\r\n\r\nbody\r\n.\r\n",
+    *(b"A" * n + b"\r\n.\r\n" for n in (997, 998, 999, 1000, 1001, 1002, 1003, 2000, 5000)),
+    *(b"x\r\n" + b"A" * n + b".\r\n.\r\n" for n in (999, 1000, 1001, 1500)),
+    b"A" * 3000 + b"\r\n" + b"B" * 20 + b"\r\n.\r\n",
+    *(b"." + b"A" * n + b"\r\n.\r\n" for n in (998, 1000, 1001, 1002, 1500, 3000)),
+    b"\r" + b"B" * 1500 + b"\r\n.\r\n", b"." + b"A" * 1200 + b".\r\n.\r\n",
+    b"." + b"A" * 1002 + b".\r\n.\r\n", b"." + b"A" * 70 + b"\n.\r\n.\r\n", b"." * 1200 + b"\r\n.\r\n",
+    b".\r" * 600 + b"\r\n.\r\n", b"\r\n" * 300 + b".\r\n", b"\r" * 1500 + b"\r\n.\r\n",
+    (b"line of text\r\n" * 200) + b".\r\n",
+    (b"line of text\r\n" * 50) + b"C" * 1200 + b"\r\n" + (b"x\r\n" * 50) + b".\r\n",
+]
+_AFTER = b"QUIT\r\n"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size_limit", [None, 40, 3010], ids=lambda v: f"limit={v}")
+@pytest.mark.parametrize("piece", [1, 2, 5, 1004, 1 << 20], ids=lambda v: f"piece={v}")
+async def test_data_reads_as_aiosmtpd_reads_it(piece: int, size_limit: int | None) -> None:
+    """IN-5: empty data, dot-stuffed lines, bare CR and LF, lines at and over the line limit
+    (500), data over the size limit (552, or 500 when a long line came first), each arriving in
+    pieces of 1 byte up to all at once: the door's replies, the content it hands on and the
+    bytes it leaves for the next command are stock aiosmtpd's."""
+    for stream in _STREAMS:
+        door = await _data(DoorSession, stream + _AFTER, piece, size_limit)
+        stock = await _data(SMTP, stream + _AFTER, piece, size_limit)
+        assert door == stock, stream[:60]
+
+
+_DATA_PIECES = st.sampled_from([b"\r", b"\n", b"\r\n", b".", b"..", b"a", b"b" * 7,
+                                b"c" * 400, b"d" * 999, b"\r\n.\r", b"\r\n.", b"\x00", b"\xff"])
+
+
+@pytest.mark.anyio
+@settings(max_examples=200, deadline=None)
+@given(body=st.lists(_DATA_PIECES, max_size=12).map(b"".join),
+       piece=st.sampled_from([1, 3, 8, 999, 1 << 20]),
+       size_limit=st.sampled_from([None, 10, 500, 1500]))
+async def test_generated_data_reads_as_aiosmtpd_reads_it(body: bytes, piece: int,
+                                                         size_limit: int | None) -> None:
+    """IN-5: over generated data (end-line look-alikes, CR and LF apart, long runs, NUL and 8-bit
+    bytes), ended by an end line and followed by the next command, in pieces of any size: the
+    door's answer, content and leftover are stock aiosmtpd's."""
+    stream = body + b"\r\n.\r\n" + _AFTER
+    assert await _data(DoorSession, stream, piece, size_limit) == \
+        await _data(SMTP, stream, piece, size_limit)
