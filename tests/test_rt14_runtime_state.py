@@ -31,7 +31,9 @@ def to_previous_layout(path: Path, schema_version: int | None = None,
     table the actor's SQL could see and write, ``user_version`` 1, no ``_ma_meta``."""
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID")
-        conn.execute("INSERT OR REPLACE INTO meta SELECT k, v FROM _ma_meta")
+        # schema_source came after that layout (``known``): no file of it has one.
+        conn.execute("INSERT OR REPLACE INTO meta SELECT k, v FROM _ma_meta "
+                     "WHERE k != 'schema_source'")
         conn.execute("DROP TABLE _ma_meta")
         if schema_version is not None:
             conn.execute("UPDATE meta SET v = ? WHERE k = 'schema_version'", (str(schema_version),))

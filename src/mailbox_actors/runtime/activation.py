@@ -14,9 +14,10 @@ from typing import Any
 
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
+from mailbox_actors.platform.storage.known import SOURCE_KEY, facts_for, schema_source
 from mailbox_actors.platform.storage.opening import OpenedAhead, open_actor_storage
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
-from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.context import ActorContext, ActorEnv
 from mailbox_actors.runtime.gates import InputGate
@@ -27,7 +28,38 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 __all__ = ["META_KEYS", "Activation", "Key", "open_activation"]
 
 Key = tuple[str, str]
-META_KEYS = (SCHEMA_VERSION_KEY, *OWNER_META_KEYS)  # the runtime meta an activation reads
+# the runtime meta an activation reads (in the file's first statement)
+META_KEYS = (SCHEMA_VERSION_KEY, *OWNER_META_KEYS, SOURCE_KEY)
+_SOURCES: dict[type[Any], tuple[str, ...]] = {}  # class -> its schema's fingerprint per version
+
+
+def _sources(cls: type[Actor[Any]]) -> tuple[str, ...]:
+    """``known.schema_source`` of each version of ``cls``'s migrations, 0 (none) included."""
+    found = _SOURCES.get(cls)
+    if found is None:
+        steps = [m.statements for m in cls.migrations]
+        found = tuple(schema_source(cls.namespace, RUNTIME_SCHEMA_VERSION, steps[:v])
+                      for v in range(len(steps) + 1))
+        if len(_SOURCES) < 1024:
+            _SOURCES[cls] = found
+    return found
+
+
+def _migrate(storage: RuntimeStorage, cls: type[Actor[Any]], meta: dict[str, str]) -> int:
+    """The class's pending migrations applied; returns the version. A file whose schema is its
+    migrations' alone (made by this open, or carrying the fingerprint of its version) keeps that
+    record, in the migrations' transaction, and its storage learns its schema is a known one
+    (``known``); any other file is screened statement by statement."""
+    current = int(meta.get(SCHEMA_VERSION_KEY, "0"))
+    sources = _sources(cls)
+    sql = storage.sql
+    alone = sql.made if current == 0 else (
+        current < len(sources) and meta.get(SOURCE_KEY) == sources[current])
+    version = apply_migrations(storage, cls.migrations, current,
+                               (SOURCE_KEY, sources[-1]) if alone else None)
+    if alone:
+        sql.know_schema(facts_for(sources[version]))
+    return version
 
 
 class Activation:
@@ -93,7 +125,7 @@ def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create
     try:
         owner = Owner(meta, kind=cls.owner_kind, namespace=cls.namespace, object_id=object_id,
                       not_found=cls.not_found, metrics=metrics, log=log)
-        version = apply_migrations(storage, cls.migrations, int(meta.get(SCHEMA_VERSION_KEY, "0")))
+        version = _migrate(storage, cls, meta)
         gate = InputGate(clock, on_reset, settings.block_concurrency_timeout_ms)
         ctx = ActorContext(namespace=cls.namespace, object_id=object_id, storage=storage,
                            owner=owner, gate=gate, schema_version=version, env=env)

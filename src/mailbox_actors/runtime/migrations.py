@@ -48,8 +48,10 @@ def check_migrations(migrations: Sequence[Migration], owner: str) -> None:
             raise ValueError(f"{owner}.migrations version {m.version} has an empty statement")
 
 
-def apply_migrations(storage: RuntimeStorage, migrations: Sequence[Migration], current: int) -> int:
-    """Bring the file from ``current`` to the newest version; return the version it is at."""
+def apply_migrations(storage: RuntimeStorage, migrations: Sequence[Migration], current: int,
+                     meta: tuple[str, str] | None = None) -> int:
+    """Bring the file from ``current`` to the newest version; return the version it is at.
+    ``meta``: a runtime key and value written with the migrations, in their transaction."""
     known = len(migrations)
     if current > known:
         raise SchemaTooNew(current, known)
@@ -61,6 +63,8 @@ def apply_migrations(storage: RuntimeStorage, migrations: Sequence[Migration], c
             for stmt in m.statements:
                 tx.exec(stmt)
         storage.put_meta(SCHEMA_VERSION_KEY, str(known))
+        if meta is not None:
+            storage.put_meta(*meta)
 
     storage.sql.transaction_sync(run)
     return known

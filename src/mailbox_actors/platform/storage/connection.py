@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mailbox_actors.platform.storage.counting import RowCounter
 from mailbox_actors.platform.storage.errors import StatementRefused
+from mailbox_actors.platform.storage.known import MAX_TEXT_LEN, MAX_TEXTS, SchemaFacts
 from mailbox_actors.platform.storage.limits import Limits
 from mailbox_actors.platform.storage.screen import changes_schema, classify, denial, map_error
 from mailbox_actors.platform.storage.script import split_statements
@@ -34,6 +35,7 @@ _BEGIN = f"BEGIN /*{RUNTIME_TOKEN}*/"
 _COMMIT = f"COMMIT /*{RUNTIME_TOKEN}*/"
 _ROLLBACK = f"ROLLBACK /*{RUNTIME_TOKEN}*/"
 
+T = TypeVar("T")
 Plan = tuple[tuple[str, ...], bool, bool]  # its statements, may write?, changes the schema?
 _MAX_SHARED = 4096
 _MAX_SHARED_TEXT = 2048  # longer texts (and names) are screened again: the caches stay small
@@ -44,6 +46,8 @@ _VERDICTS: dict[tuple[int, str | None, str | None], str | None] = {}
 # A query's plan depends on its text and the statement limit alone (``_plan``): screened once per
 # process, not once per activation. The token check stays per connection, before this is read.
 _PLANS: dict[tuple[str, int], Plan] = {}
+# New texts one connection of a known schema may screen before it screens every text again.
+_SCREENINGS = 32
 _OK = sqlite3.SQLITE_OK
 _DENY = sqlite3.SQLITE_DENY
 _RECORDED = (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE)  # what the row counter notes
@@ -52,19 +56,26 @@ _RECORDED = (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE)  # what the row count
 class ScreenedConnection:
     """One actor file's connection, its authorizer and its runtime-only statements."""
 
+    # Class attributes, not per instance: an actor storage has close to the 30 attributes past
+    # which CPython stops sharing instance dicts' keys (each instance then builds a dict).
+    _token = RUNTIME_TOKEN  # marks runtime statement texts (_sys)
+    _begin = _BEGIN
+    _commit = _COMMIT
+    _rollback = _ROLLBACK
+
     def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits) -> None:
         self._conn = conn
         self.path = path
         self.limits = limits
-        self._token = RUNTIME_TOKEN  # marks runtime statement texts (_sys)
         self._sys_mode = False
         self._deny_reason: str | None = None
         # query text -> (its statements, may write?, changes the schema?), after screening
         self._plans: dict[str, Plan] = {}
         self._counter = RowCounter(lambda q, p: self._sys(q, p), self._token)
-        self._begin = _BEGIN
-        self._commit = _COMMIT
-        self._rollback = _ROLLBACK
+        # What the file's schema decides, while it is its class's migrations' alone (``known``):
+        # then a text known to prepare without a denial is prepared with the authorizer off.
+        self._facts: SchemaFacts | None = None
+        self._screenings = 0  # texts prepared with the authorizer since _know
         conn.set_authorizer(self._authorize)
 
     # ---- screening -------------------------------------------------------------------------
@@ -132,6 +143,46 @@ class ScreenedConnection:
         limit = self.limits.max_database_bytes
         return used >= limit - max(64 << 20, limit // 16)
 
+    # ---- what the schema decides (``known``) -----------------------------------------------
+
+    def _know(self, facts: SchemaFacts | None) -> None:
+        """The file's schema is the one ``facts`` describe (its migrations' alone): the
+        authorizer comes off, and only a text this process has not yet seen prepare without a
+        denial on that schema is prepared with it (``_screened``). Setting an authorizer makes
+        SQLite expire every prepared statement, so it stays off rather than on around each
+        known text. What this connection cached of the schema is worked out again through the
+        checks (nothing prepared before, during the migrations, skips them)."""
+        if facts is None or self._facts is not None:
+            return
+        self._facts = facts
+        self._screenings = 0
+        self._counter.share_indexes(facts.indexes)
+        self._conn.set_authorizer(None)
+
+    def _forget_schema(self) -> None:
+        """The schema is about to change, or this connection prepares too many texts of its own:
+        every statement is screened again, as on any file."""
+        if self._facts is not None:
+            self._facts = None
+            self._counter.share_indexes(None)
+            self._conn.set_authorizer(self._authorize)
+
+    def _screened(self, run: Callable[[], T]) -> T:
+        """``run`` prepares a text not known to pass the authorizer on this schema: with it.
+        A connection that keeps preparing new texts (dynamic SQL) goes back to screening all:
+        each authorizer set expires its prepared statements."""
+        self._screenings += 1
+        if self._screenings > _SCREENINGS:
+            self._forget_schema()
+            return run()
+        conn = self._conn
+        conn.set_authorizer(self._authorize)
+        try:
+            return run()
+        finally:
+            if self._facts is not None:
+                conn.set_authorizer(None)
+
     # ---- the runtime's own statements ------------------------------------------------------
 
     @property
@@ -152,6 +203,18 @@ class ScreenedConnection:
     def _sys(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """Runtime-owned SQL, exempt from screening. Texts carry the connection's token so user
         SQL can never hit their cached, pre-authorised statements."""
+        facts = self._facts
+        if facts is not None:
+            if query in facts.runtime_texts:
+                return self._conn.execute(query, params)  # the authorizer is off (``_know``)
+            cur = self._screened(lambda: self._sys_screened(query, params))
+            if facts is self._facts and len(query) < MAX_TEXT_LEN \
+                    and len(facts.runtime_texts) < MAX_TEXTS:
+                facts.runtime_texts.add(query)  # no denial here: none on every such file
+            return cur
+        return self._sys_screened(query, params)
+
+    def _sys_screened(self, query: str, params: Sequence[Any]) -> sqlite3.Cursor:
         self._sys_mode = True
         try:
             return self._conn.execute(query, params)

@@ -69,8 +69,24 @@ class RowCounter:
             self._shapes[query] = tuple(dict.fromkeys(rec))
 
     def schema_changed(self) -> None:
-        self._indexes.clear()
+        self._indexes = {}  # never clear a dict shared with other connections (share_indexes)
         self.index_rows.clear()
+
+    def share_indexes(self, shared: dict[str, list[frozenset[str] | None]] | None) -> None:
+        """Read (and learn) tables' indexes in ``shared``, the process's for this file's schema
+        (``known``), instead of asking SQLite on every connection; None: this connection's own."""
+        self._indexes = {} if shared is None else shared
+        self.index_rows.clear()  # every text's first run since goes through exec's checks
+
+    def adopt(self, query: str, shape: WriteShape, per_row: int) -> None:
+        """What ``query`` writes and its index rows per changed row, known from another connection
+        to a file of the same schema (``known``): its first run here records nothing."""
+        if len(self._shapes) < _MAX_SHAPES:
+            self._shapes[query] = shape
+            self.index_rows[query] = per_row
+
+    def known_shape(self, query: str) -> WriteShape | None:
+        return self._shapes.get(query)
 
     def _table_indexes(self, table: str) -> list[frozenset[str] | None]:
         found = self._indexes.get(table)

@@ -79,23 +79,26 @@ def _file_uri(name: str) -> str:
     return "file://" + uri + "?mode=rw"
 
 
-def _connect(path: Path, create: bool, durability: str) -> sqlite3.Connection | None:
+def _connect(path: Path, create: bool, durability: str,
+             ) -> tuple[sqlite3.Connection | None, bool]:
+    """The file's connection (None: no such object), and whether this call made the file."""
     name = os.fspath(path.absolute())
+    made = False
     try:
         damage = examine(name)  # the header check and "does it exist" in one look
     except FileNotFoundError:
         if not create:
-            return None  # no such object: the caller answers *_not_found
+            return None, False  # no such object: the caller answers *_not_found
         _create(path, durability)
-        damage = None
+        damage, made = None, True
     if damage is not None:
         raise StorageCorrupt(damage)
     try:
         return sqlite3.connect(_file_uri(name), uri=True, isolation_level=None,
-                               cached_statements=CACHED_STATEMENTS)
+                               cached_statements=CACHED_STATEMENTS), made
     except sqlite3.OperationalError as e:
         if not path.exists():
-            return None  # no such object: the caller answers *_not_found
+            return None, False  # no such object: the caller answers *_not_found
         raise StorageUnavailable(type(e).__name__) from e
 
 
@@ -249,11 +252,12 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
     out), read with the file's version and alarm in its first statement. ``ahead``: the file's
     connection made by ``connect_ahead`` (first read, version check and settings done), finished
     here (closed if this fails)."""
+    made = False
     if ahead is not None:
         conn: sqlite3.Connection | None = ahead.conn
     else:
         try:
-            conn = _connect(path, create, durability)
+            conn, made = _connect(path, create, durability)
         except sqlite3.OperationalError as e:
             raise StorageUnavailable(type(e).__name__) from e
     if conn is None:
@@ -277,6 +281,7 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
         # Closing keeps the write-ahead log for the next open (ADR 0012): no checkpoint, no fsync
         # (``close_connection`` sets it then).
         storage.keeps_wal = True
+        storage.made = made
         return storage, meta
     except BaseException as e:
         conn.close()  # never leave a descriptor behind for the garbage collector

@@ -24,6 +24,7 @@ from mailbox_actors.platform.storage.errors import (
     TransactionRolledBack,
 )
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
+from mailbox_actors.platform.storage.known import MAX_TEXT_LEN, MAX_TEXTS, SOURCE_KEY, SchemaFacts
 from mailbox_actors.platform.storage.kv import KvStorage
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.transactions import AlarmRun, Transactions, TxState
@@ -49,6 +50,12 @@ class SqlStorage(Transactions):
         self.kv = KvStorage(self)
         self.wiped = False  # delete_all ran on this connection
         self.keeps_wal = False  # closing leaves the log for the next open (``handle``)
+        self.made = False  # this open made the file: its schema is the runtime's alone (``known``)
+
+    def know_schema(self, facts: SchemaFacts | None) -> None:
+        """The file's schema is its class's migrations' alone, the one ``facts`` describe
+        (``known``; the activation decides it from ``SOURCE_KEY`` after the migrations)."""
+        self._know(facts)
 
     # ---- SQL API (RT-6, RT-13) -------------------------------------------------------------
 
@@ -115,13 +122,26 @@ class SqlStorage(Transactions):
         prepared, and its index count is worked out."""
         conn = self._conn
         counter = self._counter
+        facts = self._facts
+        if ddl:
+            self._schema_changing()
+        elif facts is not None:
+            known = facts.statements.get(query)
+            if known is not None:  # prepared on a file of this schema before: what it writes too
+                counter.adopt(query, *known)
+                before = conn.total_changes
+                cur = self._run(lambda: conn.execute(query, params))  # no authorizer: _know
+                return self._counted(cur, query, before, known[1], buffered, returning_writes)
         record = counter.needs_shape(query)
         if record:
             counter.start_recording()
         before = conn.total_changes
         ok = False
         try:
-            cur = self._run(lambda: conn.execute(query, params))
+            if facts is not None and not ddl:
+                cur = self._run(lambda: self._screened(lambda: conn.execute(query, params)))
+            else:
+                cur = self._run(lambda: conn.execute(query, params))
             ok = True
         finally:
             if record:
@@ -131,18 +151,40 @@ class SqlStorage(Transactions):
         # Worked out now for every statement, a SELECT's 0 too (``written`` asks only when rows
         # changed): once known, the statement's next run takes exec's short path.
         per_row = counter.per_row(query)
+        if facts is not None and facts is self._facts and len(query) < MAX_TEXT_LEN \
+                and len(facts.statements) < MAX_TEXTS:
+            shape = counter.known_shape(query)
+            if shape is not None:  # prepared without a denial: so it is on every such file
+                facts.statements[query] = (shape, per_row)
+        return self._counted(cur, query, before, per_row, buffered, returning_writes)
+
+    def _counted(self, cur: sqlite3.Cursor, query: str, before: int, per_row: int,
+                 buffered: bool, returning_writes: bool) -> SqlCursor:
+        conn = self._conn
         if buffered or (returning_writes and cur.description is not None):
             return self._read_out(cur, query, before, per_row)
         changed = conn.total_changes - before
         rowcount = cur.rowcount
         return SqlCursor(cur, changed + rowcount * per_row if rowcount > 0 else changed,
-                         counter, query)
+                         self._counter, query)
+
+    def _schema_changing(self) -> None:
+        """Actor SQL is about to change the schema: the file is no longer its migrations' alone
+        (``known``); the record of that goes in the change's own transaction (a write has
+        joined or opened one), so a rollback keeps both as they were."""
+        if self._facts is not None:
+            self._forget_schema()
+            self._sys(f"DELETE FROM _ma_meta WHERE k = '{SOURCE_KEY}' /*{self._token}*/")
 
     def _exec_script(self, statements: tuple[str, ...], writes: bool, ddl: bool,
                      params: Sequence[Any]) -> SqlCursor:
         conn = self._conn
         if writes:
             self._sys(f"SAVEPOINT _ma_script /*{self._token}*/")
+            if ddl:
+                self._schema_changing()
+        # Its statements but the last run here as they are: with the authorizer (``known``).
+        self._forget_schema()
         try:
             for stmt in statements[:-1]:
                 try:
@@ -211,6 +253,8 @@ class SqlStorage(Transactions):
     def delete_all(self) -> None:
         """Remove everything the actor stored, its alarm and the runtime's record of it (RT-15,
         ``wipe``); the file goes when the storage closes, if nothing was written since."""
+        self._forget_schema()  # its DROPs are screened; the key goes with the rest of _ma_meta
+
         def wipe(_tx: SqlStorage) -> None:
             for stmt in wipe_statements(lambda q: self._sys(f"{q} /*{self._token}*/")):
                 self._run(lambda stmt=stmt: self._sys(f"{stmt} /*{self._token}*/"))  # type: ignore[misc]
