@@ -17,7 +17,6 @@ unique by construction and never looked up): an event then writes one b-tree pag
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -25,7 +24,7 @@ import msgspec
 
 from mailbox_actors.core.alarm_purposes import meta_key
 from mailbox_actors.core.durations import DAY_MS
-from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+from mailbox_actors.platform.storage.runtime_access import RuntimeStorage, runtime_statement
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded, MailboxActorsError
 from mailbox_actors.wire.events import Event, EventsReply
@@ -113,6 +112,10 @@ def check_event_data(data: dict[str, Any]) -> None:
                                  details={"field": k})
 
 
+_INSERT = runtime_statement("INSERT INTO outbox (sequence, id, type, occurred_at_ms, body) "
+                            "VALUES (?, ?, ?, ?, ?)")
+
+
 def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id: str,
            identity_id: str | None, type_: str, data: dict[str, Any]) -> Event:
     """Inside the state-change transaction: append the event and record the outbox purpose
@@ -122,45 +125,43 @@ def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id:
     check_event_data(data)
     now = tx.now_ms()
     # The sequence and the outbox purpose (due now) in one write; the caller lowers the
-    # alarm to it (``purposes.lower_alarm``). Both roll back with the state change.
-    seq = storage.bump_meta("event_seq", _OUTBOX_KEY, str(now))
+    # alarm to it (``purposes.lower_alarm``). Both roll back with the state change. A purpose
+    # already recorded for no later than now stands for this event too (the run it makes
+    # publishes every undispatched event, and clears the purpose only when none is left).
+    due = storage.known_meta(_OUTBOX_KEY)
+    if due is not None and int(due) <= now:
+        seq = storage.bump_meta("event_seq")
+    else:
+        seq = storage.bump_meta("event_seq", _OUTBOX_KEY, str(now))
     event = Event(id=event_id, type=type_, sequence=seq, tenant_id=tenant_id,
                   identity_id=identity_id, occurred_at_ms=now, data=data)
     body = _ENC.encode(event)
-    tx.exec("INSERT INTO outbox (sequence, id, type, occurred_at_ms, body) VALUES (?, ?, ?, ?, ?)",
-            seq, event.id, type_, now, body)
-    _appended(tx, seq, body)  # what the drain (dispatch, has_undispatched) knows without a read
+    storage.run(_INSERT, (seq, event_id, type_, now, body))
+    # What the drain (dispatch, has_undispatched) knows without a read.
+    known = tx._known_now()
+    known.last = seq
+    unsent = known.unsent
+    if unsent is not None:
+        if len(unsent) < _UNSENT_KEPT:
+            unsent.append((seq, body))
+        else:
+            known.unsent = None  # read from the file until a marking leaves none undispatched
     return event
 
 
-# connection -> (a sequence at or below the first undispatched event, its rollbacks then)
-_FIRST: weakref.WeakKeyDictionary[SqlStorage, tuple[int, int]] = weakref.WeakKeyDictionary()
-# connection -> (the sequence ``append`` gave last, its rollbacks then)
-_LAST: weakref.WeakKeyDictionary[SqlStorage, tuple[int, int]] = weakref.WeakKeyDictionary()
-# connection -> (every undispatched event's (sequence, body), in order, its rollbacks then):
-# known from a marking that left nothing undispatched, then followed by each append, so the
-# outbox run publishes without reading its events back; dropped past _UNSENT_KEPT events.
-_UNSENT: weakref.WeakKeyDictionary[SqlStorage, tuple[list[tuple[int, bytes]], int]] = \
-    weakref.WeakKeyDictionary()
+# Kept in memory per connection (``Known``: all of it forgotten at any rollback): a sequence at
+# or below the first undispatched event, the sequence the last append took, and every
+# undispatched event's (sequence, body) in order, learnt from a marking that left nothing
+# undispatched and followed by each append, so the outbox run publishes without reading its
+# events back; dropped past _UNSENT_KEPT events.
 _UNSENT_KEPT = OUTBOX_BATCH
-
-
-def _appended(tx: SqlStorage, seq: int, body: bytes) -> None:
-    rollbacks = tx.rollbacks
-    _LAST[tx] = (seq, rollbacks)
-    unsent = _UNSENT.get(tx)
-    if unsent is not None:
-        if unsent[1] == rollbacks and len(unsent[0]) < _UNSENT_KEPT:
-            unsent[0].append((seq, body))
-        else:
-            del _UNSENT[tx]  # read from the file until a marking leaves nothing undispatched
 
 
 def _undispatched(sql: SqlStorage, first: int) -> list[tuple[int, bytes]]:
     """Up to OUTBOX_BATCH undispatched events from ``first``, oldest first."""
-    unsent = _UNSENT.get(sql)
-    if unsent is not None and unsent[1] == sql.rollbacks:
-        return [e for e in unsent[0] if e[0] >= first][:OUTBOX_BATCH]
+    unsent = sql._known_now().unsent
+    if unsent is not None:
+        return [e for e in unsent if e[0] >= first][:OUTBOX_BATCH]
     return [(int(r[0]), r[1]) for r in sql.exec(
         "SELECT sequence, body FROM outbox WHERE sequence >= ? AND dispatched_at IS NULL "
         "ORDER BY sequence LIMIT ?", first, OUTBOX_BATCH).all()]
@@ -171,13 +172,13 @@ def _first_undispatched(sql: SqlStorage) -> int:
     while nothing was rolled back since (a marking undone would leave events below it); read
     otherwise: one past the newest dispatched event, found from the end (the undispatched are
     the newest, so the scan crosses only them)."""
-    known = _FIRST.get(sql)
-    if known is not None and known[1] == sql.rollbacks:
-        return known[0]
+    known = sql._known_now()
+    if known.first is not None:
+        return known.first
     rows = sql.exec("SELECT sequence FROM outbox WHERE dispatched_at IS NOT NULL "
                     "ORDER BY sequence DESC LIMIT 1").all()
     first = int(rows[0][0]) + 1 if rows else 0
-    _FIRST[sql] = (first, sql.rollbacks)
+    known.first = first
     return first
 
 
@@ -199,7 +200,7 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
         except BaseException:
             # The sink is down: the retries read from the file, so an actor left open by its
             # outbox's retries does not also keep every event body emitted meanwhile.
-            _UNSENT.pop(sql, None)
+            sql._known_now().unsent = None
             raise
         last = rows[-1][0]
         if leave_last and len(rows) < OUTBOX_BATCH:
@@ -213,17 +214,15 @@ def mark_dispatched(last: int, tx: SqlStorage) -> None:
     """Inside a transaction: every undispatched event up to sequence ``last`` was published."""
     tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence >= ? AND sequence <= ? AND "
             "dispatched_at IS NULL", tx.now_ms(), _first_undispatched(tx), last)
-    # Should this transaction roll back, the rollback moves ``rollbacks`` and this is forgotten.
+    # Should this transaction roll back, the rollback empties what is known, this with it.
+    known = tx._known_now()
     first = max(last + 1, _first_undispatched(tx))
-    rollbacks = tx.rollbacks
-    _FIRST[tx] = (first, rollbacks)
-    unsent = _UNSENT.get(tx)
-    if unsent is not None and unsent[1] == rollbacks:
-        unsent[0][:] = [e for e in unsent[0] if e[0] >= first]
-    else:
-        appended = _LAST.get(tx)
-        if appended is not None and appended[1] == rollbacks and appended[0] < first:
-            _UNSENT[tx] = ([], rollbacks)  # nothing is undispatched: follow the appends now
+    known.first = first
+    unsent = known.unsent
+    if unsent is not None:
+        unsent[:] = [e for e in unsent if e[0] >= first]
+    elif known.last is not None and known.last < first:
+        known.unsent = []  # nothing is undispatched: follow the appends now
 
 
 async def retention_days(ctx: RetentionSource) -> int | None:
@@ -248,9 +247,9 @@ def has_undispatched(sql: SqlStorage) -> bool:
     connection appended the newest event and nothing was rolled back since, the answer is
     whether that event is at or past the first undispatched sequence, without a read (the
     outbox run asks it in every closing commit); otherwise it is read."""
-    last = _LAST.get(sql)
-    if last is not None and last[1] == sql.rollbacks:
-        return last[0] >= _first_undispatched(sql)
+    last = sql._known_now().last
+    if last is not None:
+        return last >= _first_undispatched(sql)
     return bool(sql.exec("SELECT 1 FROM outbox WHERE sequence >= ? AND dispatched_at IS NULL "
                          "LIMIT 1", _first_undispatched(sql)).all())
 

@@ -24,13 +24,6 @@ from mailbox_actors.runtime import outbox
 
 __all__ = ["cancel", "lower_alarm", "rearm", "run_due", "schedule", "scheduled"]
 
-# The storages whose purposes' runner (``run_due``) is running: it re-arms the alarm from the
-# recorded purposes when it ends or fails, so a purpose recorded meanwhile for no earlier than
-# the alarm as stored needs no alarm write of its own (a request's event during an outbox run
-# wrote one into nearly every ingest's commit).
-_RUNNING: set[RuntimeStorage] = set()
-
-
 def schedule(storage: RuntimeStorage, purpose: str, at_ms: int) -> None:
     """Record ``alarm:{purpose}`` and lower the alarm to it when earlier. Commits with the
     surrounding transaction."""
@@ -42,7 +35,10 @@ def lower_alarm(storage: RuntimeStorage, at_ms: int) -> None:
     """The alarm moves to ``at_ms`` when that is earlier (a purpose just recorded for then, as
     the outbox's ``append`` records its own)."""
     sql = storage.sql
-    if storage in _RUNNING:
+    if storage.purposes_running:
+        # The runner re-arms the alarm from the recorded purposes when it ends or fails, so a
+        # purpose recorded meanwhile for no earlier than the alarm as stored needs no alarm
+        # write of its own (a request's event during an outbox run would write one).
         run, stored = storage.alarm_run, storage.stored_alarm()
         if run is not None and not run.set_in_handler and stored is not None and stored <= at_ms:
             return  # the run's re-arm covers it; the stored alarm is due no later meanwhile
@@ -75,7 +71,7 @@ async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str
     sql = storage.sql
     due = due_purposes(pending, now_ms)
     finished = False
-    _RUNNING.add(storage)
+    storage.purposes_running = True
     try:
         for n, purpose in enumerate(due):
             method_name = methods.get(purpose)
@@ -100,7 +96,7 @@ async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str
             if still_open() and not finished:
                 sql.transaction_sync(lambda _tx: rearm(storage))
         finally:
-            _RUNNING.discard(storage)
+            storage.purposes_running = False
 
 
 def _clear_and_rearm(storage: RuntimeStorage, clear: Callable[[SqlStorage], None],

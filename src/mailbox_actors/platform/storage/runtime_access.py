@@ -9,32 +9,55 @@ version, erasure, alarm purposes, event sequence) go through here, in the actor'
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable, Sequence
+from typing import Any
 
+from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.errors import TransactionRolledBack
 from mailbox_actors.platform.storage.handle import close_connection, shed_caches
 from mailbox_actors.platform.storage.opening import CACHED_STATEMENTS
 from mailbox_actors.platform.storage.sql import AlarmRun, SqlStorage, TxState
 from mailbox_actors.platform.storage.wipe import is_empty, remove_files
 
-__all__ = ["RuntimeStorage"]
+__all__ = ["RuntimeStorage", "runtime_statement"]
+
+
+def runtime_statement(query: str) -> str:
+    """``query`` as a runtime statement's text for ``RuntimeStorage.run`` (made once, at import):
+    with the token that keeps user SQL off its cached, pre-authorised copy (``connection``)."""
+    return f"{query} /*{RUNTIME_TOKEN}*/"
+
+
+_PUT = runtime_statement("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES (?, ?)")
+_PUT_TWO = runtime_statement("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES (?, ?), (?, ?)")
+_DELETE = runtime_statement("DELETE FROM _ma_meta WHERE k = ?")
+_DELETE_IF = runtime_statement("DELETE FROM _ma_meta WHERE k = ? AND v = ?")
 
 
 class RuntimeStorage:
     """One actor's storage as the runtime uses it; ``sql`` is what the actor's code gets."""
 
-    __slots__ = ("_counters", "_ranges", "sql")
+    __slots__ = ("purposes_running", "sql")
 
     def __init__(self, sql: SqlStorage) -> None:
         self.sql = sql
-        # counter key -> (its value as this wrapper last wrote it, sql._undone then)
-        self._counters: dict[str, tuple[int, int]] = {}
-        # [start, end) -> (its keys and values as last read, with this wrapper's writes since,
-        # sql._undone then): the alarm purposes' range is read at every alarm run's start and
-        # re-arm. Every runtime meta write goes through this wrapper, and anything undone
-        # (a rollback, delete_all) moves _undone, so a range known at the current _undone is
-        # what the file holds.
-        self._ranges: dict[tuple[str, str], tuple[dict[str, str], int]] = {}
+        # Set by the alarm purposes' runner while it runs (``purposes.run_due``): it re-arms the
+        # alarm when it ends, so a purpose recorded meanwhile need not write the alarm itself.
+        self.purposes_running = False
+
+    # ---- runtime statements ----------------------------------------------------------------
+
+    def run(self, text: str, params: Sequence[Any] = ()) -> None:
+        """Write with a runtime statement (``runtime_statement``'s text; not screened, rows not
+        counted) in the open transaction, or the implicit one. ``_runtime_exec``'s work without
+        its per-call text checks: the runtime's writes of every event go through here."""
+        sql = self.sql
+        sql._before_write()  # refuses a write inside a transaction SQLite already ended
+        try:
+            sql._sys(text, params)
+        except sqlite3.Error as e:
+            raise sql._failed(e) from e
 
     # ---- meta ------------------------------------------------------------------------------
 
@@ -47,60 +70,73 @@ class RuntimeStorage:
         return {k: v for k, v in rows}
 
     def meta_range(self, start: str, end: str) -> dict[str, str]:
-        """Every meta key in ``[start, end)``, with its value (from memory while known)."""
-        undone = self.sql._undone
-        known = self._ranges.get((start, end))
-        if known is not None and known[1] == undone:
-            return dict(known[0])
+        """Every meta key in ``[start, end)``, with its value (from memory while known: every
+        runtime meta write goes through this wrapper and follows the known ranges, and anything
+        undone empties what is known, ``runtime_known``)."""
+        known = self.sql._known_now()
+        values = known.ranges.get((start, end))
+        if values is not None:
+            return dict(values)
         rows = self.sql._runtime_exec("SELECT k, v FROM _ma_meta WHERE k >= ? AND k < ?",
                                       (start, end))
         out = {k: v for k, v in rows}
-        if len(self._ranges) < 4 or (start, end) in self._ranges:  # a few fixed ranges
-            self._ranges[(start, end)] = (dict(out), undone)
+        if len(known.ranges) < 4:  # a few fixed ranges (the alarm purposes')
+            known.ranges[(start, end)] = dict(out)
         return out
+
+    def known_meta(self, key: str) -> str | None:
+        """``key``'s stored value when a known range holds it without a read; None when it is
+        absent or not known (then the caller writes it)."""
+        for (start, end), values in self.sql._known_now().ranges.items():
+            if start <= key < end:
+                return values.get(key)
+        return None
 
     def _written(self, key: str, value: str | None, only_if: str | None = None) -> None:
         """A write of ``key`` (None: deleted, when it held ``only_if`` if given) went through:
         the known ranges holding it follow."""
-        undone = self.sql._undone
-        for (start, end), (values, at) in self._ranges.items():
-            if at == undone and start <= key < end:
+        for (start, end), values in self.sql._known_now().ranges.items():
+            if start <= key < end:
                 if value is not None:
                     values[key] = value
                 elif only_if is None or values.get(key) == only_if:
                     values.pop(key, None)
 
     def put_meta(self, key: str, value: str) -> None:
-        self.sql._runtime_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES (?, ?)",
-                               (key, value))
+        self.run(_PUT, (key, value))
         self._written(key, value)
 
-    def bump_meta(self, counter: str, key: str, value: str) -> int:
-        """Add one to the integer meta key ``counter`` (absent: 0) and store ``key`` = ``value``
-        with it in one write (the outbox's per event: its sequence and its alarm purpose); returns
-        the counter's new value. Only this wrapper writes ``counter``: the value it last wrote is
-        still stored (committed, or in the open transaction) while no rollback happened since,
-        so it is read from the file only after one (``_undone``), or first."""
-        sql = self.sql
-        cached = self._counters.get(counter)
-        if cached is not None and cached[1] == sql._undone:
-            n = cached[0] + 1
+    def bump_meta(self, counter: str, key: str | None = None, value: str = "") -> int:
+        """Add one to the integer meta key ``counter`` (absent: 0), and store ``key`` = ``value``
+        with it in the same write when given (the outbox's per event: its sequence and, unless
+        already recorded for no later, its alarm purpose); returns the counter's new value. Only
+        this wrapper writes ``counter``: the value it last wrote is still stored (committed, or
+        in the open transaction) while nothing was undone since, so it is read from the file
+        only after a rollback, or first."""
+        known = self.sql._known_now()
+        n = known.counters.get(counter)
+        if n is None:
+            row = self.sql._runtime_exec("SELECT v FROM _ma_meta WHERE k = ?",
+                                         (counter,)).fetchone()
+            n = int(row[0]) if row else 0
+        n += 1
+        if key is None:
+            self.run(_PUT, (counter, str(n)))
         else:
-            row = sql._runtime_exec("SELECT v FROM _ma_meta WHERE k = ?", (counter,)).fetchone()
-            n = int(row[0]) + 1 if row else 1
-        sql._runtime_exec("INSERT OR REPLACE INTO _ma_meta (k, v) VALUES (?, ?), (?, ?)",
-                          (counter, str(n), key, value))
-        self._counters[counter] = (n, sql._undone)
-        self._written(counter, str(n))
-        self._written(key, value)
+            self.run(_PUT_TWO, (counter, str(n), key, value))
+        known.counters[counter] = n
+        if known.ranges:
+            self._written(counter, str(n))
+            if key is not None:
+                self._written(key, value)
         return n
 
     def delete_meta(self, key: str, only_if: str | None = None) -> None:
         """Delete ``key`` (only while it still holds ``only_if``, when given)."""
         if only_if is None:
-            self.sql._runtime_exec("DELETE FROM _ma_meta WHERE k = ?", (key,))
+            self.run(_DELETE, (key,))
         else:
-            self.sql._runtime_exec("DELETE FROM _ma_meta WHERE k = ? AND v = ?", (key, only_if))
+            self.run(_DELETE_IF, (key, only_if))
         self._written(key, None, only_if)
 
     # ---- the alarm as stored ---------------------------------------------------------------

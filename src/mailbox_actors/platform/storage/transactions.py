@@ -26,6 +26,7 @@ from mailbox_actors.platform.storage.hooks import (
     TransactionHooks,
 )
 from mailbox_actors.platform.storage.limits import Limits
+from mailbox_actors.platform.storage.runtime_known import Known
 
 __all__ = ["AlarmRun", "Transactions", "TxState"]
 
@@ -82,10 +83,10 @@ class Transactions(ScreenedConnection):
         self._alarm_run: AlarmRun | None = None
         self._gen = 0  # the current (or last) implicit transaction
         self._lost: set[int] = set()  # implicit transactions SQLite rolled back
-        # Bumped by every rollback, whole or to a savepoint, and by delete_all: a value cached
-        # from a write (the outbox's event sequence) is still what the file holds while this
-        # has not moved since the write.
+        # Bumped by every rollback, whole or to a savepoint, and by delete_all: what the runtime
+        # learnt of the file (``_known``) holds while this has not moved since.
         self._undone = 0
+        self._known = Known(0)
         self._alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{self._token}*/"
         if alarm is not None:  # read by the opener, in the file's first statement
             self._alarm = alarm[0]
@@ -95,12 +96,13 @@ class Transactions(ScreenedConnection):
         except sqlite3.DatabaseError as e:
             raise StorageCorrupt(type(e).__name__) from e
 
-    @property
-    def rollbacks(self) -> int:
-        """How many rollbacks (whole or to a savepoint) and ``delete_all``s this connection has
-        seen: a value cached from a write is still what the file holds while this has not moved
-        since the write (the outbox's first undispatched event, say)."""
-        return self._undone
+    def _known_now(self) -> Known:
+        """What the runtime knows of this file without a read (``runtime_known``): empty again after
+        any rollback or ``delete_all`` since it was learnt. Only the runtime calls this."""
+        known = self._known
+        if known.at != self._undone:
+            known = self._known = Known(self._undone)
+        return known
 
     def _before_write(self) -> None:
         """A write is about to run: refuse it inside a transaction SQLite already ended; outside
