@@ -11,15 +11,16 @@ without one, mail stays queued and is looked at again every ``mail_recheck_ms``.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.lowlevel
 
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus
 from mailbox_actors.objects.identity_mailbox import carrier_store as store
 from mailbox_actors.objects.identity_mailbox import dispatch_rows
 from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
+from mailbox_actors.objects.identity_mailbox.dispatch_sends import Sends
 from mailbox_actors.objects.identity_mailbox.quota_gate import Credits, give_back, reserve
 from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
@@ -81,41 +82,21 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
     so an outcome waits (at most ``_LINGER_S``) for the next ones and they commit together, with
     the intents of as many new Emails, one commit for several Emails instead of one each."""
     slots = max(1, int(getattr(transport, "slots", DISPATCH_CONCURRENCY)))
-    in_flight: dict[str, EmailRow] = {}  # as intent left them, for their outcome
-    finished: list[tuple[EmailRow, TransportOutcome]] = []
+    # The sends run in at most DISPATCH_CONCURRENCY worker tasks, fed in intent order and
+    # started as the run needs them: a task spawned for each Email cost more than its intent.
+    sends = Sends(lambda email: _send(transport, email), lambda: mb.ctx.erased)
+    in_flight = sends.in_flight
     skipped: set[str] = set()  # failed a check this run (delayed, ended): not looked at again
     due: list[EmailRow] = []  # read ahead, not started yet (intent re-reads each row)
-    changed = anyio.Event()
     credits = Credits()
     started = 0
     contents: dict[str, bytes] = {}  # inline content read ahead with ``due``
-
-    # The sends run in at most DISPATCH_CONCURRENCY worker tasks, fed in intent order and
-    # started as the run needs them: a task spawned for each Email cost more than its intent.
-    to_send, to_workers = anyio.create_memory_object_stream[tuple[EmailRow, OutboundEmail]](
-        DISPATCH_CONCURRENCY)
-    workers = 0
-
-    async def worker() -> None:
-        async for row, email in to_workers:
-            try:
-                if mb.ctx.erased:  # erase answered while this waited: its content stays (RPC-4)
-                    continue
-                outcome = await _send(transport, email)
-                finished.append((row, outcome))  # committed by the loop's next commit
-            finally:
-                del in_flight[row.email_id]
-                changed.set()
-
     try:
         async with anyio.create_task_group() as tg:
             while True:
-                if finished and len(in_flight) > slots:  # an Email with intent still waits
-                    with anyio.move_on_after(_LINGER_S):
-                        while finished and len(in_flight) > slots:
-                            changed = anyio.Event()
-                            await changed.wait()
-                changed = anyio.Event()
+                if sends.finished and len(in_flight) > slots:  # an Email with intent waits
+                    await sends.linger(slots, _LINGER_S)
+                sends.changed.clear()
                 ready: list[EmailRow] = []
                 free = min(DISPATCH_CONCURRENCY - len(in_flight), DISPATCH_RUN_MAX - started)
                 checked = False
@@ -140,37 +121,28 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                             skipped.add(row.email_id)
                             due = []
                 emails: list[tuple[EmailRow, OutboundEmail]] = []
-                if finished or ready:
-                    emails = _commit(mb, _take(finished), ready, contents)
+                if sends.finished or ready:
+                    emails = _commit(mb, sends.take(), ready, contents)
                 for row, email in emails:
-                    in_flight[row.email_id] = row
-                    to_send.send_nowait((row, email))  # room: at most DISPATCH_CONCURRENCY
-                while workers < len(in_flight):
-                    tg.start_soon(worker)
-                    workers += 1
-                if not in_flight and not finished:
+                    sends.hand(row, email)
+                while sends.workers < len(in_flight):
+                    tg.start_soon(sends.worker)
+                    sends.workers += 1
+                if not in_flight and not sends.finished:
                     if not checked:
-                        to_send.close()  # the workers end with the run
+                        sends.close()  # the workers end with the run
                         break  # none due, none in flight: the run is over
                     continue  # this round's rows ended before intent: look for more
-                if not emails and not finished:
-                    await changed.wait()
-                    # Sends whose replies came in the same moment finish on this checkpoint:
-                    # their outcomes share the next round's commit.
-                    await anyio.lowlevel.checkpoint()
+                if not emails and not sends.finished:
+                    await sends.changed.wait()
+                    # Sends whose replies came in the same moment finish on this turn of the
+                    # loop: their outcomes share the next round's commit.
+                    await asyncio.sleep(0)
     finally:
-        to_send.close()
-        to_workers.close()
-        if finished:  # cancelled with outcomes in hand: commit them, the sweep cannot know
-            _commit(mb, _take(finished), [], {})
+        sends.close()
+        if sends.finished:  # cancelled with outcomes in hand: commit them, the sweep cannot know
+            _commit(mb, sends.take(), [], {})
     await give_back(mb, credits)  # not on cancellation: an unreleased block ages out
-
-
-def _take(items: list[tuple[EmailRow, TransportOutcome]]
-          ) -> list[tuple[EmailRow, TransportOutcome]]:
-    out = items[:]
-    items.clear()
-    return out
 
 
 def _commit(mb: IdentityMailbox, outcomes: list[tuple[EmailRow, TransportOutcome]],

@@ -10,6 +10,7 @@ How each phase's failures map to outcomes is ``smtp_session``'s.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import anyio
@@ -35,7 +36,9 @@ class SmtpTransport:
         if config.pool_size < 1:
             raise ValueError("pool_size must be at least 1")
         self.config = config
-        self._slots = anyio.Semaphore(config.pool_size)
+        # asyncio's: a free slot is taken without a turn of the event loop (anyio's takes one
+        # at every acquire, a checkpoint a send).
+        self._slots = asyncio.Semaphore(config.pool_size)
         self._idle: list[SmtpConnection] = []
         self._local_hostname = config.local_hostname
         self._closed = False
