@@ -3,7 +3,8 @@
 hostile ones included (the address, the parameters after it, a refusal); its DATA, read in
 blocks, gives aiosmtpd's replies, content and refusals (500 line too long, 552 too much data),
 and leaves in the stream exactly what aiosmtpd leaves (the next command), however the bytes
-arrive."""
+arrive; its one idle timer closes a connection once it has been idle for the timeout, as
+aiosmtpd's timer re-armed at every command does, and not before."""
 
 from __future__ import annotations
 
@@ -203,3 +204,102 @@ async def test_generated_data_reads_as_aiosmtpd_reads_it(body: bytes, piece: int
     stream = body + b"\r\n.\r\n" + _AFTER
     assert await _data(DoorSession, stream, piece, size_limit) == \
         await _data(SMTP, stream, piece, size_limit)
+
+
+# ---- the idle timeout ---------------------------------------------------------------------------
+
+
+class _Timer:
+    def __init__(self, when: float, callback: Any) -> None:
+        self._when, self.callback, self._cancelled = when, callback, False
+
+    def when(self) -> float:
+        return self._when
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+
+class _Clock:
+    """The session's loop as far as its idle timer uses it: a time set by the test, and the
+    timers asked for (the test runs the one due)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[_Timer] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Any) -> _Timer:
+        self.timers.append(_Timer(when, callback))
+        return self.timers[-1]
+
+    def armed(self) -> list[_Timer]:
+        return [t for t in self.timers if not t.cancelled()]
+
+    def fire_at(self, now: float) -> None:
+        """Time moves to ``now``; the armed timer runs (it must be due)."""
+        self.now = now
+        (timer,) = self.armed()
+        assert timer.when() <= now
+        timer.cancel()  # ran: no longer armed
+        timer.callback()
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.closed_at: float | None = None
+        self.clock: _Clock | None = None
+
+    def close(self) -> None:
+        assert self.clock is not None
+        self.closed_at = self.clock.now
+
+
+def _timed_session(clock: _Clock, timeout: float) -> tuple[DoorSession, _Transport]:
+    loop = asyncio.new_event_loop()
+    try:
+        s = DoorSession(_Handler(), loop=loop, timeout=timeout)
+    finally:
+        loop.close()
+    s.loop = clock  # type: ignore[assignment]
+    s.session = Session(loop)
+    transport = _Transport()
+    transport.clock = clock
+    s.transport = transport  # type: ignore[assignment]
+    return s, transport
+
+
+def test_the_idle_timeout_closes_a_connection_idle_for_the_timeout_and_not_before() -> None:
+    """IN-5: commands at 0, 10, 20 and 30 s with a 60 s timeout keep one timer armed (not one a
+    command); it fires at 60 s, finds the connection busy 30 s ago and waits until 90 s, where
+    the connection, idle for 60 s, is closed."""
+    clock = _Clock()
+    s, transport = _timed_session(clock, 60)
+    for t in (0.0, 10.0, 20.0, 30.0):
+        clock.now = t
+        s._reset_timeout()
+    assert len(clock.timers) == 1
+    clock.fire_at(60.0)
+    assert transport.closed_at is None
+    assert [t.when() for t in clock.armed()] == [90.0]
+    clock.fire_at(90.0)
+    assert transport.closed_at == 90.0
+    assert clock.armed() == []
+
+
+def test_a_shorter_timeout_moves_the_timer_earlier() -> None:
+    """IN-5: a reset for a shorter time than the armed timer's (aiosmtpd's PROXY handshake
+    timeout) re-arms it for the earlier deadline, which closes the connection then."""
+    clock = _Clock()
+    s, transport = _timed_session(clock, 60)
+    s._reset_timeout()
+    clock.now = 1.0
+    s._reset_timeout(5)
+    assert [t.when() for t in clock.armed()] == [6.0]
+    clock.fire_at(6.0)
+    assert transport.closed_at == 6.0
