@@ -64,8 +64,8 @@ async def test_every_message_is_found_by_its_id_and_every_email_by_its_own(
     in chunks, and Messages whose ids were minted far from their Email's (a millisecond passed
     between them: here other ids minted between) each take a delivery event by their msg_ id;
     a well-formed id that names no Message, and one of another mailbox, are email_not_found.
-    The Emails keep the source id's index and the due index, the Messages only the cap's, and
-    each Message names its Email's row."""
+    The Emails keep the source id's index and those of the queued and the leased, the Messages
+    only the cap's, and each Message names its Email's row."""
     transport = RecordingTransport()
     async with TestRuntime(tmp_path, services={MAIL_TRANSPORT: transport}) as rt:
         mid = await mailbox(rt)
@@ -109,7 +109,8 @@ async def test_every_message_is_found_by_its_id_and_every_email_by_its_own(
 
         path = rt.node.host.path_for(NS, mid)
     indexes, links = _schema(path)
-    assert indexes == {"sqlite_autoindex_emails_1", "emails_due", "email_messages_recipient"}
+    assert indexes == {"sqlite_autoindex_emails_1", "emails_queued", "emails_leased",
+                       "email_messages_recipient"}
     assert len(links) == 33 and all(seq == own for _, seq, own, _ in links)
     # Only the far ones are listed (the third Email's two).
     assert [listed for *_, listed in links] == [0] * 31 + [1, 1]

@@ -14,7 +14,10 @@ from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
 from mailbox_actors.objects.identity_mailbox import carrier, dispatch, inbound, waits
-from mailbox_actors.objects.identity_mailbox.carrier_keys import CARRIER_ONE_KEY
+from mailbox_actors.objects.identity_mailbox.carrier_keys import (
+    CARRIER_LIVE_INDEXES,
+    CARRIER_ONE_KEY,
+)
 from mailbox_actors.objects.identity_mailbox.carrier_store import (
     CARRIER_INLINE_CONTENT,
     CARRIER_MESSAGES_LEAN,
@@ -96,6 +99,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(8, (*OUTBOX_LEAN, *CARRIER_MESSAGES_LEAN)),
         Migration(9, inbound.INBOUND_LEAN),  # bodies in the message row, one b-tree less
         Migration(10, CARRIER_ONE_KEY),  # Emails and Messages found by one key: two b-trees less
+        Migration(11, CARRIER_LIVE_INDEXES),  # only queued and dispatching Emails indexed by status
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}

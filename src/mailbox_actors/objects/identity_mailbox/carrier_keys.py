@@ -22,7 +22,8 @@ from typing import Any
 from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid
 from mailbox_actors.platform.storage.sql import SqlStorage
 
-__all__ = ["CARRIER_ONE_KEY", "NEAR", "derived", "find_message", "seq_of", "ulid_value"]
+__all__ = ["CARRIER_LIVE_INDEXES", "CARRIER_ONE_KEY", "NEAR", "derived", "find_message", "seq_of",
+           "ulid_value"]
 
 # The rebuild of an existing file (the migration): Messages get their Email's seq (read through
 # the old email-id index, before it goes), every stored Message id is listed, then the Emails
@@ -53,6 +54,15 @@ CARRIER_ONE_KEY = (
     "DROP TABLE emails",
     "ALTER TABLE emails_keyed RENAME TO emails",
     "CREATE INDEX emails_due ON emails (status, next_attempt_at_ms)",
+)
+
+# Dispatch looks Emails up by status only while they are queued (by due time) or dispatching (by
+# lease): an index of those two alone, where the due index held every Email by status. It stays
+# as small as the work in hand, and an Email's intent and outcome move one entry less each.
+CARRIER_LIVE_INDEXES = (
+    "DROP INDEX emails_due",
+    "CREATE INDEX emails_queued ON emails (next_attempt_at_ms) WHERE status = 'queued'",
+    "CREATE INDEX emails_leased ON emails (lease_until_ms) WHERE status = 'dispatching'",
 )
 
 # How far above its Email's ULID a Message's may be and still be found without a listing: the
