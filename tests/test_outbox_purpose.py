@@ -1,7 +1,7 @@
 """The outbox's alarm purpose as events record it (EV-1, EV-3): an event emitted while the purpose
 is already recorded for no later than now adds no write of its own, and one whose transaction
-(or savepoint) recorded the purpose and rolled back leaves the next event to record it; every
-committed event goes out."""
+(or savepoint) recorded the purpose and rolled back leaves the next event to record it, as does
+one after ``delete_all``; every committed event goes out."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from mailbox_actors.platform.storage.sql import SqlStorage
+from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.mailbox import MailboxInit
 
@@ -98,3 +99,38 @@ async def test_an_event_after_a_rolled_back_purpose_records_its_own(tmp_path: Pa
         await rt.run_until_idle()
         assert [e.data["n"] for e in rt.events.events("identity.updated")] == [1]
         assert _purpose_in_file(path) is None
+
+
+def _meta_in_file(path: Path) -> dict[str, str]:
+    conn = sqlite3.connect(path)
+    try:
+        return dict(conn.execute("SELECT k, v FROM _ma_meta WHERE k IN ('event_seq', "
+                                 "'alarm:outbox')").fetchall())
+    finally:
+        conn.close()
+
+
+@pytest.mark.anyio
+async def test_an_event_after_delete_all_starts_the_sequence_again_and_records_its_purpose(
+        tmp_path: Path) -> None:
+    """RT-15, EV-1: ``delete_all`` takes the runtime's record of the actor with it (the event
+    sequence, the outbox purpose); what the runtime knew of the file without a read goes too, so
+    an event emitted after it (into an outbox made again) takes sequence 1 and records the outbox
+    purpose for its time in the file."""
+    async with TestRuntime(tmp_path) as rt:
+        m, path = await _mailbox(rt)
+
+        def steps(actor: Any, storage: SqlStorage) -> tuple[int, int]:
+            ctx = actor.ctx
+            before = storage.transaction_sync(
+                lambda tx: ctx.emit(tx, "identity.updated", {"n": 1})).sequence
+            storage.delete_all()
+            for stmt in OUTBOX_SCHEMA:
+                storage.exec(stmt)
+            after = storage.transaction_sync(
+                lambda tx: ctx.emit(tx, "identity.updated", {"n": 2})).sequence
+            return before, after
+
+        before, after = await rt.run_in_actor(NS, m, steps)
+        assert before > 1 and after == 1
+        assert _meta_in_file(path) == {"event_seq": "1", "alarm:outbox": str(rt.now_ms())}
