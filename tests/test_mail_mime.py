@@ -4,6 +4,7 @@ long lines and lists; no Bcc header; header injection refused."""
 
 from __future__ import annotations
 
+import time
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 
@@ -143,3 +144,14 @@ def test_control_characters_in_headers_are_encoded() -> None:
     head = data.split(b"\r\n\r\n", 1)[0]
     assert b"\x00" not in head and b"\x1b" not in head
     assert str(parse(data)["Subject"]) == "a\x00b\x1bc"
+
+
+def test_date_is_the_time_of_the_build_to_the_second() -> None:
+    """CA-8: without a fixed date, each message's Date is the second it was built in (the
+    transport makes the text once a second and reuses it): messages built one after another
+    carry a Date between the seconds before and after them, the later never before the earlier."""
+    before = int(time.time())
+    dates = [parse(build_message(mail()))["Date"].datetime.timestamp() for _ in range(50)]
+    after = int(time.time())
+    assert all(before <= d <= after for d in dates)
+    assert dates == sorted(dates)

@@ -22,8 +22,8 @@ from typing import Any
 from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid
 from mailbox_actors.platform.storage.sql import SqlStorage
 
-__all__ = ["CARRIER_LIVE_INDEXES", "CARRIER_ONE_KEY", "NEAR", "derived", "find_message", "seq_of",
-           "ulid_value"]
+__all__ = ["CARRIER_LIVE_INDEXES", "CARRIER_ONE_KEY", "NEAR", "derived", "find_message",
+           "minted_value", "seq_of", "ulid_value"]
 
 # The rebuild of an existing file (the migration): Messages get their Email's seq (read through
 # the old email-id index, before it goes), every stored Message id is listed, then the Emails
@@ -86,10 +86,15 @@ def ulid_value(prefixed: str) -> int | None:
     return int(text.translate(_TO_BASE32), 32)
 
 
+def minted_value(prefixed: str) -> int:
+    """``ulid_value`` of an id ``new_id`` just minted (a canonical ULID: no check needed)."""
+    return int(prefixed[4:].translate(_TO_BASE32), 32)
+
+
 def derived(email_value: int, message_id: str) -> bool:
     """A Message id minted near its Email's (``find_message`` finds it by the Messages' key);
     ``email_value`` is the Email id's ``ulid_value``. Ids from ``new_id`` are canonical ULIDs."""
-    return 0 < int(message_id[4:].translate(_TO_BASE32), 32) - email_value <= NEAR
+    return 0 < minted_value(message_id) - email_value <= NEAR
 
 
 def _email_id(value: int) -> str:

@@ -213,10 +213,10 @@ def insert_messages(tx: SqlStorage, email_id: str, message_ids: Sequence[str],
     status = MessageStatus.NOT_SENT if over else MessageStatus.QUEUED
     out: list[MessageReceipt] = []
     params: list[Any] = []
-    email_value = carrier_keys.ulid_value(email_id)
+    email_value = carrier_keys.minted_value(email_id)
     far: list[tuple[str, int]] = []
     for message_id, (role, _address), key in zip(message_ids, recipients, keys, strict=True):
-        if email_value is None or not carrier_keys.derived(email_value, message_id):
+        if not carrier_keys.derived(email_value, message_id):
             far.append((message_id, len(out)))
         code = "recipient_cap" if key in over else None
         params += (message_id, role, key, code)
