@@ -30,18 +30,23 @@ __all__ = ["META_KEYS", "Activation", "Key", "open_activation"]
 Key = tuple[str, str]
 # the runtime meta an activation reads (in the file's first statement)
 META_KEYS = (SCHEMA_VERSION_KEY, *OWNER_META_KEYS, SOURCE_KEY)
-_SOURCES: dict[type[Any], tuple[str, ...]] = {}  # class -> its schema's fingerprint per version
+# id of a class's migrations -> (them, the namespace, their schema's fingerprint per version).
+# Not keyed by the class: a class made per runtime (TestRuntime's wrappers) would be kept alive,
+# and with it whatever it refers to.
+_SOURCES: dict[int, tuple[object, str, tuple[str, ...]]] = {}
 
 
 def _sources(cls: type[Actor[Any]]) -> tuple[str, ...]:
     """``known.schema_source`` of each version of ``cls``'s migrations, 0 (none) included."""
-    found = _SOURCES.get(cls)
-    if found is None:
-        steps = [m.statements for m in cls.migrations]
-        found = tuple(schema_source(cls.namespace, RUNTIME_SCHEMA_VERSION, steps[:v])
-                      for v in range(len(steps) + 1))
-        if len(_SOURCES) < 1024:
-            _SOURCES[cls] = found
+    migrations = cls.migrations
+    kept = _SOURCES.get(id(migrations))
+    if kept is not None and kept[0] is migrations and kept[1] == cls.namespace:
+        return kept[2]
+    steps = [m.statements for m in migrations]
+    found = tuple(schema_source(cls.namespace, RUNTIME_SCHEMA_VERSION, steps[:v])
+                  for v in range(len(steps) + 1))
+    if len(_SOURCES) < 1024:
+        _SOURCES[id(migrations)] = (migrations, cls.namespace, found)
     return found
 
 
