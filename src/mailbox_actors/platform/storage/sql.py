@@ -171,10 +171,12 @@ class SqlStorage(Transactions):
     def _schema_changing(self) -> None:
         """Actor SQL is about to change the schema: the file is no longer its migrations' alone
         (``known``); the record of that goes in the change's own transaction (a write has
-        joined or opened one), so a rollback keeps both as they were."""
-        if self._facts is not None:
-            self._forget_schema()
-            self._sys(f"DELETE FROM _ma_meta WHERE k = '{SOURCE_KEY}' /*{self._token}*/")
+        joined or opened one), so a rollback keeps both as they were. The key goes whether or
+        not this connection still uses the schema's facts: one that stopped (after a script, or
+        too many new texts) would otherwise leave the file claiming a schema it no longer has,
+        and its next activation would run the texts learnt elsewhere unscreened (review)."""
+        self._forget_schema()
+        self._sys(f"DELETE FROM _ma_meta WHERE k = '{SOURCE_KEY}' /*{self._token}*/")
 
     def _exec_script(self, statements: tuple[str, ...], writes: bool, ddl: bool,
                      params: Sequence[Any]) -> SqlCursor:
