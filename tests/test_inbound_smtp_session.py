@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope, Session
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mailbox_actors.node.smtp_session import DoorSession
@@ -75,14 +75,26 @@ def _arguments(draw: Any) -> str:
     return arg
 
 
-@settings(max_examples=800, deadline=None)
+def _reading(session: SMTP, arg: str) -> object:
+    """What ``_getaddr`` gives, or the class of what it raises: stock aiosmtpd's parser raises
+    on some arguments (``<0000@[0>``: an AttributeError in the stdlib's address parser), and
+    the door, which hands such arguments to it, must raise the same."""
+    try:
+        return session._getaddr(arg)
+    except Exception as e:  # compared, not swallowed
+        return type(e)
+
+
+@settings(max_examples=800, deadline=None, derandomize=True)
 @given(arg=_arguments())
+@example(arg="<0000@[0>")
 def test_generated_arguments_read_as_aiosmtpd_reads_them(
         sessions: tuple[SMTP, SMTP], arg: str) -> None:
     """IN-5: over generated arguments, near-plain ones with one thing changed anywhere, the
-    door's reading is aiosmtpd's."""
+    door's reading is aiosmtpd's, a failure of aiosmtpd's own parser included (the same
+    examples every run: derandomized)."""
     door, stock = sessions
-    assert door._getaddr(arg) == stock._getaddr(arg)
+    assert _reading(door, arg) == _reading(stock, arg)
 
 
 def test_a_local_part_limit_refuses_as_aiosmtpd_does() -> None:
@@ -192,7 +204,7 @@ _DATA_PIECES = st.sampled_from([b"\r", b"\n", b"\r\n", b".", b"..", b"a", b"b" *
 
 
 @pytest.mark.anyio
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(body=st.lists(_DATA_PIECES, max_size=12).map(b"".join),
        piece=st.sampled_from([1, 3, 8, 999, 1 << 20]),
        size_limit=st.sampled_from([None, 10, 500, 1500]))
