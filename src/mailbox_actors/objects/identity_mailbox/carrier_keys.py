@@ -23,7 +23,7 @@ from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid
 from mailbox_actors.platform.storage.sql import SqlStorage
 
 __all__ = ["CARRIER_LIVE_INDEXES", "CARRIER_ONE_KEY", "NEAR", "derived", "find_message",
-           "minted_value", "seq_of", "ulid_value"]
+           "minted_value", "ulid_value"]
 
 # The rebuild of an existing file (the migration): Messages get their Email's seq (read through
 # the old email-id index, before it goes), every stored Message id is listed, then the Emails
@@ -70,7 +70,6 @@ CARRIER_LIVE_INDEXES = (
 NEAR = 64
 _ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
 _TO_BASE32 = str.maketrans("0123456789ABCDEFGHJKMNPQRSTVWXYZ", "0123456789abcdefghijklmnopqrstuv")
-_SEQ = "SELECT email_seq FROM email_messages WHERE email_id = ? AND position = 0"
 # Near its Email first (a range of the Messages' key), then the listing.
 _FIND = ("SELECT message_id, email_id, status FROM email_messages WHERE email_id >= ? AND "
          "email_id <= ? AND message_id = ?3 UNION ALL SELECT m.message_id, m.email_id, m.status "
@@ -112,8 +111,3 @@ def find_message(sql: SqlStorage, message_id: str) -> tuple[str, str, str] | Non
     rows: list[Any] = sql.exec(_FIND, low, high, message_id).all()
     return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
 
-
-def seq_of(sql: SqlStorage, email_id: str) -> int | None:
-    """The ``seq`` of the Email ``email_id`` (through its first Message), or None."""
-    rows = sql.exec(_SEQ, email_id).all()
-    return int(rows[0][0]) if rows else None
