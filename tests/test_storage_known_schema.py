@@ -15,6 +15,7 @@ from actors_for_tests import Scratch
 from mailbox_actors.platform.storage.known import SOURCE_KEY
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 pytestmark = pytest.mark.anyio
 
@@ -144,3 +145,70 @@ async def test_a_schema_change_rolled_back_leaves_the_file_as_its_migrations_mad
         _cold(rt, oid)
         oid2 = await afs.new_scratch(rt, "r")
         assert oid2 == oid and _source(path) == before
+
+
+# ---- a connection that stopped using the schema's facts (review) ----------------------------
+
+# Either of these leaves the connection screening every text, the schema's facts dropped.
+FORGETS = {
+    "script": ("SELECT 1; SELECT 2",),
+    "33_new_texts": tuple(f"SELECT {i} AS c" for i in range(33)),
+}
+
+
+def _owner(path: Path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return str(conn.execute("SELECT v FROM _ma_meta WHERE k = 'owner_tenant'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("forget", sorted(FORGETS))
+async def test_a_view_of_the_runtimes_keys_stays_refused_after_the_file_is_opened_again(
+        tmp_path: Path, forget: str) -> None:
+    """RT-14, RT-6: in a Scratch whose connection stopped using the schema's facts, actor SQL
+    replaces ``items`` by a view of ``_ma_meta``; the file loses its ``schema_source`` claim, and
+    after it is opened again ``SELECT * FROM items`` (a text another file ran) is refused."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        a = await afs.new_scratch(rt, "a")
+        b = await afs.new_scratch(rt, "b")
+        _cold(rt, a)
+        assert await _outcomes(rt, a, ("SELECT * FROM items",)) == ["ran"]  # a known text now
+        _cold(rt, b)
+        assert set(await _outcomes(rt, b, FORGETS[forget])) == {"ran"}
+        assert await _outcomes(rt, b, ("DROP TABLE items",
+                                       "CREATE VIEW items AS SELECT k, v FROM _ma_meta")) \
+            == ["ran", "ran"]
+        assert not _source(rt.node.host.path_for("scratch", b))
+        _cold(rt, b)
+        assert await _outcomes(rt, b, ("SELECT * FROM items",)) == ["invalid_request"]
+
+
+async def test_a_trigger_of_the_actor_cannot_rewrite_the_owner_after_the_file_is_opened_again(
+        tmp_path: Path) -> None:
+    """RT-14, RT-3: after a script, a Scratch's SQL creates a trigger that would rewrite the
+    runtime's ``owner_tenant``; once the file is opened again, an INSERT another file ran (so a
+    known text) fires it and is refused, and the owner in ``_ma_meta`` is unchanged."""
+    async def insert(actor: Scratch, call: Call, arg: Any) -> Any:
+        actor.sql.exec("INSERT INTO fired (n, at_ms, scheduled_ms, retry_count) "
+                       "VALUES (?, 1, 1, 0)", arg)
+        return None
+
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        a = await afs.new_scratch(rt, "a")
+        b = await afs.new_scratch(rt, "b")
+        path_b = rt.node.host.path_for("scratch", b)
+        owner = _owner(path_b)
+        _cold(rt, a)
+        await afs.run(rt, a, insert, 1)
+        _cold(rt, b)
+        assert await _outcomes(rt, b, ("SELECT 1; SELECT 2",
+                                       "CREATE TRIGGER t AFTER INSERT ON fired BEGIN UPDATE "
+                                       "_ma_meta SET v = 'mallory' WHERE k = 'owner_tenant'; END"
+                                       )) == ["ran", "ran"]
+        _cold(rt, b)
+        with pytest.raises(MailboxActorsError) as refused:
+            await afs.run(rt, b, insert, 2)
+        assert refused.value.code is ErrorCode.INVALID_REQUEST
+        assert _owner(path_b) == owner
