@@ -26,7 +26,13 @@ from mailbox_actors.core.backoff import (
     alarm_retry_delay_ms,
     exponential_delay_ms,
 )
-from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid, next_in_millisecond, next_ulid_parts
+from mailbox_actors.core.ulid import (
+    MAX_RANDOM,
+    encode_ulid,
+    next_in_millisecond,
+    next_ulid_parts,
+    ulid_int,
+)
 
 # Hypothesis' per-example deadline is a timing assertion; tests here assert behaviour only.
 no_deadline = settings(deadline=None)
@@ -117,6 +123,13 @@ def test_ulid_rejects_bad_inputs() -> None:
         next_ulid_parts(None, 1 << 48, R1)
     with pytest.raises(ValueError):
         next_ulid_parts(None, T0, b"short")
+
+
+def test_a_ulid_text_reads_back_as_the_value_it_was_written_from() -> None:
+    """RT-12: ``ulid_int`` of ``encode_ulid``'s text is time << 80 | random, at the edges and
+    between (Carrier finds a Message by how far its id's value lies above its Email's)."""
+    for time_ms, rand in ((0, 0), (T0, 41), (T0, MAX_RANDOM), ((1 << 48) - 1, 1 << 79)):
+        assert ulid_int(encode_ulid(time_ms, rand)) == time_ms << 80 | rand
 
 
 def test_ulid_needs_randomness_only_for_a_new_millisecond() -> None:

@@ -5,7 +5,7 @@ Pure: the caller passes the time and the random bytes.
 
 from __future__ import annotations
 
-__all__ = ["MAX_RANDOM", "encode_ulid", "next_in_millisecond", "next_ulid_parts"]
+__all__ = ["MAX_RANDOM", "encode_ulid", "next_in_millisecond", "next_ulid_parts", "ulid_int"]
 
 MAX_RANDOM = (1 << 80) - 1
 MAX_TIME = (1 << 48) - 1
@@ -16,6 +16,8 @@ _PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)
 # make: ids minted within one millisecond add one to the random part, so the next id usually
 # shares them and only its last four characters (the low 20 bits) are new.
 _head: tuple[int, int, str] = (-1, -1, "")
+# Crockford's digits as Python's base-32 digits, so int(text, 32) reads a canonical ULID.
+_TO_BASE32 = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")
 
 
 def encode_ulid(time_ms: int, random: int) -> str:
@@ -37,6 +39,12 @@ def encode_ulid(time_ms: int, random: int) -> str:
         _head = (time_ms, high, text)  # one tuple: a reader sees the old triple or the new
     low = random & 0xFFFFF
     return text + pairs[low >> 10] + pairs[low & 1023]
+
+
+def ulid_int(text: str) -> int:
+    """The 128-bit value (time << 80 | random) of a canonical ULID text, as ``encode_ulid``
+    writes it (the caller checks the text is one)."""
+    return int(text.translate(_TO_BASE32), 32)
 
 
 def next_in_millisecond(last: tuple[int, int] | None, now_ms: int) -> tuple[int, int] | None:

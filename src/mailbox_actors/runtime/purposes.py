@@ -24,6 +24,7 @@ from mailbox_actors.runtime import outbox
 
 __all__ = ["cancel", "lower_alarm", "rearm", "run_due", "schedule", "scheduled"]
 
+
 def schedule(storage: RuntimeStorage, purpose: str, at_ms: int) -> None:
     """Record ``alarm:{purpose}`` and lower the alarm to it when earlier. Commits with the
     surrounding transaction."""

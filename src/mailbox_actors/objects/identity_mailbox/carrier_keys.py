@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid
+from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid, ulid_int
 from mailbox_actors.platform.storage.sql import SqlStorage
 
 __all__ = ["CARRIER_LIVE_INDEXES", "CARRIER_ONE_KEY", "NEAR", "derived", "find_message",
@@ -69,7 +69,6 @@ CARRIER_LIVE_INDEXES = (
 # most Messages an Email has (50), with room.
 NEAR = 64
 _ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
-_TO_BASE32 = str.maketrans("0123456789ABCDEFGHJKMNPQRSTVWXYZ", "0123456789abcdefghijklmnopqrstuv")
 # Near its Email first (a range of the Messages' key), then the listing.
 _FIND = ("SELECT message_id, email_id, status FROM email_messages WHERE email_id >= ? AND "
          "email_id <= ? AND message_id = ?3 UNION ALL SELECT m.message_id, m.email_id, m.status "
@@ -82,12 +81,12 @@ def ulid_value(prefixed: str) -> int | None:
     text = prefixed[4:] if prefixed[3:4] == "_" else ""
     if len(text) != 26 or not _ULID.fullmatch(text):
         return None
-    return int(text.translate(_TO_BASE32), 32)
+    return ulid_int(text)
 
 
 def minted_value(prefixed: str) -> int:
     """``ulid_value`` of an id ``new_id`` just minted (a canonical ULID: no check needed)."""
-    return int(prefixed[4:].translate(_TO_BASE32), 32)
+    return ulid_int(prefixed[4:])
 
 
 def derived(email_value: int, message_id: str) -> bool:
