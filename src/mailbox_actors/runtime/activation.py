@@ -14,7 +14,12 @@ from typing import Any
 
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
-from mailbox_actors.platform.storage.known import SOURCE_KEY, facts_for, schema_source
+from mailbox_actors.platform.storage.known import (
+    SOURCE_KEY,
+    KnownSchema,
+    facts_for,
+    schema_source,
+)
 from mailbox_actors.platform.storage.opening import OpenedAhead, open_actor_storage
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
@@ -30,33 +35,35 @@ __all__ = ["META_KEYS", "Activation", "Key", "open_activation"]
 Key = tuple[str, str]
 # the runtime meta an activation reads (in the file's first statement)
 META_KEYS = (SCHEMA_VERSION_KEY, *OWNER_META_KEYS, SOURCE_KEY)
-# id of a class's migrations -> (them, the namespace, their schema's fingerprint per version).
-# Not keyed by the class: a class made per runtime (TestRuntime's wrappers) would be kept alive,
-# and with it whatever it refers to.
-_SOURCES: dict[int, tuple[object, str, tuple[str, ...]]] = {}
+# id of a class's migrations -> (them, the namespace, their schema's fingerprint per version,
+# the newest schema as its files carry it). Not keyed by the class: a class made per runtime
+# (TestRuntime's wrappers) would be kept alive, and with it whatever it refers to.
+_SOURCES: dict[int, tuple[object, str, tuple[str, ...], KnownSchema]] = {}
 
 
-def _sources(cls: type[Actor[Any]]) -> tuple[str, ...]:
-    """``known.schema_source`` of each version of ``cls``'s migrations, 0 (none) included."""
+def _sources(cls: type[Actor[Any]]) -> tuple[tuple[str, ...], KnownSchema]:
+    """``known.schema_source`` of each version of ``cls``'s migrations, 0 (none) included, and
+    the newest one as a file of it carries it."""
     migrations = cls.migrations
     kept = _SOURCES.get(id(migrations))
     if kept is not None and kept[0] is migrations and kept[1] == cls.namespace:
-        return kept[2]
+        return kept[2], kept[3]
     steps = [m.statements for m in migrations]
     found = tuple(schema_source(cls.namespace, RUNTIME_SCHEMA_VERSION, steps[:v])
                   for v in range(len(steps) + 1))
+    newest = KnownSchema(SCHEMA_VERSION_KEY, str(len(steps)), found[-1])
     if len(_SOURCES) < 1024:
-        _SOURCES[id(migrations)] = (migrations, cls.namespace, found)
-    return found
+        _SOURCES[id(migrations)] = (migrations, cls.namespace, found, newest)
+    return found, newest
 
 
-def _migrate(storage: RuntimeStorage, cls: type[Actor[Any]], meta: dict[str, str]) -> int:
+def _migrate(storage: RuntimeStorage, cls: type[Actor[Any]], meta: dict[str, str],
+             sources: tuple[str, ...]) -> int:
     """The class's pending migrations applied; returns the version. A file whose schema is its
     migrations' alone (made by this open, or carrying the fingerprint of its version) keeps that
     record, in the migrations' transaction, and its storage learns its schema is a known one
     (``known``); any other file is screened statement by statement."""
     current = int(meta.get(SCHEMA_VERSION_KEY, "0"))
-    sources = _sources(cls)
     sql = storage.sql
     alone = sql.made if current == 0 else (
         current < len(sources) and meta.get(SOURCE_KEY) == sources[current])
@@ -116,13 +123,16 @@ def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create
                     settings: RuntimeSettings, clock: Clock, hooks: TransactionHooks,
                     alarm_sink: AlarmSink, env: ActorEnv, metrics: Any, log: Any,
                     on_reset: Callable[[], None],
-                    ahead: OpenedAhead | None = None) -> Activation | None:
+                    ahead: OpenedAhead | None = None, alarm: bool = True) -> Activation | None:
     """Open the actor's file and build its activation (None: no such object and not ``create``).
     Whatever fails after the file opened closes it again. ``ahead``: the file's connection made
-    ahead (``opening.connect_ahead``, with ``META_KEYS``)."""
+    ahead (``opening.connect_ahead``, with ``META_KEYS``). ``alarm``: read the stored alarm now
+    (an alarm's activation); a request's reads it at its first use, if any."""
+    sources, newest = _sources(cls)
     opened = open_actor_storage(path, create=create, durability=settings.durability,
                                 limits=settings.limits, now_ms=clock.now_ms, hooks=hooks,
-                                alarm_sink=alarm_sink, meta_keys=META_KEYS, ahead=ahead)
+                                alarm_sink=alarm_sink, meta_keys=META_KEYS, ahead=ahead,
+                                alarm=alarm, known=newest)
     if opened is None:
         return None
     sql, meta = opened  # the meta keys come with the file's first read
@@ -130,7 +140,9 @@ def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create
     try:
         owner = Owner(meta, kind=cls.owner_kind, namespace=cls.namespace, object_id=object_id,
                       not_found=cls.not_found, metrics=metrics, log=log)
-        version = _migrate(storage, cls, meta)
+        # A file known to be of the newest schema has no migration pending (``KnownSchema``).
+        version = len(sources) - 1 if storage.schema_known else _migrate(storage, cls, meta,
+                                                                           sources)
         gate = InputGate(clock, on_reset, settings.block_concurrency_timeout_ms)
         ctx = ActorContext(namespace=cls.namespace, object_id=object_id, storage=storage,
                            owner=owner, gate=gate, schema_version=version, env=env)

@@ -136,9 +136,10 @@ class ActorHost(AlarmHost):
 
     def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
                  ahead: OpenedAhead | None = None,
-                 path: Path | None = None) -> Activation | None:
+                 path: Path | None = None, alarm: bool = True) -> Activation | None:
         """Return the live activation, opening the file when needed (None: no such object);
-        ``ahead``: the file's connection made ahead (``opening.connect_ahead``), used or closed."""
+        ``ahead``: the file's connection made ahead (``opening.connect_ahead``), used or closed;
+        ``alarm``: read the stored alarm at open (False for a request, which rarely needs it)."""
         key = (cls.namespace, object_id)
         act = self._active.get(key)
         if act is not None:
@@ -154,7 +155,7 @@ class ActorHost(AlarmHost):
                 cls, object_id, path, create=create, settings=self.settings, clock=self.clock,
                 hooks=self._hooks, alarm_sink=self._alarm_sinks.sink(key), env=self._env,
                 metrics=self.metrics, log=self.log, on_reset=functools.partial(self._reset, key),
-                ahead=ahead)
+                ahead=ahead, alarm=alarm)
             if act is None:
                 return None
         except MailboxActorsError as e:
@@ -187,7 +188,7 @@ class ActorHost(AlarmHost):
             is_init = type(req) is cls.init_request
             act = self._active.get((cls.namespace, object_id))
             if act is None:
-                act = self.activate(cls, object_id, create=is_init)
+                act = self.activate(cls, object_id, create=is_init, alarm=False)
                 if act is None:
                     raise MailboxActorsError(
                         cls.not_found, f"no {cls.namespace} object has been initialised here")

@@ -63,20 +63,20 @@ class ScreenedConnection:
     _commit = _COMMIT
     _rollback = _ROLLBACK
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits) -> None:
-        self._conn = conn
-        self.path = path
-        self.limits = limits
-        self._sys_mode = False
-        self._deny_reason: str | None = None
-        # query text -> (its statements, may write?, changes the schema?), after screening
-        self._plans: dict[str, Plan] = {}
-        self._counter = RowCounter(lambda q, p: self._sys(q, p), self._token)
-        # What the file's schema decides, while it is its class's migrations' alone (``known``):
-        # then a text known to prepare without a denial is prepared with the authorizer off.
-        self._facts: SchemaFacts | None = None
-        self._screenings = 0  # texts prepared with the authorizer since _know
-        conn.set_authorizer(self._authorize)
+    # Its state, set by ``SqlStorage.__init__`` (one initializer for the storage's layers: an
+    # activation pays one frame for them, not one per layer).
+    _conn: sqlite3.Connection
+    path: Path
+    limits: Limits
+    _sys_mode: bool
+    _deny_reason: str | None
+    # query text -> (its statements, may write?, changes the schema?), after screening
+    _plans: dict[str, Plan]
+    _counter: RowCounter
+    # What the file's schema decides, while it is its class's migrations' alone (``known``):
+    # then a text known to prepare without a denial is prepared with the authorizer off.
+    _facts: SchemaFacts | None
+    _screenings: int  # texts prepared with the authorizer since _know
 
     # ---- screening -------------------------------------------------------------------------
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import NamedTuple
 
-__all__ = ["SOURCE_KEY", "SchemaFacts", "facts_for", "schema_source"]
+__all__ = ["SOURCE_KEY", "KnownSchema", "SchemaFacts", "facts_for", "schema_source"]
 
 # In _ma_meta, between the runtime keys an activation reads first ('erased' .. 'schema_version'),
 # so the file's first read brings it at no cost.
@@ -69,3 +70,18 @@ def schema_source(namespace: str, runtime_version: int,
         for stmt in statements:
             h.update(b"\0" + stmt.encode())
     return h.hexdigest()[:32]
+
+
+class KnownSchema(NamedTuple):
+    """A class's newest schema as its files carry it: a file whose runtime meta holds
+    ``version`` at ``version_key`` and ``source`` at ``SOURCE_KEY`` has exactly that schema and
+    no migration pending, so its storage is made knowing it (no authorizer set, ``_know``)."""
+
+    version_key: str
+    version: str
+    source: str
+
+    def facts(self, meta: dict[str, str]) -> SchemaFacts | None:
+        if meta.get(SOURCE_KEY) == self.source and meta.get(self.version_key) == self.version:
+            return facts_for(self.source)
+        return None

@@ -25,6 +25,7 @@ from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
+from mailbox_actors.platform.storage.known import KnownSchema
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 
@@ -161,47 +162,49 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-_FIRST_READS: dict[tuple[str, ...], str] = {}  # the first read's text, per tuple of meta keys
+_FIRST_READS: dict[tuple[tuple[str, ...], bool], str] = {}  # per meta keys and alarm or not
 
 
-def _first_read(conn: sqlite3.Connection, meta_keys: tuple[str, ...],
+def _first_read(conn: sqlite3.Connection, meta_keys: tuple[str, ...], alarm: bool = True,
                 ) -> tuple[int | None, dict[str, str]] | None:
-    """The stored alarm and the runtime meta ``meta_keys`` in one statement (the file's first
-    read), or None when the file has no ``_ma_meta`` (the runtime schema 1 layout, or no schema
-    at all: the caller looks at ``user_version`` alone). Its text carries the runtime's token, so
-    the cached statement is never one actor SQL can name.
+    """The runtime meta ``meta_keys`` (and the stored alarm, when ``alarm``) in one statement
+    (the file's first read), or None when the file has no ``_ma_meta`` (the runtime schema 1
+    layout, or no schema at all: the caller looks at ``user_version`` alone). Its text carries
+    the runtime's token, so the cached statement is never one actor SQL can name. Without
+    ``alarm`` the alarm is None here: a request's activation reads it at its first use
+    (``Transactions._stored``), which most requests never make.
 
-    The keys are read as the range from the least to the greatest (one seek, then the few
-    runtime keys between them, which are left out here): an ``IN`` list costs SQLite an
-    ephemeral index and a seek per key, about 50 K instructions more at every activation."""
-    query = _FIRST_READS.get(meta_keys)
+    The keys are read as the range from the least to the greatest (one seek): an ``IN`` list
+    costs SQLite an ephemeral index and a seek per key, about 50 K instructions more at every
+    activation. The few other runtime keys between them (``event_seq`` and such) come with
+    the range and are left in the dict: its readers look up their own keys."""
+    query = _FIRST_READS.get((meta_keys, alarm))
     if query is None:
-        meta = (f" UNION ALL SELECT k, v FROM _ma_meta WHERE k BETWEEN {_quoted(min(meta_keys))} "
+        meta = (f"SELECT k, v FROM _ma_meta WHERE k BETWEEN {_quoted(min(meta_keys))} "
                 f"AND {_quoted(max(meta_keys))}") if meta_keys else ""
-        query = f"SELECT NULL, at_ms FROM _ma_alarm WHERE id = 1{meta} /*{RUNTIME_TOKEN}*/"
+        parts = (["SELECT NULL, at_ms FROM _ma_alarm WHERE id = 1"] if alarm else []) + \
+            ([meta] if meta else [])
+        query = " UNION ALL ".join(parts or ["SELECT NULL, NULL WHERE 0"])
+        query = f"{query} /*{RUNTIME_TOKEN}*/"
         if len(_FIRST_READS) < 64:
-            _FIRST_READS[meta_keys] = query
+            _FIRST_READS[(meta_keys, alarm)] = query
     try:
-        rows = conn.execute(query).fetchall()
+        found = dict(conn.execute(query).fetchall())
     except sqlite3.OperationalError as e:
         if "no such table" in str(e):
             return None
         raise
-    alarm, found = None, {}
-    for k, v in rows:
-        if k is None:
-            alarm = v
-        elif k in meta_keys:
-            found[k] = v
-    return alarm, found
+    return found.pop(None, None), found
 
 
-_SETUPS: dict[tuple[str, Limits], tuple[str, tuple[tuple[int, int], ...]]] = {}
+Setup = tuple[str, tuple[int, ...], tuple[int, ...]]  # the PRAGMAs; SQLite's limits, values
+_SETUPS: dict[tuple[str, Limits], Setup] = {}
 
 
-def _setup(durability: str, limits: Limits) -> tuple[str, tuple[tuple[int, int], ...]]:
+def _setup(durability: str, limits: Limits) -> Setup:
     """What every connection is set up with, made once per durability and limits: the open-time
-    PRAGMAs (``_settings_script``) and SQLite's limits."""
+    PRAGMAs (``_settings_script``) and SQLite's limits (set with one ``map``: a loop in Python
+    was 100 bytecodes an open)."""
     made = _SETUPS.get((durability, limits))
     if made is None:
         script = _settings_script(durability, limits)
@@ -210,7 +213,7 @@ def _setup(durability: str, limits: Limits) -> tuple[str, tuple[tuple[int, int],
                     (sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes),
                     (sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns),
                     *((limit, value) for limit, value, _name in SQLITE_LIMITS))
-        made = (script, settings)
+        made = (script, tuple(k for k, _v in settings), tuple(v for _k, v in settings))
         if len(_SETUPS) < 64:
             _SETUPS[(durability, limits)] = made
     return made
@@ -246,12 +249,15 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
 def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Limits,
                        now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                        alarm_sink: AlarmSink | None = None, meta_keys: tuple[str, ...] = (),
-                       ahead: OpenedAhead | None = None,
+                       ahead: OpenedAhead | None = None, alarm: bool = True,
+                       known: KnownSchema | None = None,
                        ) -> tuple[SqlStorage, dict[str, str]] | None:
     """``open_storage``, and the stored values of the runtime meta ``meta_keys`` (absent ones left
-    out), read with the file's version and alarm in its first statement. ``ahead``: the file's
-    connection made by ``connect_ahead`` (first read, version check and settings done), finished
-    here (closed if this fails)."""
+    out; other runtime keys between them may be there too), read with the file's version (and
+    its alarm, when ``alarm``; otherwise it is read at its first use) in its first statement.
+    ``ahead``: the file's connection made by ``connect_ahead`` (first read, version check and
+    settings done), finished here (closed if this fails). ``known``: the schema the file has
+    when its meta says so (``known``): then its storage is made knowing it, with no authorizer."""
     made = False
     if ahead is not None:
         conn: sqlite3.Connection | None = ahead.conn
@@ -263,21 +269,22 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
     if conn is None:
         return None
     try:
-        script, settings = _setup(durability, limits)
+        script, kinds, values = _setup(durability, limits)
         first: tuple[int | None, dict[str, str]] | None
         if ahead is not None:
-            first = ahead.first
+            first, alarm = ahead.first, True
         else:
-            first = _prepare(conn, meta_keys, script)
+            first = _prepare(conn, meta_keys, script, alarm)
         conn.row_factory = sqlite3.Row  # for the actor's code (the runtime's rows were tuples)
-        for limit, value in settings:
-            conn.setlimit(limit, value)
-        storage = SqlStorage(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink,
-                             alarm=None if first is None else (first[0],))
-        if first is None:
+        list(map(conn.setlimit, kinds, values))
+        if first is None:  # upgraded from runtime schema 1 just now: read from the new layout
+            storage = SqlStorage(conn, path, limits, now_ms, hooks, alarm_sink)
             meta = dict(storage._runtime_exec(_meta_query(meta_keys))) if meta_keys else {}
         else:
             meta = first[1]
+            storage = SqlStorage(conn, path, limits, now_ms, hooks, alarm_sink,
+                                 (first[0],) if alarm else None,
+                                 None if known is None else known.facts(meta))
         # Closing keeps the write-ahead log for the next open (ADR 0012): no checkpoint, no fsync
         # (``close_connection`` sets it then).
         storage.keeps_wal = True
@@ -292,13 +299,13 @@ def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Lim
         raise
 
 
-def _prepare(conn: sqlite3.Connection, meta_keys: tuple[str, ...],
-             script: str) -> tuple[int | None, dict[str, str]] | None:
+def _prepare(conn: sqlite3.Connection, meta_keys: tuple[str, ...], script: str,
+             alarm: bool) -> tuple[int | None, dict[str, str]] | None:
     """The open on the loop, after the connect: the first read, the version check (and the
     upgrade from runtime schema 1), the open-time settings. Returns the first read, or None when
     it is to be made again from the upgraded layout."""
     try:
-        first = _first_read(conn, meta_keys)
+        first = _first_read(conn, meta_keys, alarm)
     except sqlite3.OperationalError:
         # A newer runtime's layout may not fit this read: its version says so (corrupt for
         # this code, not a retryable unavailable); checked only then, off the common path.

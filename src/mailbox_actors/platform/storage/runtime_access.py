@@ -46,6 +46,12 @@ class RuntimeStorage:
         # alarm when it ends, so a purpose recorded meanwhile need not write the alarm itself.
         self.purposes_running = False
 
+    @property
+    def schema_known(self) -> bool:
+        """The file's schema is known to be its migrations' alone (``known``): made so at open
+        (``KnownSchema``) or after the migrations (``SqlStorage.know_schema``)."""
+        return self.sql._facts is not None
+
     # ---- runtime statements ----------------------------------------------------------------
 
     def run(self, text: str, params: Sequence[Any] = ()) -> None:
@@ -143,7 +149,7 @@ class RuntimeStorage:
 
     def stored_alarm(self) -> int | None:
         """The alarm as stored, even while the handler runs."""
-        return self.sql._alarm
+        return self.sql._stored()
 
     def begin_alarm_run(self) -> AlarmRun:
         """The handler starts: ``get_alarm()`` reads None until ``end_alarm_run`` (AL-3)."""

@@ -11,7 +11,7 @@ by one rule, never by a tag on each cache that each of them must check.
 
 from __future__ import annotations
 
-__all__ = ["Known"]
+__all__ = ["UNKNOWN", "Known"]
 
 
 class Known:
@@ -32,3 +32,8 @@ class Known:
         # the outbox: every undispatched event's (sequence, body), oldest first, when known
         # whole (from a marking that left nothing undispatched, then each append); None: read
         self.unsent: list[tuple[int, bytes]] | None = None
+
+
+# A new connection's: learnt at no undo count, so the runtime's first look makes a ``Known``
+# (a request that never looks pays nothing for it).
+UNKNOWN = Known(-1)

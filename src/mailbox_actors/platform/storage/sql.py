@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mailbox_actors.platform.storage.counting import RowCounter
 from mailbox_actors.platform.storage.cursor import BufferedRows, SqlCursor
 from mailbox_actors.platform.storage.errors import (
     StatementRefused,
@@ -23,10 +24,16 @@ from mailbox_actors.platform.storage.errors import (
     StorageWriteFailed,
     TransactionRolledBack,
 )
-from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
+from mailbox_actors.platform.storage.hooks import (
+    AlarmSink,
+    NoAlarmSink,
+    NoTransactionHooks,
+    TransactionHooks,
+)
 from mailbox_actors.platform.storage.known import MAX_TEXT_LEN, MAX_TEXTS, SOURCE_KEY, SchemaFacts
 from mailbox_actors.platform.storage.kv import KvStorage
 from mailbox_actors.platform.storage.limits import Durability, Limits
+from mailbox_actors.platform.storage.runtime_known import UNKNOWN
 from mailbox_actors.platform.storage.transactions import AlarmRun, Transactions, TxState
 from mailbox_actors.platform.storage.wipe import wipe_statements
 from mailbox_actors.wire.errors import LimitExceeded
@@ -36,21 +43,66 @@ __all__ = ["RUNTIME_SCHEMA_VERSION", "AlarmRun", "Durability", "Limits", "SqlCur
            "TxState"]
 
 RUNTIME_SCHEMA_VERSION = 2  # 2: the runtime's keys in _ma_meta, not meta (RT-14)
+_NO_HOOKS = NoTransactionHooks()  # a storage opened alone: no request, no scheduler
+_NO_SINK = NoAlarmSink()
 
 
 class SqlStorage(Transactions):
     """An actor's storage: ``exec``, ``transaction_sync``, ``kv``, and the one alarm."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits,
-                 now_ms: Callable[[], int], *, hooks: TransactionHooks | None = None,
+                 now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                  alarm_sink: AlarmSink | None = None, alarm: tuple[int | None] | None = None,
-                 ) -> None:
-        super().__init__(conn, path, limits, now_ms, hooks=hooks, alarm_sink=alarm_sink,
-                         alarm=alarm)
-        self.kv = KvStorage(self)
+                 facts: SchemaFacts | None = None) -> None:
+        """The one initializer of the storage's layers (``connection``'s screening,
+        ``transactions``' state, this module's API). ``alarm``: the stored alarm as the opener
+        read it (None: read at its first use). ``facts``: the file's schema is known to be
+        its migrations' alone (``known``), so the authorizer is never set on this connection."""
+        # the screened connection (``connection``)
+        self._conn = conn
+        self.path = path
+        self.limits = limits
+        self._sys_mode = False
+        self._deny_reason = None
+        self._plans = {}
+        self._counter = RowCounter(self._sys, self._token)
+        self._facts = facts
+        self._screenings = 0
+        if facts is None:
+            conn.set_authorizer(self._authorize)
+        else:
+            self._counter.share_indexes(facts.indexes)
+        # the transactions and the stored alarm (``transactions``)
+        self._now = now_ms
+        self._hooks = hooks or _NO_HOOKS
+        self._alarm_sink = alarm_sink or _NO_SINK
+        self._state = TxState.NONE
+        self._depth = 0
+        self._ended_by = None
+        self._txn_now = None
+        if alarm is None:
+            self._alarm, self._alarm_unread = None, True
+        else:
+            self._alarm, self._alarm_unread = alarm[0], False
+        self._alarm_dirty = False
+        self._alarm_run = None
+        self._gen = 0
+        self._lost = set()
+        self._undone = 0
+        self._known = UNKNOWN  # made at the runtime's first look (``_known_now``)
+        # this API's
+        self._kv: KvStorage | None = None
         self.wiped = False  # delete_all ran on this connection
         self.keeps_wal = False  # closing leaves the log for the next open (``handle``)
         self.made = False  # this open made the file: its schema is the runtime's alone (``known``)
+
+    @property
+    def kv(self) -> KvStorage:
+        """The key-value API over this file (made at its first use)."""
+        kv = self._kv
+        if kv is None:
+            kv = self._kv = KvStorage(self)
+        return kv
 
     def know_schema(self, facts: SchemaFacts | None) -> None:
         """The file's schema is its class's migrations' alone, the one ``facts`` describe
@@ -222,7 +274,7 @@ class SqlStorage(Transactions):
         """The alarm time in Unix ms, or None. Inside the alarm handler: None until the handler
         sets (or deletes) the alarm, then what it set (AL-3, AL-7, as workerd's deferred delete)."""
         run = self._alarm_run
-        return None if run is not None and not run.set_in_handler else self._alarm
+        return None if run is not None and not run.set_in_handler else self._stored()
 
     def set_alarm(self, at_ms: int) -> None:
         """Set the actor's one alarm; it commits with the surrounding transaction."""
@@ -244,7 +296,7 @@ class SqlStorage(Transactions):
                                         f"(1, ?) /*{self._token}*/", (at_ms,)))
         if self._alarm_run is not None:
             self._alarm_run.set_in_handler = True
-        self._alarm = at_ms
+        self._alarm, self._alarm_unread = at_ms, False
         self._alarm_dirty = True
 
     # ---- deleting everything (RT-15) -------------------------------------------------------

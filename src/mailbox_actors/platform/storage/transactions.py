@@ -13,19 +13,12 @@ import enum
 import inspect
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from types import CoroutineType
 from typing import Self, TypeVar
 
-from mailbox_actors.platform.storage.connection import ScreenedConnection
+from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
 from mailbox_actors.platform.storage.errors import StorageCorrupt, TransactionRolledBack
-from mailbox_actors.platform.storage.hooks import (
-    AlarmSink,
-    NoAlarmSink,
-    NoTransactionHooks,
-    TransactionHooks,
-)
-from mailbox_actors.platform.storage.limits import Limits
+from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.runtime_known import Known
 
 __all__ = ["AlarmRun", "Transactions", "TxState"]
@@ -66,35 +59,34 @@ class AlarmRun:
 class Transactions(ScreenedConnection):
     """The transaction state of one actor's connection, and its stored alarm."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits,
-                 now_ms: Callable[[], int], *, hooks: TransactionHooks | None = None,
-                 alarm_sink: AlarmSink | None = None, alarm: tuple[int | None] | None = None,
-                 ) -> None:
-        super().__init__(conn, path, limits)
-        self._now = now_ms
-        self._hooks: TransactionHooks = hooks or NoTransactionHooks()
-        self._alarm_sink: AlarmSink = alarm_sink or NoAlarmSink()
-        self._state = TxState.NONE
-        self._depth = 0  # transaction_sync nesting: 1 is the transaction, more are savepoints
-        self._ended_by: BaseException | None = None  # TxState.ENDED: what SQLite ended it with
-        self._txn_now: int | None = None
-        self._alarm: int | None = None
-        self._alarm_dirty = False
-        self._alarm_run: AlarmRun | None = None
-        self._gen = 0  # the current (or last) implicit transaction
-        self._lost: set[int] = set()  # implicit transactions SQLite rolled back
-        # Bumped by every rollback, whole or to a savepoint, and by delete_all: what the runtime
-        # learnt of the file (``_known``) holds while this has not moved since.
-        self._undone = 0
-        self._known = Known(0)
-        self._alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{self._token}*/"
-        if alarm is not None:  # read by the opener, in the file's first statement
-            self._alarm = alarm[0]
-            return
-        try:
-            self._read_alarm()  # the token in the text keeps user SQL off this cached statement
-        except sqlite3.DatabaseError as e:
-            raise StorageCorrupt(type(e).__name__) from e
+    _alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{RUNTIME_TOKEN}*/"
+
+    # Its state, set by ``SqlStorage.__init__`` (one initializer for the storage's layers).
+    _now: Callable[[], int]
+    _hooks: TransactionHooks
+    _alarm_sink: AlarmSink
+    _state: TxState
+    _depth: int  # transaction_sync nesting: 1 is the transaction, more are savepoints
+    _ended_by: BaseException | None  # TxState.ENDED: what SQLite ended it with
+    _txn_now: int | None
+    # The stored alarm, once read (``_alarm_unread`` until then: a request's activation does
+    # not read it at open, ``_stored``), and whether this connection changed it since.
+    _alarm: int | None
+    _alarm_unread: bool
+    _alarm_dirty: bool
+    _alarm_run: AlarmRun | None
+    _gen: int  # the current (or last) implicit transaction
+    _lost: set[int]  # implicit transactions SQLite rolled back
+    # Bumped by every rollback, whole or to a savepoint, and by delete_all: what the runtime
+    # learnt of the file (``_known``) holds while this has not moved since.
+    _undone: int
+    _known: Known
+
+    def _stored(self) -> int | None:
+        """The stored alarm, read from the file at its first use in this activation."""
+        if self._alarm_unread:
+            self._read_alarm()
+        return self._alarm
 
     def _known_now(self) -> Known:
         """What the runtime knows of this file without a read (``runtime_known``): empty again after
@@ -337,5 +329,10 @@ class Transactions(ScreenedConnection):
             self._read_alarm()
 
     def _read_alarm(self) -> None:
-        row = self._sys(self._alarm_sql).fetchone()
+        # The token in the text keeps user SQL off this cached statement.
+        try:
+            row = self._sys(self._alarm_sql).fetchone()
+        except sqlite3.DatabaseError as e:
+            raise StorageCorrupt(type(e).__name__) from e
         self._alarm = row[0] if row else None
+        self._alarm_unread = False
