@@ -6,6 +6,8 @@ DATA is ingested into each recipient's IdentityMailbox through the router's call
 built here, not encoded: the router's id and host checks, counted as RPC) when this node owns it,
 and through the app's forwarding, exactly as RPC does, when another node does; 250 is answered
 only after every ingest committed. Over the cap: 552; an owner that cannot be reached now: 451.
+Messages for one owned mailbox whose DATA ends in the same turn of the event loop commit in one
+transaction (``smtp_batch``), each answered as it would be alone.
 The door prepends ``Delivered-To`` (so a Bcc recipient's waits can match on ``to``) and derives the
 source id from the recipient and the bytes, so a client's retry after a lost 250 is a duplicate.
 Nothing it logs carries an address; aiosmtpd's own logger is cut to warnings without arguments.
@@ -25,13 +27,15 @@ import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from mailbox_actors.node.app import NodeApp
+from mailbox_actors.node.smtp_batch import Batches
 from mailbox_actors.node.smtp_session import DoorSession, smtp_server
+from mailbox_actors.objects.identity_mailbox.ingest_batch import BATCH_ITEM_MAX_BYTES, IngestBatch
 from mailbox_actors.platform.control.addresses import AddressBook, Recipient
 from mailbox_actors.rpc.router import LONG_DEADLINE_MS
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, RpcReply
 from mailbox_actors.wire.envelope import Envelope as RpcEnvelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
-from mailbox_actors.wire.inbound import Ingest
+from mailbox_actors.wire.inbound import Ingest, IngestReply
 
 __all__ = ["DoorSession", "SmtpDoor", "smtp_server"]
 
@@ -106,6 +110,7 @@ class SmtpDoor:
         self._server: asyncio.base_events.Server | None = None
         self._handler = _Handler(self)
         self._book: AddressBook | None = None
+        self._batches: Batches[Recipient] = Batches(self._alone, self._together)
         self.metrics = m = app.node.metrics
         m.describe("smtp_rcpt_total", "SMTP RCPT commands by outcome", "counter")
         m.describe("smtp_messages_total", "SMTP DATA answers by status code", "counter")
@@ -135,6 +140,7 @@ class SmtpDoor:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        await self._batches.drain()
         if self._book is not None:
             self._book.close()
             self._book = None
@@ -144,21 +150,47 @@ class SmtpDoor:
         node = self.app.node
         data = b"Delivered-To: " + address.encode("utf-8", "replace") + b"\r\n" + raw
         source = "smtp:" + hashlib.sha256(rcpt.identity_id.encode() + b"\0" + raw).hexdigest()
-        env = RpcEnvelope(
+        item = Ingest(source_id=source, raw=data)
+        if node.forwarding.elsewhere(_MAILBOX, rcpt.mailbox_id) is not None:
+            return await self._forward(rcpt, item)
+        if len(data) > BATCH_ITEM_MAX_BYTES:
+            return await self._alone(rcpt, item)
+        # This node owns the mailbox: with the others for it that end DATA in this turn of the
+        # loop, in one transaction (smtp_batch).
+        return await self._batches.deliver(rcpt.mailbox_id, rcpt, item)
+
+    def _envelope(self, rcpt: Recipient, req: Ingest | IngestBatch) -> RpcEnvelope[Any]:
+        node = self.app.node
+        return RpcEnvelope(
             v=ENVELOPE_VERSION, tenant_id=rcpt.tenant_id, identity_id=rcpt.identity_id,
             request_id=node.ids.new_id("req"), actor_key_id=None,
-            deadline_ms=node.clock.now_ms() + LONG_DEADLINE_MS,
-            req=Ingest(source_id=source, raw=data))
-        if node.forwarding.elsewhere(_MAILBOX, rcpt.mailbox_id) is None:
-            # This node owns the mailbox: the router's call path without the envelope's bytes
-            # (the message would be base64-encoded into JSON only to be decoded again here).
-            try:
-                await node.router.call_envelope(_MAILBOX, rcpt.mailbox_id, env)
-            except MailboxActorsError as e:
-                return self._refused(rcpt, e.code)
-            return _DELIVERED
+            deadline_ms=node.clock.now_ms() + LONG_DEADLINE_MS, req=req)
+
+    async def _alone(self, rcpt: Recipient, item: Ingest) -> str:
+        """One message into a mailbox this node owns: the router's call path without the
+        envelope's bytes (the message would be base64-encoded into JSON only to be decoded)."""
+        try:
+            await self.app.node.router.call_envelope(_MAILBOX, rcpt.mailbox_id,
+                                                     self._envelope(rcpt, item))
+        except MailboxActorsError as e:
+            return self._refused(rcpt, e.code)
+        return _DELIVERED
+
+    async def _together(self, rcpt: Recipient, items: list[Ingest]) -> list[str]:
+        """Several messages into one mailbox this node owns, in one transaction; should the call
+        fail as a whole, each goes alone, so each answer is what it would have been alone."""
+        try:
+            answers = await self.app.node.router.call_envelope(
+                _MAILBOX, rcpt.mailbox_id, self._envelope(rcpt, IngestBatch(items=items)))
+        except MailboxActorsError:
+            return [await self._alone(rcpt, item) for item in items]
+        return [_DELIVERED if isinstance(a, IngestReply) else self._refused(rcpt, a.code)
+                for a in answers]
+
+    async def _forward(self, rcpt: Recipient, item: Ingest) -> str:
+        """One message into a mailbox another node owns: through the app, as RPC forwards."""
         answer = await self.app("POST", f"/rpc/{_MAILBOX}/{rcpt.mailbox_id}",
-                                self._auth, _ENC.encode(env))
+                                self._auth, _ENC.encode(self._envelope(rcpt, item)))
         status, out = answer[0], answer[1]
         if status == 413:
             return "552 5.3.4 Message too big to forward inside this cluster (max_body_bytes)"

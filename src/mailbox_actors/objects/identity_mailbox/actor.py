@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
-from mailbox_actors.objects.identity_mailbox import carrier, dispatch, inbound, waits
+from mailbox_actors.objects.identity_mailbox import carrier, dispatch, inbound, ingest_batch, waits
 from mailbox_actors.objects.identity_mailbox.carrier_keys import (
     CARRIER_LIVE_INDEXES,
     CARRIER_ONE_KEY,
@@ -150,6 +150,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
                 return self.sql.transaction_sync(lambda tx: self._init(tx, call))
             case MailboxErase():
                 return self.sql.transaction_sync(self._erase)
+            case ingest_batch.IngestBatch():  # the SMTP door's, in-process only
+                return await ingest_batch.ingest_batch(self, req)
             case _ if isinstance(req, INBOUND_OPS):
                 return await inbound.handle(self, req)
         raise InvalidRequest(f"unknown op for {self.namespace}")

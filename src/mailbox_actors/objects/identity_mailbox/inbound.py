@@ -43,8 +43,9 @@ from mailbox_actors.wire.inbound import (
 if TYPE_CHECKING:
     from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
 
-__all__ = ["INBOUND_LEAN", "INBOUND_SCHEMA", "INBOUND_TABLES", "counts", "delete_message",
-           "erase", "get_message", "get_thread", "handle", "ingest", "limits", "list_messages"]
+__all__ = ["INBOUND_LEAN", "INBOUND_SCHEMA", "INBOUND_TABLES", "THREAD_PARSE", "check_size",
+           "counts", "delete_message", "erase", "get_message", "get_thread", "handle", "ingest",
+           "limits", "list_messages", "store"]
 
 INBOUND_SCHEMA = (
     # Migration 1's messages table was a placeholder nothing ever wrote.
@@ -91,7 +92,7 @@ INBOUND_TABLES = ("messages", "attachment_chunks", "threads", "thread_keys", "in
                   *waits.WAITS_TABLES)
 
 _CHUNK = 1 << 20  # attachment content per row, under the 2 MB value limit (RT-7)
-_THREAD_PARSE = 256 * 1024  # parse larger messages in a worker thread: the loop serves others
+THREAD_PARSE = 256 * 1024  # parse larger messages in a worker thread: the loop serves others
 _ENC = msgspec.msgpack.Encoder()
 _DEFECTS = msgspec.msgpack.Decoder(list[str])
 
@@ -120,14 +121,19 @@ def limits(mb: IdentityMailbox) -> InboundLimits:
     return mb.ctx.settings.inbound
 
 
+def check_size(lim: InboundLimits, raw: bytes) -> None:
+    """``limit_exceeded`` for a message over ``max_message_bytes`` (nothing is stored)."""
+    if len(raw) > lim.max_message_bytes:
+        raise LimitExceeded("max_message_bytes", lim.max_message_bytes,
+                            f"the message is {len(raw)} bytes; the cap is "
+                            f"{lim.max_message_bytes}")
+
+
 async def ingest(mb: IdentityMailbox, req: Ingest) -> IngestReply:
     lim = limits(mb)
-    if len(req.raw) > lim.max_message_bytes:
-        raise LimitExceeded("max_message_bytes", lim.max_message_bytes,
-                            f"the message is {len(req.raw)} bytes; the cap is "
-                            f"{lim.max_message_bytes}")
+    check_size(lim, req.raw)
     digest = hashlib.sha256(req.raw).hexdigest()
-    if len(req.raw) > _THREAD_PARSE:
+    if len(req.raw) > THREAD_PARSE:
         # A replay of a large message is answered before its parse, which is not cheap; the
         # transaction looks again (the actor served other requests while the thread parsed).
         prior = _replay(mb.sql, req.source_id, digest)
@@ -139,7 +145,7 @@ async def ingest(mb: IdentityMailbox, req: Ingest) -> IngestReply:
         # under the write's own lock (a replay is rare; its parse is cheap).
         parsed = parse_message(req.raw, lim)
     return mb.sql.transaction_sync(
-        lambda tx: _store(mb, tx, req.source_id, digest, len(req.raw), parsed))
+        lambda tx: store(mb, tx, req.source_id, digest, len(req.raw), parsed))
 
 
 def _replay(sql: SqlStorage, source_id: str, digest: str) -> IngestReply | None:
@@ -168,8 +174,10 @@ class _Lookup:
         return int(rows[0][0]) if rows else 0
 
 
-def _store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size: int,
-           p: ParsedMessage) -> IngestReply:
+def store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size: int,
+          p: ParsedMessage) -> IngestReply:
+    """Inside the caller's transaction: the parsed message stored (or its replay answered).
+    A ``conflict`` is raised before anything of this message is written."""
     now = tx.now_ms()
     message_id = mb.ctx.new_id("imsg")
     keys = thread_keys(f"<{p.message_id}>" if p.message_id else None, p.in_reply_to,
