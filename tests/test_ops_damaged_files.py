@@ -4,6 +4,7 @@ message naming the file and what to do, and the file is left exactly as it was."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -174,3 +175,46 @@ def _pad(path: Path) -> None:
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.execute("CREATE TABLE pad (x)")
         db.executemany("INSERT INTO pad VALUES (?)", [("p" * 500,)] * 100)
+
+
+def _damage_alarm_table(path: Path) -> None:
+    """Overwrite the root page of the runtime's alarm table alone: the file opens and its other
+    tables read, but the stored alarm cannot be read."""
+    import contextlib
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = '_ma_alarm'").fetchone()
+        size = db.execute("PRAGMA page_size").fetchone()[0]
+    with open(path, "r+b") as f:
+        f.seek((root[0] - 1) * size)
+        f.write(b"\xff" * size)  # not a b-tree page
+
+
+@pytest.mark.anyio
+async def test_a_damaged_alarm_table_fails_no_other_actor_and_stops_no_eviction(
+        tmp_path: Path) -> None:
+    """REL-4, RT-9: an actor whose stored alarm cannot be read (its alarm table's page damaged)
+    fails no other actor's call: with the bound of open actors reached, other actors still
+    activate (it is evicted for them), and idle eviction goes on for every other actor."""
+    names = ("acme", "globex", "initech")
+    async with TestRuntime(tmp_path) as rt:
+        for name in names:
+            await rt.call(NS, rt.id_from_name(NS, name), QuotaInit(per_minute=100, per_day=1000),
+                          tenant_id=name)
+        victim = rt.id_from_name(NS, "acme")
+        path = rt.node.host.path_for(NS, victim)
+    _damage_alarm_table(path)
+    async with TestRuntime(tmp_path, max_active_actors=1) as rt:
+        with contextlib.suppress(MailboxActorsError):  # its own call may answer internal_error
+            await rt.call(NS, victim, QuotaUsage(), tenant_id="acme")
+        for name in names[1:]:  # each past the bound of one open actor
+            usage = await rt.call(NS, rt.id_from_name(NS, name), QuotaUsage(), tenant_id=name)
+            assert usage["day_used"] == 0
+    async with TestRuntime(tmp_path) as rt:
+        with contextlib.suppress(MailboxActorsError):
+            await rt.call(NS, victim, QuotaUsage(), tenant_id="acme")
+        await rt.call(NS, rt.id_from_name(NS, "globex"), QuotaUsage(), tenant_id="globex")
+        await rt.advance(rt.settings.idle_ms + 1_000)
+        assert rt.node.host.active_count == 0, "an idle actor was kept open"

@@ -7,13 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from mailbox_actors.platform.storage.errors import StorageCorrupt
 from mailbox_actors.runtime.activation import Activation
 
 __all__ = ["bound_victims", "idle_victims"]
 
 
 def _due_soon(act: Activation, soon_ms: int) -> bool:
-    alarm = act.runtime_storage.stored_alarm()
+    try:
+        alarm = act.runtime_storage.stored_alarm()
+    except StorageCorrupt:
+        # A request's activation reads its alarm only at first use, so a damaged alarm table can
+        # first be met here, while choosing for another actor or for the idle sweep: that actor
+        # is only not kept open for an alarm; its own calls report the damage (REL-4).
+        return False
     return alarm is not None and alarm <= soon_ms
 
 
