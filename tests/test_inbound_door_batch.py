@@ -19,6 +19,7 @@ from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.node.smtp_door import SmtpDoor
 from mailbox_actors.objects.identity_mailbox.ingest_batch import BATCH_MAX_ITEMS, IngestBatch
 from mailbox_actors.platform.control.addresses import Recipient, resolve
+from mailbox_actors.platform.storage.sql import Limits
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
@@ -70,9 +71,11 @@ class Door:
 
 
 @asynccontextmanager
-async def door(tmp_path: Path) -> AsyncIterator[Door]:
+async def door(tmp_path: Path, max_message_bytes: int = 8 * 1024,
+               limits: Limits | None = None) -> AsyncIterator[Door]:
+    kw = {} if limits is None else {"limits": limits}
     async with TestRuntime(tmp_path, control=True,
-                           inbound=InboundLimits(max_message_bytes=8 * 1024)) as rt:
+                           inbound=InboundLimits(max_message_bytes=max_message_bytes), **kw) as rt:
         db = rt.node.control_db
         assert db is not None
         tenant = await db.create_tenant("acme")
@@ -165,3 +168,21 @@ async def test_a_batch_failing_as_a_whole_is_answered_message_by_message(tmp_pat
         assert together == ["550 5.1.1 No such recipient here"] * 3
         assert d.rt.node.metrics.get("rpc_requests_total", (
             ("namespace", NS), ("op", "ingest_batch"), ("code", "identity_not_found"))) == 1
+
+
+@pytest.mark.anyio
+async def test_a_message_refused_part_way_through_its_writes_leaves_nothing_behind(
+        tmp_path: Path) -> None:
+    """IN-5, IN-1, RT-7: a message of a batch that meets a storage limit after some of its writes
+    (here: its text over the actor's per-value limit) leaves nothing of itself behind: the
+    others are stored and answered 250, it is refused as it is alone, and a client's retry of it
+    is refused again, never answered 250 as a duplicate of a message that was not stored."""
+    async with door(tmp_path, max_message_bytes=1 << 20,
+                    limits=Limits(max_value_bytes=150_000)) as d:
+        small, big = letter("small"), letter("big", size=200_000)
+        refused = await d.one_by_one(d.carol, [big])
+        assert not refused[0].startswith("250")
+        assert await d.together(d.bob, [small, big]) == [OK, refused[0]]
+        assert await d.one_by_one(d.bob, [big]) == refused
+        status = await d.call(d.bob, MailboxStatus())
+        assert status["messages"] == 1  # type: ignore[index]

@@ -11,7 +11,8 @@ done (IN-5).
 
 Each message's own refusal (over the cap, a replay with other bytes) is its answer alone: a
 conflict is raised before that message writes anything, so the others' writes stand. Anything
-else that fails fails the call as a whole (the transaction rolls back), and the door then
+else that fails (a storage limit met part-way through a message's writes, too) fails the call as
+a whole (the transaction rolls back), and the door then
 ingests each message alone, so every answer is what it would have been without the batch.
 
 ``IngestBatch`` is not in the RPC's request union: the op is reached in-process only.
@@ -27,7 +28,7 @@ import msgspec
 from mailbox_actors.core.inbound.parse import ParsedMessage, parse_message
 from mailbox_actors.objects.identity_mailbox import inbound
 from mailbox_actors.platform.storage.sql import SqlStorage
-from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import Ingest, IngestReply
 
 if TYPE_CHECKING:
@@ -67,7 +68,12 @@ async def ingest_batch(mb: IdentityMailbox, req: IngestBatch
         for i, item, digest, parsed in ready:
             try:
                 out[i] = inbound.store(mb, tx, item.source_id, digest, len(item.raw), parsed)
-            except MailboxActorsError as e:  # a conflict: raised before this message wrote
+            except MailboxActorsError as e:
+                # Only a conflict is raised before this message wrote anything. Any other refusal
+                # (a storage limit, a failed write) may follow some of its writes: it fails the
+                # whole call, which rolls back, and the door then ingests each message alone.
+                if e.code is not ErrorCode.CONFLICT:
+                    raise
                 out[i] = e
 
     if ready:
