@@ -25,6 +25,7 @@ from mailbox_actors.objects.identity_mailbox.carrier_store import (
     CARRIER_TABLES,
 )
 from mailbox_actors.objects.identity_mailbox.dispatch_wake import DispatchWake
+from mailbox_actors.objects.identity_mailbox.fresh_emails import CARRIER_FRESH, FreshFrom
 from mailbox_actors.objects.shared_schema import META_PUT, RATE_WINDOW_PRUNE, RATE_WINDOWS_SCHEMA
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
@@ -100,6 +101,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(9, inbound.INBOUND_LEAN),  # bodies in the message row, one b-tree less
         Migration(10, CARRIER_ONE_KEY),  # Emails and Messages found by one key: two b-trees less
         Migration(11, CARRIER_LIVE_INDEXES),  # only queued and dispatching Emails indexed by status
+        Migration(12, CARRIER_FRESH),  # a just-submitted Email is found by its key, not indexed
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}
@@ -108,6 +110,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         super().__init__(ctx)
         self.post = Post(self, roster.ROSTER)
         self.dispatch_wake = DispatchWake()  # Carrier: the committed dispatch wake, when known
+        self.fresh = FreshFrom()  # Carrier: below which no Email is fresh (fresh_emails)
         # Inbound: this instance knows it holds no pending wait, so ingest skips the waits query
         # (set by that query finding none, cleared before any register_wait: waits.py).
         self.no_pending_waits = False

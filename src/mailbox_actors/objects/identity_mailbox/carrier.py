@@ -56,18 +56,18 @@ _CAP_COUNT = "SELECT m.recipient_key, count(DISTINCT m.email_id) " + _CAP_ROWS
 # Parameters: ?1..?10 id, source id, digest, header, next attempt, send_before, created,
 # updated, content, content parts; ?11 window start, ?12 full_at; then one per address.
 _COLUMNS = ("email_id, source_id, digest, status, message_id_header, next_attempt_at_ms, "
-            "send_before, created_at_ms, updated_at_ms, content, content_parts")
+            "send_before, created_at_ms, updated_at_ms, content, content_parts, fresh")
 _MAY_BE_FULL = ("EXISTS (SELECT 1 FROM email_messages WHERE recipient_key = ?{n} AND "
                 "created_at_ms > ?11 LIMIT 1 OFFSET ?12 - 1)")
 # An Email written as the cap's rule decided, once the quick look above could not.
-_INSERT = (f"INSERT INTO emails ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT = (f"INSERT INTO emails ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 @functools.lru_cache(maxsize=64)
 def _insert_queued(keys: int) -> str:
     full = " OR ".join(_MAY_BE_FULL.format(n=12 + i) for i in range(1, keys + 1))
     return (f"INSERT INTO emails ({_COLUMNS}) SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, "
-            f"?9, ?10 WHERE NOT ({full}) ON CONFLICT (source_id) DO NOTHING")
+            f"?9, ?10, 1 WHERE NOT ({full}) ON CONFLICT (source_id) DO NOTHING")
 
 
 def cap_policy(mb: IdentityMailbox) -> CapPolicy:
@@ -140,10 +140,10 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str
         over = set(over_cap(policy, keys, counted))
         if over:  # the refused Email keeps no content and is never due
             tx.exec(_INSERT, email_id, req.source_id, digest, EmailStatus.REFUSED.value, header,
-                    None, req.send_before, now, now, None, 0)
+                    None, req.send_before, now, now, None, 0, None)
         else:
             tx.exec(_INSERT, email_id, req.source_id, digest, EmailStatus.QUEUED.value, header,
-                    now, req.send_before, now, now, inline, len(chunks))
+                    now, req.send_before, now, now, inline, len(chunks), 1)
     status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
     # Right after the Email's INSERT: the Messages take its seq from it (carrier_keys).
     messages = store.insert_messages(tx, email_id, message_ids, recipients, keys, over, now)

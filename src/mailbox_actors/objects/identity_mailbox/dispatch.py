@@ -40,9 +40,6 @@ __all__ = ["CAN_SEND_RETRY_MS", "DISPATCH_CONCURRENCY", "DISPATCH_RUN_MAX", "beg
            "dispatch", "record_transport_outcome"]
 
 CAN_SEND_RETRY_MS = 60_000  # can_send raised: its truth is unavailable now
-_DUE = "status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, email_id LIMIT 1"
-_DUE_MANY = ("status = 'queued' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, email_id "
-             "LIMIT ?")
 # Emails of one identity in flight at once (the SMTP transport pools as many connections).
 DISPATCH_CONCURRENCY = 4
 # Due Emails one query reads ahead: it serves several rounds, and sizes the quota block.
@@ -104,8 +101,8 @@ async def _send_due(mb: IdentityMailbox, transport: Transport) -> None:
                     if not due:  # read a few ahead: one query serves several rounds
                         due = []
                         contents.clear()  # what started took its own; the rest is read again
-                        for r, inline in store.rows_and_content_where(
-                                mb.sql, _DUE_MANY, mb.ctx.now_ms(),
+                        for r, inline in mb.fresh.due(
+                                mb.sql, mb.ctx.now_ms(),
                                 _READ_AHEAD + len(skipped) + len(in_flight)):
                             if r.email_id not in skipped and r.email_id not in in_flight:
                                 due.append(r)
@@ -182,7 +179,8 @@ def _sweep(mb: IdentityMailbox, tx: SqlStorage) -> None:
 
 def _rearm(mb: IdentityMailbox, tx: SqlStorage, ran_at: int | None, has_transport: bool) -> None:
     now = tx.now_ms()
-    queued = tx.exec("SELECT min(next_attempt_at_ms) FROM emails WHERE status = 'queued'").one()[0]
+    mb.fresh.store(tx)
+    queued = mb.fresh.next_due(tx)
     leased = tx.exec("SELECT min(lease_until_ms) FROM emails "
                      "WHERE status = 'dispatching'").one()[0]
     if queued is not None and not has_transport:
@@ -226,7 +224,7 @@ async def _checks(mb: IdentityMailbox, row: EmailRow, credits: Credits | None) -
         except Exception as e:  # its truth is unavailable: leave it unsent, look again later
             log.warning("carrier_can_send_failed", email_id=row.email_id, error=type(e).__name__)
             sql.transaction_sync(lambda tx: tx.exec(
-                "UPDATE emails SET next_attempt_at_ms = ? WHERE seq = ?",
+                "UPDATE emails SET next_attempt_at_ms = ?, fresh = NULL WHERE seq = ?",
                 tx.now_ms() + CAN_SEND_RETRY_MS, row.seq))
             return False
         if not ok:
@@ -258,7 +256,7 @@ async def begin_transport(mb: IdentityMailbox, req: BeginTransport) -> Transport
         if not rows:
             return TransportLease(email=None, receipt=store.receipt(mb.sql, row))
     else:
-        rows = store.rows_where(mb.sql, _DUE, now)
+        rows = [r for r, _ in mb.fresh.due(mb.sql, now, 1)]
         if not rows:
             return TransportLease(email=None)
     email = await _prepare(mb, rows[0], lease_ms=req.lease_ms)

@@ -36,7 +36,7 @@ __all__ = ["intent", "jitter", "record"]
 # rows (RT-13), a scan of every prepared statement that cost more than the update; the content is
 # read after it by primary key instead.
 _INTENT = ("UPDATE emails SET status = 'dispatching', updated_at_ms = ?, next_attempt_at_ms = NULL, "
-           "lease_until_ms = ? WHERE seq = ? AND status = 'queued' AND attempts = ?")
+           "lease_until_ms = ?, fresh = NULL WHERE seq = ? AND status = 'queued' AND attempts = ?")
 _CONTENT = "SELECT content, content_parts FROM emails WHERE seq = ?"
 _DEC = msgspec.msgpack.Decoder(OutboundEmail)
 assert can_move(EmailStatus.QUEUED, EmailStatus.DISPATCHING)

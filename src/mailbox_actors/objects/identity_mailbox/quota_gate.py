@@ -32,9 +32,8 @@ def quota_id(mb: IdentityMailbox) -> str:
     return mb.ctx.id_from_name("tenant_quota", mb.ctx.owner_tenant or "")
 
 
-def delay_due(tx: SqlStorage, until: int) -> None:
-    tx.exec("UPDATE emails SET next_attempt_at_ms = ? WHERE status = 'queued' AND "
-            "next_attempt_at_ms <= ?", until, tx.now_ms())
+def delay_due(mb: IdentityMailbox, tx: SqlStorage, until: int) -> None:
+    mb.fresh.delay(tx, until)
 
 
 class Credits:
@@ -103,9 +102,9 @@ async def reserve_count(mb: IdentityMailbox, row: EmailRow, count: int,
             return None
         if e.code == ErrorCode.RATE_LIMITED:  # the window is full: everything due waits
             wait = int((e.details or {}).get("retry_after_ms", QUOTA_RETRY_MS))
-            sql.transaction_sync(lambda tx: delay_due(tx, tx.now_ms() + max(1, wait)))
+            sql.transaction_sync(lambda tx: delay_due(mb, tx, tx.now_ms() + max(1, wait)))
             return None
         ctx.log.warning("carrier_quota_unavailable", email_id=row.email_id, code=e.code.value)
-        sql.transaction_sync(lambda tx: delay_due(tx, tx.now_ms() + QUOTA_RETRY_MS))
+        sql.transaction_sync(lambda tx: delay_due(mb, tx, tx.now_ms() + QUOTA_RETRY_MS))
         return None
     return str(reply.get("reservation_id") or "") if isinstance(reply, dict) else ""

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mailbox_actors.platform.storage.errors import StorageCorrupt
+from mailbox_actors.platform.storage.handle import keep_wal_on_close
 from mailbox_actors.platform.storage.opening import StorageUnavailable
 
 __all__ = ["read_only", "table_exists"]
@@ -29,6 +30,9 @@ def read_only(path: Path) -> Iterator[sqlite3.Connection | None]:
             return
         raise StorageUnavailable(type(e).__name__) from e
     try:
+        # Closing the last connection to a file checkpoints its log into it and deletes the log
+        # (SQLite's default): a sleeping actor's file would change under its reader.
+        keep_wal_on_close(conn, path)
         conn.execute("PRAGMA query_only = ON")
         yield conn
     except sqlite3.OperationalError as e:
