@@ -13,6 +13,8 @@ import httptools
 import msgspec
 
 from mailbox_actors.http.server_framing import (
+    HEADER_NAMES,
+    METHODS,
     Answer,
     AppAnswer,
     Reject,
@@ -37,6 +39,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, server: RpcHttpServer) -> None:
         self._server = server
+        self._max_head = server.max_header_bytes
         self._loop = server._loop_or_raise()
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
@@ -145,12 +148,15 @@ class Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_size += len(name) + len(value) + 4
-        if len(self._url) + self._head_size > self._server.max_header_bytes:
+        if len(self._url) + self._head_size > self._max_head:
             raise Reject(400, self._header_error())
-        key = name.decode("latin-1").lower()
+        key = HEADER_NAMES.get(name) or name.decode("latin-1").lower()
         val = value.decode("latin-1")
-        old = self._headers.get(key)
-        self._headers[key] = val if old is None else f"{old}, {val}"
+        headers = self._headers
+        if key in headers:
+            headers[key] = f"{headers[key]}, {val}"
+        else:
+            headers[key] = val
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -176,13 +182,14 @@ class Connection(asyncio.Protocol):
         self._mid_body = False
         self._began_here = True   # a message ended inside this chunk: the next head's offset is unknown
         self.deadline = None
-        method = self._parser.get_method().decode("ascii", "replace")
+        raw = self._parser.get_method()
+        method = METHODS.get(raw) or raw.decode("ascii", "replace")
         path = self._url.decode("latin-1")
         if not path.startswith("/"):
             raise Reject(400, MailboxActorsError(
                 ErrorCode.INVALID_REQUEST, "the request target must be an absolute path",
                 fix="Send the path in origin form, e.g. POST /rpc/{namespace}/{object_id}."))
-        if self._parser.get_http_version() == "1.1" and "host" not in self._headers:
+        if "host" not in self._headers and self._parser.get_http_version() == "1.1":
             # RFC 9112 section 3.2: a server must answer 400 to an HTTP/1.1 request without Host.
             raise Reject(400, MailboxActorsError(
                 ErrorCode.INVALID_REQUEST, "an HTTP/1.1 request must carry a Host header",
@@ -249,7 +256,14 @@ class Connection(asyncio.Protocol):
                     self._queue.clear()
                     self._linger(transport)
                     break
-                status, body, ctype, extra = await self._call(item)
+                try:  # the application's answer; written out below, in order
+                    answer = await self._server.handler(item.method, item.path, item.headers,
+                                                        item.body)
+                    status, body, ctype = answer[0], answer[1], answer[2]
+                    status_line(status)
+                    extra = extra_headers(answer[3]) if len(answer) == 4 else b""
+                except Exception as exc:
+                    status, body, ctype, extra = _failed(item, exc)
                 if self._lost:
                     break
                 last = not item.keep_alive or (self._closing and not self._queue)
@@ -269,18 +283,6 @@ class Connection(asyncio.Protocol):
             self._close()
         elif not self._queue and not self._in_head and not self._mid_body:
             self.deadline = self._loop.time() + self._server.keepalive_timeout_s
-
-    async def _call(self, req: Request) -> tuple[int, bytes, str, bytes]:
-        try:
-            answer = await self._server.handler(req.method, req.path, req.headers, req.body)
-            status, body, ctype = answer[0], answer[1], answer[2]
-            status_line(status)
-            extra = extra_headers(answer[3]) if len(answer) == 4 else b""
-            return status, body, ctype, extra
-        except Exception as exc:
-            _log.error("http_handler_failed", method=req.method, error=repr(exc)[:300])
-            err = MailboxActorsError(ErrorCode.INTERNAL_ERROR, "the request failed inside the node")
-            return 500, error_reply(err), "application/json", b""
 
     def _write(self, transport: asyncio.Transport, status: int, body: bytes, ctype: str,
                close: bool, head_only: bool, extra: bytes = b"") -> None:
@@ -331,3 +333,9 @@ class Connection(asyncio.Protocol):
         if self._worker is None:
             self._close()
 
+
+def _failed(req: Request, exc: Exception) -> tuple[int, bytes, str, bytes]:
+    """An exception in the application: logged, answered 500 ``internal_error`` (no trace)."""
+    _log.error("http_handler_failed", method=req.method, error=repr(exc)[:300])
+    err = MailboxActorsError(ErrorCode.INTERNAL_ERROR, "the request failed inside the node")
+    return 500, error_reply(err), "application/json", b""

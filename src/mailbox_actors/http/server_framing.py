@@ -10,8 +10,8 @@ import msgspec
 
 from mailbox_actors.wire.errors import MailboxActorsError
 
-__all__ = ["AppAnswer", "Answer", "Reject", "Request", "error_reply", "extra_headers",
-           "status_line"]
+__all__ = ["HEADER_NAMES", "METHODS", "AppAnswer", "Answer", "Reject", "Request", "error_reply",
+           "extra_headers", "status_line"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -21,6 +21,18 @@ _REASONS = {200: b"OK", 204: b"No Content", 400: b"Bad Request", 401: b"Unauthor
             500: b"Internal Server Error", 502: b"Bad Gateway", 503: b"Service Unavailable",
             504: b"Gateway Timeout"}
 _STATUS_LINES: dict[int, bytes] = {}
+
+# The names of the headers clients send on every request, as they send them, to their lower-case
+# text: one lookup instead of a decode and a lower() per header. Fixed: what is not here is
+# decoded as it comes.
+HEADER_NAMES: dict[bytes, str] = {
+    variant.encode("latin-1"): name
+    for name in ("host", "authorization", "content-type", "content-length", "connection",
+                 "expect", "accept", "accept-encoding", "user-agent", "transfer-encoding",
+                 "x-mailbox-actors-forwarded")
+    for variant in (name, name.title(), name.upper())}
+METHODS: dict[bytes, str] = {m.encode("ascii"): m for m in (
+    "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")}
 
 
 def status_line(status: int) -> bytes:

@@ -45,14 +45,22 @@ _REPLY = msgspec.json.Decoder(RpcReply)
 _PATH = re.compile(r"at `(\$[^`]*)`")
 
 
+_OP_NAMES: dict[type, str] = {}
+
+
 def op_name(req: Any) -> str:
-    return str(type(req).__struct_config__.tag)
+    """The request's op (its Struct tag); kept per type, as ``__struct_config__`` is built anew
+    at every read."""
+    op = _OP_NAMES.get(type(req))
+    if op is None:
+        op = _OP_NAMES[type(req)] = str(type(req).__struct_config__.tag)
+    return op
 
 
 class Namespace:
     """One namespace of a node: its actor class, id key and envelope decoder."""
 
-    __slots__ = ("cls", "decoder", "key", "name", "ops", "verified")
+    __slots__ = ("cls", "decoder", "key", "name", "ok_labels", "ops", "verified")
 
     def __init__(self, cls: type[Actor], key: bytes) -> None:
         self.name = cls.namespace
@@ -64,6 +72,9 @@ class Namespace:
         self.decoder: msgspec.json.Decoder[Envelope[Any]] = msgspec.json.Decoder(
             Envelope[cls.requests])  # type: ignore[name-defined]
         self.ops = tuple(sorted(str(t.__struct_config__.tag) for t in _union_members(cls.requests)))
+        # rpc_requests_total's labels of a successful call, per request type: made once, not
+        # at every call.
+        self.ok_labels: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
 _VERIFIED_MAX = 10_000
@@ -163,17 +174,23 @@ class Router:
         request_id: str | None = None
         op = "?"
         code = "ok"
+        labels = None
         try:
             ns = self._ns.get(namespace) or self.namespace(namespace)
             _check_id(ns, object_id)
             env = self._decode(ns, body)
             request_id = env.request_id
-            op = op_name(env.req)
+            req = env.req
+            op = op_name(req)
             if env.v != ENVELOPE_VERSION:
                 raise MailboxActorsError(ErrorCode.UNSUPPORTED_VERSION,
                                          f"envelope version {env.v} is not supported; send 1")
-            result = await self.host.deliver(ns.cls, object_id, env, env.req)
+            result = await self.host.deliver(ns.cls, object_id, env, req)
             out = _ENC.encode({"ok": result})
+            labels = ns.ok_labels.get(type(req))
+            if labels is None:
+                labels = ns.ok_labels[type(req)] = (("namespace", namespace), ("op", op),
+                                                    ("code", code))
         except MailboxActorsError as e:
             code = e.code.value
             # Every answer carries a req_ id, minted here when the envelope had none (RT-12).
@@ -185,14 +202,19 @@ class Router:
             out = _ENC.encode({"err": MailboxActorsError(
                 ErrorCode.INTERNAL_ERROR, "internal error; the request id is logged"
             ).to_body(request_id or self.ids.new_id("req"))})
-        self.metrics.inc("rpc_requests_total", (("namespace", namespace if namespace in self._ns
-                                                 else "?"), ("op", op), ("code", code)))
+        if labels is None:
+            labels = (("namespace", namespace if namespace in self._ns else "?"), ("op", op),
+                      ("code", code))
+        self.metrics.inc("rpc_requests_total", labels)
         self._calls += 1
         if not self._calls & 31:
             # A tight loop of in-process calls never suspends otherwise; let other tasks (alarms,
             # sockets) run now and then, at a cost spread over 32 calls.
             await anyio.lowlevel.checkpoint()
         return out
+
+    def has_namespace(self, name: str) -> bool:
+        return name in self._ns
 
     async def call_envelope(self, namespace: str, object_id: str, env: Envelope[Any]) -> Any:
         """An envelope this process built, for an actor this node owns (the SMTP door): the path
