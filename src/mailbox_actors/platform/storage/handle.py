@@ -49,6 +49,11 @@ _DBCONFIG_NO_CKPT_ON_CLOSE = 1006
 
 
 _layout_checked = False  # a handle read at this offset was once proved to be its file's
+_HANDLE_AT = object.__basicsize__  # the ``sqlite3*``'s offset in a connection object (CPython 3.11)
+_POSSIBLE = sys.implementation.name == "cpython" and sys.platform == "linux"
+_HAS_SETCONFIG = sys.version_info >= (3, 12)  # Connection.setconfig
+_KEEP, _NO_KEEP = ctypes.c_int(1), ctypes.c_int(0)
+_OP_NO_CKPT = ctypes.c_int(_DBCONFIG_NO_CKPT_ON_CLOSE)
 _LRU_CACHE = type(functools.lru_cache(maxsize=1)(int))
 _cache_at: int | None = None  # where the statement cache is among a connection's referents
 _release: Any = None  # sqlite3_db_release_memory, with its prototype
@@ -59,16 +64,16 @@ def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
     The proof (``sqlite3_db_filename`` is the file just opened) is made once per process: the
     offset of the handle in a connection object is the same for every one of them."""
     global _layout_checked
-    if sys.implementation.name != "cpython" or sys.platform != "linux":
+    if _layout_checked:  # proved: the handle is at its offset in every connection
+        return ctypes.c_void_p.from_address(id(conn) + _HANDLE_AT).value
+    if not _POSSIBLE:
         return None
     lib = sqlite_library()
     if lib is None:
         return None
-    handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
+    handle = ctypes.c_void_p.from_address(id(conn) + _HANDLE_AT).value
     if not handle:
         return None
-    if _layout_checked:
-        return int(handle)
     name = lib.sqlite3_db_filename(handle, b"main")
     if name is None:
         return None
@@ -82,16 +87,14 @@ def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
 
 def keep_wal_on_close(conn: sqlite3.Connection, path: Path, keep: bool = True) -> bool:
     """Set whether closing ``conn`` leaves the log for the next open (True: it was set)."""
-    setconfig = getattr(conn, "setconfig", None)
-    if setconfig is not None:  # Python 3.12+
-        return bool(setconfig(_DBCONFIG_NO_CKPT_ON_CLOSE, keep))
+    if _HAS_SETCONFIG:
+        return bool(conn.setconfig(_DBCONFIG_NO_CKPT_ON_CLOSE, keep))  # type: ignore[attr-defined]
     handle = _handle(conn, path)
-    if handle is None:
+    if not handle:
         return False
     out = ctypes.c_int(-1)
-    rc = sqlite_library().sqlite3_db_config(ctypes.c_void_p(handle),
-                                      ctypes.c_int(_DBCONFIG_NO_CKPT_ON_CLOSE),
-                                      ctypes.c_int(int(keep)), ctypes.byref(out))
+    rc = sqlite_library().sqlite3_db_config(ctypes.c_void_p(handle), _OP_NO_CKPT,
+                                            _KEEP if keep else _NO_KEEP, ctypes.byref(out))
     return bool(rc == 0 and out.value == int(keep))
 
 

@@ -138,7 +138,14 @@ class SqlStorage(Transactions):
         query = statements[0]
         per_row = self._counter.index_rows.get(query)
         if per_row is None or ddl:
-            return self._exec_one(query, params, ddl, returning_writes=writes)
+            facts = self._facts
+            known = None if facts is None or ddl else facts.statements.get(query)
+            if known is None:
+                return self._exec_one(query, params, ddl, returning_writes=writes)
+            # Prepared on a file of this schema before (``known``): what it writes and its
+            # index count too, so its first run here takes this path, with no authorizer.
+            per_row = known[1]
+            self._counter.adopt(query, known[0], per_row)
         # A statement run before (its write shape and index count known): ``_run`` inlined, the
         # rows written from the cached count, the rows read only when asked for (``SqlCursor``).
         if self._state is TxState.ENDED:
