@@ -3,7 +3,7 @@ migrations applied, its context and object made, and the counters the host sched
 
 Opening builds everything in one order, each part handed what it needs when it is made: the
 storage (told the request scope and the alarm scheduler), the owner, the input gate, the context,
-then the object.
+then the object. What all activations of a class share is made once (``Opener``).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.context import ActorContext, ActorEnv
 from mailbox_actors.runtime.gates import InputGate
 from mailbox_actors.runtime.migrations import SCHEMA_VERSION_KEY, apply_migrations
-from mailbox_actors.runtime.owner import OWNER_META_KEYS, Owner
+from mailbox_actors.runtime.owner import OWNER_META_KEYS, Owner, OwnerRules
 from mailbox_actors.runtime.settings import RuntimeSettings
 
-__all__ = ["META_KEYS", "Activation", "Key", "open_activation"]
+__all__ = ["META_KEYS", "Activation", "Key", "Opener"]
 
 Key = tuple[str, str]
 # the runtime meta an activation reads (in the file's first statement)
@@ -80,22 +80,22 @@ class Activation:
     __slots__ = ("actor", "alarm_running", "closed", "cls", "ctx", "gate", "id", "key",
                  "last_used_ms", "namespace", "owner", "pending", "runtime_storage", "starting")
 
-    def __init__(self, cls: type[Actor[Any]], object_id: str, storage: RuntimeStorage,
-                 owner: Owner, gate: InputGate, ctx: ActorContext, actor: Actor[Any]) -> None:
-        self.cls = cls
-        self.namespace = cls.namespace
+    def __init__(self, opener: Opener, object_id: str, storage: RuntimeStorage, owner: Owner,
+                 gate: InputGate, ctx: ActorContext) -> None:
+        self.cls = opener.cls
+        self.namespace = namespace = opener.namespace
         self.id = object_id
-        self.key: Key = (cls.namespace, object_id)
+        self.key: Key = (namespace, object_id)
         self.runtime_storage = storage
         self.owner = owner
         self.gate = gate
         self.ctx = ctx
-        self.actor = actor
+        self.actor = opener.cls(ctx)
         self.pending = 0  # requests and alarm runs admitted and not finished (RT-10)
         self.alarm_running = False
         self.closed = False
         self.last_used_ms = 0
-        self.starting = type(actor).on_start is not Actor.on_start  # its start hook is to run
+        self.starting = opener.starts  # its start hook is to run
 
     async def started(self) -> None:
         """Run the actor's ``on_start`` once, under its input gate, before anything else reaches
@@ -119,36 +119,57 @@ class Activation:
         return self.pending == 0 and not self.alarm_running and not self.gate.closed
 
 
-def open_activation(cls: type[Actor[Any]], object_id: str, path: Path, *, create: bool,
-                    settings: RuntimeSettings, clock: Clock, hooks: TransactionHooks,
-                    alarm_sink: AlarmSink, env: ActorEnv, metrics: Any, log: Any,
-                    on_reset: Callable[[], None],
-                    ahead: OpenedAhead | None = None, alarm: bool = True) -> Activation | None:
-    """Open the actor's file and build its activation (None: no such object and not ``create``).
-    Whatever fails after the file opened closes it again. ``ahead``: the file's connection made
-    ahead (``opening.connect_ahead``, with ``META_KEYS``). ``alarm``: read the stored alarm now
-    (an alarm's activation); a request's reads it at its first use, if any."""
-    sources, newest = _sources(cls)
-    opened = open_actor_storage(path, create=create, durability=settings.durability,
-                                limits=settings.limits, now_ms=clock.now_ms, hooks=hooks,
-                                alarm_sink=alarm_sink, meta_keys=META_KEYS, ahead=ahead,
-                                alarm=alarm, known=newest)
-    if opened is None:
-        return None
-    sql, meta = opened  # the meta keys come with the file's first read
-    storage = RuntimeStorage(sql)
-    try:
-        owner = Owner(meta, kind=cls.owner_kind, namespace=cls.namespace, object_id=object_id,
-                      not_found=cls.not_found, metrics=metrics, log=log)
-        # A file known to be of the newest schema has no migration pending (``KnownSchema``).
-        version = len(sources) - 1 if storage.schema_known else _migrate(storage, cls, meta,
-                                                                           sources)
-        gate = InputGate(clock, on_reset, settings.block_concurrency_timeout_ms)
-        ctx = ActorContext(namespace=cls.namespace, object_id=object_id, storage=storage,
-                           owner=owner, gate=gate, schema_version=version, env=env)
-        act = Activation(cls, object_id, storage, owner, gate, ctx, cls(ctx))
-        storage.shed_caches()  # the meta, migration and alarm reads are done
-        return act
-    except BaseException:
-        storage.close()
-        raise
+class Opener:
+    """What every activation of one class on one host is opened with, made at the class's first
+    activation: the storage's settings, the schema's fingerprints, the owner's rules, the
+    context's environment. An activation then passes only what is its own (id, file, alarm
+    sink, reset), so opening an actor builds its few objects and little else."""
+
+    __slots__ = ("_clock", "_env", "_hooks", "_settings", "cls", "namespace", "newest",
+                 "owner_rules", "sources", "starts")
+
+    def __init__(self, cls: type[Actor[Any]], settings: RuntimeSettings, clock: Clock,
+                 hooks: TransactionHooks, env: ActorEnv, metrics: Any, log: Any) -> None:
+        self.cls = cls
+        self.namespace = cls.namespace
+        self.sources, self.newest = _sources(cls)
+        self.owner_rules = OwnerRules(cls.owner_kind, cls.namespace, cls.not_found, metrics, log)
+        self.starts = cls.on_start is not Actor.on_start
+        self._settings = settings
+        self._clock = clock
+        self._hooks = hooks
+        self._env = env
+
+    def open(self, object_id: str, path: str | Path, create: bool, alarm_sink: AlarmSink,
+             on_reset: Callable[[], None], ahead: OpenedAhead | None = None,
+             alarm: bool = True) -> Activation | None:
+        """Open the actor's file and build its activation (None: no such object and not
+        ``create``). Whatever fails after the file opened closes it again. ``ahead``: the file's
+        connection made ahead (``opening.connect_ahead``, with ``META_KEYS``). ``alarm``: read
+        the stored alarm now (an alarm's activation); a request's reads it at its first use."""
+        settings = self._settings
+        clock = self._clock
+        opened = open_actor_storage(path, create=create, durability=settings.durability,
+                                    limits=settings.limits, now_ms=clock.now_ms,
+                                    hooks=self._hooks, alarm_sink=alarm_sink,
+                                    meta_keys=META_KEYS, ahead=ahead, alarm=alarm,
+                                    known=self.newest)
+        if opened is None:
+            return None
+        sql, meta = opened  # the meta keys come with the file's first read
+        storage = RuntimeStorage(sql)
+        try:
+            owner = Owner(meta, object_id, self.owner_rules)
+            # A file known to be of the newest schema has no migration pending (``KnownSchema``).
+            sources = self.sources
+            version = len(sources) - 1 if storage.schema_known else \
+                _migrate(storage, self.cls, meta, sources)
+            gate = InputGate(clock, on_reset, settings.block_concurrency_timeout_ms)
+            ctx = ActorContext(namespace=self.namespace, object_id=object_id, storage=storage,
+                               owner=owner, gate=gate, schema_version=version, env=self._env)
+            act = Activation(self, object_id, storage, owner, gate, ctx)
+            storage.shed_caches()  # the meta, migration and alarm reads are done
+            return act
+        except BaseException:
+            storage.close()
+            raise

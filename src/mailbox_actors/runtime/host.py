@@ -29,7 +29,7 @@ from mailbox_actors.platform.sqlite_files import is_disk_full
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteFailed
 from mailbox_actors.platform.storage.hooks import AlarmSink
 from mailbox_actors.platform.storage.opening import OpenedAhead
-from mailbox_actors.runtime.activation import Activation, Key, open_activation
+from mailbox_actors.runtime.activation import Activation, Key, Opener
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.alarm_host import AlarmHost
 from mailbox_actors.runtime.context import ActorEnv, CallActor
@@ -83,6 +83,7 @@ class ActorHost(AlarmHost):
                              events_days=events_days)
         self._hooks = ScopeHooks(clock)
         self._classes: dict[str, type[Actor[Any]]] = {}
+        self._openers: dict[str, Opener] = {}  # per namespace, for its class (``activation``)
         self.paths = ActorPaths(self.actors_dir)  # the namespaces' keys and checked ids
         self._keys = self.paths.keys
         self._active: OrderedDict[Key, Activation] = OrderedDict()
@@ -148,14 +149,14 @@ class ActorHost(AlarmHost):
             return act
         if ahead is None and key in self._opening:
             self._opening[key] = False
-        if path is None:
-            path = self.path_for(cls.namespace, object_id)
+        opener = self._openers.get(cls.namespace)
+        if opener is None or opener.cls is not cls:
+            opener = self._openers[cls.namespace] = Opener(
+                cls, self.settings, self.clock, self._hooks, self._env, self.metrics, self.log)
+        file = self.paths.file_for(cls.namespace, object_id) if path is None else path
         try:
-            act = open_activation(
-                cls, object_id, path, create=create, settings=self.settings, clock=self.clock,
-                hooks=self._hooks, alarm_sink=self._alarm_sinks.sink(key), env=self._env,
-                metrics=self.metrics, log=self.log, on_reset=functools.partial(self._reset, key),
-                ahead=ahead, alarm=alarm)
+            act = opener.open(object_id, file, create, self._alarm_sinks.sink(key),
+                              functools.partial(self._reset, key), ahead, alarm)
             if act is None:
                 return None
         except MailboxActorsError as e:

@@ -13,7 +13,7 @@ from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.wire.envelope import Envelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-__all__ = ["OWNER_META_KEYS", "Owner", "OwnerMismatch"]
+__all__ = ["OWNER_META_KEYS", "Owner", "OwnerMismatch", "OwnerRules"]
 
 OWNER_META_KEYS = ("owner_tenant", "owner_identity", "erased")
 
@@ -30,23 +30,32 @@ class _Counter(Protocol):
         ...
 
 
+class OwnerRules:
+    """What every owner of one class on one host shares: the owner kind ("tenant" or
+    "identity"), the namespace, the class's not-found code, and where a mismatch is reported."""
+
+    __slots__ = ("kind", "log", "metrics", "namespace", "not_found")
+
+    def __init__(self, kind: str, namespace: str, not_found: ErrorCode, metrics: _Counter,
+                 log: Any) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.not_found = not_found
+        self.metrics = metrics
+        self.log = log
+
+
 class Owner:
-    """One activation's owner, as stored; ``kind`` is "tenant" or "identity"."""
+    """One activation's owner, as stored (its class's ``OwnerRules`` shared, not copied)."""
 
-    __slots__ = ("_log", "_metrics", "erased", "identity", "kind", "namespace", "not_found",
-                 "object_id", "tenant")
+    __slots__ = ("erased", "identity", "object_id", "rules", "tenant")
 
-    def __init__(self, meta: dict[str, str], *, kind: str, namespace: str, object_id: str,
-                 not_found: ErrorCode, metrics: _Counter, log: Any) -> None:
+    def __init__(self, meta: dict[str, str], object_id: str, rules: OwnerRules) -> None:
         self.tenant: str | None = meta.get("owner_tenant")
         self.identity: str | None = meta.get("owner_identity")
         self.erased = meta.get("erased") == "1"
-        self.kind = kind
-        self.namespace = namespace
         self.object_id = object_id
-        self.not_found = not_found
-        self._metrics = metrics
-        self._log = log
+        self.rules = rules
 
     def check(self, call: Envelope[Any], is_init: bool) -> None:
         """Refuse a call for an erased, un-initialised or foreign object (before the handler)."""
@@ -55,16 +64,18 @@ class Owner:
         if is_init:
             return
         if self.tenant is None:
-            raise MailboxActorsError(self.not_found,
-                                     f"no {self.namespace} object has been initialised here")
+            rules = self.rules
+            raise MailboxActorsError(rules.not_found,
+                                     f"no {rules.namespace} object has been initialised here")
         if call.tenant_id != self.tenant or (
-                self.kind == "identity" and call.identity_id != self.identity):
+                call.identity_id != self.identity and self.rules.kind == "identity"):
             self.mismatch(call)
 
     def mismatch(self, call: Envelope[Any]) -> None:
-        self._metrics.inc("rpc_owner_mismatch_total", (("namespace", self.namespace),))
-        self._log.warning(
-            "rpc_owner_mismatch", security=True, namespace=self.namespace,
+        rules = self.rules
+        rules.metrics.inc("rpc_owner_mismatch_total", (("namespace", rules.namespace),))
+        rules.log.warning(
+            "rpc_owner_mismatch", security=True, namespace=rules.namespace,
             object_id=self.object_id, owner_tenant_id=self.tenant,
             owner_identity_id=self.identity, caller_tenant_id=call.tenant_id,
             caller_identity_id=call.identity_id)
@@ -73,12 +84,13 @@ class Owner:
     def claim(self, call: Envelope[Any], storage: RuntimeStorage) -> bool:
         """Store the caller as owner (inside init's transaction). True when newly claimed; False
         when the same owner already holds it; a different owner is refused."""
-        identity = call.identity_id if self.kind == "identity" else None
-        if call.tenant_id is None or (self.kind == "identity" and identity is None):
+        kind = self.rules.kind
+        identity = call.identity_id if kind == "identity" else None
+        if call.tenant_id is None or (kind == "identity" and identity is None):
             raise MailboxActorsError(
                 ErrorCode.INVALID_REQUEST,
-                f"init of {self.namespace} needs tenant_id"
-                + (" and identity_id" if self.kind == "identity" else "")
+                f"init of {self.rules.namespace} needs tenant_id"
+                + (" and identity_id" if kind == "identity" else "")
                 + " in the envelope")
         if self.tenant is not None:
             if self.tenant != call.tenant_id or self.identity != identity:

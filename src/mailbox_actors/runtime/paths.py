@@ -8,6 +8,7 @@ its actor is opened, and an alarm's actor pays it once per set's life.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mailbox_actors.core.actor_ids import check_id
@@ -24,8 +25,9 @@ _CHILD = getattr(Path, "_make_child_relpath", None)
 class ActorPaths:
     """The namespaces' keys, their checked ids and their directories under ``actors_dir``."""
 
-    __slots__ = ("_dirs", "actors_dir", "keys", "verified")
+    __slots__ = ("_dirs", "_files", "actors_dir", "keys", "verified")
     _dirs: dict[tuple[str, str], Path]
+    _files: dict[tuple[str, str], str]
 
     def __init__(self, actors_dir: Path) -> None:
         self.actors_dir = actors_dir
@@ -34,6 +36,7 @@ class ActorPaths:
         # (namespace, the id's first two digits) -> that directory: a path is one join from it
         # (pathlib's parsing of the whole path again was a third of opening's Python work)
         self._dirs = {}
+        self._files = {}  # the same directories, as absolute path texts ending in a separator
 
     def add(self, namespace: str, key: bytes) -> None:
         self.keys[namespace] = key
@@ -60,3 +63,15 @@ class ActorPaths:
             directory = self._dirs[at] = self.actors_dir / namespace / object_id[:2]
         name = f"{object_id}.sqlite"
         return directory / name if _CHILD is None else _CHILD(directory, name)
+
+    def file_for(self, namespace: str, object_id: str) -> str:
+        """``path_for`` as an absolute path text, the form the actor's file is opened by: no
+        pathlib object made and formatted again at every activation (an open's path was about
+        a tenth of its Python work)."""
+        self.check(namespace, object_id)
+        at = (namespace, object_id[:2])
+        directory = self._files.get(at)
+        if directory is None:  # at most 256 per namespace
+            directory = self._files[at] = os.path.join(
+                os.path.abspath(self.actors_dir), namespace, object_id[:2], "")
+        return f"{directory}{object_id}.sqlite"

@@ -66,7 +66,7 @@ class ScreenedConnection:
     # Its state, set by ``SqlStorage.__init__`` (one initializer for the storage's layers: an
     # activation pays one frame for them, not one per layer).
     _conn: sqlite3.Connection
-    path: Path
+    path: str | Path  # the file (an absolute path text when the host opened it)
     limits: Limits
     _sys_mode: bool
     _deny_reason: str | None

@@ -59,7 +59,7 @@ _cache_at: int | None = None  # where the statement cache is among a connection'
 _release: Any = None  # sqlite3_db_release_memory, with its prototype
 
 
-def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
+def _handle(conn: sqlite3.Connection, path: str | Path) -> int | None:
     """The connection's ``sqlite3*`` on CPython 3.11, when it provably is the handle of ``path``.
     The proof (``sqlite3_db_filename`` is the file just opened) is made once per process: the
     offset of the handle in a connection object is the same for every one of them."""
@@ -79,13 +79,13 @@ def _handle(conn: sqlite3.Connection, path: Path) -> int | None:
         return None
     # realpath (a syscall per path component) only when the plain absolute path differs.
     opened = os.fsdecode(name)
-    if opened != str(path.absolute()) and opened != os.path.realpath(path):
+    if opened != os.path.abspath(path) and opened != os.path.realpath(path):
         return None
     _layout_checked = True
     return int(handle)
 
 
-def keep_wal_on_close(conn: sqlite3.Connection, path: Path, keep: bool = True) -> bool:
+def keep_wal_on_close(conn: sqlite3.Connection, path: str | Path, keep: bool = True) -> bool:
     """Set whether closing ``conn`` leaves the log for the next open (True: it was set)."""
     if _HAS_SETCONFIG:
         return bool(conn.setconfig(_DBCONFIG_NO_CKPT_ON_CLOSE, keep))  # type: ignore[attr-defined]
@@ -98,7 +98,7 @@ def keep_wal_on_close(conn: sqlite3.Connection, path: Path, keep: bool = True) -
     return bool(rc == 0 and out.value == int(keep))
 
 
-def shed_caches(conn: sqlite3.Connection, path: Path, cached_statements: int) -> None:
+def shed_caches(conn: sqlite3.Connection, path: str | Path, cached_statements: int) -> None:
     """Free ``conn``'s unpinned cached pages (read again from the OS's cache when needed) and
     finalize its cached statements (prepared again at their next use).
 
@@ -127,7 +127,7 @@ def shed_caches(conn: sqlite3.Connection, path: Path, cached_statements: int) ->
             break
 
 
-def close_connection(conn: sqlite3.Connection, path: Path, *, keep_wal: bool) -> None:
+def close_connection(conn: sqlite3.Connection, path: str | Path, *, keep_wal: bool) -> None:
     """Close ``conn``. With ``keep_wal`` and a log of at most ``WAL_KEEP_BYTES`` the log stays for
     the next open (set here, at the only moment it matters, so opening pays nothing for it);
     otherwise SQLite's close checkpoints it into the database, as by default."""

@@ -80,17 +80,18 @@ def _file_uri(name: str) -> str:
     return "file://" + uri + "?mode=rw"
 
 
-def _connect(path: Path, create: bool, durability: str,
+def _connect(path: str | Path, create: bool, durability: str,
              ) -> tuple[sqlite3.Connection | None, bool]:
-    """The file's connection (None: no such object), and whether this call made the file."""
-    name = os.fspath(path.absolute())
+    """The file's connection (None: no such object), and whether this call made the file.
+    ``path``: an absolute path text (the host's), or a Path."""
+    name = path if isinstance(path, str) else os.fspath(path.absolute())
     made = False
     try:
         damage = examine(name)  # the header check and "does it exist" in one look
     except FileNotFoundError:
         if not create:
             return None, False  # no such object: the caller answers *_not_found
-        _create(path, durability)
+        _create(Path(name), durability)
         damage, made = None, True
     if damage is not None:
         raise StorageCorrupt(damage)
@@ -98,7 +99,7 @@ def _connect(path: Path, create: bool, durability: str,
         return sqlite3.connect(_file_uri(name), uri=True, isolation_level=None,
                                cached_statements=CACHED_STATEMENTS), made
     except sqlite3.OperationalError as e:
-        if not path.exists():
+        if not os.path.exists(name):
             return None, False  # no such object: the caller answers *_not_found
         raise StorageUnavailable(type(e).__name__) from e
 
@@ -235,7 +236,7 @@ def _upgrade_from_1(conn: sqlite3.Connection) -> None:
         raise
 
 
-def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
+def open_storage(path: str | Path, *, create: bool, durability: str, limits: Limits,
                  now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                  alarm_sink: AlarmSink | None = None) -> SqlStorage | None:
     """Open (or create) an actor's file. Returns None when it does not exist and ``create`` is
@@ -246,7 +247,7 @@ def open_storage(path: Path, *, create: bool, durability: str, limits: Limits,
     return None if opened is None else opened[0]
 
 
-def open_actor_storage(path: Path, *, create: bool, durability: str, limits: Limits,
+def open_actor_storage(path: str | Path, *, create: bool, durability: str, limits: Limits,
                        now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                        alarm_sink: AlarmSink | None = None, meta_keys: tuple[str, ...] = (),
                        ahead: OpenedAhead | None = None, alarm: bool = True,

@@ -50,7 +50,7 @@ _NO_SINK = NoAlarmSink()
 class SqlStorage(Transactions):
     """An actor's storage: ``exec``, ``transaction_sync``, ``kv``, and the one alarm."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, limits: Limits,
+    def __init__(self, conn: sqlite3.Connection, path: str | Path, limits: Limits,
                  now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                  alarm_sink: AlarmSink | None = None, alarm: tuple[int | None] | None = None,
                  facts: SchemaFacts | None = None) -> None:

@@ -9,6 +9,8 @@ actor's storage closes (it is evicted once idle), unless something was written a
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +51,9 @@ def is_empty(sys: Sys) -> bool:
             and sys("SELECT 1 FROM _ma_alarm LIMIT 1").fetchone() is None)
 
 
-def remove_files(path: Path) -> None:
+def remove_files(path: str | Path) -> None:
     """The database and its WAL and shared-memory files (after the connection closed)."""
-    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        p.unlink(missing_ok=True)
+    name = os.fspath(path)
+    for p in (name, name + "-wal", name + "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
