@@ -233,7 +233,8 @@ class HttpPool:
         else:   # unknown state (timeout, cancellation, error) or the server is closing it
             conn.abort()
             host.size -= 1
-        self._wake(host)
+        if host.waiters:
+            self._wake(host)
 
     @staticmethod
     def _wake(host: _Host) -> None:

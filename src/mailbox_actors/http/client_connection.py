@@ -79,10 +79,8 @@ class ClientConnection(asyncio.Protocol):
         if name.lower() in (b"content-length", b"transfer-encoding"):
             self._framed = True
 
-    def on_headers_complete(self) -> None:
-        st = self._parser.get_status_code()
-        if 100 <= st < 200 or st in (204, 304):
-            self._framed = True
+    # No on_headers_complete: a 1xx, 204 or 304 answer has no body, so llhttp completes it (and
+    # on_message_complete marks it framed) within the same feed_data that ends its head.
 
     def on_body(self, body: bytes) -> None:
         self._size += len(body)
@@ -145,14 +143,24 @@ def header_block(headers: Mapping[str, str]) -> bytes:
     return block
 
 
+_heads: dict[tuple[str, str, bytes, bytes], bytes] = {}
+
+
 def request_head(method: str, path: str, hostport: bytes, headers: Mapping[str, str] | None,
-                  length: int) -> bytes:
-    if not path.startswith("/") or "\r" in path or "\n" in path or " " in path:
-        raise ValueError("path must start with '/' and hold no space, CR or LF")
-    if not method.isalpha() or method == "HEAD":
-        # HEAD is refused: its answer carries a Content-Length but no body, which this
-        # parser cannot be told about.
-        raise ValueError("method must be a token other than HEAD")
-    return b"%s %s HTTP/1.1\r\nhost: %s\r\n%scontent-length: %d\r\n\r\n" % (
-        method.encode("ascii"), path.encode("latin-1"), hostport,
-        header_block(headers) if headers else b"", length)
+                 length: int) -> bytes:
+    block = header_block(headers) if headers else b""
+    key = (method, path, hostport, block)
+    head = _heads.get(key)
+    if head is None:  # checked once per method, path, host and headers: the same few recur
+        if not path.startswith("/") or "\r" in path or "\n" in path or " " in path:
+            raise ValueError("path must start with '/' and hold no space, CR or LF")
+        if not method.isalpha() or method == "HEAD":
+            # HEAD is refused: its answer carries a Content-Length but no body, which this
+            # parser cannot be told about.
+            raise ValueError("method must be a token other than HEAD")
+        head = b"%s %s HTTP/1.1\r\nhost: %s\r\n%scontent-length: " % (
+            method.encode("ascii"), path.encode("latin-1"), hostport, block)
+        if len(_heads) >= 1024:
+            _heads.clear()
+        _heads[key] = head
+    return b"%s%d\r\n\r\n" % (head, length)
