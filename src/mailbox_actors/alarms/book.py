@@ -9,12 +9,12 @@ scheduler reads due keys from the book and records each outcome in it.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import sqlite3
 from collections.abc import Callable, Collection
 
-import anyio
 import structlog
 
 from mailbox_actors.alarms.index import AlarmIndex
@@ -62,7 +62,12 @@ class AlarmBook:
         self._seq = itertools.count()
         self._indexed: dict[Key, int] = {}  # what the index file durably holds
         self._lazy: dict[Key, int | None] = {}  # later-or-deleted changes not yet written
-        self.wake = anyio.Event()  # set when an alarm became the earliest (the real-time loop)
+        # The real-time loop, while it sleeps: the future that wakes it and when it looks anyway.
+        self._waiter: asyncio.Future[None] | None = None
+        self._looks_at = 0
+        # Keys whose live heap entry the loop popped while they ran (``pop_due``,
+        # ``next_due_ms``): the scheduler pushes them again when their run ends.
+        self._dropped: set[Key] = set()
         self._index_failing = False  # the last flush could not write (a full disk)
         self.retry_flush_at = 0  # after a failed flush: not before this (the real-time loop)
 
@@ -139,8 +144,36 @@ class AlarmBook:
         self.push(at, key)
         if self._indexed.get(key) != at:
             self._lazy[key] = at
-        if self._heap[0][2] == key:
-            self.wake.set()
+        if at < self._looks_at:
+            self.wake_if_before(at)
+
+    # ---- the real-time loop's sleep ----------------------------------------------------------
+
+    def sleeping(self, waiter: asyncio.Future[None], until_ms: int) -> None:
+        """The loop sleeps until ``until_ms`` unless ``waiter`` is resolved sooner."""
+        self._waiter = waiter
+        self._looks_at = until_ms
+
+    def awake(self) -> None:
+        self._waiter = None
+        self._looks_at = 0
+
+    def wake_if_before(self, at: int) -> None:
+        """An alarm is due at ``at``: wake the sleeping loop if it would look only later."""
+        waiter = self._waiter
+        if waiter is not None and at < self._looks_at:
+            self._waiter = None
+            self._looks_at = 0
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def take_dropped(self, key: Key) -> bool:
+        """Whether the loop dropped the key's live heap entry while it ran (and forget it)."""
+        dropped = self._dropped
+        if key in dropped:
+            dropped.discard(key)
+            return True
+        return False
 
     def flush_index(self) -> None:
         """Write the lazy (later-or-deleted) changes to the index in one transaction."""
@@ -174,8 +207,12 @@ class AlarmBook:
         while heap:
             at, _, key = heap[0]
             e = self.entries.get(key)
-            if e is None or e.at != at or key in running:
+            if e is None or e.at != at:
                 heapq.heappop(heap)
+                continue
+            if key in running:
+                heapq.heappop(heap)
+                self._dropped.add(key)
                 continue
             return at
         return None
@@ -187,7 +224,10 @@ class AlarmBook:
         while heap and heap[0][0] <= now:
             at, _, key = heapq.heappop(heap)
             e = self.entries.get(key)
-            if e is None or e.at != at or key in running or key in seen:
+            if e is None or e.at != at or key in seen:
+                continue
+            if key in running:
+                self._dropped.add(key)
                 continue
             seen.add(key)
             out.append(key)

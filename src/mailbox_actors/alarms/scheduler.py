@@ -3,10 +3,16 @@
 It fires due alarms of the node's ``AlarmBook`` through a small pool of workers, retries a failing
 handler at 2, 4, 8... s (core.backoff) and abandons it after six retries. It never opens actor
 files itself: its runner (the host) does that, and decides whether a wake was spurious.
+
+On the system clock the workers live as long as the loop (``alarm_pool``): an alarm is handed to
+an idle worker by resolving its future, where spawning a task in anyio's task group for each cost
+more than the scheduler's own work. A ``FakeClock`` steps ``run_due`` instead, which fires each
+instant's alarms in a task group of its own, in the book's order (RT-12).
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections import deque
 from typing import Any, Protocol
@@ -16,6 +22,7 @@ import anyio.abc
 import anyio.lowlevel
 import structlog
 
+from mailbox_actors.alarms.alarm_pool import AlarmPool
 from mailbox_actors.alarms.book import AlarmBook, Entry, Key
 from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
@@ -54,8 +61,6 @@ class AlarmScheduler:
         self._running: set[Key] = set()
         self._queue: deque[Key] = deque()
         self._workers = 0
-        self._idle = anyio.Event()
-        self._idle.set()
         self._last_flush = 0
         self.fired = 0
         self.retried = 0
@@ -107,7 +112,6 @@ class AlarmScheduler:
         self._running.update(keys)
         while self._workers < self.concurrency and self._workers < len(self._queue):
             self._workers += 1
-            self._idle = anyio.Event() if self._idle.is_set() else self._idle
             tg.start_soon(self._worker)
 
     async def _worker(self) -> None:
@@ -119,8 +123,6 @@ class AlarmScheduler:
                 await anyio.lowlevel.checkpoint()
         finally:
             self._workers -= 1
-            if not self._workers:
-                self._idle.set()
 
     async def fire_now(self, key: Key) -> bool:
         """Run the key's alarm handler now, whatever its time (for tests); False if none ran."""
@@ -128,7 +130,7 @@ class AlarmScheduler:
             return False
         self._running.add(key)
         if key not in self.book.entries:
-            self.book.entries[key] = Entry(self._clock.now_ms())
+            self.book.put(key, self._clock.now_ms())
         before = self.fired + self.retried + self.abandoned
         await self._fire(key, force=True)
         return self.fired + self.retried + self.abandoned > before
@@ -148,12 +150,13 @@ class AlarmScheduler:
             outcome, stored = AlarmOutcome.FAILED, None
         finally:
             self._running.discard(key)
-            # The loop skipped this key while it ran (and may have dropped its heap entry): an
-            # alarm re-armed for now by the handler, or by a request meanwhile, must not wait
-            # for the loop's next timeout.
-            self.book.wake.set()
-        e = self.book.entries.get(key)
         book = self.book
+        # The heap entry this run was popped from is gone, and so is any the loop met while the
+        # key ran (``take_dropped``); a time set meanwhile was pushed when it was committed. So
+        # a successful run pushes its key again only when it is still due as before, or when
+        # the loop dropped its entry; every other outcome below pushes the key's time itself.
+        dropped = book.take_dropped(key)
+        e = book.entries.get(key)
         if outcome is AlarmOutcome.DONE:
             self.fired += 1
             self._metrics.inc("alarms_fired_total", (("namespace", key[0]),))
@@ -161,7 +164,8 @@ class AlarmScheduler:
                 self.lateness_ms.append(started - due)
             if e is not None:
                 e.retry = 0
-                book.push(e.at, key)
+                if dropped or e.at == due:
+                    book.push(e.at, key)
         elif outcome is AlarmOutcome.FAILED:
             self._retry(key, e, retry, stored)
         elif outcome is AlarmOutcome.REPLACED:  # workerd runs the queued alarm, not a retry
@@ -185,6 +189,10 @@ class AlarmScheduler:
             book.put(key, stored, 0 if e is None else e.retry)
         else:  # gone: nothing stored any more
             book.forget(key)
+        e = book.entries.get(key)
+        if e is not None:
+            # Due before the real-time loop looks again (it skipped this key while it ran): wake it.
+            book.wake_if_before(e.at)
 
     def _retry(self, key: Key, e: Entry | None, retry: int, stored: int | None) -> None:
         nxt = retry + 1
@@ -230,23 +238,41 @@ class AlarmScheduler:
             gc.unfreeze()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        book = self.book
         async with anyio.create_task_group() as tg:
-            while True:
-                now = self._clock.now_ms()
-                keys = self._pop_due(now)
-                if keys:
-                    self._dispatch(keys, tg)
-                if (self.book.has_lazy and now - self._last_flush >= _LAZY_FLUSH_MS
-                        and now >= self.book.retry_flush_at):
-                    self._last_flush = now
-                    self.book.flush_index()
-                nd = self.next_due_ms()
-                wait_ms = _LAZY_FLUSH_MS if nd is None else min(_LAZY_FLUSH_MS, nd - now)
-                if wait_ms <= 0:
-                    await anyio.lowlevel.checkpoint()
-                    continue
-                await self._clock.sleep_until(now + wait_ms, self.book.wake)
-                self.book.wake = anyio.Event()
+            pool = AlarmPool(self._fire, tg, self.concurrency, self._queue, self._running)
+            try:
+                while True:
+                    now = self._clock.now_ms()
+                    keys = self._pop_due(now)
+                    if keys:
+                        pool.hand_out(keys)
+                    if (book.has_lazy and now - self._last_flush >= _LAZY_FLUSH_MS
+                            and now >= book.retry_flush_at):
+                        self._last_flush = now
+                        book.flush_index()
+                    nd = self.next_due_ms()
+                    wait_ms = _LAZY_FLUSH_MS if nd is None else min(_LAZY_FLUSH_MS, nd - now)
+                    if wait_ms <= 0:
+                        await asyncio.sleep(0)
+                        continue
+                    # The clock says how long to wait; the wait is asyncio's own (a future and a
+                    # timer), woken early by the book when an alarm comes due before it ends.
+                    deadline = now + wait_ms
+                    woken = loop.create_future()
+                    timer = loop.call_later(self._clock.deadline_to_sleep_time(deadline),
+                                            _resolve, woken)
+                    book.sleeping(woken, deadline)
+                    try:
+                        await woken
+                    finally:
+                        timer.cancel()
+                        book.awake()
+            finally:
+                pool.stop(book)
 
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
