@@ -73,48 +73,26 @@ class AlarmHost:
             return AlarmResult(AlarmOutcome.UNKNOWN, None)
         if self.stopping:
             return AlarmResult(AlarmOutcome.BUSY, None)
-        ahead = None
-        timed: tuple[float, float] | None = None
-        path = None
-        if key in self._active or not self._files.enabled:
-            pass
-        elif not self._files.ahead_pays():
-            if self._files.idle:  # does the disk make an open on the loop wait?
-                timed = (time.perf_counter(), time.thread_time())
-        else:
-            path = self.path_for(*key)  # once: activate() is given it
-            self._opening[key] = True
-            try:
-                ahead = await self._files.open(path, self.settings.durability,
-                                               self.settings.limits, META_KEYS)
-            finally:
-                fresh = self._opening.pop(key, False)
-            # No await from here to activate(): the connection is the activation's, or closed.
-            if ahead is not None and (self.stopping or not fresh):
-                # Opened or closed on the loop meanwhile (a request, an eviction, a delete_all):
-                # the file under this connection may be one since removed, so it goes unused.
-                ahead.conn.close()
-                ahead = None
-            if self.stopping:
-                return AlarmResult(AlarmOutcome.BUSY, None)
-        try:
-            act = self.activate(cls, key[1], create=False, ahead=ahead, path=path)
-        except MailboxActorsError:
-            return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
-        finally:
-            if timed is not None:
-                self._files.opened_on_loop(time.perf_counter() - timed[0],
-                                           time.thread_time() - timed[1])
-        if act is None:
-            return AlarmResult(AlarmOutcome.GONE, None)
-        skip = alarm_runs.not_runnable(act, force, self.clock.now_ms())
+        act = self._active.get(key)
+        if act is None:  # evicted: open it, ahead in a thread while that pays
+            files = self._files
+            opened = (await _open_ahead(self, cls, key) if files.enabled and files.ahead_pays()
+                      else _open_on_loop(self, cls, key))
+            if isinstance(opened, AlarmResult):
+                return opened
+            act = opened
+        now = self.clock.now_ms()
+        stored = act.runtime_storage.stored_alarm()
+        skip = alarm_runs.not_runnable(act, stored, force, now)
         if skip is not None:
             return skip
+        assert stored is not None, "not_runnable let through a wake without an alarm"
         act.alarm_running = True
         act.pending += 1  # an alarm run is never refused by the queue bound
         self._inflight += 1
         try:
-            return await alarm_runs.run(act, retry_count, RequestScope(self.ids.new_id("req"), None),
+            return await alarm_runs.run(act, retry_count, stored,
+                                        RequestScope(self.ids.new_id("req"), None),
                                         clock=self.clock, event_sink=self.event_sink, log=self.log,
                                         watch=self.watch)
         finally:
@@ -129,3 +107,46 @@ class AlarmHost:
             return None
         act = self.activate(cls, key[1], create=False)
         return None if act is None else alarm_runs.abandon(act, fired_ms, self.clock.now_ms())
+
+
+def _open_on_loop(host: _Host, cls: type[Actor[Any]], key: Key) -> Activation | AlarmResult:
+    """Activate an evicted actor for its alarm on the loop, or the outcome that ends the wake:
+    GONE (no such actor), UNAVAILABLE (its file cannot be opened now)."""
+    files = host._files
+    # Does the disk make an open on the loop wait? (Timed while the threads are idle.)
+    timed = (time.perf_counter(), time.thread_time()) if files.enabled and files.idle else None
+    try:
+        return _activated(host, cls, key, None, None)
+    finally:
+        if timed is not None:
+            files.opened_on_loop(time.perf_counter() - timed[0], time.thread_time() - timed[1])
+
+
+async def _open_ahead(host: _Host, cls: type[Actor[Any]], key: Key) -> Activation | AlarmResult:
+    """``_open_on_loop`` with the file's connection made ahead in a worker thread; BUSY when
+    the node stops meanwhile."""
+    path = host.path_for(*key)  # once: activate() is given it
+    host._opening[key] = True
+    try:
+        ahead = await host._files.open(path, host.settings.durability, host.settings.limits,
+                                       META_KEYS)
+    finally:
+        fresh = host._opening.pop(key, False)
+    # No await from here to activate(): the connection is the activation's, or closed.
+    if ahead is not None and (host.stopping or not fresh):
+        # Opened or closed on the loop meanwhile (a request, an eviction, a delete_all): the
+        # file under this connection may be one since removed, so it goes unused.
+        ahead.conn.close()
+        ahead = None
+    if host.stopping:
+        return AlarmResult(AlarmOutcome.BUSY, None)
+    return _activated(host, cls, key, ahead, path)
+
+
+def _activated(host: _Host, cls: type[Actor[Any]], key: Key, ahead: OpenedAhead | None,
+               path: Path | None) -> Activation | AlarmResult:
+    try:
+        act = host.activate(cls, key[1], create=False, ahead=ahead, path=path)
+    except MailboxActorsError:
+        return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
+    return AlarmResult(AlarmOutcome.GONE, None) if act is None else act

@@ -25,9 +25,10 @@ __all__ = ["ABANDONED_PURPOSE_RETRY_MS", "abandon", "not_runnable", "run"]
 ABANDONED_PURPOSE_RETRY_MS = 64_000  # a purpose whose runs were abandoned is tried again then
 
 
-def not_runnable(act: Activation, force: bool, now_ms: int) -> AlarmResult | None:
-    """Why this wake runs nothing (no alarm, not due, a run under way), or None: run it."""
-    stored = act.runtime_storage.stored_alarm()
+def not_runnable(act: Activation, stored: int | None, force: bool,
+                 now_ms: int) -> AlarmResult | None:
+    """Why this wake runs nothing (no alarm stored, not due, a run under way), or None: run it.
+    ``stored``: the actor's alarm as stored."""
     if stored is None:
         return AlarmResult(AlarmOutcome.GONE, None)
     if stored > now_ms and not force:
@@ -37,12 +38,13 @@ def not_runnable(act: Activation, force: bool, now_ms: int) -> AlarmResult | Non
     return None
 
 
-async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: Clock,
-              event_sink: outbox.EventSink, log: Any, watch: LoopWatch | None = None) -> AlarmResult:
-    """Run the actor's alarm handler once (the host has admitted the run)."""
+async def run(act: Activation, retry_count: int, stored: int, scope: RequestScope, *,
+              clock: Clock, event_sink: outbox.EventSink, log: Any,
+              watch: LoopWatch | None = None) -> AlarmResult:
+    """Run the actor's alarm handler once (the host has admitted the run; ``stored``: the
+    alarm as stored, which ``not_runnable`` found due)."""
     storage = act.runtime_storage
-    stored = storage.stored_alarm()
-    assert stored is not None, "not_runnable let through a wake without an alarm"
+    itself = handles_alarm_itself(act.actor)
     ok = False
     raised = False
     with entered(scope):
@@ -57,7 +59,7 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
             return AlarmResult(AlarmOutcome.FAILED, None)
         alarm_run = storage.begin_alarm_run()
         try:
-            if handles_alarm_itself(act.actor):
+            if itself:
                 handler = act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
                 await (handler if watch is None else watch.timed(handler, act.namespace, "alarm"))
             else:
@@ -94,7 +96,7 @@ async def run(act: Activation, retry_count: int, scope: RequestScope, *, clock: 
         log.warning("alarm_handler_writes_rolled_back", namespace=act.namespace,
                     object_id=act.id, retry_count=retry_count)
         ok = False
-    if raised and handles_alarm_itself(act.actor) and alarm_run.set_in_handler \
+    if raised and itself and alarm_run.set_in_handler \
             and storage.stored_alarm() is not None:
         # The handler set a new alarm (committed) and then failed: as in workerd, the new alarm
         # replaces the retry and runs as a fresh one (retry_count 0) at its time (AL-7). (The
