@@ -26,6 +26,9 @@ __all__ = ["DIR_MODE", "FILE_MODE", "DamagedFile", "check_whole", "create_whole"
 DIR_MODE = 0o700  # OPS-5: data directories and every file in them are the node's alone
 FILE_MODE = 0o600
 _MAGIC = b"SQLite format 3\x00"
+# The header's fields ``examine`` reads: magic, page size, change counter, page count, and the
+# counter the page count is valid for (offsets 0, 16, 24, 28, 92 of its 100 bytes).
+_HEADER = struct.Struct(">16sH6xII60xI4x")
 
 
 class DamagedFile(MailboxActorsError):
@@ -106,6 +109,13 @@ def examine(path: str) -> str | None:
         return f"unreadable: {e.strerror}"
     finally:
         os.close(fd)
+    if len(header) == 100:  # the common case, a whole file, in one unpack
+        magic, page_size, change_counter, pages, valid_for = _HEADER.unpack(header)
+        if page_size == 1:
+            page_size = 65536
+        if magic == _MAGIC and page_size >= 512 and not page_size & (page_size - 1) and \
+                size >= page_size and (change_counter != valid_for or size >= pages * page_size):
+            return None
     if size == 0:
         return "it is empty (zero bytes)"
     if len(header) < 100 or not header.startswith(_MAGIC):

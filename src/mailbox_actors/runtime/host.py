@@ -39,7 +39,7 @@ from mailbox_actors.runtime.migrations import check_migrations
 from mailbox_actors.runtime.outbox import EventsDays, EventSink
 from mailbox_actors.runtime.paths import ActorPaths
 from mailbox_actors.runtime.scan import scan_alarms
-from mailbox_actors.runtime.scope import RequestScope, ScopeHooks, entered
+from mailbox_actors.runtime.scope import RequestScope, ScopeHooks
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError, Overloaded
@@ -185,7 +185,7 @@ class ActorHost(AlarmHost):
         """Run one request on its actor: queue bound, gate, deadline, owner, handler, output gate."""
         if self.stopping:
             raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the node is shutting down")
-        with entered(RequestScope(call.request_id, call.deadline_ms)) as scope:
+        with RequestScope(call.request_id, call.deadline_ms) as scope:  # entered once
             is_init = type(req) is cls.init_request
             act = self._active.get((cls.namespace, object_id))
             if act is None:
@@ -212,7 +212,7 @@ class ActorHost(AlarmHost):
                                              "the actor was reset while the request ran")
                 if scope.writes:
                     act.runtime_storage.check_writes(scope.writes)  # ...nor as a success if lost
-                if act.storage.wiped:  # delete_all: the object is as one never created (RT-15)
+                if act.runtime_storage.sql.wiped:  # delete_all: as one never created (RT-15)
                     self.evict(act)
                 return result
             finally:
