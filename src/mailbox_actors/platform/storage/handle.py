@@ -92,10 +92,10 @@ def keep_wal_on_close(conn: sqlite3.Connection, path: str | Path, keep: bool = T
     handle = _handle(conn, path)
     if not handle:
         return False
-    out = ctypes.c_int(-1)
+    # No pointer for the setting's new value: SQLITE_OK says the setting is known and made.
     rc = sqlite_library().sqlite3_db_config(ctypes.c_void_p(handle), _OP_NO_CKPT,
-                                            _KEEP if keep else _NO_KEEP, ctypes.byref(out))
-    return bool(rc == 0 and out.value == int(keep))
+                                            _KEEP if keep else _NO_KEEP, None)
+    return bool(rc == 0)
 
 
 def shed_caches(conn: sqlite3.Connection, path: str | Path, cached_statements: int) -> None:

@@ -214,9 +214,9 @@ class RuntimeStorage:
         finally:
             # The log stays for the next open (ADR 0012); a file about to be removed is
             # checkpointed first, so no log outlives it.
-            close = functools.partial(close_connection, sql._conn, sql.path,
-                                      keep_wal=sql.keeps_wal and not remove)
-            if remove or behind is None or not behind(close):
-                close()
+            keep = sql.keeps_wal and not remove
+            if remove or behind is None or not behind(
+                    functools.partial(close_connection, sql._conn, sql.path, keep_wal=keep)):
+                close_connection(sql._conn, sql.path, keep_wal=keep)
         if remove:
             remove_files(sql.path)
