@@ -19,8 +19,12 @@ from mailbox_actors.http.server_framing import (
     AppAnswer,
     Reject,
     Request,
+    body_error,
     error_reply,
     extra_headers,
+    header_error,
+    message_cap,
+    message_error,
     status_line,
 )
 from mailbox_actors.platform.logging import get_logger
@@ -33,6 +37,7 @@ __all__ = ["AppAnswer", "Connection"]
 
 _log = get_logger("mailbox_actors.http.server")
 _encode = msgspec.json.Encoder().encode
+_CLOSE = b"connection: close\r\n"
 
 class Connection(asyncio.Protocol):
     """One client connection: parses requests, runs them one at a time in order, writes replies."""
@@ -196,33 +201,27 @@ class Connection(asyncio.Protocol):
                 fix="Send 'Host: <host>:<port>' (every HTTP/1.1 client does)."))
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         keep_alive = self._parser.should_keep_alive()
-        self._enqueue(Request(method, path, self._headers, body, keep_alive))
+        if self._worker is None and not self._queue:  # _enqueue's common case, inline
+            self._queue.append((method, path, self._headers, body, keep_alive))
+            self._worker = self._loop.create_task(self._run_queue())
+        else:
+            self._enqueue((method, path, self._headers, body, keep_alive))
         if not keep_alive:
             self._closing = True
 
     # running requests in order
 
     def _header_error(self) -> MailboxActorsError:
-        limit = self._server.max_header_bytes
-        return MailboxActorsError(
-            ErrorCode.LIMIT_EXCEEDED, f"request head over {limit} bytes",
-            details={"limit": "header_bytes", "max": limit})
+        return header_error(self._server.max_header_bytes)
 
     def _message_cap(self) -> int:
-        # Room for the head, the body twice over (chunk framing) and one read of slack.
-        return self._server.max_header_bytes + 2 * self._server.max_body_bytes + 65536
+        return message_cap(self._server.max_header_bytes, self._server.max_body_bytes)
 
     def _message_error(self) -> MailboxActorsError:
-        cap = self._message_cap()
-        return MailboxActorsError(
-            ErrorCode.PAYLOAD_TOO_LARGE,
-            f"request over {cap} bytes with its chunk framing and trailers",
-            details={"limit": "message_bytes", "max": cap})
+        return message_error(self._message_cap())
 
     def _body_error(self) -> MailboxActorsError:
-        limit = self._server.max_body_bytes
-        return MailboxActorsError(ErrorCode.PAYLOAD_TOO_LARGE, f"request body over {limit} bytes",
-                                  details={"limit": "body_bytes", "max": limit})
+        return body_error(self._server.max_body_bytes)
 
     def _fail(self, status: int, error: MailboxActorsError) -> None:
         """Answer a protocol error after the replies already owed, then close; read nothing more."""
@@ -252,22 +251,28 @@ class Connection(asyncio.Protocol):
                     if not self._closing:
                         transport.resume_reading()
                 if isinstance(item, Answer):
-                    self._write(transport, item.status, item.body, "application/json", True, False)
+                    self._write(transport, item.status, item.body)
                     self._queue.clear()
                     self._linger(transport)
                     break
+                method, path, headers, body, keep_alive = item
                 try:  # the application's answer; written out below, in order
-                    answer = await self._server.handler(item.method, item.path, item.headers,
-                                                        item.body)
+                    answer = await self._server.handler(method, path, headers, body)
                     status, body, ctype = answer[0], answer[1], answer[2]
-                    status_line(status)
+                    line = status_line(status)
                     extra = extra_headers(answer[3]) if len(answer) == 4 else b""
                 except Exception as exc:
-                    status, body, ctype, extra = _failed(item, exc)
+                    status, body, ctype, extra = _failed(method, exc)
+                    line = status_line(status)
                 if self._lost:
                     break
-                last = not item.keep_alive or (self._closing and not self._queue)
-                self._write(transport, status, body, ctype, last, item.method == "HEAD", extra)
+                last = not keep_alive or (self._closing and not self._queue)
+                head = b"%scontent-type: %s\r\ncontent-length: %d\r\n%s%s\r\n" % (
+                    line, ctype.encode("latin-1"), len(body), extra, _CLOSE if last else b"")
+                if method == "HEAD" or status in (204, 304):
+                    transport.write(head)
+                else:
+                    transport.write(head + body)
                 if last:
                     self._queue.clear()
                     break
@@ -284,15 +289,10 @@ class Connection(asyncio.Protocol):
         elif not self._queue and not self._in_head and not self._mid_body:
             self.deadline = self._loop.time() + self._server.keepalive_timeout_s
 
-    def _write(self, transport: asyncio.Transport, status: int, body: bytes, ctype: str,
-               close: bool, head_only: bool, extra: bytes = b"") -> None:
-        head = b"%scontent-type: %s\r\ncontent-length: %d\r\n%s%s\r\n" % (
-            status_line(status), ctype.encode("latin-1"), len(body), extra,
-            b"connection: close\r\n" if close else b"")
-        if head_only or status in (204, 304):
-            transport.write(head)
-        else:
-            transport.write(head + body)
+    def _write(self, transport: asyncio.Transport, status: int, body: bytes) -> None:
+        """A reply the transport decided (a protocol error): JSON, then the connection closes."""
+        transport.write(b"%scontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n%s"
+                        % (status_line(status), len(body), _CLOSE, body))
 
     def _linger(self, transport: asyncio.Transport) -> None:
         """Half-close after an error reply and drain what the client still sends, for a while.
@@ -334,8 +334,8 @@ class Connection(asyncio.Protocol):
             self._close()
 
 
-def _failed(req: Request, exc: Exception) -> tuple[int, bytes, str, bytes]:
+def _failed(method: str, exc: Exception) -> tuple[int, bytes, str, bytes]:
     """An exception in the application: logged, answered 500 ``internal_error`` (no trace)."""
-    _log.error("http_handler_failed", method=req.method, error=repr(exc)[:300])
+    _log.error("http_handler_failed", method=method, error=repr(exc)[:300])
     err = MailboxActorsError(ErrorCode.INTERNAL_ERROR, "the request failed inside the node")
     return 500, error_reply(err), "application/json", b""

@@ -8,10 +8,11 @@ from collections.abc import Mapping
 
 import msgspec
 
-from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-__all__ = ["HEADER_NAMES", "METHODS", "AppAnswer", "Answer", "Reject", "Request", "error_reply",
-           "extra_headers", "status_line"]
+__all__ = ["HEADER_NAMES", "METHODS", "AppAnswer", "Answer", "Reject", "Request", "body_error",
+           "error_reply", "extra_headers", "header_error", "message_cap", "message_error",
+           "status_line"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -76,16 +77,30 @@ def error_reply(error: MailboxActorsError) -> bytes:
     return _encode({"err": error.to_body()})
 
 
-class Request:
-    __slots__ = ("body", "headers", "keep_alive", "method", "path")
+# A parsed request as a connection queues it: (method, path, headers, body, keep_alive); a tuple,
+# not a class, as one is made for every request.
+Request = tuple[str, str, dict[str, str], bytes, bool]
 
-    def __init__(self, method: str, path: str, headers: dict[str, str], body: bytes,
-                 keep_alive: bool) -> None:
-        self.method = method
-        self.path = path
-        self.headers = headers
-        self.body = body
-        self.keep_alive = keep_alive
+
+def header_error(limit: int) -> MailboxActorsError:
+    return MailboxActorsError(ErrorCode.LIMIT_EXCEEDED, f"request head over {limit} bytes",
+                              details={"limit": "header_bytes", "max": limit})
+
+
+def message_cap(max_header_bytes: int, max_body_bytes: int) -> int:
+    # Room for the head, the body twice over (chunk framing) and one read of slack.
+    return max_header_bytes + 2 * max_body_bytes + 65536
+
+
+def message_error(cap: int) -> MailboxActorsError:
+    return MailboxActorsError(
+        ErrorCode.PAYLOAD_TOO_LARGE, f"request over {cap} bytes with its chunk framing and trailers",
+        details={"limit": "message_bytes", "max": cap})
+
+
+def body_error(limit: int) -> MailboxActorsError:
+    return MailboxActorsError(ErrorCode.PAYLOAD_TOO_LARGE, f"request body over {limit} bytes",
+                              details={"limit": "body_bytes", "max": limit})
 
 
 class Answer:

@@ -177,11 +177,15 @@ class Router:
         labels = None
         try:
             ns = self._ns.get(namespace) or self.namespace(namespace)
-            _check_id(ns, object_id)
-            env = self._decode(ns, body)
+            if object_id not in ns.verified:  # _check_id's own first test, without the call
+                _check_id(ns, object_id)
+            try:
+                env = ns.decoder.decode(body)
+            except (msgspec.DecodeError, RecursionError) as e:
+                raise self._decode_error(ns, body, e) from e
             request_id = env.request_id
             req = env.req
-            op = op_name(req)
+            op = _OP_NAMES.get(type(req)) or op_name(req)
             if env.v != ENVELOPE_VERSION:
                 raise MailboxActorsError(ErrorCode.UNSUPPORTED_VERSION,
                                          f"envelope version {env.v} is not supported; send 1")
@@ -240,25 +244,25 @@ class Router:
             self.metrics.inc("rpc_requests_total", (("namespace", namespace), ("op", op),
                                                     ("code", code)))
 
-    def _decode(self, ns: Namespace, body: bytes) -> Envelope[Any]:
+    @staticmethod
+    def _decode_error(ns: Namespace, body: bytes, e: Exception) -> MailboxActorsError:
+        """What a body the namespace's decoder refused is answered: ``unsupported_version`` for
+        another envelope version, else ``invalid_request`` with the failing path."""
+        if isinstance(e, RecursionError):
+            return InvalidRequest("body is nested too deeply", details={"path": "$"})
+        if not isinstance(e, msgspec.ValidationError):
+            return InvalidRequest(f"body is not valid JSON: {e}", details={"path": "$"})
         try:
-            return ns.decoder.decode(body)
-        except msgspec.ValidationError as e:
-            try:
-                v = _PROBE.decode(body).v
-            except (msgspec.DecodeError, RecursionError):
-                v = ENVELOPE_VERSION
-            if v != ENVELOPE_VERSION and not (isinstance(v, bool)):
-                raise MailboxActorsError(ErrorCode.UNSUPPORTED_VERSION,
-                                         "envelope version is not supported; send 1",
-                                         details={"path": "$.v"}) from e
-            m = _PATH.search(str(e))
-            raise InvalidRequest(str(e), details={"path": m.group(1) if m else "$",
-                                                  "ops": list(ns.ops)}) from e
-        except msgspec.DecodeError as e:
-            raise InvalidRequest(f"body is not valid JSON: {e}", details={"path": "$"}) from e
-        except RecursionError as e:
-            raise InvalidRequest("body is nested too deeply", details={"path": "$"}) from e
+            v = _PROBE.decode(body).v
+        except (msgspec.DecodeError, RecursionError):
+            v = ENVELOPE_VERSION
+        if v != ENVELOPE_VERSION and not (isinstance(v, bool)):
+            return MailboxActorsError(ErrorCode.UNSUPPORTED_VERSION,
+                                      "envelope version is not supported; send 1",
+                                      details={"path": "$.v"})
+        m = _PATH.search(str(e))
+        return InvalidRequest(str(e), details={"path": m.group(1) if m else "$",
+                                               "ops": list(ns.ops)})
 
     async def call(self, namespace: str, object_id: str, req: Any, *,
                    tenant_id: str | None = None, identity_id: str | None = None,
