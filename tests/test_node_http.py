@@ -235,6 +235,19 @@ async def test_client_maps_unreachable_node_to_unavailable(live: Live) -> None:
 
 
 @pytest.mark.anyio
+async def test_an_app_with_an_empty_cluster_token_refuses_an_empty_bearer(tmp_path: Path) -> None:
+    """RPC-7, REL-3: an embedding that gives NodeApp an empty cluster token lets nobody in:
+    ``Authorization: Bearer`` with nothing after it is 401 unauthenticated, not a call."""
+    async with TestRuntime(tmp_path) as rt:
+        app = NodeApp(rt.node, cluster_token="", operator_token=OPERATOR)
+        qid = rt.id_from_name("tenant_quota", "acme")
+        for header in ("Bearer ", "Bearer", ""):
+            status, body, _ = await app("POST", f"/rpc/tenant_quota/{qid}",
+                                        {"authorization": header, "host": "x"},
+                                        env({"op": "status"}))
+            assert status == 401, header
+            assert json.loads(body)["err"]["code"] == "unauthenticated"
+@pytest.mark.anyio
 async def test_client_surfaces_http_errors_with_their_code(live: Live) -> None:
     """A wrong token reaches the caller as ``unauthenticated``, not as a generic failure (RPC-8)."""
     async with Client(live.url, "wrong-token-wrong-token") as c:

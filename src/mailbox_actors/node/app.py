@@ -47,7 +47,8 @@ class NodeApp:
                  openapi: bytes | Callable[[], bytes] = b"{}") -> None:
         self.node = node
         self._cluster = cluster_token.encode()
-        self._cluster_header = b"Bearer " + self._cluster
+        # None for an empty token (an embedding's mistake): _auth then refuses every caller.
+        self._cluster_header = b"Bearer " + self._cluster if self._cluster else None
         self._operator = operator_token.encode()
         # The cluster (peers, owner of each id, the hop) is the node's, given when it was made.
         self._placement = node.forwarding
@@ -159,8 +160,8 @@ class NodeApp:
                    path: str) -> Response:
         # The cluster token as every client sends it is one constant-time comparison; anything
         # else takes _auth's whole reading (scheme case, spacing, the operator token's answer).
-        if not hmac.compare_digest(headers.get("authorization", "").encode(),
-                                   self._cluster_header):
+        if self._cluster_header is None or not hmac.compare_digest(
+                headers.get("authorization", "").encode(), self._cluster_header):
             denied = self._auth(headers, False)
             if denied is not None:
                 return denied
