@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mailbox_actors.platform.storage.errors import StorageCorrupt
+from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
 from mailbox_actors.runtime.activation import Activation
 
 __all__ = ["bound_victims", "idle_victims"]
@@ -16,10 +16,11 @@ __all__ = ["bound_victims", "idle_victims"]
 def _due_soon(act: Activation, soon_ms: int) -> bool:
     try:
         alarm = act.runtime_storage.stored_alarm()
-    except StorageCorrupt:
-        # A request's activation reads its alarm only at first use, so a damaged alarm table can
-        # first be met here, while choosing for another actor or for the idle sweep: that actor
-        # is only not kept open for an alarm; its own calls report the damage (REL-4).
+    except (StorageCorrupt, StorageUnavailable):
+        # A request's activation reads its alarm only at first use, so a damaged alarm table (or
+        # a file locked or failing right now) can first be met here, while choosing for another
+        # actor or for the idle sweep: that actor is only not kept open for an alarm; its own
+        # calls report the damage (REL-4).
         return False
     return alarm is not None and alarm <= soon_ms
 

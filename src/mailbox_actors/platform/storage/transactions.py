@@ -17,7 +17,11 @@ from types import CoroutineType
 from typing import Self, TypeVar
 
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
-from mailbox_actors.platform.storage.errors import StorageCorrupt, TransactionRolledBack
+from mailbox_actors.platform.storage.errors import (
+    StorageCorrupt,
+    StorageUnavailable,
+    TransactionRolledBack,
+)
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.runtime_known import Known
 
@@ -332,6 +336,8 @@ class Transactions(ScreenedConnection):
         # The token in the text keeps user SQL off this cached statement.
         try:
             row = self._sys(self._alarm_sql).fetchone()
+        except sqlite3.OperationalError as e:  # locked, I/O: as at open, retryable
+            raise StorageUnavailable(type(e).__name__) from e
         except sqlite3.DatabaseError as e:
             raise StorageCorrupt(type(e).__name__) from e
         self._alarm = row[0] if row else None
