@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 __all__ = ["SOURCE_KEY", "KnownSchema", "SchemaFacts", "facts_for", "schema_source"]
 
-# In _ma_meta, between the runtime keys an activation reads first ('erased' .. 'schema_version'),
+# In _ma_meta, among the runtime keys an activation reads first ('erased' and on),
 # so the file's first read brings it at no cost.
 SOURCE_KEY = "schema_source"
 _MAX_SCHEMAS = 256
