@@ -69,9 +69,9 @@ class FreshFrom:
         else:  # none: an Email submitted from now on takes a seq above the newest
             self._passed(sql.exec("SELECT coalesce(max(seq), 0) + 1 FROM emails").one()[0])
         rows = [r for r in fresh if _due(r[0], now)]  # a clock set back: not yet
-        rows += store.rows_and_content_where(sql, _INDEXED, now, limit)
-        if len(rows) > len(fresh):
-            rows.sort(key=_order)
+        indexed = store.rows_and_content_where(sql, _INDEXED, now, limit)
+        if indexed:  # both kinds: in due order (fresh ones alone are in seq order, due order)
+            rows = sorted(rows + indexed, key=_order)
         return rows[:limit]
 
     def next_due(self, sql: SqlStorage) -> int | None:
