@@ -115,4 +115,3 @@ async def test_a_file_of_the_layout_before_keeps_and_sends_its_queued_emails(
         assert sorted(e.email_id for e in transport.sent) == sorted(
             [(await receipt(rt, mid, s))["email_id"] for s in ("old-0", "old-1", "new")])
     assert _indexed_and_bound(path) == (0, 4)
-
