@@ -16,7 +16,6 @@ from mailbox_actors.core.rate_windows import (
     DAY,
     MINUTE,
     RETENTION_MS,
-    Window,
     bucket_start,
     oldest_counted,
     retry_after_ms,
@@ -58,6 +57,11 @@ from mailbox_actors.wire.shared_replies import InitReply
 __all__ = ["TenantQuota"]
 
 MAINTENANCE_EVERY_MS = DAY_MS
+# RATE_WINDOW_BUCKETS of the minute and of the day window in one statement (two range reads of
+# the primary key): rows of (0 for the minute | 1 for the day, bucket start, count).
+_BOTH_WINDOWS = ("SELECT 0, start_ms, count FROM rate_windows WHERE scope = ? AND start_ms > ? "
+                 "UNION ALL "
+                 "SELECT 1, start_ms, count FROM rate_windows WHERE scope = ? AND start_ms > ?")
 
 
 class TenantQuota(Actor[QuotaRequest]):
@@ -191,15 +195,18 @@ class TenantQuota(Actor[QuotaRequest]):
                 req.reservation_id)
         return ReleaseReply(released=True)
 
-    def _used(self, w: Window, now: int) -> int:
-        rows = self.sql.exec(RATE_WINDOW_BUCKETS, w.scope, oldest_counted(w, now))
-        return used(w, [(r[0], r[1]) for r in rows], now)
-
     def _usage(self) -> UsageReply:
         per_minute, per_day = self.limits()
         now = self.ctx.now_ms()
-        return UsageReply(minute_used=self._used(MINUTE, now), minute_limit=per_minute,
-                          day_used=self._used(DAY, now), day_limit=per_day)
+        # Both windows' buckets in one statement (two range reads of the primary key).
+        minute: list[tuple[int, int]] = []
+        day: list[tuple[int, int]] = []
+        for in_day, start, count in self.sql.exec(_BOTH_WINDOWS, MINUTE.scope,
+                                                  oldest_counted(MINUTE, now), DAY.scope,
+                                                  oldest_counted(DAY, now)):
+            (day if in_day else minute).append((start, count))
+        return UsageReply(minute_used=used(MINUTE, minute, now), minute_limit=per_minute,
+                          day_used=used(DAY, day, now), day_limit=per_day)
 
     async def maintenance(self) -> None:
         """Daily: drop windows and idempotency rows older than 48 hours and events past the
