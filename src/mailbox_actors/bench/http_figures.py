@@ -408,8 +408,8 @@ def _rpc_figures(prefix: str, read: list[dict[str, float]], write: list[dict[str
     a_cps, cps, wps = (_med(x, "calls_per_s") for x in (echo, read, write))
     f = figure(f"{prefix}_calls_per_s", cps, "calls/s", goal=Goal("ratio_at_least", 0.5),
                limit=a_cps, note=(
-                   f"tenant_quota.usage (decode, route, owner and deadline checks, three SELECTs, "
-                   f"encode) {where}; judged against the anyio echo ({a_cps:,.0f}/s), issue 3's "
+                   f"tenant_quota.usage (decode, route, owner and deadline checks, the windows' "
+                   f"SELECT, encode) {where}; judged against the anyio echo ({a_cps:,.0f}/s), issue 3's "
                    f"figure; against the "
                    f"protocol echo, the strict limit ({p_cps:,.0f}/s), the ratio is "
                    f"{cps / p_cps if p_cps else math.nan:.2f}; {_cpu_text(read, server)}"

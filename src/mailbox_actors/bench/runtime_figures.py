@@ -19,6 +19,7 @@ from mailbox_actors.core.rate_windows import DAY, MINUTE
 from mailbox_actors.node import Node
 from mailbox_actors.objects import TenantQuota
 from mailbox_actors.objects.shared_schema import RATE_WINDOW_BUCKETS as _BUCKETS
+from mailbox_actors.objects.shared_schema import RATE_WINDOW_BUCKETS_BOTH as _BUCKETS_BOTH
 from mailbox_actors.objects.shared_schema import RATE_WINDOW_BUMP as _BUMP
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.wire.envelope import Envelope
@@ -173,8 +174,8 @@ def raw_usage_read(conn: sqlite3.Connection) -> None:
     """The reads of TenantQuota's ``usage`` op: its limits row and both windows' buckets."""
     now = time.time_ns() // 1_000_000
     conn.execute(RAW_LIMITS).fetchall()
-    conn.execute(_BUCKETS, (MINUTE.scope, now - MINUTE.window_ms - MINUTE.bucket_ms)).fetchall()
-    conn.execute(_BUCKETS, (DAY.scope, now - DAY.window_ms - DAY.bucket_ms)).fetchall()
+    conn.execute(_BUCKETS_BOTH, (MINUTE.scope, now - MINUTE.window_ms - MINUTE.bucket_ms,
+                                 DAY.scope, now - DAY.window_ms - DAY.bucket_ms)).fetchall()
 
 
 async def cold_activation(work_dir: Path, sizes: Sizes, progress: Progress) -> list[Figure]:

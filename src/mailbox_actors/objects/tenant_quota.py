@@ -24,6 +24,7 @@ from mailbox_actors.core.rate_windows import (
 from mailbox_actors.objects import roster
 from mailbox_actors.objects.shared_schema import (
     RATE_WINDOW_BUCKETS,
+    RATE_WINDOW_BUCKETS_BOTH,
     RATE_WINDOW_BUMP,
     RATE_WINDOW_PRUNE,
     RATE_WINDOWS_SCHEMA,
@@ -57,11 +58,6 @@ from mailbox_actors.wire.shared_replies import InitReply
 __all__ = ["TenantQuota"]
 
 MAINTENANCE_EVERY_MS = DAY_MS
-# RATE_WINDOW_BUCKETS of the minute and of the day window in one statement (two range reads of
-# the primary key): rows of (0 for the minute | 1 for the day, bucket start, count).
-_BOTH_WINDOWS = ("SELECT 0, start_ms, count FROM rate_windows WHERE scope = ? AND start_ms > ? "
-                 "UNION ALL "
-                 "SELECT 1, start_ms, count FROM rate_windows WHERE scope = ? AND start_ms > ?")
 
 
 class TenantQuota(Actor[QuotaRequest]):
@@ -201,7 +197,7 @@ class TenantQuota(Actor[QuotaRequest]):
         # Both windows' buckets in one statement (two range reads of the primary key).
         minute: list[tuple[int, int]] = []
         day: list[tuple[int, int]] = []
-        for in_day, start, count in self.sql.exec(_BOTH_WINDOWS, MINUTE.scope,
+        for in_day, start, count in self.sql.exec(RATE_WINDOW_BUCKETS_BOTH, MINUTE.scope,
                                                   oldest_counted(MINUTE, now), DAY.scope,
                                                   oldest_counted(DAY, now)):
             (day if in_day else minute).append((start, count))
