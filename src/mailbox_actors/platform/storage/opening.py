@@ -185,7 +185,9 @@ def _first_read(conn: sqlite3.Connection, meta_keys: tuple[str, ...], alarm: boo
     if query is None:
         meta = f"SELECT k, v FROM _ma_meta WHERE k >= {_quoted(min(meta_keys))}" \
             if meta_keys else ""
-        parts = (["SELECT NULL, at_ms FROM _ma_alarm WHERE id = 1"] if alarm else []) + \
+        # No WHERE: the table holds at most its one row (CHECK (id = 1)), and a constraint
+        # costs the prepare more than the scan of one row does.
+        parts = (["SELECT NULL, at_ms FROM _ma_alarm"] if alarm else []) + \
             ([meta] if meta else [])
         query = " UNION ALL ".join(parts or ["SELECT NULL, NULL WHERE 0"])
         query = f"{query} /*{RUNTIME_TOKEN}*/"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.counting import RowCounter
 from mailbox_actors.platform.storage.cursor import BufferedRows, SqlCursor
 from mailbox_actors.platform.storage.errors import (
@@ -45,6 +46,9 @@ __all__ = ["RUNTIME_SCHEMA_VERSION", "AlarmRun", "Durability", "Limits", "SqlCur
 RUNTIME_SCHEMA_VERSION = 2  # 2: the runtime's keys in _ma_meta, not meta (RT-14)
 _NO_HOOKS = NoTransactionHooks()  # a storage opened alone: no request, no scheduler
 _NO_SINK = NoAlarmSink()
+_DELETE_ALARM = f"DELETE FROM _ma_alarm WHERE id = 1 /*{RUNTIME_TOKEN}*/"
+_INSERT_ALARM = f"INSERT OR REPLACE INTO _ma_alarm (id, at_ms) VALUES (1, ?) /*{RUNTIME_TOKEN}*/"
+_MOVE_ALARM = f"UPDATE _ma_alarm SET at_ms = ? WHERE id = 1 /*{RUNTIME_TOKEN}*/"
 
 
 class SqlStorage(Transactions):
@@ -295,12 +299,15 @@ class SqlStorage(Transactions):
     def _write_alarm(self, at_ms: int | None) -> None:
         self._before_write()
         if at_ms is None:
-            self._run(lambda: self._sys(f"DELETE FROM _ma_alarm WHERE id = 1 /*{self._token}*/"))
+            self._run(lambda: self._sys(_DELETE_ALARM))
         else:
             # Earlier-than-indexed alarms reach the node's index before this commits (AL-4).
             self._alarm_sink.before_commit(at_ms)
-            self._run(lambda: self._sys(f"INSERT OR REPLACE INTO _ma_alarm (id, at_ms) VALUES "
-                                        f"(1, ?) /*{self._token}*/", (at_ms,)))
+            # The row is there while an alarm is known stored (in this transaction too: a
+            # rollback reads it again): moved by an UPDATE, cheaper than REPLACE's delete+insert.
+            if self._alarm_unread or self._alarm is None or \
+                    self._run(lambda: self._sys(_MOVE_ALARM, (at_ms,))).rowcount != 1:
+                self._run(lambda: self._sys(_INSERT_ALARM, (at_ms,)))
         if self._alarm_run is not None:
             self._alarm_run.set_in_handler = True
         self._alarm, self._alarm_unread = at_ms, False

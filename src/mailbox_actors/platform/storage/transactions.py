@@ -63,7 +63,8 @@ class AlarmRun:
 class Transactions(ScreenedConnection):
     """The transaction state of one actor's connection, and its stored alarm."""
 
-    _alarm_sql = f"SELECT at_ms FROM _ma_alarm WHERE id = 1 /*{RUNTIME_TOKEN}*/"
+    # Its one row (CHECK (id = 1)): no WHERE to prepare (``opening._first_read``).
+    _alarm_sql = f"SELECT at_ms FROM _ma_alarm /*{RUNTIME_TOKEN}*/"
 
     # Its state, set by ``SqlStorage.__init__`` (one initializer for the storage's layers).
     _now: Callable[[], int]
