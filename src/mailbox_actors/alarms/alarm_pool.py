@@ -63,9 +63,11 @@ class AlarmPool:
             while True:
                 while queue:
                     await fire(queue.popleft())
-                    # Handlers that never suspend would otherwise hold the loop for the whole
-                    # queue, starving requests, other workers and shutdown.
-                    await asyncio.sleep(0)
+                    if queue:
+                        # Handlers that never suspend would otherwise hold the loop for the
+                        # whole queue, starving requests, other workers and shutdown. (With
+                        # none left, waiting for the next key below yields as well.)
+                        await asyncio.sleep(0)
                 if len(idle) >= _IDLE_KEPT:
                     return
                 woken = loop.create_future()
