@@ -218,3 +218,23 @@ async def test_a_damaged_alarm_table_fails_no_other_actor_and_stops_no_eviction(
         await rt.call(NS, rt.id_from_name(NS, "globex"), QuotaUsage(), tenant_id="globex")
         await rt.advance(rt.settings.idle_ms + 1_000)
         assert rt.node.host.active_count == 0, "an idle actor was kept open"
+
+
+@pytest.mark.anyio
+async def test_an_actor_file_without_its_alarm_table_is_internal_error(tmp_path: Path) -> None:
+    """REL-4, OPS-2: a file that lost the runtime's alarm table (outside damage: actor SQL cannot
+    drop it) answers internal_error at the alarm's first use, as a damaged file does, not a
+    retryable unavailable."""
+    import sqlite3
+
+    import actors_for_tests as afs
+
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+        path = rt.node.host.path_for(afs.Scratch.namespace, oid)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TABLE _ma_alarm")
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        with pytest.raises(MailboxActorsError) as e:
+            await afs.scratch(rt, oid, afs.GetAlarm())
+        assert e.value.code == ErrorCode.INTERNAL_ERROR

@@ -337,8 +337,10 @@ class Transactions(ScreenedConnection):
         # The token in the text keeps user SQL off this cached statement.
         try:
             row = self._sys(self._alarm_sql).fetchone()
-        except sqlite3.OperationalError as e:  # locked, I/O: as at open, retryable
-            raise StorageUnavailable(type(e).__name__) from e
+        except sqlite3.OperationalError as e:
+            if e.sqlite_errorcode != sqlite3.SQLITE_ERROR:  # locked, I/O: as at open, retryable
+                raise StorageUnavailable(type(e).__name__) from e
+            raise StorageCorrupt(type(e).__name__) from e  # the runtime's table is gone: damage
         except sqlite3.DatabaseError as e:
             raise StorageCorrupt(type(e).__name__) from e
         self._alarm = row[0] if row else None
