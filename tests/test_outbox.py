@@ -4,6 +4,7 @@ replayable in order, never lost across SIGKILL (EV-1..EV-5, AL-6)."""
 from __future__ import annotations
 
 import itertools
+import os
 import select
 import signal
 import subprocess
@@ -308,25 +309,37 @@ async def test_tenant_quota_maintenance_prunes_its_old_events_too(tmp_path: Path
     assert types == ["quota.limits_changed"]
 
 
-def _start(data: Path, mode: str) -> subprocess.Popen[str]:
+def _start(data: Path, mode: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, str(HERE / "_outbox_proc.py"), str(data), mode],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE)
 
 
-def _read_line(proc: subprocess.Popen[str], prefix: str, timeout_s: float = 60) -> str:
+_UNREAD: dict[int, bytes] = {}  # by pid: what a read took past the line it returned
+
+
+def _read_line(proc: subprocess.Popen[bytes], prefix: str, timeout_s: float = 60) -> str:
+    """The child's next line starting with ``prefix``. Reads the pipe's descriptor itself and
+    keeps what it read past that line: a buffered ``readline`` after ``select`` can take two
+    lines written together into its buffer and then wait on an empty pipe for the second."""
     assert proc.stdout is not None
+    fd, buf = proc.stdout.fileno(), _UNREAD.pop(proc.pid, b"")
     while True:
-        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.startswith(prefix.encode()):
+                _UNREAD[proc.pid] = buf
+                return line.decode().strip()
+        ready, _, _ = select.select([fd], [], [], timeout_s)
         assert ready, f"no {prefix!r} line within {timeout_s}s"
-        line = proc.stdout.readline()
-        assert line, f"process ended before printing {prefix!r}"
-        if line.startswith(prefix):
-            return line.strip()
+        chunk = os.read(fd, 65536)
+        assert chunk, f"process ended before printing {prefix!r}"
+        buf += chunk
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
+def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    _UNREAD.pop(proc.pid, None)
     if proc.stdout is not None:
         proc.stdout.close()
 
