@@ -1,0 +1,130 @@
+"""An alarm on an evicted actor opens its file ahead, in a worker thread (AL-4, RT-3, RT-9, OPS-2,
+OPS-4): the alarm runs once on one activation, no second connection outlives the open, an actor
+activated meanwhile keeps its own connection, and a missing or damaged file is left as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import actors_for_tests as afs
+from mailbox_actors.platform.storage.limits import Durability, Limits
+from mailbox_actors.platform.storage.opening import connect_ahead
+from mailbox_actors.runtime.activation import META_KEYS
+from mailbox_actors.runtime.file_threads import FileThreads
+from mailbox_actors.testing import TestRuntime
+from old_layout import table_rows, to_previous_layout
+
+
+def _descriptors_on(path: Path) -> int:
+    """Descriptors this process holds on ``path``, its ``-wal`` and its ``-shm``."""
+    fd_dir = Path("/proc/self/fd")
+    held = 0
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(fd_dir / fd)
+        except OSError:
+            continue
+        held += target.startswith(str(path))
+    return held
+
+
+@pytest.mark.anyio
+async def test_an_alarm_on_an_evicted_actor_runs_once_on_one_connection(tmp_path: Path) -> None:
+    """AL-4, RT-9, RT-11, OPS-4: the evicted actor's alarm opens its file (ahead, in a thread,
+    then on the loop) once, runs once, stores its write, and leaves one connection open: the
+    database, its log and its -shm, nothing more; evicted again, that connection is closed in a
+    thread, and the node's stop waits for it: nothing is held after."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
+        host = rt.node.host
+        oid = await afs.new_scratch(rt, "evicted", alarm_at=rt.now_ms() + 5_000)
+        host.evict_all_idle()
+        path = host.path_for("scratch", oid)
+        assert _descriptors_on(path) == 0
+        activations = host.activations
+        await rt.advance(5_000)
+        assert [s.object_id for s in afs.ALARM_LOG] == [oid]
+        assert host.activations == activations + 1
+        assert host.is_active("scratch", oid)
+        assert _descriptors_on(path) == 3
+        fired = await rt.run_in_actor("scratch", oid, lambda _actor, sql: sql.exec(
+            "SELECT count(*) FROM fired").one()[0])
+        assert fired == 1
+        host.evict_all_idle()  # its connection is closed behind, in a thread
+    assert _descriptors_on(path) == 0  # the node's stop waited for it
+
+
+@pytest.mark.anyio
+async def test_an_actor_activated_while_its_file_was_opened_ahead_keeps_its_connection(
+        tmp_path: Path) -> None:
+    """RT-3, OPS-4: when a request activated the actor while its alarm's file was being opened
+    ahead, the activation stands and the connection made ahead is closed: SQLite keeps at most
+    its database descriptor until the activation's own connection closes (closing it sooner
+    would drop the activation's file locks), and then nothing is held."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
+        host = rt.node.host
+        oid = await afs.new_scratch(rt, "busy")
+        act = host.activate(afs.Scratch, oid, create=False)
+        path = host.path_for("scratch", oid)
+        ahead = connect_ahead(path, Durability.NORMAL, Limits(), META_KEYS)
+        assert ahead is not None
+        assert _descriptors_on(path) > 3
+        assert host.activate(afs.Scratch, oid, create=False, ahead=ahead) is act
+        assert _descriptors_on(path) <= 4
+        with pytest.raises(Exception, match="closed"):
+            ahead.conn.execute("SELECT 1")
+        assert await rt.call("scratch", oid, afs.Get(k="k"), tenant_id=afs.TENANT) is None
+        host.evict_all_idle()
+        assert _descriptors_on(path) == 0
+
+
+def test_opening_ahead_leaves_a_missing_or_damaged_file_as_it_is(tmp_path: Path) -> None:
+    """OPS-2, REL-4: opening ahead never creates a file for an unknown id, and leaves a damaged
+    one untouched (no log or -shm made beside it): the open on the event loop reports it."""
+    missing = tmp_path / "missing.sqlite"
+    assert connect_ahead(missing, Durability.NORMAL, Limits(), META_KEYS) is None
+    assert list(tmp_path.iterdir()) == []
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"not a database, " * 64)
+    assert connect_ahead(damaged, Durability.NORMAL, Limits(), META_KEYS) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.sqlite"]
+    assert damaged.read_bytes() == b"not a database, " * 64
+
+
+@pytest.mark.anyio
+async def test_an_evicted_actor_of_the_previous_layout_is_upgraded_by_its_alarm(
+        tmp_path: Path) -> None:
+    """RT-14, AL-4: opening ahead leaves a file of runtime schema 1 to the open on the loop,
+    which upgrades it; the alarm the file holds fires once and the file is of schema 2 after."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "old", alarm_at=rt.now_ms() + 60_000)
+        path = rt.node.host.path_for("scratch", oid)
+    to_previous_layout(path)
+    assert connect_ahead(path, Durability.NORMAL, Limits(), META_KEYS) is None
+    assert table_rows(path, "PRAGMA user_version") == [(1,)]
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
+        await rt.advance(60_000)
+        assert [s.object_id for s in afs.ALARM_LOG] == [oid]
+    assert table_rows(path, "PRAGMA user_version") == [(2,)]
+
+
+def test_files_are_opened_ahead_only_while_opens_on_the_loop_wait_for_the_disk() -> None:
+    """AL-5, RT-9: a node opens evicted actors' files ahead (in threads) while its opens on the
+    loop wait for the disk, and on the loop once they stop waiting (a quiet disk, where the
+    threads' hand-offs would cost more than they save); it starts opening ahead."""
+    files = FileThreads(4)
+    assert files.enabled and files.idle
+    assert files.ahead_pays()
+    files.opened_on_loop(wall_s=0.0004, cpu_s=0.0004)  # waited for nothing
+    files.opened_on_loop(wall_s=0.0005, cpu_s=0.0004)
+    assert not any(files.ahead_pays() for _ in range(1000))
+    files.opened_on_loop(wall_s=0.0090, cpu_s=0.0004)  # a busy disk: 8.6 ms of waiting
+    pays = [files.ahead_pays() for _ in range(256)]
+    # Ahead until a sample is due, then on the loop until an open there is timed again.
+    assert pays[0] and not pays[-1] and pays == sorted(pays, reverse=True)
+    files.opened_on_loop(wall_s=0.0090, cpu_s=0.0004)
+    assert files.ahead_pays()
+    assert not FileThreads(0).enabled
