@@ -7,21 +7,19 @@ one ``BEGIN IMMEDIATE`` transaction at a time, waits for other processes' locks
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import aiosqlite
-import anyio
 
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control.schema import META, MIGRATIONS
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
-from mailbox_actors.platform.shared_sqlite import execute_when_unlocked, retry_while_locked
-from mailbox_actors.platform.sqlite_files import DamagedFile, check_whole, create_whole
+from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
 from mailbox_actors.platform.sqlite_files import is_disk_full as _is_disk_full
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
@@ -42,56 +40,31 @@ class ControlDbTooNew(MailboxActorsError):
 
 
 class ControlConnection:
-    """One process's connection to the control database. Safe for many tasks at once."""
+    """One process's connection to the control database (the shared SQLite file,
+    ``platform.sqlite.shared_file``). Safe for many tasks at once."""
 
     def __init__(self, path: Path, *, clock: Clock, ids: Ids, busy_timeout_ms: int = 5_000,
                  migrations: Sequence[Sequence[str]] = MIGRATIONS) -> None:
-        self.path = Path(path)
         self._clock = clock
         self._ids = ids
-        self._busy_timeout_ms = busy_timeout_ms
         self._migrations = tuple(tuple(m) for m in migrations)
-        self._conn: aiosqlite.Connection | None = None
-        # One connection per instance: a transaction must not interleave with another task's SQL.
-        self._lock = anyio.Lock()
+        self._file = SharedSqliteFile(path, what="control database",
+                                      busy_timeout_ms=busy_timeout_ms, migrate=self._migrate,
+                                      pragmas=("PRAGMA foreign_keys = ON",),
+                                      map_error=mapped_error)
+        self.path = self._file.path
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
     async def open(self) -> None:
         """Connect, switch to WAL and bring the schema to the newest version (refusing newer files)."""
-        if self._conn is not None:
+        if self._file.is_open:
             raise RuntimeError("ControlDb is already open")
-        try:
-            # A damaged file stops here, never recreated (OPS-2); a new one appears whole.
-            check_whole(self.path, "control database")
-            create_whole(self.path)
-            # No SQLite busy timeout: sqlite_shared waits for other processes' locks in finer steps.
-            conn = await aiosqlite.connect(self.path, timeout=0, isolation_level=None)
-        except (sqlite3.Error, OSError) as e:
-            raise _unopenable(self.path, e) from e
-        try:
-            for pragma in ("PRAGMA busy_timeout = 0",
-                           "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL",
-                           "PRAGMA foreign_keys = ON"):
-                await execute_when_unlocked(conn, pragma, self._busy_timeout_ms)
-            self._conn = conn
-            await self._migrate()
-        except BaseException as e:
-            self._conn = None
-            with anyio.CancelScope(shield=True):
-                await conn.close()
-            if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError):
-                raise DamagedFile(self.path, "control database", type(e).__name__) from e
-            if isinstance(e, sqlite3.Error):
-                raise _unopenable(self.path, e) from e
-            raise
+        await self._file.open()
 
     async def close(self) -> None:
         """Wait for the running statement or transaction, then close; closing twice is harmless."""
-        async with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                await conn.close()
+        await self._file.close()
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -105,7 +78,7 @@ class ControlConnection:
         row = await self.fetch_one("SELECT v FROM meta WHERE k = 'schema_version'")
         return 0 if row is None else int(row[0])
 
-    async def _migrate(self) -> None:
+    async def _migrate(self, _file: SharedSqliteFile) -> None:
         known = len(self._migrations)
         # Fast path without the write lock: a node restarting against a current file writes nothing.
         if await self.fetch_one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"):
@@ -133,27 +106,9 @@ class ControlConnection:
 
     # ---- the building blocks --------------------------------------------------------------------
 
-    def _require_conn(self) -> aiosqlite.Connection:
-        if self._conn is None:
-            raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database is not open")
-        return self._conn
-
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+    def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any failure."""
-        async with self._lock:
-            conn = self._require_conn()
-            try:
-                await retry_while_locked(lambda: conn.execute("BEGIN IMMEDIATE"),
-                                         self._busy_timeout_ms)
-                yield conn
-                await conn.execute("COMMIT")
-            except BaseException as e:
-                with anyio.CancelScope(shield=True):
-                    await conn.rollback()  # a no-op when BEGIN failed or COMMIT already landed
-                if isinstance(e, sqlite3.Error):
-                    raise mapped_error(e) from e
-                raise
+        return self._file.transaction()
 
     async def batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Run every statement in one transaction; if any fails, none of them took effect."""
@@ -168,14 +123,7 @@ class ControlConnection:
             return await fn(conn)
 
     async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        async with self._lock:
-            conn = self._require_conn()
-            try:
-                rows = await retry_while_locked(lambda: conn.execute_fetchall(sql, params),
-                                                self._busy_timeout_ms)
-            except sqlite3.Error as e:
-                raise mapped_error(e) from e
-        return [tuple(r) for r in rows]
+        return [tuple(r) for r in await self._file.fetch(sql, params)]
 
     async def fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = await self.fetch_all(sql, params)
@@ -195,10 +143,4 @@ def mapped_error(e: sqlite3.Error) -> MailboxActorsError:
         return MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database cannot be written "
                                   "now (the disk is full or failing)", details={"sqlite": str(e)})
     return MailboxActorsError(ErrorCode.INTERNAL_ERROR, "control database error",
-                              details={"sqlite": str(e)})
-
-
-def _unopenable(path: Path, e: sqlite3.Error | OSError) -> MailboxActorsError:
-    return MailboxActorsError(ErrorCode.INTERNAL_ERROR,
-                              f"the control database at {path} cannot be opened",
                               details={"sqlite": str(e)})

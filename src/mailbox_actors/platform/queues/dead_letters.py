@@ -11,8 +11,8 @@ import msgspec
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.queues.bodies import check_queue_name
-from mailbox_actors.platform.queues.database import QueueFile
 from mailbox_actors.platform.queues.message import DeadLetterInfo, Message
+from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
 
 __all__ = ["DeadLetterRecords"]
 
@@ -23,7 +23,7 @@ _decoder = msgspec.json.Decoder(dict[str, Any])
 class DeadLetterRecords:
     """The ``dead_letters`` half of ``QueueService``."""
 
-    _file: QueueFile
+    _file: SharedSqliteFile
     _clock: Clock
     metrics: Any
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.queues.bodies import check_batch_size, check_queue_name
-from mailbox_actors.platform.queues.database import QueueFile
+from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
 
 __all__ = ["QueueReads"]
 
@@ -13,7 +13,7 @@ __all__ = ["QueueReads"]
 class QueueReads:
     """The reading half of ``QueueService``."""
 
-    _file: QueueFile
+    _file: SharedSqliteFile
     _clock: Clock
 
     async def depth(self, queue: str) -> int:

@@ -27,7 +27,7 @@ from mailbox_actors.platform.queues.bodies import (
     check_queue_name,
     encode_body,
 )
-from mailbox_actors.platform.queues.database import QueueFile
+from mailbox_actors.platform.queues.database import queue_file
 from mailbox_actors.platform.queues.dead_letters import DeadLetterRecords
 from mailbox_actors.platform.queues.handoff import Handoff
 from mailbox_actors.platform.queues.message import DeadLetterInfo, Message, Policy
@@ -60,7 +60,7 @@ class QueueService(DeadLetterRecords, QueueReads):
 
     def __init__(self, path: Path, *, clock: Clock, ids: Ids, metrics: Any | None = None,
                  busy_timeout_ms: int = 10_000) -> None:
-        self._file = QueueFile(path, busy_timeout_ms=busy_timeout_ms)
+        self._file = queue_file(path, busy_timeout_ms=busy_timeout_ms)
         self.path = self._file.path
         self.metrics = metrics
         self._clock = clock
