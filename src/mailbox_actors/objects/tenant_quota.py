@@ -9,7 +9,7 @@ Post (``post_deliver``, ``objects/roster.py``). The window arithmetic lives in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, assert_never
 
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import (
@@ -98,7 +98,7 @@ class TenantQuota(Actor[QuotaRequest]):
             self._limits = (row[0][0], row[0][1])
         return self._limits
 
-    async def handle(self, call: Call, req: Any) -> Any:
+    async def handle(self, call: Call, req: QuotaRequest) -> Any:
         match req:
             case QuotaReserve():
                 return self.sql.transaction_sync(lambda tx: self._reserve(tx, req))
@@ -118,7 +118,8 @@ class TenantQuota(Actor[QuotaRequest]):
                                         per_minute=per_minute, per_day=per_day,
                                         schema_version=self.ctx.schema_version,
                                         alarm=self.sql.get_alarm())
-        raise InvalidRequest(f"unknown op for {self.namespace}")
+            case _:
+                assert_never(req)
 
     def _init(self, tx: SqlStorage, call: Call, req: QuotaInit) -> InitReply:
         created = self.ctx.claim_owner(call)

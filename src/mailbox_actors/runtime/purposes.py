@@ -22,7 +22,15 @@ from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime import outbox
 
-__all__ = ["cancel", "lower_alarm", "rearm", "run_due", "schedule", "scheduled"]
+__all__ = ["CLEARED_WITHOUT_AWAIT", "cancel", "lower_alarm", "rearm", "run_due", "schedule",
+           "scheduled"]
+
+# Contract CLEARED_WITHOUT_AWAIT: in ``run_due``, between a purpose method's return and the
+# transaction that clears (or keeps) its purpose there is no await, so nothing else of the actor
+# runs in between. Carrier's ``DispatchWake`` relies on it: a submit cannot commit and learn a
+# wake that the clearing then removes. tests/runtime/test_purpose_contract.py fails when the
+# window gains an await.
+CLEARED_WITHOUT_AWAIT = "cleared_without_await"
 
 
 def schedule(storage: RuntimeStorage, purpose: str, at_ms: int) -> None:
@@ -66,7 +74,7 @@ async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str
     A purpose stays recorded while its method runs, so a crash or an exception leaves it due
     and the retry (or the restarted node) runs it again; it is cleared after its method
     returns, unless the method re-scheduled it. The alarm is re-armed even when a method
-    raises, so the retry finds it due.
+    raises, so the retry finds it due. Holds ``CLEARED_WITHOUT_AWAIT``.
     """
     pending = scheduled(storage)
     sql = storage.sql

@@ -8,7 +8,7 @@ the state machine are pure rules in ``core.dns``; the resolver is the node's ``R
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, assert_never
 
 from mailbox_actors.objects.domain_monitor import checking, setup
 from mailbox_actors.runtime.actor import Actor, Call
@@ -21,7 +21,7 @@ from mailbox_actors.wire.domain import (
     DomainRequest,
     DomainStatus,
 )
-from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
+from mailbox_actors.wire.errors import ErrorCode
 from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
 
 __all__ = ["DomainMonitor"]
@@ -53,7 +53,7 @@ class DomainMonitor(Actor[DomainRequest]):
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"check": "check_alarm"}
 
-    async def handle(self, call: Call, req: Any) -> Any:
+    async def handle(self, call: Call, req: DomainRequest) -> Any:
         match req:
             case DomainStatus():
                 return setup.status(self)
@@ -61,7 +61,8 @@ class DomainMonitor(Actor[DomainRequest]):
                 return await checking.check_now(self)
             case DomainInit():
                 return self.sql.transaction_sync(lambda tx: setup.init(self, tx, call, req))
-        raise InvalidRequest(f"unknown op for {self.namespace}")
+            case _:
+                assert_never(req)
 
     async def check_alarm(self) -> None:
         """``alarm:check``: one run; it schedules the next one itself (none once failed)."""

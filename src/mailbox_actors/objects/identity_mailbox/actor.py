@@ -8,7 +8,7 @@ externally visible change emits an event through the outbox.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, assert_never
 
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
@@ -47,7 +47,15 @@ from mailbox_actors.wire.carrier import (
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest
 from mailbox_actors.wire.events import EmitEvent, GetEvents
 from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
-from mailbox_actors.wire.inbound import INBOUND_OPS
+from mailbox_actors.wire.inbound import (
+    DeleteMessage,
+    GetMessage,
+    GetThread,
+    Ingest,
+    ListMessages,
+    RegisterWait,
+    WaitPoll,
+)
 from mailbox_actors.wire.mailbox import (
     MAILBOX_REPLIES,
     EmittedReply,
@@ -118,7 +126,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
     async def post_tick(self) -> None:
         await self.post.run()
 
-    async def handle(self, call: Call, req: Any) -> Any:
+    async def handle(self, call: Call, req: MailboxRequest | ingest_batch.IngestBatch) -> Any:
         match req:
             case Submit():
                 return carrier.submit(self, req)
@@ -155,9 +163,11 @@ class IdentityMailbox(Actor[MailboxRequest]):
                 return self.sql.transaction_sync(self._erase)
             case ingest_batch.IngestBatch():  # the SMTP door's, in-process only
                 return await ingest_batch.ingest_batch(self, req)
-            case _ if isinstance(req, INBOUND_OPS):
+            case Ingest() | RegisterWait() | WaitPoll() | GetMessage() | GetThread() \
+                    | ListMessages() | DeleteMessage():
                 return await inbound.handle(self, req)
-        raise InvalidRequest(f"unknown op for {self.namespace}")
+            case _:
+                assert_never(req)
 
     def _init(self, tx: SqlStorage, call: Call) -> InitReply:
         created = self.ctx.claim_owner(call)

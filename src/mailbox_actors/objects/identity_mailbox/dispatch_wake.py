@@ -7,9 +7,10 @@ runtime clears or re-arms the purpose when the run ends), and forgotten when a r
 ends. Everything else only moves the wake earlier, which keeps ``known`` true. A new instance (a
 restart, an eviction) knows nothing and reads.
 
-This leans on the runtime: between the dispatch method's return (``run_ended``) and the purpose
-being cleared or re-armed there is no await (``runtime/purposes.py`` ``run_due``), so no submit can
-commit and learn a wake that the clearing then removes. An await added there breaks it.
+This leans on the runtime's contract ``CLEARED_WITHOUT_AWAIT`` (``runtime/purposes.py``): between the
+dispatch method's return (``run_ended``) and the purpose being cleared or re-armed there is no await,
+so no submit can commit and learn a wake that the clearing then removes.
+tests/runtime/test_purpose_contract.py fails when that window gains an await.
 """
 
 from __future__ import annotations

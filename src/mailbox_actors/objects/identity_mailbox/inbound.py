@@ -10,7 +10,7 @@ in ``waits``.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio.to_thread
 import msgspec
@@ -29,6 +29,7 @@ from mailbox_actors.wire.inbound import (
     DeleteMessageReply,
     GetMessage,
     GetThread,
+    InboundRequest,
     Ingest,
     IngestReply,
     ListMessages,
@@ -97,7 +98,7 @@ _ENC = msgspec.msgpack.Encoder()
 _DEFECTS = msgspec.msgpack.Decoder(list[str])
 
 
-async def handle(mb: IdentityMailbox, req: Any) -> Any:
+async def handle(mb: IdentityMailbox, req: InboundRequest) -> Any:
     """Each inbound op (``INBOUND_OPS``) to its function."""
     match req:
         case Ingest():
@@ -114,7 +115,8 @@ async def handle(mb: IdentityMailbox, req: Any) -> Any:
             return list_messages(mb, req)
         case DeleteMessage():
             return delete_message(mb, req)
-    raise InvalidRequest("unknown inbound op")
+        case _:
+            assert_never(req)
 
 
 def limits(mb: IdentityMailbox) -> InboundLimits:
