@@ -101,3 +101,23 @@ class PgServer:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+_DATABASES = iter(range(1, 1 << 30))
+
+
+def new_database(server: PgServer, prefix: str = "t") -> str:
+    """A new empty database on ``server``; its DSN."""
+    name = f"{prefix}_{os.getpid()}_{next(_DATABASES)}"
+    with psycopg.connect(server.conninfo, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return server.dsn(name)
+
+
+def terminate_backends(server: PgServer, dsn: str) -> int:
+    """``pg_terminate_backend`` every other session of ``dsn``'s database; how many."""
+    dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(server.conninfo, autocommit=True) as admin:
+        rows = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                             "datname = %s AND pid <> pg_backend_pid()", (dbname,)).fetchall()
+    return len(rows)

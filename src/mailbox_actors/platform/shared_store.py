@@ -1,0 +1,68 @@
+"""The store the control database and the queues run their SQL on (Q-3, CL-7): the cluster's
+shared SQLite file (``sqlite.store``) on one machine, or PostgreSQL (``postgres.store``) on many.
+
+Both take the same SQL text, written with ``?`` placeholders; the few statements that differ
+between the engines (an insert that ignores a duplicate, a claim that skips locked rows) are the
+``Dialect``'s. ``fetch`` runs one statement as its own transaction; ``run(fn)`` runs ``fn(tx)`` as
+one transaction, which a PostgreSQL store runs again from the start when its connection died
+(``pg_terminate_backend``, a restart): ``fn`` must therefore be safe to run twice, and is never
+half-applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+__all__ = ["POSTGRES", "SQLITE", "Dialect", "SharedStore", "Tx"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between the engines in the statements shared code writes."""
+
+    name: str
+    insert_ignore: str  # "INSERT OR IGNORE" / "INSERT"
+    on_conflict_ignore: str  # "" / " ON CONFLICT DO NOTHING"
+    skip_locked: str  # "" / " FOR UPDATE SKIP LOCKED" (a claim's inner SELECT)
+
+    def ignore_duplicates(self, insert_into: str, rest: str) -> str:
+        """``INSERT [OR IGNORE] INTO <insert_into> <rest> [ON CONFLICT DO NOTHING]``; ``rest``
+        is the VALUES list, and a RETURNING clause goes after the conflict clause."""
+        head, sep, returning = rest.partition(" RETURNING ")
+        return (f"{self.insert_ignore} INTO {insert_into} {head}{self.on_conflict_ignore}"
+                + (f" RETURNING {returning}" if sep else ""))
+
+
+SQLITE = Dialect("sqlite", "INSERT OR IGNORE", "", "")
+POSTGRES = Dialect("postgres", "INSERT", " ON CONFLICT DO NOTHING", " FOR UPDATE SKIP LOCKED")
+
+
+class Tx(Protocol):
+    """A transaction's connection: aiosqlite's own, or PostgreSQL's adapter."""
+
+    async def execute_fetchall(self, sql: str, parameters: Sequence[Any] = (), /
+                               ) -> Iterable[Any]: ...
+
+
+class SharedStore(Protocol):
+    """Where one part of the shared state (the control data, the queues) is kept."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    @property
+    def where(self) -> str:
+        """Where it is, for messages (a path, or PostgreSQL's host and database: no password)."""
+        ...
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+    async def run(self, fn: Callable[[Tx], Awaitable[T]]) -> T: ...
