@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg
@@ -40,8 +41,13 @@ def _free_port() -> int:
 
 
 class PgServer:
-    def __init__(self, bindir: Path) -> None:
+    """``listen`` and ``trust_nets`` (additive, for the fault test's bridge): more addresses to
+    listen on than 127.0.0.1, and the networks (CIDR) whose clients are trusted like it."""
+
+    def __init__(self, bindir: Path, *, listen: Sequence[str] = ("127.0.0.1",),
+                 trust_nets: Sequence[str] = ()) -> None:
         self.bindir = bindir
+        self.listen = tuple(listen)
         self.root = Path(tempfile.mkdtemp(prefix="ma-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -55,6 +61,9 @@ class PgServer:
         subprocess.run([*self._prefix, str(bindir / "initdb"), "-D", str(self.data), "-A",
                         "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        with open(self.data / "pg_hba.conf", "a") as hba:
+            for net in trust_nets:
+                hba.write(f"host all all {net} trust\n")
 
     @property
     def conninfo(self) -> str:
@@ -63,11 +72,15 @@ class PgServer:
     def dsn(self, dbname: str) -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
 
+    def dsn_at(self, host: str, dbname: str) -> str:
+        """The DSN through another of the ``listen`` addresses (a machine's view of the server)."""
+        return f"host={host} port={self.port} user=postgres dbname={dbname}"
+
     def start(self) -> None:
         log = open(self.root / "server.log", "ab")
         self.proc = subprocess.Popen(
             [*self._prefix, str(self.bindir / "postgres"), "-D", str(self.data), "-p",
-             str(self.port), "-k", str(self.root), "-c", "listen_addresses=127.0.0.1"],
+             str(self.port), "-k", str(self.root), "-c", f"listen_addresses={','.join(self.listen)}"],
             stdout=log, stderr=log)
         log.close()
         deadline = time.monotonic() + 30
