@@ -44,8 +44,11 @@ class NodeApp:
     """``async __call__(method, path, headers, body) -> (status, body, content_type)``."""
 
     def __init__(self, node: Node, *, cluster_token: str, operator_token: str,
-                 openapi: bytes | Callable[[], bytes] = b"{}") -> None:
+                 openapi: bytes | Callable[[], bytes] = b"{}",
+                 content_allowed: bool = False) -> None:
         self.node = node
+        self._content_allowed = content_allowed  # inspection may show content (UI-1, UI-4)
+        self._inspection: Any = None  # made at the first inspection request
         self._cluster = cluster_token.encode()
         # None for an empty token (an embedding's mistake): _auth then refuses every caller.
         self._cluster_header = b"Bearer " + self._cluster if self._cluster else None
@@ -139,11 +142,25 @@ class NodeApp:
             if path == "/admin/status":
                 return self._get_only(method) or self._auth(headers, True) or (
                     200, _ENC.encode(await self.status()), _JSON)
+            if len(parts) >= 3 and parts[1] == "admin" and parts[2] in ("actors", "inspect"):
+                return self._get_only(method) or self._auth(headers, True) or (
+                    await self.inspection.answer(parts, query, headers))
         except MailboxActorsError as e:
             return e.code.http_status, _ENC.encode({"err": e.to_body()}), _JSON
         return error_response(ErrorCode.NOT_FOUND, "no such endpoint",
                               details={"endpoints": ["/rpc/{namespace}/{object_id}", "/healthz",
                                                      "/metrics", "/openapi.json", "/ids/..."]})
+
+    @property
+    def inspection(self) -> Any:
+        """The inspection endpoints (UI-1, ``node.inspection_http``), made when first asked."""
+        if self._inspection is None:
+            from mailbox_actors.node.inspection import Inspector
+            from mailbox_actors.node.inspection_http import InspectionRoutes
+
+            self._inspection = InspectionRoutes(Inspector(self.node), self._placement,
+                                                content_allowed=self._content_allowed)
+        return self._inspection
 
     def _openapi_document(self) -> bytes:
         if not isinstance(self._openapi, bytes):

@@ -139,6 +139,7 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
                         ErrorCode.PERMISSION_DENIED),
             "404": _err("No such IdentityMailbox", ErrorCode.IDENTITY_NOT_FOUND),
         }}}
+    paths.update(_inspection_paths(components))
     paths["/healthz"] = {"get": {
         "operationId": "healthz", "summary": "Liveness (no token): whether this process serves",
         "responses": {"200": {"description": "JSON: status (ok or stopping), node name, pid",
@@ -188,6 +189,74 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
     for old, new in renames.items():
         text = text.replace(f'"{_REF.format(name=old)}"', f'"{_REF.format(name=new)}"')
     return cast(dict[str, Any], json.loads(text))
+
+
+def _inspection_paths(components: dict[str, Any]) -> dict[str, Any]:
+    """UI-1's endpoints (``node.inspection_http``); their reply types join ``components``."""
+    from mailbox_actors.wire.inspection import (
+        ActorDetail,
+        ActorsPage,
+        KvPage,
+        NamespacesView,
+        OutboxPage,
+        RowsPage,
+    )
+
+    types = [NamespacesView, ActorsPage, ActorDetail, RowsPage, KvPage, OutboxPage]
+    schemas, more = msgspec.json.schema_components(types, ref_template=_REF)
+    components.update(more)
+    ns = {"name": "namespace", "in": "path", "required": True,
+          "schema": {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,63}$"}}
+    oid = {"name": "id", "in": "path", "required": True,
+           "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}
+    table = {"name": "table", "in": "path", "required": True,
+             "schema": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$"}}
+    cursor = {"name": "cursor", "in": "query", "required": False,
+              "description": "`next_cursor` of the previous page of the same listing",
+              "schema": {"type": "string", "maxLength": 2048}}
+    limit = {"name": "limit", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}}
+    content = {"name": "content", "in": "query", "required": False,
+               "description": "1: show text and bytes as stored (dev mode on loopback only)",
+               "schema": {"type": "string", "enum": ["0", "1", "true", "false"]}}
+    errors = {
+        "400": _err("Bad namespace, id, table, cursor or limit", ErrorCode.INVALID_REQUEST),
+        "401": _err("Missing or wrong operator token", ErrorCode.UNAUTHENTICATED),
+        "403": _err("The cluster token was sent where the operator token is needed, or content "
+                    "asked for outside dev mode", ErrorCode.PERMISSION_DENIED),
+        "503": _err("A node holding part of the answer cannot be reached now",
+                    ErrorCode.UNAVAILABLE)}
+
+    def get(op: str, summary: str, schema: Any, params: list[Any], found: bool) -> Any:
+        responses = {"200": {"description": "JSON", "content": {"application/json": {
+            "schema": schema}}}, **errors}
+        if found:
+            responses["404"] = _err("No such actor (its `*_not_found` code)", ErrorCode.NOT_FOUND)
+        return {"get": {"operationId": op, "summary": summary, "parameters": params,
+                        "description": "Read-only: never activates an actor nor changes its "
+                        "file (UI-1, CA-10). Needs the operator token.",
+                        "security": [{"operatorToken": []}], "responses": responses}}
+
+    return {
+        "/admin/inspect": get("admin_inspect", "Each namespace's actors, active actors and "
+                              "alarms pending and overdue, over the cluster", schemas[0], [],
+                              False),
+        "/admin/actors/{namespace}": get(
+            "admin_actors", "A page of a namespace's actors across the nodes, in id order",
+            schemas[1], [ns, cursor, limit], False),
+        "/admin/actors/{namespace}/{id}": get(
+            "admin_actor", "One actor: runtime meta, alarm and purposes, tables, KV and outbox "
+            "counts", schemas[2], [ns, oid], True),
+        "/admin/actors/{namespace}/{id}/rows/{table}": get(
+            "admin_actor_rows", "A page of one table's rows in key order", schemas[3],
+            [ns, oid, table, cursor, limit, content], True),
+        "/admin/actors/{namespace}/{id}/kv": get(
+            "admin_actor_kv", "A page of the actor's KV, values decoded", schemas[4],
+            [ns, oid, cursor, limit, content], True),
+        "/admin/actors/{namespace}/{id}/outbox": get(
+            "admin_actor_outbox", "The actor's outbox newest first, pending and dispatched",
+            schemas[5], [ns, oid, cursor, limit], True),
+    }
 
 
 def openapi_json(objects: Sequence[type[Actor]], version: str) -> bytes:

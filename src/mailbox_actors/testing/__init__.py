@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from mailbox_actors.node.forwarding import Peers
+from mailbox_actors.node.inspection import Inspector
 from mailbox_actors.node.node import Node
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.clock import FakeClock
@@ -86,6 +87,7 @@ class TestRuntime:
             # instant run in one order every run (RT-12); a test of the threads sets it.
             settings.setdefault("file_threads", 0)
             self.settings = RuntimeSettings(data_dir=str(self.data_dir), **settings)
+            self._inspector: Inspector | None = None
             self.node = Node(self.settings, clock=self.clock, rng=self.rng,
                              objects=self._errors.wrap(objects),
                              services=Services(_deterministic_dns(services, self.settings)),
@@ -259,6 +261,16 @@ class TestRuntime:
         raises (the actor is not reset for it)."""
         self._require_started("run_in_actor")
         return await run_in_actor(self.node, namespace, object_id, fn)
+
+    @property
+    def inspect(self) -> Inspector:
+        """Operator inspection of this node's actors (UI-1), the calls ``/admin/actors`` answers:
+        ``overview()``, ``list_actors``, ``show_actor``, ``rows``, ``kv``, ``outbox``. Reading
+        never activates an actor nor changes its file."""
+        self._require_started("inspect")
+        if self._inspector is None:
+            self._inspector = Inspector(self.node)
+        return self._inspector
 
     def list_ids(self, namespace: str) -> list[str]:
         """The ids of every object of ``namespace`` that exists (Miniflare's

@@ -1,0 +1,328 @@
+"""Operator inspection of one node's actors (UI-1): listings, one actor's runtime view, row pages,
+KV and outbox, read from the actors' files without activating them.
+
+Every read goes through a read-only connection (CA-10: ``platform.storage.readonly``): it never
+activates an actor, runs no migration, arms no alarm and leaves the file's bytes as they were.
+What only the node knows (active or not, the alarm's retries) comes from its memory. Pages are
+bounded: a listing reads the shard directories from its cursor on, never the whole namespace;
+counts are capped. Text and bytes are shown only with ``content=True`` (CA-10, UI-4): see
+``node.actor_file_view``, which reads one actor's file. A cluster-wide listing merges the
+nodes' pages (``node.inspection_http``); this module answers for one node.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from mailbox_actors.core.actor_ids import check_id
+from mailbox_actors.core.cursors import CursorCodec
+from mailbox_actors.node.actor_file_view import (
+    as_int,
+    kv_page,
+    outbox_page,
+    read_meta,
+    rows_page,
+    view_actor,
+)
+from mailbox_actors.wire.errors import InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.inspection import (
+    ActorDetail,
+    ActorsPage,
+    ActorSummary,
+    KvPage,
+    NamespaceCount,
+    NamespacesView,
+    OutboxPage,
+    RowsPage,
+)
+
+if TYPE_CHECKING:
+    from mailbox_actors.node.node import Node
+
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Inspector", "check_limit", "merge_pages"]
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+_NAMES_KEPT = 10_000
+_ID_FILE = re.compile(r"[0-9a-f]{64}\.sqlite")
+_SHARD = re.compile(r"[0-9a-f]{2}")
+_NAMESPACE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def check_limit(limit: int | None, field: str = "limit") -> int:
+    if limit is None:
+        return DEFAULT_LIMIT
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"{field} must be an integer 1..{MAX_LIMIT}", details={"field": field})
+    return limit
+
+
+class Inspector:
+    """Reads this node's actors for an operator. Every method is safe on a live node."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._host = node.host
+        self._book = node.alarm_book
+        self._control = node.control_db
+        self.node_name = node.settings.node_name
+        self.cursors = CursorCodec(node.settings.id_secret)
+        self._names: OrderedDict[tuple[str, str], str | None] = OrderedDict()
+        # (namespace, shard) -> (the directory's mtime, its files) for the overview's counts
+        self._shard_counts: dict[tuple[str, str], tuple[int, int]] = {}
+
+    # ---- checks ----------------------------------------------------------------------------
+
+    def namespaces(self) -> list[str]:
+        return sorted(self._host.paths.keys)
+
+    def knows(self, namespace: str) -> bool:
+        return namespace in self._host.paths.keys
+
+    def _check_namespace(self, namespace: str) -> bytes:
+        key = self._host.paths.keys.get(namespace) if isinstance(namespace, str) else None
+        if key is None:
+            shown = namespace[:64] if isinstance(namespace, str) and _NAMESPACE.fullmatch(
+                namespace) else "?"
+            raise InvalidRequest("unknown namespace", details={
+                "field": "namespace", "namespace": shown, "known": self.namespaces()})
+        return key
+
+    def _path(self, namespace: str, object_id: str) -> Path:
+        self._check_namespace(namespace)
+        if not isinstance(object_id, str) or check_id(self._host.paths.keys[namespace],
+                                                      object_id) is not None:
+            raise InvalidRequest("id is not an object id of this namespace",
+                                 details={"field": "id"})
+        return self._host.path_for(namespace, object_id)
+
+    # ---- the overview ----------------------------------------------------------------------
+
+    async def overview(self) -> NamespacesView:
+        """Each namespace's actors on disk, active, and alarms pending and overdue."""
+        return await anyio.to_thread.run_sync(self._overview)
+
+    def _overview(self) -> NamespacesView:
+        now = self._node.clock.now_ms()
+        out = []
+        for ns in self.namespaces():
+            files = self._file_count(ns)
+            active = sum(1 for k in self._host.active_keys() if k[0] == ns)
+            pending = overdue = 0
+            for (kns, _), e in list(self._book.entries.items()):
+                if kns == ns:
+                    pending += 1
+                    overdue += e.at <= now
+            out.append(NamespaceCount(namespace=ns, actors=files, active=active,
+                                      alarms_pending=pending, alarms_overdue=overdue))
+        return NamespacesView(namespaces=out, nodes=[self.node_name])
+
+    def _file_count(self, namespace: str) -> int:
+        """Files of the namespace, each shard counted again only when its directory changed
+        (its mtime): a stat of each shard per request, not a read of every name."""
+        root = self._host.actors_dir / namespace
+        total = 0
+        try:
+            shards = [e for e in os.scandir(root) if _SHARD.fullmatch(e.name) and e.is_dir()]
+        except FileNotFoundError:
+            return 0
+        for e in shards:
+            mtime = e.stat().st_mtime_ns
+            known = self._shard_counts.get((namespace, e.name))
+            if known is None or known[0] != mtime:
+                with os.scandir(e.path) as it:
+                    n = sum(1 for f in it if _ID_FILE.fullmatch(f.name))
+                known = self._shard_counts[(namespace, e.name)] = (mtime, n)
+            total += known[1]
+        return total
+
+    # ---- listing ---------------------------------------------------------------------------
+
+    async def list_actors(self, namespace: str, *, cursor: str | None = None,
+                          limit: int | None = None) -> ActorsPage:
+        """This node's actors of ``namespace`` in id order, after ``cursor``."""
+        self._check_namespace(namespace)
+        n = check_limit(limit)
+        position = self.cursors.read(cursor, "actors", namespace)
+        after = self._after_id(position)
+        found = await anyio.to_thread.run_sync(self._list, namespace, after, n + 1)
+        page = found[:n]
+        summaries = [await self._named(s) for s in page]
+        nxt = self.cursors.make("actors", namespace, [page[-1].id]) if len(found) > n else None
+        return ActorsPage(namespace=namespace, actors=summaries, next_cursor=nxt)
+
+    def _after_id(self, position: list[Any] | None) -> str | None:
+        if position is None:
+            return None
+        if len(position) != 1 or not isinstance(position[0], str) or len(position[0]) != 64:
+            raise InvalidRequest("cursor position is malformed", details={"field": "cursor"})
+        return position[0]
+
+    def list_ids_after(self, namespace: str, after: str | None, n: int) -> list[tuple[str, int]]:
+        """(id, file bytes) of up to ``n`` files of ``namespace`` after ``after``, in id order:
+        the shard directories from ``after``'s on, each listed once (no full scan)."""
+        key = self._host.paths.keys[namespace]
+        root = self._host.actors_dir / namespace
+        try:
+            shards = sorted(s for s in os.listdir(root) if _SHARD.fullmatch(s))
+        except FileNotFoundError:
+            return []
+        out: list[tuple[str, int]] = []
+        for shard in shards:
+            if after is not None and shard < after[:2]:
+                continue
+            try:
+                with os.scandir(root / shard) as it:
+                    entries = sorted((f.name[:64], f) for f in it if _ID_FILE.fullmatch(f.name)
+                                     and (after is None or f.name[:64] > after))
+            except FileNotFoundError:
+                continue
+            for oid, f in entries:
+                if check_id(key, oid) is not None:
+                    continue  # not one of this namespace's ids
+                try:
+                    size = f.stat().st_size
+                except FileNotFoundError:
+                    continue  # removed meanwhile (erased)
+                out.append((oid, size))
+                if len(out) >= n:
+                    return out
+        return out
+
+    def _list(self, namespace: str, after: str | None, n: int) -> list[ActorSummary]:
+        out = []
+        for oid, size in self.list_ids_after(namespace, after, n):
+            try:
+                meta = read_meta(self._host.path_for(namespace, oid))
+            except MailboxActorsError:
+                meta = {}  # damaged or busy: listed with what the node knows
+            entry = self._book.entries.get((namespace, oid))
+            out.append(ActorSummary(
+                namespace=namespace, id=oid, node=self.node_name,
+                tenant=meta.get("owner_tenant"), file_bytes=size,
+                active=self._host.is_active(namespace, oid),
+                next_alarm_ms=None if entry is None else entry.at,
+                schema_version=as_int(meta.get("schema_version"))))
+        return out
+
+    async def _named(self, s: ActorSummary) -> ActorSummary:
+        name = await self.name_of(s.namespace, s.id, s.tenant, None)
+        return s if name is None else ActorSummary(**{**_fields(s), "name": name})
+
+    async def name_of(self, namespace: str, object_id: str, tenant: str | None,
+                      identity: str | None) -> str | None:
+        """The name the control database knows the actor by (an identity's, a tenant's, a
+        domain's), None when it knows none; remembered, as names never change."""
+        key = (namespace, object_id)
+        if key in self._names:
+            return self._names[key]
+        db = self._control
+        name: str | None = None
+        if db is not None and tenant is not None:
+            try:
+                if namespace == "identity_mailbox":
+                    if identity is None:
+                        identity = await anyio.to_thread.run_sync(self._owner_identity,
+                                                                  namespace, object_id)
+                    ident = None if identity is None else await db.get_identity(identity)
+                    name = None if ident is None or ident.mailbox_id != object_id else ident.name
+                elif namespace == "tenant_quota":
+                    t = await db.get_tenant(tenant)
+                    name = None if t is None else t.name
+                elif namespace == "domain_monitor":
+                    name = next((d.name for d in await db.list_domains(tenant)
+                                 if d.monitor_id == object_id), None)
+            except MailboxActorsError:
+                return None  # not remembered: asked again next time
+        self._names[key] = name
+        if len(self._names) > _NAMES_KEPT:
+            self._names.popitem(last=False)
+        return name
+
+    def _owner_identity(self, namespace: str, object_id: str) -> str | None:
+        try:
+            return read_meta(self._host.path_for(namespace, object_id)).get("owner_identity")
+        except MailboxActorsError:
+            return None
+
+    # ---- one actor -------------------------------------------------------------------------
+
+    async def show_actor(self, namespace: str, object_id: str) -> ActorDetail:
+        path = self._path(namespace, object_id)
+        entry = self._book.entries.get((namespace, object_id))
+        detail = await anyio.to_thread.run_sync(functools.partial(
+            view_actor, path, namespace, object_id, node=self.node_name,
+            active=self._host.is_active(namespace, object_id),
+            retries=0 if entry is None else entry.retry, now_ms=self._node.clock.now_ms()))
+        name = await self.name_of(namespace, object_id, detail.meta.get("owner_tenant"),
+                                  detail.meta.get("owner_identity"))
+        return detail if name is None else ActorDetail(**{**_fields(detail), "name": name})
+
+    # ---- rows, KV, outbox ------------------------------------------------------------------
+
+    async def rows(self, namespace: str, object_id: str, table: str, *,
+                   cursor: str | None = None, limit: int | None = None,
+                   content: bool = False) -> RowsPage:
+        """A page of ``table``'s rows in primary-key (or rowid) order."""
+        path = self._path(namespace, object_id)
+        if not isinstance(table, str) or not _TABLE.fullmatch(table):
+            raise InvalidRequest("table must be a table name", details={"field": "table"})
+        n = check_limit(limit)
+        scope = f"{namespace}/{object_id}/{table}"
+        position = self.cursors.read(cursor, "rows", scope)
+        return await anyio.to_thread.run_sync(rows_page, self.cursors, path, namespace, table,
+                                              scope, position, n, content)
+
+    async def kv(self, namespace: str, object_id: str, *, cursor: str | None = None,
+                 limit: int | None = None, content: bool = False) -> KvPage:
+        """A page of the actor's KV (RT-15) in key order, values decoded."""
+        path = self._path(namespace, object_id)
+        n = check_limit(limit)
+        scope = f"{namespace}/{object_id}"
+        position = self.cursors.read(cursor, "kv", scope)
+        after = None
+        if position is not None:
+            if len(position) != 1 or not isinstance(position[0], str):
+                raise InvalidRequest("cursor position is malformed", details={"field": "cursor"})
+            after = position[0]
+        return await anyio.to_thread.run_sync(kv_page, self.cursors, path, namespace, scope, after,
+                                              n, content)
+
+    async def outbox(self, namespace: str, object_id: str, *, cursor: str | None = None,
+                     limit: int | None = None) -> OutboxPage:
+        """The actor's outbox newest first: pending events, then dispatched ones."""
+        path = self._path(namespace, object_id)
+        n = check_limit(limit)
+        scope = f"{namespace}/{object_id}"
+        position = self.cursors.read(cursor, "outbox", scope)
+        before = None
+        if position is not None:
+            if len(position) != 1 or not isinstance(position[0], int):
+                raise InvalidRequest("cursor position is malformed", details={"field": "cursor"})
+            before = position[0]
+        return await anyio.to_thread.run_sync(outbox_page, self.cursors, path, namespace, scope,
+                                              before, n)
+
+def _fields(s: Any) -> dict[str, Any]:
+    return {f: getattr(s, f) for f in s.__struct_fields__}
+
+
+def merge_pages(namespace: str, pages: Iterable[ActorsPage], n: int, cursors: CursorCodec,
+                ) -> ActorsPage:
+    """The first ``n`` actors of several nodes' pages (each in id order, ids disjoint), with the
+    cursor after them: more remain when a page was cut or a node had more."""
+    pages = list(pages)
+    merged = sorted((a for p in pages for a in p.actors), key=lambda a: a.id)
+    page = merged[:n]
+    more = len(merged) > n or any(p.next_cursor is not None for p in pages)
+    nxt = cursors.make("actors", namespace, [page[-1].id]) if more and page else None
+    return ActorsPage(namespace=namespace, actors=page, next_cursor=nxt)

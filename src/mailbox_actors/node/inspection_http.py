@@ -1,0 +1,180 @@
+"""Operator inspection over HTTP (UI-1), under the operator token (``node.app`` checked it):
+
+- ``GET /admin/inspect``: every namespace's counts, summed over the cluster's nodes
+- ``GET /admin/actors/{namespace}?cursor=&limit=``: a page of actors, merged across the nodes
+- ``GET /admin/actors/{namespace}/{id}``: one actor (answered by its owning node)
+- ``GET /admin/actors/{namespace}/{id}/rows/{table}?cursor=&limit=&content=``
+- ``GET /admin/actors/{namespace}/{id}/kv?cursor=&limit=&content=``
+- ``GET /admin/actors/{namespace}/{id}/outbox?cursor=&limit=``
+
+A request another node forwarded (``FORWARDED_HEADER``) is answered for this node alone, so a
+listing asks each node once. ``content=1`` is refused unless the node was started to show content
+(dev mode on loopback, UI-4); otherwise text that is not an id, state or code is described, not shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote
+
+import anyio
+import msgspec
+
+from mailbox_actors.node.forwarding import FORWARDED_HEADER, Forwarding
+from mailbox_actors.node.inspection import Inspector, check_limit, merge_pages
+from mailbox_actors.wire.errors import ErrorBody, ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.inspection import ActorsPage, NamespaceCount, NamespacesView
+
+__all__ = ["InspectionRoutes"]
+
+Plain = tuple[int, bytes, str]
+_JSON = "application/json"
+_ENC = msgspec.json.Encoder()
+_PAGE = msgspec.json.Decoder(ActorsPage)
+_VIEW = msgspec.json.Decoder(NamespacesView)
+_ERR = msgspec.json.Decoder(dict[str, ErrorBody])
+_QUERY_MAX = 4096
+
+
+def _query(query: str, allowed: frozenset[str]) -> dict[str, str]:
+    if len(query) > _QUERY_MAX:
+        raise InvalidRequest("the query string is too long", details={"field": "query"})
+    try:
+        args = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query),
+                        max_num_fields=16)
+    except ValueError:
+        raise InvalidRequest("the query string is malformed", details={"field": "query"}) from None
+    for k, v in args.items():
+        if k not in allowed:
+            raise InvalidRequest(f"unknown parameter {k[:32]!r}", details={
+                "field": k[:32], "allowed": sorted(allowed)})
+        if len(v) != 1:
+            raise InvalidRequest(f"{k} is given twice", details={"field": k})
+    return {k: v[0] for k, v in args.items()}
+
+
+def _limit(args: Mapping[str, str]) -> int:
+    text = args.get("limit")
+    if text is None or text == "":
+        return check_limit(None)
+    if not text.isdigit() or len(text) > 6:
+        raise InvalidRequest("limit must be an integer", details={"field": "limit"})
+    return check_limit(int(text))
+
+
+def _flag(args: Mapping[str, str], name: str) -> bool:
+    value = args.get(name, "0")
+    if value not in ("0", "1", "true", "false", ""):
+        raise InvalidRequest(f"{name} must be 1 or 0", details={"field": name})
+    return value in ("1", "true")
+
+
+class InspectionRoutes:
+    """Answers the inspection endpoints of one node (see the module doc)."""
+
+    def __init__(self, inspector: Inspector, forwarding: Forwarding, *,
+                 content_allowed: bool = False) -> None:
+        self.inspector = inspector
+        self._fwd = forwarding
+        self.content_allowed = content_allowed
+
+    def _content(self, args: Mapping[str, str]) -> bool:
+        wanted = _flag(args, "content")
+        if wanted and not self.content_allowed:
+            raise MailboxActorsError(
+                ErrorCode.PERMISSION_DENIED, "content is shown only in dev mode on loopback",
+                details={"field": "content"},
+                fix="Leave content out: ids, states, counts and sizes are shown.")
+        return wanted
+
+    async def answer(self, parts: list[str], query: str, headers: Mapping[str, str]) -> Plain:
+        """``parts``: the path split on '/', starting ``['', 'admin', ...]``."""
+        local = FORWARDED_HEADER in headers
+        if parts[2] == "inspect" and len(parts) == 3:
+            _query(query, frozenset())
+            return _ok(await self._overview(local, headers))
+        ns = unquote(parts[3])
+        if len(parts) == 4:
+            args = _query(query, frozenset({"cursor", "limit"}))
+            return _ok(await self._actors(ns, args, local, headers, query))
+        oid = parts[4]
+        owner = self._fwd.owner(ns, oid) if self.inspector.knows(ns) else self._fwd.self_index
+        if owner != self._fwd.self_index and not local:
+            path = "/".join(parts) + (f"?{query}" if query else "")
+            status, body, ctype = await self._fwd.forward_to(owner, path, headers, b"",
+                                                             method="GET")
+            return status, body, ctype
+        insp = self.inspector
+        if len(parts) == 5:
+            _query(query, frozenset())
+            return _ok(await insp.show_actor(ns, oid))
+        if len(parts) == 7 and parts[5] == "rows":
+            args = _query(query, frozenset({"cursor", "limit", "content"}))
+            return _ok(await insp.rows(ns, oid, unquote(parts[6]), cursor=args.get("cursor"),
+                                       limit=_limit(args), content=self._content(args)))
+        if len(parts) == 6 and parts[5] == "kv":
+            args = _query(query, frozenset({"cursor", "limit", "content"}))
+            return _ok(await insp.kv(ns, oid, cursor=args.get("cursor"), limit=_limit(args),
+                                     content=self._content(args)))
+        if len(parts) == 6 and parts[5] == "outbox":
+            args = _query(query, frozenset({"cursor", "limit"}))
+            return _ok(await insp.outbox(ns, oid, cursor=args.get("cursor"), limit=_limit(args)))
+        raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such inspection endpoint", details={
+            "endpoints": ["/admin/inspect", "/admin/actors/{namespace}",
+                          "/admin/actors/{namespace}/{id}",
+                          "/admin/actors/{namespace}/{id}/rows/{table}",
+                          "/admin/actors/{namespace}/{id}/kv",
+                          "/admin/actors/{namespace}/{id}/outbox"]})
+
+    async def _peers(self, path: str, headers: Mapping[str, str]) -> list[tuple[str, bytes]]:
+        """Each other node's answer to ``path`` (forwarded: answered for itself alone)."""
+        out: list[tuple[str, bytes]] = []
+
+        async def ask(i: int) -> None:
+            status, body, _ = await self._fwd.forward_to(i, path, headers, b"", method="GET")
+            if status != 200:
+                err = _ERR.decode(body).get("err") if body.startswith(b'{"err"') else None
+                if err is not None and err.code != ErrorCode.UNAVAILABLE:
+                    raise MailboxActorsError.from_body(err)
+                raise MailboxActorsError(ErrorCode.UNAVAILABLE,
+                                         f"node {self._fwd.peers[i]} cannot be reached now",
+                                         details={"node": self._fwd.peers[i]})
+            out.append((self._fwd.peers[i], body))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(self._fwd.peers)):
+                if i != self._fwd.self_index:
+                    tg.start_soon(ask, i)
+        return out
+
+    async def _actors(self, ns: str, args: Mapping[str, str], local: bool,
+                      headers: Mapping[str, str], query: str) -> ActorsPage:
+        n = _limit(args)
+        mine = await self.inspector.list_actors(ns, cursor=args.get("cursor"), limit=n)
+        if local or len(self._fwd.peers) <= 1:
+            return mine
+        path = f"/admin/actors/{quote(ns, safe='')}" + (f"?{query}" if query else "")
+        pages = [mine, *(_PAGE.decode(body) for _, body in await self._peers(path, headers))]
+        return merge_pages(ns, pages, n, self.inspector.cursors)
+
+    async def _overview(self, local: bool, headers: Mapping[str, str]) -> NamespacesView:
+        mine = await self.inspector.overview()
+        if local or len(self._fwd.peers) <= 1:
+            return mine
+        views = [mine, *(_VIEW.decode(body) for _, body in await self._peers("/admin/inspect",
+                                                                             headers))]
+        totals: dict[str, list[int]] = {}
+        for v in views:
+            for c in v.namespaces:
+                t = totals.setdefault(c.namespace, [0, 0, 0, 0])
+                for i, x in enumerate((c.actors, c.active, c.alarms_pending, c.alarms_overdue)):
+                    t[i] += x
+        return NamespacesView(
+            namespaces=[NamespaceCount(namespace=ns, actors=t[0], active=t[1], alarms_pending=t[2],
+                                       alarms_overdue=t[3]) for ns, t in sorted(totals.items())],
+            nodes=[n for v in views for n in v.nodes])
+
+
+def _ok(value: Any) -> Plain:
+    return 200, _ENC.encode(value), _JSON
