@@ -296,7 +296,7 @@ async def test_a_background_loop_that_fails_marks_the_node_failed(tmp_path: Path
         assert node.failure == "alarm_scheduler failed (RuntimeError)"
         [entry] = [e for e in logs if e["event"] == "node_loop_failed"]
         assert entry["log_level"] == "critical" and entry["error"] == "RuntimeError"
-        assert entry["at"].startswith("test_rt_lifecycle.py:") and "a bug" not in str(entry)
+        assert entry["at"].startswith("test_lifecycle.py:") and "a bug" not in str(entry)
 
 
 T0 = 1_767_225_600_000
