@@ -18,34 +18,61 @@ from mailbox_actors.core.inbound.threads import (
     msg_ids,
     thread_keys,
 )
+from thread_corpus import PATCH_SERIES, Mail, corpus, jwz, shuffled
 
 
 class Store:
-    """An in-memory ThreadLookup that applies decisions the way the mailbox does."""
+    """An in-memory ThreadLookup that applies decisions the way the mailbox does: merged threads
+    alias their survivor, keys and messages keep the id they were given (IN-11)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_size: int = MAX_THREAD_SIZE) -> None:
         self.keys: dict[str, str] = {}
         self.sizes: dict[str, int] = {}
-        self.of: dict[str, str] = {}  # message name -> thread id
+        self.merged_into: dict[str, str] = {}
+        self.given: dict[str, str] = {}  # message name -> the thread id it was given
+        self.max_size = max_size
         self._n = itertools.count(1)
 
+    def root(self, thread_id: str) -> str:
+        return self.merged_into.get(thread_id, thread_id)
+
     def thread_of(self, key: str) -> str | None:
-        return self.keys.get(key)
+        t = self.keys.get(key)
+        return None if t is None else self.root(t)
 
     def size_of(self, thread_id: str) -> int:
         return self.sizes.get(thread_id, 0)
 
+    @property
+    def of(self) -> dict[str, str]:
+        """Each message's surviving thread, as reads answer it."""
+        return {name: self.root(t) for name, t in self.given.items()}
+
     def receive(self, name: str, keys: ThreadKeys) -> str:
-        d = assign_thread(keys, self, f"thr_{next(self._n)}")
+        d = assign_thread(keys, self, f"thr_{next(self._n):06d}", self.max_size)
         if d.created:
             assert d.thread_id not in self.sizes
+        assert d.thread_id not in self.merged_into
         self.sizes[d.thread_id] = self.sizes.get(d.thread_id, 0) + 1
+        for m in d.merged:
+            assert m not in self.merged_into and m > d.thread_id  # the older one survives
+            self.sizes[d.thread_id] += self.sizes.pop(m)
+            for t, r in list(self.merged_into.items()):
+                if r == m:
+                    self.merged_into[t] = d.thread_id
+            self.merged_into[m] = d.thread_id
         for k in d.map_if_absent:
             self.keys.setdefault(k, d.thread_id)
         for k in d.map_always:
             self.keys[k] = d.thread_id
-        self.of[name] = d.thread_id
+        self.given[name] = d.thread_id
         return d.thread_id
+
+    def threads(self) -> set[frozenset[str]]:
+        groups: dict[str, set[str]] = {}
+        for name, t in self.of.items():
+            groups.setdefault(t, set()).add(name)
+        return {frozenset(g) for g in groups.values()}
 
 
 def mail(own: str | None, irt: str | None = None, refs: tuple[str, ...] = (),
@@ -167,9 +194,10 @@ def test_message_ids_win_over_thread_index() -> None:
 @settings(deadline=None, max_examples=200, derandomize=True)
 @given(st.integers(min_value=0, max_value=2**32), st.integers(min_value=2, max_value=30))
 def test_a_decision_never_moves_what_was_threaded(seed: int, n: int) -> None:
-    """IN-2: whatever the arrival order and references, a message joins a brand-new thread or the
-    thread one of its keys was mapped to; no key of a message already threaded is remapped but the
-    message's own id, so thread ids never change once given; no thread exceeds 100 messages."""
+    """IN-2, IN-11: whatever the arrival order and references, a message joins a brand-new thread
+    or the thread one of its keys was mapped to, and merges only threads its keys reach; no key
+    of a message already threaded is remapped but the message's own id, so thread ids never
+    change once given; no thread exceeds 100 messages."""
     rnd = random.Random(seed)
     msgs = []
     for i in range(n):
@@ -182,9 +210,113 @@ def test_a_decision_never_moves_what_was_threaded(seed: int, n: int) -> None:
     for name, keys in msgs:
         before = dict(s.keys)
         d = assign_thread(keys, s, "thr_new")
-        mapped = {before.get(k) for k in (keys.own, keys.in_reply_to, *keys.references) if k}
+        mapped = {s.thread_of(k) for k in (keys.own, keys.in_reply_to, *keys.references) if k}
         assert (d.created and d.thread_id == "thr_new") or d.thread_id in mapped
+        assert set(d.merged) <= mapped
         assert set(d.map_always) <= {keys.own, keys.thread_index_root}
         assert all(k not in before for k in d.map_if_absent)
         s.receive(name, keys)
     assert max(s.sizes.values()) <= MAX_THREAD_SIZE
+
+
+def _keys(m: Mail) -> ThreadKeys:
+    return thread_keys(f"<{m.message_id}>" if m.message_id else None,
+                       f"<{m.in_reply_to}>" if m.in_reply_to else None,
+                       " ".join(f"<{r}>" for r in m.references) or None)
+
+
+def _threads(order: list[Mail], max_size: int = MAX_THREAD_SIZE) -> set[frozenset[str]]:
+    s = Store(max_size)
+    for m in order:
+        s.receive(m.name, _keys(m))
+    return s.threads()
+
+
+def test_replies_from_two_branches_merge_when_their_ancestor_arrives() -> None:
+    """IN-11: B replies to A, C and A reply to R (In-Reply-To only); in every arrival order,
+    B, C and R among them, the four end in one thread (arriving B, C, A, R used to leave B
+    alone)."""
+    mails = [Mail("R", "r@x"), Mail("A", "a@x", "r@x"), Mail("C", "c@x", "r@x"),
+             Mail("B", "b@x", "a@x")]
+    for order in itertools.permutations(mails):
+        assert _threads(list(order)) == {frozenset("RACB")}, [m.name for m in order]
+
+
+def test_a_merge_keeps_ids_and_the_older_thread_survives() -> None:
+    """IN-11: when a message links two threads, the younger becomes an alias of the older; the
+    messages keep the id they were given, and reads (through the alias) answer the survivor."""
+    s = Store()
+    tb = s.receive("B", _keys(Mail("B", "b@x", "a@x")))
+    tc = s.receive("C", _keys(Mail("C", "c@x", "r@x")))
+    assert tb < tc
+    ta = s.receive("A", _keys(Mail("A", "a@x", "r@x")))
+    assert ta == tb and s.merged_into == {tc: tb}
+    assert s.given == {"B": tb, "C": tc, "A": tb}
+    assert set(s.of.values()) == {tb}
+    assert s.sizes == {tb: 3}
+
+
+def test_a_merge_never_passes_the_cap() -> None:
+    """IN-11: a merge that would pass the thread cap does not happen: the younger thread stays
+    apart and the message joins the thread it trusts first."""
+    s = Store(max_size=4)
+    s.receive("x1", _keys(Mail("x1", "x1@x", "p@x")))
+    s.receive("x2", _keys(Mail("x2", "x2@x", "x1@x")))
+    s.receive("y1", _keys(Mail("y1", "y1@x", "q@x")))
+    s.receive("y2", _keys(Mail("y2", "y2@x", "y1@x")))
+    # m replies to x1 and names q in its References: x's thread (2) + y's (2) + m is 5 > 4.
+    s.receive("m", _keys(Mail("m", "m@x", "x1@x", ("q@x", "x1@x"))))
+    assert s.threads() == {frozenset({"x1", "x2", "m"}), frozenset({"y1", "y2"})}
+    assert max(s.sizes.values()) <= 4
+
+
+def test_every_arrival_order_of_a_patch_series_threads_as_jwz() -> None:
+    """IN-11: a patch series of a kernel list's shape (git send-email's In-Reply-To and
+    References, a review two deep, a v2 cover referring to v1) threads the same in all 5,040
+    arrival orders as JWZ's algorithm on the archive order."""
+    expected = set(jwz(PATCH_SERIES))
+    assert expected == {frozenset(m.name for m in PATCH_SERIES)}
+    for order in itertools.permutations(PATCH_SERIES):
+        assert _threads(list(order)) == expected
+
+
+def test_a_shuffled_mailing_list_corpus_threads_as_jwz_in_archive_order() -> None:
+    """IN-11: a generated mailing-list archive (a 100-message and a 48-message tree, patch
+    series, lost parents, cut References, In-Reply-To-only replies) threads as JWZ's algorithm
+    does on the archive order, in the archive order and in twenty shuffled orders."""
+    for seed in range(3):
+        archive = corpus(seed)
+        expected = set(jwz(archive))
+        assert max(len(t) for t in expected) == 100 and len(expected) > 15
+        assert _threads(archive) == expected
+        for shuffle in range(20):
+            assert _threads(shuffled(archive, shuffle)) == expected, (seed, shuffle)
+
+
+@settings(deadline=None, max_examples=300, derandomize=True)
+@given(st.integers(min_value=0, max_value=2**32), st.integers(min_value=1, max_value=40))
+def test_random_forests_thread_as_jwz_in_any_order(seed: int, n: int) -> None:
+    """IN-11: random reply forests whose References are subsequences of each message's ancestry
+    (root kept, some cut, some In-Reply-To only) thread in a random order as JWZ on the archive
+    order."""
+    rnd = random.Random(seed)
+    chains: list[tuple[str, ...]] = []
+    mails: list[Mail] = []
+    for i in range(n):
+        mid = f"m{i}@x"
+        if i and rnd.random() < 0.8:
+            j = rnd.randrange(i)
+            chain = (*chains[j], f"m{j}@x")
+        else:
+            chain = ()
+        chains.append(chain)
+        if chain and rnd.random() < 0.3:
+            mails.append(Mail(str(i), mid, chain[-1]))
+        else:
+            keep = [c for c in chain[1:-1] if rnd.random() < 0.5]
+            refs = (chain[0], *keep, chain[-1]) if len(chain) > 1 else chain
+            mails.append(Mail(str(i), mid, chain[-1] if chain else None, refs))
+    expected = set(jwz(mails))
+    order = list(mails)
+    rnd.shuffle(order)
+    assert _threads(order) == expected

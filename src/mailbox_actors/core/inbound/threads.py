@@ -1,4 +1,5 @@
-"""Threading (IN-2) as pure decisions: which thread a received message joins.
+"""Threading (IN-2, IN-11) as pure decisions: which thread a received message joins, and which
+threads it merges.
 
 Keys are Message-IDs (without angle brackets) and, for Outlook mail that carries only
 ``Thread-Index``, the 22-byte root of that index (``ti:`` + base64). Each key maps to one thread.
@@ -6,6 +7,14 @@ In-Reply-To is trusted on its own; References join a thread; a subject never mer
 parent that arrives after its reply finds its own id already mapped (by the reply) and joins that
 thread; a thread holds at most ``max_size`` messages, then a new one starts. A decision never moves
 a message or a key that is already mapped, so thread ids never change once given.
+
+Threads do not depend on arrival order (IN-11): a message whose keys are mapped to more than one
+thread links them, and they merge into the oldest (the smallest id: ids are ULIDs, so creation
+order). A merged thread's id becomes an alias of the survivor; the caller resolves keys through
+aliases (``ThreadLookup.thread_of`` answers surviving ids). After each message every key of every
+message received so far resolves to that message's thread, so the threads are the connected
+components of the messages' keys, whatever the order, as long as no merge would pass the cap
+(the younger thread then stays apart).
 """
 
 from __future__ import annotations
@@ -61,10 +70,11 @@ class ThreadLookup(Protocol):
     """Implemented by the caller over its storage."""
 
     def thread_of(self, key: str) -> str | None:
-        """The thread a key (Message-ID or Thread-Index root) is mapped to, or None."""
+        """The surviving thread a key (Message-ID or Thread-Index root) is mapped to (through
+        any merge), or None."""
 
     def size_of(self, thread_id: str) -> int:
-        """How many messages the thread holds now."""
+        """How many messages the surviving thread holds now (its merged threads' included)."""
 
 
 class ThreadDecision(msgspec.Struct, frozen=True):
@@ -74,6 +84,9 @@ class ThreadDecision(msgspec.Struct, frozen=True):
     map_if_absent: tuple[str, ...]
     # Keys to map to thread_id even if mapped (the message's own id: its replies follow it).
     map_always: tuple[str, ...]
+    # Surviving threads that become aliases of thread_id (IN-11), oldest first; their sizes
+    # move to thread_id.
+    merged: tuple[str, ...] = ()
 
 
 def assign_thread(keys: ThreadKeys, lookup: ThreadLookup, new_thread_id: str,
@@ -82,25 +95,36 @@ def assign_thread(keys: ThreadKeys, lookup: ThreadLookup, new_thread_id: str,
 
     Order of trust: the In-Reply-To parent's thread; then a thread that a reply which arrived
     first gave this message's own id; then the nearest References ancestor that is mapped; then
-    the Thread-Index root. A full thread is never joined: the message starts a new one.
+    the Thread-Index root. A full thread is never joined: the message starts a new one. The
+    other threads its keys reach merge with the one it joins (IN-11), oldest first while the
+    sum stays within ``max_size``; the oldest of them survives and the message is given its id.
     """
-    candidates: list[str | None] = []
+    key_order: list[str] = []
     if keys.in_reply_to is not None:
-        candidates.append(lookup.thread_of(keys.in_reply_to))
+        key_order.append(keys.in_reply_to)
     if keys.own is not None:
-        candidates.append(lookup.thread_of(keys.own))
-    candidates.extend(lookup.thread_of(r) for r in reversed(keys.references))
+        key_order.append(keys.own)
+    key_order.extend(reversed(keys.references))
     if keys.thread_index_root is not None:
-        candidates.append(lookup.thread_of(keys.thread_index_root))
-    chosen = next((t for t in candidates if t is not None), None)
-    created = chosen is None or lookup.size_of(chosen) >= max_size
-    thread_id = new_thread_id if created else chosen
-    assert thread_id is not None
+        key_order.append(keys.thread_index_root)
+    mapped = {k: lookup.thread_of(k) for k in dict.fromkeys(key_order)}
+    roots = list(dict.fromkeys(t for t in mapped.values() if t is not None))
+    created = not roots or lookup.size_of(roots[0]) >= max_size
+    members: list[str] = []
+    if not created:
+        members.append(roots[0])
+        total = lookup.size_of(roots[0]) + 1
+        for other in sorted(roots[1:]):
+            size = lookup.size_of(other)
+            if total + size <= max_size:
+                members.append(other)
+                total += size
+    thread_id = new_thread_id if created else min(members)
     ancestors: Sequence[str] = [*keys.references,
                                 *([keys.in_reply_to] if keys.in_reply_to else [])]
-    absent = [a for a in dict.fromkeys(ancestors) if lookup.thread_of(a) is None]
+    absent = [a for a in dict.fromkeys(ancestors) if mapped.get(a) is None]
     if keys.thread_index_root is not None and (
-            created or lookup.thread_of(keys.thread_index_root) is None):
+            created or mapped.get(keys.thread_index_root) is None):
         # A new Outlook conversation's root, or a thread past its size: later replies follow.
         absent_or_moved = keys.thread_index_root
     else:
@@ -108,4 +132,5 @@ def assign_thread(keys: ThreadKeys, lookup: ThreadLookup, new_thread_id: str,
     always = tuple(k for k in (keys.own, absent_or_moved) if k is not None)
     return ThreadDecision(thread_id=thread_id, created=created,
                           map_if_absent=tuple(a for a in absent if a not in always),
-                          map_always=always)
+                          map_always=always,
+                          merged=tuple(sorted(m for m in members if m != thread_id)))

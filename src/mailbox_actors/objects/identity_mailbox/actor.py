@@ -13,7 +13,14 @@ from typing import Any, ClassVar, assert_never
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
-from mailbox_actors.objects.identity_mailbox import carrier, dispatch, inbound, ingest_batch, waits
+from mailbox_actors.objects.identity_mailbox import (
+    carrier,
+    dispatch,
+    inbound,
+    ingest_batch,
+    threads,
+    waits,
+)
 from mailbox_actors.objects.identity_mailbox.carrier_keys import (
     CARRIER_LIVE_INDEXES,
     CARRIER_ONE_KEY,
@@ -110,6 +117,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(10, CARRIER_ONE_KEY),  # Emails and Messages found by one key: two b-trees less
         Migration(11, CARRIER_LIVE_INDEXES),  # only queued and dispatching Emails indexed by status
         Migration(12, CARRIER_FRESH),  # a just-submitted Email is found by its key, not indexed
+        Migration(13, threads.THREAD_MERGES),  # IN-11: merged threads alias their survivor
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}

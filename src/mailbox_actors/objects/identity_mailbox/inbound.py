@@ -17,9 +17,9 @@ import msgspec
 
 from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.inbound.parse import ParsedMessage, parse_message
-from mailbox_actors.core.inbound.threads import assign_thread, thread_keys
+from mailbox_actors.core.inbound.threads import thread_keys
 from mailbox_actors.core.inbound.waits import WaitSubject
-from mailbox_actors.objects.identity_mailbox import waits
+from mailbox_actors.objects.identity_mailbox import threads, waits
 from mailbox_actors.objects.identity_mailbox.inbound_rows import DETAIL_DECODER, StoredDetail
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, LimitExceeded, MailboxActorsError
@@ -159,21 +159,9 @@ def _replay(sql: SqlStorage, source_id: str, digest: str) -> IngestReply | None:
         raise MailboxActorsError(ErrorCode.CONFLICT, "this source_id was ingested with other bytes",
                                  details={"source_id": source_id[:256]},
                                  fix="Use a new source_id for a different message.")
-    return IngestReply(message_id=row[0][1], thread_id=row[0][2], duplicate=True,
+    return IngestReply(message_id=row[0][1],
+                       thread_id=threads.resolve(sql, row[0][2]) or row[0][2], duplicate=True,
                        defects=_DEFECTS.decode(row[0][3]))
-
-
-class _Lookup:
-    def __init__(self, tx: SqlStorage) -> None:
-        self.tx = tx
-
-    def thread_of(self, key: str) -> str | None:
-        rows = self.tx.exec("SELECT thread_id FROM thread_keys WHERE key = ?", key).all()
-        return str(rows[0][0]) if rows else None
-
-    def size_of(self, thread_id: str) -> int:
-        rows = self.tx.exec("SELECT size FROM threads WHERE id = ?", thread_id).all()
-        return int(rows[0][0]) if rows else 0
 
 
 def store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size: int,
@@ -184,7 +172,7 @@ def store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size
     message_id = mb.ctx.new_id("imsg")
     keys = thread_keys(f"<{p.message_id}>" if p.message_id else None, p.in_reply_to,
                        p.references, p.thread_index_root)
-    decision = assign_thread(keys, _Lookup(tx), mb.ctx.new_id("thr"))
+    decision = threads.decide(tx, keys, mb.ctx.new_id("thr"))
     thread_id = decision.thread_id
     # The source id is claimed before anything is written: one statement, where a look-up and
     # then an insert were two. Ignored means stored before (or by another ingest meanwhile):
@@ -195,17 +183,7 @@ def store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size
         prior = _replay(tx, source_id, digest)
         assert prior is not None, "an ignored insert leaves the source's row"
         return prior
-    if decision.created:
-        tx.exec("INSERT INTO threads (id, size, created_at_ms, last_at_ms) VALUES (?, 1, ?, ?)",
-                thread_id, now, now)
-    else:
-        tx.exec("UPDATE threads SET size = size + 1, last_at_ms = ? WHERE id = ?", now,
-                thread_id)
-    for key in decision.map_if_absent:
-        tx.exec("INSERT OR IGNORE INTO thread_keys (key, thread_id) VALUES (?, ?)", key, thread_id)
-    for key in decision.map_always:
-        tx.exec("INSERT OR REPLACE INTO thread_keys (key, thread_id) VALUES (?, ?)", key,
-                thread_id)
+    threads.apply(tx, decision, now, mb.ctx.emit)
     detail = StoredDetail(
         to=p.to, cc=p.cc, delivered_to=p.delivered_to, headers=p.headers,
         attachments=[AttachmentView(filename=a.filename, content_type=a.content_type,
@@ -231,9 +209,10 @@ def store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size
 
 
 def get_message(mb: IdentityMailbox, req: GetMessage) -> MessageView | None:
-    rows = mb.sql.exec("SELECT id, thread_id, message_id_header, from_addr, subject, date_ms, "
-                       "received_at_ms, detail, text, html FROM messages WHERE id = ?",
-                       req.message_id).all()
+    rows = mb.sql.exec("SELECT m.id, COALESCE(t.merged_into, m.thread_id), m.message_id_header, "
+                       "m.from_addr, m.subject, m.date_ms, m.received_at_ms, m.detail, m.text, "
+                       "m.html FROM messages m LEFT JOIN threads t ON t.id = m.thread_id "
+                       "WHERE m.id = ?", req.message_id).all()
     if not rows:
         return None
     r = rows[0]
@@ -245,26 +224,31 @@ def get_message(mb: IdentityMailbox, req: GetMessage) -> MessageView | None:
 
 
 def get_thread(mb: IdentityMailbox, req: GetThread) -> ThreadView | None:
-    if not mb.sql.exec("SELECT 1 FROM threads WHERE id = ?", req.thread_id).all():
+    """One thread by any of its ids (IN-11: a merged thread's id answers its survivor)."""
+    survivor = threads.resolve(mb.sql, req.thread_id)
+    if survivor is None:
         return None
     # Thread order: by the sender's Date (a parent that arrived late still comes first), then
     # arrival for messages without one.
     ids = [r[0] for r in mb.sql.exec(
-        "SELECT id FROM messages WHERE thread_id = ? ORDER BY COALESCE(date_ms, received_at_ms), "
-        "seq", req.thread_id)]
-    return ThreadView(thread_id=req.thread_id, message_ids=ids)
+        f"SELECT id FROM messages WHERE thread_id IN ({threads.MEMBERS}) "
+        "ORDER BY COALESCE(date_ms, received_at_ms), seq", survivor, survivor)]
+    return ThreadView(thread_id=survivor, message_ids=ids)
 
 
 def list_messages(mb: IdentityMailbox, req: ListMessages) -> MessageList:
     before = _cursor(req.cursor)
-    where = "seq < ?"
+    where = "m.seq < ?"
     params: list[Any] = [before]
     if req.thread_id is not None:
-        where += " AND thread_id = ?"
-        params.append(req.thread_id)
-    rows = mb.sql.exec(f"SELECT seq, id, thread_id, from_addr, subject, received_at_ms, "
-                       f"size_bytes FROM messages WHERE {where} ORDER BY seq DESC LIMIT ?",
-                       *params, req.limit + 1).all()
+        # Any of a merged thread's ids lists all of it (IN-11).
+        survivor = threads.resolve(mb.sql, req.thread_id) or req.thread_id
+        where += f" AND m.thread_id IN ({threads.MEMBERS})"
+        params += [survivor, survivor]
+    rows = mb.sql.exec(f"SELECT m.seq, m.id, COALESCE(t.merged_into, m.thread_id), m.from_addr, "
+                       f"m.subject, m.received_at_ms, m.size_bytes FROM messages m "
+                       f"LEFT JOIN threads t ON t.id = m.thread_id WHERE {where} "
+                       f"ORDER BY m.seq DESC LIMIT ?", *params, req.limit + 1).all()
     page = rows[:req.limit]
     return MessageList(
         messages=[MessageSummary(message_id=r[1], thread_id=r[2], from_=r[3], subject=r[4],
@@ -288,9 +272,10 @@ def delete_message(mb: IdentityMailbox, req: DeleteMessage) -> DeleteMessageRepl
         tx.exec("DELETE FROM attachment_chunks WHERE message_id = ?", req.message_id)
         tx.exec("DELETE FROM messages WHERE id = ?", req.message_id)
         # The thread keeps its id and keys (ids never change); it holds one message fewer.
-        tx.exec("UPDATE threads SET size = size - 1 WHERE id = ?", rows[0][0])
+        survivor = threads.resolve(tx, rows[0][0]) or rows[0][0]
+        tx.exec("UPDATE threads SET size = size - 1 WHERE id = ?", survivor)
         mb.ctx.emit(tx, "message.deleted", {"message_id": req.message_id,
-                                            "thread_id": rows[0][0]})
+                                            "thread_id": survivor})
         return DeleteMessageReply(deleted=True)
 
     return mb.sql.transaction_sync(run)
@@ -304,5 +289,6 @@ def erase(tx: SqlStorage) -> None:
 
 def counts(sql: SqlStorage) -> dict[str, int]:
     messages = sql.exec("SELECT COUNT(*) FROM messages").one()[0]
-    threads = sql.exec("SELECT COUNT(*) FROM threads WHERE size > 0").one()[0]
-    return {"messages": int(messages), "threads": int(threads)}
+    live = sql.exec("SELECT COUNT(*) FROM threads WHERE size > 0 AND merged_into IS NULL"
+                    ).one()[0]
+    return {"messages": int(messages), "threads": int(live)}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from mailbox_actors.core.inbound.waits import WaitSubject, wait_matches
+from mailbox_actors.objects.identity_mailbox import threads
 from mailbox_actors.objects.identity_mailbox.inbound_rows import DETAIL_DECODER
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded
@@ -113,7 +114,7 @@ def poll(mb: IdentityMailbox, req: WaitPoll) -> WaitPollReply:
     expires, message_id, thread_id = rows[0]
     if message_id is not None:
         return WaitPollReply(status=WaitStatus.MATCHED, message_id=message_id,
-                             thread_id=thread_id)
+                             thread_id=threads.resolve(mb.sql, thread_id) or thread_id)
     if mb.sql.now_ms() > expires:
         return WaitPollReply(status=WaitStatus.EXPIRED)
     return WaitPollReply(status=WaitStatus.PENDING)
