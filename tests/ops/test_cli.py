@@ -45,7 +45,7 @@ def test_version_and_help_text_on_every_flag() -> None:
             elif not action.help:
                 missing.append(" ".join([*path, *(action.option_strings or [action.dest])]))
 
-    walk(build_parser(), [])
+    walk(build_parser(every=True), [])
     assert missing == []
 
 

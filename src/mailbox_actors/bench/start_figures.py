@@ -6,7 +6,13 @@ call through ``Node.call_bytes`` has answered; the bare side is ``python -c`` pr
 floor side imports the libraries every node stands on (asyncio, sqlite3, msgspec, anyio) and prints
 from inside ``anyio.run``, which no node start can go below. They alternate, each reports its median.
 
-The three run in the environment an installation of the package has (``start_install``: this
+The command line's figures (PERF, section 12) run beside them in the same alternation, each a
+fresh process timed from spawn to its exit: ``--version``, ``--help``, and ``status``, ``id`` and
+``call`` against a node that ``serve`` runs for them in the same environment; and ``serve`` itself,
+from spawn to the first answer of ``/healthz`` once it says it listens (0 actors on disk; the
+restart figures take it further). Their limit is the runtime libraries' start (the floor).
+
+The sides run in the environment an installation of the package has (``start_install``: this
 package and its runtime dependencies, no development tools, no ``.pth`` file), because that is what
 an operator starts; the node side also runs in this benchmark's own environment, reported beside
 (``node_start_in_this_venv_ms``, with that environment's bare start as its limit), so what the
@@ -20,10 +26,14 @@ every module of the package from source again).
 
 from __future__ import annotations
 
+import http.client
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -33,12 +43,17 @@ from mailbox_actors.bench.start_install import installed_python
 
 __all__ = ["START_FIGURES", "start_figures"]
 
+CLI_FIGURES = ("cli_version_ms", "cli_help_ms", "cli_status_ms", "cli_id_ms", "cli_call_ms",
+               "serve_start_to_first_answer_ms")
 START_FIGURES = ("node_start_to_first_answer_ms", "bare_interpreter_start_ms",
-                 "runtime_libraries_start_ms", "node_start_in_this_venv_ms")
+                 "runtime_libraries_start_ms", "node_start_in_this_venv_ms", *CLI_FIGURES)
 _BARE = ["-c", "print('ready', flush=True)"]
 _FLOOR = ["-c", "import asyncio, sqlite3, msgspec, anyio\n"
           "async def main():\n    print('ready', flush=True)\nanyio.run(main)"]
 _NODE = ["-m", "mailbox_actors.bench.start_child"]
+_CLI = ["-m", "mailbox_actors"]
+_LISTENING = re.compile(r"listening on http://([0-9.]+):([0-9]+)")
+_BIG_LIMIT = 1_000_000_000  # the quota the `call` side reads: never the answer
 
 
 def _env(work: Path) -> dict[str, str]:
@@ -61,6 +76,68 @@ def _timed(argv: list[str], env: dict[str, str]) -> float:
     return ms
 
 
+def _timed_exit(argv: list[str], env: dict[str, str]) -> float:
+    """Milliseconds from spawn to the exit of a command (it must succeed)."""
+    t = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    ms = (time.perf_counter() - t) * 1000
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv[3:]} failed ({done.returncode}): {done.stdout[-500:]} "
+                           f"{done.stderr[-1000:]}")
+    return ms
+
+
+def _serve(python: str, data: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """``serve`` on ``data`` (any free port), once it says where it listens: (process, URL)."""
+    proc = subprocess.Popen([python, *_CLI, "serve", "--data", str(data), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        found = _LISTENING.search(line)
+        if found:
+            return proc, f"http://{found.group(1)}:{found.group(2)}"
+    proc.wait()
+    raise RuntimeError(f"serve on {data} exited ({proc.returncode}) before it listened")
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stdout is not None
+    proc.stdout.read()  # what it says while it stops
+    if proc.wait(timeout=60) != 0:
+        raise RuntimeError(f"serve stopped with status {proc.returncode}")
+
+
+def first_answer(url: str) -> None:
+    """One ``GET /healthz`` answered 200 (the node's first answer)."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request("GET", "/healthz")
+        reply = conn.getresponse()
+        reply.read()
+        if reply.status != 200:
+            raise RuntimeError(f"/healthz answered {reply.status}")
+    finally:
+        conn.close()
+
+
+def timed_serve(python: str, data: Path, env: dict[str, str]) -> float:
+    """Milliseconds from spawning ``serve`` to its first answer; the node is stopped after."""
+    t = time.perf_counter()
+    proc, url = _serve(python, data, env)
+    try:
+        first_answer(url)
+        return (time.perf_counter() - t) * 1000
+    finally:
+        _stop(proc)
+
+
+def _untargeted(name: str, ms: float, floor_ms: float, note: str) -> Figure:
+    return Figure(figure=name, value=ms, unit="ms", limit=floor_ms, ratio=ms / floor_ms,
+                  target="no target (limit: the runtime libraries' start)", note=note)
+
+
 async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Figure]:
     data = str(work / "node")
     python = await anyio.to_thread.run_sync(installed_python, work / "installed")
@@ -69,21 +146,44 @@ async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Fi
                  f"({python}), and {sizes.rounds} node and bare starts in {sys.executable}, "
                  "alternating")
     env = _env(work)
-    sides = ([python, *_NODE, data], [python, *_BARE], [python, *_FLOOR],
-             [sys.executable, *_NODE, data], [sys.executable, *_BARE])
-    # The actor, compiled bytecode (each environment's own paths) and warm OS caches, every side.
-    await anyio.to_thread.run_sync(_timed, [*sides[0], "init"], env)
-    for argv in sides:
-        await anyio.to_thread.run_sync(_timed, argv, env)
-    ms: list[list[float]] = [[] for _ in sides]
-    for r in range(sizes.rounds):
-        for i in range(len(sides)):
-            side = (i + r) % len(sides)  # each side takes every place in the order in turn
-            ms[side].append(await anyio.to_thread.run_sync(_timed, sides[side], env))
-    node_ms, bare_ms, floor_ms, here_node_ms, here_bare_ms = (median(m) for m in ms)
+    # The node the command line's sides talk to, and the quota its `call` side reads.
+    served, url = await anyio.to_thread.run_sync(_serve, python, work / "served", env)
+    try:
+        target = ["--data", str(work / "served"), "--url", url]
+        call = [python, *_CLI, "call", "tenant_quota", "start", '{"op": "usage"}',
+                "--tenant", "t_bench", *target]
+        await anyio.to_thread.run_sync(_timed_exit, [
+            *call[:6], f'{{"op": "init", "per_minute": {_BIG_LIMIT}, "per_day": {_BIG_LIMIT}}}',
+            *call[7:]], env)
+        cli = ([python, *_CLI, "--version"], [python, *_CLI, "--help"],
+               [python, *_CLI, "status", *target],
+               [python, *_CLI, "id", "tenant_quota", "--name", "start", *target], call)
+        timed: list[tuple[Callable[..., float], tuple[object, ...]]] = [
+            (_timed, ([python, *_NODE, data], env)), (_timed, ([python, *_BARE], env)),
+            (_timed, ([python, *_FLOOR], env)), (_timed, ([sys.executable, *_NODE, data], env)),
+            (_timed, ([sys.executable, *_BARE], env)),
+            *((_timed_exit, (argv, env)) for argv in cli),
+            (timed_serve, (python, work / "serve", env))]
+        # The actor, compiled bytecode (each environment's own paths) and warm OS caches, every
+        # side.
+        await anyio.to_thread.run_sync(_timed, [python, *_NODE, data, "init"], env)
+        for fn, args in timed:
+            await anyio.to_thread.run_sync(fn, *args)
+        ms: list[list[float]] = [[] for _ in timed]
+        for r in range(sizes.rounds):
+            for i in range(len(timed)):
+                side = (i + r) % len(timed)  # each side takes every place in the order in turn
+                fn, args = timed[side]
+                ms[side].append(await anyio.to_thread.run_sync(fn, *args))
+    finally:
+        await anyio.to_thread.run_sync(_stop, served)
+    (node_ms, bare_ms, floor_ms, here_node_ms, here_bare_ms, version_ms, help_ms, status_ms,
+     id_ms, call_ms, serve_ms) = (median(m) for m in ms)
     note = (f"median of {sizes.rounds} fresh processes per side, alternating; spawn to first "
             "line; bytecode compiled beforehand, as installed")
     installed = "; in an installation's environment: this package and its runtime dependencies only"
+    cli_note = (note.replace("spawn to first line", "spawn to exit") + installed
+                + "; the limit is the runtime libraries' start; ")
     node_note = ("; the node side starts a Node on a directory holding one TenantQuota and "
                  "answers its usage call")
     return [
@@ -98,4 +198,17 @@ async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Fi
                note=note + f"; in {sys.executable}'s environment (its .pth files and whatever "
                            f"else it holds, such as rich); the limit is its bare start "
                            f"({here_bare_ms:.1f} ms)" + node_note),
+        figure("cli_version_ms", version_ms, "ms", goal=Goal("ratio_at_most", 0.3),
+               limit=floor_ms, note=cli_note + "`python -m mailbox_actors --version`"),
+        _untargeted("cli_help_ms", help_ms, floor_ms, cli_note + "`--help`"),
+        figure("cli_status_ms", status_ms, "ms", goal=Goal("ratio_at_most", 1.2),
+               limit=floor_ms, note=cli_note + "`status` of a node serving in that environment"),
+        _untargeted("cli_id_ms", id_ms, floor_ms, cli_note + "`id` asked of that node"),
+        _untargeted("cli_call_ms", call_ms, floor_ms,
+                    cli_note + "`call` of a TenantQuota's usage on that node"),
+        figure("serve_start_to_first_answer_ms", serve_ms, "ms",
+               goal=Goal("ratio_at_most", 1.5), limit=floor_ms,
+               note=note + installed + "; `serve` on a data directory with 0 actors, from spawn "
+                                       "to /healthz answered after it says it listens; the limit "
+                                       "is the runtime libraries' start"),
     ]

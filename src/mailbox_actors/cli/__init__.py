@@ -1,15 +1,30 @@
 """The ``mailbox-actors`` command line: one subcommand per module, dispatched from here.
 
 Exit status: 0 success, 1 the operation failed (an ``err`` result), 2 a usage error.
+
+Start-up is part of every command (PERF, section 12: ``--version`` within 0.3x of the runtime
+libraries' import floor, ``status`` within 1.2x), so this module imports nothing of the package:
+``SUBCOMMANDS`` names each command's module as text, and only the chosen command's module is
+imported, to add its arguments and to run it. ``--version`` and ``--help`` import none.
+
+To add a command, add one row to ``SUBCOMMANDS`` (module, its add-arguments function, its
+``run(args) -> int`` function, one line of help); keep heavy imports (the node, the objects,
+aiosmtplib, psycopg) inside the functions that need them, or in a module only that command
+imports, so that its parser builds fast and other commands never pay for it.
+``tests/ops/test_cli_start.py`` checks what ``--version``, ``--help``, ``status``, ``id`` and
+``call`` import.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+
+TYPE_CHECKING = False  # not typing's (a third of `--version`); type checkers take it as true
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
 
 __all__ = ["main"]
 
@@ -44,61 +59,57 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    # The package's own constant: importlib.metadata costs about 35 ms of imports and a scan of
+    # sys.path (tests/ops/test_cli_start.py checks it against pyproject.toml).
+    from mailbox_actors import __version__
 
-    try:
-        return version("mailbox-actors")
-    except PackageNotFoundError:  # run from a source tree without installing
-        return "0.0.0"
-
-
-class _Version(argparse.Action):
-    """``--version``: the version is looked up when asked for, not while every command's parser
-    is built (``importlib.metadata`` costs a node's start about 35 ms)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        print(f"mailbox-actors {_version()}")
-        parser.exit()
+    return __version__
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser; with ``only``, just that subcommand's module is imported (start-up stays fast
-    and one subcommand's imports cannot break another)."""
+def build_parser(only: str | None = None, *, every: bool = False) -> argparse.ArgumentParser:
+    """The parser. Only the ``only`` subcommand's module is imported and its arguments added
+    (start-up stays fast, and one subcommand's imports cannot break another); ``every`` adds
+    every subcommand's arguments (documentation and tests that read them all)."""
+    import argparse  # not at import: `--version` answers without it
+
     parser = argparse.ArgumentParser(
         prog="mailbox-actors",
         description="A Python runtime that emulates Cloudflare Durable Objects.")
-    parser.add_argument("--version", action=_Version, help="print the version and exit")
+    parser.add_argument("--version", action="version", version=f"mailbox-actors {_version()}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, add, _run, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        if only is None or name == only:
+        if every or name == only:
             getattr(importlib.import_module(module), add)(p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # the one answer that needs no parser (argparse's help formatter
+        print(f"mailbox-actors {_version()}")  # imports shutil, and with it bz2 and lzma)
+        return 0
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(chosen if chosen in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    # Logs go to stderr, so a command's own output on stdout stays parseable; serve and cluster
-    # configure their own.
-    from mailbox_actors.platform.logging import configure_logging
-
-    configure_logging(level="warning")
     # OPS-5: whatever a command creates (data directories, actor files, the control database,
     # tokens, logs of SQLite) is the operator's alone: directories 0700, files 0600.
     os.umask(0o077)
     module, _add, run, _help = SUBCOMMANDS[args.command]
+    command = importlib.import_module(module)
+    if "mailbox_actors.platform.logging" in sys.modules:
+        # Logs go to stderr, so a command's own output on stdout stays parseable; serve and
+        # cluster configure their own. A command whose modules log nothing (status, id, call)
+        # never imports structlog for it.
+        from mailbox_actors.platform.logging import configure_logging
+
+        configure_logging(level="warning")
     try:
-        status = int(getattr(importlib.import_module(module), run)(args))
+        status = int(getattr(command, run)(args))
         sys.stdout.flush()  # a reader that went away is found here, not at exit
         return status
     except KeyboardInterrupt:

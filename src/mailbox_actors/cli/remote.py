@@ -12,7 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -21,7 +21,10 @@ from mailbox_actors.cli.data_dir import add_target_arguments, open_control_db
 from mailbox_actors.cli.secrets import SecretError, add_webhook_secret_arguments, webhook_secret
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.locks import lock_holder
-from mailbox_actors.rpc.client import Client, RpcError, read_token
+from mailbox_actors.rpc.tokens import read_token
+
+if TYPE_CHECKING:  # the client (ids, clock, wire types) is imported by the commands that call
+    from mailbox_actors.rpc.client import Client
 
 __all__ = ["add_call_arguments", "add_id_arguments", "add_identity_arguments",
            "add_openapi_arguments", "add_status_arguments", "add_tenant_arguments", "run_call",
@@ -56,6 +59,8 @@ def _client(args: argparse.Namespace) -> Client:
     if not args.url and not (Path(args.data) / "cluster.json").exists() and \
             lock_holder(Path(args.data)) is None:
         raise NoCluster(args.data)
+    from mailbox_actors.rpc.client import Client
+
     return Client.from_data_dir(args.data, **kw)
 
 
@@ -78,6 +83,8 @@ def _fail(cmd: str, text: str, status: int) -> int:
 
 
 def run_id(args: argparse.Namespace) -> int:
+    from mailbox_actors.rpc.client import RpcError
+
     async def go() -> str:
         async with _client(args) as c:
             return await c.id_from_name(args.namespace, args.name)
@@ -93,6 +100,8 @@ def run_id(args: argparse.Namespace) -> int:
 
 
 def run_call(args: argparse.Namespace) -> int:
+    from mailbox_actors.rpc.client import RpcError
+
     try:
         req = json.loads(args.request)
     except json.JSONDecodeError as e:

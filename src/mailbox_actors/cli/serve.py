@@ -38,12 +38,9 @@ __all__ = ["add_arguments", "add_config_arguments", "package_version", "run", "s
 
 
 def package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version  # 35 ms of imports: not at start
+    from mailbox_actors import __version__  # not importlib.metadata: 35 ms of imports
 
-    try:
-        return version("mailbox-actors")
-    except PackageNotFoundError:  # running from a source tree without installing
-        return "0.0.0"
+    return __version__
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from mailbox_actors.platform.dns.resolver import DnsSettings
 from mailbox_actors.platform.storage.sql import Durability
 from mailbox_actors.runtime.settings import (
     DEFAULT_ID_SECRET,
+    DEFAULT_MAX_ACTIVE_ACTORS,
     SECRET_SETTINGS,
     RuntimeSettings,
     SettingsError,
@@ -52,7 +53,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     idle_ms: int = 10_000
     # A ceiling: the node lowers it at start to a quarter of memory / 512 KB and to a third of the
     # descriptors it may use (OPS-4; README "How many open actors").
-    max_active_actors: int = 10_000
+    max_active_actors: int = DEFAULT_MAX_ACTIVE_ACTORS
     max_queue: int = 1_000
     max_body_bytes: int = 1 << 20
     read_timeout_s: float = 10.0

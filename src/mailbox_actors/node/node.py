@@ -40,7 +40,11 @@ from mailbox_actors.rpc.router import Router
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.host import ActorHost
 from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
-from mailbox_actors.runtime.settings import DEFAULT_ID_SECRET, RuntimeSettings
+from mailbox_actors.runtime.settings import (
+    DEFAULT_ID_SECRET,
+    DEFAULT_MAX_ACTIVE_ACTORS,
+    RuntimeSettings,
+)
 
 if TYPE_CHECKING:  # what a node without a control database or a transport never imports
     from mailbox_actors.platform.control.database import ControlDb
@@ -63,9 +67,12 @@ class Node:
         # OPS-4: never more open files than descriptors, nor more actors than memory holds.
         bound = memory_bound(actor_bound(settings.max_active_actors))
         if bound < settings.max_active_actors:
-            self.log.warning("max_active_actors_bounded", configured=settings.max_active_actors,
-                             bound=bound, nofile_limit=nofile_limit(),
-                             memory_bytes=physical_memory())
+            # The default is a ceiling meant to be lowered to fit the machine: a start that does
+            # just that is quiet. A value an operator chose that does not fit is warned about.
+            chosen = settings.max_active_actors != DEFAULT_MAX_ACTIVE_ACTORS
+            (self.log.warning if chosen else self.log.debug)(
+                "max_active_actors_bounded", configured=settings.max_active_actors,
+                bound=bound, nofile_limit=nofile_limit(), memory_bytes=physical_memory())
             settings = msgspec.structs.replace(settings, max_active_actors=bound)
         self.settings = settings
         self.clock: Clock = clock or SystemClock()

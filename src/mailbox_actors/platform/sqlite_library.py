@@ -11,7 +11,10 @@ import ctypes
 import importlib.util
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # typing itself is not imported: the package's __init__ imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["configure_sqlite", "page_cache_configured", "sqlite_library"]
 

@@ -10,7 +10,6 @@ fail over to the next within their timeout. Works from plain asyncio and from an
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import lock_holder
 from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.rpc.deadlines import default_deadline_ms
+from mailbox_actors.rpc.tokens import read_token
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope, RpcReply
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
@@ -283,35 +283,6 @@ def _unreachable(url: str, e: BaseException) -> RpcError:
 def _not_a_result(rid: str) -> RpcError:
     return RpcError(ErrorCode.UNAVAILABLE, "the node answered with a body that is not a result",
                     request_id=rid)
-
-
-def read_token(data_dir: str | Path, kind: str = "cluster",
-               env: Mapping[str, str] | None = None) -> str:
-    """The cluster (or ``kind="operator"``) token for the cluster on ``data_dir``, in CL-4's order:
-    ``MAILBOX_ACTORS_TOKEN`` (``_OPERATOR_TOKEN``), then the file ``MAILBOX_ACTORS_TOKEN_FILE``
-    (``_OPERATOR_TOKEN_FILE``) names, then the token file the supervisor recorded in
-    cluster.json, then ``DATA/cluster.token`` (``operator.token``). Raises FileNotFoundError when
-    none is there."""
-    env = os.environ if env is None else env
-    d = Path(data_dir)
-    var = "MAILBOX_ACTORS_" + ("OPERATOR_TOKEN" if kind == "operator" else "TOKEN")
-    if env.get(var):
-        return env[var].strip()
-    files = [env[var + "_FILE"]] if env.get(var + "_FILE") else []
-    try:
-        recorded = json.loads((d / "cluster.json").read_text()).get(f"{kind}_token_file")
-        if recorded:
-            files.append(recorded)
-    except (OSError, ValueError):
-        pass
-    files.append(str(d / f"{kind}.token"))
-    for i, f in enumerate(files):
-        try:
-            return Path(f).read_text().strip()
-        except FileNotFoundError:
-            if i == 0 and env.get(var + "_FILE"):
-                raise  # a file named on purpose that is not there is an error, not a fallback
-    raise FileNotFoundError(2, "no token file", files[-1])
 
 
 def _op_of(req: Any) -> str:

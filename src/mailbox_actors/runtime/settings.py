@@ -28,6 +28,9 @@ TRANSPORTS = ("none", "smtp", "cloudflare")
 SMTP_TLS_MODES = ("none", "starttls", "tls")
 
 
+DEFAULT_MAX_ACTIVE_ACTORS = 10_000
+
+
 class SettingsError(ValueError):
     """A setting is out of range; the message names it."""
 
@@ -37,7 +40,9 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     node_name: str = "node-0"
     durability: str = Durability.NORMAL
     idle_ms: int = 10_000
-    max_active_actors: int = 10_000
+    # A ceiling the node lowers to what the machine holds (OPS-4): silently from this default, with
+    # a warning from a value an operator chose.
+    max_active_actors: int = DEFAULT_MAX_ACTIVE_ACTORS
     max_queue: int = 1_000
     alarm_concurrency: int = 32
     # Worker threads that open an evicted actor's file ahead of its alarm and close it behind
