@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.storage.fence import SLOT_FENCE
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.known import (
     SOURCE_KEY,
@@ -125,7 +126,7 @@ class Opener:
     context's environment. An activation then passes only what is its own (id, file, alarm
     sink, reset), so opening an actor builds its few objects and little else."""
 
-    __slots__ = ("_clock", "_env", "_hooks", "_settings", "cls", "namespace", "newest",
+    __slots__ = ("_clock", "_env", "_fence", "_hooks", "_settings", "cls", "namespace", "newest",
                  "owner_rules", "sources", "starts")
 
     def __init__(self, cls: type[Actor[Any]], settings: RuntimeSettings, clock: Clock,
@@ -139,6 +140,7 @@ class Opener:
         self._clock = clock
         self._hooks = hooks
         self._env = env
+        self._fence = env.services.get(SLOT_FENCE)  # on many machines: the slot's (CL-11)
 
     def open(self, object_id: str, path: str | Path, create: bool, alarm_sink: AlarmSink,
              on_reset: Callable[[], None], ahead: OpenedAhead | None = None,
@@ -157,6 +159,8 @@ class Opener:
         if opened is None:
             return None
         sql, meta = opened  # the meta keys come with the file's first read
+        if self._fence is not None:
+            sql._fence = self._fence
         storage = RuntimeStorage(sql)
         try:
             owner = Owner(meta, object_id, self.owner_rules)

@@ -27,6 +27,7 @@ from mailbox_actors.platform.rng import Rng
 from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.sqlite_files import is_disk_full
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteFailed
+from mailbox_actors.platform.storage.fence import StaleEpoch
 from mailbox_actors.platform.storage.hooks import AlarmSink
 from mailbox_actors.platform.storage.opening import OpenedAhead
 from mailbox_actors.runtime.activation import Activation, Key, Opener
@@ -215,6 +216,11 @@ class ActorHost(AlarmHost):
                 if act.runtime_storage.sql.wiped:  # delete_all: as one never created (RT-15)
                     self.evict(act)
                 return result
+            except StaleEpoch:  # CL-11: a newer holder of the slot wrote the file: reset
+                self.log.warning("actor_reset", namespace=act.namespace, object_id=act.id,
+                                 reason="stale_epoch")
+                self.evict(act)
+                raise
             finally:
                 self._release(act)
 

@@ -94,6 +94,8 @@ class SqlStorage(Transactions):
         self._lost = set()
         self._undone = 0
         self._known = UNKNOWN  # made at the runtime's first look (``_known_now``)
+        self._fence = None  # set by the opener on many machines (``fence``)
+        self._fence_first = True
         # this API's
         self._kv: KvStorage | None = None
         self.wiped = False  # delete_all ran on this connection

@@ -14,7 +14,7 @@ import inspect
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from types import CoroutineType
-from typing import Self, TypeVar
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
 from mailbox_actors.platform.storage.errors import (
@@ -24,6 +24,9 @@ from mailbox_actors.platform.storage.errors import (
 )
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.runtime_known import Known
+
+if TYPE_CHECKING:
+    from mailbox_actors.platform.storage.fence import EpochFence
 
 __all__ = ["AlarmRun", "Transactions", "TxState"]
 
@@ -86,6 +89,10 @@ class Transactions(ScreenedConnection):
     # learnt of the file (``_known``) holds while this has not moved since.
     _undone: int
     _known: Known
+    # The slot's fence on many machines (``fence``), None elsewhere; ``_fence_first``: no
+    # transaction of this activation has passed it yet.
+    _fence: EpochFence | None
+    _fence_first: bool
 
     def _stored(self) -> int | None:
         """The stored alarm, read from the file at its first use in this activation."""
@@ -174,10 +181,23 @@ class Transactions(ScreenedConnection):
         if self._state is TxState.IMPLICIT:
             self._flush()
         self._sys(self._begin)
+        if self._fence is not None:
+            self._fenced()
         self._depth, self._state = 1, TxState.EXPLICIT
         self._txn_now = self._now()
         run = self._alarm_run
         return run, run is not None and run.set_in_handler
+
+    def _fenced(self) -> None:
+        """The slot's fence, right after BEGIN (CL-10, CL-11): a refusal rolls the BEGIN back."""
+        assert self._fence is not None
+        try:
+            self._fence.check(self, self._fence_first)
+        except BaseException:
+            if self._conn.in_transaction:
+                self._sys(self._rollback)
+            raise
+        self._fence_first = False
 
     def _rolled_back(self) -> None:
         """Something was undone: what was cached of the file since is read again (the runtime's
@@ -289,6 +309,8 @@ class Transactions(ScreenedConnection):
     def _open_implicit(self) -> None:
         self._hooks.before_transaction()  # RPC-5 holds for implicit transactions too
         self._sys(self._begin)
+        if self._fence is not None:
+            self._fenced()
         self._state = TxState.IMPLICIT
         self._gen += 1
         if len(self._lost) > 1000:  # only the transactions of requests still running matter

@@ -1,0 +1,98 @@
+"""The fence in an actor's file (CL-10, CL-11): the slot epoch stamped into ``_ma_meta``.
+
+On many machines an actor's file may be reached by a new slot holder while an old one still runs
+(a paused process, a partition). Every transaction of a fenced storage, right after its BEGIN,
+reads the epoch stamped in the file, in the transaction's own snapshot (WAL: a commit by another
+connection after that snapshot makes this one's write fail), and:
+
+- refuses when the lease no longer lets the slot be served (``unavailable`` naming slot and
+  epoch): the monotonic lease deadline passed;
+- at the first write after activation, stamps the lease's epoch over an older one or none;
+  a file stamped with a newer epoch than the lease is refused (``internal_error``, logged),
+  never downgraded;
+- at a later write, refuses when the file carries a newer epoch than its own (another machine
+  took the slot and wrote): ``unavailable``, and the host resets the actor.
+
+Outside machine mode a storage has no fence and pays one attribute test per transaction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import structlog
+
+from mailbox_actors.platform.services import ServiceKey
+from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+if TYPE_CHECKING:
+    from mailbox_actors.platform.storage.transactions import Transactions
+
+__all__ = ["EPOCH_KEY", "SLOT_FENCE", "EpochFence", "LeaseView", "StaleEpoch"]
+
+EPOCH_KEY = "slot_epoch"  # in _ma_meta
+_READ = f"SELECT v FROM _ma_meta WHERE k = 'slot_epoch' /*{RUNTIME_TOKEN}*/"
+_STAMP = f"INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('slot_epoch', ?) /*{RUNTIME_TOKEN}*/"
+
+
+_log = structlog.get_logger("mailbox_actors.storage")
+
+
+class LeaseView(Protocol):
+    """The slot lease as the fence sees it (``cluster.leases.SlotLease``)."""
+
+    slot: int
+    epoch: int
+
+    def serving(self) -> bool:
+        """The monotonic lease deadline lies ahead (and the lease was not lost)."""
+        ...
+
+
+class StaleEpoch(MailboxActorsError):
+    """A newer holder of the slot wrote this actor's file: this activation must go."""
+
+    def __init__(self, slot: int, epoch: int, stored: int) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE,
+                         f"slot {slot} moved on: this machine's epoch {epoch} is older than the "
+                         f"file's {stored}", details={"slot": slot, "epoch": epoch})
+
+
+class EpochFence:
+    """One slot's fence, shared by every actor storage of the slot's node."""
+
+    __slots__ = ("lease",)
+
+    def __init__(self, lease: LeaseView) -> None:
+        self.lease = lease
+
+    def check(self, tx: Transactions, first: bool) -> None:
+        """Called right after BEGIN; ``first``: no write of this activation has committed yet.
+        Raises to refuse the transaction (the caller rolls the BEGIN back)."""
+        lease = self.lease
+        if not lease.serving():
+            raise MailboxActorsError(
+                ErrorCode.UNAVAILABLE,
+                f"slot {lease.slot} is not served here now (lease epoch {lease.epoch} expired "
+                "or lost)", details={"slot": lease.slot, "epoch": lease.epoch})
+        row = tx._sys(_READ).fetchone()
+        stored = int(row[0]) if row is not None else 0
+        epoch = lease.epoch
+        if stored == epoch:
+            return
+        if stored > epoch:
+            if first:
+                _log.error("actor_file_newer_than_lease", slot=lease.slot, epoch=epoch,
+                           file_epoch=stored)
+                raise MailboxActorsError(
+                    ErrorCode.INTERNAL_ERROR,
+                    f"the actor's file is stamped with epoch {stored}, newer than this "
+                    f"machine's lease of slot {lease.slot} (epoch {epoch}): refused, not "
+                    "downgraded", details={"slot": lease.slot, "epoch": epoch,
+                                           "file_epoch": stored})
+            raise StaleEpoch(lease.slot, epoch, stored)
+        tx._sys(_STAMP, (str(epoch),))
+
+
+SLOT_FENCE: ServiceKey[EpochFence] = ServiceKey("slot_fence")

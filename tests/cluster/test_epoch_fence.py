@@ -1,0 +1,116 @@
+"""CL-10, CL-11: the slot epoch in the actor file. The first write of an activation stamps the
+lease's epoch into ``_ma_meta``; a commit after a newer holder wrote is refused (unavailable) and
+the actor reset; a file stamped newer than the lease is refused (internal_error), never
+downgraded; nothing commits once the lease deadline passed. The newer holder is another
+connection to the same file, as a machine on shared storage is."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from actors_for_tests import TENANT, Dump, Init, Put, Scratch
+from mailbox_actors.node.node import Node
+from mailbox_actors.platform.clock import FakeClock
+from mailbox_actors.platform.services import Services
+from mailbox_actors.platform.storage.fence import SLOT_FENCE, EpochFence
+from mailbox_actors.runtime.settings import RuntimeSettings
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+
+pytestmark = pytest.mark.anyio
+
+
+class Lease:
+    def __init__(self, slot: int, epoch: int) -> None:
+        self.slot, self.epoch, self.ok = slot, epoch, True
+
+    def serving(self) -> bool:
+        return self.ok
+
+
+def _node(tmp_path: Path, lease: Lease) -> Node:
+    return Node(RuntimeSettings(data_dir=str(tmp_path)), clock=FakeClock(), objects=[Scratch],
+                services=Services({SLOT_FENCE: EpochFence(lease)}))
+
+
+def _stamp(path: Path) -> str | None:
+    with sqlite3.connect(path) as conn:
+        row = conn.execute("SELECT v FROM _ma_meta WHERE k = 'slot_epoch'").fetchone()
+    return None if row is None else str(row[0])
+
+
+async def test_cl11_first_write_stamps_the_epoch_and_a_newer_holder_fences_the_old(
+        tmp_path: Path) -> None:
+    lease = Lease(3, 7)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "a")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        path = node.host.path_for("scratch", oid)
+        assert _stamp(path) == "7"
+        await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        # Another machine took the slot (epoch 8) and wrote the file through shared storage.
+        with sqlite3.connect(path) as other:
+            other.execute("UPDATE _ma_meta SET v = '8' WHERE k = 'slot_epoch'")
+            other.execute("INSERT INTO items (k, v) VALUES ('y', 'new holder')")
+        with pytest.raises(MailboxActorsError) as e:
+            await node.call("scratch", oid, Put(k="z", v="old", tx=False), tenant_id=TENANT)
+        assert e.value.code == ErrorCode.UNAVAILABLE and e.value.retryable
+        assert e.value.details == {"slot": 3, "epoch": 7}
+        assert not node.host.is_active("scratch", oid)  # the actor was reset
+        # Opened again under the old lease, the file is newer than the lease: refused.
+        with pytest.raises(MailboxActorsError) as e:
+            await node.call("scratch", oid, Put(k="z", v="old"), tenant_id=TENANT)
+        assert e.value.code == ErrorCode.INTERNAL_ERROR
+        with sqlite3.connect(path) as conn:
+            assert [r[0] for r in conn.execute("SELECT k FROM items ORDER BY k")] == ["x", "y"]
+        assert _stamp(path) == "8"  # never downgraded
+
+
+async def test_cl11_an_explicit_transaction_after_a_newer_holder_is_refused(
+        tmp_path: Path) -> None:
+    lease = Lease(1, 1)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "t")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        with sqlite3.connect(node.host.path_for("scratch", oid)) as other:
+            other.execute("UPDATE _ma_meta SET v = '2' WHERE k = 'slot_epoch'")
+        with pytest.raises(MailboxActorsError) as e:
+            await node.call("scratch", oid, Put(k="z", v="old"), tenant_id=TENANT)
+        assert e.value.code == ErrorCode.UNAVAILABLE
+        assert not node.host.is_active("scratch", oid)
+
+
+async def test_cl11_a_file_stamped_newer_than_the_lease_is_refused_not_downgraded(
+        tmp_path: Path) -> None:
+    lease = Lease(0, 2)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "b")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        path = node.host.path_for("scratch", oid)
+        node.host.evict_all_idle()
+        with sqlite3.connect(path) as other:
+            other.execute("UPDATE _ma_meta SET v = '5' WHERE k = 'slot_epoch'")
+        with pytest.raises(MailboxActorsError) as e:
+            await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        assert e.value.code == ErrorCode.INTERNAL_ERROR
+        assert e.value.details == {"slot": 0, "epoch": 2, "file_epoch": 5}
+        assert _stamp(path) == "5"
+        # Reads need no lease check of the file: the stamp is for writes.
+        assert (await node.call("scratch", oid, Dump(), tenant_id=TENANT))["keys"] == []
+
+
+async def test_cl10_nothing_commits_once_the_lease_no_longer_serves(tmp_path: Path) -> None:
+    lease = Lease(4, 1)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "c")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        lease.ok = False  # the monotonic deadline passed (or the renewal said it was lost)
+        with pytest.raises(MailboxActorsError) as e:
+            await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        assert e.value.code == ErrorCode.UNAVAILABLE
+        assert e.value.details == {"slot": 4, "epoch": 1}
+        lease.ok = True  # renewed at the same epoch (CL-17): writes go through again
+        await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        assert (await node.call("scratch", oid, Dump(), tenant_id=TENANT))["keys"] == ["x"]
