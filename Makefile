@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 RUN_STAMP := $(VENV)/.stamp-run
 
-.PHONY: venv venv-run test lint bench run
+.PHONY: venv venv-run test lint docs bench run
 
 venv: $(STAMP)
 
@@ -31,11 +31,15 @@ $(RUN_STAMP): pyproject.toml
 	touch $(RUN_STAMP)
 
 lint: venv
-	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff check src tests examples docs/hooks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+# The docs site, built the way `make test` checks it: any warning (a broken link, a missing page) fails.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: lint docs
 	$(BIN)/pytest -q
 
 bench: venv

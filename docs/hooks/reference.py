@@ -1,0 +1,134 @@
+"""MkDocs hook: the reference pages, generated at build time from what the code declares.
+
+The command line from its argparse parser, the settings from ``NodeConfig`` and the flags that set
+them, the errors from ``ErrorCode``'s table, the HTTP interface from ``openapi.json``. Nothing here is
+restated by hand, so the reference cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli() -> str:
+    from mailbox_actors.cli import SUBCOMMANDS, build_parser
+
+    parser = build_parser()
+    out = ["# Command line", "",
+           "Generated from the parser (`mailbox-actors COMMAND --help` prints the same).", "",
+           "```text", parser.format_help().rstrip(), "```", ""]
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in SUBCOMMANDS:
+        p = sub.choices[name]
+        out += [f"## `{name}`", "", "```text", p.format_help().rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+def _flag_help() -> dict[str, str]:
+    from mailbox_actors.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps: dict[str, str] = {}
+    for name in ("serve", "cluster"):
+        for action in sub.choices[name]._actions:
+            if action.dest and action.help and action.help != argparse.SUPPRESS:
+                helps.setdefault(action.dest, action.help)
+    return helps
+
+
+def _settings() -> str:
+    import msgspec
+
+    from mailbox_actors.node.config import ENV_PREFIX, NodeConfig
+
+    helps = _flag_help()
+    out = ["# Settings", "",
+           "Every setting of `serve` and `cluster`, generated from `NodeConfig` and the flags that "
+           "set it. Precedence: flag, then environment variable, then the TOML file (`--config`); "
+           "each is validated at start and a bad value is refused naming the setting.", "",
+           "| setting (TOML key) | flag | environment variable | type | default | what it does |",
+           "|---|---|---|---|---|---|"]
+    for field in msgspec.structs.fields(NodeConfig):
+        name = field.name
+        flag = "--" + name.replace("_", "-")
+        env = ENV_PREFIX + name.upper()
+        typ = getattr(field.type, "__name__", None) or str(field.type)
+        default = field.default if field.default is not msgspec.NODEFAULT else ""
+        if field.default_factory is not msgspec.NODEFAULT:
+            default = field.default_factory()
+        text = helps.get(name, "").replace("|", "\\|").replace("\n", " ")
+        out.append(f"| `{name}` | `{flag}` | `{env}` | `{typ}` | `{default!r}` | {text} |")
+    return "\n".join(out) + "\n"
+
+
+def _errors() -> str:
+    from mailbox_actors.wire.errors import ErrorCode
+
+    out = ["# Errors", "",
+           "Every error a caller can see (SPEC section 5), generated from the one table in "
+           "`wire/errors.py` that decides them. An error body is "
+           "`{\"code\", \"message\", \"retryable\", \"details\", \"request_id\"}`.", "",
+           "| code | HTTP status | retryable | what to do |", "|---|---|---|---|"]
+    for code in ErrorCode:
+        out.append(f"| `{code.value}` | {code.http_status} | "
+                   f"{'yes' if code.retryable else 'no'} | {code.default_fix} |")
+    return "\n".join(out) + "\n"
+
+
+def _schema_name(schema: dict[str, Any]) -> str:
+    ref = schema.get("$ref", "")
+    return ref.rsplit("/", 1)[-1] if ref else schema.get("type", "")
+
+
+def _http() -> str:
+    doc = json.loads((ROOT / "openapi.json").read_text())
+    out = ["# HTTP interface", "",
+           f"Generated from `openapi.json` (OpenAPI {doc['openapi']}; a node serves it at "
+           "`GET /openapi.json`, and `mailbox-actors openapi` prints it).", ""]
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            out += [f"## `{method.upper()} {path}`", ""]
+            if op.get("description") or op.get("summary"):
+                out += [(op.get("summary") or op.get("description")).strip(), ""]
+            params = op.get("parameters", [])
+            if params:
+                out += ["| parameter | in | required | schema |", "|---|---|---|---|"]
+                for p in params:
+                    out.append(f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'}"
+                               f" | `{_schema_name(p.get('schema', {}))}` |")
+                out.append("")
+            body = op.get("requestBody", {}).get("content", {}).get("application/json")
+            if body:
+                out += [f"Body: `{_schema_name(body.get('schema', {}))}`.", ""]
+            codes = ", ".join(f"`{c}`" for c in op.get("responses", {}))
+            out += [f"Answers: {codes}.", ""]
+    return "\n".join(out)
+
+
+def _adrs() -> str:
+    out = ["# Decisions", "",
+           "Architecture decision records: each says its context, the decision and its consequences; "
+           "measurements live in the [performance record](../performance/record.md).", ""]
+    for path in sorted((ROOT / "docs" / "adr").glob("[0-9]*.md")):
+        title = path.read_text().split("\n", 1)[0].lstrip("# ").strip()
+        out.append(f"- [{title}]({path.name})")
+    return "\n".join(out) + "\n"
+
+
+PAGES = {"adr/index.md": _adrs, "reference/cli.md": _cli, "reference/settings.md": _settings,
+         "reference/errors.md": _errors, "reference/http.md": _http}
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    for uri, make in PAGES.items():
+        files.append(File.generated(config, uri, content=make()))
+    return files
