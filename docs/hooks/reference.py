@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _cli() -> str:
     from mailbox_actors.cli import SUBCOMMANDS, build_parser
 
-    parser = build_parser()
+    parser = build_parser(every=True)
     out = ["# Command line", "",
            "Generated from the parser (`mailbox-actors COMMAND --help` prints the same).", "",
            "```text", parser.format_help().rstrip(), "```", ""]
@@ -35,7 +35,7 @@ def _cli() -> str:
 def _flag_help() -> dict[str, str]:
     from mailbox_actors.cli import build_parser
 
-    parser = build_parser()
+    parser = build_parser(every=True)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps: dict[str, str] = {}
     for name in ("serve", "cluster"):
