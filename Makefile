@@ -13,8 +13,9 @@ RUN_STAMP := $(VENV)/.stamp-run
 venv: $(STAMP)
 
 # What running needs and nothing more (OPS-12): the package, its runtime dependencies and what the
-# example needs (the demo extra: its loopback DNS server), not the development tools (mypy, ruff,
-# hypothesis, prometheus-client, the test-only servers).
+# example needs (the demo extra: its loopback DNS server; the console extra: the web console it
+# starts), not the development tools (mypy, ruff, hypothesis, prometheus-client, the test-only
+# servers).
 venv-run: $(RUN_STAMP)
 
 # Each stamp is newer than pyproject.toml once an install from it succeeded, so an install runs
@@ -27,7 +28,7 @@ $(STAMP): pyproject.toml
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	$(BIN)/python -m pip install --quiet -e '.[demo,console]'
 	touch $(RUN_STAMP)
 
 lint: venv

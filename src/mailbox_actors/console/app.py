@@ -120,7 +120,7 @@ class _Guard(BaseHTTPMiddleware):
         else:
             response.headers.setdefault("content-security-policy", PAGE_CSP)
         response.headers["x-content-type-options"] = "nosniff"
-        response.headers["referrer-policy"] = "no-referrer"
+        response.headers["referrer-policy"] = "same-origin"
         response.headers["cache-control"] = "no-store"
         response.headers.setdefault("x-frame-options", "DENY")
         return response
