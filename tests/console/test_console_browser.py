@@ -11,12 +11,14 @@ import smtplib
 import threading
 from collections.abc import Iterator
 from email.message import EmailMessage
+from typing import ClassVar
 
 import pytest
-from browser import Browser
-from conftest import DOMAIN, Stack, shots_dirs
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+
+from browser import Browser
+from console_stack import DOMAIN, Stack, shots_dirs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -82,7 +84,7 @@ def test_mail_appears_in_the_inbox_within_one_refresh(stack: Stack, browser: Bro
 
 
 class _Trap(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
+    hits: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         _Trap.hits.append(self.path)

@@ -12,8 +12,8 @@ import sys
 from email.message import EmailMessage
 
 import pytest
-from conftest import DOMAIN, Session, Stack
 
+from console_stack import DOMAIN, Session, Stack
 from mailbox_actors.console.session import Sessions
 from mailbox_actors.console.settings import ConsoleSettings, is_loopback
 from mailbox_actors.runtime.settings import SettingsError
