@@ -123,12 +123,13 @@ class Network:
             _ip("-n", ns, "link", "set", "lo", "up")
 
     def popen(self, machine: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-              stdout: IO[Any] | int | None = None, stderr: IO[Any] | int | None = None,
-              cwd: Path | None = None) -> subprocess.Popen[bytes]:
+              stdin: IO[Any] | int | None = None, stdout: IO[Any] | int | None = None,
+              stderr: IO[Any] | int | None = None, cwd: Path | None = None
+              ) -> subprocess.Popen[bytes]:
         """Start ``argv`` inside the machine's namespace. ``ip netns exec`` execs it in place,
         so the child's pid is the program's own (what SIGKILL and SIGSTOP are sent to)."""
         proc = subprocess.Popen(["ip", "netns", "exec", self.namespace(machine), *argv],
-                                env=None if env is None else dict(env), stdout=stdout,
+                                env=None if env is None else dict(env), stdin=stdin, stdout=stdout,
                                 stderr=stderr, cwd=cwd)
         self._procs.append(proc)
         return proc

@@ -1,0 +1,151 @@
+"""Node processes on the fault test's namespaced machines (CL-16), and what the nemesis does to them.
+
+Each machine runs one ``serve`` process in its namespace, listening on its bridge address, with the
+fault test's actor (``_faults_serve.py``) and the cluster-wide settings (tokens, id secret) in its
+environment, never in argv. How a machine is started (its flags) is a ``Launch``: static peers on
+shared SQLite files before machine mode, ``serve --postgres --machine`` with it. The processes are
+the test's children, tied to it (a node stops when the test process dies) and killed by pid; each
+machine's output goes to ``logs/<machine>.log`` beside the history, for a reader of a failed run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+
+from _pg import PgServer
+from mailbox_actors.http.client import HttpPool, HttpTransportError
+from netns import Network
+
+__all__ = ["FAULTS_SERVE", "Launch", "MachineCluster", "static_peers"]
+
+SUPPORT = Path(__file__).resolve().parent
+FAULTS_SERVE = SUPPORT / "_faults_serve.py"
+# (cluster, machine) -> the node's flags after ``serve``
+Launch = Callable[["MachineCluster", str], list[str]]
+
+
+def static_peers(cluster: MachineCluster, machine: str) -> list[str]:
+    """Before machine mode: a fixed peer list (each id owned by one machine, CL-2), the control
+    database and queues in SQLite files every machine opens (one host's file system)."""
+    peers = ",".join(f"{m}={cluster.url(m)}" for m in cluster.net.machines)
+    return ["--data", str(cluster.work / machine), "--node-name", machine, "--peers", peers,
+            "--control-db", str(cluster.work / "control.sqlite"),
+            "--queues-db", str(cluster.work / "queues.sqlite")]
+
+
+class MachineCluster:
+    """``nemesis.Machines`` over a ``Network``: signals, start, cut, partition, PostgreSQL."""
+
+    def __init__(self, net: Network, work: Path, launch: Launch, *, token: str,
+                 operator_token: str, id_secret: str, pg: PgServer | None = None,
+                 port: int = 8787, env: Mapping[str, str] | None = None) -> None:
+        self.net, self.work, self.launch, self.pg, self.port = net, work, launch, pg, port
+        self.token, self.operator_token = token, operator_token
+        self.extra_env = dict(env or {})
+        self.id_secret = id_secret
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: dict[str, IO[bytes]] = {}
+        (work / "logs").mkdir(parents=True, exist_ok=True)
+
+    def url(self, machine: str) -> str:
+        return f"http://{self.net.address(machine)}:{self.port}"
+
+    def urls(self) -> list[str]:
+        return [self.url(m) for m in self.net.machines]
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MAILBOX_ACTORS_")}
+        env |= {"MAILBOX_ACTORS_TOKEN": self.token,
+                "MAILBOX_ACTORS_OPERATOR_TOKEN": self.operator_token,
+                "MAILBOX_ACTORS_ID_SECRET": self.id_secret,
+                "MAILBOX_ACTORS_SUPERVISOR_PID": str(os.getpid()),  # dies with the test
+                "PYTHONPATH": os.pathsep.join([str(SUPPORT), env.get("PYTHONPATH", "")])}
+        return env | self.extra_env
+
+    def spawn(self, machine: str) -> subprocess.Popen[bytes]:
+        old = self._logs.pop(machine, None)
+        if old is not None:
+            old.close()
+        log = self._logs[machine] = open(self.work / "logs" / f"{machine}.log", "ab")
+        argv = [sys.executable, str(FAULTS_SERVE), "serve", "--host", self.net.address(machine),
+                "--port", str(self.port), "--log-format", "json", "--log-level", "warning",
+                *self.launch(self, machine)]
+        log.write(f"--- start: {json.dumps(argv)}\n".encode())
+        log.flush()
+        proc = self.net.popen(machine, argv, env=self._env(), stdin=subprocess.PIPE, stdout=log,
+                              stderr=subprocess.STDOUT)
+        self.procs[machine] = proc
+        return proc
+
+    async def wait_ready(self, machine: str, pool: HttpPool, within_s: float = 60) -> None:
+        """Until the machine's own process answers /healthz (bounded; it may take a while to
+        load on a busy host)."""
+        proc = self.procs[machine]
+        with anyio.fail_after(within_s):
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"{machine} exited with {proc.returncode}; see "
+                                         f"{self.work / 'logs' / (machine + '.log')}")
+                try:
+                    status, body = await pool.request(self.url(machine), "GET", "/healthz", {},
+                                                      b"", timeout_s=2)
+                    if status == 200 and json.loads(body).get("pid") == proc.pid:
+                        return
+                except HttpTransportError:
+                    pass
+                await anyio.sleep(0.1)  # pacing the probe, bounded by fail_after
+
+    async def start_all(self, pool: HttpPool) -> None:
+        for m in self.net.machines:
+            self.spawn(m)
+        for m in self.net.machines:
+            await self.wait_ready(m, pool)
+
+    def stop_all(self) -> None:
+        self.net.kill_all()
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+
+    # ---- nemesis.Machines ----------------------------------------------------------------------
+
+    def signal(self, machine: str, signum: int) -> None:
+        proc = self.procs[machine]
+        if proc.poll() is None:
+            os.kill(proc.pid, signum)
+            if signum == 9:
+                proc.wait(timeout=30)
+
+    async def start(self, machine: str) -> None:
+        self.spawn(machine)  # ready or not: the workload sees what clients would see
+
+    def cut(self, machine: str) -> None:
+        self.net.cut(machine)
+
+    def mend(self, machine: str) -> None:
+        self.net.mend(machine)
+
+    def partition(self, a: str, b: str) -> None:
+        self.net.partition(a, b)
+
+    def join(self, a: str, b: str) -> None:
+        self.net.join(a, b)
+
+    def pg_stop(self) -> None:
+        if self.pg is not None:
+            self.pg.stop()
+
+    def pg_start(self) -> None:
+        if self.pg is not None:
+            self.pg.start()
+
+    def record_of(self) -> dict[str, Any]:
+        return {m: {"pid": p.pid, "returncode": p.poll()} for m, p in self.procs.items()}
