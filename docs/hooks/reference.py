@@ -32,41 +32,25 @@ def _cli() -> str:
     return "\n".join(out)
 
 
-def _flag_help() -> dict[str, str]:
-    from mailbox_actors.cli import build_parser
-
-    parser = build_parser(every=True)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    helps: dict[str, str] = {}
-    for name in ("serve", "cluster"):
-        for action in sub.choices[name]._actions:
-            if action.dest and action.help and action.help != argparse.SUPPRESS:
-                helps.setdefault(action.dest, action.help)
-    return helps
-
-
 def _settings() -> str:
-    import msgspec
+    from mailbox_actors.node.settings import declared
 
-    from mailbox_actors.node.config import ENV_PREFIX, NodeConfig
-
-    helps = _flag_help()
     out = ["# Settings", "",
-           "Every setting of `serve` and `cluster`, generated from `NodeConfig` and the flags that "
-           "set it. Precedence: flag, then environment variable, then the TOML file (`--config`); "
-           "each is validated at start and a bad value is refused naming the setting.", "",
+           "Every setting of `serve` and `cluster`, generated from their one declaration "
+           "(`node/settings.py`). Precedence: flag, then environment variable, then the TOML file "
+           "(`--config`, keys as named here); each is validated at start and a bad value is "
+           "refused naming the setting. A setting without a flag is read from the environment "
+           "and the file only.", "",
            "| setting (TOML key) | flag | environment variable | type | default | what it does |",
            "|---|---|---|---|---|---|"]
-    for field in msgspec.structs.fields(NodeConfig):
-        name = field.name
-        flag = "--" + name.replace("_", "-")
-        env = ENV_PREFIX + name.upper()
-        typ = getattr(field.type, "__name__", None) or str(field.type)
-        default = field.default if field.default is not msgspec.NODEFAULT else ""
-        if field.default_factory is not msgspec.NODEFAULT:
-            default = field.default_factory()
-        text = helps.get(name, "").replace("|", "\\|").replace("\n", " ")
-        out.append(f"| `{name}` | `{flag}` | `{env}` | `{typ}` | `{default!r}` | {text} |")
+    for s in declared():
+        flag = {"both": f"`{s.flag}`", "serve": f"`{s.flag}` (serve)",
+                "cluster": f"`{s.flag}` (cluster)", "file": "-"}[s.scope]
+        typ = s.type.__name__ + (" or none" if s.optional else "")
+        if s.choices:
+            typ = " \\| ".join(s.choices)
+        text = s.description.replace("|", "\\|")
+        out.append(f"| `{s.name}` | {flag} | `{s.env}` | {typ} | `{s.default!r}` | {text} |")
     return "\n".join(out) + "\n"
 
 

@@ -57,16 +57,12 @@ _HEALTH_TIMEOUT_S = 1.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p)
-    p.add_argument("--nodes", type=int, help="number of node processes (default 3)")
-    p.add_argument("--health-timeout-s", dest="health_timeout_s", type=float,
-                   help="restart a node that has not answered /healthz for this long "
-                        "(default 10)")
+    add_config_arguments(p, command="cluster")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        flags = flags_of(args) | {"nodes": args.nodes, "health_timeout_s": args.health_timeout_s}
+        flags = flags_of(args)
         cfg = load_config(flags, os.environ, args.config)
     except SettingsError as e:
         print(f"mailbox-actors cluster: {e}", file=sys.stderr)

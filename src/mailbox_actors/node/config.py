@@ -19,11 +19,10 @@ import msgspec
 
 from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.node.mail import check_transport_files
+from mailbox_actors.node.settings import ENV_PREFIX, NodeSettings
 from mailbox_actors.platform.dns.resolver import DnsSettings
-from mailbox_actors.platform.storage.sql import Durability
 from mailbox_actors.runtime.settings import (
     DEFAULT_ID_SECRET,
-    DEFAULT_MAX_ACTIVE_ACTORS,
     SECRET_SETTINGS,
     RuntimeSettings,
     SettingsError,
@@ -34,64 +33,8 @@ __all__ = ["ENV_PREFIX", "ID_SECRET_FILE", "NodeConfig", "Tokens", "ensure_id_se
 
 ID_SECRET_FILE = "id.secret"
 
-ENV_PREFIX = "MAILBOX_ACTORS_"
-
-
-class NodeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Every setting of ``serve`` and ``cluster``; the defaults are what ``make run`` uses."""
-
-    data: str = "./data"
-    host: str = "127.0.0.1"
-    port: int = 8787
-    nodes: int = 3
-    node_name: str = "node-0"
-    token: str | None = None
-    token_file: str | None = None
-    operator_token: str | None = None
-    operator_token_file: str | None = None
-    durability: str = Durability.NORMAL
-    idle_ms: int = 10_000
-    # A ceiling: the node lowers it at start to a quarter of memory / 512 KB and to a third of the
-    # descriptors it may use (OPS-4; README "How many open actors").
-    max_active_actors: int = DEFAULT_MAX_ACTIVE_ACTORS
-    max_queue: int = 1_000
-    max_body_bytes: int = 1 << 20
-    read_timeout_s: float = 10.0
-    shutdown_grace_ms: int = 10_000
-    block_concurrency_timeout_ms: int = 30_000  # RT-16
-    loop_block_warn_ms: int = 100  # RT-17
-    id_secret: str | None = None  # default: generated into DATA/id.secret (ensure_id_secret)
-    log_format: str = "auto"
-    log_level: str = "info"
-    control_db: str | None = None  # default DATA/control.sqlite (a cluster: DIR/control.sqlite)
-    queues_db: str | None = None  # default DATA/queues.sqlite (a cluster: DIR/queues.sqlite)
-    webhook_consumers: int = 4
-    webhook_ca_file: str | None = None  # PEM CAs for https webhooks (default: the system's)
-    health_timeout_s: float = 10.0  # cluster: a ready node silent on /healthz this long is restarted
-    dns_nameservers: str = ""  # comma-separated IP addresses (default: the system's resolv.conf)
-    dns_port: int = 53
-    dns_timeout_ms: int = 2_000
-    dns_attempts: int = 2
-    dns_authoritative: bool = False
-    domain_fail_after: int = 3
-    domain_check_pending_ms: int = 300_000
-    domain_check_verified_ms: int = 86_400_000
-    domain_pending_expiry_ms: int = 72 * 3_600_000
-    transport: str = "none"  # CA-14: smtp | cloudflare | none (mail stays queued)
-    smtp_host: str | None = None
-    smtp_port: int | None = None  # default 25, 587 with starttls, 465 with tls
-    smtp_tls: str = "none"
-    smtp_username: str | None = None
-    smtp_password_file: str | None = None
-    smtp_timeout_s: float = 600.0
-    smtp_ca_file: str | None = None  # PEM CAs for the relay's TLS (default: the system's)
-    cloudflare_url: str | None = None
-    cloudflare_token_file: str | None = None
-    recipient_cap: int = 50  # CA-6: Emails per normalized recipient in the window ...
-    recipient_cap_window_ms: int = 86_400_000  # ... of this length, per identity
-    mail_recheck_ms: int = 300_000  # transport none: how often queued mail is looked at again
-    smtp_listen_port: int | None = None  # IN-5: the SMTP door on host:port (a cluster: P+i)
-    inbound_max_message_bytes: int = 25 << 20  # IN-1: a bigger message is refused (552)
+class NodeConfig(NodeSettings, kw_only=True, forbid_unknown_fields=True):
+    """Every setting of ``serve`` and ``cluster`` (declared in ``node/settings.py``), validated."""
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:

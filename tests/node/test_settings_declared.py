@@ -1,0 +1,56 @@
+"""Settings are declared once (CL-4): every setting of serve and cluster has a type, a default and
+a description in ``node/settings.py``, and the flags, variables, TOML keys and --help come from it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from mailbox_actors.cli import build_parser
+from mailbox_actors.node.config import NodeConfig, load_config
+from mailbox_actors.node.settings import NodeSettings, declared
+from mailbox_actors.runtime.settings import SettingsError
+
+
+def _sub(name: str) -> argparse.ArgumentParser:
+    parser = build_parser(every=True)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def test_every_setting_is_described_and_node_config_is_the_declaration() -> None:
+    """CL-4: no setting without a description; NodeConfig validates exactly the declared ones."""
+    names = [s.name for s in declared()]
+    assert names == list(NodeConfig.__struct_fields__) == list(NodeSettings.__struct_fields__)
+    for s in declared():
+        assert len(s.description) > 10, s.name
+        assert s.type in (int, float, str, bool), s.name
+
+
+def test_flags_come_from_the_declaration_with_its_help_and_default() -> None:
+    """CL-4: serve takes every setting of its scope as a flag, with the description and the
+    default in its help; the cluster's own settings are cluster flags; file-only ones are none."""
+    serve, cluster = _sub("serve"), _sub("cluster")
+    for s in declared():
+        in_serve = s.flag in serve._option_string_actions
+        in_cluster = s.flag in cluster._option_string_actions
+        assert in_serve == (s.scope in ("both", "serve")), s.name
+        assert in_cluster == (s.scope in ("both", "cluster")), s.name
+    port = serve._option_string_actions["--port"]
+    assert port.type is int
+    assert port.help == "port to listen on (a cluster: node i on this + i) (default 8787)"
+    assert serve._option_string_actions["--durability"].choices == ("normal", "full")
+
+
+def test_a_flag_variable_and_file_reach_the_same_setting(tmp_path: Path) -> None:
+    """CL-4: one name, three sources, flags first: --idle-ms, MAILBOX_ACTORS_IDLE_MS, idle_ms."""
+    toml = tmp_path / "s.toml"
+    toml.write_text("idle_ms = 111\nmax_queue = 7\n")
+    cfg = load_config({"idle_ms": 333}, {"MAILBOX_ACTORS_IDLE_MS": "222"}, str(toml))
+    assert (cfg.idle_ms, cfg.max_queue) == (333, 7)
+    cfg = load_config({}, {"MAILBOX_ACTORS_IDLE_MS": "222"}, str(toml))
+    assert cfg.idle_ms == 222
+    with pytest.raises(SettingsError, match="idle_ms"):
+        load_config({}, {"MAILBOX_ACTORS_IDLE_MS": "soon"}, None)
