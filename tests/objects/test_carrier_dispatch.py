@@ -558,7 +558,7 @@ async def test_a_long_backlog_lets_the_outbox_in_between_runs(
     """CA-4, EV-1: one alarm run starts a bounded number of Emails, then re-arms for now: the
     events of what it sent are published before the next run sends the rest, and every Email
     is sent once."""
-    from mailbox_actors.objects.identity_mailbox import dispatch
+    from mailbox_actors.carrier import dispatch
 
     monkeypatch.setattr(dispatch, "DISPATCH_RUN_MAX", 3)
     transport = RecordingTransport()

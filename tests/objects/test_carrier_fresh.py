@@ -1,4 +1,4 @@
-"""Carrier's fresh Emails (objects/identity_mailbox/fresh_emails.py): a just-submitted Email is
+"""Carrier's fresh Emails (carrier/fresh.py): a just-submitted Email is
 not written into the queued index; dispatch finds it by the Emails' key from a bound kept in the
 mailbox's file. Every Email is still sent once (CA-1, CA-4), a restart finds what the last
 instance left unsent, and a file of the layout before (its queued Emails in the index) keeps and
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from _carrier import NS, call, email, mailbox, receipt
+from mailbox_actors.carrier import store
+from mailbox_actors.carrier.schema import CARRIER_FRESH
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.objects.identity_mailbox import IdentityMailbox
-from mailbox_actors.objects.identity_mailbox import carrier_store as store
-from mailbox_actors.objects.identity_mailbox.fresh_emails import CARRIER_FRESH
 from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.platform.storage.sql import SqlStorage

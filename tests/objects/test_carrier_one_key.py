@@ -1,4 +1,4 @@
-"""Carrier's one-key layout (objects/identity_mailbox/carrier_keys.py): Emails are found by their
+"""Carrier's one-key layout (carrier/keys.py): Emails are found by their
 id and Messages by theirs through the Messages' own key, with no index of either id. Every
 Message stays findable by its id (minted next to its Email's, or across a millisecond, or stored
 before this layout), every Email by its id, and a file of the previous layout keeps its Emails,
@@ -14,9 +14,9 @@ import pytest
 
 from _carrier import NS, call, email, mailbox, receipt
 from _carrier_previous import previous_mailbox
+from mailbox_actors.carrier.schema import CARRIER_ONE_KEY
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.objects.identity_mailbox import IdentityMailbox
-from mailbox_actors.objects.identity_mailbox.carrier_keys import CARRIER_ONE_KEY
 from mailbox_actors.objects.identity_mailbox.inspection import inspect_deliveries
 from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT

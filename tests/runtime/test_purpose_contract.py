@@ -36,7 +36,7 @@ def test_no_await_between_a_purpose_method_and_its_clearing() -> None:
     window = _window(inspect.getsource(purposes.run_due))
     assert window, "the clearing follows the method's call in the loop"
     assert any("transaction_sync" in ast.dump(s) for s in window)
-    assert _awaits(window) == [], "CLEARED_WITHOUT_AWAIT broken: dispatch_wake.py relies on it"
+    assert _awaits(window) == [], "CLEARED_WITHOUT_AWAIT broken: carrier/wake.py relies on it"
     assert "CLEARED_WITHOUT_AWAIT" in purposes.__all__
 
 

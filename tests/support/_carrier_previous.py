@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from mailbox_actors.carrier import store
 from mailbox_actors.core.carrier.digest import content_digest
 from mailbox_actors.objects.identity_mailbox import IdentityMailbox
-from mailbox_actors.objects.identity_mailbox import carrier_store as store
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.runtime.migrations import Migration

@@ -10,30 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, assert_never
 
+from mailbox_actors.carrier import CanSendHook, Carrier
+from mailbox_actors.carrier import schema as carrier_schema
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
-from mailbox_actors.objects.identity_mailbox import (
-    carrier,
-    dispatch,
-    inbound,
-    ingest_batch,
-    threads,
-    waits,
-)
-from mailbox_actors.objects.identity_mailbox.carrier_keys import (
-    CARRIER_LIVE_INDEXES,
-    CARRIER_ONE_KEY,
-)
-from mailbox_actors.objects.identity_mailbox.carrier_store import (
-    CARRIER_INLINE_CONTENT,
-    CARRIER_MESSAGES_LEAN,
-    CARRIER_SCHEMA,
-    CARRIER_TABLES,
-)
-from mailbox_actors.objects.identity_mailbox.dispatch_wake import DispatchWake
-from mailbox_actors.objects.identity_mailbox.fresh_emails import CARRIER_FRESH, FreshFrom
+from mailbox_actors.objects.identity_mailbox import inbound, ingest_batch, threads, waits
+from mailbox_actors.objects.identity_mailbox.quota_gate import QuotaGate
 from mailbox_actors.objects.shared_schema import META_PUT, RATE_WINDOW_PRUNE, RATE_WINDOWS_SCHEMA
+from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.ops import post_op
@@ -82,7 +67,7 @@ __all__ = ["IdentityMailbox"]
 _OWN_EVENTS = frozenset({"identity.created", "identity.erased"})
 
 # Tables whose rows are the identity's content: erase empties them all.
-CONTENT_TABLES = ("messages", "idempotency", *CARRIER_TABLES)
+CONTENT_TABLES = ("messages", "idempotency", *carrier_schema.TABLES)
 
 
 class IdentityMailbox(Actor[MailboxRequest]):
@@ -107,16 +92,19 @@ class IdentityMailbox(Actor[MailboxRequest]):
             *RATE_WINDOWS_SCHEMA,
         )),
         Migration(3, POST_SCHEMA),  # the tenant roster goes out by Post (objects/roster.py)
-        Migration(4, CARRIER_SCHEMA),
+        Migration(4, carrier_schema.CARRIER_SCHEMA),
         Migration(5, PLATFORM_META),
         Migration(6, inbound.INBOUND_SCHEMA),
-        Migration(7, CARRIER_INLINE_CONTENT),
+        Migration(7, carrier_schema.CARRIER_INLINE_CONTENT),
         # Fewer b-trees per submit (the outbox's event and the Messages), existing rows kept.
-        Migration(8, (*OUTBOX_LEAN, *CARRIER_MESSAGES_LEAN)),
+        Migration(8, (*OUTBOX_LEAN, *carrier_schema.CARRIER_MESSAGES_LEAN)),
         Migration(9, inbound.INBOUND_LEAN),  # bodies in the message row, one b-tree less
-        Migration(10, CARRIER_ONE_KEY),  # Emails and Messages found by one key: two b-trees less
-        Migration(11, CARRIER_LIVE_INDEXES),  # only queued and dispatching Emails indexed by status
-        Migration(12, CARRIER_FRESH),  # a just-submitted Email is found by its key, not indexed
+        # Emails and Messages found by one key: two b-trees less
+        Migration(10, carrier_schema.CARRIER_ONE_KEY),
+        # Only queued and dispatching Emails indexed by status
+        Migration(11, carrier_schema.CARRIER_LIVE_INDEXES),
+        # A just-submitted Email is found by its key, not indexed
+        Migration(12, carrier_schema.CARRIER_FRESH),
         Migration(13, threads.THREAD_MERGES),  # IN-11: merged threads alias their survivor
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
@@ -125,8 +113,10 @@ class IdentityMailbox(Actor[MailboxRequest]):
     def __init__(self, ctx: ActorContext) -> None:
         super().__init__(ctx)
         self.post = Post(self, roster.ROSTER)
-        self.dispatch_wake = DispatchWake()  # Carrier: the committed dispatch wake, when known
-        self.fresh = FreshFrom()  # Carrier: below which no Email is fresh (fresh_emails)
+        # Outbound mail (CA-1..CA-17): the Carrier library over this file, woken by
+        # ``alarm:dispatch``, gated by the tenant's TenantQuota (RPC-9).
+        self.carrier = Carrier.for_actor(ctx, purpose="dispatch", gate=QuotaGate(ctx),
+                                         can_send=_can_send(ctx))
         # Inbound: this instance knows it holds no pending wait, so ingest skips the waits query
         # (set by that query finding none, cleared before any register_wait: waits.py).
         self.no_pending_waits = False
@@ -137,19 +127,19 @@ class IdentityMailbox(Actor[MailboxRequest]):
     async def handle(self, call: Call, req: MailboxRequest | ingest_batch.IngestBatch) -> Any:
         match req:
             case Submit():
-                return carrier.submit(self, req)
+                return self.carrier.send(req)
             case GetEmail():
-                return carrier.get_email(self, req)
+                return self.carrier.get(req.source_id)
             case CancelEmail():
-                return carrier.cancel(self, req)
+                return self.carrier.cancel(req)
             case ResolveEmail():
-                return carrier.resolve(self, req)
+                return self.carrier.resolve(req)
             case ApplyDeliveryEvent():
-                return carrier.apply_delivery_event(self, req)
+                return self.carrier.apply_delivery_event(req)
             case BeginTransport():
-                return await dispatch.begin_transport(self, req)
+                return await self.carrier.begin_transport(req)
             case RecordTransportOutcome():
-                return dispatch.record_transport_outcome(self, req)
+                return self.carrier.record_transport_outcome(req)
             case PostDeadLetters() | PostRetry():
                 return post_op(self.post, req)
             case MailboxStatus():
@@ -208,8 +198,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
         return EraseReply(erased=True, erased_at_ms=now)
 
     async def dispatch_tick(self) -> None:
-        """``alarm:dispatch`` (CA-4): send what is due; see ``dispatch``."""
-        await dispatch.dispatch(self)
+        """``alarm:dispatch`` (CA-4): Carrier's wake; see ``carrier/dispatch.py``."""
+        await self.carrier.tick()
 
     async def maintenance(self) -> None:
         """AL-6, daily: expired idempotency rows, windows older than 48 h, events past the
@@ -226,3 +216,16 @@ class IdentityMailbox(Actor[MailboxRequest]):
             self.ctx.schedule("maintenance", now + DAY_MS)
 
         self.sql.transaction_sync(run)
+
+
+def _can_send(ctx: ActorContext) -> CanSendHook | None:
+    """The node's ``can_send`` hook (CA-7), told which identity's Email it is."""
+    hook = ctx.service(CAN_SEND)
+    if hook is None:
+        return None
+
+    async def check(email_id: str, source_id: str) -> bool:
+        return await hook(SendCheck(tenant_id=ctx.owner_tenant or "",
+                                    identity_id=ctx.owner_identity or "",
+                                    email_id=email_id, source_id=source_id))
+    return check

@@ -22,48 +22,10 @@ from typing import Any
 from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid, ulid_int
 from mailbox_actors.platform.storage.sql import SqlStorage
 
-__all__ = ["CARRIER_LIVE_INDEXES", "CARRIER_ONE_KEY", "NEAR", "derived", "find_message",
+__all__ = ["NEAR", "derived", "find_message",
            "minted_value", "ulid_value"]
 
-# The rebuild of an existing file (the migration): Messages get their Email's seq (read through
-# the old email-id index, before it goes), every stored Message id is listed, then the Emails
-# are rebuilt keyed by seq (their rowid kept as seq) without the email-id key.
-CARRIER_ONE_KEY = (
-    "ALTER TABLE email_messages ADD COLUMN email_seq INTEGER NOT NULL DEFAULT 0",
-    "UPDATE email_messages SET email_seq = "
-    "(SELECT e.rowid FROM emails e WHERE e.email_id = email_messages.email_id)",
-    "CREATE TABLE email_message_ids (message_id TEXT PRIMARY KEY, email_id TEXT NOT NULL, "
-    "position INTEGER NOT NULL) WITHOUT ROWID",
-    "INSERT INTO email_message_ids (message_id, email_id, position) "
-    "SELECT message_id, email_id, position FROM email_messages",
-    "DROP INDEX email_messages_id",
-    "CREATE TABLE emails_keyed (seq INTEGER PRIMARY KEY, email_id TEXT NOT NULL, "
-    "source_id TEXT NOT NULL UNIQUE, digest TEXT NOT NULL, status TEXT NOT NULL, "
-    "message_id_header TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
-    "provider_message_id TEXT, rejection_code TEXT, rejection_class TEXT, "
-    "next_attempt_at_ms INTEGER, send_before INTEGER, lease_until_ms INTEGER, resolution TEXT, "
-    "created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL, content BLOB, "
-    "content_parts INTEGER NOT NULL DEFAULT 0)",
-    "INSERT INTO emails_keyed (seq, email_id, source_id, digest, status, message_id_header, "
-    "attempts, provider_message_id, rejection_code, rejection_class, next_attempt_at_ms, "
-    "send_before, lease_until_ms, resolution, created_at_ms, updated_at_ms, content, "
-    "content_parts) SELECT rowid, email_id, source_id, digest, status, message_id_header, "
-    "attempts, provider_message_id, rejection_code, rejection_class, next_attempt_at_ms, "
-    "send_before, lease_until_ms, resolution, created_at_ms, updated_at_ms, content, "
-    "content_parts FROM emails ORDER BY rowid",
-    "DROP TABLE emails",
-    "ALTER TABLE emails_keyed RENAME TO emails",
-    "CREATE INDEX emails_due ON emails (status, next_attempt_at_ms)",
-)
 
-# Dispatch looks Emails up by status only while they are queued (by due time) or dispatching (by
-# lease): an index of those two alone, where the due index held every Email by status. It stays
-# as small as the work in hand, and an Email's intent and outcome move one entry less each.
-CARRIER_LIVE_INDEXES = (
-    "DROP INDEX emails_due",
-    "CREATE INDEX emails_queued ON emails (next_attempt_at_ms) WHERE status = 'queued'",
-    "CREATE INDEX emails_leased ON emails (lease_until_ms) WHERE status = 'dispatching'",
-)
 
 # How far above its Email's ULID a Message's may be and still be found without a listing: the
 # most Messages an Email has (50), with room.

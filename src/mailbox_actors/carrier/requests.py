@@ -1,4 +1,4 @@
-"""Carrier's request ops in IdentityMailbox (CA-1, CA-2, CA-6, CA-9, CA-12, CA-13): ``submit``,
+"""Carrier's request ops (CA-1, CA-2, CA-6, CA-9, CA-12, CA-13): ``submit``,
 ``get_email``, ``cancel``, ``resolve`` and ``apply_delivery_event``.
 
 ``submit`` validates first (nothing is stored for a bad request), then in one transaction stores
@@ -12,6 +12,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from mailbox_actors.carrier import keys as carrier_keys
+from mailbox_actors.carrier import store
+from mailbox_actors.carrier.checks import check_submit
 from mailbox_actors.core.carrier.cap import CapPolicy, full_at, over_cap, window_start
 from mailbox_actors.core.carrier.digest import content_digest
 from mailbox_actors.core.carrier.states import (
@@ -21,10 +24,6 @@ from mailbox_actors.core.carrier.states import (
     MessageStatus,
     delivery_moves,
 )
-from mailbox_actors.objects.identity_mailbox import carrier_keys
-from mailbox_actors.objects.identity_mailbox import carrier_store as store
-from mailbox_actors.objects.identity_mailbox.submit_checks import check_submit
-from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.carrier import (
     ApplyDeliveryEvent,
@@ -39,7 +38,7 @@ from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsE
 from mailbox_actors.wire.transport import OutboundEmail
 
 if TYPE_CHECKING:
-    from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
+    from mailbox_actors.carrier.state import CarrierState
 
 __all__ = ["apply_delivery_event", "cancel", "cap_policy", "get_email", "resolve", "submit"]
 
@@ -70,8 +69,8 @@ def _insert_queued(keys: int) -> str:
             f"?9, ?10, 1 WHERE NOT ({full}) ON CONFLICT (source_id) DO NOTHING")
 
 
-def cap_policy(mb: IdentityMailbox) -> CapPolicy:
-    st = mb.ctx.settings
+def cap_policy(c: CarrierState) -> CapPolicy:
+    st = c.settings
     return _policy(st.recipient_cap, st.recipient_cap_window_ms)
 
 
@@ -98,29 +97,29 @@ def _header_domain(from_: str) -> str:
     return domain.lower()
 
 
-def submit(mb: IdentityMailbox, req: Submit) -> Receipt:
+def submit(c: CarrierState, req: Submit) -> Receipt:
     check_submit(req)
     digest = content_digest(from_=req.from_, to=req.to, cc=req.cc, bcc=req.bcc,
                             subject=req.subject, text=req.text, html=req.html,
                             headers=req.headers, send_before=req.send_before)
-    receipt, wake = mb.sql.transaction_sync(lambda tx: _submit_tx(mb, tx, req, digest))
+    receipt, wake = c.host.commit(lambda tx: _submit_tx(c, tx, req, digest))
     if wake is not None:
-        mb.dispatch_wake.committed(wake)
+        c.wake.committed(wake)
     return receipt
 
 
-def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str
+def _submit_tx(c: CarrierState, tx: SqlStorage, req: Submit, digest: str
                ) -> tuple[Receipt, int | None]:
     """The receipt, and the dispatch wake this transaction ensured (None: it ensured none)."""
-    ctx = mb.ctx
+    host = c.host
     now = tx.now_ms()
     recipients = _recipients(req)
     keys = [store.recipient_key(a) for _, a in recipients]
     unique = list(dict.fromkeys(keys))
-    policy = cap_policy(mb)
-    email_id = ctx.new_id("eml")
+    policy = cap_policy(c)
+    email_id = host.new_id("eml")
     # Minted next to the Email's id, so they fall within its millisecond (carrier_keys).
-    message_ids = [ctx.new_id("msg") for _ in recipients]
+    message_ids = [host.new_id("msg") for _ in recipients]
     header = _message_id_header(email_id, req.from_)
     inline, chunks = store.encode_content(OutboundEmail(
         email_id=email_id, message_id_header=header, from_=req.from_, to=req.to, cc=req.cc,
@@ -151,14 +150,14 @@ def _submit_tx(mb: IdentityMailbox, tx: SqlStorage, req: Submit, digest: str
         store.save_chunks(tx, email_id, chunks)
     wake = None
     if over:
-        ctx.emit(tx, "email.refused", {"email_id": email_id, "status": status.value,
+        host.emit(tx, "email.refused", {"email_id": email_id, "status": status.value,
                                        "reason": "recipient_cap", "messages": len(recipients)})
     else:
-        ctx.emit(tx, "email.queued", {"email_id": email_id, "status": status.value,
+        host.emit(tx, "email.queued", {"email_id": email_id, "status": status.value,
                                       "messages": len(recipients)})
         # Without a transport the wake is the periodic look (a node restarted with one sends).
-        wake = mb.dispatch_wake.ensure(ctx, now if ctx.service(MAIL_TRANSPORT) is not None
-                                       else now + ctx.settings.mail_recheck_ms)
+        wake = c.wake.ensure(host, now if c.transport is not None
+                             else now + c.settings.recheck_ms)
     return Receipt(
         email_id=email_id, source_id=req.source_id, status=status.value,
         message_id_header=header, messages=messages, attempts=0, provider_message_id=None,
@@ -186,12 +185,12 @@ def _replay(tx: SqlStorage, existing: store.EmailRow, digest: str) -> Receipt:
     return store.receipt(tx, existing)  # a replay: the same receipt, nothing sent again
 
 
-def get_email(mb: IdentityMailbox, req: GetEmail) -> Receipt | None:
-    row = store.row_by_source(mb.sql, req.source_id)
-    return None if row is None else store.receipt(mb.sql, row)
+def get_email(c: CarrierState, req: GetEmail) -> Receipt | None:
+    row = store.row_by_source(c.sql, req.source_id)
+    return None if row is None else store.receipt(c.sql, row)
 
 
-def cancel(mb: IdentityMailbox, req: CancelEmail) -> Receipt:
+def cancel(c: CarrierState, req: CancelEmail) -> Receipt:
     def run(tx: SqlStorage) -> Receipt:
         row = store.row_by_source(tx, req.source_id)
         if row is None:
@@ -202,14 +201,14 @@ def cancel(mb: IdentityMailbox, req: CancelEmail) -> Receipt:
             raise MailboxActorsError(
                 ErrorCode.CONFLICT, f"the email is {row.status.value}: only a queued email (before "
                 "dispatch intent) can be cancelled", details={"status": row.status.value})
-        row = store.move(mb.ctx, tx, row, EmailStatus.SUPERSEDED, {"reason": "cancelled"},
+        row = store.move(c.host, tx, row, EmailStatus.SUPERSEDED, {"reason": "cancelled"},
                          next_attempt_at_ms=None, resolution="cancelled")
         store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT)
         return store.receipt(tx, row)
-    return mb.sql.transaction_sync(run)
+    return c.host.commit(run)
 
 
-def resolve(mb: IdentityMailbox, req: ResolveEmail) -> Receipt:
+def resolve(c: CarrierState, req: ResolveEmail) -> Receipt:
     if req.outcome == "provider_accepted" and req.provider_message_id is None:
         raise InvalidRequest("provider_accepted needs provider_message_id",
                              details={"field": "provider_message_id"})
@@ -228,12 +227,12 @@ def resolve(mb: IdentityMailbox, req: ResolveEmail) -> Receipt:
                 ErrorCode.CONFLICT, f"the email is {row.status.value}: resolve settles only "
                 "outcome_unknown", details={"status": row.status.value})
         if req.outcome == "provider_accepted":
-            row = store.move(mb.ctx, tx, row, EmailStatus.PROVIDER_ACCEPTED, {"resolved": True},
+            row = store.move(c.host, tx, row, EmailStatus.PROVIDER_ACCEPTED, {"resolved": True},
                              provider_message_id=req.provider_message_id, resolution=evidence)
             store.set_messages(tx, row.email_id, MessageStatus.UNCONFIRMED,
                                only=[MessageStatus.UNKNOWN])
         else:
-            row = store.move(mb.ctx, tx, row, EmailStatus.REJECTED,
+            row = store.move(c.host, tx, row, EmailStatus.REJECTED,
                              {"resolved": True, "code": store.safe_code(req.code),
                               "class": "permanent"},
                              rejection_code=req.code, rejection_class="permanent",
@@ -241,7 +240,7 @@ def resolve(mb: IdentityMailbox, req: ResolveEmail) -> Receipt:
             store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT,
                                only=[MessageStatus.UNKNOWN])
         return store.receipt(tx, row)
-    return mb.sql.transaction_sync(run)
+    return c.host.commit(run)
 
 
 _NEWS = {("delivered", None): MessageStatus.DELIVERED, ("deferred", None): MessageStatus.DEFERRED,
@@ -250,7 +249,7 @@ _NEWS = {("delivered", None): MessageStatus.DELIVERED, ("deferred", None): Messa
          ("bounced", "soft"): MessageStatus.BOUNCED_SOFT}
 
 
-def apply_delivery_event(mb: IdentityMailbox, req: ApplyDeliveryEvent) -> DeliveryEventReply:
+def apply_delivery_event(c: CarrierState, req: ApplyDeliveryEvent) -> DeliveryEventReply:
     news = _NEWS.get((req.type, req.bounce))
     if news is None:
         raise InvalidRequest("bounced needs bounce 'hard' or 'soft'; other types take no bounce",
@@ -295,9 +294,9 @@ def apply_delivery_event(mb: IdentityMailbox, req: ApplyDeliveryEvent) -> Delive
             tx.exec("UPDATE email_messages SET status = ?, code = ?, updated_at_ms = ? "
                     "WHERE email_id = ? AND message_id = ?", news.value, req.code, now, email_id,
                     message_id)
-        mb.ctx.emit(tx, f"email.message_{news.value}", {
+        c.host.emit(tx, f"email.message_{news.value}", {
             "email_id": email_id, "message_id": message_id, "changed": changed,
             "code": store.safe_code(req.code)})
         return DeliveryEventReply(message_id, (news if changed else current).value,
                                   changed=changed, duplicate=False)
-    return mb.sql.transaction_sync(run)
+    return c.host.commit(run)

@@ -19,21 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mailbox_actors.objects.identity_mailbox import carrier_store as store
-from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
+from mailbox_actors.carrier import store
+from mailbox_actors.carrier.store import EmailRow
 from mailbox_actors.platform.storage.sql import SqlStorage
 
-__all__ = ["CARRIER_FRESH", "FreshFrom"]
+__all__ = ["FreshFrom"]
 
-CARRIER_FRESH = (
-    "ALTER TABLE emails ADD COLUMN fresh INTEGER",
-    "DROP INDEX emails_queued",
-    "CREATE INDEX emails_queued ON emails (next_attempt_at_ms) "
-    "WHERE status = 'queued' AND fresh IS NULL",
-    "CREATE TABLE email_fresh_from (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL)",
-    # Every Email stored before is in the index (its fresh is NULL): the bound starts past them.
-    "INSERT INTO email_fresh_from (id, seq) SELECT 1, coalesce(max(seq), 0) + 1 FROM emails",
-)
 _FRESH = "seq >= ? AND fresh = 1 AND status = 'queued'"
 _INDEXED = ("status = 'queued' AND fresh IS NULL AND next_attempt_at_ms <= ? "
             "ORDER BY next_attempt_at_ms, email_id LIMIT ?")

@@ -1,4 +1,4 @@
-"""What one IdentityMailbox instance knows of its committed ``alarm:dispatch`` (CA-1), so a
+"""What one Carrier instance knows of its committed wake (CA-1, CA-15), so a
 ``submit`` behind another need not read the purposes again to know the wake is there.
 
 ``known`` is a time the committed wake is at or before: a later wake is then already covered.
@@ -17,10 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mailbox_actors.objects.identity_mailbox.carrier_store import wake_dispatch
-
 if TYPE_CHECKING:
-    from mailbox_actors.runtime.actor import ActorContext
+    from mailbox_actors.carrier.host import CarrierHost
 
 __all__ = ["DispatchWake"]
 
@@ -32,11 +30,11 @@ class DispatchWake:
         self.known: int | None = None
         self.running = False
 
-    def ensure(self, ctx: ActorContext, at: int) -> int:
+    def ensure(self, host: CarrierHost, at: int) -> int:
         """Inside the transaction: a wake at or before ``at``; returns its time."""
         if self.known is not None and self.known <= at:
             return self.known
-        return wake_dispatch(ctx, at)
+        return host.wake(at)
 
     def committed(self, at: int) -> None:
         """The transaction that ensured a wake at ``at`` committed."""

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from mailbox_actors.carrier import store
+from mailbox_actors.carrier.store import EmailRow
 from mailbox_actors.core.carrier.rejections import temporary_retry_at
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus, can_move
-from mailbox_actors.objects.identity_mailbox import carrier_store as store
-from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.transport import (
     OutboundEmail,
@@ -28,7 +28,7 @@ from mailbox_actors.wire.transport import (
 )
 
 if TYPE_CHECKING:
-    from mailbox_actors.runtime.actor import ActorContext
+    from mailbox_actors.carrier.host import CarrierHost
 
 __all__ = ["intent", "jitter", "record"]
 
@@ -48,7 +48,7 @@ def jitter(email_id: str, attempts: int) -> float:
     return int.from_bytes(digest[:6], "big") / float(1 << 48)
 
 
-def intent(ctx: ActorContext, tx: SqlStorage, row: EmailRow, lease_ms: int | None,
+def intent(host: CarrierHost, tx: SqlStorage, row: EmailRow, lease_ms: int | None,
            content: bytes | None = None) -> tuple[EmailRow, OutboundEmail | None] | None:
     """Dispatch intent: the Email as now stored and its content (to send once this commits), or
     None when it is no longer queued at ``row``'s attempt (cancelled, erased, sent meanwhile).
@@ -69,14 +69,14 @@ def intent(ctx: ActorContext, tx: SqlStorage, row: EmailRow, lease_ms: int | Non
         email = store.load_content(tx, moved)
     else:
         email = None if inline is None else _DEC.decode(inline)
-    ctx.emit(tx, "email.dispatching", {"email_id": row.email_id, "status": "dispatching",
+    host.emit(tx, "email.dispatching", {"email_id": row.email_id, "status": "dispatching",
                                        "attempt": row.attempts + 1})
     if lease is not None:
-        store.wake_dispatch(ctx, lease)  # the sweep that settles an unreported lease
+        host.wake(lease)  # the sweep that settles an unreported lease
     return moved, email
 
 
-def record(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
+def record(host: CarrierHost, tx: SqlStorage, row: EmailRow,
            outcome: TransportOutcome) -> EmailRow | None:
     """Commit one attempt's outcome for ``row``, the Email intent left ``dispatching``; None when
     it is no longer so (erased meanwhile, say)."""
@@ -84,7 +84,7 @@ def record(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
         return None
     email_id = row.email_id
     if isinstance(outcome, ProviderAccepted) and not outcome.refused:
-        return _accepted(ctx, tx, row, outcome.provider_message_id[:200])
+        return _accepted(host, tx, row, outcome.provider_message_id[:200])
     refused = [] if isinstance(outcome, OutcomeUnknown) else list(outcome.refused)
     if refused:  # by position, as the transport was given them; positions outside are ignored
         count = tx.exec("SELECT count(*) FROM email_messages WHERE email_id = ?",
@@ -93,7 +93,7 @@ def record(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
     moved: EmailRow | None
     only = MessageStatus.QUEUED  # the Messages that take ``after``
     if isinstance(outcome, ProviderAccepted):
-        moved = store.move_if(ctx, tx, row, EmailStatus.PROVIDER_ACCEPTED,
+        moved = store.move_if(host, tx, row, EmailStatus.PROVIDER_ACCEPTED,
                               {"refused_messages": len(refused)},
                               provider_message_id=outcome.provider_message_id[:200],
                               lease_until_ms=None)
@@ -105,20 +105,20 @@ def record(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
                     if outcome.klass == "temporary" else None)
         info = {"attempts": attempts, "code": store.safe_code(code), "class": outcome.klass}
         if retry_at is not None:  # back to queued: the refusals of this attempt are not final
-            moved = store.move_if(ctx, tx, row, EmailStatus.QUEUED,
+            moved = store.move_if(host, tx, row, EmailStatus.QUEUED,
                                   {**info, "next_attempt_at_ms": retry_at}, attempts=attempts,
                                   rejection_code=code, rejection_class=outcome.klass,
                                   next_attempt_at_ms=retry_at, lease_until_ms=None)
             if moved is not None:
-                store.wake_dispatch(ctx, retry_at)
+                host.wake(retry_at)
             after, only = MessageStatus.QUEUED, MessageStatus.REFUSED
         else:
-            moved = store.move_if(ctx, tx, row, EmailStatus.REJECTED, info, attempts=attempts,
+            moved = store.move_if(host, tx, row, EmailStatus.REJECTED, info, attempts=attempts,
                                   rejection_code=code, rejection_class=outcome.klass,
                                   lease_until_ms=None)
             after = MessageStatus.NOT_SENT
     else:
-        moved = store.move_if(ctx, tx, row, EmailStatus.OUTCOME_UNKNOWN,
+        moved = store.move_if(host, tx, row, EmailStatus.OUTCOME_UNKNOWN,
                               {"reason": store.safe_code(outcome.reason) or "unknown"},
                               lease_until_ms=None)
         after = MessageStatus.UNKNOWN
@@ -145,13 +145,13 @@ assert can_move(EmailStatus.DISPATCHING, EmailStatus.PROVIDER_ACCEPTED)
 assert (MessageStatus.UNCONFIRMED.value, MessageStatus.QUEUED.value) == ("unconfirmed", "queued")
 
 
-def _accepted(ctx: ActorContext, tx: SqlStorage, row: EmailRow,
+def _accepted(host: CarrierHost, tx: SqlStorage, row: EmailRow,
               provider_message_id: str) -> EmailRow | None:
     now = tx.now_ms()
     if not tx.exec(_ACCEPTED, now, provider_message_id, row.seq).rows_written:
         return None  # no longer dispatching (erased meanwhile, say)
     store.drop_content(tx, row)
-    ctx.emit(tx, "email.provider_accepted", {"email_id": row.email_id,
+    host.emit(tx, "email.provider_accepted", {"email_id": row.email_id,
                                              "status": "provider_accepted",
                                              "refused_messages": 0})
     tx.exec(_UNCONFIRMED, now, row.email_id)

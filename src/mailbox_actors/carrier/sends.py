@@ -13,7 +13,7 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from mailbox_actors.objects.identity_mailbox.carrier_store import EmailRow
+from mailbox_actors.carrier.store import EmailRow
 from mailbox_actors.wire.transport import OutboundEmail, TransportOutcome
 
 __all__ = ["Sends"]

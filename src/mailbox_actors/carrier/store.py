@@ -1,4 +1,4 @@
-"""Carrier's tables in IdentityMailbox (CA-1..CA-4): the schema, receipts from rows, content kept
+"""Carrier's tables (CA-1..CA-4): the schema, receipts from rows, content kept
 in chunks until the Email is terminal, and every status change with its outbox event.
 
 A status change goes through ``move`` (the transition table is ``core.carrier.states``'s), inside
@@ -16,69 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from mailbox_actors.carrier import keys as carrier_keys
 from mailbox_actors.core.carrier.addresses import normalize
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus, can_move
-from mailbox_actors.objects.identity_mailbox import carrier_keys
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.carrier import MessageReceipt, ProviderRejection, Receipt
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.transport import OutboundEmail
 
 if TYPE_CHECKING:
-    from mailbox_actors.runtime.actor import ActorContext
+    from mailbox_actors.carrier.host import CarrierHost
 
-__all__ = ["CARRIER_INLINE_CONTENT", "CARRIER_MESSAGES_LEAN", "CARRIER_SCHEMA", "CARRIER_TABLES", "EmailRow",
+__all__ = ["EmailRow",
            "drop_content", "email_id_of_header", "encode_content", "insert_messages", "load_content",
            "move", "move_if", "recipient_key", "receipt", "row_by_id", "row_by_seq", "row_by_source",
            "rows_and_content_where", "rows_where",
-           "safe_code", "save_chunks", "set_messages", "wake_dispatch"]
+           "safe_code", "save_chunks", "set_messages"]
 
-CARRIER_SCHEMA = (
-    "CREATE TABLE emails (email_id TEXT PRIMARY KEY, source_id TEXT NOT NULL UNIQUE, "
-    "digest TEXT NOT NULL, status TEXT NOT NULL, message_id_header TEXT NOT NULL, "
-    "attempts INTEGER NOT NULL DEFAULT 0, provider_message_id TEXT, rejection_code TEXT, "
-    "rejection_class TEXT, next_attempt_at_ms INTEGER, send_before INTEGER, "
-    "lease_until_ms INTEGER, resolution TEXT, created_at_ms INTEGER NOT NULL, "
-    "updated_at_ms INTEGER NOT NULL)",
-    "CREATE INDEX emails_due ON emails (status, next_attempt_at_ms)",
-    "CREATE TABLE email_content (email_id TEXT NOT NULL, part INTEGER NOT NULL, "
-    "chunk BLOB NOT NULL, PRIMARY KEY (email_id, part)) WITHOUT ROWID",
-    "CREATE TABLE email_messages (message_id TEXT PRIMARY KEY, email_id TEXT NOT NULL, "
-    "position INTEGER NOT NULL, role TEXT NOT NULL, recipient_key TEXT NOT NULL, "
-    "status TEXT NOT NULL, code TEXT, created_at_ms INTEGER NOT NULL, "
-    "updated_at_ms INTEGER NOT NULL)",
-    "CREATE INDEX email_messages_email ON email_messages (email_id, position)",
-    "CREATE INDEX email_messages_recipient ON email_messages (recipient_key, created_at_ms)",
-    "CREATE TABLE delivery_events (dedupe_key TEXT PRIMARY KEY, message_id TEXT NOT NULL, "
-    "type TEXT NOT NULL, applied_at_ms INTEGER NOT NULL) WITHOUT ROWID",
-)
-# Content up to a chunk's size lives in the Email's own row (one write less at submit, none at
-# drop); larger content in email_content's chunks, counted by content_parts.
-CARRIER_INLINE_CONTENT = (
-    "ALTER TABLE emails ADD COLUMN content BLOB",
-    "ALTER TABLE emails ADD COLUMN content_parts INTEGER NOT NULL DEFAULT 0",
-    "UPDATE emails SET content_parts = (SELECT count(*) FROM email_content c "
-    "WHERE c.email_id = emails.email_id)",
-)
-# The Messages keyed by their Email and position, without a rowid (WITHOUT ROWID: the rows are
-# small): one b-tree and two indexes (the message id's, the cap's) where there were a table and
-# three, so a Message costs three pages of the commit, not four.
-CARRIER_MESSAGES_LEAN = (
-    "CREATE TABLE email_messages_lean (email_id TEXT NOT NULL, position INTEGER NOT NULL, "
-    "message_id TEXT NOT NULL, role TEXT NOT NULL, recipient_key TEXT NOT NULL, "
-    "status TEXT NOT NULL, code TEXT, created_at_ms INTEGER NOT NULL, "
-    "updated_at_ms INTEGER NOT NULL, PRIMARY KEY (email_id, position)) WITHOUT ROWID",
-    "INSERT INTO email_messages_lean (email_id, position, message_id, role, recipient_key, "
-    "status, code, created_at_ms, updated_at_ms) SELECT email_id, position, message_id, role, "
-    "recipient_key, status, code, created_at_ms, updated_at_ms FROM email_messages",
-    "DROP TABLE email_messages",
-    "ALTER TABLE email_messages_lean RENAME TO email_messages",
-    "CREATE UNIQUE INDEX email_messages_id ON email_messages (message_id)",
-    "CREATE INDEX email_messages_recipient ON email_messages (recipient_key, created_at_ms)",
-)
-# Everything here is the identity's content: erase empties them (RPC-4).
-CARRIER_TABLES = ("emails", "email_content", "email_messages", "email_message_ids",
-                  "delivery_events")
 
 _CHUNK = 1_000_000  # under the storage's value limit (RT-7): 5 MiB of content is six rows
 _ENC = msgspec.msgpack.Encoder()
@@ -153,17 +107,6 @@ def email_id_of_header(header: str) -> str | None:
     if not local.startswith("eml_") or len(local) > 64:
         return None
     return "eml_" + local[4:].upper()
-
-
-def wake_dispatch(ctx: ActorContext, at: int) -> int:
-    """Schedule ``alarm:dispatch`` at ``at`` unless it is already due sooner (scheduling a
-    purpose replaces its time, and an earlier wake must not be put off); returns the wake's time
-    as it now stands."""
-    pending = ctx.scheduled().get("dispatch")
-    if pending is None or at < pending:
-        ctx.schedule("dispatch", at)
-        return at
-    return pending
 
 
 def recipient_key(address: str) -> str:
@@ -286,19 +229,19 @@ _SETTABLE = frozenset({"attempts", "provider_message_id", "rejection_code", "rej
                        "content_parts"})
 
 
-def move(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
+def move(host: CarrierHost, tx: SqlStorage, row: EmailRow, to: EmailStatus,
          event: dict[str, Any] | None = None, **fields: Any) -> EmailRow:
     """Change the Email's status (a transition ``states`` allows), set ``fields``, drop content
     when it becomes terminal, and emit ``email.<status>`` with ``event`` (ids and codes only).
     ``row`` was read in this transaction."""
-    moved = move_if(ctx, tx, row, to, event, **fields)
+    moved = move_if(host, tx, row, to, event, **fields)
     if moved is None:
         raise MailboxActorsError(ErrorCode.CONFLICT, "the email changed meanwhile",
                                  details={"status": row.status.value})
     return moved
 
 
-def move_if(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
+def move_if(host: CarrierHost, tx: SqlStorage, row: EmailRow, to: EmailStatus,
             event: dict[str, Any] | None = None, **fields: Any) -> EmailRow | None:
     """``move``, for a ``row`` read earlier: None (nothing changed, nothing emitted) when the
     stored Email is no longer in ``row``'s status, or is gone."""
@@ -319,5 +262,5 @@ def move_if(ctx: ActorContext, tx: SqlStorage, row: EmailRow, to: EmailStatus,
         drop_content(tx, row)
     fields.pop("content", None)
     kind = "requeued" if to == EmailStatus.QUEUED else to.value  # a temporary rejection
-    ctx.emit(tx, f"email.{kind}", {"email_id": row.email_id, "status": to.value, **(event or {})})
+    host.emit(tx, f"email.{kind}", {"email_id": row.email_id, "status": to.value, **(event or {})})
     return msgspec.structs.replace(row, status=to, updated_at_ms=now, **fields)
