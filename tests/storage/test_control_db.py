@@ -47,8 +47,17 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def db(db_path: Path, clock: FakeClock, ids: Ids) -> AsyncIterator[ControlDb]:
-    async with ControlDb(db_path, clock=clock, ids=ids) as control:
+async def db(db_path: Path, clock: FakeClock, ids: Ids, pg_dsn: str | None
+             ) -> AsyncIterator[ControlDb]:
+    """The control database on each backend (``backend``: the SQLite file, PostgreSQL): the
+    tests taking it are the contract both meet (CL-7)."""
+    if pg_dsn is None:
+        control = ControlDb(db_path, clock=clock, ids=ids)
+    else:
+        from mailbox_actors.platform.control.postgres import control_on
+        from mailbox_actors.platform.postgres.database import PgDatabase
+        control = control_on(PgDatabase(pg_dsn, retry_for_s=10), clock=clock, ids=ids)
+    async with control:
         yield control
 
 

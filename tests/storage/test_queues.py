@@ -57,7 +57,24 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-async def queues(tmp_path: Path, clock: FakeClock) -> AsyncIterator[QueueService]:
+async def queues(tmp_path: Path, clock: FakeClock, pg_dsn: str | None
+                 ) -> AsyncIterator[QueueService]:
+    """The queues on each backend (``backend``: the SQLite file, PostgreSQL): the tests taking
+    it are the contract both meet (CL-7)."""
+    if pg_dsn is None:
+        q = service(tmp_path / "queues.sqlite", clock)
+    else:
+        from mailbox_actors.platform.postgres.database import PgDatabase
+        from mailbox_actors.platform.queues.postgres import queues_on
+        q = queues_on(PgDatabase(pg_dsn, retry_for_s=10), clock=clock,
+                      ids=Ids(clock, SeededRng(0)))
+    async with q:
+        yield q
+
+
+@pytest.fixture
+async def sqlite_queues(tmp_path: Path, clock: FakeClock) -> AsyncIterator[QueueService]:
+    """The queues on the SQLite file only: for a test that reaches into the file itself."""
     async with service(tmp_path / "queues.sqlite", clock) as q:
         yield q
 
@@ -559,9 +576,10 @@ async def test_batch_with_one_bad_body_enqueues_nothing(queues: QueueService) ->
 
 
 @pytest.mark.anyio
-async def test_batch_beyond_one_statement_is_all_or_nothing(queues: QueueService) -> None:
+async def test_batch_beyond_one_statement_is_all_or_nothing(sqlite_queues: QueueService) -> None:
     """Q-1: a batch larger than one INSERT takes is still one transaction: a row refused in its
     second statement enqueues none; without it, every body arrives, in order."""
+    queues = sqlite_queues
     holder = sqlite3.connect(queues.path, isolation_level=None)
     holder.execute("CREATE TRIGGER refuse_900 BEFORE INSERT ON messages "
                    "WHEN json_extract(NEW.body, '$.n') = 900 BEGIN SELECT RAISE(ABORT, 'no'); END")
@@ -714,9 +732,10 @@ async def noop(msg: Message) -> None:
 
 @pytest.mark.anyio
 async def test_a_failed_dead_letter_move_does_not_cost_the_rest_of_the_batch(
-        tmp_path: Path, queues: QueueService, clock: FakeClock) -> None:
+        tmp_path: Path, sqlite_queues: QueueService, clock: FakeClock) -> None:
     """Q-1: a claim that finds an exhausted message but cannot move it to the dead letters (the
     statement fails) still hands out the rest of its batch; the exhausted one is moved later."""
+    queues = sqlite_queues
     await queues.send("jobs", job(1))
     await queues.receive("jobs", max_retries=0, visibility_ms=1_000)  # delivered; lease lapses
     await queues.send("jobs", job(2))

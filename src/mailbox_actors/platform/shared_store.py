@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["POSTGRES", "SQLITE", "Dialect", "SharedStore", "Tx"]
+__all__ = ["POSTGRES", "SQLITE", "Dialect", "Notifications", "SharedStore", "Tx"]
 
 T = TypeVar("T")
 
@@ -28,6 +28,9 @@ class Dialect:
     insert_ignore: str  # "INSERT OR IGNORE" / "INSERT"
     on_conflict_ignore: str  # "" / " ON CONFLICT DO NOTHING"
     skip_locked: str  # "" / " FOR UPDATE SKIP LOCKED" (a claim's inner SELECT)
+    # Run first in a transaction that appends to the event index, so the index's order (its
+    # seq) is its commit order, as with SQLite's one writer: "" / an advisory lock.
+    index_lock: str
 
     def ignore_duplicates(self, insert_into: str, rest: str) -> str:
         """``INSERT [OR IGNORE] INTO <insert_into> <rest> [ON CONFLICT DO NOTHING]``; ``rest``
@@ -37,8 +40,9 @@ class Dialect:
                 + (f" RETURNING {returning}" if sep else ""))
 
 
-SQLITE = Dialect("sqlite", "INSERT OR IGNORE", "", "")
-POSTGRES = Dialect("postgres", "INSERT", " ON CONFLICT DO NOTHING", " FOR UPDATE SKIP LOCKED")
+SQLITE = Dialect("sqlite", "INSERT OR IGNORE", "", "", "")
+POSTGRES = Dialect("postgres", "INSERT", " ON CONFLICT DO NOTHING", " FOR UPDATE SKIP LOCKED",
+                   "SELECT pg_advisory_xact_lock(7305050003)")
 
 
 class Tx(Protocol):
@@ -46,6 +50,19 @@ class Tx(Protocol):
 
     async def execute_fetchall(self, sql: str, parameters: Sequence[Any] = (), /
                                ) -> Iterable[Any]: ...
+
+
+class Notifications(Protocol):
+    """PostgreSQL's LISTEN/NOTIFY as a store offers it (``postgres.listener.PgListener``)."""
+
+    @property
+    def generation(self) -> int | None:
+        """Counts the listening connections made; None while none listens."""
+        ...
+
+    def subscribe(self, channel: str, fn: Callable[[str | None], None]) -> None:
+        """``fn(payload)`` per notification; ``fn(None)`` when some may have been missed."""
+        ...
 
 
 class SharedStore(Protocol):
@@ -66,3 +83,7 @@ class SharedStore(Protocol):
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
 
     async def run(self, fn: Callable[[Tx], Awaitable[T]]) -> T: ...
+
+    def notifications(self) -> Notifications | None:
+        """How this store tells of changes (PostgreSQL), or None (SQLite: readers poll)."""
+        ...

@@ -7,6 +7,11 @@ group, not per event. ``publish`` returns only when its events are durable in bo
 either write fails, every publisher in the group sees the error and its outbox alarm retries
 (delivery is at least once; consumers deduplicate on the event id). DomainMonitor events also move
 their domain's row to the state they carry (DM-4), between the two.
+
+When the control data and the queues are one PostgreSQL database (CL-14), the index rows, the
+domain states and the queue messages are written in ONE transaction: the outbox marks its events
+dispatched only after it commits, so an event is either in the index and on the queue, or in
+neither and dispatched again.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import msgspec
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.group_commit import GroupCommit
 from mailbox_actors.platform.queues import QueueService
+from mailbox_actors.platform.shared_store import Tx
 from mailbox_actors.wire.control import DomainStateChange, EventIndexRow
 from mailbox_actors.wire.domain import DOMAIN_STATES
 from mailbox_actors.wire.events import Event, WebhookMessage
@@ -33,6 +39,7 @@ class ControlEventSink:
     def __init__(self, control_db: ControlDb, queues: QueueService) -> None:
         self._db = control_db
         self._queues = queues
+        self._joint = queues.shares_transactions_with(control_db.store)
         self._groups: GroupCommit[tuple[str, str, Event]] = GroupCommit(
             self._write, max_items=_MAX_GROUP)
 
@@ -47,11 +54,19 @@ class ControlEventSink:
         bodies = [msgspec.to_builtins(WebhookMessage(tenant_id=e.tenant_id, namespace=ns,
                                                      object_id=oid, event=e))
                   for ns, oid, e in items]
+        states = domain_states(items)
+        if self._joint:
+            async def index(tx: Tx) -> None:
+                await self._db.index_events_in(tx, rows)
+                if states:
+                    await self._db.set_domain_states_in(tx, states)
+
+            await self._queues.send_batch(WEBHOOKS_QUEUE, bodies, also=index)
+            return
         # The index first, then the queue (EV-2): an event a receiver is sent is always in the
         # index already. Both are idempotent for the outbox's retry: the index ignores a row it
         # has, a second queue message is a duplicate receivers drop.
         await self._db.index_events(rows)
-        states = domain_states(items)
         if states:
             await self._db.set_domain_states(states)
         await self._queues.send_batch(WEBHOOKS_QUEUE, bodies)

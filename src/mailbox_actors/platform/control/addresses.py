@@ -3,24 +3,32 @@
 An address belongs to at most one identity; ``resolve`` answers only for an active identity, with
 what the SMTP door needs to reach its IdentityMailbox. ``AddressBook`` is the door's resolver:
 it keeps what it resolved (found or not) while the control database's ``address_epoch`` (bumped
-by triggers on every change to addresses and identities, by any process) stands, and reads that
-count with a point read on its own read-only connection, on the calling thread: no hand-off to
-the database's worker thread per recipient. Nothing here logs an address.
+by triggers on every change to addresses and identities, by any process) stands. On the SQLite
+file it reads that count with a point read on its own read-only connection, on the calling
+thread: no hand-off to the database's worker thread per recipient. On PostgreSQL the trigger
+also notifies ``ma_address_epoch`` and the count is the notifications heard: a recipient the book
+knows costs no round trip at all, and while the listening connection is down nothing is kept.
+Nothing here logs an address.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 
 from mailbox_actors.core.inbound.addresses import normalize_address
 from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.platform.shared_store import Notifications
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
-__all__ = ["AddressBook", "Recipient", "add_addresses", "addresses_of", "normalize_all",
+__all__ = ["EPOCH_CHANNEL", "AddressBook", "Recipient", "add_addresses", "addresses_of", "normalize_all",
            "resolve"]
+
+
+EPOCH_CHANNEL = "ma_address_epoch"  # notified by the PostgreSQL schema's trigger
 
 
 class Recipient(msgspec.Struct, frozen=True):
@@ -54,8 +62,9 @@ async def add_addresses(db: ControlDb, identity_id: str, addresses: Sequence[str
             raise MailboxActorsError(ErrorCode.CONFLICT, "the address belongs to another identity",
                                      details={"field": "address"})
     # INSERT OR IGNORE, then a re-check: a concurrent claim of the same address is seen.
-    await db.batch([("INSERT OR IGNORE INTO addresses (address, identity_id, created_at_ms) "
-                     "VALUES (?, ?, ?)", (a, identity_id, now_ms)) for a in wanted])
+    insert = db.store.dialect.ignore_duplicates("addresses (address, identity_id, created_at_ms)",
+                                                "VALUES (?, ?, ?)")
+    await db.batch([(insert, (a, identity_id, now_ms)) for a in wanted])
     for a in wanted:
         row = await db.fetch_one("SELECT identity_id FROM addresses WHERE address = ?", (a,))
         if row is None or row[0] != identity_id:
@@ -82,23 +91,19 @@ async def resolve(db: ControlDb, address: str) -> Recipient | None:
                                               mailbox_id=row[2])
 
 
-class AddressBook:
-    """``await book.resolve(address)``: as ``resolve``, from memory while nothing that decides it
-    changed; ``book.close()`` when done."""
+class _FileEpoch:
+    """The count read from the SQLite file on a read-only connection of its own."""
 
-    def __init__(self, db: ControlDb, *, max_entries: int = 10_000) -> None:
-        self._db = db
-        self._max = max_entries
-        self._known: dict[str, Recipient | None] = {}
-        self._epoch: int | None = None
+    def __init__(self, path: Path) -> None:
+        self._path = path
         self._conn: sqlite3.Connection | None = None
 
-    def _read_epoch(self) -> int | None:
+    def read(self) -> int | None:
         """The change count now, or None when it cannot be read (then nothing is kept)."""
         try:
             if self._conn is None:
                 # timeout 0: a lock (which WAL readers meet only in recovery) is a miss, not a wait
-                self._conn = sqlite3.connect(self._db.path.absolute().as_uri() + "?mode=ro",
+                self._conn = sqlite3.connect(self._path.absolute().as_uri() + "?mode=ro",
                                              uri=True, timeout=0, isolation_level=None)
             row = self._conn.execute("SELECT n FROM address_epoch WHERE id = 1").fetchone()
         except sqlite3.Error:
@@ -106,8 +111,53 @@ class AddressBook:
             return None
         return None if row is None else int(row[0])
 
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class _HeardEpoch:
+    """The count of ``ma_address_epoch`` notifications heard (and of reconnections: one may have
+    been missed then); None while nobody listens."""
+
+    def __init__(self, notifications: Notifications) -> None:
+        self._notifications = notifications
+        self._heard = 0
+        notifications.subscribe(EPOCH_CHANNEL, self._hear)
+
+    def _hear(self, _payload: str | None) -> None:
+        self._heard += 1
+
+    def read(self) -> int | None:
+        return None if self._notifications.generation is None else self._heard
+
+    def close(self) -> None:
+        pass
+
+
+def epoch_of(db: ControlDb) -> _FileEpoch | _HeardEpoch | None:
+    """How an address book learns that what resolves an address changed (None: it cannot)."""
+    if db.path is not None:
+        return _FileEpoch(db.path)
+    notifications = db.store.notifications()
+    return None if notifications is None else _HeardEpoch(notifications)
+
+
+class AddressBook:
+    """``await book.resolve(address)``: as ``resolve``, from memory while nothing that decides it
+    changed; ``book.close()`` when done. On PostgreSQL make the book before the control database
+    is opened (its listening connection starts then)."""
+
+    def __init__(self, db: ControlDb, *, max_entries: int = 10_000) -> None:
+        self._db = db
+        self._max = max_entries
+        self._known: dict[str, Recipient | None] = {}
+        self._epoch: int | None = None
+        self._source = epoch_of(db)
+
     async def resolve(self, address: str) -> Recipient | None:
-        epoch = self._read_epoch()
+        epoch = None if self._source is None else self._source.read()
         if epoch is None:
             self._known.clear()
             return await resolve(self._db, address)
@@ -125,6 +175,5 @@ class AddressBook:
         return found
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._source is not None:
+            self._source.close()

@@ -1,14 +1,13 @@
-"""The control database's connection (Q-3): opening the shared file (whole, WAL, never recreated
-when damaged), its migrations, and the building blocks every record is read and written with:
-one ``BEGIN IMMEDIATE`` transaction at a time, waits for other processes' locks
-(``shared_sqlite``), SQLite's errors mapped to SPEC section 5's codes. The records are
-``database``'s."""
+"""The control database's connection (Q-3, CL-7): where the records live (a ``SharedStore``: the
+shared SQLite file, or PostgreSQL), its migrations on the SQLite file, and the building blocks
+every record is read and written with: one transaction at a time per call, SQLite's errors mapped
+to SPEC section 5's codes (PostgreSQL's are mapped by its store). The records are ``database``'s.
+"""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -19,7 +18,9 @@ from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control.schema import META, MIGRATIONS
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.shared_store import SharedStore, Tx
 from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
+from mailbox_actors.platform.sqlite.store import SqliteStore
 from mailbox_actors.platform.sqlite_files import is_disk_full as _is_disk_full
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
@@ -40,31 +41,49 @@ class ControlDbTooNew(MailboxActorsError):
 
 
 class ControlConnection:
-    """One process's connection to the control database (the shared SQLite file,
-    ``platform.sqlite.shared_file``). Safe for many tasks at once."""
+    """One process's connection to the control database. Safe for many tasks at once.
 
-    def __init__(self, path: Path, *, clock: Clock, ids: Ids, busy_timeout_ms: int = 5_000,
+    ``path`` is the shared SQLite file, or a ``SharedStore`` already made (PostgreSQL's:
+    ``platform.control.postgres``)."""
+
+    def __init__(self, path: Path | SharedStore, *, clock: Clock, ids: Ids,
+                 busy_timeout_ms: int = 5_000,
                  migrations: Sequence[Sequence[str]] = MIGRATIONS) -> None:
         self._clock = clock
         self._ids = ids
         self._migrations = tuple(tuple(m) for m in migrations)
-        self._file = SharedSqliteFile(path, what="control database",
-                                      busy_timeout_ms=busy_timeout_ms, migrate=self._migrate,
-                                      pragmas=("PRAGMA foreign_keys = ON",),
-                                      map_error=mapped_error)
-        self.path = self._file.path
+        self._file: SharedSqliteFile | None = None
+        self._opened = False
+        if isinstance(path, str | Path):
+            self._file = SharedSqliteFile(Path(path), what="control database",
+                                          busy_timeout_ms=busy_timeout_ms, migrate=self._migrate,
+                                          pragmas=("PRAGMA foreign_keys = ON",),
+                                          map_error=mapped_error)
+            self.store: SharedStore = SqliteStore(self._file)
+            self.path: Path | None = self._file.path
+        else:
+            self.store = path
+            self.path = None
+        self._sql = self.store.dialect
+
+    @property
+    def where(self) -> str:
+        return self.store.where
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Connect, switch to WAL and bring the schema to the newest version (refusing newer files)."""
-        if self._file.is_open:
+        """Connect, and bring the schema to the newest version (refusing newer ones)."""
+        if self._opened:
             raise RuntimeError("ControlDb is already open")
-        await self._file.open()
+        await self.store.open()
+        self._opened = True
 
     async def close(self) -> None:
         """Wait for the running statement or transaction, then close; closing twice is harmless."""
-        await self._file.close()
+        if self._opened:
+            self._opened = False
+            await self.store.close()
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -78,16 +97,17 @@ class ControlConnection:
         row = await self.fetch_one("SELECT v FROM meta WHERE k = 'schema_version'")
         return 0 if row is None else int(row[0])
 
-    async def _migrate(self, _file: SharedSqliteFile) -> None:
+    async def _migrate(self, file: SharedSqliteFile) -> None:
         known = len(self._migrations)
         # Fast path without the write lock: a node restarting against a current file writes nothing.
-        if await self.fetch_one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"):
-            found = await self.schema_version()
+        if await file.fetch("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"):
+            rows = await file.fetch("SELECT v FROM meta WHERE k = 'schema_version'")
+            found = int(rows[0][0]) if rows else 0
             if found > known:
                 raise ControlDbTooNew(found, known)
             if found == known:
                 return
-        async with self._write() as conn:
+        async with file.transaction() as conn:
             # Re-read under BEGIN IMMEDIATE: another process may have migrated meanwhile.
             await conn.execute(META)
             rows = list(await conn.execute_fetchall(
@@ -102,28 +122,38 @@ class ControlConnection:
                 await conn.execute("INSERT OR REPLACE INTO meta (k, v) VALUES ('schema_version', ?)",
                                    (str(known),))
         if found != known:
-            _log.info("control_db.migrated", path=str(self.path), from_version=found, to_version=known)
+            _log.info("control_db.migrated", path=str(file.path), from_version=found,
+                      to_version=known)
 
     # ---- the building blocks --------------------------------------------------------------------
 
-    def _write(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any failure."""
-        return self._file.transaction()
+    async def run(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """``fn(tx)`` in one transaction (on PostgreSQL run again whole on a dead connection)."""
+        if not self._opened:
+            raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database is not open")
+        return await self.store.run(fn)
 
     async def batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Run every statement in one transaction; if any fails, none of them took effect."""
-        async with self._write() as conn:
+        async def all_of(tx: Tx) -> None:
             for sql, params in statements:
-                await conn.execute(sql, params)
+                await tx.execute_fetchall(sql, params)
+
+        await self.run(all_of)
 
     async def transaction(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction: read-then-write adapters
-        (Post's executor) need their reads and writes in one."""
-        async with self._write() as conn:
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction of the SQLite file: Post's
+        executor on the control database (SQLite only) reads and writes in one."""
+        if self._file is None:
+            raise MailboxActorsError(ErrorCode.INTERNAL_ERROR,
+                                     "Post on the control database needs its SQLite file")
+        async with self._file.transaction() as conn:
             return await fn(conn)
 
     async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in await self._file.fetch(sql, params)]
+        if not self._opened:
+            raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database is not open")
+        return [tuple(r) for r in await self.store.fetch(sql, params)]
 
     async def fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = await self.fetch_all(sql, params)

@@ -1,17 +1,19 @@
 """The control database (Q-3, the seed's D1): tenants, identities, domains and ``event_index``.
 
-One SQLite file per cluster, shared by every node process through aiosqlite: WAL and short
-``BEGIN IMMEDIATE`` transactions; a writer waits for another process's lock (``sqlite_shared``)
-instead of failing (the connection, migrations and transactions are ``connection``'s). Records are
+One SQLite file per cluster, shared by every node process through aiosqlite (WAL and short
+``BEGIN IMMEDIATE`` transactions; a writer waits for another process's lock), or PostgreSQL
+with ``--postgres`` (CL-7): the same records and statements on either ``SharedStore`` (the
+connection, migrations and transactions are ``connection``'s; PostgreSQL's schema is
+``postgres_schema``'s). Records are
 checked (``checks``) before they are written; the schema is ``schema``'s. Never log, or put in an
 exception, a webhook secret.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-
-import aiosqlite
+from typing import Any
 
 from mailbox_actors.platform.control.checks import (
     check_events_days,
@@ -26,6 +28,7 @@ from mailbox_actors.platform.control.connection import (
 )
 from mailbox_actors.platform.control.schema import MIGRATIONS
 from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.shared_store import Tx
 from mailbox_actors.wire.control import (
     IDENTITY_STATUSES,
     Domain,
@@ -68,16 +71,20 @@ class ControlDb(ControlConnection):
         tenant = Tenant(id=self._ids.new_id("ten"), name=name, events_days=events_days,
                         webhook_url=webhook_url, webhook_secret=webhook_secret,
                         created_at_ms=self._clock.now_ms(), status="active")
-        async with self._write() as conn:
+
+        async def insert(conn: Tx) -> None:
             # Names are unique in a cluster (OPS-9): checked inside the write lock, so two
             # processes creating the same name cannot both succeed.
             taken = await conn.execute_fetchall("SELECT id FROM tenants WHERE name = ?", (name,))
             if taken:
                 raise MailboxActorsError(ErrorCode.CONFLICT, "a tenant with this name exists",
                                          details={"tenant_id": next(iter(taken))[0]})
-            await conn.execute(f"INSERT INTO tenants ({_TENANT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                               (tenant.id, tenant.name, tenant.events_days, tenant.webhook_url,
-                                tenant.webhook_secret, tenant.created_at_ms, tenant.status))
+            await conn.execute_fetchall(
+                f"INSERT INTO tenants ({_TENANT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (tenant.id, tenant.name, tenant.events_days, tenant.webhook_url,
+                 tenant.webhook_secret, tenant.created_at_ms, tenant.status))
+
+        await self.run(insert)
         _log.info("control_db.tenant_created", tenant_id=tenant.id,
                   webhook=tenant.webhook_url is not None)
         return tenant
@@ -102,12 +109,14 @@ class ControlDb(ControlConnection):
     async def set_webhook(self, tenant_id: str, url: str | None, secret: str | None) -> None:
         """Replace the tenant's endpoint and secret; ``None`` for both removes the webhook."""
         check_webhook(url, secret)
-        async with self._write() as conn:
-            cur = await conn.execute(
-                "UPDATE tenants SET webhook_url = ?, webhook_secret = ? WHERE id = ?",
-                (url, secret, tenant_id))
-            if cur.rowcount == 0:
+
+        async def update(conn: Tx) -> None:
+            if not await conn.execute_fetchall(
+                    "UPDATE tenants SET webhook_url = ?, webhook_secret = ? WHERE id = ? "
+                    "RETURNING id", (url, secret, tenant_id)):
                 raise _tenant_not_found(tenant_id)
+
+        await self.run(update)
         _log.info("control_db.webhook_set", tenant_id=tenant_id, webhook=url is not None)
 
     # ---- identities ---------------------------------------------------------------------------
@@ -119,7 +128,8 @@ class ControlDb(ControlConnection):
         identity = Identity(id=self._ids.new_id("idn"), tenant_id=tenant_id, name=name,
                             mailbox_id=mailbox_id, status="creating",
                             created_at_ms=self._clock.now_ms())
-        async with self._write() as conn:
+
+        async def insert(conn: Tx) -> None:
             await self._require_tenant(conn, tenant_id)
             if await conn.execute_fetchall(
                     "SELECT 1 FROM identities WHERE tenant_id = ? AND name = ?", (tenant_id, name)):
@@ -131,9 +141,12 @@ class ControlDb(ControlConnection):
                 raise MailboxActorsError(ErrorCode.CONFLICT,
                                          "the mailbox id already belongs to another identity",
                                          details={"mailbox_id": mailbox_id})
-            await conn.execute(f"INSERT INTO identities ({_IDENTITY_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
-                               (identity.id, identity.tenant_id, identity.name, identity.mailbox_id,
-                                identity.status, identity.created_at_ms))
+            await conn.execute_fetchall(
+                f"INSERT INTO identities ({_IDENTITY_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
+                (identity.id, identity.tenant_id, identity.name, identity.mailbox_id,
+                 identity.status, identity.created_at_ms))
+
+        await self.run(insert)
         _log.info("control_db.identity_created", tenant_id=tenant_id, identity_id=identity.id)
         return identity
 
@@ -142,7 +155,8 @@ class ControlDb(ControlConnection):
         if status not in IDENTITY_STATUSES:
             raise InvalidRequest(f"status must be one of {', '.join(IDENTITY_STATUSES)}",
                                  details={"field": "status"})
-        async with self._write() as conn:
+
+        async def move(conn: Tx) -> None:
             rows = list(await conn.execute_fetchall(
                 "SELECT status FROM identities WHERE id = ?", (identity_id,)))
             if not rows:
@@ -154,8 +168,10 @@ class ControlDb(ControlConnection):
                                          f"an identity in status {current} cannot become {status}",
                                          details={"identity_id": identity_id, "status": current})
             if current != status:
-                await conn.execute("UPDATE identities SET status = ? WHERE id = ?",
-                                   (status, identity_id))
+                await conn.execute_fetchall("UPDATE identities SET status = ? WHERE id = ?",
+                                            (status, identity_id))
+
+        await self.run(move)
 
     async def get_identity(self, identity_id: str) -> Identity | None:
         row = await self.fetch_one(f"SELECT {_IDENTITY_COLS} FROM identities WHERE id = ?",
@@ -180,15 +196,19 @@ class ControlDb(ControlConnection):
         check_object_id("monitor_id", monitor_id)
         domain = Domain(id=self._ids.new_id("dom"), tenant_id=tenant_id, name=name,
                         monitor_id=monitor_id, created_at_ms=self._clock.now_ms())
-        async with self._write() as conn:
+
+        async def insert(conn: Tx) -> None:
             await self._require_tenant(conn, tenant_id)
             if await conn.execute_fetchall(
                     "SELECT 1 FROM domains WHERE name = ? OR monitor_id = ?", (name, monitor_id)):
                 raise MailboxActorsError(ErrorCode.CONFLICT, "the domain is already registered",
                                          details={"field": "name"})
-            await conn.execute(f"INSERT INTO domains ({_DOMAIN_COLS}) VALUES (?, ?, ?, ?, ?)",
-                               (domain.id, domain.tenant_id, domain.name, domain.monitor_id,
-                                domain.created_at_ms))
+            await conn.execute_fetchall(
+                f"INSERT INTO domains ({_DOMAIN_COLS}) VALUES (?, ?, ?, ?, ?)",
+                (domain.id, domain.tenant_id, domain.name, domain.monitor_id,
+                 domain.created_at_ms))
+
+        await self.run(insert)
         return domain
 
     async def get_domain(self, domain_id: str) -> Domain | None:
@@ -208,12 +228,15 @@ class ControlDb(ControlConnection):
         """Move each domain row to its monitor's state, never back to an older event's (DM-4)."""
         if not changes:
             return
-        async with self._write() as conn:
-            for c in changes:
-                await conn.execute(
-                    "UPDATE domains SET state = ?, state_seq = ?, state_at_ms = ? "
-                    "WHERE monitor_id = ? AND state_seq < ?",
-                    (c.state, c.sequence, c.occurred_at_ms, c.monitor_id, c.sequence))
+        await self.run(functools.partial(self.set_domain_states_in, changes=changes))
+
+    async def set_domain_states_in(self, conn: Tx, changes: Sequence[DomainStateChange]) -> None:
+        """``set_domain_states`` inside the caller's transaction (the outbox's dispatch, CL-14)."""
+        for c in changes:
+            await conn.execute_fetchall(
+                "UPDATE domains SET state = ?, state_seq = ?, state_at_ms = ? "
+                "WHERE monitor_id = ? AND state_seq < ?",
+                (c.state, c.sequence, c.occurred_at_ms, c.monitor_id, c.sequence))
 
     # ---- event index (EV-2) -------------------------------------------------------------------
 
@@ -221,23 +244,40 @@ class ControlDb(ControlConnection):
         """INSERT OR IGNORE every row in one transaction; return how many were new (EV-2, EV-3)."""
         if not rows:
             return 0
+        values = self._index_values(rows)
+        if len(values) <= _INDEX_ROWS and not self._sql.index_lock:
+            # One statement is atomic on its own: one round trip, no BEGIN and COMMIT.
+            return len(await self.fetch_all(self._index_sql(len(values)),
+                                             [v for r in values for v in r]))
+        return await self.run(functools.partial(self.index_events_in, rows=rows))
+
+    async def index_events_in(self, conn: Tx, rows: Sequence[EventIndexRow]) -> int:
+        """``index_events`` inside the caller's transaction (the outbox's dispatch, CL-14)."""
+        values = self._index_values(rows)
+        if self._sql.index_lock:
+            await conn.execute_fetchall(self._sql.index_lock)
+        new = 0
+        for i in range(0, len(values), _INDEX_ROWS):
+            chunk = values[i:i + _INDEX_ROWS]
+            new += len(list(await conn.execute_fetchall(
+                self._index_sql(len(chunk)), [v for r in chunk for v in r])))
+        return new
+
+    @staticmethod
+    def _index_values(rows: Sequence[EventIndexRow]) -> list[tuple[Any, ...]]:
         for r in rows:
             if not r.event_id or not r.tenant_id:
                 raise InvalidRequest("event index rows need an event_id and a tenant_id",
                                      details={"field": "event_id" if not r.event_id else "tenant_id"})
             check_object_id("object_id", r.object_id)
-        values = [(r.event_id, r.tenant_id, r.identity_id, r.namespace, r.object_id, r.sequence,
-                   r.type, r.occurred_at_ms) for r in rows]
-        chunks = [values[i:i + _INDEX_ROWS] for i in range(0, len(values), _INDEX_ROWS)]
-        if len(chunks) == 1:
-            # One statement is atomic on its own: one round trip, no BEGIN and COMMIT.
-            return len(await self.fetch_all(_index_sql(len(values)), [v for r in values for v in r]))
-        new = 0
-        async with self._write() as conn:
-            for chunk in chunks:
-                new += len(list(await conn.execute_fetchall(
-                    _index_sql(len(chunk)), [v for r in chunk for v in r])))
-        return new
+        return [(r.event_id, r.tenant_id, r.identity_id, r.namespace, r.object_id, r.sequence,
+                 r.type, r.occurred_at_ms) for r in rows]
+
+    def _index_sql(self, n: int) -> str:
+        """INSERT OR IGNORE of ``n`` event_index rows; RETURNING names only the rows it inserted."""
+        return self._sql.ignore_duplicates(
+            f"event_index ({_EVENT_COLS})",
+            "VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n) + " RETURNING event_id")
 
     async def events(self, tenant_id: str, *, after_event_id: str | None = None,
                      limit: int = 100) -> list[EventIndexRow]:
@@ -265,18 +305,12 @@ class ControlDb(ControlConnection):
         assert row is not None
         return dict(zip(("tenants", "identities", "domains", "events"), row, strict=True))
 
-    async def _require_tenant(self, conn: aiosqlite.Connection, tenant_id: str) -> None:
+    async def _require_tenant(self, conn: Tx, tenant_id: str) -> None:
         if not await conn.execute_fetchall("SELECT 1 FROM tenants WHERE id = ?", (tenant_id,)):
             raise _tenant_not_found(tenant_id)
 
 
 # ---- validation and error mapping -------------------------------------------------------------
-
-
-def _index_sql(n: int) -> str:
-    """INSERT OR IGNORE of ``n`` event_index rows; RETURNING names only the rows it inserted."""
-    return (f"INSERT OR IGNORE INTO event_index ({_EVENT_COLS}) VALUES "
-            + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n) + " RETURNING event_id")
 
 
 def _tenant_not_found(tenant_id: str) -> MailboxActorsError:

@@ -30,6 +30,7 @@ except ImportError as e:  # pragma: no cover - the extra is installed wherever t
 
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.postgres.dsn import redact, strip_secret
+from mailbox_actors.platform.postgres.listener import PgListener
 from mailbox_actors.platform.postgres.migrations import Schema, apply_schema
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
@@ -87,6 +88,8 @@ class PgDatabase:
         self._pool: AsyncConnectionPool[Any] | None = None
         self._users = 0
         self._opening = anyio.Lock()
+        # LISTEN/NOTIFY for every user of this database (started at open if subscribed to).
+        self.listener = PgListener(dsn, self.where)
 
     def add_schema(self, schema: Schema) -> None:
         """Register a component's migrations (before ``open``, or applied at the next one)."""
@@ -115,10 +118,12 @@ class PgDatabase:
                 await pool.open(wait=True, timeout=self._connect_timeout_s)
                 self._pool = pool
                 await self._migrate()
+                await self.listener.start()
             except BaseException:
                 self._users -= 1
                 if self._pool is not None:
                     with anyio.CancelScope(shield=True):
+                        await self.listener.stop()
                         await self._pool.close()
                     self._pool = None
                 raise
@@ -146,6 +151,7 @@ class PgDatabase:
                 return
             pool, self._pool = self._pool, None
             with anyio.CancelScope(shield=True):
+                await self.listener.stop()
                 await pool.close()
 
     async def __aenter__(self) -> PgDatabase:

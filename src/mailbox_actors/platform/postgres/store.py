@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from mailbox_actors.platform.postgres.database import PgDatabase
+from mailbox_actors.platform.postgres.listener import PgListener
 from mailbox_actors.platform.postgres.migrations import Schema
 from mailbox_actors.platform.shared_store import POSTGRES, Dialect, Tx
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
@@ -64,6 +65,9 @@ class PgStore:
 
     async def close(self) -> None:
         await self.db.close()
+
+    def notifications(self) -> PgListener:
+        return self.db.listener
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         async def one(conn: psycopg.AsyncConnection[Any]) -> list[Any]:

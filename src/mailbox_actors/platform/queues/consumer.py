@@ -34,6 +34,7 @@ _MAX_ROUNDS = 100_000
 # Messages each running consumer may have handed to it (queue_handoff) before sends go to the file
 # for any consumer of the cluster.
 _HANDOFF_ROOM = 512
+NOTIFIED_POLL_S = 1.0  # an idle consumer's own look at a queue whose store notifies
 
 
 class _Looks:
@@ -74,7 +75,10 @@ class Consumer:
         self.retry_delay_ms = check_delay_ms(retry_delay_s)
         self.max_retries = max_retries
         self.visibility_ms = visibility_ms
-        self.poll_interval_s = poll_interval_s
+        # On PostgreSQL a notification wakes an idle consumer; its own look is only for what no
+        # one announces (a lease lapsing on a machine that died), so it need not be frequent.
+        self.poll_interval_s = max(poll_interval_s, NOTIFIED_POLL_S) if service.notified \
+            else poll_interval_s
         self.handled = 0
         self._service = service
         self._clock: Clock = service.clock

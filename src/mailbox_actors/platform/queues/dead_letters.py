@@ -12,7 +12,7 @@ from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.queues.bodies import check_queue_name
 from mailbox_actors.platform.queues.message import DeadLetterInfo, Message
-from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
+from mailbox_actors.platform.shared_store import SharedStore, Tx
 
 __all__ = ["DeadLetterRecords"]
 
@@ -23,7 +23,7 @@ _decoder = msgspec.json.Decoder(dict[str, Any])
 class DeadLetterRecords:
     """The ``dead_letters`` half of ``QueueService``."""
 
-    _file: SharedSqliteFile
+    _store: SharedStore
     _clock: Clock
     metrics: Any
 
@@ -31,18 +31,21 @@ class DeadLetterRecords:
         """Record a message held from a dead-letter queue in ``dead_letters`` and remove it, in one
         transaction; log it at error level and count it. False if the lease had lapsed."""
         info = msg.dead_letter or DeadLetterInfo(msg.queue, "sent_to_dead_letter_queue", msg.attempts)
-        async with self._file.transaction() as conn:
+        async def move(conn: Tx) -> list[Any]:
             rows = list(await conn.execute_fetchall(
                 "DELETE FROM messages WHERE id = ? AND lease = ? RETURNING kind, body",
                 (msg.id, msg._lease)))
             if rows:
                 kind, body = rows[0]
-                await conn.execute_fetchall(
-                    "INSERT OR IGNORE INTO dead_letters (queue, dead_letter_queue, message_id, kind, "
-                    "body, reason, attempts, enqueued_at_ms, recorded_at_ms) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                await conn.execute_fetchall(self._store.dialect.ignore_duplicates(
+                    "dead_letters (queue, dead_letter_queue, message_id, kind, body, reason, "
+                    "attempts, enqueued_at_ms, recorded_at_ms)",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                     (info.origin_queue, msg.queue, msg.id, kind, body, info.reason, info.attempts,
                      msg.enqueued_at_ms, self._clock.now_ms()))
+            return rows
+
+        rows = await self._store.run(move)
         msg._settled = True
         if not rows:
             return False
@@ -55,7 +58,7 @@ class DeadLetterRecords:
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[dict[str, Any]]:
         """The letters recorded from ``queue`` (its original name), oldest first."""
         check_queue_name(queue)
-        rows = await self._file.fetch(
+        rows = await self._store.fetch(
             "SELECT message_id, dead_letter_queue, kind, body, reason, attempts, enqueued_at_ms, "
             "recorded_at_ms FROM dead_letters WHERE queue = ? ORDER BY seq LIMIT ?",
             (queue, max(0, int(limit))))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.queues.bodies import check_batch_size, check_queue_name
-from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
+from mailbox_actors.platform.shared_store import SharedStore
 
 __all__ = ["QueueReads"]
 
@@ -13,13 +13,13 @@ __all__ = ["QueueReads"]
 class QueueReads:
     """The reading half of ``QueueService``."""
 
-    _file: SharedSqliteFile
+    _store: SharedStore
     _clock: Clock
 
     async def depth(self, queue: str) -> int:
         """Messages waiting (ready or delayed) plus those in flight."""
         check_queue_name(queue)
-        rows = await self._file.fetch("SELECT COUNT(*) FROM messages WHERE queue = ?", (queue,))
+        rows = await self._store.fetch("SELECT COUNT(*) FROM messages WHERE queue = ?", (queue,))
         return int(rows[0][0])
 
     async def stats(self) -> dict[str, dict[str, int]]:
@@ -31,22 +31,22 @@ class QueueReads:
             return out.setdefault(queue, {"ready": 0, "delayed": 0, "in_flight": 0,
                                           "dead_letters": 0})
 
-        for queue, ready, delayed, in_flight in await self._file.fetch(
-                "SELECT queue, SUM(visible_at_ms <= :now), "
-                "SUM(visible_at_ms > :now AND lease IS NULL), "
-                "SUM(visible_at_ms > :now AND lease IS NOT NULL) FROM messages GROUP BY queue",
-                {"now": now}):
-            entry(queue).update(ready=ready, delayed=delayed, in_flight=in_flight)
-        for queue, n in await self._file.fetch(
+        for queue, ready, delayed, in_flight in await self._store.fetch(
+                "SELECT queue, SUM(CASE WHEN visible_at_ms <= ? THEN 1 ELSE 0 END), "
+                "SUM(CASE WHEN visible_at_ms > ? AND lease IS NULL THEN 1 ELSE 0 END), "
+                "SUM(CASE WHEN visible_at_ms > ? AND lease IS NOT NULL THEN 1 ELSE 0 END) "
+                "FROM messages GROUP BY queue", (now, now, now)):
+            entry(queue).update(ready=int(ready), delayed=int(delayed), in_flight=int(in_flight))
+        for queue, n in await self._store.fetch(
                 "SELECT queue, COUNT(*) FROM dead_letters GROUP BY queue"):
-            entry(queue)["dead_letters"] = n
+            entry(queue)["dead_letters"] = int(n)
         return dict(sorted(out.items()))
 
     async def next_visible_ms(self, queue: str) -> int | None:
         """When the next message of ``queue`` is (or was) visible; in-flight ones count at their
         visibility timeout. None when the queue is empty."""
         check_queue_name(queue)
-        rows = await self._file.fetch("SELECT MIN(visible_at_ms) FROM messages WHERE queue = ?", (queue,))
+        rows = await self._store.fetch("SELECT MIN(visible_at_ms) FROM messages WHERE queue = ?", (queue,))
         return None if rows[0][0] is None else int(rows[0][0])
 
     async def batch_due_ms(self, queue: str, *, max_batch_size: int, max_batch_timeout_ms: int
@@ -55,10 +55,10 @@ class QueueReads:
         visible one waited ``max_batch_timeout_ms``, whichever is first. None when empty."""
         check_queue_name(queue)
         check_batch_size(max_batch_size)
-        rows = await self._file.fetch(
-            "SELECT MIN(visible_at_ms), (SELECT visible_at_ms FROM messages WHERE queue = :q "
-            "ORDER BY visible_at_ms LIMIT 1 OFFSET :k) FROM messages WHERE queue = :q",
-            {"q": queue, "k": max_batch_size - 1})
+        rows = await self._store.fetch(
+            "SELECT MIN(visible_at_ms), (SELECT visible_at_ms FROM messages WHERE queue = ? "
+            "ORDER BY visible_at_ms LIMIT 1 OFFSET ?) FROM messages WHERE queue = ?",
+            (queue, max_batch_size - 1, queue))
         oldest, full = rows[0]
         if oldest is None:
             return None

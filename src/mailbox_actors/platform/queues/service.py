@@ -1,4 +1,5 @@
-"""The cluster's durable queues (Q-1): one SQLite file, shared by every node process through aiosqlite.
+"""The cluster's durable queues (Q-1): one SQLite file shared by every node process through
+aiosqlite, or PostgreSQL (CL-7, ``queues.postgres``), behind the same ``SharedStore``.
 
 Delivery is at least once. A receive claims messages atomically (one ``UPDATE ... RETURNING``) under
 a lease that lapses after the visibility timeout, so a consumer that dies mid-batch has its messages
@@ -9,7 +10,7 @@ queues hold is ``reads``'; the dead-letter records ``dead_letters``'.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -32,21 +33,19 @@ from mailbox_actors.platform.queues.dead_letters import DeadLetterRecords
 from mailbox_actors.platform.queues.handoff import Handoff
 from mailbox_actors.platform.queues.message import DeadLetterInfo, Message, Policy
 from mailbox_actors.platform.queues.reads import QueueReads
+from mailbox_actors.platform.shared_store import SharedStore, Tx
+from mailbox_actors.platform.sqlite.store import SqliteStore
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-__all__ = ["QueueService", "QueueWatcher"]
+__all__ = ["NOTIFY_CHANNEL", "QueueService", "QueueWatcher"]
 
 _log = get_logger("mailbox_actors.queues")
 _decoder = msgspec.json.Decoder(dict[str, Any])
 _CLAIM_COLUMNS = ("seq, id, kind, body, attempts, enqueued_at_ms, origin_queue, reason, "
                   "failed_attempts")
+NOTIFY_CHANNEL = "ma_queues"  # notified by the PostgreSQL schema's trigger, the queue as payload
 _MAX_PARAMS = 500  # ids per statement in ack_many, well under SQLite's bound-parameter limit
 _INSERT_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite's 32,766
-
-
-def _insert_sql(n: int) -> str:
-    return ("INSERT INTO messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms, attempts, "
-            "lease) VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n))
 
 
 class QueueWatcher(Protocol):
@@ -56,12 +55,18 @@ class QueueWatcher(Protocol):
 
 
 class QueueService(DeadLetterRecords, QueueReads):
-    """Every queue of a cluster in one SQLite file. ``async with QueueService(path, ...) as q:``"""
+    """Every queue of a cluster in one store. ``async with QueueService(path, ...) as q:``"""
 
-    def __init__(self, path: Path, *, clock: Clock, ids: Ids, metrics: Any | None = None,
-                 busy_timeout_ms: int = 10_000) -> None:
-        self._file = queue_file(path, busy_timeout_ms=busy_timeout_ms)
-        self.path = self._file.path
+    def __init__(self, path: Path | SharedStore, *, clock: Clock, ids: Ids,
+                 metrics: Any | None = None, busy_timeout_ms: int = 10_000) -> None:
+        if isinstance(path, str | Path):
+            self._store: SharedStore = SqliteStore(queue_file(Path(path),
+                                                              busy_timeout_ms=busy_timeout_ms))
+            self.path: Path | None = Path(path)
+        else:  # PostgreSQL's (platform.queues.postgres)
+            self._store = path
+            self.path = None
+        self._sql = self._store.dialect
         self.metrics = metrics
         self._clock = clock
         self._ids = ids
@@ -69,16 +74,27 @@ class QueueService(DeadLetterRecords, QueueReads):
                                                                max_items=_MAX_PARAMS)
         self._watchers: dict[str, WeakSet[QueueWatcher]] = {}
         self._handoffs: dict[str, Handoff] = {}
+        # PostgreSQL notifies every process when a message becomes visible (a trigger on the
+        # table): idle consumers are woken by that, and only look on their own for what no one
+        # announces (a lease lapsing on a machine that died).
+        notifications = self._store.notifications()
+        self.notified = notifications is not None
+        if notifications is not None:
+            notifications.subscribe(NOTIFY_CHANNEL, self._heard)
 
     @property
     def clock(self) -> Clock:
         return self._clock
 
+    @property
+    def where(self) -> str:
+        return self._store.where
+
     async def open(self) -> None:
-        await self._file.open()
+        await self._store.open()
 
     async def close(self) -> None:
-        await self._file.close()
+        await self._store.close()
 
     async def __aenter__(self) -> QueueService:
         await self.open()
@@ -98,6 +114,13 @@ class QueueService(DeadLetterRecords, QueueReads):
         for watcher in list(self._watchers.get(queue, ())):
             watcher.on_visible(at_ms)
 
+    def _heard(self, queue: str | None) -> None:
+        """A notification: a message of ``queue`` became visible in some process (None: any
+        may have, while the listening connection was down)."""
+        now = self._clock.now_ms()
+        for q in list(self._watchers) if queue is None else [queue]:
+            self._notify(q, now)
+
     # ---- producing -----------------------------------------------------------------------------
 
     async def send(self, queue: str, body: Mapping[str, Any], *, delay_seconds: float = 0) -> str:
@@ -105,8 +128,14 @@ class QueueService(DeadLetterRecords, QueueReads):
         return (await self.send_batch(queue, [body], delay_seconds=delay_seconds))[0]
 
     async def send_batch(self, queue: str, bodies: Sequence[Mapping[str, Any]], *,
-                         delay_seconds: float = 0) -> list[str]:
-        """Enqueue every body in one transaction, or none if one is refused; their ids in order."""
+                         delay_seconds: float = 0,
+                         also: Callable[[Tx], Awaitable[object]] | None = None) -> list[str]:
+        """Enqueue every body in one transaction, or none if one is refused; their ids in order.
+
+        ``also(tx)`` runs first in that same transaction (the outbox's dispatch writes the event
+        index with its queue messages, CL-14): only where ``shares_transactions_with`` says the
+        other store's statements can join it (PostgreSQL). On PostgreSQL the transaction is run
+        again whole if its connection dies, so ``also`` must be safe to repeat."""
         check_queue_name(queue)
         delay_ms = check_delay_ms(delay_seconds)
         if isinstance(bodies, str | bytes | Mapping) or not isinstance(bodies, Sequence):
@@ -129,7 +158,7 @@ class QueueService(DeadLetterRecords, QueueReads):
                  until if i < n_held else visible, 1 if i < n_held else 0,
                  lease if i < n_held else None)
                 for i, (data, kind) in enumerate(encoded)]
-        await self._insert(rows)
+        await self._insert(rows, also)
         if handoff is not None and n_held and lease is not None:
             policy = Policy(handoff.max_retries, handoff.dead_letter_queue)
             held = [Message(self, id=mid, queue=queue, body=_decoder.decode(body), attempts=1,
@@ -143,17 +172,36 @@ class QueueService(DeadLetterRecords, QueueReads):
             self._notify(queue, visible)
         return [r[0] for r in rows]
 
-    async def _insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
+    async def _insert(self, rows: Sequence[tuple[Any, ...]],
+                      also: Callable[[Tx], Awaitable[object]] | None = None) -> None:
         """All ``rows`` or none. One multi-row INSERT when they fit in one statement (a statement is
         atomic on its own: one round trip to the connection's thread, no BEGIN and COMMIT); else
-        one transaction of several."""
+        one transaction of several. A row whose id is there already is left (a PostgreSQL
+        transaction run again after its connection died during COMMIT)."""
         chunks = [rows[i:i + _INSERT_ROWS] for i in range(0, len(rows), _INSERT_ROWS)]
-        if len(chunks) == 1:
-            await self._file.fetch(_insert_sql(len(rows)), [v for r in rows for v in r])
+        if len(chunks) == 1 and also is None:
+            await self._store.fetch(self._insert_sql(len(rows)), [v for r in rows for v in r])
             return
-        async with self._file.transaction() as conn:
+
+        async def insert(conn: Tx) -> None:
+            if also is not None:
+                await also(conn)
             for chunk in chunks:
-                await conn.execute(_insert_sql(len(chunk)), [v for r in chunk for v in r])
+                await conn.execute_fetchall(self._insert_sql(len(chunk)),
+                                            [v for r in chunk for v in r])
+
+        await self._store.run(insert)
+
+    def _insert_sql(self, n: int) -> str:
+        return self._sql.ignore_duplicates(
+            "messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms, attempts, lease)",
+            "VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n))
+
+    def shares_transactions_with(self, other: SharedStore) -> bool:
+        """Whether ``other``'s statements can join this service's transactions (``also``): both
+        in one PostgreSQL database."""
+        mine = getattr(self._store, "db", None)
+        return mine is not None and mine is getattr(other, "db", None)
 
     # ---- hand-off to consumers in this process ---------------------------------------------------
 
@@ -196,7 +244,7 @@ class QueueService(DeadLetterRecords, QueueReads):
         for (queue, lease), id_list in by_lease.items():
             for start in range(0, len(id_list), _MAX_PARAMS):
                 chunk = id_list[start:start + _MAX_PARAMS]
-                rows = await self._file.fetch(
+                rows = await self._store.fetch(
                     "UPDATE messages SET lease = NULL, visible_at_ms = ?, attempts = attempts - 1 "
                     f"WHERE lease = ? AND id IN ({','.join('?' * len(chunk))}) RETURNING id",
                     (now, lease, *chunk))
@@ -222,12 +270,13 @@ class QueueService(DeadLetterRecords, QueueReads):
         policy = self._policy(queue, max_retries, dead_letter_queue)
         now = self._clock.now_ms()
         lease = self._ids.new_id("qc")
-        rows = await self._file.fetch(
+        rows = await self._store.fetch(
             "UPDATE messages SET lease = ?, visible_at_ms = ?, attempts = attempts + 1 "
             # Oldest visible first, in the index's own order (queue, visible_at_ms, rowid): the
             # claim reads max_batch_size index entries, however long the backlog is.
             "WHERE seq IN (SELECT seq FROM messages WHERE queue = ? AND visible_at_ms <= ? "
-            f"ORDER BY visible_at_ms, seq LIMIT ?) RETURNING {_CLAIM_COLUMNS}",
+            f"ORDER BY visible_at_ms, seq LIMIT ?{self._sql.skip_locked}) "
+            f"RETURNING {_CLAIM_COLUMNS}",
             (lease, now + visibility_ms, queue, now, max_batch_size))
         rows.sort(key=lambda r: r[0])
         out: list[Message] = []
@@ -289,7 +338,7 @@ class QueueService(DeadLetterRecords, QueueReads):
             for start in range(0, len(id_list), _MAX_PARAMS):
                 chunk = id_list[start:start + _MAX_PARAMS]
                 marks = ",".join("?" * len(chunk))
-                await self._file.fetch(f"DELETE FROM messages WHERE queue = ? AND id IN ({marks})",
+                await self._store.fetch(f"DELETE FROM messages WHERE queue = ? AND id IN ({marks})",
                                   (q, *chunk))
 
     async def retry_all(self, messages: Iterable[Message], *, delay_seconds: float = 0) -> None:
@@ -304,7 +353,7 @@ class QueueService(DeadLetterRecords, QueueReads):
             await self._dead_letter(msg, reason)
             return
         visible = self._clock.now_ms() + delay_ms
-        rows = await self._file.fetch(
+        rows = await self._store.fetch(
             "UPDATE messages SET lease = NULL, visible_at_ms = ? WHERE id = ? AND lease = ? "
             "RETURNING id", (visible, msg.id, msg._lease))
         if rows:
@@ -317,7 +366,7 @@ class QueueService(DeadLetterRecords, QueueReads):
         dlq = msg._policy.dead_letter_queue
         now = self._clock.now_ms()
         tried = msg.attempts if deliveries is None else deliveries
-        rows = await self._file.fetch(
+        rows = await self._store.fetch(
             "UPDATE messages SET queue = ?, lease = NULL, visible_at_ms = ?, attempts = 0, "
             "origin_queue = ?, reason = ?, failed_attempts = ? WHERE id = ? AND lease = ? "
             "RETURNING id", (dlq, now, msg.queue, reason, tried, msg.id, msg._lease))

@@ -37,6 +37,9 @@ class SqliteStore:
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return await self.file.fetch(sql, params)
 
+    def notifications(self) -> None:
+        return None
+
     async def run(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         async with self.file.transaction() as conn:
             return await fn(conn)
