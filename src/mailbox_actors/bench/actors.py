@@ -68,6 +68,8 @@ class BenchTicker(Actor):
     # scheduler's workers never yield between alarms, so without it a benchmark phase could not be
     # stopped on time; before the instant, the handler is exactly one transaction.
     yield_after: ClassVar[float | None] = None
+    # time.perf_counter() when the last alarm's transaction committed (the burst figure's end).
+    last_commit: ClassVar[float] = 0.0
 
     async def alarm(self, info: AlarmInfo) -> None:
         if BenchTicker.yield_after is not None and time.perf_counter() >= BenchTicker.yield_after:
@@ -77,3 +79,4 @@ class BenchTicker(Actor):
             tx.exec("UPDATE ticks SET fired = fired + 1 WHERE id = 1")
             tx.set_alarm(tx.now_ms() + REARM_MS)
         self.sql.transaction_sync(run)
+        BenchTicker.last_commit = time.perf_counter()

@@ -19,6 +19,7 @@ from typing import TextIO
 import anyio
 import msgspec
 
+from mailbox_actors.bench.burst_figures import BURST_FIGURES, burst_figures
 from mailbox_actors.bench.carrier_figures import CARRIER_FIGURES, carrier_figures
 from mailbox_actors.bench.dns_figures import DNS_FIGURES, dns_figures
 from mailbox_actors.bench.event_figures import EVENT_FIGURES, event_figures
@@ -53,12 +54,18 @@ async def _start(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[
     return await start_figures(work, sizes, progress)
 
 
+async def _burst(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str],
+                 _errors: list[str]) -> list[Figure]:
+    return await burst_figures(work, sizes, progress)
+
+
 # group -> (the figures it yields, how to measure them)
 GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "state": (("state_changes_per_s", "raw_sqlite_tx_per_s"), _state),
     "cold": (("cold_activation_us", "raw_open_read_us"), _cold),
     "start": (START_FIGURES, _start),  # fresh processes (issue 15)
     "tickers": (TICKER_FIGURES, tickers),
+    "burst": (BURST_FIGURES, _burst),  # alarms due at one instant on open actors (issue 28)
     "http": (HTTP_FIGURES, http_figures),  # servers in child processes (issue 3)
     "events": (EVENT_FIGURES, event_figures),  # a local cluster and a webhook receiver (issue 4)
     "smtp": (SMTP_FIGURES, smtp_figures),  # an aiosmtpd sink in a child process (issue 11)

@@ -52,6 +52,9 @@ FIGURES: tuple[str, ...] = (
     "memory_per_evicted_actor_bytes",
     "memory_per_active_actor_bytes",
     "rss_after_eviction_bytes",
+    "alarm_burst_per_s",
+    "raw_burst_tx_per_s",
+    "alarm_burst_lateness_p99_ms",
 )
 
 
@@ -138,20 +141,21 @@ class Sizes(msgspec.Struct, frozen=True, kw_only=True):
     raw_alarm_sample: int  # files opened, written and closed raw for the alarm limit
     memory_active: int  # actors opened and kept open
     max_active: int  # the node's bound on open actors while alarms fire
+    burst_actors: int  # open actors whose alarms are due at one instant (the burst figures)
 
 
 QUICK = Sizes(name="quick", rounds=7, state_calls=4_000, cold_actors=300, cold_rows=3,
               alarm_actors=20_000, alarm_rate=10_000, paced_alarm_s=3, alarm_batch_ms=5,
               alarm_lead_ms=1_000, alarm_phase_s=8, raw_alarm_sample=2_000, memory_active=500,
-              max_active=1_000)
+              max_active=1_000, burst_actors=1_000)
 FULL = Sizes(name="full", rounds=9, state_calls=10_000, cold_actors=3_000, cold_rows=20,
              alarm_actors=100_000, alarm_rate=10_000, paced_alarm_s=10, alarm_batch_ms=1,
              alarm_lead_ms=1_000, alarm_phase_s=300, raw_alarm_sample=10_000, memory_active=2_000,
-             max_active=1_000)
+             max_active=1_000, burst_actors=5_000)
 TINY = Sizes(name="tiny", rounds=2, state_calls=30, cold_actors=8, cold_rows=3,
              alarm_actors=200, alarm_rate=10_000, paced_alarm_s=0.5, alarm_batch_ms=1,
              alarm_lead_ms=300, alarm_phase_s=20, raw_alarm_sample=20, memory_active=20,
-             max_active=50)
+             max_active=50, burst_actors=20)
 
 
 class Progress:
