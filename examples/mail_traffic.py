@@ -88,12 +88,12 @@ async def send_mail(client: Client, senders: list[tuple[Identity, str]], stats: 
 
         async def submit(who: Identity, domain: str, to: tuple[Identity, str], source_id: str,
                          subject: str, text: str, headers: dict[str, str],
-                         follow_up: Any = None) -> None:
+                         follow_up: Any = None, cc: tuple[str, ...] = ()) -> None:
             try:
                 receipt = await client.call(
                     "identity_mailbox", who.mailbox_id,
                     Submit(source_id=source_id, from_=f"support@{domain}",
-                           to=[f"support@{to[1]}"], subject=subject, text=text,
+                           to=[f"support@{to[1]}"], cc=list(cc), subject=subject, text=text,
                            headers=headers),
                     tenant_id=who.tenant_id, identity_id=who.id)
             except RpcError as e:
@@ -117,8 +117,11 @@ async def send_mail(client: Client, senders: list[tuple[Identity, str]], stats: 
                                  f"A follow-up to message {n}.",
                                  {"In-Reply-To": f"<{parent}>", "References": f"<{parent}>"})
 
+                # Every fourth one is copied to an address no identity holds: in dev mode the
+                # door takes it into the recipient tenant's catch-all identity (UI-6).
                 await submit(who, domain, to, f"hello-{run}-{n}", subject,
                              f"This is message {n} from {domain}.", {},
-                             follow_up if n % 2 else None)
+                             follow_up if n % 2 else None,
+                             (f"hello@{to[1]}",) if n % 4 == 0 else ())
             await anyio.sleep(every_s)
         tg.cancel_scope.cancel()

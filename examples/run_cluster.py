@@ -1,11 +1,13 @@
-"""``make run``: a three-node local cluster on the embedded SQLite default, plus the example host
-service driving real traffic through the client. Each node listens for SMTP beside HTTP (node i on
-SMTP_PORT+i), and the cluster's SMTP transport relays to node 0's door: mail one identity sends to
-another arrives in the other's IdentityMailbox through the cluster itself. Ctrl-C stops everything
-cleanly.
+"""``make run``: a three-node local cluster on the embedded SQLite default in dev mode, the web
+console beside it, plus the example host service driving real traffic through the client. Each node
+listens for SMTP beside HTTP (node i on SMTP_PORT+i), and its ``capture`` transport hands the mail
+its identities send to its own door (UI-6): mail one identity sends to another arrives in the
+other's IdentityMailbox through the cluster itself, and mail to an address of a tenant's domain
+that no identity holds lands in that tenant's catch-all identity. The console (dev mode, loopback)
+shows it all. Ctrl-C stops everything cleanly.
 
     python examples/run_cluster.py [--data ./data] [--port 8787] [--smtp-port 2525] [--nodes 3]
-                                   [--seconds 0]
+                                   [--console-port 8800] [--seconds 0]
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--smtp-port", type=int, default=2525,
                    help="node i's SMTP door listens on this + i (IN-5)")
+    p.add_argument("--console-port", type=int, default=8800,
+                   help="the web console's port (UI-4; 0: any free port)")
     p.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
     a = p.parse_args()
     data = Path(a.data).resolve()
@@ -95,19 +99,30 @@ def main() -> int:
                             # DomainMonitor asks the loopback DNS server that serves the example
                             # domains (DM-1): the resolver is pointed at it by settings.
                             "--dns-nameservers", "127.0.0.1", "--dns-port", str(dns_port),
-                            # Every node listens for SMTP (IN-5); submitted mail leaves through
-                            # SMTP (CA-14) to node 0's door, so it arrives in the recipients'
-                            # IdentityMailboxes when they are identities of this cluster.
-                            "--smtp-listen-port", str(a.smtp_port),
-                            "--transport", "smtp", "--smtp-host", "127.0.0.1",
-                            "--smtp-port", str(a.smtp_port)])
-    host = None
+                            # Every node listens for SMTP (IN-5). Dev mode (UI-6): submitted mail
+                            # is captured (CA-14's SMTP transport to the node's own door), so it
+                            # arrives in the recipients' IdentityMailboxes, and the door takes
+                            # unknown recipients of the tenants' domains into a catch-all.
+                            "--smtp-listen-port", str(a.smtp_port), "--dev",
+                            "--transport", "capture"])
+    host = console = None
     try:
         if not wait_for_cluster(data, sup):
             print("run: the cluster did not come up", file=sys.stderr)
             return 1
         print(f"run: cluster is up. Try:  .venv/bin/mailbox-actors status --data {a.data}",
               flush=True)
+        console = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "console", "--data",
+                                    str(data), "--dev", "--port", str(a.console_port)],
+                                   stdout=subprocess.PIPE, text=True)
+        assert console.stdout is not None
+        line = console.stdout.readline().strip()
+        if not line.startswith("console: listening on"):
+            print(f"run: the console did not start ({line or 'no output'})", file=sys.stderr)
+            return 1
+        url = line.split()[3]
+        print(f"run: console at {url} (dev mode: mail content shown) -- sign in with the "
+              f"operator token: cat {a.data}/operator.token", flush=True)
         host = subprocess.Popen([sys.executable, str(HERE / "host_service.py"), "--data",
                                  str(data), "--seconds", str(a.seconds)])
         host.wait()
@@ -115,10 +130,10 @@ def main() -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        for proc in (host, sup):
+        for proc in (host, console, sup):
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGINT if proc is host else signal.SIGTERM)
-        for proc in (host, sup):
+        for proc in (host, console, sup):
             if proc is not None:
                 try:
                     proc.wait(timeout=20)

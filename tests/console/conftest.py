@@ -23,9 +23,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     dns.add(DOMAIN, "TXT", "v=spf1 include:_spf.provider.example ~all")
     dns.add("_spf.provider.example", "TXT", "v=spf1 ip4:192.0.2.0/24 -all")
     dns.add(f"_dmarc.{DOMAIN}", "TXT", "v=DMARC1; p=none")
+    # Dev mode (UI-6): each node's capture transport hands submitted mail to its own door, which
+    # takes unknown recipients of the tenant's domain into its catch-all identity.
     cluster = Cluster(data, 2, extra=(
-        "--smtp-listen-port", str(smtp), "--transport", "smtp", "--smtp-host", "127.0.0.1",
-        "--smtp-port", str(smtp), "--dns-nameservers", "127.0.0.1",
+        "--smtp-listen-port", str(smtp), "--dev", "--transport", "capture",
+        "--dns-nameservers", "127.0.0.1",
         "--dns-port", str(dns.nameserver[1])))
     consoles: list[ConsoleProc] = []
     try:

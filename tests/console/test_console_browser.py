@@ -18,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from browser import Browser
-from console_stack import DOMAIN, Stack, shots_dirs
+from console_stack import DOMAIN, Stack, cli, shots_dirs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -35,11 +35,12 @@ def send(stack: Stack, to: str, subject: str, *, text: str = "hello", html: str 
     assert refused == {}
 
 
-def link_to(b: Browser, pattern: str) -> str:
-    """The href of the first link on the page whose href matches ``pattern``."""
+def link_to(b: Browser, pattern: str, text: str | None = None) -> str:
+    """The href of the first link on the page whose href matches ``pattern`` (and whose text is
+    ``text``, when given)."""
     for a in b.driver.find_elements(By.TAG_NAME, "a"):
         href = a.get_attribute("href") or ""
-        if re.search(pattern, href):
+        if re.search(pattern, href) and (text is None or a.text == text):
             return href
     raise AssertionError(f"no link matching {pattern!r} on {b.driver.current_url}")
 
@@ -67,6 +68,32 @@ def test_every_page_renders_clean_and_is_saved(stack: Stack, browser: Browser) -
     assert_clean(browser, link_to(browser, r"/threads/thr_"), "thread")
     assert_clean(browser, base + "/domains", "domains")
     assert_clean(browser, link_to(browser, r"/domains/dom_"), "domain")
+
+
+def test_dev_inbox_captures_sent_mail_and_catches_unknown_recipients(stack: Stack,
+                                                                    browser: Browser) -> None:
+    """UI-6: in dev mode an Email submitted by one identity leaves through the capture transport
+    to the node's own SMTP door: it arrives in the recipient identity, its Cc to an address no
+    identity holds lands in the tenant's catch-all identity, and the console shows the sender's
+    delivery record, both arrivals and the catch-all among the actors."""
+    out = cli(stack.data, "send", "--tenant", "acme", "--identity", "sales",
+              "--from", f"sales@{DOMAIN}", "--to", f"support@{DOMAIN}",
+              "--cc", f"nobody-has-this@{DOMAIN}", "--subject", "Captured in dev mode",
+              "--text", "sent by sales, caught by the door", "--wait")
+    assert "provider_accepted" in str(out), out
+    base = stack.dev.url
+    assert_clean(browser, base + "/actors", "actors")
+    catch_all = link_to(browser, r"/identities/idn_[0-9A-Z]+$", text="catch-all")
+    # provider_accepted is the door's 250, answered once both ingests committed.
+    assert_clean(browser, catch_all, "identity-catch-all")
+    assert "Captured in dev mode" in browser.driver.find_element(By.ID, "inbox").text
+    assert_clean(browser, link_to(browser, r"/messages/imsg_"), "message-catch-all")
+    assert f"nobody-has-this@{DOMAIN}" in browser.driver.find_element(By.TAG_NAME, "main").text
+    assert_clean(browser, f"{base}/identities/{stack.support['id']}", "identity")
+    assert "Captured in dev mode" in browser.driver.find_element(By.ID, "inbox").text
+    assert_clean(browser, f"{base}/identities/{stack.sales['id']}#outbound", "identity-outbound")
+    outbound = browser.driver.find_element(By.ID, "outbound-records").text
+    assert "provider_accepted" in outbound or "delivered" in outbound
 
 
 def test_mail_appears_in_the_inbox_within_one_refresh(stack: Stack, browser: Browser) -> None:

@@ -169,3 +169,22 @@ def test_sessions_are_macs_of_the_operator_token() -> None:
     assert not a.csrf_ok(cookie, b.csrf_for(cookie)) and not a.csrf_ok(cookie, None)
     assert not a.session_ok(cookie[:-1] + ("0" if cookie[-1] != "0" else "1"))
     assert a.token_ok("a" * 32) and not a.token_ok("a" * 31)
+
+
+def test_dev_mode_and_capture_are_checked_at_start() -> None:
+    """UI-6: a node in dev mode listens on loopback only; capture needs dev mode and a door port
+    (it sends to the node's own door) and refuses a relay host; capture becomes SMTP to
+    127.0.0.1 at the node's door."""
+    from mailbox_actors.node.config import load_config
+
+    for flags, what in (({"dev": True, "host": "0.0.0.0"}, "loopback"),
+                        ({"transport": "capture", "smtp_listen_port": 2525}, "dev mode"),
+                        ({"transport": "capture", "dev": True}, "smtp_listen_port"),
+                        ({"transport": "capture", "dev": True, "smtp_listen_port": 2525,
+                          "smtp_host": "relay.example"}, "smtp_host")):
+        with pytest.raises(SettingsError, match=what):
+            load_config(flags, env={})
+    cfg = load_config({"transport": "capture", "dev": True, "smtp_listen_port": 2600}, env={})
+    rs = cfg.runtime_settings()
+    assert (rs.transport, rs.smtp_host, rs.smtp_port) == ("smtp", "127.0.0.1", 2600)
+    assert load_config({"dev": "true"}, env={}).dev is True

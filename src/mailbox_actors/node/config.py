@@ -7,6 +7,7 @@ given. Nothing here starts anything.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import ssl
@@ -68,11 +69,25 @@ class NodeConfig(NodeSettings, kw_only=True, forbid_unknown_fields=True):
             except (OSError, ssl.SSLError) as e:
                 raise SettingsError(f"setting 'webhook_ca_file' names no readable PEM file of CA "
                                     f"certificates (got {self.webhook_ca_file!r}: {e})") from None
+        need(not self.dev or _loopback(self.host), "host",
+             "must be a loopback address in dev mode (its SMTP door takes every recipient of a "
+             "configured domain)")
+        if self.transport == "capture":
+            need(self.dev, "transport", "capture needs dev mode (--dev)")
+            need(bool(self.smtp_listen_port), "transport",
+                 "capture hands mail to this node's SMTP door: set smtp_listen_port (not 0)")
+            need(self.smtp_host is None, "smtp_host",
+                 "must not be set with transport capture (mail goes to the node's own door)")
         settings = self.runtime_settings()  # the node's own checks, so every entry point refuses
         check_transport_files(settings)  # credentials readable: refused before anything serves
 
     def runtime_settings(self, data_dir: str | None = None) -> RuntimeSettings:
         data = data_dir or self.data
+        transport, smtp_host, smtp_port, smtp_tls = (self.transport, self.smtp_host,
+                                                     self.smtp_port, self.smtp_tls)
+        if transport == "capture":  # UI-6: SMTP to this node's own door, on loopback
+            transport, smtp_host, smtp_port, smtp_tls = ("smtp", "127.0.0.1",
+                                                         self.smtp_listen_port, "none")
         return RuntimeSettings(
             data_dir=data, node_name=self.node_name, durability=self.durability,
             idle_ms=self.idle_ms, max_active_actors=self.max_active_actors,
@@ -91,8 +106,8 @@ class NodeConfig(NodeSettings, kw_only=True, forbid_unknown_fields=True):
             domain_check_pending_ms=self.domain_check_pending_ms,
             domain_check_verified_ms=self.domain_check_verified_ms,
             domain_pending_expiry_ms=self.domain_pending_expiry_ms,
-            transport=self.transport, smtp_host=self.smtp_host, smtp_port=self.smtp_port,
-            smtp_tls=self.smtp_tls, smtp_username=self.smtp_username,
+            transport=transport, smtp_host=smtp_host, smtp_port=smtp_port,
+            smtp_tls=smtp_tls, smtp_username=self.smtp_username,
             smtp_password_file=self.smtp_password_file, smtp_timeout_s=self.smtp_timeout_s,
             smtp_ca_file=self.smtp_ca_file,
             cloudflare_url=self.cloudflare_url, cloudflare_token_file=self.cloudflare_token_file,
@@ -145,6 +160,15 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
             if f"'{name}'" in str(e):
                 raise SettingsError(f"{e} [from {where}]") from None
         raise
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class Tokens(msgspec.Struct, frozen=True):

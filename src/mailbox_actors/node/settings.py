@@ -101,8 +101,8 @@ class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     domain_pending_expiry_ms: Annotated[int, _d(
         "a domain still pending this long after init is failed")] = 72 * 3_600_000
     transport: Annotated[str, _d(
-        "how submitted mail leaves (none: it stays queued)",
-        choices=("smtp", "cloudflare", "none"), group=_MAIL)] = "none"
+        "how submitted mail leaves (none: it stays queued; capture, in dev mode: to this node's "
+        "own SMTP door)", choices=("smtp", "cloudflare", "capture", "none"), group=_MAIL)] = "none"
     smtp_host: Annotated[str | None, _d("SMTP relay host (transport smtp)", group=_MAIL)] = None
     smtp_port: Annotated[int | None, _d(
         "SMTP relay port (default 25; 587 with starttls, 465 with tls)", group=_MAIL)] = None
@@ -138,6 +138,9 @@ class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     inbound_max_message_bytes: Annotated[int, _d(
         "a received message over this is refused (552 at the door, limit_exceeded by ingest)",
         group=_INBOUND)] = 25 << 20
+    dev: Annotated[bool, _d(
+        "dev mode, loopback only (UI-6): the SMTP door takes any recipient of a configured domain "
+        "into the tenant's catch-all identity; transport capture is allowed")] = False
 
 
 class SettingInfo(msgspec.Struct, frozen=True):

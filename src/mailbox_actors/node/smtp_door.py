@@ -11,6 +11,9 @@ transaction (``smtp_batch``), each answered as it would be alone.
 The door prepends ``Delivered-To`` (so a Bcc recipient's waits can match on ``to``) and derives the
 source id from the recipient and the bytes, so a client's retry after a lost 250 is a duplicate.
 Nothing it logs carries an address; aiosmtpd's own logger is cut to warnings without arguments.
+In dev mode (UI-6) an unknown recipient of a configured domain (a domain of the control database,
+or the domain of an identity's address) is taken into that tenant's ``catch-all`` identity,
+created at its first message.
 It serves with ``smtp_session.DoorSession``: aiosmtpd's session, with addresses and DATA read
 more cheaply and tested to answer as stock aiosmtpd does.
 """
@@ -26,18 +29,21 @@ import msgspec
 import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from mailbox_actors.core.inbound.addresses import normalize_address
 from mailbox_actors.node.app import NodeApp
+from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.node.smtp_batch import Batches
 from mailbox_actors.node.smtp_session import DoorSession, smtp_server
 from mailbox_actors.objects.identity_mailbox.ingest_batch import BATCH_ITEM_MAX_BYTES, IngestBatch
 from mailbox_actors.platform.control.addresses import AddressBook, Recipient
+from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.rpc.router import LONG_DEADLINE_MS
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, RpcReply
 from mailbox_actors.wire.envelope import Envelope as RpcEnvelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import Ingest, IngestReply
 
-__all__ = ["DoorSession", "SmtpDoor", "smtp_server"]
+__all__ = ["CATCH_ALL", "DoorSession", "SmtpDoor", "smtp_server"]
 
 _ENC = msgspec.json.Encoder()
 _DELIVERED = "250 2.0.0 Delivered"
@@ -97,12 +103,35 @@ class _Handler:
         return worst
 
 
+CATCH_ALL = "catch-all"  # UI-6: the identity dev mode's door takes unknown recipients into
+
+
+class _AppCaller:
+    """The door as control_ops' Caller: ids minted here, calls through the app to their owner."""
+
+    def __init__(self, door: SmtpDoor) -> None:
+        self._door = door
+
+    def new_unique_id(self, namespace: str) -> str:
+        return self._door.app.node.new_unique_id(namespace)
+
+    def id_from_name(self, namespace: str, name: str) -> str:
+        return self._door.app.node.id_from_name(namespace, name)
+
+    async def call(self, namespace: str, object_id: str, req: Any, *, tenant_id: str | None = None,
+                   identity_id: str | None = None) -> Any:
+        return await self._door.call(namespace, object_id, req, tenant_id=tenant_id,
+                                     identity_id=identity_id)
+
+
 class SmtpDoor:
     """``await SmtpDoor(app, cluster_token).start(host, port)``; ``await door.stop()``."""
 
     def __init__(self, app: NodeApp, cluster_token: str, *, max_message_bytes: int,
-                 hostname: str = "mailbox-actors") -> None:
+                 hostname: str = "mailbox-actors", catch_all: bool = False) -> None:
         self.app = app
+        self.catch_all = catch_all
+        self._catch_all_lock = asyncio.Lock()
         self._auth = {"authorization": f"Bearer {cluster_token}",
                       "content-type": "application/json"}
         self.max_message_bytes = max_message_bytes
@@ -124,7 +153,43 @@ class SmtpDoor:
             raise MailboxActorsError(ErrorCode.UNAVAILABLE, "no control database")
         if self._book is None:
             self._book = AddressBook(db)
-        return await self._book.resolve(address)
+        found = await self._book.resolve(address)
+        if found is None and self.catch_all:
+            found = await self._catch_all(db, address)
+        return found
+
+    async def _catch_all(self, db: ControlDb, address: str) -> Recipient | None:
+        """Dev mode (UI-6): the catch-all identity of the tenant whose domain ``address`` is at
+        (None: the domain is nobody's). Created, through the cluster, at its first message."""
+        a = normalize_address(address)
+        if a is None:
+            return None
+        domain = a.rpartition("@")[2]
+        tenant_id = None
+        dom = await db.get_domain_by_name(domain)
+        if dom is not None:
+            tenant_id = dom.tenant_id
+        else:
+            row = await db.fetch_one(
+                "SELECT i.tenant_id FROM addresses a JOIN identities i ON i.id = a.identity_id "
+                "WHERE substr(a.address, -?) = ? AND i.status = 'active' LIMIT 1",
+                (len(domain) + 1, "@" + domain))
+            tenant_id = None if row is None else str(row[0])
+        if tenant_id is None:
+            return None
+        async with self._catch_all_lock:
+            ident = await db.get_identity_by_name(tenant_id, CATCH_ALL)
+            if ident is None or ident.status == "creating":
+                try:
+                    ident = await create_identity(db, _AppCaller(self), tenant_id, CATCH_ALL)
+                except MailboxActorsError as e:
+                    if e.code is not ErrorCode.CONFLICT:
+                        raise
+                    # Another node's door made it first: finish (init is idempotent) and use it.
+                    ident = await create_identity(db, _AppCaller(self), tenant_id, CATCH_ALL)
+        if ident.status != "active":
+            return None
+        return Recipient(tenant_id=tenant_id, identity_id=ident.id, mailbox_id=ident.mailbox_id)
 
     def _protocol(self) -> SMTP:
         return smtp_server(self._handler, max_message_bytes=self.max_message_bytes,
@@ -205,6 +270,23 @@ class SmtpDoor:
         if err is None:
             return _DELIVERED
         return self._refused(rcpt, getattr(err, "code", None), err)
+
+    async def call(self, namespace: str, object_id: str, req: Any, *, tenant_id: str | None,
+                   identity_id: str | None = None) -> Any:
+        """One RPC through the app (so to the owning node), as a Caller of control_ops."""
+        node = self.app.node
+        body = _ENC.encode(RpcEnvelope(
+            v=ENVELOPE_VERSION, tenant_id=tenant_id, identity_id=identity_id,
+            request_id=node.ids.new_id("req"), actor_key_id=None,
+            deadline_ms=node.clock.now_ms() + LONG_DEADLINE_MS, req=req))
+        status, out = (await self.app("POST", f"/rpc/{namespace}/{object_id}", self._auth,
+                                      body))[:2]
+        reply = _REPLY.decode(out) if status == 200 else None
+        if reply is None or reply.err is not None:
+            err = None if reply is None else reply.err
+            raise MailboxActorsError(err.code if err is not None else ErrorCode.UNAVAILABLE,
+                                     err.message if err is not None else f"http {status}")
+        return reply.ok
 
     def _refused(self, rcpt: Recipient, code: ErrorCode | None, err: Any = None) -> str:
         """The SMTP reply for an ingest that failed with ``code`` (None: no error body came)."""
