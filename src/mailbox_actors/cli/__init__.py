@@ -55,6 +55,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
                    "page through an identity's delivery records (operator token)"),
     "console": ("mailbox_actors.console.command", "add_arguments", "run",
                 "serve the web console over the cluster on a data directory (operator token)"),
+    "actors": ("mailbox_actors.cli.actors", "add_arguments", "run",
+               "inspect actors read-only: namespaces, list, show, rows, kv, outbox (operator)"),
     "bench": ("mailbox_actors.bench.command", "add_arguments", "run",
               "measure the runtime against the physical limits"),
 }

@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         flags = flags_of(args)
         cfg = load_config(flags, os.environ, args.config)
+        if cfg.objects:  # UI-7: refused here, once, rather than by every node in a loop
+            from mailbox_actors.node.user_objects import served_objects
+
+            served_objects(cfg.objects)
     except SettingsError as e:
         print(f"mailbox-actors cluster: {e}", file=sys.stderr)
         return 2
@@ -126,6 +130,8 @@ class ClusterSupervisor:
             value = getattr(self.cfg, name)
             if name in _PER_NODE:
                 env.pop(ENV_PREFIX + name.upper(), None)  # the node's own comes as a flag
+            elif isinstance(value, tuple):  # objects (UI-7): a list, comma-separated
+                env[ENV_PREFIX + name.upper()] = ",".join(value)
             elif value is not None:
                 env[ENV_PREFIX + name.upper()] = str(value)
         env[ENV_PREFIX + "TOKEN"] = self.tokens.cluster

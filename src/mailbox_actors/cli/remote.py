@@ -21,6 +21,7 @@ from mailbox_actors.cli.data_dir import add_target_arguments, open_control_db
 from mailbox_actors.cli.secrets import SecretError, add_webhook_secret_arguments, webhook_secret
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.locks import lock_holder
+from mailbox_actors.platform.node_file import read_node_file
 from mailbox_actors.rpc.tokens import read_token
 
 if TYPE_CHECKING:  # the client (ids, clock, wire types) is imported by the commands that call
@@ -146,7 +147,9 @@ def run_status(args: argparse.Namespace) -> int:
         nodes = [(n["name"], n["url"]) for n in doc["nodes"]]
         restarts = {n["name"]: int(n.get("restarts", 0)) for n in doc["nodes"]}
     except FileNotFoundError:
-        nodes = [("node-0", args.url or "http://127.0.0.1:8787")]
+        # A single node records where it listens (any port); --url overrides it.
+        nodes = [("node-0", args.url) if args.url else read_node_file(data)
+                 or ("node-0", "http://127.0.0.1:8787")]
 
     async def go() -> list[dict[str, Any]]:
         out = []
@@ -183,15 +186,22 @@ def run_status(args: argparse.Namespace) -> int:
 
 def add_openapi_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", help="write here instead of standard output")
+    p.add_argument("--objects", action="append", default=[], metavar="MODULE:CLASS",
+                   help="include your own actor class's requests (repeatable), as serve does")
 
 
 def run_openapi(args: argparse.Namespace) -> int:
     """Print the OpenAPI document of this version (the checked-in openapi.json is this)."""
     from mailbox_actors.cli.serve import package_version
-    from mailbox_actors.objects import DEFAULT_OBJECTS
+    from mailbox_actors.node.user_objects import served_objects
     from mailbox_actors.rpc.openapi import openapi_json
+    from mailbox_actors.runtime.settings import SettingsError
 
-    doc = openapi_json(DEFAULT_OBJECTS, package_version())
+    try:
+        objects = served_objects(args.objects)
+    except SettingsError as e:
+        return _fail("openapi", str(e), 2)
+    doc = openapi_json(objects, package_version())
     if args.output:
         Path(args.output).write_bytes(doc)
     else:

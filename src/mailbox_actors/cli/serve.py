@@ -25,10 +25,11 @@ from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.config import NodeConfig, ensure_id_secret, ensure_tokens, load_config
 from mailbox_actors.node.forwarding import Peers
 from mailbox_actors.node.node import Node
-from mailbox_actors.objects import DEFAULT_OBJECTS
+from mailbox_actors.node.user_objects import served_objects
 from mailbox_actors.platform.descriptors import raise_nofile_limit
 from mailbox_actors.platform.locks import DataDirLocked
 from mailbox_actors.platform.logging import configure_logging
+from mailbox_actors.platform.node_file import remove_node_file, url_for, write_node_file
 from mailbox_actors.platform.sqlite_files import DamagedFile
 from mailbox_actors.rpc.openapi import openapi_json
 from mailbox_actors.runtime.settings import SettingsError
@@ -104,10 +105,11 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
     # nodes, and the app's requests, go to their owners from the first one.
     cluster = Peers(names, names.index(cfg.node_name), forward,
                     cluster_token=tokens.cluster) if names else None
-    node = Node(cfg.runtime_settings(str(data)), peers=cluster,
+    objects = served_objects(cfg.objects)  # the platform's and the user's (UI-7)
+    node = Node(cfg.runtime_settings(str(data)), peers=cluster, objects=objects,
                 progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr))
     app = NodeApp(node, cluster_token=tokens.cluster, operator_token=tokens.operator,
-                  openapi=lambda: openapi_json(DEFAULT_OBJECTS, package_version()))
+                  openapi=lambda: openapi_json(objects, package_version()))
     async with node:
         server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
                                request_timeout_s=cfg.read_timeout_s)
@@ -133,6 +135,8 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
               f"{cfg.node_name}: data in {data}\n"
               f"{cfg.node_name}: cluster token in {tokens.cluster_file or '(given)'}, "
               f"operator token in {tokens.operator_file or '(given)'}", flush=True)
+        # Where it listens, for every command given --data (on any port, not only the default).
+        write_node_file(data, cfg.node_name, url_for(cfg.host, port))
         try:
             async with anyio.create_task_group() as tg:
                 async def stop_on_failure() -> None:
@@ -147,6 +151,7 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                         break
                 tg.cancel_scope.cancel()
         finally:
+            remove_node_file(data)
             print(f"{cfg.node_name}: stopping (draining requests in flight)", flush=True)
             if door is not None:
                 await door.stop()

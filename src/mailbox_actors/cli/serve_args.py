@@ -25,6 +25,8 @@ def _add(p: argparse.ArgumentParser, scopes: tuple[Scope, ...]) -> None:
         kwargs: dict[str, Any] = {"dest": s.name, "help": s.help()}
         if s.type is bool:
             kwargs |= {"action": "store_const", "const": True}
+        elif getattr(s.type, "__origin__", None) is tuple:  # a list: the flag repeats
+            kwargs |= {"action": "append", "metavar": s.metavar or None}
         else:
             if s.type is not str:
                 kwargs["type"] = s.type

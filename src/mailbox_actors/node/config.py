@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 import ssl
 import tomllib
@@ -29,10 +30,14 @@ from mailbox_actors.runtime.settings import (
     SettingsError,
 )
 
-__all__ = ["ENV_PREFIX", "ID_SECRET_FILE", "NodeConfig", "Tokens", "ensure_id_secret",
-           "ensure_tokens", "load_config"]
+__all__ = ["ENV_PREFIX", "ID_SECRET_FILE", "OBJECT_SPEC", "NodeConfig", "Tokens",
+           "ensure_id_secret", "ensure_tokens", "load_config"]
 
 ID_SECRET_FILE = "id.secret"
+# UI-7: one entry of ``objects`` (node.user_objects imports it).
+OBJECT_SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
+                         r"(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
 
 class NodeConfig(NodeSettings, kw_only=True, forbid_unknown_fields=True):
     """Every setting of ``serve`` and ``cluster`` (declared in ``node/settings.py``), validated."""
@@ -63,6 +68,9 @@ class NodeConfig(NodeSettings, kw_only=True, forbid_unknown_fields=True):
         need(bool(self.host), "host", "must not be empty")
         need(1 <= self.webhook_consumers <= 64, "webhook_consumers", "must be 1..64")
         need(1 <= self.health_timeout_s <= 3600, "health_timeout_s", "must be 1..3600 seconds")
+        for spec in self.objects:  # imported at start (node.user_objects), checked here first
+            need(bool(OBJECT_SPEC.fullmatch(spec)), "objects",
+                 "takes package.module:Class entries")
         if self.webhook_ca_file is not None:
             try:
                 ssl.create_default_context(cafile=self.webhook_ca_file)
@@ -140,7 +148,10 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
     for name in fields:
         raw = env.get(ENV_PREFIX + name.upper())
         if raw is not None:
-            merged[name], source[name] = raw, f"environment variable {ENV_PREFIX}{name.upper()}"
+            value: Any = raw
+            if name == "objects":  # a list in a variable: comma-separated
+                value = [part.strip() for part in raw.split(",") if part.strip()]
+            merged[name], source[name] = value, f"environment variable {ENV_PREFIX}{name.upper()}"
     for name, v in flags.items():
         if v is not None:
             if name not in fields:

@@ -141,6 +141,10 @@ class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dev: Annotated[bool, _d(
         "dev mode, loopback only (UI-6): the SMTP door takes any recipient of a configured domain "
         "into the tenant's catch-all identity; transport capture is allowed")] = False
+    objects: Annotated[tuple[str, ...], _d(
+        "serve your own actor class too, package.module:Class, e.g. counter:Counter (UI-7; "
+        "repeatable; the working directory is importable; TOML: a list; the variable: "
+        "comma-separated)", metavar="MODULE:CLASS")] = ()
 
 
 class SettingInfo(msgspec.Struct, frozen=True):

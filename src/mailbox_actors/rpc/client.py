@@ -24,6 +24,7 @@ from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import lock_holder
+from mailbox_actors.platform.node_file import read_node_file
 from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.rpc.deadlines import default_deadline_ms
 from mailbox_actors.rpc.tokens import read_token
@@ -92,7 +93,9 @@ class Client:
                 raise RpcError(ErrorCode.UNAVAILABLE, f"no cluster is running on {d} (start one "
                                f"with 'mailbox-actors cluster --data {d}')",
                                details={"data": str(d)}) from None
-            nodes = [("node-0", kw.pop("url", "http://127.0.0.1:8787"))]
+            recorded = read_node_file(d)  # a single node records where it listens
+            nodes = [("node-0", kw["url"]) if "url" in kw else recorded
+                     or ("node-0", "http://127.0.0.1:8787")]
         kw.pop("url", None)
         return cls(nodes, token, **kw)
 
