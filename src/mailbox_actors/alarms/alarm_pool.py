@@ -23,6 +23,9 @@ __all__ = ["AlarmPool"]
 # Idle workers kept waiting for the next alarm; a worker that finds this many idle ends instead,
 # so a burst at a large ``alarm_concurrency`` does not leave thousands of tasks behind.
 _IDLE_KEPT = 32
+# A worker running queued alarms back to back yields to the loop once this much time has passed
+# (requests and other tasks then wait at most about this long, plus one alarm, for a turn).
+_TURN_S = 0.002
 
 
 class AlarmPool:
@@ -59,15 +62,20 @@ class AlarmPool:
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
         queue, idle, fire = self._queue, self._idle, self._fire
+        clock = loop.time
         try:
             while True:
+                turn_ends = clock() + _TURN_S
                 while queue:
                     await fire(queue.popleft())
-                    if queue:
+                    if queue and clock() >= turn_ends:
                         # Handlers that never suspend would otherwise hold the loop for the
                         # whole queue, starving requests, other workers and shutdown. (With
-                        # none left, waiting for the next key below yields as well.)
+                        # none left, waiting for the next key below yields as well.) A burst
+                        # runs a turn's worth of alarms between yields, not one: a loop turn
+                        # per alarm was a tenth of an alarm on an open actor.
                         await asyncio.sleep(0)
+                        turn_ends = clock() + _TURN_S
                 if len(idle) >= _IDLE_KEPT:
                     return
                 woken = loop.create_future()
