@@ -55,13 +55,17 @@ def assert_clean(b: Browser, url: str, name: str) -> None:
 
 def test_every_page_renders_clean_and_is_saved(stack: Stack, browser: Browser) -> None:
     """UI-5: each of the console's pages loads with no console error and no failed request, and a
-    screenshot of it is written (overview, actors, identity, message, thread, domains, domain,
-    queues)."""
+    screenshot of it is written (overview, actors by kind, a namespace, one actor, a table's rows,
+    identity, message, thread, domains, domain)."""
     send(stack, f"support@{DOMAIN}", "Welcome to the console",
          html="<h2>Hello</h2><p>This message arrived through the cluster's SMTP door.</p>")
     base = stack.dev.url
     assert_clean(browser, base + "/", "overview")
     assert_clean(browser, base + "/actors", "actors")
+    assert_clean(browser, base + "/actors/identity_mailbox", "namespace")
+    assert_clean(browser, link_to(browser, r"/actors/identity_mailbox/[0-9a-f]{64}$"), "actor")
+    assert "Alarm" in browser.driver.find_element(By.TAG_NAME, "main").text
+    assert_clean(browser, link_to(browser, r"/rows/"), "rows")
     identity = f"{base}/identities/{stack.support['id']}"
     assert_clean(browser, identity, "identity")
     assert_clean(browser, link_to(browser, r"/messages/imsg_"), "message")

@@ -120,6 +120,15 @@ def test_without_dev_mode_no_content_is_shown(stack: Stack) -> None:
     for thread in set(re.findall(r"/threads/(thr_[0-9A-Z]+)", page)):
         shown += s.request("GET", f"/identities/{iid}/threads/{thread}")[1]
     shown += s.request("GET", "/")[1] + s.request("GET", "/actors")[1]
+    actor = s.request("GET", f"/actors/identity_mailbox/{stack.support['mailbox_id']}")[1]
+    shown += actor
+    tables = set(re.findall(r'href="(/actors/identity_mailbox/[0-9a-f]{64}/rows/[a-z_0-9]+)"',
+                            actor))
+    assert tables
+    for table in tables:
+        status, page, _ = s.request("GET", table)
+        assert status == 200, (table, page[-300:])
+        shown += page
     for secret in ("Secret subject line", "secret body text", "leaky@elsewhere.example",
                    f"support@{DOMAIN}", "Welcome to the console"):
         assert secret not in shown, secret

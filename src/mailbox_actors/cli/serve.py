@@ -109,7 +109,9 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
     node = Node(cfg.runtime_settings(str(data)), peers=cluster, objects=objects,
                 progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr))
     app = NodeApp(node, cluster_token=tokens.cluster, operator_token=tokens.operator,
-                  openapi=lambda: openapi_json(objects, package_version()))
+                  openapi=lambda: openapi_json(objects, package_version()),
+                  # Inspection shows content only in dev mode, which listens on loopback (UI-4).
+                  content_allowed=cfg.dev)
     async with node:
         server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
                                request_timeout_s=cfg.read_timeout_s)

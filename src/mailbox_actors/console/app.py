@@ -58,6 +58,8 @@ def create_app(settings: ConsoleSettings, view: ClusterView, sessions: Sessions)
     env.filters["utc"] = lambda ms: "-" if ms is None else time.strftime(
         "%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
     env.filters["short"] = lambda s: s if not isinstance(s, str) or len(s) <= 16 else s[:12] + "…"
+    env.filters["bytes"] = _size
+    env.filters["cell"] = _cell
     pages = _Pages(settings, view, sessions, env)
 
     @contextlib.asynccontextmanager
@@ -71,6 +73,9 @@ def create_app(settings: ConsoleSettings, view: ClusterView, sessions: Sessions)
         Route("/healthz", pages.healthz),
         Route("/", pages.overview),
         Route("/actors", pages.actors),
+        Route("/actors/{namespace}", pages.namespace),
+        Route("/actors/{namespace}/{object_id}", pages.actor),
+        Route("/actors/{namespace}/{object_id}/rows/{table}", pages.rows),
         Route("/identities/{identity_id}", pages.identity),
         Route("/identities/{identity_id}/messages/{message_id}", pages.message),
         Route("/identities/{identity_id}/messages/{message_id}/body", pages.message_body),
@@ -225,6 +230,8 @@ class _Pages:
     async def overview(self, request: Request) -> Response:
         nodes = await self.view.node_statuses()
         counts = await self.view.counts()
+        problems: list[str] = []
+        spaces = await self._try(problems, self.view.namespaces())
         queues: dict[str, dict[str, int]] = {}
         for n in nodes:
             for q, s in (n.get("queues") or {}).items():
@@ -234,12 +241,40 @@ class _Pages:
             events_per_s=await self.view.events_per_s(),
             alarms_pending=sum(int(n.get("alarms_pending") or 0) for n in nodes),
             actors_active=sum(int(n.get("actors_active") or 0) for n in nodes),
-            events=await self.view.recent_events(limit=10), refresh_always=True)
+            events=await self.view.recent_events(limit=10), refresh_always=True,
+            spaces=spaces.namespaces if spaces else [], problems=problems)
 
     async def actors(self, request: Request) -> Response:
+        problems: list[str] = []
+        spaces = await self._try(problems, self.view.namespaces())
         return await self.render(request, "actors.html", identities=await self.view.identities(),
                                  domains=await self.view.domains(),
-                                 tenants=await self.view.tenants())
+                                 tenants=await self.view.tenants(),
+                                 spaces=spaces.namespaces if spaces else [], problems=problems)
+
+    async def namespace(self, request: Request) -> Response:
+        ns = request.path_params["namespace"]
+        page = await self.view.actors(ns, request.query_params.get("cursor") or None)
+        return await self.render(request, "namespace.html", ns=ns, page=page)
+
+    async def actor(self, request: Request) -> Response:
+        ns, oid = request.path_params["namespace"], request.path_params["object_id"]
+        detail = await self.view.actor(ns, oid)
+        problems: list[str] = []
+        kv = await self._try(problems, self.view.kv(ns, oid, content=self.settings.dev))
+        outbox = await self._try(problems, self.view.outbox(ns, oid))
+        identity_id = (await self.view.identity_of_mailbox(oid)
+                       if ns == "identity_mailbox" else None)
+        return await self.render(request, "actor.html", a=detail, kv=kv, outbox=outbox,
+                                 identity_id=identity_id, problems=problems,
+                                 events=await self.view.object_events(oid))
+
+    async def rows(self, request: Request) -> Response:
+        ns, oid = request.path_params["namespace"], request.path_params["object_id"]
+        table = request.path_params["table"]
+        page = await self.view.rows(ns, oid, table, request.query_params.get("cursor") or None,
+                                    content=self.settings.dev)
+        return await self.render(request, "rows.html", ns=ns, oid=oid, page=page)
 
     async def identity(self, request: Request) -> Response:
         tenant, ident = await self.view.identity(request.path_params["identity_id"])
@@ -357,6 +392,27 @@ class _Pages:
             raise InvalidRequest("key must be 1..200 characters", details={"field": "key"})
         await self.view.mailbox_call(tenant, ident, {"op": "post_retry", "key": key})
         return RedirectResponse(f"/identities/{ident.id}#post", status_code=303)
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    if n < 1024:
+        return f"{n} B"
+    if n < 1 << 20:
+        return f"{n / 1024:.1f} KB"
+    return f"{n / (1 << 20):.1f} MB"
+
+
+def _cell(value: object) -> str:
+    """A value read from an actor's table or KV, for a table cell: a redacted one as its type and
+    size (CA-10), long text cut."""
+    if isinstance(value, dict) and value.get("kind") == "redacted":
+        return f"({value.get('type')}, {value.get('bytes')} B, hidden)"
+    if value is None:
+        return "null"
+    text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    return text if len(text) <= 200 else text[:200] + "…"
 
 
 def _text(value: object) -> str | None:

@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import msgspec
@@ -27,12 +27,22 @@ from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.rpc.client import Client, RpcError
 from mailbox_actors.wire.control import Domain, Identity, Tenant
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.inspection import (
+    ActorDetail,
+    ActorsPage,
+    KvPage,
+    NamespacesView,
+    OutboxPage,
+    RowsPage,
+)
 
 __all__ = ["ClusterView", "check_id"]
 
 _OBJECT_ID = re.compile(r"^[0-9a-f]{64}$")
 _RECORD_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-_CURSOR = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+_CURSOR = re.compile(r"^[A-Za-z0-9_.:=-]{1,1000}$")
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
+T = TypeVar("T")
 _MAILBOX = "identity_mailbox"
 _MONITOR = "domain_monitor"
 _TIMEOUT_S = 5.0
@@ -42,7 +52,8 @@ _EVENTS_SCAN = 20_000  # ... counted among its newest rows at most (no full scan
 
 def check_id(field: str, value: str, kind: str = "record") -> str:
     """``value`` as a page may hand it on, or ``invalid_request`` naming ``field``."""
-    pattern = {"object": _OBJECT_ID, "record": _RECORD_ID, "cursor": _CURSOR}[kind]
+    pattern = {"object": _OBJECT_ID, "record": _RECORD_ID, "cursor": _CURSOR,
+               "namespace": _NAME}[kind]
     if not isinstance(value, str) or pattern.match(value) is None:
         raise InvalidRequest(f"{field} is not a valid {kind} id", details={"field": field})
     return value
@@ -117,6 +128,71 @@ class ClusterView:
                      "status": "unreachable"}
             out.append(s)
         return out
+
+    # ---- operator inspection (UI-1): any node answers for the cluster -------------------------
+
+    async def _inspect(self, path: str, params: Mapping[str, Any], t: type[T]) -> T:
+        query = urlencode({k: v for k, v in params.items() if v is not None})
+        last: MailboxActorsError | None = None
+        for _, url in self.nodes:
+            try:
+                body = await self._operator_get(url, path + (f"?{query}" if query else ""))
+            except MailboxActorsError as e:
+                if e.code is not ErrorCode.UNAVAILABLE:
+                    raise
+                last = e
+                continue
+            return msgspec.convert(body, t)
+        assert last is not None
+        raise last
+
+    async def namespaces(self) -> NamespacesView:
+        return await self._inspect("/admin/inspect", {}, NamespacesView)
+
+    async def actors(self, namespace: str, cursor: str | None, limit: int = 50) -> ActorsPage:
+        check_id("namespace", namespace, "namespace")
+        if cursor is not None:
+            check_id("cursor", cursor, "cursor")
+        return await self._inspect(f"/admin/actors/{namespace}",
+                                   {"cursor": cursor, "limit": limit}, ActorsPage)
+
+    async def actor(self, namespace: str, object_id: str) -> ActorDetail:
+        check_id("namespace", namespace, "namespace")
+        check_id("object_id", object_id, "object")
+        return await self._inspect(f"/admin/actors/{namespace}/{object_id}", {}, ActorDetail)
+
+    async def rows(self, namespace: str, object_id: str, table: str, cursor: str | None, *,
+                   content: bool) -> RowsPage:
+        check_id("namespace", namespace, "namespace")
+        check_id("object_id", object_id, "object")
+        check_id("table", table, "namespace")
+        if cursor is not None:
+            check_id("cursor", cursor, "cursor")
+        return await self._inspect(f"/admin/actors/{namespace}/{object_id}/rows/{table}",
+                                   {"cursor": cursor, "limit": 50,
+                                    "content": 1 if content else None}, RowsPage)
+
+    async def kv(self, namespace: str, object_id: str, *, content: bool) -> KvPage:
+        return await self._inspect(f"/admin/actors/{namespace}/{object_id}/kv",
+                                   {"limit": 50, "content": 1 if content else None}, KvPage)
+
+    async def outbox(self, namespace: str, object_id: str) -> OutboxPage:
+        return await self._inspect(f"/admin/actors/{namespace}/{object_id}/outbox",
+                                   {"limit": 25}, OutboxPage)
+
+    async def identity_of_mailbox(self, mailbox_id: str) -> str | None:
+        row = await self._db.fetch_one("SELECT id FROM identities WHERE mailbox_id = ?",
+                                       (mailbox_id,))
+        return None if row is None else str(row[0])
+
+    async def object_events(self, object_id: str, limit: int = 25) -> list[dict[str, Any]]:
+        """The newest indexed events of one actor (ids, types, times), newest first."""
+        rows = await self._db.fetch_all(
+            "SELECT seq, event_id, sequence, type, occurred_at_ms FROM (SELECT * FROM event_index "
+            "ORDER BY seq DESC LIMIT ?) WHERE object_id = ? ORDER BY seq DESC LIMIT ?",
+            (_EVENTS_SCAN, object_id, limit))
+        keys = ("seq", "event_id", "sequence", "type", "occurred_at_ms")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
 
     # ---- the control database ------------------------------------------------------------------
 
