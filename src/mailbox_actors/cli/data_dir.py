@@ -1,17 +1,20 @@
 """What a command that talks to a running cluster finds through ``--data``: the ``--data`` and
 ``--url`` arguments every such command takes, and the cluster's control database in DATA (where
-tenants, identities and domains are looked up by name)."""
+tenants, identities and domains are looked up by name), or the cluster's PostgreSQL database when
+it runs with ``--postgres`` (CL-7: ``--postgres DSN`` here too, or ``MAILBOX_ACTORS_POSTGRES``)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mailbox_actors.platform.control.database import ControlDb
 
-__all__ = ["add_target_arguments", "open_control_db"]
+__all__ = ["add_postgres_argument", "add_target_arguments", "has_control_db", "open_control_db",
+           "postgres_dsn"]
 
 
 def add_target_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,15 +22,39 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
                    help="the cluster's (or node's) data directory (default ./data)")
     p.add_argument("--url", help="a single node's URL when DATA has no cluster.json "
                    "(default http://127.0.0.1:8787)")
+    add_postgres_argument(p)
 
 
-def open_control_db(data: str | Path) -> ControlDb:
-    """The control database of the cluster in ``data`` (``async with`` it); imported late, so a
-    command that never needs it starts fast."""
+def add_postgres_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--postgres", metavar="DSN",
+                   help="the PostgreSQL DSN of a cluster run with --postgres, where its control "
+                   "data is (default $MAILBOX_ACTORS_POSTGRES; without either: DATA/control.sqlite)")
+
+
+def postgres_dsn(given: str | None = None) -> str | None:
+    """The DSN a command was given, else the environment's, else None (the SQLite file)."""
+    return given or os.environ.get("MAILBOX_ACTORS_POSTGRES") or None
+
+
+def has_control_db(data: str | Path, postgres: str | None = None) -> bool:
+    """Whether there is a control database to look names up in."""
+    return postgres_dsn(postgres) is not None or (Path(data) / "control.sqlite").exists()
+
+
+def open_control_db(data: str | Path, postgres: str | None = None) -> ControlDb:
+    """The control database of the cluster in ``data``, or in PostgreSQL (``postgres_dsn``)
+    (``async with`` it); imported late, so a command that never needs it starts fast."""
     from mailbox_actors.platform.clock import SystemClock
     from mailbox_actors.platform.control.database import ControlDb
     from mailbox_actors.platform.ids import Ids
     from mailbox_actors.platform.rng import SystemRng
 
     clock = SystemClock()
+    dsn = postgres_dsn(postgres)
+    if dsn is not None:
+        from mailbox_actors.platform.control.postgres import control_on
+        from mailbox_actors.platform.postgres.database import PgDatabase
+
+        return control_on(PgDatabase(dsn, setting="postgres", min_size=1, max_size=2),
+                          clock=clock, ids=Ids(clock, SystemRng()))
     return ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))

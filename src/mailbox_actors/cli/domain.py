@@ -75,7 +75,8 @@ async def _go(args: argparse.Namespace) -> Any:
 
     kw = {"url": args.url} if args.url else {}
     # the client first: it reads the token, so a DATA without a cluster creates nothing
-    async with Client.from_data_dir(args.data, **kw) as client, open_control_db(args.data) as db:
+    async with Client.from_data_dir(args.data, **kw) as client, \
+            open_control_db(args.data, args.postgres) as db:
         if args.action == "add":
             expected = ExpectedRecords(spf_include=args.spf_include,
                                        dkim_selector=args.dkim_selector, dkim_key=args.dkim_key,

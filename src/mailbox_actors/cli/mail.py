@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from mailbox_actors.cli.data_dir import add_target_arguments, open_control_db
+from mailbox_actors.cli.data_dir import add_target_arguments, has_control_db, open_control_db
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.rpc.client import Client, RpcError, read_token
 from mailbox_actors.wire.carrier import GetEmail, Submit
@@ -75,12 +75,12 @@ def _fail(cmd: str, text: str, status: int) -> int:
     return status
 
 
-async def _resolve_owner(data: str, tenant: str | None, identity: str) -> tuple[str, str, str]:
+async def _resolve_owner(data: str, tenant: str | None, identity: str, postgres: str | None
+                         ) -> tuple[str, str, str]:
     """(tenant id, identity id, mailbox id) from ids or names, through the control database."""
-    path = Path(data) / "control.sqlite"
-    if not path.exists():
-        raise FileNotFoundError(str(path))
-    async with open_control_db(data) as db:
+    if not has_control_db(data, postgres):
+        raise FileNotFoundError(str(Path(data) / "control.sqlite"))
+    async with open_control_db(data, postgres) as db:
         record = await db.get_identity(identity)
         if record is None and tenant is not None:
             found = await db.find_tenant(tenant)  # by id or name (OPS-9)
@@ -110,7 +110,8 @@ def run_send(args: argparse.Namespace) -> int:
     source_id = args.source_id or f"cli-{uuid.uuid4().hex}"
 
     async def go() -> int:
-        tenant, identity, mid = await _resolve_owner(args.data, args.tenant, args.identity)
+        tenant, identity, mid = await _resolve_owner(args.data, args.tenant, args.identity,
+                                                     args.postgres)
         req = Submit(source_id=source_id, from_=args.from_, to=args.to, cc=args.cc, bcc=args.bcc,
                      subject=args.subject, text=args.text, html=args.html, headers=headers,
                      send_before=args.send_before)
@@ -154,7 +155,8 @@ def run_deliveries(args: argparse.Namespace) -> int:
         if _HEX64.match(args.identity):
             mid = args.identity
         else:
-            _t, _i, mid = await _resolve_owner(args.data, args.tenant, args.identity)
+            _t, _i, mid = await _resolve_owner(args.data, args.tenant, args.identity,
+                                                     args.postgres)
         operator = read_token(data, "operator")  # MAILBOX_ACTORS_OPERATOR_TOKEN first (CL-4)
         kw = {"url": args.url} if args.url else {}
         async with Client.from_data_dir(args.data, **kw) as c, HttpPool() as pool:

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from mailbox_actors.cli.data_dir import add_target_arguments, open_control_db
+from mailbox_actors.cli.data_dir import (
+    add_postgres_argument,
+    add_target_arguments,
+    has_control_db,
+    open_control_db,
+)
 from mailbox_actors.cli.secrets import SecretError, add_webhook_secret_arguments, webhook_secret
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.locks import lock_holder
@@ -114,7 +119,7 @@ def run_call(args: argparse.Namespace) -> int:
         async with _client(args) as c:
             oid = args.object if _HEX64.match(args.object) else await c.id_from_name(
                 args.namespace, args.object)
-            tenant = await _tenant_id(args.data, args.tenant)
+            tenant = await _tenant_id(args.data, args.tenant, args.postgres)
             return await c.call(args.namespace, oid, req, tenant_id=tenant,
                                 identity_id=args.identity)
     try:
@@ -217,8 +222,11 @@ def add_tenant_arguments(p: argparse.ArgumentParser) -> None:
     add_webhook_secret_arguments(c)
     c.add_argument("--events-days", type=int, default=30, help="how long events are kept")
     c.add_argument("--data", default="./data", help="the cluster's data directory")
-    sub.add_parser("list", help="list tenants").add_argument(
-        "--data", default="./data", help="the cluster's data directory (default ./data)")
+    add_postgres_argument(c)
+    listing = sub.add_parser("list", help="list tenants")
+    listing.add_argument("--data", default="./data",
+                         help="the cluster's data directory (default ./data)")
+    add_postgres_argument(listing)
 
 
 def add_identity_arguments(p: argparse.ArgumentParser) -> None:
@@ -235,7 +243,7 @@ def run_tenant(args: argparse.Namespace) -> int:
     from mailbox_actors.wire.errors import MailboxActorsError
 
     async def go() -> Any:
-        async with open_control_db(args.data) as db:
+        async with open_control_db(args.data, args.postgres) as db:
             if args.action == "list":
                 return [msgspec.to_builtins(t) | {"webhook_secret": None}
                         for t in await db.list_tenants()]
@@ -257,7 +265,7 @@ def run_identity(args: argparse.Namespace) -> int:
     from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
     async def go() -> Any:
-        async with open_control_db(args.data) as db, _client(args) as client:
+        async with open_control_db(args.data, args.postgres) as db, _client(args) as client:
             tenant = await db.find_tenant(args.tenant)
             if tenant is None:
                 raise MailboxActorsError(ErrorCode.TENANT_NOT_FOUND,
@@ -277,11 +285,11 @@ def run_identity(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _tenant_id(data: str, given: str | None) -> str | None:
+async def _tenant_id(data: str, given: str | None, postgres: str | None) -> str | None:
     """A tenant named on the command line by id or name (OPS-9): its id when the control database
     on DATA knows it, else the value as given (objects without a control database take any)."""
-    if given is None or not (Path(data) / "control.sqlite").exists():
+    if given is None or not has_control_db(data, postgres):
         return given
-    async with open_control_db(data) as db:
+    async with open_control_db(data, postgres) as db:
         tenant = await db.find_tenant(given)
     return given if tenant is None else tenant.id

@@ -105,6 +105,7 @@ class NodeConfig(NodeSettings, kw_only=True, forbid_unknown_fields=True):
             id_secret=DEFAULT_ID_SECRET if self.id_secret is None else self.id_secret,
             control_db=self.control_db or str(Path(data) / "control.sqlite"),
             queues_db=self.queues_db or str(Path(data) / "queues.sqlite"),
+            postgres=self.postgres or None,
             webhook_consumers=self.webhook_consumers, webhook_ca_file=self.webhook_ca_file,
             dns=DnsSettings(
                 nameservers=tuple(n.strip() for n in self.dns_nameservers.split(",") if n.strip()),

@@ -24,6 +24,7 @@ from mailbox_actors.alarms.scheduler import AlarmScheduler
 from mailbox_actors.node.alarm_index import open_alarm_index
 from mailbox_actors.node.forwarding import Forwarding, Peers
 from mailbox_actors.node.mail import transport_from_settings
+from mailbox_actors.node.shared_state import open_shared_state, shared_state
 from mailbox_actors.platform.clock import Clock, Loop, SystemClock, TimedWork
 from mailbox_actors.platform.descriptors import actor_bound, nofile_limit
 from mailbox_actors.platform.dns.resolver import RESOLVER, ResolverOnFirstUse
@@ -98,13 +99,10 @@ class Node:
         self.control_db: ControlDb | None = None
         self.queues: QueueService | None = None
         event_sink: EventSink = RecordingEventSink()
-        if settings.control_db is not None and settings.queues_db is not None:
-            from mailbox_actors.platform.control.database import ControlDb
-            from mailbox_actors.platform.queues import QueueService
+        shared = shared_state(settings, clock=self.clock, ids=self.ids, metrics=self.metrics)
+        if shared is not None:
             from mailbox_actors.webhooks.publish import ControlEventSink
-            self.control_db = ControlDb(Path(settings.control_db), clock=self.clock, ids=self.ids)
-            self.queues = QueueService(Path(settings.queues_db), clock=self.clock, ids=self.ids,
-                                       metrics=self.metrics)
+            self.control_db, self.queues = shared
             event_sink = ControlEventSink(self.control_db, self.queues)
         self.alarm_book = AlarmBook(self.clock.now_ms)
         # The cluster (CL-2, RPC-9): for the HTTP app's requests and this node's actors' calls.
@@ -236,8 +234,7 @@ class Node:
         from mailbox_actors.platform.queues import DeadLetterRecorder
         from mailbox_actors.webhooks.delivery import WebhookDeliverer
         st = self.settings
-        await self.control_db.open()
-        await self.queues.open()
+        await open_shared_state(self.control_db, self.queues)
         self.webhooks = WebhookDeliverer(self.control_db, self.queues, clock=self.clock,
                                          rng=self.rng, metrics=self.metrics,
                                          ca_file=st.webhook_ca_file)

@@ -78,6 +78,9 @@ class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "the cluster's control database (default DATA/control.sqlite)")] = None
     queues_db: Annotated[str | None, _d(
         "the cluster's queue database (default DATA/queues.sqlite)")] = None
+    postgres: Annotated[str | None, _d(
+        "PostgreSQL DSN holding the control data and every queue (CL-7); without it the "
+        "SQLite files in DATA", metavar="DSN")] = None
     webhook_consumers: Annotated[int, _d("webhook deliveries in flight per node")] = 4
     webhook_ca_file: Annotated[str | None, _d(
         "PEM file of the CAs https webhook endpoints are checked against "

@@ -16,7 +16,7 @@ __all__ = ["DEFAULT_ID_SECRET", "SECRET_SETTINGS", "SMTP_TLS_MODES", "TRANSPORTS
            "SettingsError"]
 
 # Settings whose values an error message must never quote.
-SECRET_SETTINGS = frozenset({"id_secret", "token", "operator_token"})
+SECRET_SETTINGS = frozenset({"id_secret", "token", "operator_token", "postgres"})
 
 # The namespace keys derive from this. Ids stay valid across restarts and between nodes of a cluster
 # as long as the secret is the same; a deployment may set its own.
@@ -62,6 +62,8 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     # RecordingEventSink); every node of a cluster names the same two files.
     control_db: str | None = None
     queues_db: str | None = None
+    # CL-7: a PostgreSQL DSN; then the control data and the queues live there, not in the files.
+    postgres: str | None = None
     webhook_consumers: int = 4
     webhook_ca_file: str | None = None  # PEM CAs for https webhooks (None: the system's)
     # DomainMonitor (DM-1, DM-3): how DNS is asked, and the state machine's hysteresis and pace.
@@ -111,6 +113,8 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
         need(len(self.id_secret) >= 8, "id_secret", "must be at least 8 characters")
         need((self.control_db is None) == (self.queues_db is None), "queues_db",
              "must be set together with control_db")
+        need(self.postgres is None or bool(self.postgres.strip()), "postgres",
+             "must be a PostgreSQL connection string (host=... dbname=... or postgresql://...)")
         need(1 <= self.webhook_consumers <= 64, "webhook_consumers", "must be in 1..64")
         dns = self.dns
         for ns in dns.nameservers:

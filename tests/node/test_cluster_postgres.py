@@ -1,0 +1,158 @@
+"""A cluster on PostgreSQL (CL-7): ``--postgres`` / ``MAILBOX_ACTORS_POSTGRES`` puts the control
+data and every queue in a real server this module starts and stops by pid; a DSN that does not
+connect stops a node with exit 2 naming the setting; a node SIGKILLed and the server restarted,
+each during webhook traffic, lose no event (every acknowledged one is delivered at least once) and
+the nodes reconnect without a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from _pg import PgServer, find_binaries, new_database
+from cluster_proc import Cluster
+from mailbox_actors.http.server import RpcHttpServer
+from mailbox_actors.rpc import Client, RpcError
+from mailbox_actors.testing.ports import free_port
+
+pytestmark = pytest.mark.slow
+
+BINDIR, WHY = find_binaries()
+SECRET = "whsec-" + "p" * 26
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PgServer]:
+    if BINDIR is None:
+        pytest.skip(WHY)
+    server = PgServer(BINDIR)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+def _cli(*args: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "mailbox_actors", *args], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def test_a_dsn_that_does_not_connect_stops_serve_with_2_naming_the_setting(tmp_path: Path) -> None:
+    """CL-7: exit 2, the setting named, the password never printed."""
+    dsn = f"host=127.0.0.1 port={free_port()} user=postgres password=pw-not-shown dbname=x"
+    out = subprocess.run([sys.executable, "-m", "mailbox_actors", "serve", "--data",
+                          str(tmp_path / "n"), "--port", "0", "--postgres", dsn],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "setting 'postgres'" in out.stderr and "127.0.0.1" in out.stderr
+    assert "pw-not-shown" not in out.stderr + out.stdout
+
+
+class Receiver:
+    """The tenant's webhook endpoint: the event ids it was sent (duplicates allowed)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.changed = anyio.Event()
+
+    async def __call__(self, method: str, path: str, headers: Any, body: bytes
+                       ) -> tuple[int, bytes, str]:
+        self.ids.append(json.loads(body)["id"])
+        self.changed.set()
+        self.changed = anyio.Event()
+        return 200, b"{}", "application/json"
+
+    async def wait_for(self, wanted: set[str], timeout_s: float) -> None:
+        with anyio.fail_after(timeout_s):  # a bound, not a speed check
+            while not wanted <= set(self.ids):
+                await self.changed.wait()
+
+
+async def _emit(client: Client, who: dict[str, str], n: int) -> str | None:
+    """One identity.* event through the mailbox; its id once acknowledged (None: refused, such
+    as ``unavailable`` while its node restarts)."""
+    try:
+        reply = await client.call("identity_mailbox", who["mailbox_id"],
+                                  {"op": "emit_event", "type": "identity.noted", "data": {"n": n}},
+                                  tenant_id=who["tenant_id"], identity_id=who["id"])
+    except (RpcError, OSError):
+        return None
+    return str(reply["id"])
+
+
+@pytest.mark.anyio
+async def test_webhook_traffic_survives_a_node_sigkill_and_a_postgres_restart(
+        pg: PgServer, tmp_path: Path) -> None:
+    """CL-7: a two-node cluster on PostgreSQL under webhook traffic; first the node holding the
+    mailbox is SIGKILLed (the supervisor restarts it), then the server is restarted. Every event
+    the mailbox acknowledged reaches the receiver at least once, and the nodes serve on without
+    being restarted for the server's restart."""
+    dsn = new_database(pg)
+    receiver = Receiver()
+    server = RpcHttpServer(receiver)
+    port = await server.start("127.0.0.1", 0)
+    cluster = Cluster(tmp_path / "cluster", 2, env={"MAILBOX_ACTORS_POSTGRES": dsn})
+    try:
+        await anyio.to_thread.run_sync(cluster.wait_running)
+        assert not (tmp_path / "cluster" / "control.sqlite").exists()
+        data = str(cluster.data)
+        tenant = await anyio.to_thread.run_sync(lambda: _cli(
+            "tenant", "create", "acme", "--webhook-url", f"http://127.0.0.1:{port}/h",
+            "--webhook-secret", SECRET, "--data", data, "--postgres", dsn))
+        who = await anyio.to_thread.run_sync(lambda: _cli(
+            "identity", "create", "--tenant", "acme", "--name", "ops", "--data", data,
+            "--postgres", dsn))
+        who["tenant_id"] = tenant["id"]
+        acked: set[str] = set()
+        async with Client.from_data_dir(cluster.data) as client:
+            urls = [n["url"] for n in cluster.nodes()]
+            owner = urls.index(client.owner_url("identity_mailbox", who["mailbox_id"]))
+
+            async def traffic(first: int, count: int, midway: anyio.Event | None = None) -> None:
+                for n in range(first, first + count):
+                    got = await _emit(client, who, n)
+                    if got is not None:
+                        acked.add(got)
+                    if midway is not None and n - first == count // 4:
+                        midway.set()  # the fault comes now, with traffic before and after it
+
+            await traffic(0, 50)
+            await receiver.wait_for(set(acked), 60)
+            # 1. SIGKILL the mailbox's node while events are emitted and delivered.
+            async with anyio.create_task_group() as tg:
+                midway = anyio.Event()
+                tg.start_soon(traffic, 1_000, 200, midway)
+                await midway.wait()
+                os.kill(cluster.nodes()[owner]["pid"], signal.SIGKILL)
+                await anyio.to_thread.run_sync(cluster.wait_for, f"node-{owner} back at", 90)
+            await traffic(2_000, 50)
+            # A killed node's handed-off messages go to the others after the 30 s lease.
+            await receiver.wait_for(set(acked), 120)
+            pids = [n["pid"] for n in cluster.nodes()]
+            before = len(acked)
+            # 2. Restart PostgreSQL while events are emitted and delivered.
+            async with anyio.create_task_group() as tg:
+                midway = anyio.Event()
+                tg.start_soon(traffic, 3_000, 200, midway)
+                await midway.wait()
+                await anyio.to_thread.run_sync(pg.restart)
+            await traffic(4_000, 50)
+            await receiver.wait_for(set(acked), 120)
+            assert len(acked) > before + 200
+            # No node was restarted for the server's restart: they reconnected.
+            assert [n["pid"] for n in cluster.nodes()] == pids
+    finally:
+        await server.stop()
+        await anyio.to_thread.run_sync(cluster.stop)
