@@ -21,6 +21,7 @@ from mailbox_actors.wire.carrier import (
 from mailbox_actors.wire.events import EmitEvent, EventsReply, GetEvents
 from mailbox_actors.wire.inbound import INBOUND_REPLIES, InboundRequest
 from mailbox_actors.wire.post import DeadLetterPage, PostDeadLetters, PostRetry, PostRetryReply
+from mailbox_actors.wire.search import SEARCH_REPLIES, AttachmentTextReady, SearchMessages
 from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = ["MailboxErase", "MailboxInit", "MailboxRequest", "MailboxStatus", "MailboxStatusReply",
@@ -43,7 +44,7 @@ MailboxRequest = (MailboxInit | MailboxStatus | MailboxErase | GetEvents | EmitE
                   | Submit | GetEmail | CancelEmail | ResolveEmail | BeginTransport
                   | RecordTransportOutcome | ApplyDeliveryEvent
                   | PostDeadLetters | PostRetry  # the roster's Post letters (objects/roster.py)
-                  | InboundRequest)
+                  | InboundRequest | SearchMessages | AttachmentTextReady)
 
 
 class MailboxStatusReply(msgspec.Struct):
@@ -74,4 +75,5 @@ MAILBOX_REPLIES: dict[str, Any] = {"post_dead_letters": DeadLetterPage, "post_re
                                     "cancel": Receipt,
                                     "resolve": Receipt, "begin_transport": TransportLease,
                                     "record_transport_outcome": Receipt,
-                                    "apply_delivery_event": DeliveryEventReply, **INBOUND_REPLIES}
+                                    "apply_delivery_event": DeliveryEventReply, **INBOUND_REPLIES,
+                                    **SEARCH_REPLIES}

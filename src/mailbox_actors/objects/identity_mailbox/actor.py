@@ -15,7 +15,7 @@ from mailbox_actors.carrier import schema as carrier_schema
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
-from mailbox_actors.objects.identity_mailbox import inbound, ingest_batch, threads, waits
+from mailbox_actors.objects.identity_mailbox import inbound, ingest_batch, search, threads, waits
 from mailbox_actors.objects.identity_mailbox.quota_gate import QuotaGate
 from mailbox_actors.objects.shared_schema import META_PUT, RATE_WINDOW_PRUNE, RATE_WINDOWS_SCHEMA
 from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
@@ -59,6 +59,7 @@ from mailbox_actors.wire.mailbox import (
     MailboxStatusReply,
 )
 from mailbox_actors.wire.post import PostDeadLetters, PostRetry
+from mailbox_actors.wire.search import AttachmentTextReady, SearchMessages
 from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = ["IdentityMailbox"]
@@ -106,6 +107,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         # A just-submitted Email is found by its key, not indexed
         Migration(12, carrier_schema.CARRIER_FRESH),
         Migration(13, threads.THREAD_MERGES),  # IN-11: merged threads alias their survivor
+        Migration(14, search.SEARCH_SCHEMA),  # IN-9, IN-10: the FTS5 index and attachment text
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}
@@ -159,6 +161,11 @@ class IdentityMailbox(Actor[MailboxRequest]):
                 return self.sql.transaction_sync(lambda tx: self._init(tx, call))
             case MailboxErase():
                 return self.sql.transaction_sync(self._erase)
+            case SearchMessages():
+                return search.search(self.sql, req)
+            case AttachmentTextReady():
+                return self.sql.transaction_sync(
+                    lambda tx: search.attachment_text_ready(tx, req))
             case ingest_batch.IngestBatch():  # the SMTP door's, in-process only
                 return await ingest_batch.ingest_batch(self, req)
             case Ingest() | RegisterWait() | WaitPoll() | GetMessage() | GetThread() \

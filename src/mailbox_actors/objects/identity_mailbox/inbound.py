@@ -19,7 +19,7 @@ from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.inbound.parse import ParsedMessage, parse_message
 from mailbox_actors.core.inbound.threads import thread_keys
 from mailbox_actors.core.inbound.waits import WaitSubject
-from mailbox_actors.objects.identity_mailbox import threads, waits
+from mailbox_actors.objects.identity_mailbox import search, threads, waits
 from mailbox_actors.objects.identity_mailbox.inbound_rows import DETAIL_DECODER, StoredDetail
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, LimitExceeded, MailboxActorsError
@@ -193,6 +193,7 @@ def store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             message_id, thread_id, p.message_id, p.from_addr, p.subject, p.date_ms, now, size,
             _ENC.encode(detail), p.text, p.html)
+    tx.exec(search.INDEX_NEW, p.subject, search.body_of(p.text, p.html))  # IN-10, same commit
     for idx, att in enumerate(p.attachments):
         data = att.content or b""
         for chunk, start in enumerate(range(0, len(data), _CHUNK)):
@@ -269,8 +270,11 @@ def delete_message(mb: IdentityMailbox, req: DeleteMessage) -> DeleteMessageRepl
         rows = tx.exec("SELECT thread_id FROM messages WHERE id = ?", req.message_id).all()
         if not rows:
             return DeleteMessageReply(deleted=False)
+        search.unindex(tx, req.message_id)  # while the row still says what was indexed
         tx.exec("DELETE FROM attachment_chunks WHERE message_id = ?", req.message_id)
+        tx.exec("DELETE FROM attachment_texts WHERE message_id = ?", req.message_id)
         tx.exec("DELETE FROM messages WHERE id = ?", req.message_id)
+        search.forget(tx)  # its tokens merged away: nothing of it left in the index
         # The thread keeps its id and keys (ids never change); it holds one message fewer.
         survivor = threads.resolve(tx, rows[0][0]) or rows[0][0]
         tx.exec("UPDATE threads SET size = size - 1 WHERE id = ?", survivor)
@@ -285,6 +289,7 @@ def erase(tx: SqlStorage) -> None:
     """Inside the erase transaction (IN-6): every received byte and what points at it."""
     for table in INBOUND_TABLES:
         tx.exec(f"DELETE FROM {table}")
+    search.erase(tx)
 
 
 def counts(sql: SqlStorage) -> dict[str, int]:
