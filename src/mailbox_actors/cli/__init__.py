@@ -53,6 +53,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
              "submit an email from an identity and print its receipt (--wait: follow it)"),
     "deliveries": ("mailbox_actors.cli.mail", "add_deliveries_arguments", "run_deliveries",
                    "page through an identity's delivery records (operator token)"),
+    "migrate-to-postgres": ("mailbox_actors.cli.migrate_to_postgres", "add_arguments", "run",
+                            "copy a stopped cluster's control data and queues into PostgreSQL"),
     "console": ("mailbox_actors.console.command", "add_arguments", "run",
                 "serve the web console over the cluster on a data directory (operator token)"),
     "actors": ("mailbox_actors.cli.actors", "add_arguments", "run",
