@@ -2,12 +2,15 @@
 schedule, everything healed, the final lists read, the webhook deliveries awaited, the checker run.
 
 Every run leaves its artifacts in its directory: ``history.jsonl`` (invoke/ok/fail/timeout and the
-faults), ``final.json``, ``delivered.json``, ``violations.json`` and ``logs/<machine>.log``.
+faults), ``final.json``, ``delivered.json``, ``violations.json`` and ``logs/<machine>.log``;
+``keep_artifacts`` copies them to ``build/faults/<run>/`` of the repository, where a reader of a
+failed run (or CI's artifact upload) finds them after the test's directory is gone.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +25,10 @@ from mailbox_actors.http.client import HttpPool
 from nemesis import Fault, Nemesis, length_s
 from webhook_sink import WebhookSink
 
-__all__ = ["RunResult", "fault_run"]
+__all__ = ["ARTIFACTS", "RunResult", "fault_run", "keep_artifacts"]
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "faults"
+_KEPT = ("history.jsonl", "final.json", "delivered.json", "violations.json", "logs")
 
 WEBHOOK_SECRET = "whsec-faults-0123456789"
 
@@ -60,13 +66,16 @@ async def fault_run(cluster: MachineCluster, faults: list[Fault], *,
         tenant = await make_tenant(url)
         async with HttpPool(connect_timeout_s=timeout_s) as pool:
             await cluster.start_all(pool)
-            load = ListWorkload(pool, routes(cluster, pool), log, token=cluster.token,
+            route = routes(cluster, pool)
+            await route.follow(0)
+            load = ListWorkload(pool, route, log, token=cluster.token,
                                 tenant_id=tenant, keys=keys, clients=clients, rate=rate,
                                 timeout_s=timeout_s, seed=seed)
             await load.init_keys()
             nemesis = Nemesis(cluster, log.write)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(load.run, length_s(faults) + 2)
+                tg.start_soon(route.follow, length_s(faults) + 2)
                 await anyio.sleep(1)  # a second of calm load before the first fault
                 await nemesis.run(faults)
             cluster.net.heal()
@@ -74,7 +83,10 @@ async def fault_run(cluster: MachineCluster, faults: list[Fault], *,
                 if proc.poll() is not None:
                     cluster.spawn(m)
                 await cluster.wait_ready(m, pool)
-            final = await load.final_lists()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(route.follow, 30)  # bounded; cancelled once the lists are read
+                final = await load.final_lists()
+                tg.cancel_scope.cancel()
         log.close()
         acked = {(e["key"], e["value"]) for e in log.events
                  if e.get("type") == "ok" and e.get("f") == "append"}
@@ -95,3 +107,17 @@ async def fault_run(cluster: MachineCluster, faults: list[Fault], *,
     (work / "delivered.json").write_text(json.dumps(sorted(sink.delivered)))
     (work / "violations.json").write_text(json.dumps([v.__dict__ for v in violations], indent=1))
     return RunResult(work, log.events, final, sink.delivered, violations, counts=counts)
+
+
+def keep_artifacts(work: Path, name: str) -> Path:
+    """Copy a run's artifacts to ``build/faults/<name>/`` (replacing an earlier run's)."""
+    dest = ARTIFACTS / name
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for item in _KEPT:
+        src = work / item
+        if src.is_dir():
+            shutil.copytree(src, dest / item)
+        elif src.exists():
+            shutil.copy2(src, dest / item)
+    return dest

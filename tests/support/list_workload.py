@@ -23,12 +23,16 @@ import anyio
 from faults_actor import NAMESPACE
 from mailbox_actors.http.client import HttpPool, HttpTransportError
 
-__all__ = ["AnyMachine", "HistoryLog", "ListWorkload", "Routes"]
+__all__ = ["AnyMachine", "ClusterMap", "HistoryLog", "ListWorkload", "Routes"]
 
 
 class Routes(Protocol):
     def target(self, object_id: str, rng: random.Random) -> str:
         """The base URL to send a request for ``object_id`` to now."""
+        ...
+
+    async def follow(self, seconds: float) -> None:
+        """Keep what routing needs up to date for this long."""
         ...
 
 
@@ -40,6 +44,60 @@ class AnyMachine:
 
     def target(self, object_id: str, rng: random.Random) -> str:
         return rng.choice(self.urls)
+
+    async def follow(self, seconds: float) -> None:
+        return None
+
+
+class ClusterMap:
+    """Routing by the slot map of ``GET /cluster`` (CL-12), as a client holding no database
+    credentials does: the id's slot from the cluster's slot count, its holder from the map, which
+    is read again every ``refresh_s`` from whichever machine answers. ``random_share`` of the
+    requests go to any machine instead (a stale or lazy client: the machine forwards or answers
+    ``unavailable``), and so do requests for a slot the map gives no holder."""
+
+    def __init__(self, pool: HttpPool, urls: Sequence[str], token: str, *,
+                 refresh_s: float = 0.5, random_share: float = 0.2) -> None:
+        self.pool, self.urls, self.token = pool, list(urls), token
+        self.refresh_s, self.random_share = refresh_s, random_share
+        self.slots = 0
+        self.holders: dict[int, str] = {}
+        self.reads = 0
+        self._turn = 0
+
+    async def refresh(self) -> bool:
+        headers = {"authorization": f"Bearer {self.token}"}
+        for _ in self.urls:
+            url = self.urls[self._turn % len(self.urls)]
+            self._turn += 1
+            try:
+                status, body = await self.pool.request(url, "GET", "/cluster", headers, b"",
+                                                       timeout_s=1.0)
+            except HttpTransportError:
+                continue
+            if status != 200:
+                continue
+            doc = json.loads(body)
+            self.slots = int(doc["slots"])
+            self.holders = {r["slot"]: r["url"] for r in doc["map"] if r.get("url")}
+            self.reads += 1
+            return True
+        return False
+
+    async def follow(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while True:
+            await self.refresh()
+            if time.monotonic() >= until:
+                return
+            await anyio.sleep(self.refresh_s)  # the client's refresh period
+
+    def target(self, object_id: str, rng: random.Random) -> str:
+        from mailbox_actors.cluster.slots import slot_of
+
+        if not self.slots or not object_id or rng.random() < self.random_share:
+            return rng.choice(self.urls)
+        return self.holders.get(slot_of(self.slots, NAMESPACE, object_id)) or rng.choice(self.urls)
 
 
 class HistoryLog:

@@ -24,21 +24,40 @@ from _pg import PgServer
 from mailbox_actors.http.client import HttpPool, HttpTransportError
 from netns import Network
 
-__all__ = ["FAULTS_SERVE", "Launch", "MachineCluster", "static_peers"]
+__all__ = ["FAULTS_SERVE", "Launch", "MachineCluster", "machine_mode", "static_peers"]
 
 SUPPORT = Path(__file__).resolve().parent
 FAULTS_SERVE = SUPPORT / "_faults_serve.py"
-# (cluster, machine) -> the node's flags after ``serve``
-Launch = Callable[["MachineCluster", str], list[str]]
+# (cluster, machine) -> the command (``serve``, ``machine``) and its own flags
+Launch = Callable[["MachineCluster", str], tuple[str, list[str]]]
 
 
-def static_peers(cluster: MachineCluster, machine: str) -> list[str]:
+def _shared_files(cluster: MachineCluster) -> list[str]:
+    return ["--control-db", str(cluster.work / "control.sqlite"),
+            "--queues-db", str(cluster.work / "queues.sqlite")]
+
+
+def static_peers(cluster: MachineCluster, machine: str) -> tuple[str, list[str]]:
     """Before machine mode: a fixed peer list (each id owned by one machine, CL-2), the control
     database and queues in SQLite files every machine opens (one host's file system)."""
     peers = ",".join(f"{m}={cluster.url(m)}" for m in cluster.net.machines)
-    return ["--data", str(cluster.work / machine), "--node-name", machine, "--peers", peers,
-            "--control-db", str(cluster.work / "control.sqlite"),
-            "--queues-db", str(cluster.work / "queues.sqlite")]
+    return "serve", ["--data", str(cluster.work / machine), "--node-name", machine, "--peers",
+                     peers, *_shared_files(cluster)]
+
+
+def machine_mode(dsn: str, policy: str, *, ttl_s: float, renew_s: float) -> Launch:
+    """``mailbox-actors machine`` on PostgreSQL (``dsn`` as the machines reach it). Under
+    ``local`` each machine has its own volume directory; under ``shared`` one directory stands
+    for the storage every machine attaches. The control database and queues are SQLite files on
+    the host's shared file system until they move to PostgreSQL (CL-7)."""
+
+    def launch(cluster: MachineCluster, machine: str) -> tuple[str, list[str]]:
+        volumes = cluster.work / ("volumes" if policy == "shared" else f"volumes-{machine}")
+        return "machine", ["--postgres", dsn, "--machine", machine, "--volumes", str(volumes),
+                           "--lease-ttl-s", str(ttl_s), "--lease-renew-s", str(renew_s),
+                           *_shared_files(cluster)]
+
+    return launch
 
 
 class MachineCluster:
@@ -75,9 +94,10 @@ class MachineCluster:
         if old is not None:
             old.close()
         log = self._logs[machine] = open(self.work / "logs" / f"{machine}.log", "ab")
-        argv = [sys.executable, str(FAULTS_SERVE), "serve", "--host", self.net.address(machine),
+        command, flags = self.launch(self, machine)
+        argv = [sys.executable, str(FAULTS_SERVE), command, "--host", self.net.address(machine),
                 "--port", str(self.port), "--log-format", "json", "--log-level", "warning",
-                *self.launch(self, machine)]
+                *flags]
         log.write(f"--- start: {json.dumps(argv)}\n".encode())
         log.flush()
         proc = self.net.popen(machine, argv, env=self._env(), stdin=subprocess.PIPE, stdout=log,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import netns
-from fault_run import fault_run
+from fault_run import fault_run, keep_artifacts
 from list_workload import AnyMachine
 from live_node import OPERATOR, TOKEN
 from machine_cluster import MachineCluster, static_peers
@@ -40,5 +40,6 @@ async def test_static_nodes_keep_every_acknowledged_append_under_faults(
                               routes=lambda c, _pool: AnyMachine(c.urls()), seed=11, rate=100)
     finally:
         cluster.stop_all()
+        keep_artifacts(tmp_path, "static-11")
     assert run.counts["ok"] > 200, run.summary()
     assert run.violations == [], run.summary()
