@@ -7,8 +7,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 RUN_STAMP := $(VENV)/.stamp-run
+PG_STAMP := $(VENV)/.stamp-postgres
 
-.PHONY: venv venv-run test lint docs bench run
+.PHONY: venv venv-run test lint docs bench run run-postgres
 
 venv: $(STAMP)
 
@@ -31,6 +32,10 @@ $(RUN_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[demo,console]'
 	touch $(RUN_STAMP)
 
+$(PG_STAMP): pyproject.toml $(RUN_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[demo,console,postgres]'
+	touch $(PG_STAMP)
+
 lint: venv
 	$(BIN)/ruff check src tests examples docs/hooks
 	$(BIN)/mypy
@@ -48,3 +53,8 @@ bench: venv
 
 run: venv-run
 	$(BIN)/python examples/run_cluster.py
+
+# The same cluster and traffic with the control data and queues in PostgreSQL (CL-7): a server of
+# this machine's binaries (/usr/lib/postgresql/*/bin) started for the run and stopped on exit.
+run-postgres: $(PG_STAMP)
+	$(BIN)/python examples/run_cluster.py --postgres local

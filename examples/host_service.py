@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -53,7 +54,16 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
     receiver = RpcHttpServer(webhook)
     port = await receiver.start("127.0.0.1", 0)
     clock = SystemClock()
-    db = ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
+    # The control database the cluster uses: DATA/control.sqlite, or PostgreSQL (CL-7) when the
+    # cluster runs with MAILBOX_ACTORS_POSTGRES (make run-postgres).
+    dsn = os.environ.get("MAILBOX_ACTORS_POSTGRES")
+    if dsn:
+        from mailbox_actors.platform.control.postgres import control_on
+        from mailbox_actors.platform.postgres.database import PgDatabase
+
+        db = control_on(PgDatabase(dsn, max_size=2), clock=clock, ids=Ids(clock, SystemRng()))
+    else:
+        db = ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
     async with Client.from_data_dir(data) as client, db:
         quotas: list[tuple[str, str]] = []
         senders: list[tuple[Identity, str]] = []

@@ -7,7 +7,12 @@ that no identity holds lands in that tenant's catch-all identity. The console (d
 shows it all. Ctrl-C stops everything cleanly.
 
     python examples/run_cluster.py [--data ./data] [--port 8787] [--smtp-port 2525] [--nodes 3]
-                                   [--console-port 8800] [--seconds 0]
+                                   [--console-port 8800] [--seconds 0] [--postgres local|DSN]
+
+``make run-postgres`` is ``--postgres local``: the same cluster and traffic with the control data and
+every queue in PostgreSQL (CL-7), a server of this machine's own binaries started for the run the way
+the tests start theirs (``tests/support/_pg.py``: initdb into a temporary directory, run as the
+postgres user under root, stopped by pid on exit).
 """
 
 from __future__ import annotations
@@ -89,8 +94,42 @@ def main() -> int:
     p.add_argument("--console-port", type=int, default=8800,
                    help="the web console's port (UI-4; 0: any free port)")
     p.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
+    p.add_argument("--postgres", metavar="local|DSN",
+                   help="keep the control data and queues in PostgreSQL: 'local' starts a server "
+                   "for the run (needs the postgres extra and PostgreSQL's binaries)")
     a = p.parse_args()
     data = Path(a.data).resolve()
+    server = None
+    if a.postgres == "local":
+        server, dsn = start_postgres()
+        os.environ["MAILBOX_ACTORS_POSTGRES"] = dsn  # the cluster, its nodes and the host service
+    elif a.postgres:
+        os.environ["MAILBOX_ACTORS_POSTGRES"] = a.postgres
+    try:
+        return run(a, data)
+    finally:
+        if server is not None:
+            server.remove()  # stopped by its pid, its temporary directory removed
+            print("run: PostgreSQL stopped", flush=True)
+
+
+def start_postgres() -> tuple[Any, str]:
+    """A PostgreSQL server of this machine's binaries for this run, as the tests start theirs."""
+    sys.path.insert(0, str(HERE.parent / "tests" / "support"))
+    from _pg import PgServer, find_binaries, new_database
+
+    bindir, why = find_binaries()
+    if bindir is None:
+        raise SystemExit(f"run: {why}")
+    server = PgServer(bindir)
+    server.start()
+    dsn = new_database(server, "mailbox_actors")
+    print(f"run: PostgreSQL {bindir.parent.name} on 127.0.0.1:{server.port} (pid "
+          f"{server.proc.pid if server.proc else '?'}); control data and queues there", flush=True)
+    return server, dsn
+
+
+def run(a: argparse.Namespace, data: Path) -> int:
     (data / "cluster.json").unlink(missing_ok=True)
     dns, dns_port = start_dns(data)
     sup = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "cluster", "--nodes",
@@ -112,6 +151,13 @@ def main() -> int:
             return 1
         print(f"run: cluster is up. Try:  .venv/bin/mailbox-actors status --data {a.data}",
               flush=True)
+        if os.environ.get("MAILBOX_ACTORS_POSTGRES"):
+            print("run: the web console reads DATA/control.sqlite: not started on PostgreSQL",
+                  flush=True)
+            host = subprocess.Popen([sys.executable, str(HERE / "host_service.py"), "--data",
+                                     str(data), "--seconds", str(a.seconds)])
+            host.wait()
+            return host.returncode
         console = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "console", "--data",
                                     str(data), "--dev", "--port", str(a.console_port)],
                                    stdout=subprocess.PIPE, text=True)
