@@ -18,7 +18,7 @@ def test_one_batch_of_moves_puts_and_deletes_is_what_the_index_holds(tmp_path: P
     deleted keys; keys the batch did not name are untouched."""
     path = tmp_path / "alarms.sqlite"
     index = AlarmIndex(path)
-    index.replace_all({(NS, "a"): 100, (NS, "b"): 200, (NS, "c"): 300})
+    index.apply({(NS, "a"): 100, (NS, "b"): 200, (NS, "c"): 300})
     index.apply({(NS, "a"): 150, (NS, "b"): None, (NS, "d"): 400, (NS, "gone"): None})
     index.close()
     again = AlarmIndex(path)
@@ -35,7 +35,7 @@ def test_a_batch_the_file_refuses_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "alarms.sqlite"
     index = AlarmIndex(path)
     try:
-        index.replace_all({(NS, "a"): 100, (NS, "b"): 200})
+        index.apply({(NS, "a"): 100, (NS, "b"): 200})
         with pytest.raises(sqlite3.IntegrityError):
             index.apply({(NS, "b"): None, (NS, "a"): 150,
                          (None, "z"): 5})  # type: ignore[dict-item]

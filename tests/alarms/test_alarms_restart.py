@@ -145,10 +145,11 @@ async def test_purpose_interrupted_by_sigkill_runs_after_restart(tmp_path: Path)
 
 
 @pytest.mark.anyio
-async def test_scan_killed_part_way_leaves_no_index_and_next_start_finds_every_alarm(
+async def test_scan_killed_part_way_leaves_the_index_incomplete_and_next_start_finds_every_alarm(
         tmp_path: Path) -> None:
     """AL-4: a rescan of the actor files (alarms.sqlite deleted) killed with SIGKILL part-way
-    leaves no index behind, so the next start scans again and every alarm is still there."""
+    leaves the index marked incomplete, so the next start scans again and every alarm is still
+    there (and the index is then complete)."""
     data = tmp_path / "data"
     async with TestRuntime(data, start_ms=T0, objects=afs.ALL_OBJECTS) as rt:
         ids = [await afs.new_scratch(rt, f"s{i}", alarm_at=T0 + (i + 1) * 60_000) for i in range(4)]
@@ -156,12 +157,13 @@ async def test_scan_killed_part_way_leaves_no_index_and_next_start_finds_every_a
         f.unlink()
 
     assert run_child_until("scan", data, tmp_path / "child.log") == "SCANNING"
-    assert not (data / "alarms.sqlite").exists()
+    assert (data / "alarms.sqlite.incomplete").exists()
 
     async with TestRuntime(data, start_ms=T0, objects=afs.ALL_OBJECTS) as rt:
         assert rt.node.scheduler is not None and rt.node.scheduler.pending_count == 4
         await rt.advance(HOUR)
         assert sorted(s.object_id for s in afs.ALARM_LOG) == sorted(ids)
+    assert not (data / "alarms.sqlite.incomplete").exists()
     async with TestRuntime(data, start_ms=T0 + HOUR, objects=afs.ALL_OBJECTS) as rt:
         assert rt.node.scheduler is not None and rt.node.scheduler.pending_count == 0
 

@@ -70,6 +70,9 @@ class AlarmBook:
         self._dropped: set[Key] = set()
         self._index_failing = False  # the last flush could not write (a full disk)
         self.retry_flush_at = 0  # after a failed flush: not before this (the real-time loop)
+        # While a scan of the actor files rebuilds the index (``scanning``): the keys whose alarm
+        # changed meanwhile, whose truth is then newer than what the scan read.
+        self._touched: set[Key] | None = None
 
     def open(self, index: AlarmIndex, alarms: dict[Key, int]) -> None:
         """Start-up: the opened index and every alarm it (or a scan) knows, overdue ones
@@ -79,6 +82,37 @@ class AlarmBook:
             self.entries[key] = Entry(at)
             self._indexed[key] = at
             self.push(at, key)
+
+    def scanning(self) -> None:
+        """A scan of the actor files has started (the index opened incomplete): remember which
+        keys change until ``merge_scanned``."""
+        self._touched = set()
+
+    @property
+    def is_scanning(self) -> bool:
+        return self._touched is not None
+
+    def merge_scanned(self, found: dict[Key, int]) -> int:
+        """Add what the scan found to the book and the index (one transaction), except keys the
+        book knows (from the index, or changed since the scan began: newer than what it read).
+        A key deleted meanwhile may come back from the scan: a wake for nothing, which the host
+        ignores. Returns how many were added; raises what the index's write raised, after the
+        book took them."""
+        touched, self._touched = self._touched or set(), None
+        added = {key: at for key, at in found.items()
+                 if key not in touched and key not in self.entries}
+        if not added:
+            return 0
+        for key, at in added.items():
+            self.entries[key] = Entry(at)
+            self.push(at, key)
+        self.wake_if_before(min(added.values()))
+        assert self.index is not None, "a scan merged before the node opened its index"
+        # Last: if the index cannot take them (a full disk), the book still fires them, and the
+        # index stays marked incomplete, so the next start scans again.
+        self.index.apply(added)
+        self._indexed.update(added)
+        return len(added)
 
     def sink(self, key: Key) -> _Sink:
         return _Sink(self, key)
@@ -118,8 +152,12 @@ class AlarmBook:
         self.entries.pop(key, None)
         if not keep_indexed and key in self._indexed:
             self._lazy[key] = None
+        if self._touched is not None:
+            self._touched.add(key)
 
     def before_commit(self, key: Key, at: int) -> None:
+        if self._touched is not None:
+            self._touched.add(key)
         indexed = self._indexed.get(key)
         if indexed is None or at < indexed:
             assert self.index is not None, "an alarm was set before the node opened its index"
@@ -136,6 +174,8 @@ class AlarmBook:
         if at is None:
             self.forget(key)
             return
+        if self._touched is not None:
+            self._touched.add(key)
         e = self.entries.get(key)
         if e is None:
             self.entries[key] = Entry(at)

@@ -7,7 +7,6 @@ reaches it afterwards, lazily. A wrong entry can only cause a spurious wake, whi
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,19 +30,6 @@ class AlarmIndex:
         self._conn.execute("CREATE TABLE IF NOT EXISTS alarms (namespace TEXT NOT NULL, "
                            "object_id TEXT NOT NULL, at_ms INTEGER NOT NULL, "
                            "PRIMARY KEY (namespace, object_id)) WITHOUT ROWID")
-
-    @classmethod
-    def build(cls, path: Path, alarms: Mapping[Key, int], *, durability_full: bool = False) -> None:
-        """Write a complete index beside ``path`` and rename it into place (atomic)."""
-        tmp = path.with_name(path.name + ".building")
-        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
-            leftover.unlink(missing_ok=True)
-        index = cls(tmp, durability_full=durability_full)
-        try:
-            index.replace_all(alarms)
-        finally:
-            index.close()  # the last close folds the WAL into the file
-        os.replace(tmp, path)
 
     def load(self) -> dict[Key, int]:
         return {(ns, oid): at for ns, oid, at in
@@ -76,13 +62,10 @@ class AlarmIndex:
                 c.execute("ROLLBACK")
             raise
 
-    def replace_all(self, alarms: Mapping[Key, int]) -> None:
-        c = self._conn
-        c.execute("BEGIN")
-        c.execute("DELETE FROM alarms")
-        c.executemany("INSERT INTO alarms (namespace, object_id, at_ms) VALUES (?, ?, ?)",
-                      [(ns, oid, at) for (ns, oid), at in alarms.items()])
-        c.execute("COMMIT")
+    def checkpoint(self) -> None:
+        """What is committed is in the file itself, synced (a log synced only at checkpoints,
+        ``synchronous=NORMAL``, could lose its last commits to a power cut)."""
+        self._conn.execute("PRAGMA wal_checkpoint(FULL)")
 
     def count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM alarms").fetchone()[0])

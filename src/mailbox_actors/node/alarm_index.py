@@ -1,14 +1,19 @@
-"""Opening the node's alarm index at start (AL-4, OPS-2): built from the actor files when it is
-missing, and rebuilt the same way when it is damaged.
+"""Opening the node's alarm index at start (AL-4, OPS-2): rebuilt from the actor files when it is
+missing, incomplete or damaged, while the node already serves.
 
 The index is derived data (every actor's file holds its own alarm), so a damaged index is never a
 reason to refuse to start: it is moved aside (kept beside, for inspection) and rebuilt by a scan.
-The index is built under a temporary name and moved into place whole, so a scan that is killed
-half-way leaves no index and the next start scans again.
+A start never waits for that scan: the node opens a fresh index at once (every alarm set from then
+on reaches it as always), serves requests, and merges what the scan of the actor files finds when
+it is done (``AlarmBook.merge_scanned``): alarms due meanwhile fire late, never not at all. Until
+the merge is durable a marker file beside the index (``alarms.sqlite.incomplete``) says the index
+does not hold every alarm yet, so a start after a crash part-way scans again (and keeps what the
+incomplete index already holds: only ever early).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -16,37 +21,76 @@ from pathlib import Path
 import structlog
 
 from mailbox_actors.alarms.index import AlarmIndex
-from mailbox_actors.platform.sqlite_files import damage_of
+from mailbox_actors.platform.sqlite_files import damage_of, private_file
 
-__all__ = ["open_alarm_index"]
+__all__ = ["OpenedIndex", "finish_scan", "incomplete_marker", "open_alarm_index"]
 
 Key = tuple[str, str]
-Scan = Callable[[Callable[[int], None]], dict[Key, int]]
 
 _log = structlog.get_logger("mailbox_actors.node")
 
 
-def open_alarm_index(path: Path, scan: Scan, *, durability_full: bool, now_ms: Callable[[], int],
-                     say: Callable[[str], None]) -> tuple[AlarmIndex, dict[Key, int]]:
-    """The open index and every alarm it holds."""
-    def progress(n: int) -> None:
-        say(f"scanning actor files for alarms: {n} so far")
+class OpenedIndex:
+    """The open index, every alarm it holds, and whether it holds them all (else: scan)."""
 
+    __slots__ = ("alarms", "complete", "index")
+
+    def __init__(self, index: AlarmIndex, alarms: dict[Key, int], complete: bool) -> None:
+        self.index = index
+        self.alarms = alarms
+        self.complete = complete
+
+
+def incomplete_marker(path: Path) -> Path:
+    return path.with_name(path.name + ".incomplete")
+
+
+def open_alarm_index(path: Path, *, durability_full: bool, now_ms: Callable[[], int],
+                     say: Callable[[str], None]) -> OpenedIndex:
+    """The index to serve with at once; ``complete`` False: a scan of the actor files must be
+    merged into it (``finish_scan``)."""
     damage = damage_of(path) if path.is_file() else None
     if damage is not None:
         _set_aside(path, damage, now_ms(), say)
-    if not path.exists():  # first start, deleted, or set aside just now: the actor files tell
-        AlarmIndex.build(path, scan(progress), durability_full=durability_full)
+    marker = incomplete_marker(path)
+    if not path.exists() or marker.exists():  # first start, deleted, set aside, or a scan cut
+        return _incomplete(path, marker, durability_full, say)
     try:
         index = AlarmIndex(path, durability_full=durability_full)
-        return index, index.load()
+        return OpenedIndex(index, index.load(), True)
     except sqlite3.DatabaseError as e:  # damage the header check could not see
         if isinstance(e, sqlite3.OperationalError):
             raise  # locked, out of descriptors, a full disk: not the file's fault
         _set_aside(path, type(e).__name__, now_ms(), say)
-        AlarmIndex.build(path, scan(progress), durability_full=durability_full)
-        index = AlarmIndex(path, durability_full=durability_full)
-        return index, index.load()
+        return _incomplete(path, marker, durability_full, say)
+
+
+def _incomplete(path: Path, marker: Path, durability_full: bool,
+                say: Callable[[str], None]) -> OpenedIndex:
+    if not marker.exists():
+        # Before the index: an index without its marker is trusted as complete.
+        private_file(marker)
+        _sync_dir(marker.parent)
+    say("the alarm index is being rebuilt from the actor files; serving meanwhile (alarms due "
+        "before it is done fire late)")
+    index = AlarmIndex(path, durability_full=durability_full)
+    return OpenedIndex(index, index.load(), False)
+
+
+def finish_scan(index: AlarmIndex) -> None:
+    """The scan's alarms are merged into ``index`` (committed): make them durable, then drop the
+    marker, so the next start trusts the index whole."""
+    index.checkpoint()
+    incomplete_marker(index.path).unlink(missing_ok=True)
+    _sync_dir(index.path.parent)
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _set_aside(path: Path, damage: str, now: int, say: Callable[[str], None]) -> None:

@@ -9,6 +9,8 @@ Every collaborator is made here, once, and handed to whoever uses it. It holds n
 from __future__ import annotations
 
 import os
+import sqlite3
+import threading
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -21,7 +23,7 @@ import structlog
 
 from mailbox_actors.alarms.book import AlarmBook
 from mailbox_actors.alarms.scheduler import AlarmScheduler
-from mailbox_actors.node.alarm_index import open_alarm_index
+from mailbox_actors.node.alarm_index import finish_scan, open_alarm_index
 from mailbox_actors.node.forwarding import Forwarding, Peers
 from mailbox_actors.node.mail import transport_from_settings
 from mailbox_actors.node.shared_state import open_shared_state, shared_state
@@ -141,11 +143,14 @@ class Node:
         """Lock the data directory, find every pending alarm, start the loops."""
         self._lock.acquire()
         try:
-            index, alarms = open_alarm_index(
-                self.settings.path / "alarms.sqlite", self.host.scan_alarms,
+            opened = open_alarm_index(
+                self.settings.path / "alarms.sqlite",
                 durability_full=self.settings.durability == Durability.FULL,
                 now_ms=self.clock.now_ms, say=self._say)
-            self.alarm_book.open(index, alarms)
+            alarms = opened.alarms
+            self.alarm_book.open(opened.index, alarms)
+            if not opened.complete:
+                self.alarm_book.scanning()
             await self._open_control()
             now = self.clock.now_ms()
             overdue = sum(1 for at in alarms.values() if at <= now)
@@ -160,6 +165,10 @@ class Node:
             # answers none: its advance() steps the work).
             loops = [(name, loop) for name, w in self._timed_work()
                      if (loop := self.clock.loop_for(w)) is not None]
+            if not opened.complete and not loops:  # a FakeClock's node: scanned before serving
+                self._merge_scan(self.host.scan_alarms(self._scan_progress))
+            elif not opened.complete:  # served meanwhile; alarms due before it is done are late
+                loops.append(("alarm_index_rebuild", self._rebuild_index))
             if loops:
                 self._tg = anyio.create_task_group()
                 await self._tg.__aenter__()
@@ -267,6 +276,33 @@ class Node:
             if self.failure is None:
                 self.failure = f"{name} failed ({type(e).__name__})"
             self.failed.set()
+
+    async def _rebuild_index(self) -> None:
+        """Scan the actor files in a worker thread (SQLite releases the GIL while it reads) and
+        merge what it finds into the book and the index (AL-4)."""
+        stop = threading.Event()
+        try:
+            found = await anyio.to_thread.run_sync(self.host.scan_alarms, self._scan_progress,
+                                                   stop, abandon_on_cancel=True)
+        finally:
+            stop.set()  # a node stopped meanwhile: the thread ends at its next file
+        self._merge_scan(found)
+
+    def _scan_progress(self, n: int) -> None:
+        self._say(f"scanning actor files for alarms: {n} so far")
+
+    def _merge_scan(self, found: dict[tuple[str, str], int]) -> None:
+        book = self.alarm_book
+        try:
+            added = book.merge_scanned(found)
+            assert book.index is not None
+            finish_scan(book.index)
+        except (sqlite3.Error, OSError) as e:  # a full disk: fired anyway, scanned again next start
+            self.log.warning("alarm_index_rebuild_unsaved", error=type(e).__name__,
+                             found=len(found))
+            return
+        self.log.info("alarm_index_rebuilt", found=len(found), added=added)
+        self._say(f"the alarm index is rebuilt: {len(found)} alarms in the actor files")
 
     def _say(self, text: str) -> None:
         if self._progress is not None:

@@ -10,6 +10,7 @@ fire (that is the scheduler's); a wake's opening and admission are ``alarm_host`
 from __future__ import annotations
 
 import functools
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -333,10 +334,12 @@ class ActorHost(AlarmHost):
         self._evict_all(list(self._active.values()), trim=True)
         await anyio.to_thread.run_sync(self._files.join, 10.0)
 
-    def scan_alarms(self, progress: Callable[[int], None] | None = None) -> dict[Key, int]:
-        """Read the alarm of every actor file on disk (when the node's index is missing)."""
+    def scan_alarms(self, progress: Callable[[int], None] | None = None,
+                    stop: threading.Event | None = None) -> dict[Key, int]:
+        """Read the alarm of every actor file on disk (when the node's index is missing or
+        incomplete); ``stop`` set: end early (the node stops)."""
         return scan_alarms(self.actors_dir, self._classes_with_keys(), self.settings,
-                           self.clock, self.log, progress)
+                           self.clock, self.log, progress, stop)
 
     def _classes_with_keys(self) -> Mapping[str, bytes]:
         return {ns: self._keys[ns] for ns in self._classes}

@@ -3,6 +3,7 @@ its alarm index: the files are the truth, the index only a cache of them."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,11 @@ __all__ = ["scan_alarms"]
 
 
 def scan_alarms(actors_dir: Path, namespace_keys: Mapping[str, bytes], settings: RuntimeSettings,
-                clock: Clock, log: Any,
-                progress: Callable[[int], None] | None = None) -> dict[tuple[str, str], int]:
+                clock: Clock, log: Any, progress: Callable[[int], None] | None = None,
+                stop: threading.Event | None = None) -> dict[tuple[str, str], int]:
     """The stored alarm of every actor file under ``actors_dir`` of a namespace served here;
-    ``progress`` hears the count every 1000 files."""
+    ``progress`` hears the count every 1000 files. It only reads, so it may run in a worker
+    thread while the node serves; ``stop`` set ends it early (what it found so far)."""
     found: dict[tuple[str, str], int] = {}
     n = 0
     if not actors_dir.exists():
@@ -36,6 +38,8 @@ def scan_alarms(actors_dir: Path, namespace_keys: Mapping[str, bytes], settings:
                 if check_id(key, object_id) is not None:
                     continue
                 n += 1
+                if stop is not None and stop.is_set():
+                    return found
                 if progress is not None and n % 1000 == 0:
                     progress(n)
                 try:
