@@ -4,6 +4,7 @@ Post test actors on an in-process node."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from mailbox_actors.platform.control.database import MIGRATIONS, ControlDb
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.post.control import ControlPost
 from mailbox_actors.post.executor import Claimed
-from mailbox_actors.post.sql import POST_SCHEMA
+from mailbox_actors.post.sql import POST_RUNS, POST_SCHEMA
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
 from mailbox_actors.wire.post import PostDeliver, PostEnvelope
@@ -33,8 +34,8 @@ def _reset() -> Iterator[None]:
 
 
 class Env:
-    def __init__(self, rt: TestRuntime, db: ControlDb) -> None:
-        self.rt, self.db = rt, db
+    def __init__(self, rt: TestRuntime, db: ControlDb, db_path: Path) -> None:
+        self.rt, self.db, self.db_path = rt, db, db_path
         self.post = ControlPost(db, pa.ROUTES, self.deliver, clock=rt.clock, rng=rt.rng)
 
     async def deliver(self, job: Claimed, env: PostEnvelope, deadline_ms: int) -> Any:
@@ -68,9 +69,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         await rt.call("post_receiver", rt.id_from_name("post_receiver", "a"), pa.RInit(),
                       tenant_id=pa.TENANT)
         db = ControlDb(tmp_path / "control.sqlite", clock=rt.clock, ids=Ids(rt.clock, rt.rng),
-                       migrations=(*MIGRATIONS, POST_SCHEMA, FACTS))
+                       migrations=(*MIGRATIONS, POST_SCHEMA, POST_RUNS, FACTS))
         async with db:
-            yield Env(rt, db)
+            yield Env(rt, db, tmp_path / "control.sqlite")
 
 
 async def test_send_statements_commit_with_the_producers_batch(env: Env) -> None:
@@ -105,21 +106,57 @@ async def test_a_conflicting_replay_rolls_the_whole_batch_back(env: Env) -> None
 
 
 async def test_send_from_select_sends_the_rows_the_batch_creates_in_order(env: Env) -> None:
-    """PO-8, PO-3: rows a trusted SELECT yields inside the batch are sent in its order, behind
-    an envelope sent earlier to the same address; the first failing holds the rest."""
+    """PO-8, PO-11, PO-3: rows a trusted ?NNN-bound SELECT yields inside the batch (the seed's
+    columns post_key, envelope_json, queue_name, next_attempt_at, job_id) are sent in its order,
+    behind an envelope sent earlier to the same address; the first failing holds the rest; the
+    caller's ?1 and ?2 bind the caller's values, never Post's own; the job keeps its job_id."""
     await env.db.batch(env.post.send(pa.NOTE, pa.Inbox("a"), pa.Note("first"), "k0"))
     akey = ControlPost.address_key(pa.NOTE, pa.Inbox("a"))
-    select = ("SELECT 'sel-' || k AS post_key, ? AS address_key, 'a' AS object_name, "
-              "json_object('name', 'a') AS address_json, json_object('text', k) AS event_json "
-              "FROM facts WHERE k LIKE 's%' ORDER BY k")
+    select = ("SELECT 'sel-' || k AS post_key, json_object('address', json_object('name', 'a'), "
+              "'event', json_object('text', k)) AS envelope_json, ?1 AS queue_name, "
+              "NULL AS next_attempt_at, 'job-' || k AS job_id "
+              "FROM facts WHERE k LIKE ?2 ORDER BY k")
     pa.SCRIPT["sel-s1"] = ["fail"]
-    await env.db.batch([env.fact("s1"), env.fact("s2"), env.fact("s3"),
-                        *env.post.send_from_select(pa.NOTE, select, (akey,))])
+    await env.db.batch([env.fact("s1"), env.fact("s2"), env.fact("s3"), env.fact("x9"),
+                        *env.post.send_from_select(pa.NOTE, select, (akey, "s%"))])
     await env.post.run()
     assert await env.log() == [["k0", "first"]]
     await env.drain()
     assert await env.log() == [["k0", "first"], ["sel-s1", "s1"], ["sel-s2", "s2"],
                                ["sel-s3", "s3"]]
+    rows = await env.db.fetch_all("SELECT key, job_id FROM post_jobs ORDER BY seq")
+    assert rows == [("k0", None), ("sel-s1", "job-s1"), ("sel-s2", "job-s2"),
+                    ("sel-s3", "job-s3")]
+    rec = await env.post.get("sel-s2")
+    assert rec is not None and (rec.address, rec.event) == ({"name": "a"}, {"text": "s2"})
+
+
+async def test_send_from_select_numbering_is_the_callers_own(env: Env) -> None:
+    """PO-11 (regression): a ?1-style SELECT used to fail "statement uses 5, 7 supplied", and with
+    matching counts bound the caller's values to Post's parameters. Now a SELECT using ?1 once
+    and ?2 twice binds exactly the caller's two values; next_attempt_at holds a row back until
+    then; a replay of the same rows changes nothing. A bare ? and a ?N past the values given are
+    invalid_request before anything runs."""
+    akey = ControlPost.address_key(pa.NOTE, pa.Inbox("a"))
+    later = env.rt.now_ms() + 60_000
+    select = ("SELECT ?2 || '-' || k AS post_key, json_object('address', json_object('name', "
+              "'a'), 'event', json_object('text', ?2 || k)) AS envelope_json, ?1 AS queue_name, "
+              f"CASE WHEN k = 'late' THEN {later} END AS next_attempt_at, NULL AS job_id "
+              "FROM facts WHERE k IN ('n1', 'late') ORDER BY k DESC")
+    stmts = env.post.send_from_select(pa.NOTE, select, (akey, "p"))
+    await env.db.batch([env.fact("n1"), env.fact("late"), *stmts])
+    await env.db.batch(stmts)  # replayed: the same keys and content keep their jobs
+    await env.post.run()
+    assert await env.log() == [["p-n1", "pn1"]]  # the late row is not due yet
+    await env.drain()
+    assert await env.log() == [["p-n1", "pn1"], ["p-late", "plate"]]
+    assert env.rt.now_ms() >= later
+    for bad, params in (("SELECT ? AS post_key", ("x",)), ("SELECT ?3 AS post_key", ("x",))):
+        with pytest.raises(MailboxActorsError) as info:
+            env.post.send_from_select(pa.NOTE, bad, params)
+        assert info.value.code.value == "invalid_request"
+    # A ? inside quoted text is text, not a parameter.
+    assert env.post.send_from_select(pa.NOTE, "SELECT 'why?' AS post_key WHERE ?1", (1,))
 
 
 async def test_purge_removes_envelopes_and_every_job_and_retry_requeues_a_dead_letter(
@@ -142,3 +179,34 @@ async def test_purge_removes_envelopes_and_every_job_and_retry_requeues_a_dead_l
     assert await env.post.get("p-1") is None and await env.post.get("p-2") is None
     rows = await env.db.fetch_all("SELECT key FROM post_jobs ORDER BY key")
     assert [r[0] for r in rows] == ["d", "q"]
+
+
+async def test_held_letters_count_nothing_on_the_control_database(env: Env) -> None:
+    """PO-12 on the control database: while the head of an address fails twice, the letters
+    behind it stay queued with no attempt and no run at each of its invocations; every job's
+    attempts then equal its receiver's invocations, and a refusal's receipt rides its dead
+    letter."""
+    pa.SCRIPT["e0"] = ["fail", "fail"]
+    pa.SCRIPT["r"] = ["refuse_receipt"]
+    seen: list[set[tuple[str, int, int]]] = []
+    path = env.db_path
+
+    def snapshot(key: str) -> None:
+        if key == "e0":
+            c = sqlite3.connect(path)
+            try:
+                seen.append(set(c.execute("SELECT state, attempts, runs FROM post_jobs "
+                                          "WHERE key IN ('e1', 'e2')").fetchall()))
+            finally:
+                c.close()
+
+    pa.ON_DELIVER.append(snapshot)
+    for key in ("e0", "e1", "e2", "r"):
+        await env.db.batch(env.post.send(pa.NOTE, pa.Inbox("a"), pa.Note(key), key))
+    await env.drain()
+    assert seen == [{("queued", 0, 0)}] * 3
+    for key in ("e0", "e1", "e2", "r"):
+        rec = await env.post.get(key)
+        assert rec is not None and rec.attempts == pa.ATTEMPTS[key]
+    [dead] = (await env.post.dead_letters()).letters
+    assert (dead.key, dead.receipt) == ("r", {"checked": "directory", "attempt": 1})

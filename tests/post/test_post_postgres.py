@@ -115,7 +115,7 @@ async def test_schema_is_applied_once_and_a_newer_one_refused(env: Env) -> None:
     """PO-9: the schema comes from ordered migrations: applying again changes nothing; a
     database migrated by newer code is refused."""
     async with env.pool.connection() as conn:
-        assert await apply_schema(conn) == 1
+        assert await apply_schema(conn) == len(MIGRATIONS) == 2
         await conn.execute("INSERT INTO post_schema (version) VALUES (99)")
         await conn.commit()
         with pytest.raises(MailboxActorsError, match="version 99"):
@@ -301,3 +301,39 @@ async def test_two_executors_on_one_database_deliver_each_envelope_once_in_order
     assert await env.log("a") == [[f"k{i:02d}", f"{i}"] for i in range(0, 40, 2)]
     assert await env.log("b") == [[f"k{i:02d}", f"{i}"] for i in range(1, 40, 2)]
     assert set(pa.ATTEMPTS.values()) == {1}
+
+
+async def test_held_letters_count_nothing_and_receipts_ride_dead_letters(env: Env) -> None:
+    """PO-12 on PostgreSQL: while the head of an address fails three times, the letters behind
+    it are queued with no attempt and no run at each of its invocations (seen on another
+    connection); afterwards every job's attempts equal its receiver's invocations; a refusal's
+    receipt and a spent budget's last receipt are kept on their dead letters."""
+    pa.SCRIPT["e0"] = ["fail"] * 3
+    pa.SCRIPT["r"] = ["refuse_receipt"]
+    pa.SCRIPT["f"] = ["fail_receipt"] * 8
+    seen: list[dict[str, tuple[str, int, int]]] = []
+
+    def snapshot(key: str) -> None:
+        if key == "e0":
+            with psycopg.connect(env.dsn) as c:
+                seen.append({k: (s, a, r) for k, s, a, r in c.execute(
+                    "SELECT key, state, attempts, runs FROM post_jobs").fetchall()})
+
+    pa.ON_DELIVER.append(snapshot)
+    for i in range(4):
+        await env.send(f"e{i}", text=f"t{i}")
+    await env.send("r", to="b", text="r")
+    await env.send("f", to="b", text="f")
+    await env.drain()
+    assert len(seen) == 4
+    for rows in seen:
+        assert {rows[f"e{i}"] for i in (1, 2, 3)} == {("queued", 0, 0)}
+    for i in range(4):
+        job = await env.post.get(f"e{i}")
+        assert job is not None and (job.state, job.attempts) == ("delivered", pa.ATTEMPTS[f"e{i}"])
+    assert pa.ATTEMPTS["e1"] == 1
+    page = await env.post.dead_letters()
+    dead = {d.key: d for d in page.letters}
+    assert (dead["r"].receipt, dead["r"].attempts) == ({"checked": "directory", "attempt": 1}, 1)
+    assert (dead["f"].reason, dead["f"].receipt, dead["f"].attempts) == (
+        "retry_budget_spent:busy", {"queue": 8}, 8)

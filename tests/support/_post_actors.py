@@ -4,13 +4,15 @@
 ``SCRIPT[key]`` is a list of what the receiver does at each attempt of that key, in turn:
 ``"ok"`` (apply and admit), ``"fail"`` (raise ``unavailable`` before applying), ``"lose"`` (apply
 and commit, then answer ``unavailable``: a lost answer), ``"garbage"`` (answer something that is
-not a Post answer), ``"refuse"`` (a definite refusal). Past the list's end it is ``"ok"``.
+not a Post answer), ``"refuse"`` (a definite refusal), ``"refuse_receipt"`` and ``"fail_receipt"``
+(a refusal, or a failure to retry, each with a receipt). Past the list's end it is ``"ok"``.
+``ON_DELIVER`` callables see each invocation's key before anything else happens.
 Module state is per process; tests clear it with ``reset()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar
 
 import msgspec
@@ -20,7 +22,7 @@ from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.receiver import receive
 from mailbox_actors.post.routes import Prepare, Route, Routes
-from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA, POST_SCHEMA
+from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA, POST_RUNS, POST_SCHEMA
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
@@ -33,6 +35,8 @@ PREPARED: list[str] = []            # intents prepare() was run for, in order
 PREPARE_CLOCK: list[FakeClock] = []  # set by a test: prepare() jumps it past the deadline once
 DELIVERED_HOOK: list[str] = []       # keys on_delivered saw
 HOOK_FAILS: set[str] = set()         # keys whose on_delivered raises (once each)
+PREPARE_FAILS: list[int] = []        # [n]: the next n preparations raise
+ON_DELIVER: list[Callable[[str], None]] = []  # called with the key at each receiver invocation
 
 
 def reset() -> None:
@@ -42,6 +46,8 @@ def reset() -> None:
     PREPARE_CLOCK.clear()
     DELIVERED_HOOK.clear()
     HOOK_FAILS.clear()
+    PREPARE_FAILS.clear()
+    ON_DELIVER.clear()
 
 
 class Inbox(msgspec.Struct, frozen=True):
@@ -62,6 +68,9 @@ class Fact(msgspec.Struct, frozen=True):
 
 
 async def _prepare(address: Inbox, intent: Intent, deadline_ms: int) -> Fact:
+    if PREPARE_FAILS and PREPARE_FAILS[0] > 0:
+        PREPARE_FAILS[0] -= 1
+        raise RuntimeError("the grant service is down")
     PREPARED.append(intent.what)
     if PREPARE_CLOCK:
         clock = PREPARE_CLOCK.pop()
@@ -135,6 +144,7 @@ class Producer(Actor):
         Migration(1, ("CREATE TABLE facts (k TEXT PRIMARY KEY)",
                       "CREATE TABLE ledger (key TEXT PRIMARY KEY)")),
         Migration(2, POST_SCHEMA),
+        Migration(3, POST_RUNS),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"post": "post_tick"}
 
@@ -222,6 +232,8 @@ class Receiver(Actor):
                 return self.sql.transaction_sync(lambda tx: self.ctx.claim_owner(call))
             case PostDeliver():
                 key = req.envelope.key
+                for hook in ON_DELIVER:
+                    hook(key)
                 n = ATTEMPTS[key] = ATTEMPTS.get(key, 0) + 1
                 steps = SCRIPT.get(key, [])
                 step = steps[n - 1] if n <= len(steps) else "ok"
@@ -231,6 +243,11 @@ class Receiver(Actor):
                     return {"status": "maybe", "receipt": 7}
                 if step == "refuse":
                     return {"status": "refused", "reason": "no_such_inbox"}
+                if step == "refuse_receipt":
+                    return {"status": "refused", "reason": "no_such_inbox",
+                            "receipt": {"checked": "directory", "attempt": n}}
+                if step == "fail_receipt":
+                    return {"status": "failed", "reason": "busy", "receipt": {"queue": n}}
                 answer = receive(self.sql, req, ROUTES, self._apply)
                 if step == "lose":
                     raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the answer was lost")

@@ -28,7 +28,7 @@ from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.receiver import receive
 from mailbox_actors.post.routes import Route, Routes
-from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA, POST_SCHEMA
+from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA, POST_RUNS, POST_SCHEMA
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.runtime.settings import RuntimeSettings
@@ -112,7 +112,7 @@ class BenchProducer(Actor):
     namespace = "bench_post_producer"
     requests = _Init | _SendRun
     init_request = _Init
-    migrations = (Migration(1, POST_SCHEMA),)
+    migrations = (Migration(1, POST_SCHEMA), Migration(2, POST_RUNS))
     alarm_purposes: ClassVar[Mapping[str, str]] = {"post": "post_tick"}
 
     def __init__(self, ctx: Any) -> None:

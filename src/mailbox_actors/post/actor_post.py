@@ -36,7 +36,7 @@ from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.post import DeadLetterPage, PostDeliver, PostEnvelope, PostRecord
 
-__all__ = ["OnDelivered", "Post", "record_of"]
+__all__ = ["OnDelivered", "Post", "claimed_of", "record_of"]
 
 # (tx, key, route name, receipt) inside the producer's settling transaction; raising leaves the
 # job and the hook's ledger both pending, and the attempt is retried (the receiver says duplicate).
@@ -61,6 +61,16 @@ def record_of(row: Any) -> PostRecord:
                       prepared=_DICT.decode(row[7]) if row[7] else None,
                       next_attempt_at_ms=row[8] if pending else None, reason=row[9],
                       receipt=_DICT.decode(row[10]) if row[10] else None)
+
+
+def claimed_of(r: Any, routes: Routes, lease_until_ms: int) -> Claimed:
+    """A ``CHAIN`` row (SQLite's or PostgreSQL's: the same columns) as a job not started yet."""
+    route = routes.get(r[2])
+    return Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4], namespace=r[5],
+                   object_name=r[6], tenant_id=r[7], identity_id=r[8], address=r[9].encode(),
+                   event=r[10].encode(), prepared=r[11].encode() if r[11] else None,
+                   attempts=r[12], lease_until_ms=lease_until_ms, runs=r[16], started=False,
+                   needs_preparation=route is not None and route.prepare is not None)
 
 
 def digest(route: str, address: dict[str, Any], event: dict[str, Any]) -> str:
@@ -153,8 +163,9 @@ class Post:
             tx.exec("UPDATE post_jobs SET next_attempt_at_ms = ?, updated_at_ms = ? WHERE key = ?",
                     now, now, key)
         elif action is RetryAction.REQUEUE_BEHIND:
+            # A fresh budget (runs); attempts, a count of invocations, never go down.
             tx.exec("UPDATE post_jobs SET seq = (SELECT max(seq) + 1 FROM post_jobs), "
-                    "state = 'queued', attempts = 0, reason = NULL, next_attempt_at_ms = ?, "
+                    "state = 'queued', runs = 0, reason = NULL, next_attempt_at_ms = ?, "
                     "updated_at_ms = ? WHERE key = ?", now, now, key)
         if action in (RetryAction.EXPEDITE, RetryAction.REQUEUE_BEHIND):
             self.ctx.schedule(self.purpose, now)
@@ -193,14 +204,14 @@ class Post:
         for _ in range(8):  # a head settled dead here lets the next one of its address in
             heads = tx.exec(q.HEADS).all()
             retry = False
-            for seq, state, next_at, lease, attempts, akey in heads:
-                verdict = eligibility(state, attempts, next_at, lease, now, self.policy)
+            for seq, state, next_at, lease, runs, akey in heads:
+                verdict = eligibility(state, runs, next_at, lease, now, self.policy)
                 if verdict is Eligibility.WAIT:
                     at = due_at(state, next_at, lease)
                     wake = at if wake is None else min(wake, at)
                     continue
                 if verdict is Eligibility.SPENT:
-                    s = settle_expired(attempts, now, self.policy, self.ctx.rng.random())
+                    s = settle_expired(runs, now, self.policy, self.ctx.rng.random())
                     tx.exec(q.SETTLE, s.state.value, s.next_attempt_at_ms, s.reason, None, now, seq)
                     retry = True
                     continue
@@ -223,38 +234,50 @@ class Post:
         return chains
 
     def _claim_chain(self, tx: SqlStorage, akey: str, now: int, lease: int) -> list[Claimed]:
+        """The head started, the due jobs right behind it read (started only once the head is
+        delivered: ``start``)."""
         out: list[Claimed] = []
         for r in tx.exec(q.CHAIN, akey, CHAIN).all():
-            if eligibility(r[13], r[12], r[14], r[15], now, self.policy) is not Eligibility.ATTEMPT:
+            if eligibility(r[13], r[16], r[14], r[15], now, self.policy) is not Eligibility.ATTEMPT:
                 break
-            tx.exec(q.CLAIM, lease, now, r[0])
-            out.append(Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4],
-                               namespace=r[5], object_name=r[6], tenant_id=r[7],
-                               identity_id=r[8], address=r[9].encode(), event=r[10].encode(),
-                               prepared=r[11].encode() if r[11] else None, attempts=r[12] + 1,
-                               lease_until_ms=lease))
+            out.append(claimed_of(r, self.routes, lease))
+        if out:
+            head = out[0]
+            tx.exec(q.START, int(head.calls_next), lease, now, head.seq)
+            head.mark_started(lease)
         return out
 
+    async def start(self, job: Claimed, settled: list[tuple[Claimed, Settlement]]) -> bool:
+        return self.sql.transaction_sync(functools.partial(self._start, job, settled))
+
+    def _start(self, job: Claimed, settled: list[tuple[Claimed, Settlement]],
+               tx: SqlStorage) -> bool:
+        if not self._settle(list(settled), tx):
+            return False  # a receipt hook failed: nothing behind it goes now
+        if not tx.exec(q.START, int(job.calls_next), job.lease_until_ms, tx.now_ms(),
+                       job.seq).rows_written:
+            return False
+        job.mark_started(job.lease_until_ms)
+        return True
+
     async def save_prepared(self, job: Claimed, prepared: bytes) -> None:
-        self.sql.transaction_sync(lambda tx: tx.exec(
-            "UPDATE post_envelopes SET prepared = ? WHERE key = ? AND prepared IS NULL",
-            prepared.decode(), job.key))
+        def run(tx: SqlStorage) -> None:
+            tx.exec("UPDATE post_envelopes SET prepared = ? WHERE key = ? AND prepared IS NULL",
+                    prepared.decode(), job.key)
+            tx.exec("UPDATE post_jobs SET attempts = attempts + 1 WHERE seq = ?", job.seq)
+        self.sql.transaction_sync(run)
 
     async def settle(self, results: list[tuple[Claimed, Settlement | None]]) -> None:
-        self.sql.transaction_sync(functools.partial(self._settle, results))
+        done = [(job, s) for job, s in results if s is not None]
+        if done:
+            self.sql.transaction_sync(functools.partial(self._settle, done))
 
-    def _settle(self, results: list[tuple[Claimed, Settlement | None]], tx: SqlStorage) -> None:
+    def _settle(self, results: list[tuple[Claimed, Settlement]], tx: SqlStorage) -> bool:
+        """Each settlement; False when a delivered job's receipt hook failed (that job then
+        stays pending, to be retried: the receiver will answer duplicate)."""
         now = tx.now_ms()
-        held: set[str] = set()  # addresses whose on_delivered failed in this round
+        ok = True
         for job, s in results:
-            if s is None:
-                tx.exec(q.UNCLAIM, now, job.seq)
-                continue
-            akey = address_key(job.kind, _DICT.decode(job.address))
-            if akey in held:  # answered, but behind a job whose receipt is not settled
-                tx.exec(q.SETTLE, JobState.FAILED.value, now, "held_behind_predecessor", None,
-                        now, job.seq)
-                continue
             receipt = _ENC.encode(s.receipt).decode() if s.receipt is not None else None
             if s.state is JobState.DELIVERED and self.on_delivered is not None:
                 try:
@@ -262,14 +285,14 @@ class Post:
                 except Exception:
                     # Both stay pending: the job retries, the receiver answers duplicate, and the
                     # hook runs again.
-                    held.add(akey)
-                    retry = settle_expired(job.attempts, now, self.policy,
-                                           self.ctx.rng.random())
+                    ok = False
+                    retry = settle_expired(job.runs, now, self.policy, self.ctx.rng.random())
                     tx.exec(q.SETTLE, retry.state.value, retry.next_attempt_at_ms,
                             "on_delivered_failed", None, now, job.seq)
                     continue
             tx.exec(q.SETTLE, s.state.value, s.next_attempt_at_ms, s.reason, receipt, now,
                     job.seq)
+        return ok
 
     def _deliver_hook(self, job: Claimed, s: Settlement, tx: SqlStorage) -> None:
         assert self.on_delivered is not None

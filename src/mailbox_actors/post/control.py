@@ -6,12 +6,14 @@ does the same for rows a trusted SELECT yields inside that batch. A replay of a 
 content fails the batch (a NOT NULL constraint: ``conflict``) and rolls all of it back.
 ``purge_statements`` remove envelopes and every job alongside a source erasure. ``run()`` is the
 shared executor; the host keeps its wake. Apply ``POST_SCHEMA`` through the control database's
-migrations (``ControlDb(migrations=(*MIGRATIONS, POST_SCHEMA))``).
+migrations (``ControlDb(migrations=(*MIGRATIONS, *POST_MIGRATIONS))``).
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import aiosqlite
@@ -32,7 +34,14 @@ from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.rng import Rng
 from mailbox_actors.post import sql as q
-from mailbox_actors.post.actor_post import CHAIN, ROUND_ADDRESSES, check_key, digest, record_of
+from mailbox_actors.post.actor_post import (
+    CHAIN,
+    ROUND_ADDRESSES,
+    check_key,
+    claimed_of,
+    digest,
+    record_of,
+)
 from mailbox_actors.post.executor import Claimed, Deliver, PostExecutor
 from mailbox_actors.post.routes import Route, Routes
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
@@ -41,6 +50,10 @@ from mailbox_actors.wire.post import DeadLetterPage, PostRecord
 __all__ = ["ControlPost", "Statement"]
 
 Statement = tuple[str, tuple[Any, ...]]
+# A bare ``?`` outside quoted text: send_from_select takes ``?NNN`` only (the seed's contract).
+_PLAIN_PARAMETER = re.compile(r"\?(?!\d)")
+_NUMBERED_PARAMETER = re.compile(r"\?(\d+)")
+_SQL_TEXT = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
 _ENC = msgspec.json.Encoder()
 _RECORD = ("SELECT j.key, e.route, j.state, j.attempts, j.seq, e.address, e.event, e.prepared, "
            "j.next_attempt_at_ms, j.reason, j.receipt FROM post_jobs j JOIN post_envelopes e "
@@ -88,30 +101,50 @@ class ControlPost:
         return address_key(route.address_kind, route.check_address(address))
 
     def send_from_select(self, route: Route[Any, Any], select_sql: str,
-                         params: tuple[Any, ...] = ()) -> list[Statement]:
-        """Statements that send one envelope per row of a trusted ``select_sql`` run inside the
-        same batch (for facts the batch itself creates). Its columns: ``post_key``,
-        ``address_key`` (from ``address_key()``), ``object_name``, ``address_json``,
-        ``event_json``; rows are numbered in the SELECT's order. Trusted: the JSON is not
-        checked here (the receiver refuses what does not match the route)."""
+                         params: Sequence[Any] = ()) -> list[Statement]:
+        """Statements that send one envelope per row of a trusted native SQLite SELECT run inside
+        the same batch, for facts the batch itself creates (PO-8, PO-11: the seed's
+        ``sendFromSelect``). Its parameters are ``?NNN``: ``params[0]`` binds ``?1`` and so on;
+        Post's own values are numbered after the caller's, so they never share its numbering.
+        Its columns: ``post_key``; ``envelope_json``, a JSON object ``{"address": {...},
+        "event": {...}}`` of the route's schemas; ``queue_name``, the ordering key (use
+        ``address_key(route, address)`` to order behind ``send``'s envelopes to that address);
+        ``next_attempt_at`` (ms, NULL for now); ``job_id``, kept with the job. Rows are queued
+        in the SELECT's order. Trusted: the JSON is not checked here (the receiver refuses what
+        does not match the route), and the object is named from the address when it is sent."""
         if route not in self.routes:
             raise InvalidRequest("the route is not one of this Post's routes")
+        code = _SQL_TEXT.sub("''", select_sql)
+        if _PLAIN_PARAMETER.search(code):
+            raise InvalidRequest("send_from_select takes ?NNN parameters (?1, ?2, ...), not ?",
+                                 details={"field": "select_sql"})
+        used = max((int(n) for n in _NUMBERED_PARAMETER.findall(code)), default=0)
+        if used > len(params):
+            raise InvalidRequest(f"the SELECT uses ?{used} but {len(params)} values are given",
+                                 details={"field": "params"})
+        own = len(params)  # Post's own values: ?{own + 1} onwards
+
+        def p(i: int) -> str:
+            return f"?{own + i}"
+
         now = self.clock.now_ms()
         envelope = (
             "INSERT INTO post_envelopes (key, route, kind, producer, namespace, object_name, "
-            "tenant_id, identity_id, digest, address, event, created_at_ms) SELECT s.post_key, ?, "
-            "?, ?, ?, s.object_name, NULL, NULL, 'select:' || s.address_json || s.event_json, "
-            f"s.address_json, s.event_json, ? FROM ({select_sql}) AS s WHERE true "
+            "tenant_id, identity_id, digest, address, event, created_at_ms) SELECT s.post_key, "
+            f"{p(1)}, {p(2)}, {p(3)}, {p(4)}, '', NULL, NULL, 'select:' || s.envelope_json, "
+            "json_extract(s.envelope_json, '$.address'), json_extract(s.envelope_json, "
+            f"'$.event'), {p(5)} FROM ({select_sql}) AS s WHERE true "
             "ON CONFLICT (key) DO UPDATE SET digest = CASE WHEN post_envelopes.digest = "
             "excluded.digest THEN post_envelopes.digest ELSE NULL END")
         job = (
             "INSERT INTO post_jobs (seq, key, address_key, state, attempts, next_attempt_at_ms, "
-            "updated_at_ms) SELECT (SELECT coalesce(max(seq), 0) FROM post_jobs) + "
-            "row_number() OVER (), s.post_key, s.address_key, 'queued', 0, ?, ? "
+            "updated_at_ms, job_id) SELECT (SELECT coalesce(max(seq), 0) FROM post_jobs) + "
+            "row_number() OVER (), s.post_key, s.queue_name, 'queued', 0, "
+            f"coalesce(s.next_attempt_at, {p(1)}), {p(1)}, s.job_id "
             f"FROM ({select_sql}) AS s WHERE true ON CONFLICT (key) DO NOTHING")
-        return [(envelope, (route.name, route.address_kind, self.producer, route.namespace, now,
-                            *params)),
-                (job, (now, now, *params))]
+        return [(envelope, (*params, route.name, route.address_kind, self.producer,
+                            route.namespace, now)),
+                (job, (*params, now))]
 
     @staticmethod
     def purge_statements(select_sql: str, params: tuple[Any, ...] = ()) -> list[Statement]:
@@ -130,7 +163,7 @@ class ControlPost:
             ("UPDATE post_jobs SET next_attempt_at_ms = ?, updated_at_ms = ? "
              "WHERE key = ? AND state = 'failed'", (now, now, key)),
             ("UPDATE post_jobs SET seq = (SELECT max(seq) + 1 FROM post_jobs), state = 'queued', "
-             "attempts = 0, reason = NULL, next_attempt_at_ms = ?, updated_at_ms = ? "
+             "runs = 0, reason = NULL, next_attempt_at_ms = ?, updated_at_ms = ? "
              "WHERE key = ? AND state = 'dead'", (now, now, key)),
         ]
 
@@ -181,45 +214,70 @@ class ControlPost:
 
     async def _claim(self, now: int, lease: int, conn: aiosqlite.Connection) -> list[list[Claimed]]:
         chains: list[list[Claimed]] = []
-        for seq, state, next_at, old_lease, attempts, akey in await conn.execute_fetchall(q.HEADS):
+        for seq, state, next_at, old_lease, runs, akey in await conn.execute_fetchall(q.HEADS):
             if len(chains) >= ROUND_ADDRESSES:
                 break
-            verdict = eligibility(state, attempts, next_at, old_lease, now, self.policy)
+            verdict = eligibility(state, runs, next_at, old_lease, now, self.policy)
             if verdict is Eligibility.WAIT:
                 continue
             if verdict is Eligibility.SPENT:
-                s = settle_expired(attempts, now, self.policy, self.rng.random())
+                s = settle_expired(runs, now, self.policy, self.rng.random())
                 await conn.execute(q.SETTLE, (s.state.value, s.next_attempt_at_ms, s.reason, None,
                                               now, seq))
                 continue
             chain: list[Claimed] = []
             for r in await conn.execute_fetchall(q.CHAIN, (akey, CHAIN)):
-                if eligibility(r[13], r[12], r[14], r[15], now,
+                if eligibility(r[13], r[16], r[14], r[15], now,
                                self.policy) is not Eligibility.ATTEMPT:
                     break
-                await conn.execute(q.CLAIM, (lease, now, r[0]))
-                chain.append(Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4],
-                                     namespace=r[5], object_name=r[6], tenant_id=r[7],
-                                     identity_id=r[8], address=r[9].encode(),
-                                     event=r[10].encode(),
-                                     prepared=r[11].encode() if r[11] else None,
-                                     attempts=r[12] + 1, lease_until_ms=lease))
+                chain.append(self._resolved(claimed_of(r, self.routes, lease)))
             if chain:
+                head = chain[0]
+                await conn.execute(q.START, (int(head.calls_next), lease, now, head.seq))
+                head.mark_started(lease)
                 chains.append(chain)
         return chains
 
+    def _resolved(self, job: Claimed) -> Claimed:
+        """A ``send_from_select`` row names no object: its route names it from the address."""
+        route = self.routes.get(job.route)
+        if job.object_name == "" and route is not None:
+            try:
+                address = msgspec.json.decode(job.address, type=route.address)
+            except msgspec.ValidationError:
+                return job  # the receiver's side refuses what does not match the route
+            job.object_name = route.object_name(address)
+            job.tenant_id = route.tenant_of(address) if route.tenant_of else None
+            job.identity_id = route.identity_of(address) if route.identity_of else None
+        return job
+
+    async def start(self, job: Claimed, settled: list[tuple[Claimed, Settlement]]) -> bool:
+        async def run(conn: aiosqlite.Connection) -> bool:
+            now = self.clock.now_ms()
+            for done, s in settled:
+                await conn.execute(q.SETTLE, self._settle_params(done, s, now))
+            cur = await conn.execute(q.START, (int(job.calls_next), job.lease_until_ms, now,
+                                               job.seq))
+            if cur.rowcount != 1:
+                return False
+            job.mark_started(job.lease_until_ms)
+            return True
+        return await self.db.transaction(run)
+
     async def save_prepared(self, job: Claimed, prepared: bytes) -> None:
         await self.db.batch([("UPDATE post_envelopes SET prepared = ? WHERE key = ? AND "
-                              "prepared IS NULL", (prepared.decode(), job.key))])
+                              "prepared IS NULL", (prepared.decode(), job.key)),
+                             ("UPDATE post_jobs SET attempts = attempts + 1 WHERE seq = ?",
+                              (job.seq,))])
+
+    @staticmethod
+    def _settle_params(job: Claimed, s: Settlement, now: int) -> tuple[Any, ...]:
+        receipt = None if s.receipt is None else _ENC.encode(s.receipt).decode()
+        return (s.state.value, s.next_attempt_at_ms, s.reason, receipt, now, job.seq)
 
     async def settle(self, results: list[tuple[Claimed, Settlement | None]]) -> None:
         now = self.clock.now_ms()
-        stmts: list[Statement] = []
-        for job, s in results:
-            if s is None:
-                stmts.append((q.UNCLAIM, (now, job.seq)))
-            else:
-                receipt = None if s.receipt is None else _ENC.encode(s.receipt).decode()
-                stmts.append((q.SETTLE, (s.state.value, s.next_attempt_at_ms, s.reason, receipt,
-                                         now, job.seq)))
-        await self.db.batch(stmts)
+        stmts: list[Statement] = [(q.SETTLE, self._settle_params(job, s, now))
+                                  for job, s in results if s is not None]
+        if stmts:
+            await self.db.batch(stmts)

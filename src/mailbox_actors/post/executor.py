@@ -1,11 +1,19 @@
 """The Post executor (PO-3, PO-5): one loop shared by the actor-SQLite, control-database and
 PostgreSQL adapters.
 
-Each round asks the store to claim the due head of each address (and the pending jobs queued
-right behind it), which records the attempt and arms recovery before anything is sent; then it
-calls the receivers, one address per task and each address's jobs in order, stopping an address
-at its first job that is not delivered; then it settles every job of the round in one store
-transaction. Jobs it did not get to are put back untouched. Decisions are ``core.post.rules``'s.
+Each round asks the store to claim the due head of each address, which records the run (and
+the attempt, when the receiver is called next) and arms recovery before anything is sent, and to
+read the pending jobs queued right behind it without touching them. It calls the receivers, one
+address per task and each address's jobs in order: a follower is started (its run and attempt
+recorded, in the same store transaction that settles its delivered predecessor) only once its
+predecessor is delivered, so a letter held behind an undelivered one never shows ``running``,
+never counts an attempt and spends none of its budget (PO-12). An address stops at its first job
+that is not delivered; the round's last settlements commit in one store transaction.
+Decisions are ``core.post.rules``'s.
+
+Counts (PO-12): ``attempts`` are receiver invocations, recorded before each call and never taken
+back; ``runs`` (the budget's count) also include a preparation that failed or expired before the
+call.
 """
 
 from __future__ import annotations
@@ -58,20 +66,47 @@ class Claimed:
     address: bytes
     event: bytes
     prepared: bytes | None
-    attempts: int          # including the attempt this claim recorded
+    attempts: int          # receiver invocations, including this run's once it is recorded
     lease_until_ms: int
+    runs: int = 0          # the executor's tries, including this one once it is started
+    started: bool = True   # False: a follower read behind its head, not written yet
+    needs_preparation: bool = False  # its route prepares a fact it does not have yet
+
+    @property
+    def calls_next(self) -> bool:
+        """Whether starting this job's run is its receiver invocation (nothing to prepare
+        first): then the attempt is recorded with the run."""
+        return self.prepared is not None or not self.needs_preparation
+
+    def mark_started(self, lease_until_ms: int) -> None:
+        """What a store's start recorded, on this copy: one more run, and one more attempt
+        when the call comes next."""
+        self.runs += 1
+        self.attempts += 1 if self.calls_next else 0
+        self.lease_until_ms = lease_until_ms
+        self.started = True
 
 
 class PostStore(Protocol):
     async def claim(self, now_ms: int, lease_until_ms: int) -> list[list[Claimed]]:
-        """Record an attempt for the due head of each address and the jobs right behind it,
-        arm recovery at ``lease_until_ms``, and return them grouped by address, in order."""
+        """Start the due head of each address (``running``, its run recorded, and its attempt
+        when ``calls_next``), arm recovery at ``lease_until_ms``, and return each head with the
+        due jobs right behind it (read, not written: ``started=False``), grouped by address."""
         ...
 
-    async def save_prepared(self, job: Claimed, prepared: bytes) -> None: ...
+    async def start(self, job: Claimed, settled: list[tuple[Claimed, Settlement]]) -> bool:
+        """In one transaction: apply ``settled`` (a delivered predecessor), then start ``job``
+        as ``claim`` starts a head. False (nothing of ``job`` written) when it may not go on:
+        the predecessor's receipt hook failed, or ``job`` is no longer pending."""
+        ...
+
+    async def save_prepared(self, job: Claimed, prepared: bytes) -> None:
+        """Persist the prepared fact and record the attempt: the receiver is called next."""
+        ...
 
     async def settle(self, results: list[tuple[Claimed, Settlement | None]]) -> None:
-        """Apply each settlement in one transaction (None: the job was not sent; put it back)."""
+        """Apply each settlement in one transaction (None: a follower never started; nothing
+        of it was written, so nothing is)."""
         ...
 
 
@@ -115,17 +150,25 @@ class PostExecutor:
     async def _chain(self, chain: list[Claimed],
                      results: list[tuple[Claimed, Settlement | None]]) -> None:
         async with self._limit:
-            stopped = False
+            delivered: tuple[Claimed, Settlement] | None = None
             for job in chain:
-                # A job whose attempt ran out before it was sent was not attempted: put back.
-                if stopped or self.clock.now_ms() > job.lease_until_ms:
-                    results.append((job, None))
-                    stopped = True
-                    continue
+                if not job.started:
+                    # A follower: started only now that its predecessor is delivered, in the
+                    # transaction that settles that one; not at all once the round's lease ran out.
+                    if self.clock.now_ms() > job.lease_until_ms:
+                        break
+                    assert delivered is not None
+                    settled, delivered = [delivered], None
+                    if not await self.store.start(job, settled):
+                        break
                 outcome = await self._attempt(job)
-                results.append((job, settle(outcome, job.attempts, self.clock.now_ms(),
-                                            self.policy, self.rng.random())))
-                stopped = not isinstance(outcome, Delivered)
+                s = settle(outcome, job.runs, self.clock.now_ms(), self.policy, self.rng.random())
+                if not isinstance(outcome, Delivered):
+                    results.append((job, s))
+                    break
+                delivered = (job, s)
+            if delivered is not None:
+                results.append(delivered)
 
     async def _attempt(self, job: Claimed) -> AttemptOutcome:
         route = self.routes.get(job.route)
@@ -134,7 +177,8 @@ class PostExecutor:
         event = job.prepared or job.event
         try:
             with self._bounded(job.lease_until_ms):
-                if route.prepare is not None and job.prepared is None:
+                if not job.calls_next:
+                    assert route.prepare is not None
                     intent = msgspec.json.decode(job.event, type=route.event)
                     address = msgspec.json.decode(job.address, type=route.address)
                     fact = await route.prepare.run(address, intent, job.lease_until_ms)
@@ -143,10 +187,12 @@ class PostExecutor:
                     if not isinstance(fact, route.prepare.event):
                         return Failed("bad_preparation")
                     event = msgspec.json.encode(fact)
-                    await self.store.save_prepared(job, event)  # persisted before it is sent
+                    # Persisted before it is sent, with the attempt: the call follows at once.
+                    await self.store.save_prepared(job, event)
                     job.prepared = event
-                if self.clock.now_ms() > job.lease_until_ms:
-                    return Failed("attempt_expired")
+                    job.attempts += 1
+                # From here on the attempt is recorded: the receiver is called (past its deadline
+                # it answers timeout itself), so the count is of invocations.
                 envelope = PostEnvelope(
                     key=job.key, route=job.route, kind=job.kind, producer=job.producer,
                     seq=job.seq, address=_JSON.decode(job.address), event=_JSON.decode(event))
@@ -155,7 +201,7 @@ class PostExecutor:
             return outcome_of_error(e.code.value, e.retryable)
         except TimeoutError:
             return Failed("attempt_expired")
-        except Exception as e:  # a preparation that raised: retried like any failed attempt
+        except Exception as e:  # a preparation (or a receiver callable) that raised: retried
             return Failed(f"error:{type(e).__name__}")
         if self.clock.now_ms() > job.lease_until_ms:
             # The answer came after the attempt's deadline: its recovery may already have

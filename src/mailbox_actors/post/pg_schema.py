@@ -31,6 +31,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX post_jobs_by_address ON post_jobs (address_key, seq)",
         f"CREATE INDEX post_jobs_pending ON post_jobs (address_key, seq) WHERE state IN {_PENDING}",
     ),
+    (  # PO-12: attempts count receiver invocations; runs (the budget's count) every try
+        "ALTER TABLE post_jobs ADD COLUMN runs integer NOT NULL DEFAULT 0",
+        "UPDATE post_jobs SET runs = attempts",
+        "ALTER TABLE post_jobs ADD COLUMN job_id text",
+    ),
 )
 
 _LOCK = 7_305_050_001  # pg_advisory_xact_lock key for Post's migrations

@@ -32,7 +32,14 @@ from mailbox_actors.core.post.rules import (
 )
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.rng import Rng
-from mailbox_actors.post.actor_post import CHAIN, ROUND_ADDRESSES, check_key, digest, record_of
+from mailbox_actors.post.actor_post import (
+    CHAIN,
+    ROUND_ADDRESSES,
+    check_key,
+    claimed_of,
+    digest,
+    record_of,
+)
 from mailbox_actors.post.executor import Claimed, Deliver, PostExecutor
 from mailbox_actors.post.routes import Route, Routes
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
@@ -45,21 +52,19 @@ _ENC = msgspec.json.Encoder()
 _RECORD = ("SELECT j.key, e.route, j.state, j.attempts, j.seq, e.address, e.event, e.prepared, "
            "j.next_attempt_at_ms, j.reason, j.receipt FROM post_jobs j JOIN post_envelopes e "
            "ON e.key = j.key")
-_HEADS = ("SELECT j.seq, j.state, j.next_attempt_at_ms, j.lease_until_ms, j.attempts, "
+_HEADS = ("SELECT j.seq, j.state, j.next_attempt_at_ms, j.lease_until_ms, j.runs, "
           "j.address_key FROM post_jobs j JOIN (SELECT min(seq) AS s FROM post_jobs "
           f"WHERE state IN {_P} GROUP BY address_key) h ON j.seq = h.s")
 _CHAIN = ("SELECT j.seq, j.key, e.route, e.kind, e.producer, e.namespace, e.object_name, "
           "e.tenant_id, e.identity_id, e.address, e.event, e.prepared, j.attempts, j.state, "
-          "j.next_attempt_at_ms, j.lease_until_ms FROM post_jobs j JOIN post_envelopes e "
+          "j.next_attempt_at_ms, j.lease_until_ms, j.runs FROM post_jobs j JOIN post_envelopes e "
           f"ON e.key = j.key WHERE j.address_key = %s AND j.state IN {_P} ORDER BY j.seq "
           "LIMIT %s FOR UPDATE OF j SKIP LOCKED")
+_START = ("UPDATE post_jobs SET state = 'running', runs = runs + 1, attempts = attempts + %s, "
+          f"lease_until_ms = %s, updated_at_ms = %s WHERE seq = %s AND state IN {_P}")
 _SETTLE = ("UPDATE post_jobs SET state = %s, next_attempt_at_ms = coalesce(%s, "
            "next_attempt_at_ms), reason = %s, receipt = %s, lease_until_ms = NULL, "
            "updated_at_ms = %s WHERE seq = %s AND state = 'running'")
-_UNCLAIM = ("UPDATE post_jobs SET state = CASE WHEN attempts <= 1 THEN 'queued' ELSE 'failed' "
-            "END, attempts = attempts - 1, lease_until_ms = NULL, updated_at_ms = %s "
-            "WHERE seq = %s AND state = 'running'")
-
 
 class PostgresPost:
     """Post whose envelopes live in PostgreSQL; ``run()`` delivers what is due."""
@@ -133,7 +138,7 @@ class PostgresPost:
                                "WHERE key = %s", (now, now, key))
         elif action is RetryAction.REQUEUE_BEHIND:
             await conn.execute("UPDATE post_jobs SET seq = nextval('post_jobs_seq'), "
-                               "state = 'queued', attempts = 0, reason = NULL, "
+                               "state = 'queued', runs = 0, reason = NULL, "
                                "next_attempt_at_ms = %s, updated_at_ms = %s WHERE key = %s",
                                (now, now, key))
         return action
@@ -189,15 +194,15 @@ class PostgresPost:
     async def claim(self, now_ms: int, lease_until_ms: int) -> list[list[Claimed]]:
         async with self.pool.connection() as conn, conn.transaction():
             chains: list[list[Claimed]] = []
-            for seq, state, next_at, lease, attempts, akey in await (
+            for seq, state, next_at, lease, runs, akey in await (
                     await conn.execute(_HEADS)).fetchall():
                 if len(chains) >= ROUND_ADDRESSES:
                     break
-                verdict = eligibility(state, attempts, next_at, lease, now_ms, self.policy)
+                verdict = eligibility(state, runs, next_at, lease, now_ms, self.policy)
                 if verdict is Eligibility.WAIT:
                     continue
                 if verdict is Eligibility.SPENT:
-                    s = settle_expired(attempts, now_ms, self.policy, self.rng.random())
+                    s = settle_expired(runs, now_ms, self.policy, self.rng.random())
                     await conn.execute(_SETTLE, (s.state.value, s.next_attempt_at_ms, s.reason,
                                                  None, now_ms, seq))
                     continue
@@ -208,44 +213,49 @@ class PostgresPost:
 
     async def _claim_chain(self, conn: psycopg.AsyncConnection[Any], akey: str, head: int,
                            now: int, lease: int) -> list[Claimed]:
+        """The head started; the due jobs behind it read, started one by one once their
+        predecessor is delivered (``start``)."""
         rows = await (await conn.execute(_CHAIN, (akey, CHAIN))).fetchall()
         if not rows or rows[0][0] != head:
             return []  # another executor holds this address's head now
         out: list[Claimed] = []
         for r in rows:
-            if eligibility(r[13], r[12], r[14], r[15], now, self.policy) is not Eligibility.ATTEMPT:
+            if eligibility(r[13], r[16], r[14], r[15], now, self.policy) is not Eligibility.ATTEMPT:
                 break
-            out.append(Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4],
-                               namespace=r[5], object_name=r[6], tenant_id=r[7],
-                               identity_id=r[8], address=r[9].encode(), event=r[10].encode(),
-                               prepared=r[11].encode() if r[11] else None, attempts=r[12] + 1,
-                               lease_until_ms=lease))
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "UPDATE post_jobs SET state = 'running', attempts = attempts + 1, "
-                "lease_until_ms = %s, updated_at_ms = %s WHERE seq = %s",
-                [(lease, now, j.seq) for j in out])
+            out.append(claimed_of(r, self.routes, lease))
+        if out:
+            await conn.execute(_START, (int(out[0].calls_next), lease, now, out[0].seq))
+            out[0].mark_started(lease)
         return out
+
+    async def start(self, job: Claimed, settled: list[tuple[Claimed, Settlement]]) -> bool:
+        now = self.clock.now_ms()
+        async with self.pool.connection() as conn, conn.transaction():
+            for done, s in settled:
+                await conn.execute(_SETTLE, self._settle_params(done, s, now))
+            cur = await conn.execute(_START, (int(job.calls_next), job.lease_until_ms, now,
+                                              job.seq))
+            if cur.rowcount != 1:
+                return False
+        job.mark_started(job.lease_until_ms)
+        return True
 
     async def save_prepared(self, job: Claimed, prepared: bytes) -> None:
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute("UPDATE post_envelopes SET prepared = %s WHERE key = %s AND "
                                "prepared IS NULL", (prepared.decode(), job.key))
+            await conn.execute("UPDATE post_jobs SET attempts = attempts + 1 WHERE seq = %s",
+                               (job.seq,))
+
+    @staticmethod
+    def _settle_params(job: Claimed, s: Settlement, now: int) -> tuple[Any, ...]:
+        receipt = None if s.receipt is None else _ENC.encode(s.receipt).decode()
+        return (s.state.value, s.next_attempt_at_ms, s.reason, receipt, now, job.seq)
 
     async def settle(self, results: list[tuple[Claimed, Settlement | None]]) -> None:
         now = self.clock.now_ms()
-        settles, unclaims = [], []
-        for job, s in results:
-            if s is None:
-                unclaims.append((now, job.seq))
-            else:
-                receipt = None if s.receipt is None else _ENC.encode(s.receipt).decode()
-                settles.append((s.state.value, s.next_attempt_at_ms, s.reason, receipt, now,
-                                job.seq))
+        settles = [self._settle_params(job, s, now) for job, s in results if s is not None]
+        if not settles:
+            return
         async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            if settles:
-                await cur.executemany(_SETTLE, settles)
-            if unclaims:
-                await cur.executemany(_UNCLAIM, unclaims)
-
-
+            await cur.executemany(_SETTLE, settles)

@@ -4,13 +4,15 @@ Post owns three tables, all prefixed ``post_`` (the runtime keeps ``_ma_``/``_cf
 ``post_envelopes`` (the envelope as sent, and the prepared fact once there is one),
 ``post_jobs`` (one delivery job per envelope: state, attempts, retry time, dead-letter reason,
 receipt; ``seq`` is the producer's order) and, on a receiver, ``post_admitted`` (one row per
-admitted key). Producers add ``POST_SCHEMA`` to their migrations, receivers ``POST_RECEIVER_SCHEMA``.
+admitted key). Producers add ``POST_MIGRATIONS`` to their migrations (``POST_SCHEMA``, then
+``POST_RUNS``: the budget's own count and the seed's job id, PO-11 and PO-12), receivers
+``POST_RECEIVER_SCHEMA``.
 """
 
 from __future__ import annotations
 
-__all__ = ["CLAIM", "ENVELOPE_INSERT", "HEADS", "JOB_INSERT", "PENDING_SQL", "POST_RECEIVER_SCHEMA",
-           "POST_SCHEMA", "SETTLE", "UNCLAIM"]
+__all__ = ["ENVELOPE_INSERT", "HEADS", "JOB_INSERT", "PENDING_SQL", "POST_MIGRATIONS",
+           "POST_RECEIVER_SCHEMA", "POST_RUNS", "POST_SCHEMA", "SETTLE", "START"]
 
 PENDING_SQL = "('queued', 'running', 'failed')"
 
@@ -26,6 +28,18 @@ POST_SCHEMA = (
     "CREATE INDEX post_jobs_by_address ON post_jobs (address_key, seq)",
     f"CREATE INDEX post_jobs_pending ON post_jobs (address_key, seq) WHERE state IN {PENDING_SQL}",
 )
+
+# A later migration (PO-12): ``attempts`` counts receiver invocations only; ``runs`` counts the
+# executor's tries (a failed preparation too) and is what the retry budget spends. ``job_id`` is
+# the id a ``send_from_select`` row names for its job (PO-11), NULL otherwise.
+POST_RUNS = (
+    "ALTER TABLE post_jobs ADD COLUMN runs INTEGER NOT NULL DEFAULT 0",
+    "UPDATE post_jobs SET runs = attempts",
+    "ALTER TABLE post_jobs ADD COLUMN job_id TEXT",
+)
+
+# Each one migration of a producer's, in order.
+POST_MIGRATIONS = (POST_SCHEMA, POST_RUNS)
 
 POST_RECEIVER_SCHEMA = (
     "CREATE TABLE post_admitted (key TEXT PRIMARY KEY, producer TEXT NOT NULL, "
@@ -44,20 +58,19 @@ JOB_INSERT = (
     "updated_at_ms) SELECT coalesce(max(seq), 0) + 1, ?, ?, 'queued', 0, ?, ? FROM post_jobs "
     "WHERE true ON CONFLICT (key) DO NOTHING")
 
-# The first pending job of each address, with the time it is due.
+# The first pending job of each address, with the time it is due and its runs.
 HEADS = (
-    "SELECT j.seq, j.state, j.next_attempt_at_ms, j.lease_until_ms, j.attempts, j.address_key "
+    "SELECT j.seq, j.state, j.next_attempt_at_ms, j.lease_until_ms, j.runs, j.address_key "
     "FROM post_jobs j JOIN (SELECT min(seq) AS s FROM post_jobs "
     f"WHERE state IN {PENDING_SQL} GROUP BY address_key) h ON j.seq = h.s")
 CHAIN = (
     "SELECT j.seq, j.key, e.route, e.kind, e.producer, e.namespace, e.object_name, e.tenant_id, "
     "e.identity_id, e.address, e.event, e.prepared, j.attempts, j.state, j.next_attempt_at_ms, "
-    "j.lease_until_ms FROM post_jobs j JOIN post_envelopes e ON e.key = j.key "
+    "j.lease_until_ms, j.runs FROM post_jobs j JOIN post_envelopes e ON e.key = j.key "
     f"WHERE j.address_key = ? AND j.state IN {PENDING_SQL} ORDER BY j.seq LIMIT ?")
-CLAIM = ("UPDATE post_jobs SET state = 'running', attempts = attempts + 1, lease_until_ms = ?, "
-         "updated_at_ms = ? WHERE seq = ?")
-UNCLAIM = ("UPDATE post_jobs SET state = CASE WHEN attempts <= 1 THEN 'queued' ELSE 'failed' END, "
-           "attempts = attempts - 1, lease_until_ms = NULL, updated_at_ms = ? "
-           "WHERE seq = ? AND state = 'running'")
+# A run starts (PO-12): ``running`` with recovery's lease, one more run, and one more attempt when
+# the receiver is called next (bind 1 or 0). Only a pending job starts.
+START = ("UPDATE post_jobs SET state = 'running', runs = runs + 1, attempts = attempts + ?, "
+         f"lease_until_ms = ?, updated_at_ms = ? WHERE seq = ? AND state IN {PENDING_SQL}")
 SETTLE = ("UPDATE post_jobs SET state = ?, next_attempt_at_ms = coalesce(?, next_attempt_at_ms), "
           "reason = ?, receipt = ?, lease_until_ms = NULL, updated_at_ms = ? WHERE seq = ?")

@@ -29,11 +29,12 @@ def due_at(state: str, next_attempt_at_ms: int, lease_until_ms: int | None) -> i
     return next_attempt_at_ms
 
 
-def eligibility(state: str, attempts: int, next_attempt_at_ms: int, lease_until_ms: int | None,
+def eligibility(state: str, runs: int, next_attempt_at_ms: int, lease_until_ms: int | None,
                 now_ms: int, policy: RetryPolicy) -> Eligibility:
+    """``runs``: the executor's tries so far (the retry budget's count, PO-12)."""
     if due_at(state, next_attempt_at_ms, lease_until_ms) > now_ms:
         return Eligibility.WAIT
-    if state == JobState.RUNNING and attempts >= policy.max_attempts:
+    if state == JobState.RUNNING and runs >= policy.max_attempts:
         return Eligibility.SPENT
     return Eligibility.ATTEMPT
 

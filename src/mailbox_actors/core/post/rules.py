@@ -3,6 +3,12 @@
 A job is ``queued`` when sent, ``running`` while an attempt is out (its lease is the ten-second
 attempt deadline), ``failed`` when an attempt failed and a retry waits for its backoff, and ends
 ``delivered`` or ``dead``. The pending states hold every later job to the same address (PO-3).
+
+Two counts (PO-12): a job's ``attempts`` are receiver invocations (what the operator sees; it
+never goes down, except that a dead letter put back in line starts afresh); its ``runs`` are the
+executor's tries (an invocation, or a preparation that failed or expired before the call), and
+the retry budget and backoff are spent by runs. A letter held behind an undelivered predecessor
+is neither tried nor invoked, so it spends nothing.
 """
 
 from __future__ import annotations
@@ -63,16 +69,20 @@ class Delivered:
 
 @dataclass(frozen=True)
 class Refused:
-    """A definite refusal: retrying the same envelope cannot succeed."""
+    """A definite refusal: retrying the same envelope cannot succeed. The receiver's receipt, if
+    it gave one, is kept on the dead letter (PO-12)."""
 
     reason: str
+    receipt: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class Failed:
-    """The attempt may or may not have reached the receiver: retry the same envelope."""
+    """The attempt may or may not have reached the receiver: retry the same envelope. A receipt
+    the receiver gave with its failure is kept (and on the dead letter once the budget is spent)."""
 
     reason: str
+    receipt: dict[str, Any] | None = None
 
 
 AttemptOutcome = Delivered | Refused | Failed
@@ -82,8 +92,8 @@ _ENC = msgspec.json.Encoder()
 
 
 def outcome_of_answer(answer: object) -> AttemptOutcome:
-    """The receiver's ``ok`` value: ``{"status": "delivered"|"duplicate"|"refused", "receipt",
-    "reason"}``. Anything else is garbage, a failed attempt, never a delivery."""
+    """The receiver's ``ok`` value: ``{"status": "delivered"|"duplicate"|"refused"|"failed",
+    "receipt", "reason"}``. Anything else is garbage, a failed attempt, never a delivery."""
     if not isinstance(answer, dict):
         return Failed("bad_answer")
     status = answer.get("status")
@@ -93,9 +103,11 @@ def outcome_of_answer(answer: object) -> AttemptOutcome:
         return Failed("bad_answer")
     if status in ("delivered", "duplicate"):
         return Delivered(status == "duplicate", receipt)
+    reason = answer.get("reason")
     if status == "refused":
-        reason = answer.get("reason")
-        return Refused(reason[:200] if isinstance(reason, str) and reason else "refused")
+        return Refused(reason[:200] if isinstance(reason, str) and reason else "refused", receipt)
+    if status == "failed":
+        return Failed(reason[:200] if isinstance(reason, str) and reason else "failed", receipt)
     return Failed("bad_answer")
 
 
@@ -122,21 +134,24 @@ def _backoff(attempts: int, policy: RetryPolicy, u: float) -> int:
     return exponential_delay_ms(max(1, attempts), policy.base_ms, policy.cap_ms, policy.jitter, u)
 
 
-def settle(outcome: AttemptOutcome, attempts: int, now_ms: int, policy: RetryPolicy,
+def settle(outcome: AttemptOutcome, runs: int, now_ms: int, policy: RetryPolicy,
            u: float) -> Settlement:
-    """The job's next state after attempt number ``attempts`` (1-based) came to ``outcome``."""
+    """The job's next state after its run number ``runs`` (1-based) came to ``outcome``; the
+    receiver's receipt rides a terminal settlement either way (PO-12)."""
     if isinstance(outcome, Delivered):
         return Settlement(JobState.DELIVERED, None, None, outcome.receipt)
     if isinstance(outcome, Refused):
-        return Settlement(JobState.DEAD, None, outcome.reason)
-    if attempts >= policy.max_attempts:
-        return Settlement(JobState.DEAD, None, f"retry_budget_spent:{outcome.reason}")
-    return Settlement(JobState.FAILED, now_ms + _backoff(attempts, policy, u), outcome.reason)
+        return Settlement(JobState.DEAD, None, outcome.reason, outcome.receipt)
+    if runs >= policy.max_attempts:
+        return Settlement(JobState.DEAD, None, f"retry_budget_spent:{outcome.reason}",
+                          outcome.receipt)
+    return Settlement(JobState.FAILED, now_ms + _backoff(runs, policy, u), outcome.reason,
+                      outcome.receipt)
 
 
-def settle_expired(attempts: int, now_ms: int, policy: RetryPolicy, u: float) -> Settlement:
-    """A running job whose lease passed (a crash, a lost answer): a failed attempt."""
-    return settle(Failed("attempt_expired"), attempts, now_ms, policy, u)
+def settle_expired(runs: int, now_ms: int, policy: RetryPolicy, u: float) -> Settlement:
+    """A running job whose lease passed (a crash, a lost answer): a failed run."""
+    return settle(Failed("attempt_expired"), runs, now_ms, policy, u)
 
 
 class RetryAction(enum.StrEnum):

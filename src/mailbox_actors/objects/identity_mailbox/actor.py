@@ -22,7 +22,7 @@ from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.ops import post_op
-from mailbox_actors.post.sql import POST_SCHEMA
+from mailbox_actors.post.sql import POST_RUNS, POST_SCHEMA
 from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
@@ -108,6 +108,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(12, carrier_schema.CARRIER_FRESH),
         Migration(13, threads.THREAD_MERGES),  # IN-11: merged threads alias their survivor
         Migration(14, search.SEARCH_SCHEMA),  # IN-9, IN-10: the FTS5 index and attachment text
+        Migration(15, POST_RUNS),  # PO-11, PO-12: Post's budget count and the seed's job id
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}
