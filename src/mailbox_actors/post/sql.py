@@ -12,7 +12,7 @@ admitted key). Producers add ``POST_MIGRATIONS`` to their migrations (``POST_SCH
 from __future__ import annotations
 
 __all__ = ["ENVELOPE_INSERT", "HEADS", "JOB_INSERT", "PENDING_SQL", "POST_MIGRATIONS",
-           "POST_RECEIVER_SCHEMA", "POST_RUNS", "POST_SCHEMA", "SETTLE", "START"]
+           "POST_RECEIVER_SCHEMA", "POST_RUNS", "POST_SCHEMA", "POST_TABLES", "SETTLE", "START"]
 
 PENDING_SQL = "('queued', 'running', 'failed')"
 
@@ -40,6 +40,17 @@ POST_RUNS = (
 
 # Each one migration of a producer's, in order.
 POST_MIGRATIONS = (POST_SCHEMA, POST_RUNS)
+
+# The producer's tables as the migrations leave them, readable in one place (a file built from
+# POST_MIGRATIONS has exactly this layout: tests/post/test_post_schema.py).
+POST_TABLES = (
+    POST_SCHEMA[0],
+    "CREATE TABLE post_jobs (seq INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, "
+    "address_key TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
+    "next_attempt_at_ms INTEGER NOT NULL, lease_until_ms INTEGER, reason TEXT, receipt TEXT, "
+    "updated_at_ms INTEGER NOT NULL, runs INTEGER NOT NULL DEFAULT 0, job_id TEXT)",
+    *POST_SCHEMA[2:],
+)
 
 POST_RECEIVER_SCHEMA = (
     "CREATE TABLE post_admitted (key TEXT PRIMARY KEY, producer TEXT NOT NULL, "

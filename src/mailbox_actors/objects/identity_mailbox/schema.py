@@ -11,7 +11,7 @@ from mailbox_actors import carrier
 from mailbox_actors.objects.identity_mailbox.search import SEARCH_SCHEMA
 from mailbox_actors.objects.identity_mailbox.waits import WAITS_SCHEMA
 from mailbox_actors.objects.shared_schema import RATE_WINDOWS_SCHEMA
-from mailbox_actors.post.sql import POST_SCHEMA
+from mailbox_actors.post.sql import POST_TABLES
 from mailbox_actors.runtime.migrations import PLATFORM_META
 
 __all__ = ["INBOUND", "LIFECYCLE", "OUTBOX", "SCHEMA"]
@@ -53,4 +53,4 @@ INBOUND = (
 
 # The whole file: lifecycle, outbox, the roster's Post (objects/roster.py), outbound mail (the
 # Carrier library's tables: carrier/schema.py) and inbound mail.
-SCHEMA = (*LIFECYCLE, *OUTBOX, *POST_SCHEMA, *carrier.SCHEMA, *INBOUND)
+SCHEMA = (*LIFECYCLE, *OUTBOX, *POST_TABLES, *carrier.SCHEMA, *INBOUND)
