@@ -28,6 +28,7 @@ from mailbox_actors.bench.http_figures import HTTP_FIGURES, http_figures
 from mailbox_actors.bench.inbound_figures import INBOUND_FIGURES, inbound_figures
 from mailbox_actors.bench.post_figures import POST_FIGURES, post_figures
 from mailbox_actors.bench.runtime_figures import cold_activation, state_changes
+from mailbox_actors.bench.search_figures import SEARCH_FIGURES, search_figures
 from mailbox_actors.bench.smtp_figures import SMTP_FIGURES, smtp_figures
 from mailbox_actors.bench.start_figures import START_FIGURES, start_figures
 from mailbox_actors.bench.ticker_figures import TICKER_FIGURES, tickers
@@ -73,12 +74,14 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "dns": (DNS_FIGURES, dns_figures),  # a loopback DNS server in a child process (issue 13)
     "inbound": (INBOUND_FIGURES, inbound_figures),  # the SMTP door beside a no-op aiosmtpd (issue 12)
     "carrier": (CARRIER_FIGURES, carrier_figures),  # submit and dispatch to a sink (issue 11)
+    "search": (SEARCH_FIGURES, search_figures),  # search_messages over 10,000 messages (issue 26)
 }
 
 # Every figure the command prints, in the order it prints them: the in-process figures of
 # ``FIGURES``, then those measured against server processes the bench starts.
 ALL_FIGURES: tuple[str, ...] = (FIGURES + HTTP_FIGURES + EVENT_FIGURES + SMTP_FIGURES
-                                 + POST_FIGURES + DNS_FIGURES + CARRIER_FIGURES + INBOUND_FIGURES)
+                                 + POST_FIGURES + DNS_FIGURES + CARRIER_FIGURES + INBOUND_FIGURES
+                                 + SEARCH_FIGURES)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
