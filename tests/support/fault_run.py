@@ -72,7 +72,7 @@ async def fault_run(cluster: MachineCluster, faults: list[Fault], *,
                                 tenant_id=tenant, keys=keys, clients=clients, rate=rate,
                                 timeout_s=timeout_s, seed=seed)
             await load.init_keys()
-            nemesis = Nemesis(cluster, log.write)
+            nemesis = Nemesis(cluster, log.write, observe=getattr(route, "holders_now", None))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(load.run, length_s(faults) + 2)
                 tg.start_soon(route.follow, length_s(faults) + 2)

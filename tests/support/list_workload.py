@@ -62,6 +62,7 @@ class ClusterMap:
         self.refresh_s, self.random_share = refresh_s, random_share
         self.slots = 0
         self.holders: dict[int, str] = {}
+        self.doc: dict[str, Any] = {}  # the last map read
         self.reads = 0
         self._turn = 0
 
@@ -77,12 +78,17 @@ class ClusterMap:
                 continue
             if status != 200:
                 continue
-            doc = json.loads(body)
+            doc = self.doc = json.loads(body)
             self.slots = int(doc["slots"])
             self.holders = {r["slot"]: r["url"] for r in doc["map"] if r.get("url")}
             self.reads += 1
             return True
         return False
+
+    async def holders_now(self) -> dict[str, Any]:
+        """Slot -> [holder, epoch] as a machine answering now sees it."""
+        await self.refresh()
+        return {str(r["slot"]): [r.get("holder"), r.get("epoch")] for r in self.doc.get("map", [])}
 
     async def follow(self, seconds: float) -> None:
         until = time.monotonic() + seconds

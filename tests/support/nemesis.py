@@ -83,11 +83,21 @@ class Machines(Protocol):
 
 
 class Nemesis:
+    """Runs a schedule. ``observe`` (optional) returns what the cluster says of itself (its slot
+    map); it is recorded (``type: observed``) before each fault and after each quiet gap, so a
+    test can compare the two sides of one fault (CL-17: no slot changes hands)."""
+
     def __init__(self, target: Machines, record: Callable[..., None],
-                 sleep: Callable[[float], Awaitable[Any]] = anyio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
+                 observe: Callable[[], Awaitable[Any]] | None = None) -> None:
         self.target = target
         self.record = record
         self.sleep = sleep
+        self.observe = observe
+
+    async def _observed(self, fault: Fault, when: str) -> None:
+        if self.observe is not None:
+            self.record(type="observed", fault=fault.kind, when=when, state=await self.observe())
 
     async def run(self, faults: Sequence[Fault]) -> None:
         for fault in faults:
@@ -95,6 +105,7 @@ class Nemesis:
 
     async def one(self, fault: Fault) -> None:
         t, ms = self.target, fault.machines
+        await self._observed(fault, "before")
         self.record(type="nemesis", phase="start", fault=fault.kind, machines=list(ms),
                     proves=PROVES[fault.kind])
         match fault.kind:
@@ -122,3 +133,4 @@ class Nemesis:
                 t.pg_start()
         self.record(type="nemesis", phase="end", fault=fault.kind, machines=list(ms))
         await self.sleep(fault.gap_s)
+        await self._observed(fault, "after")

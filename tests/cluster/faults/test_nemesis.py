@@ -84,3 +84,25 @@ async def test_the_runner_makes_and_heals_each_fault_in_turn() -> None:
             assert made == ("partition", *f.machines) and healed == ("join", *f.machines)
     assert [(e["phase"], e["fault"]) for e in history] == [
         (p, f.kind) for f in faults for p in ("start", "end")]
+
+
+@pytest.mark.anyio
+async def test_the_cluster_is_observed_before_each_fault_and_after_its_gap() -> None:
+    """CL-16, CL-17: what the cluster says of itself is recorded on both sides of each fault, so
+    a test can tell whether a slot changed hands across a PostgreSQL restart."""
+    target = Recorder()
+    history: list[dict[str, Any]] = []
+    seen = iter(range(100))
+
+    async def observe() -> dict[str, int]:
+        target.calls.append(("observe",))
+        return {"n": next(seen)}
+
+    faults = schedule(5, MACHINES, ttl_s=1)[:2]
+    await Nemesis(target, lambda **e: history.append(e), sleep=target.sleep,
+                  observe=observe).run(faults)
+    observed = [(e["fault"], e["when"], e["state"]["n"]) for e in history
+                if e["type"] == "observed"]
+    assert observed == [(faults[0].kind, "before", 0), (faults[0].kind, "after", 1),
+                        (faults[1].kind, "before", 2), (faults[1].kind, "after", 3)]
+    assert target.calls[0] == ("observe",) and target.calls[5] == ("observe",)
