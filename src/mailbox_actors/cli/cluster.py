@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -48,7 +49,12 @@ _SETTINGS_ERROR = 2  # what `serve` exits with when it refuses its settings
 _PER_NODE = frozenset({"data", "host", "port", "nodes", "node_name", "token", "token_file",
                        "operator_token", "operator_token_file", "control_db", "queues_db",
                        "smtp_listen_port"})
-_RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+# A node that dies is restarted at once; one that dies again soon after waits longer each time
+# (a node that keeps failing must not spin). A node that ran _STEADY_S before it died starts the
+# sequence again.
+_RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)
+_STEADY_S = 60.0
+_TICK_S = 0.1  # the supervisor's loop wakes at least this often (health checks, a stop)
 # A node that was ready and then leaves /healthz unanswered for health_timeout_s (default 10 s) is
 # killed and restarted. Generous: a node busy with a burst still answers /healthz within
 # milliseconds, so only a stopped or wedged process stays silent for seconds.
@@ -110,6 +116,11 @@ class ClusterSupervisor:
                      f"{cfg.host}:{cfg.smtp_listen_port + i if cfg.smtp_listen_port else 0}"
                      for i in range(cfg.nodes)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * cfg.nodes
+        # A descriptor per node process that turns readable when it exits (Linux's pidfd): the
+        # supervisor is told of a death at once, where a poll would notice it a tick later.
+        self._exits: list[int | None] = [None] * cfg.nodes
+        self._spawned_at = [0.0] * cfg.nodes
+        self._quick_deaths = [0] * cfg.nodes  # deaths in a row, each soon after its start
         self.restarts = [0] * cfg.nodes
         self._last_ok: list[float | None] = [None] * cfg.nodes  # None: not ready since spawned
         self._failing_since: list[float | None] = [None] * cfg.nodes  # first failed probe
@@ -149,7 +160,33 @@ class ClusterSupervisor:
             cmd += ["--smtp-listen-port", str(port + i if port else 0)]
         # Its standard input is a pipe only this process writes to: when we die, it reads EOF.
         self._last_ok[i] = self._failing_since[i] = None
-        return subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE)
+        self._watch_exit(i, proc.pid)
+        self._spawned_at[i] = time.monotonic()
+        return proc
+
+    def _watch_exit(self, i: int, pid: int) -> None:
+        old = self._exits[i]
+        if old is not None:
+            os.close(old)
+        try:
+            self._exits[i] = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # not Linux 5.3+: the loop's tick notices instead
+            self._exits[i] = None
+
+    def wait_for_exit(self, timeout_s: float) -> None:
+        """Sleep up to ``timeout_s``, woken at once when a node process exits."""
+        fds = [fd for fd in self._exits if fd is not None]
+        if fds:
+            select.select(fds, [], [], timeout_s)
+        else:
+            time.sleep(timeout_s)
+
+    def _close_exits(self) -> None:
+        for i, fd in enumerate(self._exits):
+            if fd is not None:
+                os.close(fd)
+                self._exits[i] = None
 
     def write_cluster_file(self) -> None:
         doc = {
@@ -254,7 +291,10 @@ class ClusterSupervisor:
             if p.stdin is not None:
                 p.stdin.close()  # that node's lifeline; the new one gets its own
             self.restarts[i] += 1
-            delay = _RESTART_BACKOFF_S[min(self.restarts[i] - 1, len(_RESTART_BACKOFF_S) - 1)]
+            lived = time.monotonic() - self._spawned_at[i]
+            before = 0 if lived >= _STEADY_S else self._quick_deaths[i]  # quick deaths before
+            delay = _RESTART_BACKOFF_S[min(before, len(_RESTART_BACKOFF_S) - 1)]
+            self._quick_deaths[i] = before + 1
             self.say(f"{self.names[i]} exited with status {p.returncode}; restarting in "
                      f"{delay:.1f} s (restart {self.restarts[i]})")
             time.sleep(delay)
@@ -298,7 +338,8 @@ class ClusterSupervisor:
             while not self._stopping:
                 self.supervise_once()
                 self.check_health()
-                time.sleep(0.1)
+                self.wait_for_exit(_TICK_S)
         finally:
             self.stop()
+            self._close_exits()
         return _SETTINGS_ERROR if self.failed else 0
