@@ -21,6 +21,8 @@ from mailbox_actors.wire.carrier import (
     CancelEmail,
     DeliveryEventReply,
     GetEmail,
+    LearnMessageId,
+    LearnMessageIdReply,
     Receipt,
     RecordTransportOutcome,
     ResolveEmail,
@@ -81,6 +83,10 @@ class Carrier:
 
     def apply_delivery_event(self, req: ApplyDeliveryEvent) -> DeliveryEventReply:
         return requests.apply_delivery_event(self._state, req)
+
+    def learn_message_id(self, req: LearnMessageId) -> LearnMessageIdReply:
+        """CA-17: the provider's final Message-ID of an Email (from its journal copy)."""
+        return requests.learn_message_id(self._state, req)
 
     async def begin_transport(self, req: BeginTransport) -> TransportLease:
         return await dispatch.begin_transport(self._state, req)

@@ -10,7 +10,10 @@ Dispatch itself is ``dispatch``'s.
 from __future__ import annotations
 
 import functools
+import re
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from mailbox_actors.carrier import keys as carrier_keys
 from mailbox_actors.carrier import store
@@ -30,6 +33,8 @@ from mailbox_actors.wire.carrier import (
     CancelEmail,
     DeliveryEventReply,
     GetEmail,
+    LearnMessageId,
+    LearnMessageIdReply,
     Receipt,
     ResolveEmail,
     Submit,
@@ -40,7 +45,8 @@ from mailbox_actors.wire.transport import OutboundEmail
 if TYPE_CHECKING:
     from mailbox_actors.carrier.state import CarrierState
 
-__all__ = ["apply_delivery_event", "cancel", "cap_policy", "get_email", "resolve", "submit"]
+__all__ = ["apply_delivery_event", "cancel", "cap_policy", "get_email", "learn_message_id",
+           "resolve", "stamped_ids", "submit"]
 
 _COUNTED = ", ".join(f"'{s.value}'" for s in sorted(COUNTED_BY_CAP))
 # The Messages of each address that count toward the cap (CA-6), in the window.
@@ -266,12 +272,18 @@ def apply_delivery_event(c: CarrierState, req: ApplyDeliveryEvent) -> DeliveryEv
         if req.message_id is not None:
             found = carrier_keys.find_message(tx, req.message_id)
         else:
+            header = req.message_id_header or ""
+            email_id = store.email_id_of_header(header)
+            if email_id is None:  # a Message-ID the provider gave it (CA-17)
+                learned = tx.exec("SELECT email_id, stamped FROM email_learned_ids WHERE "
+                                  "learned = ?", _bare(header)).all()
+                if learned:
+                    email_id, header = learned[0][0], f"<{learned[0][1]}>"
             rows = tx.exec("SELECT m.message_id, m.email_id, m.status FROM email_messages m JOIN "
                            "emails e ON e.seq = m.email_seq WHERE m.email_id = ? AND "
                            "e.message_id_header = ? AND m.recipient_key = ? "
-                           "ORDER BY m.position LIMIT 1",
-                           store.email_id_of_header(req.message_id_header or "") or "",
-                           req.message_id_header, store.recipient_key(req.recipient or "")).all()
+                           "ORDER BY m.position LIMIT 1", email_id or "", header,
+                           store.recipient_key(req.recipient or "")).all()
             found = (rows[0][0], rows[0][1], rows[0][2]) if rows else None
         if found is None:
             raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no such message",
@@ -300,3 +312,59 @@ def apply_delivery_event(c: CarrierState, req: ApplyDeliveryEvent) -> DeliveryEv
         return DeliveryEventReply(message_id, (news if changed else current).value,
                                   changed=changed, duplicate=False)
     return c.host.commit(run)
+
+
+_MSG_ID = re.compile(r"[^<>\s@]+@[^<>\s@]+")
+
+
+def _bare(message_id: str) -> str:
+    """A Message-ID without its angle brackets and surrounding space."""
+    return message_id.strip().removeprefix("<").removesuffix(">").strip()
+
+
+def learn_message_id(c: CarrierState, req: LearnMessageId) -> LearnMessageIdReply:
+    """CA-17: the provider's Message-ID for the Email, recorded once (the same again changes
+    nothing; another is ``conflict``), with its ``email.message_id_learned`` event."""
+    learned = _bare(req.message_id)
+    if not _MSG_ID.fullmatch(learned):
+        raise InvalidRequest("message_id is not a Message-ID (local@domain, brackets optional)",
+                             details={"field": "message_id"})
+
+    def run(tx: SqlStorage) -> LearnMessageIdReply:
+        row = store.row_by_id(tx, req.email_id)
+        if row is None:
+            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no email with this email_id",
+                                     details={"field": "email_id"})
+        stamped = _bare(row.message_id_header)
+        known = tx.exec("SELECT learned FROM email_learned_ids WHERE email_id = ?",
+                        row.email_id).all()
+        reply = LearnMessageIdReply(email_id=row.email_id, message_id_header=row.message_id_header,
+                                    learned_message_id=f"<{learned}>", changed=not known)
+        if known and known[0][0] == learned:
+            return reply
+        if known:
+            raise MailboxActorsError(
+                ErrorCode.CONFLICT, "the email has learnt another Message-ID already",
+                details={"field": "message_id"},
+                fix="A provider gives one final Message-ID per Email; check the journal copy.")
+        if learned == stamped:  # the provider kept ours: nothing to learn, nothing to map
+            return msgspec.structs.replace(reply, changed=False)
+        taken = tx.exec("SELECT email_id FROM email_learned_ids WHERE learned = ?", learned).all()
+        if taken:
+            raise MailboxActorsError(ErrorCode.CONFLICT, "another email has this Message-ID",
+                                     details={"field": "message_id"})
+        tx.exec("INSERT INTO email_learned_ids (learned, email_id, stamped) VALUES (?, ?, ?)",
+                learned, row.email_id, stamped)
+        c.host.emit(tx, "email.message_id_learned", {"email_id": row.email_id})
+        return reply
+    return c.host.commit(run)
+
+
+def stamped_ids(sql: SqlStorage, ids: list[str]) -> dict[str, str]:
+    """Of ``ids`` (Message-IDs without brackets), those a provider gave an Email here, each with
+    the id the Email was stamped with (CA-17: threading and bounces treat them as one)."""
+    if not ids:
+        return {}
+    marks = ", ".join("?" for _ in ids)
+    return {str(r[0]): str(r[1]) for r in sql.exec(
+        f"SELECT learned, stamped FROM email_learned_ids WHERE learned IN ({marks})", *ids)}

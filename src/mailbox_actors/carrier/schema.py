@@ -1,6 +1,6 @@
 """Carrier's tables, readable in one place (CA-15): ``SCHEMA`` is the current layout a new store
 is created with; ``MIGRATIONS`` are the steps an existing store took to reach it, in order, kept for
-files made by earlier code (IdentityMailbox's migrations 4, 7, 8, 10, 11 and 12 run them).
+files made by earlier code (IdentityMailbox's migrations 4, 7, 8, 10, 11, 12 and 16 run them).
 tests/objects/test_mailbox_schema.py checks that replaying them gives ``SCHEMA``'s layout.
 
 An actor that builds a Carrier adds ``SCHEMA`` to one of its migrations. Every table here is the
@@ -9,8 +9,15 @@ store's content: ``TABLES`` lists what an erasure empties.
 
 from __future__ import annotations
 
-__all__ = ["CARRIER_FRESH", "CARRIER_INLINE_CONTENT", "CARRIER_LIVE_INDEXES", "CARRIER_MESSAGES_LEAN",
-           "CARRIER_ONE_KEY", "CARRIER_SCHEMA", "MIGRATIONS", "SCHEMA", "TABLES"]
+__all__ = ["CARRIER_FRESH", "CARRIER_INLINE_CONTENT", "CARRIER_LEARNED", "CARRIER_LIVE_INDEXES",
+           "CARRIER_MESSAGES_LEAN", "CARRIER_ONE_KEY", "CARRIER_SCHEMA", "MIGRATIONS", "SCHEMA", "TABLES"]
+
+# The Message-IDs providers gave Emails (CA-17), without brackets, by that id: replies and bounces
+# quoting one find the Email (``stamped`` is the id it was sent with). Also the last step below.
+CARRIER_LEARNED = (
+    "CREATE TABLE email_learned_ids (learned TEXT PRIMARY KEY, email_id TEXT NOT NULL UNIQUE, "
+    "stamped TEXT NOT NULL) WITHOUT ROWID",
+)
 
 # The current layout. Emails are keyed by ``seq`` and found by id through their first Message
 # (keys.py); a just-submitted Email is ``fresh`` and out of the queued index (fresh.py); content
@@ -39,9 +46,11 @@ SCHEMA = (
     "CREATE TABLE delivery_events (dedupe_key TEXT PRIMARY KEY, message_id TEXT NOT NULL, "
     "type TEXT NOT NULL, applied_at_ms INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE email_fresh_from (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL)",
+    *CARRIER_LEARNED,
 )
 # Everything here is the store's content: an erasure empties it (RPC-4).
-TABLES = ("emails", "email_content", "email_messages", "email_message_ids", "delivery_events")
+TABLES = ("emails", "email_content", "email_messages", "email_message_ids", "delivery_events",
+          "email_learned_ids")
 
 # ---- how existing stores got there, in order -------------------------------------------------
 
@@ -144,4 +153,4 @@ CARRIER_FRESH = (
 
 
 MIGRATIONS = (CARRIER_SCHEMA, CARRIER_INLINE_CONTENT, CARRIER_MESSAGES_LEAN, CARRIER_ONE_KEY,
-              CARRIER_LIVE_INDEXES, CARRIER_FRESH)
+              CARRIER_LIVE_INDEXES, CARRIER_FRESH, CARRIER_LEARNED)

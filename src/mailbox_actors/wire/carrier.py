@@ -19,6 +19,7 @@ from mailbox_actors.wire.transport import OutboundEmail, TransportOutcome
 __all__ = [
     "ApplyDeliveryEvent", "BeginTransport", "CancelEmail", "DeliveryEventReply", "DeliveryRecord",
     "GetEmail", "InspectionAvailable", "InspectionPage", "InspectionUninitialized",
+    "LearnMessageId", "LearnMessageIdReply",
     "MessageReceipt", "ProviderRejection", "Receipt", "RecordTransportOutcome", "ResolveEmail",
     "Submit", "TransportLease",
 ]
@@ -70,6 +71,23 @@ class ResolveEmail(msgspec.Struct, tag="resolve", tag_field="op", forbid_unknown
     provider_message_id: ShortText | None = None  # required for provider_accepted
     code: Code | None = None  # required for rejected
     evidence: ShortText  # where the operator saw it (a ticket, a provider log line id)
+
+
+class LearnMessageId(msgspec.Struct, tag="learn_message_id", tag_field="op",
+                     forbid_unknown_fields=True):
+    """The Message-ID a provider that rewrites it gave the Email (seen in its journal copy):
+    recorded on the Email's Messages, so replies and bounces quoting it find them (CA-17).
+    ``message_id`` with or without its angle brackets; a second, different one is ``conflict``."""
+
+    email_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    message_id: Annotated[str, msgspec.Meta(min_length=3, max_length=998)]
+
+
+class LearnMessageIdReply(msgspec.Struct, frozen=True):
+    email_id: str
+    message_id_header: str  # the one the Email was stamped with
+    learned_message_id: str  # the provider's, in angle brackets
+    changed: bool  # False: this id was learnt before (a replay)
 
 
 class BeginTransport(msgspec.Struct, tag="begin_transport", tag_field="op",

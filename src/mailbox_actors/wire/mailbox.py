@@ -12,6 +12,8 @@ from mailbox_actors.wire.carrier import (
     CancelEmail,
     DeliveryEventReply,
     GetEmail,
+    LearnMessageId,
+    LearnMessageIdReply,
     Receipt,
     RecordTransportOutcome,
     ResolveEmail,
@@ -42,7 +44,7 @@ class MailboxErase(msgspec.Struct, tag="erase", tag_field="op", forbid_unknown_f
 
 MailboxRequest = (MailboxInit | MailboxStatus | MailboxErase | GetEvents | EmitEvent
                   | Submit | GetEmail | CancelEmail | ResolveEmail | BeginTransport
-                  | RecordTransportOutcome | ApplyDeliveryEvent
+                  | RecordTransportOutcome | ApplyDeliveryEvent | LearnMessageId
                   | PostDeadLetters | PostRetry  # the roster's Post letters (objects/roster.py)
                   | InboundRequest | SearchMessages | AttachmentTextReady)
 
@@ -75,5 +77,6 @@ MAILBOX_REPLIES: dict[str, Any] = {"post_dead_letters": DeadLetterPage, "post_re
                                     "cancel": Receipt,
                                     "resolve": Receipt, "begin_transport": TransportLease,
                                     "record_transport_outcome": Receipt,
-                                    "apply_delivery_event": DeliveryEventReply, **INBOUND_REPLIES,
+                                    "apply_delivery_event": DeliveryEventReply,
+                                    "learn_message_id": LearnMessageIdReply, **INBOUND_REPLIES,
                                     **SEARCH_REPLIES}

@@ -32,6 +32,7 @@ from mailbox_actors.wire.carrier import (
     BeginTransport,
     CancelEmail,
     GetEmail,
+    LearnMessageId,
     RecordTransportOutcome,
     ResolveEmail,
     Submit,
@@ -109,6 +110,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(13, threads.THREAD_MERGES),  # IN-11: merged threads alias their survivor
         Migration(14, search.SEARCH_SCHEMA),  # IN-9, IN-10: the FTS5 index and attachment text
         Migration(15, POST_RUNS),  # PO-11, PO-12: Post's budget count and the seed's job id
+        Migration(16, carrier_schema.CARRIER_LEARNED),  # CA-17: provider Message-IDs
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}
@@ -143,6 +145,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
                 return await self.carrier.begin_transport(req)
             case RecordTransportOutcome():
                 return self.carrier.record_transport_outcome(req)
+            case LearnMessageId():
+                return self.carrier.learn_message_id(req)
             case PostDeadLetters() | PostRetry():
                 return post_op(self.post, req)
             case MailboxStatus():
