@@ -15,7 +15,8 @@ from cluster_proc import Cluster
 from mailbox_actors.node.control_ops import UNLIMITED, create_identity
 from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.testing import TestRuntime
-from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit
+from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit, MailboxStatus
 from mailbox_actors.wire.post import PostDeadLetters, PostRetry
 from mailbox_actors.wire.quota import QuotaInit, QuotaStatus
 from mailbox_actors.wire.roster import QuotaRoster
@@ -157,3 +158,56 @@ async def test_creating_an_identity_initialises_its_tenants_quota_so_the_roster_
         assert (status["per_minute"], status["per_day"]) == (UNLIMITED, UNLIMITED)
         status = await rt.call("tenant_quota", q_limited, QuotaStatus(), tenant_id=limited.id)
         assert (status["per_minute"], status["per_day"]) == (7, 70)
+
+
+async def test_an_erased_mailboxs_dead_roster_letters_are_listed_and_retried(
+        tmp_path: Path) -> None:
+    """PO-6, PO-7 (regression): a mailbox initialised before its tenant's quota existed has a
+    dead joined letter; erased, a dead left one. Once the quota exists its Post records still
+    answer (post_dead_letters lists both, post_retry puts each back: not identity_not_found,
+    while its content ops are), and whatever order they are retried in, the quota's roster ends
+    with the identity joined and left, not a member."""
+    async with TestRuntime(tmp_path) as rt:
+        m = rt.node.new_unique_id("identity_mailbox")
+        owner = {"tenant_id": "t3", "identity_id": "i1"}
+        await rt.call("identity_mailbox", m, MailboxInit(), **owner)
+        await rt.run_until_idle()
+        await rt.call("identity_mailbox", m, MailboxErase(), **owner)
+        await rt.run_until_idle()
+        with pytest.raises(MailboxActorsError) as erased:
+            await rt.call("identity_mailbox", m, MailboxStatus(), **owner)
+        assert erased.value.code.value == "identity_not_found"
+        page = await rt.call("identity_mailbox", m, PostDeadLetters(), **owner)
+        assert sorted((d["key"], d["reason"]) for d in page["letters"]) == [
+            ("roster:i1:joined", "tenant_not_found"), ("roster:i1:left", "tenant_not_found")]
+        q = rt.id_from_name("tenant_quota", "t3")
+        await rt.call("tenant_quota", q, QuotaInit(per_minute=10, per_day=100), tenant_id="t3")
+        for key in ("roster:i1:left", "roster:i1:joined"):  # the worse order: left first
+            again = await rt.call("identity_mailbox", m, PostRetry(key=key), **owner)
+            assert again == {"action": "requeue"}
+        await rt.run_until_idle()
+        assert (await rt.call("identity_mailbox", m, PostDeadLetters(), **owner))["letters"] == []
+        assert await rt.call("tenant_quota", q, QuotaRoster(), tenant_id="t3") == {
+            "active": 0, "joined": 1, "left": 1}
+        with pytest.raises(MailboxActorsError) as foreign:
+            await rt.call("identity_mailbox", m, PostDeadLetters(), tenant_id="t3",
+                          identity_id="someone-else")
+        assert foreign.value.code.value == "internal_error"  # an owner mismatch, as for any op
+
+
+async def test_erasing_a_mailbox_does_not_strand_its_staged_letters(tmp_path: Path) -> None:
+    """PO-3, PO-5: a joined letter put back in line and not yet delivered when the mailbox is
+    erased is still delivered, and the left letter behind it after it: the roster ends right."""
+    async with TestRuntime(tmp_path) as rt:
+        m = rt.node.new_unique_id("identity_mailbox")
+        owner = {"tenant_id": "t4", "identity_id": "i1"}
+        await rt.call("identity_mailbox", m, MailboxInit(), **owner)
+        await rt.run_until_idle()  # dead: no quota yet
+        q = rt.id_from_name("tenant_quota", "t4")
+        await rt.call("tenant_quota", q, QuotaInit(per_minute=10, per_day=100), tenant_id="t4")
+        await rt.call("identity_mailbox", m, PostRetry(key="roster:i1:joined"), **owner)
+        await rt.call("identity_mailbox", m, MailboxErase(), **owner)  # before any alarm ran
+        await rt.run_until_idle()
+        assert await rt.call("tenant_quota", q, QuotaRoster(), tenant_id="t4") == {
+            "active": 0, "joined": 1, "left": 1}
+        assert (await rt.call("identity_mailbox", m, PostDeadLetters(), **owner))["letters"] == []

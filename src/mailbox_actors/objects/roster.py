@@ -4,7 +4,9 @@ TenantQuota that it joined (at ``init``) and left (at ``erase``), in order and e
 The mailbox sends inside the transaction of its own change; TenantQuota admits each event in the
 transaction that applies it. The quota is the object named by the tenant id in ``tenant_quota``;
 one that is not initialised answers ``tenant_not_found``, a definite refusal: the letter is
-dead (its reason says why) until an operator retries it. Tables: ``roster`` and
+dead (its reason says why) until an operator retries it, also once the mailbox is erased (its
+Post records are not the erased content: ``post_dead_letters`` and ``post_retry`` still answer);
+a joined letter applied after the left one leaves the identity left. Tables: ``roster`` and
 ``roster_counts`` in the quota's file.
 """
 
@@ -64,9 +66,11 @@ def apply(tx: SqlStorage, route: Route[Any, Any], address: Any, event: Any,
     """In TenantQuota's transaction: apply one roster event (admission commits with it)."""
     now = tx.now_ms()
     if isinstance(event, MemberJoined):
+        # A left identity stays left: identity ids are never reused, and a joined letter retried
+        # after its left one (a dead letter put back in line) must not bring it back.
         tx.exec("INSERT INTO roster (identity_id, mailbox_id, joined_at_ms) VALUES (?, ?, ?) "
                 "ON CONFLICT (identity_id) DO UPDATE SET mailbox_id = excluded.mailbox_id, "
-                "joined_at_ms = excluded.joined_at_ms, left_at_ms = NULL", event.identity_id,
+                "joined_at_ms = excluded.joined_at_ms", event.identity_id,
                 event.mailbox_id, now)
         tx.exec("UPDATE roster_counts SET joined = joined + 1 WHERE id = 1")
     else:

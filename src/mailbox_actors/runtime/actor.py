@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Generic
 import msgspec
 from typing_extensions import TypeVar
 
+from mailbox_actors.runtime import purposes
 from mailbox_actors.runtime.context import ActorContext
 from mailbox_actors.runtime.migrations import Migration
 from mailbox_actors.runtime.owner import OwnerMismatch
@@ -52,6 +53,10 @@ class Actor(Generic[Req]):
     alarm_purposes: ClassVar[Mapping[str, str]] = {}
     # Ops that may be sent twice with the effect of once: a client retries only these (OPS-6).
     idempotent_ops: ClassVar[frozenset[str]] = frozenset()
+    # Request types an erased object still serves (RPC-4's refusal spares them): records of its
+    # own that are not the erased content, such as Post's dead letters (``post_dead_letters``,
+    # ``post_retry``), so the operator and the platform can still finish what it staged.
+    erased_ops: ClassVar[tuple[type, ...]] = ()
 
     def __init__(self, ctx: ActorContext) -> None:
         self.ctx = ctx
@@ -67,8 +72,14 @@ class Actor(Generic[Req]):
 
     async def alarm(self, info: AlarmInfo) -> None:
         """Override to handle the alarm yourself. Left as it is, the runtime runs every due
-        purpose of ``alarm_purposes`` instead, then re-arms to the earliest pending (AL-2)."""
-        raise NotImplementedError("the runtime runs alarm_purposes when alarm is not overridden")
+        purpose of ``alarm_purposes`` instead, then re-arms to the earliest pending (AL-2). An
+        override that calls ``await super().alarm(info)`` gets exactly that, once per call, at
+        the point it calls it (outside an alarm run there is nothing to run: RuntimeError)."""
+        run = purposes.default_run()
+        if run is None:
+            raise RuntimeError("Actor.alarm's default runs the due alarm_purposes of an alarm "
+                               "run; it was called outside one")
+        await run()
 
 
 def handles_alarm_itself(actor: Actor[Any]) -> bool:

@@ -58,20 +58,27 @@ async def run(act: Activation, retry_count: int, stored: int, scope: RequestScop
                         error=type(e).__name__)
             return AlarmResult(AlarmOutcome.FAILED, None)
         alarm_run = storage.begin_alarm_run()
+        def run_purposes() -> Any:
+            # Purposes due by the fired alarm's time run, also when fire_alarm_now fires it
+            # early (TK-2: the handler runs now, whatever its time).
+            return purposes.run_due(
+                storage, act.actor, act.cls.alarm_purposes,
+                now_ms=max(clock.now_ms(), stored),
+                dispatch_outbox=lambda: outbox.dispatch(storage.sql, event_sink,
+                                                        act.namespace, act.id,
+                                                        leave_last=True),
+                still_open=lambda: not act.closed, log=log, namespace=act.namespace)
+
         try:
             if itself:
-                handler = act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
-                await (handler if watch is None else watch.timed(handler, act.namespace, "alarm"))
+                # An override may extend the default: ``await super().alarm(info)`` runs the
+                # purposes, as the base's docstring says.
+                with purposes.offering_default_run(run_purposes):
+                    handler = act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
+                    await (handler if watch is None
+                           else watch.timed(handler, act.namespace, "alarm"))
             else:
-                # Purposes due by the fired alarm's time run, also when fire_alarm_now fires it
-                # early (TK-2: the handler runs now, whatever its time).
-                await purposes.run_due(
-                    storage, act.actor, act.cls.alarm_purposes,
-                    now_ms=max(clock.now_ms(), stored),
-                    dispatch_outbox=lambda: outbox.dispatch(storage.sql, event_sink,
-                                                            act.namespace, act.id,
-                                                            leave_last=True),
-                    still_open=lambda: not act.closed, log=log, namespace=act.namespace)
+                await run_purposes()
             ok = True
         except Exception as e:
             raised = True

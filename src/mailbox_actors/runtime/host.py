@@ -203,7 +203,7 @@ class ActorHost(AlarmHost):
                     await act.gate.wait_open(call.deadline_ms)
                 if self.clock.now_ms() > call.deadline_ms:
                     raise DeadlineExceeded()
-                act.owner.check(call, is_init)
+                act.owner.check(call, is_init, isinstance(req, cls.erased_ops))
                 try:
                     result = await self.watch.timed(act.actor.handle(call, req), act.namespace, req)
                 finally:

@@ -57,9 +57,11 @@ class Owner:
         self.object_id = object_id
         self.rules = rules
 
-    def check(self, call: Envelope[Any], is_init: bool) -> None:
-        """Refuse a call for an erased, un-initialised or foreign object (before the handler)."""
-        if self.erased:
+    def check(self, call: Envelope[Any], is_init: bool, after_erase: bool = False) -> None:
+        """Refuse a call for an erased, un-initialised or foreign object (before the handler).
+        ``after_erase``: the request is one the class still serves once erased (its owner is
+        checked all the same)."""
+        if self.erased and not after_erase:
             raise MailboxActorsError(ErrorCode.IDENTITY_NOT_FOUND, "the identity was erased")
         if is_init:
             return

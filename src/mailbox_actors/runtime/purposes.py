@@ -8,8 +8,10 @@ own), clears it, and re-arms the alarm to the earliest purpose still pending. Th
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from mailbox_actors.core.alarm_purposes import (
@@ -22,8 +24,29 @@ from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime import outbox
 
-__all__ = ["CLEARED_WITHOUT_AWAIT", "cancel", "lower_alarm", "rearm", "run_due", "schedule",
-           "scheduled"]
+__all__ = ["CLEARED_WITHOUT_AWAIT", "cancel", "default_run", "lower_alarm", "offering_default_run",
+           "rearm", "run_due", "schedule", "scheduled"]
+
+# The alarm run's default handling (its due purposes, then the re-arm), offered to an actor that
+# overrides ``alarm`` for the length of its run: ``Actor.alarm``'s base runs it, so
+# ``await super().alarm(info)`` in an override does what the base promises (AL-2).
+_DEFAULT_RUN: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "mailbox_actors_default_alarm_run", default=None)
+
+
+@contextlib.contextmanager
+def offering_default_run(run: Callable[[], Awaitable[None]]) -> Iterator[None]:
+    """While an overriding handler runs: what ``Actor.alarm``'s base does when it is called."""
+    token = _DEFAULT_RUN.set(run)
+    try:
+        yield
+    finally:
+        _DEFAULT_RUN.reset(token)
+
+
+def default_run() -> Callable[[], Awaitable[None]] | None:
+    """The current alarm run's default handling, or None outside an alarm run."""
+    return _DEFAULT_RUN.get()
 
 # Contract CLEARED_WITHOUT_AWAIT: in ``run_due``, between a purpose method's return and the
 # transaction that clears (or keeps) its purpose there is no await, so nothing else of the actor

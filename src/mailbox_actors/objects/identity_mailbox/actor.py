@@ -80,6 +80,9 @@ class IdentityMailbox(Actor[MailboxRequest]):
     init_request = MailboxInit
     owner_kind = "identity"
     not_found = ErrorCode.IDENTITY_NOT_FOUND
+    # Post's records are not the erased content: its roster letters can still be listed and
+    # retried once the mailbox is erased (objects/roster.py).
+    erased_ops = (PostDeadLetters, PostRetry)
     migrations = (
         Migration(1, (
             "CREATE TABLE identity (id INTEGER PRIMARY KEY CHECK (id = 1), "
