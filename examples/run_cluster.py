@@ -11,8 +11,8 @@ shows it all. Ctrl-C stops everything cleanly.
 
 ``make run-postgres`` is ``--postgres local``: the same cluster and traffic with the control data and
 every queue in PostgreSQL (CL-7), a server of this machine's own binaries started for the run the way
-the tests start theirs (``tests/support/_pg.py``: initdb into a temporary directory, run as the
-postgres user under root, stopped by pid on exit).
+the tests start theirs (``mailbox_actors.testing.postgres``: initdb into a temporary directory, run
+as the postgres user under root, stopped by pid on exit).
 """
 
 from __future__ import annotations
@@ -115,15 +115,14 @@ def main() -> int:
 
 def start_postgres() -> tuple[Any, str]:
     """A PostgreSQL server of this machine's binaries for this run, as the tests start theirs."""
-    sys.path.insert(0, str(HERE.parent / "tests" / "support"))
-    from _pg import PgServer, find_binaries, new_database
+    from mailbox_actors.testing.postgres import LocalPostgres, postgres_binaries
 
-    bindir, why = find_binaries()
+    bindir, why = postgres_binaries()
     if bindir is None:
         raise SystemExit(f"run: {why}")
-    server = PgServer(bindir)
+    server = LocalPostgres(bindir)
     server.start()
-    dsn = new_database(server, "mailbox_actors")
+    dsn = server.new_database("mailbox_actors")
     print(f"run: PostgreSQL {bindir.parent.name} on 127.0.0.1:{server.port} (pid "
           f"{server.proc.pid if server.proc else '?'}); control data and queues there", flush=True)
     return server, dsn

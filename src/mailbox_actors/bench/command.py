@@ -27,6 +27,7 @@ from mailbox_actors.bench.figures import FIGURES, FULL, QUICK, Figure, Progress,
 from mailbox_actors.bench.http_figures import HTTP_FIGURES, http_figures
 from mailbox_actors.bench.inbound_figures import INBOUND_FIGURES, inbound_figures
 from mailbox_actors.bench.post_figures import POST_FIGURES, post_figures
+from mailbox_actors.bench.postgres_figures import POSTGRES_FIGURES, postgres_figures
 from mailbox_actors.bench.runtime_figures import cold_activation, state_changes
 from mailbox_actors.bench.search_figures import SEARCH_FIGURES, search_figures
 from mailbox_actors.bench.smtp_figures import SMTP_FIGURES, smtp_figures
@@ -69,6 +70,8 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "burst": (BURST_FIGURES, _burst),  # alarms due at one instant on open actors (issue 28)
     "http": (HTTP_FIGURES, http_figures),  # servers in child processes (issue 3)
     "events": (EVENT_FIGURES, event_figures),  # a local cluster and a webhook receiver (issue 4)
+    # the shared state on PostgreSQL beside the SQLite files, one server of its own (issue 23)
+    "postgres": (POSTGRES_FIGURES, postgres_figures),
     "smtp": (SMTP_FIGURES, smtp_figures),  # an aiosmtpd sink in a child process (issue 11)
     "post": (POST_FIGURES, post_figures),  # two actors on one node (issue 14)
     "dns": (DNS_FIGURES, dns_figures),  # a loopback DNS server in a child process (issue 13)
@@ -79,9 +82,9 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
 
 # Every figure the command prints, in the order it prints them: the in-process figures of
 # ``FIGURES``, then those measured against server processes the bench starts.
-ALL_FIGURES: tuple[str, ...] = (FIGURES + HTTP_FIGURES + EVENT_FIGURES + SMTP_FIGURES
-                                 + POST_FIGURES + DNS_FIGURES + CARRIER_FIGURES + INBOUND_FIGURES
-                                 + SEARCH_FIGURES)
+ALL_FIGURES: tuple[str, ...] = (FIGURES + HTTP_FIGURES + EVENT_FIGURES + POSTGRES_FIGURES
+                                 + SMTP_FIGURES + POST_FIGURES + DNS_FIGURES + CARRIER_FIGURES
+                                 + INBOUND_FIGURES + SEARCH_FIGURES)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -49,9 +49,11 @@ __all__ = [
     "EVENT_FIGURES",
     "EVENT_TYPE",
     "EventPlan",
+    "EventRun",
     "WebhookReceiver",
     "event_figures",
     "event_plan",
+    "measure_events",
 ]
 
 EVENT_FIGURES = ("events_per_s", "event_latency_p50_ms", "event_latency_p99_ms",
@@ -254,27 +256,66 @@ async def event_figures(work: Path, sizes: Sizes, progress: Progress, want: froz
     progress.say(f"events: the runtime figure's state changes/s on a small run ({small.rounds} "
                  f"rounds of {small.state_calls}), the limit of events/s")
     runtime = (await state_changes(work / "runtime", small, progress))[0]
+    run = await measure_events(work, plan, progress, errors)
+    return _figures(plan, runtime, run.flat, run.paced, run.rates, run.rx, run.where)
+
+
+@dataclass
+class EventRun:
+    """What ``measure_events`` measured: the throughput and paced phases of each round."""
+
+    flat: list[_Phase]
+    paced: list[_Phase]
+    rates: list[float]
+    rx: WebhookReceiver
+    where: str
+
+    @property
+    def events_per_s(self) -> float:
+        return median([f.events_per_s for f in self.flat])
+
+    @property
+    def p99_ms(self) -> float:
+        return median([percentile(p.latencies_ms, 99) for p in self.paced])
+
+
+async def measure_events(work: Path, plan: EventPlan, progress: Progress, errors: list[str], *,
+                         postgres: str | None = None, label: str = "events") -> EventRun:
+    """The rounds through a cluster started in ``work``, its control data and queues in
+    PostgreSQL when ``postgres`` (a DSN) is given (CL-7), else in its SQLite files."""
     rx = WebhookReceiver(SECRET)
     server = RpcHttpServer(rx)
     port = await server.start(HOST, 0)
     sp: Spawned | None = None
     db: ControlDb | None = None
+    backend = "PostgreSQL" if postgres else "SQLite"
+    flat: list[_Phase] = []
+    paced: list[_Phase] = []
+    rates: list[float] = []
     try:
+        env = None if postgres is None else {"MAILBOX_ACTORS_POSTGRES": postgres}
         if plan.nodes > 1:
-            sp = await start_cluster(work / "cluster", plan.nodes)
-            where = f"a {plan.nodes}-node local cluster"
+            sp = await start_cluster(work / "cluster", plan.nodes, env=env)
+            where = f"a {plan.nodes}-node local cluster, control data and queues on {backend}"
         else:
             sp = await start_node(work / "node")
             where = "one node"
         clock = SystemClock()
-        db = ControlDb(sp.data / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
+        if postgres is None:
+            db = ControlDb(sp.data / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
+        else:
+            from mailbox_actors.platform.control.postgres import control_on
+            from mailbox_actors.platform.postgres.database import PgDatabase
+
+            db = control_on(PgDatabase(postgres, max_size=2), clock=clock,
+                            ids=Ids(clock, SystemRng()))
         await db.open()
         tenant = await db.create_tenant("bench-events", webhook_url=f"http://{HOST}:{port}/hook",
                                         webhook_secret=SECRET)
         async with (Client.from_data_dir(sp.data) if plan.nodes > 1
                     else Client(sp.urls[0], sp.token)) as client:
-            progress.say(f"events: {where} (pid {sp.pid}); creating {plan.callers} identities of one tenant "
-                         f"whose webhook is this process's receiver on port {port}")
+            progress.say(f"{label}: {where} (pid {sp.pid}); creating {plan.callers} identities of "
+                         f"one tenant whose webhook is this process's receiver on port {port}")
             idents = [await create_identity(db, client, tenant.id, f"bench-{i}")
                       for i in range(plan.callers)]
             if not await rx.wait_types("identity.created", len(idents), plan.drain_s):
@@ -282,14 +323,11 @@ async def event_figures(work: Path, sizes: Sizes, progress: Progress, want: froz
                                    f"identity.created webhooks arrived within {plan.drain_s:g} s")
             driver = _Driver(client, idents, rx, plan.drain_s, progress)
             await driver.flat_out(min(500, plan.drive_events))  # warm-up, untimed
-            flat: list[_Phase] = []
-            paced: list[_Phase] = []
-            rates: list[float] = []
             for r in range(plan.rounds):
                 flat.append(await driver.flat_out(plan.drive_events))
                 f = flat[-1]
                 if f.received < f.committed:  # a backlog left over would spoil the next phase
-                    errors.append(f"events: {f.committed - f.received} of {f.committed} events "
+                    errors.append(f"{label}: {f.committed - f.received} of {f.committed} events "
                                   f"not received within {plan.drain_s:g} s of round {r + 1}; "
                                   "stopped there")
                     break
@@ -297,7 +335,7 @@ async def event_figures(work: Path, sizes: Sizes, progress: Progress, want: froz
                 paced.append(await driver.paced(rates[-1], plan.latency_s))
                 p = paced[-1]
                 progress.say(
-                    f"  events round {r + 1}/{plan.rounds}: {f.calls_per_s:,.0f} emit calls/s, "
+                    f"  {label} round {r + 1}/{plan.rounds}: {f.calls_per_s:,.0f} emit calls/s, "
                     f"{f.events_per_s:,.0f} events/s delivered ({f.received}/{f.committed}); paced "
                     f"at {rates[-1]:,.0f}/s: p50 {percentile(p.latencies_ms, 50):.1f} ms, p99 "
                     f"{percentile(p.latencies_ms, 99):.1f} ms ({p.received}/{p.committed})")
@@ -311,8 +349,8 @@ async def event_figures(work: Path, sizes: Sizes, progress: Progress, want: froz
     for what, count in (("deliveries with a bad signature", rx.bad_signatures),
                         ("deliveries that were not an event", rx.malformed)):
         if count:
-            errors.append(f"events: {count} {what}")
-    return _figures(plan, runtime, flat, paced, rates, rx, where)
+            errors.append(f"{label}: {count} {what}")
+    return EventRun(flat, paced, rates, rx, where)
 
 
 def _figures(plan: EventPlan, runtime: Figure, flat: list[_Phase], paced: list[_Phase],

@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -103,11 +103,13 @@ class Spawned:
         return self.node_pids or [self.proc.pid]
 
 
-async def _open(cmd: list[str], log: Path) -> tuple[anyio.abc.Process, IO[bytes]]:
+async def _open(cmd: list[str], log: Path, env: Mapping[str, str] | None = None
+                ) -> tuple[anyio.abc.Process, IO[bytes]]:
     out = log.open("ab")  # the child's stdout must not mix with the bench's results
     try:
         proc = await anyio.open_process(cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                        stderr=subprocess.STDOUT)
+                                        stderr=subprocess.STDOUT,
+                                        env=None if env is None else {**os.environ, **env})
     except BaseException:
         out.close()
         raise
@@ -160,15 +162,17 @@ async def start_node(data: Path, *, timeout_s: float = 30.0) -> Spawned:
     raise AssertionError("unreachable")
 
 
-async def start_cluster(data: Path, nodes: int = 3, *, timeout_s: float = 60.0) -> Spawned:
+async def start_cluster(data: Path, nodes: int = 3, *, timeout_s: float = 60.0,
+                        env: Mapping[str, str] | None = None) -> Spawned:
     """``python -m mailbox_actors cluster --nodes N --data DIR --port P``, every node healthy, with
-    the nodes' pids from DIR/cluster.json."""
+    the nodes' pids from DIR/cluster.json; ``env`` added to its environment (such as
+    ``MAILBOX_ACTORS_POSTGRES``, CL-7)."""
     data.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before the process starts
     log = data.parent / f"{data.name}.log"
     port = free_port_block(nodes)
     cmd = [sys.executable, "-m", "mailbox_actors", "cluster", "--nodes", str(nodes),
            "--data", str(data), "--port", str(port), "--log-level", "warning"]
-    proc, out = await _open(cmd, log)
+    proc, out = await _open(cmd, log, env)
     out.close()
     sp = Spawned("cluster", proc, data, [f"http://{HOST}:{port + i}" for i in range(nodes)], log)
     try:

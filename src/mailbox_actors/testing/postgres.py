@@ -1,0 +1,106 @@
+"""A local PostgreSQL server of this machine's own binaries, for the benchmark and ``make
+run-postgres`` (CL-7): ``initdb`` into a temporary directory, ``postgres`` on a free port of
+127.0.0.1 with its Unix socket in that directory (as the ``postgres`` user under root: the server
+refuses root), stopped by pid. The test suite's ``tests/support/_pg.py`` starts its servers the
+same way."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from mailbox_actors.testing.ports import free_port
+
+__all__ = ["LocalPostgres", "postgres_binaries"]
+
+
+def postgres_binaries() -> tuple[Path | None, str]:
+    """The directory holding initdb and postgres, or None and why."""
+    for cand in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if os.path.exists(os.path.join(cand, "initdb")) and os.path.exists(
+                os.path.join(cand, "postgres")):
+            return Path(cand), ""
+    initdb = shutil.which("initdb")
+    if initdb and shutil.which("postgres"):
+        return Path(initdb).parent, ""
+    return None, "no PostgreSQL server binaries (initdb, postgres) on this machine"
+
+
+class LocalPostgres:
+    """``with LocalPostgres(bindir) as pg: dsn = pg.new_database("x")``."""
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        self.root = Path(tempfile.mkdtemp(prefix="ma-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._prefix: list[str] = []
+        if os.geteuid() == 0:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+            self._prefix = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                            "--clear-groups"]
+        subprocess.run([*self._prefix, str(bindir / "initdb"), "-D", str(self.data), "-A",
+                        "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+
+    def start(self) -> None:
+        import psycopg
+
+        with open(self.root / "server.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [*self._prefix, str(self.bindir / "postgres"), "-D", str(self.data), "-p",
+                 str(self.port), "-k", str(self.root), "-c", "listen_addresses=127.0.0.1"],
+                stdout=log, stderr=log)
+        deadline = time.monotonic() + 30
+        while True:  # bounded: until the server accepts a connection
+            try:
+                psycopg.connect(self.dsn(), connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("PostgreSQL did not start: "
+                                       + (self.root / "server.log").read_text()[-2000:]) from None
+                time.sleep(0.05)
+
+    def new_database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.dsn(), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        return self.dsn(name)
+
+    def stop(self) -> None:
+        """Fast shutdown by pid (SIGINT), SIGKILL after 30 s."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalPostgres:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
