@@ -11,8 +11,8 @@ shows it all. Ctrl-C stops everything cleanly.
 
 ``make run-postgres`` is ``--postgres local``: the same cluster and traffic with the control data and
 every queue in PostgreSQL (CL-7), a server of this machine's own binaries started for the run the way
-the tests start theirs (``mailbox_actors.testing.postgres``: initdb into a temporary directory, run
-as the postgres user under root, stopped by pid on exit).
+the tests start theirs (``mailbox_actors.platform.postgres.local_server``: initdb into a temporary
+directory, run as the postgres user under root, stopped by pid on exit).
 """
 
 from __future__ import annotations
@@ -115,12 +115,13 @@ def main() -> int:
 
 def start_postgres() -> tuple[Any, str]:
     """A PostgreSQL server of this machine's binaries for this run, as the tests start theirs."""
-    from mailbox_actors.testing.postgres import LocalPostgres, postgres_binaries
+    from mailbox_actors.platform.postgres.local_server import LocalPostgres, postgres_binaries
+    from mailbox_actors.testing.ports import free_port
 
     bindir, why = postgres_binaries()
     if bindir is None:
         raise SystemExit(f"run: {why}")
-    server = LocalPostgres(bindir)
+    server = LocalPostgres(bindir, free_port())
     server.start()
     dsn = server.new_database("mailbox_actors")
     print(f"run: PostgreSQL {bindir.parent.name} on 127.0.0.1:{server.port} (pid "

@@ -4,7 +4,7 @@ PostgreSQL, beside the same figure through a cluster on the SQLite files; and cl
 control data on PostgreSQL beside SQLite (the RPC path must not touch the shared store per call).
 
 The server is this machine's own PostgreSQL binaries, started by the bench for the group over
-loopback and stopped by pid (``testing.postgres``); each cluster gets a new database. The event
+loopback and stopped by pid (``platform.postgres.local_server``); each cluster gets a new database. The event
 phases are those of the events group (``event_figures.measure_events``), on each backend in turn;
 the RPC sides (``tenant_quota.usage`` through the client, routed straight to owners) run in
 interleaved rounds with both clusters up.
@@ -27,7 +27,7 @@ from mailbox_actors.bench.http_figures import (
     init_quota_tenants,
     quota_caller,
 )
-from mailbox_actors.bench.servers import start_cluster, stop_spawned
+from mailbox_actors.bench.servers import free_port_block, start_cluster, stop_spawned
 from mailbox_actors.rpc import Client
 
 __all__ = ["POSTGRES_FIGURES", "postgres_figures"]
@@ -40,12 +40,12 @@ _RPC = frozenset(POSTGRES_FIGURES[2:3] + POSTGRES_FIGURES[4:5])
 
 async def postgres_figures(work: Path, sizes: Sizes, progress: Progress, want: frozenset[str],
                            errors: list[str]) -> list[Figure]:
-    from mailbox_actors.testing.postgres import LocalPostgres, postgres_binaries
+    from mailbox_actors.platform.postgres.local_server import LocalPostgres, postgres_binaries
 
     bindir, why = postgres_binaries()
     if bindir is None:
         raise RuntimeError(why)
-    server = await anyio.to_thread.run_sync(LocalPostgres, bindir)
+    server = await anyio.to_thread.run_sync(LocalPostgres, bindir, free_port_block(1))
     out: list[Figure] = []
     try:
         await anyio.to_thread.run_sync(server.start)

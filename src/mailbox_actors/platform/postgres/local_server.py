@@ -1,8 +1,8 @@
 """A local PostgreSQL server of this machine's own binaries, for the benchmark and ``make
-run-postgres`` (CL-7): ``initdb`` into a temporary directory, ``postgres`` on a free port of
-127.0.0.1 with its Unix socket in that directory (as the ``postgres`` user under root: the server
-refuses root), stopped by pid. The test suite's ``tests/support/_pg.py`` starts its servers the
-same way."""
+run-postgres`` (CL-7; a development tool, never used by a node): ``initdb`` into a temporary
+directory, ``postgres`` on a given free port of 127.0.0.1 with its Unix socket in that directory
+(as the ``postgres`` user under root: the server refuses root), stopped by pid. The test suite's
+``tests/support/_pg.py`` starts its servers the same way."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-
-from mailbox_actors.testing.ports import free_port
 
 __all__ = ["LocalPostgres", "postgres_binaries"]
 
@@ -34,13 +32,13 @@ def postgres_binaries() -> tuple[Path | None, str]:
 
 
 class LocalPostgres:
-    """``with LocalPostgres(bindir) as pg: dsn = pg.new_database("x")``."""
+    """``with LocalPostgres(bindir, port) as pg: dsn = pg.new_database("x")``."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, port: int) -> None:
         self.bindir = bindir
         self.root = Path(tempfile.mkdtemp(prefix="ma-pg-"))
         self.data = self.root / "data"
-        self.port = free_port()
+        self.port = port  # a free one (the caller's way of finding one)
         self.proc: subprocess.Popen[bytes] | None = None
         self._prefix: list[str] = []
         if os.geteuid() == 0:
