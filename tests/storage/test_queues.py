@@ -72,6 +72,17 @@ async def queues(tmp_path: Path, clock: FakeClock, pg_dsn: str | None
         yield q
 
 
+def shared(path: Path, clock: FakeClock, pg_dsn: str | None, *, seed: int) -> QueueService:
+    """A service of its own on the SQLite file at ``path``, or on ``pg_dsn``'s database (its own
+    pool and listening connection, as another process would have)."""
+    if pg_dsn is None:
+        return service(path, clock, seed=seed)
+    from mailbox_actors.platform.postgres.database import PgDatabase
+    from mailbox_actors.platform.queues.postgres import queues_on
+    return queues_on(PgDatabase(pg_dsn, retry_for_s=10), clock=clock,
+                     ids=Ids(clock, SeededRng(seed)))
+
+
 @pytest.fixture
 async def sqlite_queues(tmp_path: Path, clock: FakeClock) -> AsyncIterator[QueueService]:
     """The queues on the SQLite file only: for a test that reaches into the file itself."""
@@ -440,11 +451,13 @@ async def test_process_killed_mid_batch_has_its_messages_redelivered(
 
 
 @pytest.mark.anyio
-async def test_two_services_never_double_deliver(tmp_path: Path, clock: FakeClock) -> None:
-    """Q-1: consumers on two services sharing one file, draining concurrently, handle every
-    message exactly once."""
+async def test_two_services_never_double_deliver(tmp_path: Path, clock: FakeClock,
+                                                 pg_dsn: str | None) -> None:
+    """Q-1, CL-7: consumers on two services sharing one file (or, as two processes would, one
+    PostgreSQL database through two pools: claims FOR UPDATE SKIP LOCKED), draining concurrently,
+    handle every message exactly once."""
     path = tmp_path / "q.sqlite"
-    async with service(path, clock, seed=1) as a, service(path, clock, seed=2) as b:
+    async with shared(path, clock, pg_dsn, seed=1) as a, shared(path, clock, pg_dsn, seed=2) as b:
         sent = set(await a.send_batch("jobs", [job(n) for n in range(200)]))
         sent |= set(await b.send_batch("jobs", [job(n) for n in range(200, 400)]))
         handled: list[tuple[int, str]] = []

@@ -1,0 +1,136 @@
+"""What the shared state does on PostgreSQL beyond the contract both backends meet (CL-7, CL-14),
+against a real server started and stopped by pid for the session (``conftest``): a send in one
+process wakes another's idle consumer by NOTIFY, and the door's address cache by NOTIFY too; the
+outbox's index rows and queue messages are one transaction, so a refused queue write leaves no
+index row either."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import psycopg
+import pytest
+
+from _pg import PgServer, new_database
+from mailbox_actors.platform.clock import FakeClock
+from mailbox_actors.platform.control.addresses import EPOCH_CHANNEL, AddressBook, add_addresses
+from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.platform.control.postgres import control_on
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.postgres.database import PgDatabase
+from mailbox_actors.platform.queues import QueueService
+from mailbox_actors.platform.queues.postgres import queues_on
+from mailbox_actors.platform.rng import SeededRng
+from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE, ControlEventSink
+from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.events import Event
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+MAILBOX = "a" * 64
+
+
+class Woken:
+    def __init__(self) -> None:
+        self.at: list[int] = []
+        self.event = anyio.Event()
+
+    def on_visible(self, at_ms: int) -> None:
+        self.at.append(at_ms)
+        self.event.set()
+
+
+@pytest.fixture
+async def dsn(pg_server: PgServer) -> AsyncIterator[str]:
+    yield new_database(pg_server)
+
+
+async def test_a_send_in_one_process_wakes_the_others_consumers(dsn: str) -> None:
+    """CL-7: no polling between processes: the messages table's trigger notifies ``ma_queues``
+    with the queue's name and the other service's watchers of that queue are told at once
+    (a watcher of another queue is not)."""
+    clock = FakeClock()
+    a = queues_on(PgDatabase(dsn), clock=clock, ids=Ids(clock, SeededRng(1)))
+    b = queues_on(PgDatabase(dsn), clock=clock, ids=Ids(clock, SeededRng(2)))
+    jobs, other = Woken(), Woken()
+    b.watch("jobs", jobs)
+    b.watch("other", other)
+    async with a, b:
+        assert a.notified and b.notified
+        jobs.event = anyio.Event()  # forget the wake of the listener's first connection
+        await a.send("jobs", {"v": 1, "kind": "job"})
+        with anyio.fail_after(10):  # a bound, not a speed check
+            await jobs.event.wait()
+        assert [m.body["kind"] for m in await b.receive("jobs")] == ["job"]
+        before = len(other.at)
+        await a.send("jobs", {"v": 1, "kind": "job"}, delay_seconds=5)  # delayed: no one told
+        await a.send("jobs", {"v": 1, "kind": "job"})
+        jobs.event = anyio.Event()
+        with anyio.fail_after(10):
+            await jobs.event.wait()
+        assert len(other.at) == before
+
+
+async def test_the_address_cache_follows_changes_made_elsewhere(dsn: str) -> None:
+    """CL-7, IN-5: the door's AddressBook answers from memory while nothing changed, and a change
+    made through another process's connection is seen at the next look (NOTIFY
+    ``ma_address_epoch``)."""
+    clock = FakeClock()
+    here = control_on(PgDatabase(dsn), clock=clock, ids=Ids(clock, SeededRng(1)))
+    there = control_on(PgDatabase(dsn), clock=clock, ids=Ids(clock, SeededRng(2)))
+    book = AddressBook(here)
+    changed = Woken()
+    notifications = here.store.notifications()
+    assert notifications is not None
+    notifications.subscribe(EPOCH_CHANNEL, lambda _payload: changed.on_visible(0))
+    async with here, there:
+        tenant = await there.create_tenant("acme")
+        ident = await there.create_identity(tenant.id, "ops", MAILBOX)
+        await there.set_identity_status(ident.id, "active")
+        assert await book.resolve("ops@acme.example") is None
+        changed.event = anyio.Event()
+        await add_addresses(there, ident.id, ["ops@acme.example"], clock.now_ms())
+        with anyio.fail_after(10):  # a bound, not a speed check
+            await changed.event.wait()
+        found = await book.resolve("ops@acme.example")
+        assert found is not None and found.mailbox_id == MAILBOX
+        changed.event = anyio.Event()
+        await there.set_identity_status(ident.id, "erased")
+        with anyio.fail_after(10):
+            await changed.event.wait()
+        assert await book.resolve("ops@acme.example") is None
+    book.close()
+
+
+def _event(n: int, tenant_id: str) -> Event:
+    return Event(id=f"evt_{n:04d}", type="identity.noted", sequence=n, tenant_id=tenant_id,
+                 occurred_at_ms=n)
+
+
+async def test_dispatch_writes_index_and_queue_in_one_transaction(dsn: str) -> None:
+    """CL-14: on PostgreSQL the outbox's dispatch writes the event index and the webhook messages
+    in one transaction: when the queue write is refused, the index has no row of the group
+    either, and the group written again later lands whole."""
+    clock = FakeClock()
+    db = PgDatabase(dsn)
+    control: ControlDb = control_on(db, clock=clock, ids=Ids(clock, SeededRng(1)))
+    queues: QueueService = queues_on(db, clock=clock, ids=Ids(clock, SeededRng(2)))
+    async with control, queues:
+        sink = ControlEventSink(control, queues)
+        tenant = await control.create_tenant("acme")
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+            await admin.execute(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "RAISE EXCEPTION 'queue refused'; END $$")
+            await admin.execute("CREATE TRIGGER refuse BEFORE INSERT ON messages FOR EACH ROW "
+                                "EXECUTE FUNCTION refuse()")
+            with pytest.raises(MailboxActorsError):
+                await sink.publish("identity_mailbox", MAILBOX,
+                                   [_event(n, tenant.id) for n in (1, 2)])
+            assert await control.events(tenant.id) == []
+            assert await queues.depth(WEBHOOKS_QUEUE) == 0
+            await admin.execute("DROP TRIGGER refuse ON messages")
+        await sink.publish("identity_mailbox", MAILBOX, [_event(n, tenant.id) for n in (1, 2)])
+        assert [e.event_id for e in await control.events(tenant.id)] == ["evt_0001", "evt_0002"]
+        assert await queues.depth(WEBHOOKS_QUEUE) == 2
