@@ -13,9 +13,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from mailbox_actors.core.inbound.limits import InboundLimits
     from mailbox_actors.node.node import Node
     from mailbox_actors.platform.clock import FakeClock, SystemClock
+    from mailbox_actors.platform.dns.resolver import DnsSettings
     from mailbox_actors.platform.rng import SeededRng
+    from mailbox_actors.platform.storage.limits import Limits
     from mailbox_actors.rpc.client import Client, RpcError
     from mailbox_actors.runtime.actor import Actor, ActorContext, AlarmInfo
     from mailbox_actors.runtime.migrations import Migration
@@ -37,8 +40,11 @@ __all__ = [
     "ActorContext",
     "AlarmInfo",
     "Client",
+    "DnsSettings",
     "ErrorCode",
     "FakeClock",
+    "InboundLimits",
+    "Limits",
     "MailboxActorsError",
     "Migration",
     "Node",
@@ -54,8 +60,11 @@ _WHERE = {
     "ActorContext": "mailbox_actors.runtime.actor",
     "AlarmInfo": "mailbox_actors.runtime.actor",
     "Client": "mailbox_actors.rpc.client",
+    "DnsSettings": "mailbox_actors.platform.dns.resolver",
     "ErrorCode": "mailbox_actors.wire.errors",
     "FakeClock": "mailbox_actors.platform.clock",
+    "InboundLimits": "mailbox_actors.core.inbound.limits",
+    "Limits": "mailbox_actors.platform.storage.limits",
     "MailboxActorsError": "mailbox_actors.wire.errors",
     "Migration": "mailbox_actors.runtime.migrations",
     "Node": "mailbox_actors.node.node",

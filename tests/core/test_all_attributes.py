@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+import msgspec
 import pytest
 
 import mailbox_actors
@@ -36,3 +37,16 @@ def test_top_level_names_are_the_documented_objects() -> None:
     assert sorted(dir(mailbox_actors)) == sorted(mailbox_actors.__all__)
     with pytest.raises(AttributeError):
         _ = mailbox_actors.NotAThing  # type: ignore[attr-defined]
+
+
+def test_the_documented_settings_types_are_public() -> None:
+    """TK-3 (regression): the types RuntimeSettings' documented struct settings take (limits,
+    inbound, dns) are public names, the very classes the settings are declared with, and
+    ``TestRuntime(limits=Limits(...))`` takes them."""
+    from mailbox_actors import DnsSettings, InboundLimits, Limits, RuntimeSettings
+
+    fields = {f.name: f.type for f in msgspec.structs.fields(RuntimeSettings)}
+    assert (fields["limits"], fields["inbound"], fields["dns"]) == (Limits, InboundLimits,
+                                                                    DnsSettings)
+    settings = RuntimeSettings(data_dir="/tmp/x", limits=Limits(max_database_bytes=1 << 20))
+    assert settings.limits.max_database_bytes == 1 << 20

@@ -139,8 +139,8 @@ class Forwarding:
         answers it invalid_request at once)."""
         try:
             deadline = _DEADLINE.decode(body).deadline_ms if body else None
-        except msgspec.DecodeError:
-            deadline = None
+        except (msgspec.DecodeError, RecursionError):  # nested past msgspec's depth: the owner
+            deadline = None                             # answers it invalid_request at once
         if deadline is None:
             return FORWARD_MAX_S
         return min(FORWARD_MAX_S, (deadline - self._now_ms()) / 1000)
