@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from collections.abc import Mapping
+from typing import Protocol, cast
 
 import httptools
 import msgspec
@@ -30,22 +31,48 @@ from mailbox_actors.http.server_framing import (
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-if TYPE_CHECKING:
-    from mailbox_actors.http.server import RpcHttpServer
-
-__all__ = ["AppAnswer", "Connection"]
+__all__ = ["AppAnswer", "Connection", "ConnectionOwner", "HttpApp"]
 
 _log = get_logger("mailbox_actors.http.server")
 _encode = msgspec.json.Encoder().encode
 _CLOSE = b"connection: close\r\n"
 
+class HttpApp(Protocol):
+    """The application: one call per request; header names arrive lower-cased.
+
+    ``path`` is the raw request target (percent-encoding untouched, query included). Returns
+    ``(status, body, content_type)``, or ``(status, body, content_type, headers)`` with extra
+    response headers (``Allow`` on a 405). An exception is answered 500 ``internal_error`` and
+    logged.
+    """
+
+    async def __call__(self, method: str, path: str, headers: Mapping[str, str],
+                       body: bytes) -> AppAnswer: ...
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs of the server that accepted it: the application, the limits, and
+    where it reports that it opened and that it is gone (the server's sweep and drain)."""
+
+    handler: HttpApp
+    max_body_bytes: int
+    max_header_bytes: int
+    request_timeout_s: float
+    keepalive_timeout_s: float
+    max_pipelined: int
+
+    def opened(self, conn: Connection) -> None: ...
+
+    def forget(self, conn: Connection) -> None: ...
+
+
 class Connection(asyncio.Protocol):
     """One client connection: parses requests, runs them one at a time in order, writes replies."""
 
-    def __init__(self, server: RpcHttpServer) -> None:
+    def __init__(self, server: ConnectionOwner, loop: asyncio.AbstractEventLoop) -> None:
         self._server = server
         self._max_head = server.max_header_bytes
-        self._loop = server._loop_or_raise()
+        self._loop = loop
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._queue: deque[Request | Answer] = deque()
@@ -75,7 +102,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
         self._transport = transport
-        self._server._connections.add(self)
+        self._server.opened(self)
         self.deadline = self._loop.time() + self._server.request_timeout_s
 
     def data_received(self, data: bytes) -> None:
@@ -123,7 +150,7 @@ class Connection(asyncio.Protocol):
         self._lost = True
         self._closing = True
         self._queue.clear()
-        self._server._forget(self)
+        self._server.forget(self)
         if self._drain is not None and not self._drain.done():
             self._drain.set_result(None)
 

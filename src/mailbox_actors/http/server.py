@@ -10,26 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
 from ssl import SSLContext
-from typing import Any, Protocol
+from typing import Any
 
-from mailbox_actors.http._connection import AppAnswer, Connection
+from mailbox_actors.http._connection import AppAnswer, Connection, HttpApp
 
 __all__ = ["AppAnswer", "HttpApp", "RpcHttpServer", "loop_backend_options"]
-
-
-class HttpApp(Protocol):
-    """The application: one call per request; header names arrive lower-cased.
-
-    ``path`` is the raw request target (percent-encoding untouched, query included). Returns
-    ``(status, body, content_type)``, or ``(status, body, content_type, headers)`` with extra
-    response headers (``Allow`` on a 405). An exception is answered 500 ``internal_error`` and
-    logged.
-    """
-
-    async def __call__(self, method: str, path: str, headers: Mapping[str, str],
-                       body: bytes) -> AppAnswer: ...
 
 
 def loop_backend_options(prefer_uvloop: bool = True) -> dict[str, Any]:
@@ -88,8 +74,9 @@ class RpcHttpServer:
         if self._server is not None:
             raise RuntimeError("RpcHttpServer already started")
         self._loop = asyncio.get_running_loop()
-        self._server = await self._loop.create_server(
-            lambda: Connection(self), host, port, backlog=self._backlog, reuse_address=True,
+        loop = self._loop
+        self._server = await loop.create_server(
+            lambda: Connection(self, loop), host, port, backlog=self._backlog, reuse_address=True,
             ssl=ssl)
         self.port = int(self._server.sockets[0].getsockname()[1])
         self._sweeper = self._loop.create_task(self._sweep())
@@ -105,7 +92,10 @@ class RpcHttpServer:
                          and c.deadline <= now]:
                 conn.expire()
 
-    def _forget(self, conn: Connection) -> None:
+    def opened(self, conn: Connection) -> None:
+        self._connections.add(conn)
+
+    def forget(self, conn: Connection) -> None:
         self._connections.discard(conn)
         if not self._connections:
             if self._drained is not None:

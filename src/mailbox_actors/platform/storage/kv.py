@@ -10,14 +10,12 @@ format are still read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, overload
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, overload
 
 from mailbox_actors.platform.storage.kv_codec import decode_value, encode_value
 from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded
-
-if TYPE_CHECKING:
-    from mailbox_actors.platform.storage.sql import SqlStorage
 
 __all__ = ["MAX_KEYS_PER_CALL", "KvStorage"]
 
@@ -27,8 +25,15 @@ MAX_KEYS_PER_CALL = 128  # Durable Objects' limit for get/put/delete of several 
 class KvStorage:
     """``get``/``put``/``delete`` of one key or a batch, ``list``, ``delete_all`` (RT-15)."""
 
-    def __init__(self, sql: SqlStorage) -> None:
-        self._sql = sql
+    def __init__(self, runtime_exec: Callable[[str, Sequence[Any]], sqlite3.Cursor],
+                 transaction_sync: Callable[[Callable[[Any], Any]], Any],
+                 max_value_bytes: int, delete_all: Callable[[], None]) -> None:
+        """``runtime_exec`` runs a statement on the runtime's own tables inside the actor's
+        transactions (the storage's); ``transaction_sync`` and ``delete_all`` are the actor's own."""
+        self._exec = runtime_exec
+        self._transaction_sync = transaction_sync
+        self._max_value_bytes = max_value_bytes
+        self._delete_all = delete_all
 
     # ---- validation ------------------------------------------------------------------------
 
@@ -48,7 +53,7 @@ class KvStorage:
     def _entry(self, key: object, value: Any) -> tuple[str, bytes]:
         k = self._key(key)
         data = encode_value(value)
-        maximum = self._sql.limits.max_value_bytes
+        maximum = self._max_value_bytes
         size = len(k.encode()) + len(data)
         if size > maximum:
             raise LimitExceeded("max_value_bytes", maximum,
@@ -69,10 +74,10 @@ class KvStorage:
             if not batch:
                 return {}
             marks = ", ".join("?" * len(batch))
-            found = dict(self._sql._runtime_exec(f"SELECT k, v FROM _ma_kv WHERE k IN ({marks})",
+            found = dict(self._exec(f"SELECT k, v FROM _ma_kv WHERE k IN ({marks})",
                                             batch).fetchall())
             return {k: decode_value(found[k]) for k in sorted(set(batch)) if k in found}
-        row = self._sql._runtime_exec("SELECT v FROM _ma_kv WHERE k = ?", (self._key(key),)).fetchone()
+        row = self._exec("SELECT v FROM _ma_kv WHERE k = ?", (self._key(key),)).fetchone()
         return None if row is None else decode_value(row[0])
 
     @overload
@@ -88,8 +93,7 @@ class KvStorage:
             self._write_all(lambda tx: [tx._runtime_exec(
                 "INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)", e) for e in entries])
             return
-        self._sql._runtime_exec("INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)",
-                           self._entry(key, value))
+        self._exec("INSERT OR REPLACE INTO _ma_kv (k, v) VALUES (?, ?)", self._entry(key, value))
 
     @overload
     def delete(self, key: str) -> bool: ...
@@ -103,13 +107,13 @@ class KvStorage:
             if not batch:
                 return 0
             marks = ", ".join("?" * len(batch))
-            cur = self._sql._runtime_exec(f"DELETE FROM _ma_kv WHERE k IN ({marks})", batch)
+            cur = self._exec(f"DELETE FROM _ma_kv WHERE k IN ({marks})", batch)
             return int(cur.rowcount)
-        cur = self._sql._runtime_exec("DELETE FROM _ma_kv WHERE k = ?", (self._key(key),))
+        cur = self._exec("DELETE FROM _ma_kv WHERE k = ?", (self._key(key),))
         return cur.rowcount > 0
 
     def _write_all(self, fn: Any) -> None:
-        self._sql.transaction_sync(fn)
+        self._transaction_sync(fn)
 
     # ---- list ------------------------------------------------------------------------------
 
@@ -144,11 +148,11 @@ class KvStorage:
         if limit is not None:
             q += " LIMIT ?"
             params.append(limit)
-        return {k: decode_value(v) for k, v in self._sql._runtime_exec(q, params)}
+        return {k: decode_value(v) for k, v in self._exec(q, params)}
 
     # ---- delete_all ------------------------------------------------------------------------
 
     def delete_all(self) -> None:
         """Remove all of the actor's storage: every key, every table of its own, its alarm and
         the runtime's record of it (RT-15). The file itself goes once the actor is idle."""
-        self._sql.delete_all()
+        self._delete_all()

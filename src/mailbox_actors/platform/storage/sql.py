@@ -107,7 +107,8 @@ class SqlStorage(Transactions):
         """The key-value API over this file (made at its first use)."""
         kv = self._kv
         if kv is None:
-            kv = self._kv = KvStorage(self)
+            kv = self._kv = KvStorage(self._runtime_exec, self.transaction_sync,
+                                        self.limits.max_value_bytes, self.delete_all)
         return kv
 
     def know_schema(self, facts: SchemaFacts | None) -> None:
