@@ -30,7 +30,7 @@ from mailbox_actors.core.post.rules import (
 )
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post import sql as q
-from mailbox_actors.post.executor import Claimed, PostExecutor
+from mailbox_actors.post.executor import Claimed, Deliver, PostExecutor
 from mailbox_actors.post.routes import Route, Routes
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
@@ -88,7 +88,10 @@ class Post:
 
     def __init__(self, actor: Actor, routes: Routes, *, purpose: str = "post",
                  policy: RetryPolicy | None = None, on_delivered: OnDelivered | None = None,
-                 attempt_deadline_ms: int = ATTEMPT_DEADLINE_MS) -> None:
+                 attempt_deadline_ms: int = ATTEMPT_DEADLINE_MS,
+                 deliver: Deliver | None = None) -> None:
+        """``deliver``: how an envelope reaches its receiver (default: a call to the actor the
+        route names; the string outbox, ``post.outbox``, hands it to a named callable)."""
         if purpose not in type(actor).alarm_purposes:
             raise ValueError(f"{type(actor).__name__}.alarm_purposes has no {purpose!r}: Post "
                              "runs from an alarm purpose of its own")
@@ -101,6 +104,7 @@ class Post:
         self.on_delivered = on_delivered
         self.producer = f"{actor.ctx.namespace}/{actor.ctx.id}"
         self._deadline_ms = attempt_deadline_ms
+        self._send_one: Deliver = deliver or self._deliver
         self._executor: PostExecutor | None = None  # made at the first run: activations are many
 
     # ---- the producer's API ----------------------------------------------------------------
@@ -185,7 +189,7 @@ class Post:
     async def run(self) -> int:
         """The alarm purpose: deliver everything due, then arm the wake for what is left."""
         if self._executor is None:
-            self._executor = PostExecutor(self, self.routes, self._deliver, clock=self.ctx.clock,
+            self._executor = PostExecutor(self, self.routes, self._send_one, clock=self.ctx.clock,
                                           rng=self.ctx.rng, policy=self.policy,
                                           deadline_ms=self._deadline_ms)
         return await self._executor.run()
