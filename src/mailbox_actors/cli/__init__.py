@@ -59,6 +59,10 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
                 "serve the web console over the cluster on a data directory (operator token)"),
     "actors": ("mailbox_actors.cli.actors", "add_arguments", "run",
                "inspect actors read-only: namespaces, list, show, rows, kv, outbox (operator)"),
+    "machine": ("mailbox_actors.cli.machine", "add_arguments", "run",
+                "run one machine of a cluster on many machines (slots leased in PostgreSQL)"),
+    "slots": ("mailbox_actors.cli.machine", "add_slots_arguments", "run_slots",
+              "create a many-machine cluster's slots once, show who holds what, drain a machine"),
     "bench": ("mailbox_actors.bench.command", "add_arguments", "run",
               "measure the runtime against the physical limits"),
 }

@@ -18,19 +18,21 @@ from typing import Any
 
 import psycopg
 
+from mailbox_actors.platform.postgres.migrations import Schema, apply_schema
 from mailbox_actors.runtime.settings import SettingsError
 
-__all__ = ["SCHEMA", "ClusterRow", "LeaseTable", "MachineRow", "SlotRow", "TableUnreachable"]
+__all__ = ["MACHINES", "ClusterRow", "LeaseTable", "MachineRow", "SlotRow", "TableUnreachable"]
 
-# Created once by ``slots create`` (under an advisory lock); the machines only read and update.
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS ma_cluster (
+# The component's migrations (``platform.postgres.migrations``: append only), applied by
+# ``slots create`` and checked by every machine at start (a newer schema is refused).
+MACHINES = Schema("machines", ((
+    """CREATE TABLE ma_cluster (
         id integer PRIMARY KEY CHECK (id = 1),
         slots integer NOT NULL,
         id_fingerprint text NOT NULL,
         slot_failover text NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now())""",
-    """CREATE TABLE IF NOT EXISTS ma_machines (
+    """CREATE TABLE ma_machines (
         name text PRIMARY KEY,
         url text NOT NULL DEFAULT '',
         host text NOT NULL DEFAULT '',
@@ -39,7 +41,7 @@ SCHEMA = (
         started_at timestamptz,
         seen_at timestamptz,
         draining boolean NOT NULL DEFAULT false)""",
-    """CREATE TABLE IF NOT EXISTS ma_slot_leases (
+    """CREATE TABLE ma_slot_leases (
         slot integer PRIMARY KEY,
         home text NOT NULL,
         holder text,
@@ -47,7 +49,7 @@ SCHEMA = (
         expires_at timestamptz NOT NULL DEFAULT '-infinity',
         taken_at timestamptz,
         renewed_at timestamptz)""",
-)
+),))
 _LOCK_KEY = 0x6D61_5F73_6C6F  # the advisory lock creation holds ("ma_slo")
 POLICIES = ("local", "shared")
 
@@ -140,10 +142,9 @@ class LeaseTable:
                                 f"(got {slot_failover!r})")
         conn = await self._connection()
         try:
+            await apply_schema(conn, MACHINES)
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                for statement in SCHEMA:
-                    await conn.execute(statement)
                 cur = await conn.execute("SELECT slots, id_fingerprint, slot_failover "
                                          "FROM ma_cluster")
                 row = await cur.fetchone()
@@ -160,6 +161,15 @@ class LeaseTable:
                 await cur.executemany("INSERT INTO ma_slot_leases (slot, home) VALUES (%s, %s)",
                                       [(k, machines[k % len(machines)]) for k in range(slots)])
             return True
+        except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+            await self.drop()
+            raise TableUnreachable(type(e).__name__) from e
+
+    async def migrate(self) -> None:
+        """Bring the tables to this code's version; a newer schema is refused (SchemaTooNew)."""
+        conn = await self._connection()
+        try:
+            await apply_schema(conn, MACHINES)
         except (psycopg.OperationalError, psycopg.InterfaceError) as e:
             await self.drop()
             raise TableUnreachable(type(e).__name__) from e

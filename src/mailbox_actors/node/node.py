@@ -39,7 +39,7 @@ from mailbox_actors.platform.process_metrics import register_process_metrics
 from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.storage.limits import Durability
-from mailbox_actors.rpc.router import Router
+from mailbox_actors.rpc.router import Placement, Router
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.host import ActorHost
 from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
@@ -65,7 +65,13 @@ class Node:
     def __init__(self, settings: RuntimeSettings, *, clock: Clock | None = None,
                  rng: Rng | None = None, objects: Sequence[type[Actor]] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 services: Services | None = None, peers: Peers | None = None) -> None:
+                 services: Services | None = None, peers: Peers | None = None,
+                 placement: Placement | None = None,
+                 shared_control: tuple[Any, Any] | None = None,
+                 ) -> None:
+        """``placement`` and ``shared_control``: a slot of a machine (``cluster.machine``), whose calls
+        to other slots go through the machine, and whose events go to the machine's control
+        database and queues (opened, consumed and closed by the machine, not by this node)."""
         self.log = structlog.get_logger("mailbox_actors.node")
         # OPS-4: never more open files than descriptors, nor more actors than memory holds.
         bound = memory_bound(actor_bound(settings.max_active_actors))
@@ -101,8 +107,14 @@ class Node:
         self.control_db: ControlDb | None = None
         self.queues: QueueService | None = None
         event_sink: EventSink = RecordingEventSink()
-        shared = shared_state(settings, clock=self.clock, ids=self.ids, metrics=self.metrics)
-        if shared is not None:
+        self._shared_control: Any = None
+        shared = shared_control or shared_state(settings, clock=self.clock, ids=self.ids,
+                                                metrics=self.metrics)
+        if shared_control is not None:
+            from mailbox_actors.webhooks.publish import ControlEventSink
+            self._shared_control = shared_control[0]
+            event_sink = ControlEventSink(shared_control[0], shared_control[1])
+        elif shared is not None:
             from mailbox_actors.webhooks.publish import ControlEventSink
             self.control_db, self.queues = shared
             event_sink = ControlEventSink(self.control_db, self.queues)
@@ -112,7 +124,8 @@ class Node:
         self.router = Router(settings, ids=self.ids, clock=self.clock, rng=self.rng,
                              metrics=self.metrics, alarm_sinks=self.alarm_book,
                              event_sink=event_sink, events_days=self._events_days,
-                             services=_with_resolver(services, settings), placement=self.forwarding)
+                             services=_with_resolver(services, settings),
+                             placement=placement or self.forwarding)
         self.host: ActorHost = self.router.host
         for cls in self._objects:
             self.router.register(cls)
@@ -254,9 +267,10 @@ class Node:
                                                  poll_interval_s=0.5))
 
     async def _events_days(self, tenant_id: str) -> int | None:
-        if self.control_db is None:
+        control = self.control_db or self._shared_control
+        if control is None:
             return None  # embedded use: the default applies
-        tenant = await self.control_db.get_tenant(tenant_id)
+        tenant = await control.get_tenant(tenant_id)
         return None if tenant is None else tenant.events_days
 
     def _timed_work(self) -> list[tuple[str, TimedWork]]:

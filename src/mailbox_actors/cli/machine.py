@@ -1,0 +1,282 @@
+"""``mailbox-actors machine`` and ``mailbox-actors slots`` (CL-6 .. CL-17): many machines on one
+PostgreSQL.
+
+    mailbox-actors slots create  --postgres DSN --slots 64 --machines m1,m2,m3 \\
+                                 --slot-failover local|shared --id-secret-file FILE
+    mailbox-actors machine       --postgres DSN --machine m1 --volumes DIR --port 8787 \\
+                                 --id-secret-file FILE --token-file F --operator-token-file F
+    mailbox-actors slots status  --postgres DSN [--json]
+    mailbox-actors slots drain   --postgres DSN --machine m1 [--undo]
+
+A machine started with another S, another id secret, or a DSN it cannot reach exits 2 naming the
+setting; a second process of one machine (or on one machine's volume) is refused naming the pid.
+The single-machine ``cluster`` command is unchanged. See docs/many-machines.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_arguments", "add_slots_arguments", "run", "run_slots"]
+
+_DSN_ENV = "MAILBOX_ACTORS_POSTGRES"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--postgres", help="the cluster's PostgreSQL DSN (or MAILBOX_ACTORS_POSTGRES); "
+                   "machines and clients of the HTTP interface never need it")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from mailbox_actors.cli.serve_args import add_config_arguments
+
+    add_config_arguments(p)
+    _common(p)
+    p.add_argument("--machine", required=True, help="this machine's name, one of those the "
+                   "cluster was created with")
+    p.add_argument("--volumes", required=True, help="directory of the slot volumes "
+                   "(slot-<k>); under slot_failover=shared the same storage on every machine")
+    p.add_argument("--url", help="where other machines and clients reach this one "
+                   "(default http://HOST:PORT)")
+    p.add_argument("--slots", type=int, help="refuse to start unless the cluster has this many")
+    p.add_argument("--lease-ttl-s", dest="lease_ttl_s", type=float, default=None,
+                   help="slot lease TTL (default 10)")
+    p.add_argument("--lease-renew-s", dest="lease_renew_s", type=float, default=None,
+                   help="renewal period (default 3)")
+    p.add_argument("--id-secret-file", dest="id_secret_file",
+                   help="file holding the cluster's id secret (or MAILBOX_ACTORS_ID_SECRET)")
+
+
+def add_slots_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("create", "status", "drain"))
+    _common(p)
+    p.add_argument("--slots", type=int, default=64, help="create: slots, fixed (default 64)")
+    p.add_argument("--machines", help="create: the machines' names, comma-separated; slot k's "
+                   "home is the (k mod n)-th")
+    p.add_argument("--slot-failover", dest="slot_failover", default="local",
+                   choices=("local", "shared"),
+                   help="create: local (a dead machine's slots wait for it) or shared (another "
+                        "machine takes them after the TTL; volumes every machine attaches)")
+    p.add_argument("--id-secret-file", dest="id_secret_file",
+                   help="create: file holding the id secret (or MAILBOX_ACTORS_ID_SECRET)")
+    p.add_argument("--machine", help="drain: the machine to drain")
+    p.add_argument("--undo", action="store_true", help="drain: end the drain")
+    p.add_argument("--json", action="store_true", help="status: as JSON")
+
+
+def _fail(command: str, text: str) -> int:
+    print(f"mailbox-actors {command}: {text}", file=sys.stderr)
+    return 2
+
+
+def _dsn(args: argparse.Namespace) -> str:
+    from mailbox_actors.runtime.settings import SettingsError
+
+    dsn = args.postgres or os.environ.get(_DSN_ENV)
+    if not dsn:
+        raise SettingsError("setting 'postgres' is required (--postgres DSN or "
+                            f"{_DSN_ENV})")
+    return str(dsn)
+
+
+def _id_secret(args: argparse.Namespace, given: str | None) -> str:
+    from mailbox_actors.runtime.settings import SettingsError
+
+    if args.id_secret_file:
+        try:
+            secret = Path(args.id_secret_file).read_text().strip()
+        except OSError as e:
+            raise SettingsError(f"setting 'id_secret_file': {args.id_secret_file} cannot be "
+                                f"read ({e.strerror})") from None
+    else:
+        secret = given or os.environ.get("MAILBOX_ACTORS_ID_SECRET", "")
+    if len(secret) < 16:
+        raise SettingsError("setting 'id_secret' is required, at least 16 characters, the same "
+                            "on every machine (--id-secret-file or MAILBOX_ACTORS_ID_SECRET)")
+    return secret
+
+
+# ---- machine ---------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from mailbox_actors.cli.serve_args import flags_of
+    from mailbox_actors.http.server import loop_backend_options
+    from mailbox_actors.node.config import load_config
+    from mailbox_actors.platform.descriptors import raise_nofile_limit
+    from mailbox_actors.runtime.settings import SettingsError
+
+    raise_nofile_limit()
+    try:
+        cfg = load_config(flags_of(args), os.environ, args.config)
+        dsn = _dsn(args)
+        secret = _id_secret(args, cfg.id_secret)
+        ttl = args.lease_ttl_s if args.lease_ttl_s is not None else 10.0
+        renew = args.lease_renew_s if args.lease_renew_s is not None else 3.0
+        if not 0 < renew < ttl:
+            raise SettingsError(f"setting 'lease_renew_s' must be > 0 and below the TTL "
+                                f"(got {renew} with a TTL of {ttl})")
+        if args.slots is not None and not 1 <= args.slots <= 4096:
+            raise SettingsError(f"setting 'slots' must be 1..4096 (got {args.slots})")
+        return int(anyio.run(_serve, args, cfg, dsn, secret, ttl, renew, backend="asyncio",
+                             backend_options=loop_backend_options()))
+    except SettingsError as e:
+        return _fail("machine", str(e))
+
+
+async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl: float,
+                 renew: float) -> int:
+    import signal
+
+    import anyio
+    import msgspec
+
+    from mailbox_actors.cli.serve import package_version
+    from mailbox_actors.cluster.lease_table import LeaseTable
+    from mailbox_actors.cluster.machine import FENCE_OFF_ENV, Machine, MachineSettings
+    from mailbox_actors.cluster.machine_app import MachineApp
+    from mailbox_actors.http.server import RpcHttpServer
+    from mailbox_actors.node.config import ensure_tokens
+    from mailbox_actors.objects import DEFAULT_OBJECTS
+    from mailbox_actors.platform.logging import configure_logging
+    from mailbox_actors.rpc.openapi import openapi_json
+    from mailbox_actors.runtime.settings import SettingsError
+
+    name = args.machine
+    volumes = Path(os.path.abspath(args.volumes))  # noqa: ASYNC240 - once, at start
+    cfg = msgspec.structs.replace(cfg, id_secret=secret, node_name=name)
+    tokens = ensure_tokens(cfg, volumes)
+    configure_logging(json=None if cfg.log_format == "auto" else cfg.log_format == "json",
+                      level=cfg.log_level)
+    fence = os.environ.get(FENCE_OFF_ENV) != "1"
+    if not fence:
+        print(f"{name}: WARNING {FENCE_OFF_ENV}=1: the fence is OFF (tests only)",
+              file=sys.stderr, flush=True)
+    app: list[Any] = []
+
+    async def handler(method: str, path: str, headers: Any, body: bytes) -> Any:
+        return await app[0](method, path, headers, body)
+
+    server = RpcHttpServer(handler, max_body_bytes=cfg.max_body_bytes,
+                           request_timeout_s=cfg.read_timeout_s)
+    try:
+        port = await server.start(cfg.host, cfg.port)
+    except OSError as e:
+        raise SettingsError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}"
+                            ) from None
+    host = cfg.host if cfg.host not in ("0.0.0.0", "::") else socket.gethostname()
+    url = args.url or f"http://{host}:{port}"
+    settings = MachineSettings(name=name, volumes=volumes, url=url.rstrip("/"), ttl_s=ttl,
+                               renew_s=renew, slots=args.slots, fence=fence)
+    machine = Machine(settings, cfg.runtime_settings(str(volumes)), LeaseTable(dsn),
+                      cluster_token=tokens.cluster, operator_token=tokens.operator,
+                      objects=DEFAULT_OBJECTS,
+                      openapi=lambda: openapi_json(DEFAULT_OBJECTS, package_version()))
+    app.append(MachineApp(machine))
+    try:
+        await machine.start()
+    except BaseException:
+        await server.stop()
+        with anyio.CancelScope(shield=True):
+            await machine.table.close()
+        raise
+    print(f"{name}: listening on {url} (pid {os.getpid()}), volumes in {volumes}, "
+          f"slot_failover {machine.policy}, {machine.slot_count} slots, holding "
+          f"{sorted(machine.hosts)}", flush=True)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(machine.run)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    break
+            tg.cancel_scope.cancel()
+    finally:
+        print(f"{name}: stopping (draining its slots)", flush=True)
+        await machine.stop()
+        await server.stop()
+    print(f"{name}: stopped", flush=True)
+    return 0
+
+
+# ---- slots -----------------------------------------------------------------------------------
+
+
+def run_slots(args: argparse.Namespace) -> int:
+    import anyio
+
+    from mailbox_actors.runtime.settings import SettingsError
+
+    try:
+        return int(anyio.run(_slots, args))
+    except SettingsError as e:
+        return _fail("slots", str(e))
+
+
+async def _slots(args: argparse.Namespace) -> int:
+    import json
+
+    from mailbox_actors.cluster.lease_table import LeaseTable, TableUnreachable
+    from mailbox_actors.cluster.slots import MAX_SLOTS, secret_fingerprint
+    from mailbox_actors.runtime.settings import SettingsError
+
+    table = LeaseTable(_dsn(args))
+    try:
+        if args.action == "create":
+            if not 1 <= args.slots <= MAX_SLOTS:
+                raise SettingsError(f"setting 'slots' must be 1..{MAX_SLOTS} (got {args.slots})")
+            machines = [m.strip() for m in (args.machines or "").split(",") if m.strip()]
+            if not machines or len(set(machines)) != len(machines):
+                raise SettingsError("setting 'machines' must name one or more distinct "
+                                    "machines, comma-separated")
+            fp = secret_fingerprint(_id_secret(args, None))
+            made = await table.create(args.slots, fp, machines, args.slot_failover)
+            print(("created" if made else "already created") + f": {args.slots} slots over "
+                  f"{', '.join(machines)}, slot_failover {args.slot_failover}")
+            return 0
+        if args.action == "drain":
+            if not args.machine:
+                raise SettingsError("setting 'machine' is required to drain")
+            if not await table.set_draining(args.machine, not args.undo):
+                raise SettingsError(f"setting 'machine': no machine {args.machine!r}")
+            print(f"{args.machine}: " + ("drain ended" if args.undo else
+                  "draining (its slots are handed over at its next renewal)"))
+            return 0
+        row = await table.cluster()
+        if row is None:
+            raise SettingsError("setting 'postgres': the database holds no cluster")
+        machines_rows = await table.machines()
+        slots = await table.slot_map()
+        if args.json:
+            print(json.dumps({
+                "slots": row.slots, "slot_failover": row.slot_failover,
+                "machines": [{"name": m.name, "url": m.url, "host": m.host, "pid": m.pid,
+                              "seen_age_s": m.seen_age_s, "draining": m.draining}
+                             for m in machines_rows],
+                "map": [{"slot": s.slot, "home": s.home, "holder": s.holder, "epoch": s.epoch,
+                         "live": s.live, "renewed_age_s": s.renewed_age_s} for s in slots]},
+                indent=2))
+            return 0
+        print(f"{row.slots} slots, slot_failover {row.slot_failover}")
+        print(f"{'MACHINE':<12} {'PID':>7} {'SEEN':>8} {'SLOTS':>5}  URL")
+        for m in machines_rows:
+            held = sum(1 for s in slots if s.holder == m.name and s.live)
+            seen = "-" if m.seen_age_s is None else f"{m.seen_age_s:.1f}s"
+            print(f"{m.name:<12} {m.pid:>7} {seen:>8} {held:>5}  {m.url or '-'}"
+                  + ("  (draining)" if m.draining else ""))
+        print(f"{'SLOT':>4} {'HOME':<12} {'HOLDER':<12} {'EPOCH':>6} {'LEASE AGE':>9}")
+        for s in slots:
+            age = "-" if s.renewed_age_s is None or not s.live else f"{s.renewed_age_s:.1f}s"
+            print(f"{s.slot:>4} {s.home:<12} {(s.holder if s.live else None) or '-':<12} "
+                  f"{s.epoch:>6} {age:>9}")
+        return 0
+    except TableUnreachable as e:
+        raise SettingsError(f"setting 'postgres': cannot reach PostgreSQL ({e})") from None
+    finally:
+        await table.close()
