@@ -80,7 +80,7 @@ class MachineSettings:
 class SlotHost:
     """A held slot: its lease, and its node and app while the volume is open."""
 
-    __slots__ = ("app", "closing", "lease", "node", "slot")
+    __slots__ = ("app", "closing", "done", "lease", "node", "opening", "slot", "stop")
 
     def __init__(self, slot: int, lease: SlotLease) -> None:
         self.slot = slot
@@ -88,6 +88,9 @@ class SlotHost:
         self.node: Node | None = None
         self.app: NodeApp | None = None
         self.closing = False
+        self.opening = False
+        self.stop: anyio.Event | None = None  # set: the slot's task stops its node
+        self.done: anyio.Event | None = None
 
 
 class _AlwaysServing:
@@ -158,6 +161,7 @@ class Machine:
         self.pool = HttpPool()
         self._tg: anyio.abc.TaskGroup | None = None
         self.takeovers = 0
+        self._started = 0.0
 
     # ---- lifetime --------------------------------------------------------------------------
 
@@ -182,6 +186,7 @@ class Machine:
             raise SettingsError(f"setting 'volumes': {e}") from None
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self._started = self.keeper.monotonic()
         await self.tick()
 
     async def __aenter__(self) -> Machine:
@@ -198,18 +203,23 @@ class Machine:
             await self.tick()
 
     async def stop(self) -> None:
-        """Drain every slot (within TTL/2), leave its lease, stop the front node."""
+        """Drain every slot (within TTL/2), leave its lease, stop the front node. The task
+        groups entered by ``start`` are left in reverse order, with no other scope around them
+        (a cancel scope must be the innermost when it is left)."""
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for host in list(self.hosts.values()):
                     tg.start_soon(self._close, host, True)
+        try:
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
                 await self._tg.__aexit__(None, None, None)
                 self._tg = None
             await self.front.stop()
-            await self.pool.aclose()
-            await self.table.close()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.pool.aclose()
+                await self.table.close()
 
     # ---- the leases (CL-9, CL-10, CL-13, CL-17) ---------------------------------------------
 
@@ -260,7 +270,12 @@ class Machine:
             if not host.closing:
                 self.log.info("slot_handed_back", slot=slot, home=rows[slot].home)
                 self._spawn(self._close, host, True)
+        # Another machine's slots only after one TTL of this machine's life: at a cluster's
+        # start every machine gets the time to take its own before anyone takes them over.
+        settled = self.keeper.monotonic() - self._started >= self.settings.ttl_s
         for slot in wanted_slots(me, self.policy, rows, machines, held):
+            if rows[slot].home != me and not settled:
+                continue
             try:
                 lease = await self.keeper.take(slot)
             except TableUnreachable:
@@ -279,9 +294,20 @@ class Machine:
 
     async def _open(self, host: SlotHost) -> None:
         """Start the slot's node on its volume (its lock; its alarm index, overdue alarms fire
-        now). A volume another process holds: the lease is left, to be taken again later."""
-        if host.node is not None or host.closing:
+        now), in a task of its own that also stops it (a node starts and stops in one task).
+        A volume another process holds: the lease is left, to be taken again later."""
+        if host.node is not None or host.closing or host.opening:
             return
+        host.opening = True
+        try:
+            assert self._tg is not None
+            await self._tg.start(self._slot_life, host)
+        finally:
+            host.opening = False
+
+    async def _slot_life(self, host: SlotHost, *,
+                         task_status: anyio.abc.TaskStatus[bool] = anyio.TASK_STATUS_IGNORED,
+                         ) -> None:
         lease = host.lease
         fence: Any = EpochFence(lease) if self.settings.fence else EpochFence(
             _AlwaysServing(lease))
@@ -301,19 +327,41 @@ class Machine:
         except DataDirLocked as e:
             self.log.warning("slot_volume_locked", slot=host.slot, epoch=lease.epoch,
                              reason=str(e))
-            self.hosts.pop(host.slot, None)
+            if self.hosts.get(host.slot) is host:
+                del self.hosts[host.slot]
             await self.keeper.leave(lease)
+            task_status.started(False)
             return
+        stop = host.stop = anyio.Event()
+        done = host.done = anyio.Event()
         host.node = node
         host.app = NodeApp(node, cluster_token=self.cluster_token,
                            operator_token=self.operator_token)
         self.log.info("slot_serving", slot=host.slot, epoch=lease.epoch,
                       alarms_pending=node.scheduler.pending_count)
+        task_status.started(True)
+        try:
+            await stop.wait()
+        finally:
+            # Not under a shield of its own: the node's task group, entered by its start in
+            # this task, must be the innermost scope when its stop leaves it. The machine stops
+            # every slot (``stop``) before it cancels these tasks.
+            host.node = host.app = None
+            try:
+                await node.stop(grace_ms=int(self.settings.ttl_s * 500))
+            finally:
+                host.stop = None
+                done.set()
+
+    async def _stop_node(self, host: SlotHost) -> None:
+        """Drain the slot's node within TTL/2 and close it, releasing the volume."""
+        stop, done = host.stop, host.done
+        if stop is not None and done is not None:
+            stop.set()
+            await done.wait()
 
     async def _suspend(self, host: SlotHost) -> None:
-        node, host.node, host.app = host.node, None, None
-        if node is not None:
-            await node.stop(grace_ms=int(self.settings.ttl_s * 500))
+        await self._stop_node(host)
 
     async def _close(self, host: SlotHost, leave: bool) -> None:
         """Drain the slot within TTL/2, close its actors, release its volume; ``leave``: give
@@ -322,9 +370,7 @@ class Machine:
             return
         host.closing = True
         try:
-            node, host.node, host.app = host.node, None, None
-            if node is not None:
-                await node.stop(grace_ms=int(self.settings.ttl_s * 500))
+            await self._stop_node(host)
             if leave:
                 await self.keeper.leave(host.lease)
             else:
@@ -357,7 +403,8 @@ class Machine:
 
     def serving_host(self, slot: int) -> SlotHost | None:
         host = self.hosts.get(slot)
-        if host is None or host.node is None or host.closing:
+        if host is None or host.node is None or host.closing or host.stop is None \
+                or host.stop.is_set():
             return None
         if self.settings.fence and not host.lease.serving():
             return None

@@ -1,0 +1,211 @@
+"""CL-6, CL-8, CL-10, CL-12, CL-13: three machine processes on one real PostgreSQL. Requests for
+any id reach its slot's holder from any machine in at most one hop; clients learn the slot map
+from ``GET /cluster``; a dead machine's slots answer ``unavailable`` under ``local`` and come back
+with it (a new epoch, nothing acknowledged lost), and are taken by the others after the TTL under
+``shared``; a drain hands slots over; bad settings exit 2 naming the setting."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from machines_proc import SECRET, TOKEN, MachineProc, env, holders, slots_cmd, wait_for
+from mailbox_actors.cluster.slots import slot_of
+from mailbox_actors.core.actor_ids import id_from_name, namespace_key
+from mailbox_actors.node.forwarding import FORWARDED_HEADER
+
+pytestmark = pytest.mark.slow
+
+SLOTS = 6
+
+
+def _rpc(url: str, namespace: str, oid: str, req: dict[str, Any], tenant: str,
+         headers: dict[str, str] | None = None) -> dict[str, Any]:
+    body = json.dumps({"v": 1, "tenant_id": tenant, "request_id": "req_x", "req": req,
+                       "deadline_ms": int(time.time() * 1000) + 20_000}).encode()
+    r = urllib.request.Request(f"{url}/rpc/{namespace}/{oid}", data=body, method="POST",
+                               headers={"authorization": f"Bearer {TOKEN}",
+                                        "content-type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(r, timeout=30) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def _qid(tenant: str) -> str:
+    return id_from_name(namespace_key("tenant_quota", SECRET.encode()), tenant)
+
+
+def _start(dsn: str, tmp: Path, policy: str, names: list[str]) -> list[MachineProc]:
+    made = slots_cmd(dsn, "create", "--slots", str(SLOTS), "--machines", ",".join(names),
+                     "--slot-failover", policy)
+    assert made.returncode == 0, made.stderr
+    shared = tmp / "shared"
+    shared.mkdir()
+    ms = [MachineProc(dsn, n, shared / "volumes" if policy == "shared" else tmp / n / "volumes",
+                      shared) for n in names]
+    for m in ms:
+        m.wait_listening()
+    return ms
+
+
+@pytest.fixture
+def stop_all() -> Iterator[list[MachineProc]]:
+    started: list[MachineProc] = []
+    yield started
+    for m in started:
+        m.stop()
+
+
+def _all_held(m: MachineProc) -> list[str | None] | None:
+    h = holders(m)
+    return h if all(h) else None
+
+
+def test_cl6_cl12_three_machines_route_every_id_to_its_slot_holder(
+        pg_dsn: str, tmp_path: Path, stop_all: list[MachineProc]) -> None:
+    ms = _start(pg_dsn, tmp_path, "local", ["m1", "m2", "m3"])
+    stop_all += ms
+    for m in ms:  # each machine's map is its own last read (renewal period): wait for each
+        wait_for(lambda m=m: _all_held(m), f"every slot held, as {m.name} sees it")
+    doc = ms[1].get("/cluster")
+    assert doc["slots"] == SLOTS and doc["slot_failover"] == "local"
+    assert [r["holder"] for r in doc["map"]] == [f"m{k % 3 + 1}" for k in range(SLOTS)]
+    assert set(doc["machines"]) == {"m1", "m2", "m3"} and "postgres" not in json.dumps(doc)
+    assert {r["epoch"] for r in doc["map"]} == {1}
+    tenants = [f"t{i}" for i in range(18)]
+    for i, t in enumerate(tenants):  # through every machine: one hop to the holder
+        out = _rpc(ms[i % 3].url, "tenant_quota", _qid(t),
+                   {"op": "init", "per_minute": 100, "per_day": 1000}, t)
+        assert "ok" in out, out
+    for i, t in enumerate(tenants):
+        out = _rpc(ms[(i + 1) % 3].url, "tenant_quota", _qid(t), {"op": "status"}, t)
+        assert out["ok"]["per_minute"] == 100
+    # Each slot's files are on its holder's volume only (under local, nothing else sees them).
+    for t in tenants:
+        slot = slot_of(SLOTS, "tenant_quota", _qid(t))
+        holder = f"m{slot % 3 + 1}"
+        for m in ms:
+            has = (m.volumes / f"slot-{slot}").exists()
+            assert has == (m.name == holder), (t, slot, m.name)
+    # A request already forwarded once that lands on a non-holder (a stale map) is answered
+    # unavailable naming slot and epoch: the non-holder never opens its own copy.
+    t = tenants[0]
+    slot = slot_of(SLOTS, "tenant_quota", _qid(t))
+    other = next(m for m in ms if m.name != f"m{slot % 3 + 1}")
+    out = _rpc(other.url, "tenant_quota", _qid(t), {"op": "status"}, t, {FORWARDED_HEADER: "1"})
+    assert out["err"]["code"] == "unavailable" and out["err"]["retryable"]
+    assert out["err"]["details"] == {"slot": slot, "epoch": 1}
+    assert not (other.volumes / f"slot-{slot}").exists()
+    # status from PostgreSQL: machines, slots, epochs, lease ages.
+    shown = slots_cmd(pg_dsn, "status")
+    assert shown.returncode == 0, shown.stderr
+    assert "slot_failover local" in shown.stdout and "m3" in shown.stdout
+    st = json.loads(slots_cmd(pg_dsn, "status", "--json").stdout)
+    assert [r["holder"] for r in st["map"]] == [f"m{k % 3 + 1}" for k in range(SLOTS)]
+    assert all(r["renewed_age_s"] is not None for r in st["map"])
+
+
+def test_cl13_local_a_dead_machines_slots_wait_for_it_and_lose_nothing(
+        pg_dsn: str, tmp_path: Path, stop_all: list[MachineProc]) -> None:
+    ms = _start(pg_dsn, tmp_path, "local", ["m1", "m2"])
+    stop_all += ms
+    for m in ms:
+        wait_for(lambda m=m: _all_held(m), f"every slot held ({m.name})")
+    tenants = [f"t{i}" for i in range(12)]
+    for t in tenants:
+        assert "ok" in _rpc(ms[0].url, "tenant_quota", _qid(t),
+                            {"op": "init", "per_minute": 7, "per_day": 70}, t)
+    victim = ms[1]
+    victim.kill()
+    on_victim = [t for t in tenants if slot_of(SLOTS, "tenant_quota", _qid(t)) % 2 == 1]
+    assert on_victim
+    t = on_victim[0]
+    # Until it returns (the TTL passes too: under local nobody else takes its slots).
+    wait_for(lambda: holders(ms[0])[1] is None, "the dead machine's lease expired")
+    out = _rpc(ms[0].url, "tenant_quota", _qid(t), {"op": "status"}, t)
+    assert out["err"]["code"] == "unavailable" and out["err"]["retryable"]
+    assert out["err"]["details"]["slot"] == slot_of(SLOTS, "tenant_quota", _qid(t))
+    assert holders(ms[0])[1] is None and holders(ms[0])[0] == "m1"
+    victim.start()
+    victim.wait_listening()
+    wait_for(lambda: _all_held(ms[0]), "the machine took its slots back")
+    doc = ms[0].get("/cluster")
+    assert {r["epoch"] for r in doc["map"] if r["holder"] == "m2"} == {2}  # a new epoch
+    for t in tenants:
+        out = _rpc(ms[0].url, "tenant_quota", _qid(t), {"op": "status"}, t)
+        assert out["ok"]["per_minute"] == 7, (t, out)
+
+
+def test_cl13_shared_another_machine_takes_a_dead_machines_slots_after_the_ttl(
+        pg_dsn: str, tmp_path: Path, stop_all: list[MachineProc]) -> None:
+    ms = _start(pg_dsn, tmp_path, "shared", ["m1", "m2", "m3"])
+    stop_all += ms
+    homes = [f"m{k % 3 + 1}" for k in range(SLOTS)]
+    for m in ms:
+        wait_for(lambda m=m: holders(m) == homes, f"every slot held by its home ({m.name})")
+    tenants = [f"t{i}" for i in range(12)]
+    for t in tenants:
+        assert "ok" in _rpc(ms[0].url, "tenant_quota", _qid(t),
+                            {"op": "init", "per_minute": 9, "per_day": 90}, t)
+    ms[1].kill()
+    for m in (ms[0], ms[2]):
+        wait_for(lambda m=m: (h := holders(m)) and all(h) and "m2" not in h,
+                 f"m2's slots taken by the others ({m.name})")
+    doc = ms[2].get("/cluster")
+    assert {r["epoch"] for r in doc["map"] if r["slot"] % 3 == 1} == {2}
+    for t in tenants:  # nothing acknowledged lost; no file was copied: the same volume
+        out = _rpc(ms[2].url, "tenant_quota", _qid(t), {"op": "status"}, t)
+        assert out["ok"]["per_minute"] == 9, (t, out)
+    # It comes back: its home slots are handed back to it (a new epoch again).
+    ms[1].start()
+    ms[1].wait_listening()
+    for m in ms:
+        wait_for(lambda m=m: holders(m) == homes, f"m2's slots handed back ({m.name})")
+    assert {r["epoch"] for r in ms[0].get("/cluster")["map"] if r["slot"] % 3 == 1} == {3}
+    # A drain hands a machine's slots over cleanly.
+    drained = slots_cmd(pg_dsn, "drain", "--machine", "m3")
+    assert drained.returncode == 0, drained.stderr
+    for m in ms[:2]:
+        wait_for(lambda m=m: (h := holders(m)) and all(h) and "m3" not in h,
+                 f"m3 drained ({m.name})")
+    for t in tenants:
+        out = _rpc(ms[0].url, "tenant_quota", _qid(t), {"op": "status"}, t)
+        assert out["ok"]["per_minute"] == 9, (t, out)
+
+
+def test_cl8_a_machine_with_another_s_secret_or_dsn_exits_2_naming_the_setting(
+        pg_dsn: str, tmp_path: Path, stop_all: list[MachineProc]) -> None:
+    assert slots_cmd(pg_dsn, "create", "--slots", "4", "--machines", "m1").returncode == 0
+    again = slots_cmd(pg_dsn, "create", "--slots", "8", "--machines", "m1")
+    assert again.returncode == 2 and "setting 'slots' is 8" in again.stderr
+
+    def refused(m: MachineProc) -> str:
+        assert m.wait() == 2
+        return "\n".join(m.log)
+
+    shared = tmp_path / "s"
+    shared.mkdir()
+    m = MachineProc(pg_dsn, "m1", tmp_path / "v", shared, extra=("--slots", "8"))
+    assert "setting 'slots' is 8 but the cluster was created with 4" in refused(m)
+    m = MachineProc(pg_dsn, "m1", tmp_path / "v", shared,
+                    extra_env={"MAILBOX_ACTORS_ID_SECRET": "another-secret-0123456789"})
+    assert "setting 'id_secret' differs" in refused(m)
+    m = MachineProc("host=127.0.0.1 port=1 user=x dbname=x connect_timeout=2", "m1",
+                    tmp_path / "v", shared)
+    assert "setting 'postgres': cannot reach PostgreSQL" in refused(m)
+    m = MachineProc(pg_dsn, "m9", tmp_path / "v", shared)
+    assert "setting 'machine': 'm9' is not a machine of this cluster" in refused(m)
+    # Two processes of one machine on one volume directory: the second is refused, naming the
+    # holder's pid.
+    first = MachineProc(pg_dsn, "m1", tmp_path / "v", shared)
+    stop_all.append(first)
+    first.wait_listening()
+    second = MachineProc(pg_dsn, "m1", tmp_path / "v", shared)
+    text = refused(second)
+    assert first.proc is not None and f"pid {first.proc.pid}" in text, text
+    assert env()["MAILBOX_ACTORS_ID_SECRET"] == SECRET
