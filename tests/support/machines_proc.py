@@ -53,8 +53,6 @@ class MachineProc:
         return [sys.executable, "-m", "mailbox_actors", "machine", "--postgres", self.dsn,
                 "--machine", self.name, "--volumes", str(self.volumes), "--port", str(self.port),
                 "--lease-ttl-s", str(self.ttl_s), "--lease-renew-s", str(self.renew_s),
-                "--control-db", str(self.shared / "control.sqlite"),
-                "--queues-db", str(self.shared / "queues.sqlite"),
                 "--log-level", "warning", "--shutdown-grace-ms", "1000", *self.extra]
 
     def start(self) -> None:

@@ -35,8 +35,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from mailbox_actors.cli.serve_args import add_config_arguments
 
-    add_config_arguments(p)
-    _common(p)
+    add_config_arguments(p)  # --postgres among them: the cluster's one database
     p.add_argument("--machine", required=True, help="this machine's name, one of those the "
                    "cluster was created with")
     p.add_argument("--volumes", required=True, help="directory of the slot volumes "
@@ -116,7 +115,10 @@ def run(args: argparse.Namespace) -> int:
     raise_nofile_limit()
     try:
         cfg = load_config(flags_of(args), os.environ, args.config)
-        dsn = _dsn(args)
+        if not cfg.postgres:
+            raise SettingsError("setting 'postgres' is required on many machines (--postgres "
+                                f"DSN or {_DSN_ENV})")
+        dsn = cfg.postgres
         secret = _id_secret(args, cfg.id_secret)
         ttl = args.lease_ttl_s if args.lease_ttl_s is not None else 10.0
         renew = args.lease_renew_s if args.lease_renew_s is not None else 3.0
