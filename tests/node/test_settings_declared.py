@@ -54,3 +54,20 @@ def test_a_flag_variable_and_file_reach_the_same_setting(tmp_path: Path) -> None
     assert cfg.idle_ms == 222
     with pytest.raises(SettingsError, match="idle_ms"):
         load_config({}, {"MAILBOX_ACTORS_IDLE_MS": "soon"}, None)
+
+
+def test_the_runtime_gets_every_setting_it_shares_with_the_node(tmp_path: Path) -> None:
+    """CL-4: a setting the node and the runtime both have reaches the runtime as it was given,
+    without a line of its own in the node's configuration."""
+    from mailbox_actors.runtime.settings import RuntimeSettings
+
+    cfg = load_config({"data": str(tmp_path), "idle_ms": 1234, "max_queue": 77,
+                       "recipient_cap": 9, "domain_fail_after": 5, "node_name": "n-7"}, {}, None)
+    rt = cfg.runtime_settings()
+    shared = [n for n in NodeSettings.__struct_fields__ if n in RuntimeSettings.__struct_fields__]
+    assert len(shared) > 20
+    for name in shared:
+        if name not in ("id_secret", "control_db", "queues_db", "postgres"):  # filled in by rules
+            assert getattr(rt, name) == getattr(cfg, name), name
+    assert (rt.idle_ms, rt.max_queue, rt.recipient_cap, rt.node_name) == (1234, 77, 9, "n-7")
+    assert rt.control_db == str(tmp_path / "control.sqlite")

@@ -90,39 +90,31 @@ class NodeConfig(NodeSettings, kw_only=True, forbid_unknown_fields=True):
         check_transport_files(settings)  # credentials readable: refused before anything serves
 
     def runtime_settings(self, data_dir: str | None = None) -> RuntimeSettings:
+        """The runtime's settings: every one of the same name is taken as it is (declared once,
+        in ``node/settings.py``); only those the runtime holds in another shape are built here."""
         data = data_dir or self.data
-        transport, smtp_host, smtp_port, smtp_tls = (self.transport, self.smtp_host,
-                                                     self.smtp_port, self.smtp_tls)
-        if transport == "capture":  # UI-6: SMTP to this node's own door, on loopback
-            transport, smtp_host, smtp_port, smtp_tls = ("smtp", "127.0.0.1",
-                                                         self.smtp_listen_port, "none")
-        return RuntimeSettings(
-            data_dir=data, node_name=self.node_name, durability=self.durability,
-            idle_ms=self.idle_ms, max_active_actors=self.max_active_actors,
-            max_queue=self.max_queue, shutdown_grace_ms=self.shutdown_grace_ms,
-            block_concurrency_timeout_ms=self.block_concurrency_timeout_ms,
-            loop_block_warn_ms=self.loop_block_warn_ms,
+        fields: dict[str, Any] = {name: getattr(self, name) for name in _SHARED_WITH_RUNTIME}
+        fields.update(
+            data_dir=data,
             id_secret=DEFAULT_ID_SECRET if self.id_secret is None else self.id_secret,
             control_db=self.control_db or str(Path(data) / "control.sqlite"),
             queues_db=self.queues_db or str(Path(data) / "queues.sqlite"),
-            postgres=self.postgres or None,
-            webhook_consumers=self.webhook_consumers, webhook_ca_file=self.webhook_ca_file,
             dns=DnsSettings(
                 nameservers=tuple(n.strip() for n in self.dns_nameservers.split(",") if n.strip()),
                 port=self.dns_port, timeout_ms=self.dns_timeout_ms, attempts=self.dns_attempts,
                 authoritative=self.dns_authoritative),
-            domain_fail_after=self.domain_fail_after,
-            domain_check_pending_ms=self.domain_check_pending_ms,
-            domain_check_verified_ms=self.domain_check_verified_ms,
-            domain_pending_expiry_ms=self.domain_pending_expiry_ms,
-            transport=transport, smtp_host=smtp_host, smtp_port=smtp_port,
-            smtp_tls=smtp_tls, smtp_username=self.smtp_username,
-            smtp_password_file=self.smtp_password_file, smtp_timeout_s=self.smtp_timeout_s,
-            smtp_ca_file=self.smtp_ca_file,
-            cloudflare_url=self.cloudflare_url, cloudflare_token_file=self.cloudflare_token_file,
-            recipient_cap=self.recipient_cap, recipient_cap_window_ms=self.recipient_cap_window_ms,
-            mail_recheck_ms=self.mail_recheck_ms,
             inbound=InboundLimits(max_message_bytes=self.inbound_max_message_bytes))
+        if "postgres" in fields:
+            fields["postgres"] = self.postgres or None
+        if self.transport == "capture":  # UI-6: SMTP to this node's own door, on loopback
+            fields.update(transport="smtp", smtp_host="127.0.0.1", smtp_port=self.smtp_listen_port,
+                          smtp_tls="none")
+        return RuntimeSettings(**fields)
+
+
+# The settings the node and the runtime both have, by name: passed on as they are.
+_SHARED_WITH_RUNTIME = tuple(name for name in NodeSettings.__struct_fields__
+                             if name in RuntimeSettings.__struct_fields__)
 
 
 def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
