@@ -173,7 +173,7 @@ class SettingInfo(msgspec.Struct, frozen=True):
 
     def help(self) -> str:
         """The description and, where it has one, the default (``--help`` and the reference)."""
-        if self.default is None or self.default == "" or "(default" in self.description:
+        if self.default in (None, "", ()) or "(default" in self.description:
             return self.description
         shown = ("on" if self.default else "off") if self.type is bool else self.default
         return f"{self.description} (default {shown})"
