@@ -26,6 +26,7 @@ from mailbox_actors.wire.transport import (
     ProviderRejected,
     RecipientRefusal,
     TransportOutcome,
+    Unreachable,
 )
 
 pytestmark = pytest.mark.anyio
@@ -140,13 +141,14 @@ async def test_no_answer_in_time_is_unknown(cf: CloudflareSink) -> None:
     cf.release()
 
 
-async def test_nothing_listening_is_a_temporary_rejection() -> None:
-    """A connection that could not be opened sent nothing: temporary, connect_failed (CA-5)."""
+async def test_nothing_listening_is_unreachable() -> None:
+    """A connection that could not be opened sent nothing: unreachable, connect_failed, not a
+    rejection (CA-5, CA-16)."""
     with socket.socket() as probe:  # bound, never listening: refused, and no one else's port
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-        assert await send(f"http://127.0.0.1:{port}/send") == ProviderRejected(
-            code="connect_failed", klass="temporary")
+        assert await send(f"http://127.0.0.1:{port}/send") == Unreachable(
+            failure="connect_failed")
 
 
 async def test_node_builds_it_from_settings(cf: CloudflareSink, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from mailbox_actors.wire.transport import (
     ProviderRejected,
     RecipientRefusal,
     TransportOutcome,
+    Unreachable,
 )
 
 pytestmark = pytest.mark.anyio
@@ -94,15 +95,24 @@ async def test_ehlo_refusal_is_a_definite_rejection() -> None:
         assert await send_one(sink) == ProviderRejected(code="421 4.7.0", klass="temporary")
 
 
-async def test_connect_failure_is_temporary() -> None:
-    """Nothing listening: a temporary rejection with code connect_failed (nothing was sent) (CA-8, CA-11)."""
+async def test_connect_failure_is_unreachable() -> None:
+    """Nothing listening: unreachable evidence, connect_failed, not a rejection (nothing was
+    sent) (CA-8, CA-11, CA-16)."""
     with socket.socket() as probe:  # bound, never listening: refused, and no one else's port
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
         transport = SmtpTransport(SmtpConfig(host="127.0.0.1", port=port, local_hostname="c.test"))
-        assert await transport.send(email()) == ProviderRejected(code="connect_failed",
-                                                                 klass="temporary")
+        assert await transport.send(email()) == Unreachable(failure="connect_failed")
         await transport.aclose()
+
+
+async def test_a_name_that_does_not_resolve_is_unreachable() -> None:
+    """CA-16: a relay host whose name does not resolve (.invalid never does, RFC 2606) is
+    unreachable with dns_failed."""
+    transport = SmtpTransport(SmtpConfig(host="relay.mailbox-actors.invalid", port=25,
+                                         local_hostname="c.test"))
+    assert await transport.send(email()) == Unreachable(failure="dns_failed")
+    await transport.aclose()
 
 
 async def test_mail_from_refusals(sink: SmtpSink) -> None:
@@ -302,15 +312,15 @@ async def test_starttls_and_auth(ca: trustme.CA) -> None:
 
 async def test_starttls_refused_or_untrusted(ca: trustme.CA) -> None:
     """A refused STARTTLS is a rejection by its code; a certificate the client does not trust is
-    a temporary tls_failed rejection, and nothing is sent in the clear (CA-11)."""
+    unreachable (tls_failed), and nothing is sent in the clear (CA-11, CA-16)."""
     server_ctx, client_ctx = _contexts(ca)
     async with SmtpSink(tls_context=server_ctx, starttls="454 4.7.0 TLS not available") as sink:
         assert await send_one(sink, tls="starttls", tls_context=client_ctx) == ProviderRejected(
             code="454 4.7.0", klass="temporary")
     async with SmtpSink(tls_context=server_ctx) as sink:
         untrusting = ssl.create_default_context()  # the system store does not know this CA
-        assert await send_one(sink, tls="starttls", tls_context=untrusting) == ProviderRejected(
-            code="tls_failed", klass="temporary")
+        assert await send_one(sink, tls="starttls", tls_context=untrusting) == Unreachable(
+            failure="tls_failed")  # CA-16: the handshake failed, no server had the message
         assert sink.messages == []
     async with SmtpSink() as sink:  # no STARTTLS offered: never downgraded to plain text
         assert await send_one(sink, tls="starttls", tls_context=client_ctx) == ProviderRejected(

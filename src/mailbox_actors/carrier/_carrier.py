@@ -57,7 +57,8 @@ class Carrier:
                    transport=transport if transport is not None else ctx.service(MAIL_TRANSPORT),
                    settings=CarrierSettings(recipient_cap=st.recipient_cap,
                                             recipient_cap_window_ms=st.recipient_cap_window_ms,
-                                            recheck_ms=st.mail_recheck_ms),
+                                            recheck_ms=st.mail_recheck_ms,
+                                            unreachable_window_ms=st.unreachable_window_ms),
                    gate=gate, can_send=can_send)
 
     def send(self, email: Submit) -> Receipt:

@@ -167,7 +167,7 @@ def _commit_round(c: CarrierState, outcomes: list[tuple[EmailRow, TransportOutco
     Emails now ``dispatching`` (to send once this commits). ``contents``: inline content read
     ahead (each taken out as its Email starts)."""
     for row, outcome in outcomes:
-        dispatch_rows.record(c.host, tx, row, outcome)
+        dispatch_rows.record(c.host, tx, row, outcome, c.settings.unreachable_window_ms)
     emails = []
     for row in ready:
         started = dispatch_rows.intent(c.host, tx, row, None, contents.pop(row.email_id, None))
@@ -292,7 +292,8 @@ def record_transport_outcome(c: CarrierState, req: RecordTransportOutcome) -> Re
                 ErrorCode.CONFLICT, f"the email is {row.status.value}, not leased to a "
                 "dispatcher: its outcome cannot be recorded now (resolve settles outcome_unknown)",
                 details={"status": row.status.value})
-        done = dispatch_rows.record(c.host, tx, row, req.outcome)
+        done = dispatch_rows.record(c.host, tx, row, req.outcome,
+                                    c.settings.unreachable_window_ms)
         if done is None:  # the status was read as dispatching in this transaction: cannot be
             raise RuntimeError("a leased email's outcome was not recorded")
         return store.receipt(tx, done)

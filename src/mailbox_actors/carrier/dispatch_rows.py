@@ -16,7 +16,7 @@ import msgspec
 
 from mailbox_actors.carrier import store
 from mailbox_actors.carrier.store import EmailRow
-from mailbox_actors.core.carrier.rejections import temporary_retry_at
+from mailbox_actors.core.carrier.rejections import temporary_retry_at, unreachable_next
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus, can_move
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.transport import (
@@ -25,6 +25,7 @@ from mailbox_actors.wire.transport import (
     ProviderAccepted,
     ProviderRejected,
     TransportOutcome,
+    Unreachable,
 )
 
 if TYPE_CHECKING:
@@ -76,8 +77,8 @@ def intent(host: CarrierHost, tx: SqlStorage, row: EmailRow, lease_ms: int | Non
     return moved, email
 
 
-def record(host: CarrierHost, tx: SqlStorage, row: EmailRow,
-           outcome: TransportOutcome) -> EmailRow | None:
+def record(host: CarrierHost, tx: SqlStorage, row: EmailRow, outcome: TransportOutcome,
+           unreachable_window_ms: int) -> EmailRow | None:
     """Commit one attempt's outcome for ``row``, the Email intent left ``dispatching``; None when
     it is no longer so (erased meanwhile, say)."""
     if row.status != EmailStatus.DISPATCHING:
@@ -85,6 +86,8 @@ def record(host: CarrierHost, tx: SqlStorage, row: EmailRow,
     email_id = row.email_id
     if isinstance(outcome, ProviderAccepted) and not outcome.refused:
         return _accepted(host, tx, row, outcome.provider_message_id[:200])
+    if isinstance(outcome, Unreachable):
+        return _unreachable(host, tx, row, outcome, unreachable_window_ms)
     refused = [] if isinstance(outcome, OutcomeUnknown) else list(outcome.refused)
     if refused:  # by position, as the transport was given them; positions outside are ignored
         count = tx.exec("SELECT count(*) FROM email_messages WHERE email_id = ?",
@@ -108,7 +111,8 @@ def record(host: CarrierHost, tx: SqlStorage, row: EmailRow,
             moved = store.move_if(host, tx, row, EmailStatus.QUEUED,
                                   {**info, "next_attempt_at_ms": retry_at}, attempts=attempts,
                                   rejection_code=code, rejection_class=outcome.klass,
-                                  next_attempt_at_ms=retry_at, lease_until_ms=None)
+                                  next_attempt_at_ms=retry_at, lease_until_ms=None,
+                                  unreachable_since_ms=None, unreachable_count=0)
             if moved is not None:
                 host.wake(retry_at)
             after, only = MessageStatus.QUEUED, MessageStatus.REFUSED
@@ -130,6 +134,32 @@ def record(host: CarrierHost, tx: SqlStorage, row: EmailRow,
                 "WHERE email_id = ? AND position = ?", MessageStatus.REFUSED.value, r.code[:64],
                 now, email_id, r.index)
     store.set_messages(tx, email_id, after, only=[only])
+    return moved
+
+
+def _unreachable(host: CarrierHost, tx: SqlStorage, row: EmailRow, outcome: Unreachable,
+                 window_ms: int) -> EmailRow | None:
+    """CA-16: the provider could not have had the message. Not a rejection: ``attempts`` and the
+    rejection evidence stay; the Email is queued again with backoff, and ends ``expired``
+    (provider_unreachable) once ``window_ms`` has passed since the first failure in a row."""
+    now = tx.now_ms()
+    kind = store.safe_code(outcome.failure) or "unreachable"
+    since = row.unreachable_since_ms if row.unreachable_since_ms is not None else now
+    failures = row.unreachable_count + 1
+    retry_at = unreachable_next(failures, since, now, window_ms, jitter(row.email_id, -failures))
+    seen = {"unreachable_since_ms": since, "unreachable_count": failures, "failure_kind": kind,
+            "failure_at_ms": now, "lease_until_ms": None}
+    moved = store.move_if(host, tx, row, EmailStatus.QUEUED,
+                          {"reason": "provider_unreachable", "failure": kind,
+                           "next_attempt_at_ms": retry_at}, next_attempt_at_ms=retry_at, **seen)
+    if moved is None:
+        return None
+    if retry_at is None:  # back in the queue, and past its window there: expired
+        moved = store.move(host, tx, moved, EmailStatus.EXPIRED,
+                           {"reason": "provider_unreachable", "failure": kind})
+        store.set_messages(tx, row.email_id, MessageStatus.NOT_SENT, only=[MessageStatus.QUEUED])
+    else:
+        host.wake(retry_at)
     return moved
 
 

@@ -1,6 +1,6 @@
 """Carrier's tables, readable in one place (CA-15): ``SCHEMA`` is the current layout a new store
 is created with; ``MIGRATIONS`` are the steps an existing store took to reach it, in order, kept for
-files made by earlier code (IdentityMailbox's migrations 4, 7, 8, 10, 11, 12 and 16 run them).
+files made by earlier code (IdentityMailbox's migrations 4, 7, 8, 10, 11, 12, 16 and 17 run them).
 tests/objects/test_mailbox_schema.py checks that replaying them gives ``SCHEMA``'s layout.
 
 An actor that builds a Carrier adds ``SCHEMA`` to one of its migrations. Every table here is the
@@ -10,13 +10,23 @@ store's content: ``TABLES`` lists what an erasure empties.
 from __future__ import annotations
 
 __all__ = ["CARRIER_FRESH", "CARRIER_INLINE_CONTENT", "CARRIER_LEARNED", "CARRIER_LIVE_INDEXES",
-           "CARRIER_MESSAGES_LEAN", "CARRIER_ONE_KEY", "CARRIER_SCHEMA", "MIGRATIONS", "SCHEMA", "TABLES"]
+           "CARRIER_MESSAGES_LEAN", "CARRIER_ONE_KEY", "CARRIER_SCHEMA", "CARRIER_UNREACHABLE",
+           "MIGRATIONS", "SCHEMA", "TABLES"]
 
 # The Message-IDs providers gave Emails (CA-17), without brackets, by that id: replies and bounces
 # quoting one find the Email (``stamped`` is the id it was sent with). Also the last step below.
 CARRIER_LEARNED = (
     "CREATE TABLE email_learned_ids (learned TEXT PRIMARY KEY, email_id TEXT NOT NULL UNIQUE, "
     "stamped TEXT NOT NULL) WITHOUT ROWID",
+)
+
+# The provider could not be reached (CA-16): since when (the first failure in a row), how often,
+# and the last failure's kind and time. Also a step below.
+CARRIER_UNREACHABLE = (
+    "ALTER TABLE emails ADD COLUMN unreachable_since_ms INTEGER",
+    "ALTER TABLE emails ADD COLUMN unreachable_count INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE emails ADD COLUMN failure_kind TEXT",
+    "ALTER TABLE emails ADD COLUMN failure_at_ms INTEGER",
 )
 
 # The current layout. Emails are keyed by ``seq`` and found by id through their first Message
@@ -29,7 +39,8 @@ SCHEMA = (
     "provider_message_id TEXT, rejection_code TEXT, rejection_class TEXT, "
     "next_attempt_at_ms INTEGER, send_before INTEGER, lease_until_ms INTEGER, resolution TEXT, "
     "created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL, content BLOB, "
-    "content_parts INTEGER NOT NULL DEFAULT 0, fresh INTEGER)",
+    "content_parts INTEGER NOT NULL DEFAULT 0, fresh INTEGER, unreachable_since_ms INTEGER, "
+    "unreachable_count INTEGER NOT NULL DEFAULT 0, failure_kind TEXT, failure_at_ms INTEGER)",
     "CREATE INDEX emails_queued ON emails (next_attempt_at_ms) "
     "WHERE status = 'queued' AND fresh IS NULL",
     "CREATE INDEX emails_leased ON emails (lease_until_ms) WHERE status = 'dispatching'",
@@ -153,4 +164,4 @@ CARRIER_FRESH = (
 
 
 MIGRATIONS = (CARRIER_SCHEMA, CARRIER_INLINE_CONTENT, CARRIER_MESSAGES_LEAN, CARRIER_ONE_KEY,
-              CARRIER_LIVE_INDEXES, CARRIER_FRESH, CARRIER_LEARNED)
+              CARRIER_LIVE_INDEXES, CARRIER_FRESH, CARRIER_LEARNED, CARRIER_UNREACHABLE)

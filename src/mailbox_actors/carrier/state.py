@@ -24,12 +24,15 @@ CanSendHook = Callable[[str, str], Awaitable[bool]]
 
 
 class CarrierSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """The per-recipient cap (CA-6) and, without a transport, how often queued mail is looked
-    at again."""
+    """The per-recipient cap (CA-6); without a transport, how often queued mail is looked at
+    again; how long an unreachable provider is retried (CA-16)."""
 
     recipient_cap: int = 50
     recipient_cap_window_ms: int = 86_400_000
     recheck_ms: int = 300_000
+    # CA-16: how long an Email may find its provider unreachable, with no dispatch, before it
+    # ends expired (provider_unreachable).
+    unreachable_window_ms: int = 86_400_000
 
 
 class GateRun(Protocol):

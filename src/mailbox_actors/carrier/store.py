@@ -20,7 +20,7 @@ from mailbox_actors.carrier import keys as carrier_keys
 from mailbox_actors.core.carrier.addresses import normalize
 from mailbox_actors.core.carrier.states import EmailStatus, MessageStatus, can_move
 from mailbox_actors.platform.storage.sql import SqlStorage
-from mailbox_actors.wire.carrier import MessageReceipt, ProviderRejection, Receipt
+from mailbox_actors.wire.carrier import MessageReceipt, ProviderRejection, Receipt, TransportFailure
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.transport import OutboundEmail
 
@@ -40,7 +40,8 @@ _DEC = msgspec.msgpack.Decoder(OutboundEmail)
 _COLUMNS = ("email_id, source_id, digest, status, message_id_header, attempts, "
             "provider_message_id, rejection_code, rejection_class, next_attempt_at_ms, "
             "send_before, lease_until_ms, resolution, created_at_ms, updated_at_ms, "
-            "content_parts, seq")
+            "content_parts, seq, unreachable_since_ms, unreachable_count, failure_kind, "
+            "failure_at_ms")
 
 
 class EmailRow(msgspec.Struct, frozen=True):
@@ -61,6 +62,11 @@ class EmailRow(msgspec.Struct, frozen=True):
     updated_at_ms: int
     content_parts: int  # chunks in email_content (0: the content is inline, or gone)
     seq: int  # the row's key (``carrier_keys``): every update of the Email names it
+    # CA-16: the provider unreachable since (this run of failures), how often, and the last one.
+    unreachable_since_ms: int | None = None
+    unreachable_count: int = 0
+    failure_kind: str | None = None
+    failure_at_ms: int | None = None
 
 
 def _row(values: Sequence[Any]) -> EmailRow:
@@ -125,7 +131,9 @@ def receipt(sql: SqlStorage, row: EmailRow) -> Receipt:
         messages=[MessageReceipt(m[0], m[1], m[2], m[3]) for m in msgs],
         attempts=row.attempts, provider_message_id=row.provider_message_id,
         provider_rejection=rejection, next_attempt_at_ms=row.next_attempt_at_ms,
-        created_at_ms=row.created_at_ms, updated_at_ms=row.updated_at_ms)
+        created_at_ms=row.created_at_ms, updated_at_ms=row.updated_at_ms,
+        last_transport_failure=None if row.failure_kind is None or row.failure_at_ms is None
+        else TransportFailure(row.failure_kind, row.failure_at_ms))
 
 
 # Messages per INSERT: four parameters each and three shared stay under the bound-parameter
@@ -226,7 +234,8 @@ def safe_code(code: str | None) -> str | None:
 
 _SETTABLE = frozenset({"attempts", "provider_message_id", "rejection_code", "rejection_class",
                        "next_attempt_at_ms", "lease_until_ms", "resolution", "content",
-                       "content_parts"})
+                       "content_parts", "unreachable_since_ms", "unreachable_count",
+                       "failure_kind", "failure_at_ms"})
 
 
 def move(host: CarrierHost, tx: SqlStorage, row: EmailRow, to: EmailStatus,

@@ -135,6 +135,10 @@ class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mail_recheck_ms: Annotated[int, _d(
         "with transport none, how often queued mail is looked at again, so a node restarted "
         "with a transport sends it", group=_MAIL)] = 300_000
+    unreachable_window_ms: Annotated[int, _d(
+        "an email whose provider stays unreachable (connection refused, name or TLS failure, a "
+        "drop before any recipient was accepted) this long ends expired (CA-16)",
+        group=_MAIL)] = 86_400_000
     smtp_listen_port: Annotated[int | None, _d(
         "listen for SMTP on --host at this port (0: any free port); in a cluster node i listens "
         "on this + i (default: no SMTP door)", group=_INBOUND)] = None

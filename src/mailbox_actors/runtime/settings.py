@@ -91,6 +91,8 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     # With transport none, how often an identity's queued mail is looked at again (so a node
     # restarted with a transport sends it).
     mail_recheck_ms: int = 300_000
+    # CA-16: an Email whose provider stays unreachable this long, with no dispatch, ends expired.
+    unreachable_window_ms: int = 86_400_000
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -141,6 +143,8 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
              "recipient_cap_window_ms", "must be between one minute and 31 days")
         need(100 <= self.mail_recheck_ms <= 86_400_000, "mail_recheck_ms",
              "must be between 100 ms and a day")
+        need(60_000 <= self.unreachable_window_ms <= 31 * 86_400_000, "unreachable_window_ms",
+             "must be between one minute and 31 days")
         bad = self.inbound.check()
         if bad is not None:
             raise SettingsError(f"setting 'inbound.{bad}' must be >= 1")

@@ -21,7 +21,7 @@ __all__ = [
     "GetEmail", "InspectionAvailable", "InspectionPage", "InspectionUninitialized",
     "LearnMessageId", "LearnMessageIdReply",
     "MessageReceipt", "ProviderRejection", "Receipt", "RecordTransportOutcome", "ResolveEmail",
-    "Submit", "TransportLease",
+    "Submit", "TransportFailure", "TransportLease",
 ]
 
 SourceId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -134,8 +134,16 @@ class MessageReceipt(msgspec.Struct, frozen=True):
     code: str | None = None
 
 
-class Receipt(msgspec.Struct, frozen=True, kw_only=True):
-    """CA-14's receipt. ``attempts`` counts definite provider rejections."""
+class TransportFailure(msgspec.Struct, frozen=True):
+    """The last failure to reach the provider (CA-16): its kind and when it happened."""
+
+    kind: str  # e.g. "connect_failed", "dns_failed", "tls_failed", "timeout", "connection_lost"
+    at_ms: int
+
+
+class Receipt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """CA-14's receipt. ``attempts`` counts definite provider rejections. ``last_transport_failure``
+    appears once the provider could not be reached (CA-16); every other field is always there."""
 
     email_id: str
     source_id: str
@@ -148,6 +156,7 @@ class Receipt(msgspec.Struct, frozen=True, kw_only=True):
     next_attempt_at_ms: int | None
     created_at_ms: int
     updated_at_ms: int
+    last_transport_failure: TransportFailure | None = None
 
 
 class TransportLease(msgspec.Struct, frozen=True, kw_only=True):

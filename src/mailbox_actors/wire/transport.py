@@ -12,7 +12,7 @@ from typing import Literal
 import msgspec
 
 __all__ = ["OutboundEmail", "OutcomeUnknown", "ProviderAccepted", "ProviderRejected",
-           "RecipientRefusal", "RejectionClass", "TransportOutcome"]
+           "RecipientRefusal", "RejectionClass", "TransportOutcome", "Unreachable"]
 
 RejectionClass = Literal["temporary", "permanent"]
 
@@ -68,4 +68,12 @@ class OutcomeUnknown(msgspec.Struct, frozen=True, tag="outcome_unknown", tag_fie
     reason: str = ""  # a short code such as "no_final_reply", never content
 
 
-TransportOutcome = ProviderAccepted | ProviderRejected | OutcomeUnknown
+class Unreachable(msgspec.Struct, frozen=True, tag="unreachable", tag_field="kind"):
+    """The provider could not have received the message (CA-16): the connection was refused, the
+    name did not resolve, TLS failed, or it timed out or dropped before any recipient was
+    accepted. Not a rejection: the Email waits and is tried again; ``attempts`` is unchanged."""
+
+    failure: str = "connect_failed"  # a short code such as "dns_failed", never content
+
+
+TransportOutcome = ProviderAccepted | ProviderRejected | OutcomeUnknown | Unreachable

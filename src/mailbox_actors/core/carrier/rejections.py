@@ -12,7 +12,8 @@ from typing import Literal
 
 from mailbox_actors.core.backoff import exponential_delay_ms
 
-__all__ = ["CLOUDFLARE_CODES", "RETRY_BASE_MS", "RETRY_BUDGET", "RETRY_CAP_MS", "cloudflare_class",
+__all__ = ["CLOUDFLARE_CODES", "UNREACHABLE_CAP_MS", "unreachable_next",
+           "RETRY_BASE_MS", "RETRY_BUDGET", "RETRY_CAP_MS", "cloudflare_class",
            "smtp_class", "temporary_retry_at"]
 
 RejectionClass = Literal["temporary", "permanent"]
@@ -57,3 +58,17 @@ def temporary_retry_at(attempts: int, now_ms: int, u: float) -> int | None:
     if attempts >= RETRY_BUDGET:
         return None
     return now_ms + exponential_delay_ms(attempts, RETRY_BASE_MS, RETRY_CAP_MS, _JITTER, u)
+
+
+UNREACHABLE_CAP_MS = 1_800_000  # an unreachable provider is tried again at least every 30 minutes
+
+
+def unreachable_next(failures: int, since_ms: int, now_ms: int, window_ms: int,
+                     u: float) -> int | None:
+    """After the ``failures``-th transport failure in a row that the provider could not have
+    seen (CA-16), the first of them at ``since_ms``: when to try again, or None once
+    ``window_ms`` has passed without a dispatch (the Email then expires)."""
+    if now_ms - since_ms >= window_ms:
+        return None
+    retry = now_ms + exponential_delay_ms(failures, RETRY_BASE_MS, UNREACHABLE_CAP_MS, _JITTER, u)
+    return min(retry, since_ms + window_ms)  # the last try falls at the window's end

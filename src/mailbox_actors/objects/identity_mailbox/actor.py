@@ -114,6 +114,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(14, search.SEARCH_SCHEMA),  # IN-9, IN-10: the FTS5 index and attachment text
         Migration(15, POST_RUNS),  # PO-11, PO-12: Post's budget count and the seed's job id
         Migration(16, carrier_schema.CARRIER_LEARNED),  # CA-17: provider Message-IDs
+        Migration(17, carrier_schema.CARRIER_UNREACHABLE),  # CA-16: unreachable is not rejected
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}

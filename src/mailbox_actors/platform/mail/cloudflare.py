@@ -29,6 +29,7 @@ from mailbox_actors.wire.transport import (
     RecipientRefusal,
     RejectionClass,
     TransportOutcome,
+    Unreachable,
 )
 
 __all__ = ["PERMANENT_CODES", "TEMPORARY_CODES", "CloudflareTransport", "HttpRequester",
@@ -94,8 +95,8 @@ class CloudflareTransport:
             status, answer = await self._http.request(self._base, "POST", self._path,
                                                       self._headers, body, self._timeout_s)
         except ConnectionError as e:
-            if not getattr(e, "request_sent", True):
-                return ProviderRejected(code="connect_failed", klass="temporary")
+            if not getattr(e, "request_sent", True):  # nothing reached the provider (CA-16)
+                return Unreachable(failure="connect_failed")
             return OutcomeUnknown(reason="no_response")
         except TimeoutError:
             return OutcomeUnknown(reason="no_response")

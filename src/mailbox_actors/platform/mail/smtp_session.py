@@ -3,7 +3,9 @@
 Every failure is classified by where it happened. Before the final dot of the body is written, a
 server refusal is a definite rejection (4yz temporary, 5yz permanent; RCPT refusals are per
 recipient) and a lost connection or timeout is a temporary one: the server cannot have taken a
-message it never saw the end of. Once the dot is written, only the server's final reply decides;
+message it never saw the end of. A failure before any recipient was accepted with no server's
+refusal in it (a connection refused, a name or TLS failure, a drop or timeout) is not a rejection
+at all but ``Unreachable`` (CA-16). Once the dot is written, only the server's final reply decides;
 without one the outcome is unknown. Codes carry the reply code and its enhanced status code
 ("451 4.3.0"), never the reply text (it may echo an address).
 """
@@ -11,6 +13,7 @@ without one the outcome is unknown. Codes carry the reply code and its enhanced 
 from __future__ import annotations
 
 import re
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import Literal
@@ -18,7 +21,9 @@ from typing import Literal
 import anyio
 from aiosmtplib import (
     SMTP,
+    SMTPConnectError,
     SMTPConnectResponseError,
+    SMTPConnectTimeoutError,
     SMTPException,
     SMTPRecipientRefused,
     SMTPResponseException,
@@ -37,6 +42,7 @@ from mailbox_actors.wire.transport import (
     RecipientRefusal,
     RejectionClass,
     TransportOutcome,
+    Unreachable,
 )
 
 __all__ = ["Definite", "SmtpConfig", "SmtpConnection", "Stale", "TlsMode", "open_connection",
@@ -72,12 +78,18 @@ class SmtpConfig:
 
 class Definite(Exception):
     """A definite rejection found before the body's end was written. ``answered``: the server
-    refused in a reply, so the session is still in step and can be reused after RSET."""
+    refused in a reply, so the session is still in step and can be reused after RSET.
+    ``unreachable``: no server took part (a connection refused, a name or TLS failure, a drop or
+    timeout before any recipient was accepted): ``Unreachable`` evidence, not a rejection
+    (CA-16)."""
 
     def __init__(self, code: str, klass: RejectionClass,
-                 refused: list[RecipientRefusal] | None = None, *, answered: bool = False) -> None:
+                 refused: list[RecipientRefusal] | None = None, *, answered: bool = False,
+                 unreachable: bool = False) -> None:
         super().__init__(code)
-        self.outcome = ProviderRejected(code=code, klass=klass, refused=refused or [])
+        self.outcome: TransportOutcome = (
+            Unreachable(failure=code) if unreachable
+            else ProviderRejected(code=code, klass=klass, refused=refused or []))
         self.answered = answered
 
 
@@ -112,6 +124,7 @@ class SmtpConnection:
         self._config = config
         self.clean = True  # the last transaction ended with a final reply: no RSET needed
         self.reused = False
+        self.rcpt_accepted = False  # this transaction: the server took a recipient (CA-16)
 
     @property
     def usable(self) -> bool:
@@ -145,6 +158,7 @@ class SmtpConnection:
         needs_rset = self.reused and not self.clean
         first_command = self.reused  # a reused connection may have been closed while idle
         self.clean = False
+        self.rcpt_accepted = False
         try:
             if needs_rset:
                 try:
@@ -173,16 +187,18 @@ class SmtpConnection:
         except (SMTPServerDisconnected, ConnectionError) as err:
             if first_command:
                 raise Stale() from err
-            raise Definite("connection_lost", "temporary") from None
+            raise Definite("connection_lost", "temporary",
+                           unreachable=not self.rcpt_accepted) from None
         except (SMTPTimeoutError, TimeoutError):
-            raise Definite("timeout", "temporary") from None
+            raise Definite("timeout", "temporary", unreachable=not self.rcpt_accepted) from None
         except (ValueError, UnicodeError):
             # aiosmtplib refuses an address with a control character or outside the encoding.
             raise Definite("invalid_envelope", "permanent") from None
         except SMTPException:  # a malformed reply, and the like: nothing of the body went
             raise Definite("invalid_reply", "temporary") from None
         except OSError:  # a TLS record error, say, on an encrypted session
-            raise Definite("connection_lost", "temporary") from None
+            raise Definite("connection_lost", "temporary",
+                           unreachable=not self.rcpt_accepted) from None
         # The final dot is written: from here only the server's reply is definite.
         try:
             final = await protocol.read_response(timeout=self._config.final_timeout_s)
@@ -211,6 +227,7 @@ class SmtpConnection:
         for index, address in enumerate(recipients):
             try:
                 await smtp_paths.rcpt(self.smtp, address, enc, cmd)
+                self.rcpt_accepted = True
             except SMTPRecipientRefused as err:
                 refused.append(RecipientRefusal(index, reply_code(err.code, err.message),
                                                 reply_class(err.code)))
@@ -267,9 +284,23 @@ async def open_connection(config: SmtpConfig, local_hostname: str) -> SmtpConnec
     except SMTPConnectResponseError as err:
         raise _refused(err) from None
     except ssl.SSLError:
-        raise Definite("tls_failed", "temporary") from None
-    except (SMTPException, OSError, TimeoutError):
+        raise Definite("tls_failed", "temporary", unreachable=True) from None
+    except socket.gaierror:
+        raise Definite("dns_failed", "temporary", unreachable=True) from None
+    except (SMTPConnectTimeoutError, TimeoutError):
+        raise Definite("timeout", "temporary", unreachable=True) from None
+    except SMTPConnectError as err:
+        # aiosmtplib wraps the socket's error (a name that did not resolve says so there); one
+        # without it is a server that answered with something that is no greeting: a rejection.
+        cause = err.__cause__
+        if isinstance(cause, OSError):
+            failure = "dns_failed" if isinstance(cause, socket.gaierror) else "connect_failed"
+            raise Definite(failure, "temporary", unreachable=True) from None
         raise Definite("connect_failed", "temporary") from None
+    except SMTPException:
+        raise Definite("connect_failed", "temporary") from None
+    except OSError:
+        raise Definite("connect_failed", "temporary", unreachable=True) from None
     try:
         await _greet(smtp)
         if config.tls == "starttls":
@@ -280,7 +311,7 @@ async def open_connection(config: SmtpConfig, local_hostname: str) -> SmtpConnec
             except SMTPResponseException as err:
                 raise _refused(err) from None
             except (ssl.SSLError, ssl.CertificateError):
-                raise Definite("tls_failed", "temporary") from None
+                raise Definite("tls_failed", "temporary", unreachable=True) from None
             await _greet(smtp)  # RFC 3207 4.2: forget what was learnt before TLS
         if config.username is not None:
             try:
@@ -292,10 +323,10 @@ async def open_connection(config: SmtpConfig, local_hostname: str) -> SmtpConnec
         raise
     except (SMTPServerDisconnected, ConnectionError, OSError):
         smtp.close()
-        raise Definite("connection_lost", "temporary") from None
+        raise Definite("connection_lost", "temporary", unreachable=True) from None
     except SMTPTimeoutError:
         smtp.close()
-        raise Definite("timeout", "temporary") from None
+        raise Definite("timeout", "temporary", unreachable=True) from None
     except SMTPException:  # e.g. no AUTH mechanism in common with the server
         smtp.close()
         raise Definite("auth_not_offered", "temporary") from None
