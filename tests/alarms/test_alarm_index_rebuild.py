@@ -17,6 +17,7 @@ import pytest
 
 import actors_for_tests as afs
 from actors_for_tests import Scratch
+from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.node import Node
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.runtime import scan as scan_module
@@ -138,3 +139,54 @@ async def test_a_stop_during_the_rebuild_leaves_it_incomplete_and_the_next_start
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
         assert rt.node.alarm_book.pending_count == 3
     assert not (tmp_path / "alarms.sqlite.incomplete").exists()
+
+
+@pytest.mark.anyio
+async def test_a_node_serves_before_its_index_is_read_and_its_alarms_fire_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AL-4 (a start that does not grow with the alarms): on the system clock the index's rows
+    are read in a worker thread; while that read is held the node answers calls, and a key
+    deleted meanwhile (its actor's alarm cleared) does not come back from the rows read; once
+    read, the overdue alarms fire, each once."""
+    clock = SystemClock()
+    async with TestRuntime(tmp_path, start_ms=clock.now_ms() - 2 * DAY,
+                           objects=afs.ALL_OBJECTS) as rt:
+        ids = [await afs.new_scratch(rt, f"s{i}", alarm_at=clock.now_ms() - DAY + i)
+               for i in range(3)]
+    hold, held = threading.Event(), threading.Event()
+    real_read = AlarmIndex.read
+
+    def held_read(path: Path) -> dict[tuple[str, str], int]:
+        rows = real_read(path)  # read before the request below: its row is the old one
+        held.set()
+        hold.wait(GUARD_S)
+        return rows
+
+    monkeypatch.setattr(AlarmIndex, "read", staticmethod(held_read))
+    fired = anyio.Event()
+
+    async def seen(actor: Scratch, info: AlarmInfo) -> None:
+        if len(afs.ALARM_LOG) == 2:
+            fired.set()
+
+    for oid in ids:
+        afs.ALARM_HOOKS[oid] = seen
+    node = _node(tmp_path)
+    await node.start()
+    try:
+        with anyio.fail_after(GUARD_S):
+            await anyio.to_thread.run_sync(held.wait)
+        assert node.alarm_book.pending_count == 0 and node.alarm_book.is_scanning
+        await afs.new_scratch(node, "fresh")
+        await afs.scratch(node, ids[0], afs.SetAlarm(at_ms=None))
+        hold.set()
+        with anyio.fail_after(GUARD_S):
+            await fired.wait()
+        assert sorted(s.object_id for s in afs.ALARM_LOG) == sorted(ids[1:])
+        assert ("scratch", ids[0]) not in node.alarm_book.entries
+        node.scheduler.flush_index()
+        assert node.alarm_book.index is not None
+        assert ("scratch", ids[0]) not in node.alarm_book.index.load()
+    finally:
+        hold.set()
+        await node.stop()

@@ -84,34 +84,52 @@ class AlarmBook:
             self.push(at, key)
 
     def scanning(self) -> None:
-        """A scan of the actor files has started (the index opened incomplete): remember which
-        keys change until ``merge_scanned``."""
+        """The node serves before it knows every alarm (its index's rows are read, or the actor
+        files scanned, in the background): remember which keys change until ``merge_found``'s
+        last call, so that what is read cannot overwrite a newer truth."""
         self._touched = set()
 
     @property
     def is_scanning(self) -> bool:
         return self._touched is not None
 
-    def merge_scanned(self, found: dict[Key, int]) -> int:
-        """Add what the scan found to the book and the index (one transaction), except keys the
-        book knows (from the index, or changed since the scan began: newer than what it read).
-        A key deleted meanwhile may come back from the scan: a wake for nothing, which the host
-        ignores. Returns how many were added; raises what the index's write raised, after the
-        book took them."""
-        touched, self._touched = self._touched or set(), None
-        added = {key: at for key, at in found.items()
-                 if key not in touched and key not in self.entries}
-        if not added:
-            return 0
+    def merge_found(self, found: dict[Key, int], *, indexed: bool, last: bool) -> int:
+        """Add alarms read in the background to the book, except keys the book knows or that
+        changed since the reading began (newer than what it read). ``indexed``: they are the
+        index's own rows (nothing to write); else a scan of the actor files found them, and they
+        are written to the index (one transaction). A key deleted meanwhile may come back from
+        a scan: a wake for nothing, which the host ignores. ``last``: nothing more will be read.
+        Returns how many were added; raises what the index's write raised, after the book took
+        them (the index then stays incomplete)."""
+        touched = self._touched or set()
+        if last:
+            self._touched = None
+        entries = self.entries
+        added = {key: at for key, at in found.items() if key not in touched and key not in entries}
+        if indexed:
+            for key in touched.intersection(found):
+                # Changed while the rows were read: the index holds the row read unless the change
+                # wrote it (``before_commit``); a later time or a deletion still has to reach it.
+                if key not in self._indexed:
+                    self._indexed[key] = found[key]
+                    e = entries.get(key)
+                    now_at = None if e is None else e.at
+                    if now_at != found[key]:
+                        self._lazy[key] = now_at
+            self._indexed.update(added)
         for key, at in added.items():
-            self.entries[key] = Entry(at)
-            self.push(at, key)
-        self.wake_if_before(min(added.values()))
-        assert self.index is not None, "a scan merged before the node opened its index"
-        # Last: if the index cannot take them (a full disk), the book still fires them, and the
-        # index stays marked incomplete, so the next start scans again.
-        self.index.apply(added)
-        self._indexed.update(added)
+            entries[key] = Entry(at)
+        seq = self._seq
+        self._heap.extend((at, next(seq), key) for key, at in added.items())
+        heapq.heapify(self._heap)
+        if added:
+            self.wake_if_before(min(added.values()))
+        if added and not indexed:
+            assert self.index is not None, "a scan merged before the node opened its index"
+            # Last: if the index cannot take them (a full disk), the book still fires them, and
+            # the index stays marked incomplete, so the next start scans again.
+            self.index.apply(added)
+            self._indexed.update(added)
         return len(added)
 
     def sink(self, key: Key) -> _Sink:

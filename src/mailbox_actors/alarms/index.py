@@ -31,9 +31,23 @@ class AlarmIndex:
                            "object_id TEXT NOT NULL, at_ms INTEGER NOT NULL, "
                            "PRIMARY KEY (namespace, object_id)) WITHOUT ROWID")
 
+    def quick_check(self) -> str | None:
+        """None if SQLite's quick check finds the file sound, else what it found."""
+        rows = self._conn.execute("PRAGMA quick_check").fetchall()
+        return None if rows == [("ok",)] else str(rows[0][0])[:200]
+
     def load(self) -> dict[Key, int]:
-        return {(ns, oid): at for ns, oid, at in
-                self._conn.execute("SELECT namespace, object_id, at_ms FROM alarms")}
+        return _rows(self._conn)
+
+    @staticmethod
+    def read(path: Path) -> dict[Key, int]:
+        """Every row, read on a connection of its own (a worker thread's, while the node's
+        connection writes: WAL readers see the last commit)."""
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+        try:
+            return _rows(conn)
+        finally:
+            conn.close()
 
     def put(self, key: Key, at_ms: int) -> None:
         """Durable before it returns (an autocommit statement)."""
@@ -72,3 +86,8 @@ class AlarmIndex:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _rows(conn: sqlite3.Connection) -> dict[Key, int]:
+    return {(ns, oid): at for ns, oid, at in
+            conn.execute("SELECT namespace, object_id, at_ms FROM alarms")}

@@ -28,6 +28,7 @@ from mailbox_actors.bench.http_figures import HTTP_FIGURES, http_figures
 from mailbox_actors.bench.inbound_figures import INBOUND_FIGURES, inbound_figures
 from mailbox_actors.bench.post_figures import POST_FIGURES, post_figures
 from mailbox_actors.bench.postgres_figures import POSTGRES_FIGURES, postgres_figures
+from mailbox_actors.bench.restart_figures import RESTART_FIGURES, restart_figures
 from mailbox_actors.bench.runtime_figures import cold_activation, state_changes
 from mailbox_actors.bench.search_figures import SEARCH_FIGURES, search_figures
 from mailbox_actors.bench.smtp_figures import SMTP_FIGURES, smtp_figures
@@ -61,6 +62,11 @@ async def _burst(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[
     return await burst_figures(work, sizes, progress)
 
 
+async def _restart(work: Path, sizes: Sizes, progress: Progress, _want: frozenset[str],
+                   _errors: list[str]) -> list[Figure]:
+    return await restart_figures(work, sizes, progress)
+
+
 # group -> (the figures it yields, how to measure them)
 GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "state": (("state_changes_per_s", "raw_sqlite_tx_per_s"), _state),
@@ -68,6 +74,7 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "start": (START_FIGURES, _start),  # fresh processes (issue 15)
     "tickers": (TICKER_FIGURES, tickers),
     "burst": (BURST_FIGURES, _burst),  # alarms due at one instant on open actors (issue 28)
+    "restart": (RESTART_FIGURES, _restart),  # serve restarted on 0-100,000 actors (issue 28)
     "http": (HTTP_FIGURES, http_figures),  # servers in child processes (issue 3)
     "events": (EVENT_FIGURES, event_figures),  # a local cluster and a webhook receiver (issue 4)
     # the shared state on PostgreSQL beside the SQLite files, one server of its own (issue 23)

@@ -52,9 +52,13 @@ FIGURES: tuple[str, ...] = (
     "memory_per_evicted_actor_bytes",
     "memory_per_active_actor_bytes",
     "rss_after_eviction_bytes",
+    "request_p99_during_alarm_burst_ms",
+    "request_p99_idle_ms",
     "alarm_burst_per_s",
     "raw_burst_tx_per_s",
     "alarm_burst_lateness_p99_ms",
+    *(f"serve_restart_{label}_{how}_ms" for label in ("0", "10k", "100k")
+      for how in ("clean", "killed")),
 )
 
 
@@ -142,6 +146,8 @@ class Sizes(msgspec.Struct, frozen=True, kw_only=True):
     memory_active: int  # actors opened and kept open
     max_active: int  # the node's bound on open actors while alarms fire
     burst_actors: int  # open actors whose alarms are due at one instant (the burst figures)
+    # Actors on disk for the restart figures, named 0, 10k and 100k (a tiny run uses fewer).
+    restart_actors: tuple[int, int, int] = (0, 10_000, 100_000)
 
 
 QUICK = Sizes(name="quick", rounds=7, state_calls=4_000, cold_actors=300, cold_rows=3,
@@ -155,7 +161,7 @@ FULL = Sizes(name="full", rounds=9, state_calls=10_000, cold_actors=3_000, cold_
 TINY = Sizes(name="tiny", rounds=2, state_calls=30, cold_actors=8, cold_rows=3,
              alarm_actors=200, alarm_rate=10_000, paced_alarm_s=0.5, alarm_batch_ms=1,
              alarm_lead_ms=300, alarm_phase_s=20, raw_alarm_sample=20, memory_active=20,
-             max_active=50, burst_actors=20)
+             max_active=50, burst_actors=20, restart_actors=(0, 10, 20))
 
 
 class Progress:

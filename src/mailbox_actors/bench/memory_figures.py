@@ -133,10 +133,12 @@ async def evicted_memory(data: Path, empty: Path, n: int, cls: type[Actor], prog
         tracemalloc.start()
     try:
         probe = Probe()
-        async with Node(RuntimeSettings(data_dir=str(empty)), objects=(cls,)):
+        async with Node(RuntimeSettings(data_dir=str(empty)), objects=(cls,)) as node:
+            await node.alarms_loaded.wait()
             base = probe.delta()
         probe.reset()
         async with Node(RuntimeSettings(data_dir=str(data)), objects=(cls,)) as node:
+            await node.alarms_loaded.wait()  # read in the background after the start
             full = probe.delta()
             assert node.scheduler is not None
             held, active = node.scheduler.pending_count, node.host.active_count

@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from mailbox_actors.bench.actors import REARM_MS, BenchTicker, TickInit, ticker_name
+from mailbox_actors.bench.actors import REARM_MS, BenchTicker, TickInit, TickRead, ticker_name
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
 from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
 from mailbox_actors.node import Node
@@ -38,7 +38,8 @@ FIRST_ALARM_AFTER_MS = 10 * 86_400_000
 TICKER_FIGURES = ("alarms_fired_per_s", "raw_open_write_close_per_s",
                   "activations_per_fired_alarm", "alarm_lateness_p99_ms",
                   "alarm_lateness_overload_p99_ms", "memory_per_evicted_actor_bytes",
-                  "memory_per_active_actor_bytes", "rss_after_eviction_bytes")
+                  "memory_per_active_actor_bytes", "rss_after_eviction_bytes",
+                  "request_p99_during_alarm_burst_ms", "request_p99_idle_ms")
 
 
 class ShiftedClock(SystemClock):
@@ -115,6 +116,7 @@ async def make_population(work: Path, sizes: Sizes, progress: Progress,
     progress.say(f"alarms: first node start scans the {n:,} files for alarms")
     async with Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,),
                     progress=lambda text: progress.tick("  {}", text)) as node:
+        await node.alarms_loaded.wait()
         assert node.scheduler is not None
         if node.scheduler.pending_count != n:
             raise RuntimeError(f"expected {n} alarms, the node found "
@@ -174,10 +176,26 @@ async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
     return lateness, fired, done
 
 
+_STREAM_PAUSE_S = 0.002  # a request stream's pause between one answer and its next request
+
+
+async def _request_stream(node: Node, latencies: list[float], until: anyio.Event) -> None:
+    """One caller's requests (a read of ticker 0), one after another, until ``until``: each
+    one's milliseconds from call to answer into ``latencies``."""
+    oid = node.id_from_name(NS, ticker_name(0))
+    while not until.is_set():
+        t = time.perf_counter()
+        await node.call(NS, oid, TickRead(), tenant_id=TENANT)
+        latencies.append((time.perf_counter() - t) * 1000)
+        await anyio.sleep(_STREAM_PAUSE_S)
+
+
 async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
+                      stream: tuple[list[float], list[float]] | None = None,
                       ) -> tuple[float, int, bool, int]:
     """Every alarm overdue when the node starts; returns (fired/s, fired, all fired,
-    activations)."""
+    activations). With ``stream``, a request stream runs during the burst and as long again
+    after it, when nothing is due (its latencies: during, idle)."""
     n = sizes.alarm_actors
     progress.say(f"alarms: throughput, {n:,} alarms overdue at start "
                  f"(stops after {sizes.alarm_phase_s:g} s)")
@@ -190,9 +208,21 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
         sched = node.scheduler
         assert sched is not None
         t0, before, opened = time.perf_counter(), sched.fired, node.host.activations
-        t1, done = await _wait_fired(node, n, sizes.alarm_phase_s, progress, "throughput")
+        async with anyio.create_task_group() as tg:
+            ended = anyio.Event()
+            if stream is not None:
+                tg.start_soon(_request_stream, node, stream[0], ended)
+            t1, done = await _wait_fired(node, n, sizes.alarm_phase_s, progress, "throughput")
+            ended.set()
         fired = sched.fired - before
         activations = node.host.activations - opened
+        if stream is not None:  # as long again, idle: every alarm is a day away now
+            BenchTicker.yield_after = None
+            idle = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_request_stream, node, stream[1], idle)
+                await anyio.sleep(min(t1 - t0, 10.0))
+                idle.set()
     finally:
         await node.stop()
         BenchTicker.yield_after = None
@@ -305,7 +335,8 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
     threads = _settings(data, sizes).file_threads
     single = _raw_rates(paths[:quarter], progress)
     pooled = _raw_rates(paths[quarter:half], progress, threads)
-    per_s, fired, done, activations = await _throughput(data, first, sizes, progress)
+    stream: tuple[list[float], list[float]] = ([], [])
+    per_s, fired, done, activations = await _throughput(data, first, sizes, progress, stream)
     single += _raw_rates(paths[half:half + quarter], progress)
     pooled += _raw_rates(paths[half + quarter:], progress, threads)
     raw = max(median(single), median(pooled))
@@ -326,6 +357,14 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
                     "sqlite3.connect, WAL, synchronous=NORMAL, the log kept on close "
                     "(NO_CKPT_ON_CLOSE, as the runtime sets it), one write transaction, close; "
                     "not locking_mode=EXCLUSIVE, which the runtime cannot use (ADR 0012)"),
+        figure("request_p99_during_alarm_burst_ms", percentile(stream[0], 99), "ms",
+               goal=Goal("ratio_at_most", 3), limit=percentile(stream[1], 99),
+               note=f"one caller's reads of an actor, one after another with "
+                    f"{_STREAM_PAUSE_S * 1000:g} ms between, in process, while the {scale} fire "
+                    f"({len(stream[0]):,} requests); the limit is the same stream's p99 on the "
+                    f"same node once every alarm had fired ({len(stream[1]):,} requests)"),
+        figure("request_p99_idle_ms", percentile(stream[1], 99), "ms",
+               note="the request stream's p99 with no alarm due (the limit above)"),
         figure("activations_per_fired_alarm", activations / max(1, fired), "activations",
                goal=Goal("below", 1.05),
                note=f"files opened by the node per alarm fired in the throughput phase "
@@ -360,7 +399,8 @@ async def tickers(work: Path, sizes: Sizes, progress: Progress, want: frozenset[
                                                                        progress, scale)),
         # The capacity is measured whenever the lateness within it is wanted.
         ({"alarms_fired_per_s", "raw_open_write_close_per_s", "activations_per_fired_alarm",
-          "alarm_lateness_p99_ms"}, throughput),
+          "alarm_lateness_p99_ms", "request_p99_during_alarm_burst_ms", "request_p99_idle_ms"},
+         throughput),
         ({"alarm_lateness_p99_ms"}, paced),
         ({"memory_per_active_actor_bytes", "rss_after_eviction_bytes"}, lambda: active_memory(
             data, min(sizes.memory_active, n // 2), progress)),

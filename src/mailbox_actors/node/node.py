@@ -8,6 +8,8 @@ Every collaborator is made here, once, and handed to whoever uses it. It holds n
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import sqlite3
 import threading
@@ -22,8 +24,9 @@ import msgspec
 import structlog
 
 from mailbox_actors.alarms.book import AlarmBook
+from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.scheduler import AlarmScheduler
-from mailbox_actors.node.alarm_index import finish_scan, open_alarm_index
+from mailbox_actors.node.alarm_index import finish_scan, mark_incomplete, open_alarm_index
 from mailbox_actors.node.forwarding import Forwarding, Peers
 from mailbox_actors.node.mail import transport_from_settings
 from mailbox_actors.node.shared_state import open_shared_state, shared_state
@@ -139,6 +142,9 @@ class Node:
         # Set when a background loop (alarms, eviction, a queue consumer) ended with an error:
         # the node can no longer keep its promises, so whoever runs it should stop it.
         self.failed = anyio.Event()
+        # Set once every alarm is known: the index's rows read (and a scan merged, when the index
+        # was incomplete). On the system clock this comes after start() returns.
+        self.alarms_loaded = anyio.Event()
         self.failure: str | None = None
         self._describe_metrics()
 
@@ -160,28 +166,30 @@ class Node:
                 self.settings.path / "alarms.sqlite",
                 durability_full=self.settings.durability == Durability.FULL,
                 now_ms=self.clock.now_ms, say=self._say)
-            alarms = opened.alarms
-            self.alarm_book.open(opened.index, alarms)
-            if not opened.complete:
-                self.alarm_book.scanning()
+            # The index's rows (and a scan, when it is incomplete) are read below: before serving
+            # on a FakeClock, in the background on the system clock (a start does not grow with
+            # the alarms; those due meanwhile fire late, never not at all).
+            self.alarm_book.open(opened.index, {})
+            self.alarm_book.scanning()
             await self._open_control()
-            now = self.clock.now_ms()
-            overdue = sum(1 for at in alarms.values() if at <= now)
             if self.settings.id_secret == DEFAULT_ID_SECRET and isinstance(self.clock, SystemClock):
                 # OPS-8: anyone who reads the source can mint ids under the built-in secret.
                 self.log.warning("id_secret_builtin", advice="set RuntimeSettings(id_secret=...) "
                                  "(serve and cluster generate one per data directory)")
-            self.log.info("node_started", node=self.settings.node_name,
-                          data_dir=str(self.settings.path), alarms_pending=len(alarms),
-                          alarms_overdue=overdue)
             # The clock takes the timed work: the loops it answers with run here (a FakeClock
             # answers none: its advance() steps the work).
             loops = [(name, loop) for name, w in self._timed_work()
                      if (loop := self.clock.loop_for(w)) is not None]
-            if not opened.complete and not loops:  # a FakeClock's node: scanned before serving
-                self._merge_scan(self.host.scan_alarms(self._scan_progress))
-            elif not opened.complete:  # served meanwhile; alarms due before it is done are late
-                loops.append(("alarm_index_rebuild", self._rebuild_index))
+            if loops:
+                loops.append(("alarm_index_load", functools.partial(
+                    self._load_alarms_in_background, opened.complete)))
+            else:
+                self._load_alarms(opened.complete)
+            self.log.info("node_started", node=self.settings.node_name,
+                          data_dir=str(self.settings.path),
+                          alarms_pending=self.alarm_book.pending_count,
+                          alarms_overdue=self._overdue(),
+                          alarms_loading=self.alarm_book.is_scanning)
             if loops:
                 self._tg = anyio.create_task_group()
                 await self._tg.__aenter__()
@@ -291,9 +299,38 @@ class Node:
                 self.failure = f"{name} failed ({type(e).__name__})"
             self.failed.set()
 
-    async def _rebuild_index(self) -> None:
-        """Scan the actor files in a worker thread (SQLite releases the GIL while it reads) and
-        merge what it finds into the book and the index (AL-4)."""
+    def _load_alarms(self, complete: bool) -> None:
+        """Every alarm of the index, and of a scan when it is incomplete, before serving."""
+        book = self.alarm_book
+        assert book.index is not None
+        book.merge_found(book.index.load(), indexed=True, last=complete)
+        if not complete:
+            self._merge_scan(self.host.scan_alarms(self._scan_progress))
+        self.alarms_loaded.set()
+
+    async def _load_alarms_in_background(self, complete: bool) -> None:
+        """The index's rows read on a connection of a worker thread, merged on the loop; then,
+        when it is incomplete, the actor files scanned there (SQLite releases the GIL while it
+        reads) and merged into the book and the index (AL-4)."""
+        book = self.alarm_book
+        assert book.index is not None
+        path = book.index.path
+        try:
+            rows = await anyio.to_thread.run_sync(AlarmIndex.read, path, abandon_on_cancel=True)
+        except sqlite3.DatabaseError as e:  # damage the quick check did not see: scan instead
+            if isinstance(e, sqlite3.OperationalError):
+                raise
+            self.log.warning("alarm_index_unreadable", error=type(e).__name__,
+                             action="scanning the actor files")
+            mark_incomplete(path)
+            rows, complete = {}, False
+        book.merge_found(rows, indexed=True, last=complete)
+        gc.freeze()  # what the scheduler's loop froze at its start, the alarms joined since
+        self.log.info("alarm_index_loaded", alarms_pending=book.pending_count,
+                      alarms_overdue=self._overdue())
+        if complete:
+            self.alarms_loaded.set()
+            return
         stop = threading.Event()
         try:
             found = await anyio.to_thread.run_sync(self.host.scan_alarms, self._scan_progress,
@@ -301,6 +338,11 @@ class Node:
         finally:
             stop.set()  # a node stopped meanwhile: the thread ends at its next file
         self._merge_scan(found)
+        self.alarms_loaded.set()
+
+    def _overdue(self) -> int:
+        now = self.clock.now_ms()
+        return sum(1 for e in self.alarm_book.entries.values() if e.at <= now)
 
     def _scan_progress(self, n: int) -> None:
         self._say(f"scanning actor files for alarms: {n} so far")
@@ -308,7 +350,7 @@ class Node:
     def _merge_scan(self, found: dict[tuple[str, str], int]) -> None:
         book = self.alarm_book
         try:
-            added = book.merge_scanned(found)
+            added = book.merge_found(found, indexed=False, last=True)
             assert book.index is not None
             finish_scan(book.index)
         except (sqlite3.Error, OSError) as e:  # a full disk: fired anyway, scanned again next start

@@ -1,0 +1,149 @@
+"""The restart figures (PERF, section 12): ``serve`` from spawn to its first answer with 0, 10,000
+and 100,000 actors on disk, after a clean stop and after SIGKILL.
+
+A node's start must not grow with its data: it reads its alarm index (one row per actor holding an
+alarm) and serves; it opens no actor file. Each population is ``BenchTicker`` files, copied from
+one made through the runtime, each holding an alarm ten days ahead, and the index that lists them
+(written directly: the figure is a restart, not the first start that scans). Each round starts
+``serve`` on each population twice: after a clean stop (SIGTERM), timed, then killed with SIGKILL
+once it answered; then after that SIGKILL, timed, then stopped cleanly. The limit is the runtime
+libraries' start (``start_figures``' floor), measured alternating with them; every side runs in
+the installation's environment, as ``start_figures`` explains.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from mailbox_actors.alarms.index import AlarmIndex
+from mailbox_actors.bench.actors import BenchTicker, TickInit, ticker_name
+from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median
+from mailbox_actors.bench.start_figures import _FLOOR, _env, _serve, _stop, _timed, first_answer
+from mailbox_actors.bench.start_install import installed_python
+from mailbox_actors.bench.ticker_figures import NS, TENANT
+from mailbox_actors.node import Node
+from mailbox_actors.runtime.settings import RuntimeSettings
+
+__all__ = ["RESTART_FIGURES", "restart_figures"]
+
+LABELS = ("0", "10k", "100k")  # Sizes.restart_actors, in this order
+RESTART_FIGURES = tuple(f"serve_restart_{label}_{how}_ms"
+                        for label in LABELS for how in ("clean", "killed"))
+# Targets (PERF): within 1.5x of the floor with no actors, 1.7x with 100,000.
+_GOALS = {"0": 1.5, "100k": 1.7}
+_TEN_DAYS_MS = 10 * 86_400_000
+
+
+async def _population(data: Path, n: int, progress: Progress) -> None:
+    """``n`` BenchTicker files under ``data`` and the alarm index listing them."""
+    data.mkdir(parents=True)  # noqa: ASYNC240 - setting up, nothing else runs
+    if n == 0:
+        return
+    tpl = data.parent / f"{data.name}-template"
+    at = time.time_ns() // 1_000_000 + _TEN_DAYS_MS
+    async with Node(RuntimeSettings(data_dir=str(tpl)), objects=(BenchTicker,)) as node:
+        oid = node.id_from_name(NS, "template")
+        await node.call(NS, oid, TickInit(alarm_at_ms=at), tenant_id=TENANT)
+        source = node.host.path_for(NS, oid)
+    with sqlite3.connect(source) as conn:  # the log folded in: one file to copy
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    progress.say(f"restart: copying it to {n:,} actors")
+    target = Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,))  # not started
+    alarms: dict[tuple[str, str], int] = {}
+    made: set[Path] = set()
+    for i in range(n):
+        oid = target.id_from_name(NS, ticker_name(i))
+        dest = target.host.path_for(NS, oid)
+        if dest.parent not in made:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            made.add(dest.parent)
+        shutil.copyfile(source, dest)
+        alarms[(NS, oid)] = at
+        progress.tick("  copied {:,}/{:,}", i + 1, n)
+    index = AlarmIndex(data / "alarms.sqlite")
+    index.apply(alarms)
+    index.close()
+    shutil.rmtree(tpl)
+
+
+def _timed_restart(python: str, data: Path, env: dict[str, str], then: signal.Signals) -> float:
+    """Milliseconds from spawning ``serve`` on ``data`` to its first answer; then it is ended
+    with ``then`` (SIGKILL: the next start is one after a crash)."""
+    t = time.perf_counter()
+    proc, url = _serve(python, data, env)
+    try:
+        first_answer(url)
+        ms = (time.perf_counter() - t) * 1000
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if then == signal.SIGKILL:
+        proc.kill()
+        assert proc.stdout is not None
+        proc.stdout.read()
+        proc.wait()
+    else:
+        _stop(proc)
+    return ms
+
+
+async def restart_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Figure]:
+    python = await anyio.to_thread.run_sync(installed_python, work / "installed")
+    env = _env(work)
+    counts = dict(zip(LABELS, sizes.restart_actors, strict=True))
+    for label, n in counts.items():
+        progress.say(f"restart: a data directory with {n:,} actors holding alarms")
+        await _population(work / f"n{label}", n, progress)
+    rounds = max(3, sizes.rounds // 2)
+    progress.say(f"restart: {rounds} rounds of serve started on each, after a clean stop and "
+                 "after SIGKILL, alternating with the runtime libraries' start")
+    sides: list[tuple[str, Callable[..., float], tuple[object, ...]]] = [
+        ("floor", _timed, ([python, *_FLOOR], env))]
+    for label in counts:
+        data = work / f"n{label}"
+        sides.append((f"{label}_clean", _timed_restart, (python, data, env, signal.SIGKILL)))
+        sides.append((f"{label}_killed", _timed_restart, (python, data, env, signal.SIGTERM)))
+    # Warm-up (tokens, the control database, compiled bytecode, the OS's caches): a clean start
+    # and a killed one on each, so the first timed "clean" start follows a clean stop.
+    await anyio.to_thread.run_sync(_timed, [python, *_FLOOR], env)
+    for label in counts:
+        for then in (signal.SIGKILL, signal.SIGTERM):
+            await anyio.to_thread.run_sync(_timed_restart, python, work / f"n{label}", env, then)
+    ms: dict[str, list[float]] = {name: [] for name, _, _ in sides}
+    for r in range(rounds):
+        # The floor takes each place in turn; each population's pair stays in order (clean,
+        # then killed), as the pair is what makes the second start one after SIGKILL.
+        pairs = list(range(1, len(sides)))
+        spot = 2 * (r % (len(counts) + 1))
+        for i in [*pairs[:spot], 0, *pairs[spot:]]:
+            name, fn, args = sides[i]
+            ms[name].append(await anyio.to_thread.run_sync(fn, *args))
+    floor = median(ms["floor"])
+    out = []
+    for label, n in counts.items():
+        for how, after in (("clean", "a clean stop (SIGTERM)"), ("killed", "SIGKILL")):
+            value = median(ms[f"{label}_{how}"])
+            note = (f"median of {rounds} `serve` starts on a data directory with {n:,} actors "
+                    f"holding alarms (their index listing them), after {after}, from spawn to "
+                    f"/healthz answered after it says it listens; the limit is the runtime "
+                    f"libraries' start ({floor:.0f} ms, median of {rounds}, alternating); in an "
+                    "installation's environment")
+            goal = _GOALS.get(label)
+            if goal is None:
+                out.append(Figure(figure=f"serve_restart_{label}_{how}_ms", value=value,
+                                  unit="ms", limit=floor, ratio=value / floor,
+                                  target="no target (limit: the runtime libraries' start)",
+                                  note=note))
+            else:
+                out.append(figure(f"serve_restart_{label}_{how}_ms", value, "ms",
+                                  goal=Goal("ratio_at_most", goal), limit=floor, note=note))
+    return out
