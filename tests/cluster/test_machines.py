@@ -13,12 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from machines_proc import SECRET, TOKEN, MachineProc, env, holders, slots_cmd, wait_for
 from mailbox_actors.cluster.slots import slot_of
 from mailbox_actors.core.actor_ids import id_from_name, namespace_key
 from mailbox_actors.node.forwarding import FORWARDED_HEADER
+from mailbox_actors.rpc import Client
+from mailbox_actors.wire.quota import QuotaStatus
 
 pytestmark = pytest.mark.slow
 
@@ -101,6 +104,18 @@ def test_cl6_cl12_three_machines_route_every_id_to_its_slot_holder(
     assert out["err"]["code"] == "unavailable" and out["err"]["retryable"]
     assert out["err"]["details"] == {"slot": slot, "epoch": 1}
     assert not (other.volumes / f"slot-{slot}").exists()
+    # A Client learns the map from any machine and calls each holder directly.
+    async def by_client() -> None:
+        async with await Client.from_cluster(ms[2].url, TOKEN) as client:
+            for t in tenants:
+                oid = _qid(t)
+                holder = f"m{slot_of(SLOTS, 'tenant_quota', oid) % 3 + 1}"
+                assert client.owner_url("tenant_quota", oid) == next(
+                    m.url for m in ms if m.name == holder)
+                got = await client.call("tenant_quota", oid, QuotaStatus(), tenant_id=t)
+                assert got["per_minute"] == 100
+
+    anyio.run(by_client)
     # status from PostgreSQL: machines, slots, epochs, lease ages.
     shown = slots_cmd(pg_dsn, "status")
     assert shown.returncode == 0, shown.stderr

@@ -189,6 +189,20 @@ async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl:
         with anyio.CancelScope(shield=True):
             await machine.table.close()
         raise
+    door = None
+    if cfg.smtp_listen_port is not None:
+        from mailbox_actors.cluster.machine_door import MachineDoor  # aiosmtpd: only with a door
+
+        door = MachineDoor(app[0], tokens.cluster,
+                           max_message_bytes=cfg.inbound_max_message_bytes)
+        try:
+            smtp_port = await door.start(cfg.host, cfg.smtp_listen_port)
+        except OSError as e:
+            await machine.stop()
+            await server.stop()
+            raise SettingsError(f"cannot listen for SMTP on {cfg.host}:"
+                                f"{cfg.smtp_listen_port}: {e.strerror or e}") from None
+        print(f"{name}: SMTP door on {cfg.host}:{smtp_port}", flush=True)
     print(f"{name}: listening on {url} (pid {os.getpid()}), volumes in {volumes}, "
           f"slot_failover {machine.policy}, {machine.slot_count} slots, holding "
           f"{sorted(machine.hosts)}", flush=True)
@@ -201,6 +215,8 @@ async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl:
             tg.cancel_scope.cancel()
     finally:
         print(f"{name}: stopping (draining its slots)", flush=True)
+        if door is not None:
+            await door.stop()
         await machine.stop()
         await server.stop()
     print(f"{name}: stopped", flush=True)

@@ -76,6 +76,46 @@ class Client:
         self.id_timeout_s = id_timeout_s if request_timeout_s is None else min(
             id_timeout_s, request_timeout_s)
         self._pool = HttpPool()
+        # Many machines (CL-12): slot k's holder's URL from GET /cluster (None: one machine or a
+        # local cluster, routed by the node list).
+        self._slot_names: tuple[str, ...] = ()
+        self._slot_urls: list[str | None] | None = None
+
+    @classmethod
+    async def from_cluster(cls, url: str, token: str, **kw: Any) -> Client:
+        """A client of a cluster on many machines: it routes each id to its slot's holder by the
+        map ``GET /cluster`` gives on any machine (CL-12), reread when a call finds it stale. It
+        never needs the database's credentials."""
+        client = cls([("entry", url)], token, **kw)
+        try:
+            await client.refresh_map()
+        except BaseException:
+            await client.aclose()
+            raise
+        return client
+
+    async def refresh_map(self) -> None:
+        """Read the slot map again from any machine that answers (CL-12)."""
+        last: Exception | None = None
+        for base in list(self.urls):
+            try:
+                status, body = await self._pool.request(base, "GET", "/cluster", self._auth, b"",
+                                                        timeout_s=self.id_timeout_s)
+            except (OSError, ConnectionError, TimeoutError) as e:
+                last = e
+                continue
+            if status != 200:
+                raise self._error_from(status, body, None)
+            doc = json.loads(body)
+            machines = doc.get("machines") or {}
+            if machines:
+                self.names = list(machines)
+                self.urls = [str(u).rstrip("/") for u in machines.values()]
+            self._slot_names = tuple(f"slot-{k}" for k in range(int(doc["slots"])))
+            self._slot_urls = [row.get("url") for row in doc["map"]]
+            return
+        raise RpcError(ErrorCode.UNAVAILABLE, "no machine answered GET /cluster",
+                       details={"tried": len(self.urls), "error": type(last).__name__})
 
     @classmethod
     def from_data_dir(cls, data_dir: str | Path, *, env: Mapping[str, str] | None = None,
@@ -109,6 +149,10 @@ class Client:
         await self._pool.aclose()
 
     def owner_url(self, namespace: str, object_id: str) -> str:
+        slot_urls = self._slot_urls
+        if slot_urls is not None:  # many machines: the slot's holder, else any machine
+            url = slot_urls[owner_index(self._slot_names, namespace, object_id)]
+            return url.rstrip("/") if url else self.urls[secrets.randbelow(len(self.urls))]
         return self.urls[owner_index(self.names, namespace, object_id)]
 
     # ---- ids -------------------------------------------------------------------------------
@@ -196,6 +240,12 @@ class Client:
                 return err
             if not (retry_ok and err.code.retryable and attempt < self.max_attempts):
                 raise err
+            if self._slot_urls is not None and err.code == ErrorCode.UNAVAILABLE:
+                try:  # a stale map costs this one unavailable (CL-12)
+                    await self.refresh_map()
+                except RpcError:
+                    pass
+                url = self.owner_url(namespace, object_id)
             delay = exponential_delay_ms(attempt, 50, 2_000, 0.5, self.rng.random())
             if err.code == ErrorCode.RATE_LIMITED and err.details:
                 delay = max(delay, int(err.details.get("retry_after_ms", 0)))
