@@ -224,3 +224,27 @@ def test_cl8_a_machine_with_another_s_secret_or_dsn_exits_2_naming_the_setting(
     text = refused(second)
     assert first.proc is not None and f"pid {first.proc.pid}" in text, text
     assert env()["MAILBOX_ACTORS_ID_SECRET"] == SECRET
+
+
+def test_cl14_shared_the_new_holder_fires_the_slots_overdue_alarms(
+        pg_dsn: str, tmp_path: Path, stop_all: list[MachineProc]) -> None:
+    made = slots_cmd(pg_dsn, "create", "--slots", "2", "--machines", "m1,m2",
+                     "--slot-failover", "shared")
+    assert made.returncode == 0, made.stderr
+    support = str(Path(__file__).parents[1] / "support")
+    objects = ("--objects", "actors_for_tests:Scratch")
+    ms = [MachineProc(pg_dsn, n, tmp_path / "volumes", tmp_path, extra=objects,
+                      extra_env={"PYTHONPATH": support}) for n in ("m1", "m2")]
+    stop_all += ms
+    for m in ms:
+        m.wait_listening()
+        wait_for(lambda m=m: holders(m) == ["m1", "m2"], f"homes held ({m.name})")
+    key = namespace_key("scratch", SECRET.encode())
+    oid = next(i for n in range(50) if slot_of(2, "scratch", i := id_from_name(key, f"a{n}")) == 1)
+    due = int(time.time() * 1000) + 1500
+    assert "ok" in _rpc(ms[0].url, "scratch", oid, {"op": "init", "alarm_at": due}, "t_test")
+    ms[1].kill()  # before its alarm is due: it never fired there
+    wait_for(lambda: holders(ms[0]) == ["m1", "m1"], "m1 took slot 1")
+    fired = wait_for(lambda: _rpc(ms[0].url, "scratch", oid, {"op": "fired"}, "t_test")["ok"],
+                     "the overdue alarm fired on the new holder")
+    assert len(fired) == 1 and fired[0][1] == due  # once, at its scheduled time's due

@@ -146,7 +146,7 @@ async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl:
     from mailbox_actors.cluster.machine_app import MachineApp
     from mailbox_actors.http.server import RpcHttpServer
     from mailbox_actors.node.config import ensure_tokens
-    from mailbox_actors.objects import DEFAULT_OBJECTS
+    from mailbox_actors.node.user_objects import served_objects
     from mailbox_actors.platform.logging import configure_logging
     from mailbox_actors.rpc.openapi import openapi_json
     from mailbox_actors.runtime.settings import SettingsError
@@ -177,10 +177,10 @@ async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl:
     url = args.url or f"http://{host}:{port}"
     settings = MachineSettings(name=name, volumes=volumes, url=url.rstrip("/"), ttl_s=ttl,
                                renew_s=renew, slots=args.slots, fence=fence)
+    objects = served_objects(cfg.objects)  # the platform's and the user's (UI-7)
     machine = Machine(settings, cfg.runtime_settings(str(volumes)), LeaseTable(dsn),
                       cluster_token=tokens.cluster, operator_token=tokens.operator,
-                      objects=DEFAULT_OBJECTS,
-                      openapi=lambda: openapi_json(DEFAULT_OBJECTS, package_version()))
+                      objects=objects, openapi=lambda: openapi_json(objects, package_version()))
     app.append(MachineApp(machine))
     try:
         await machine.start()
