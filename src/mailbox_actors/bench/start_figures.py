@@ -187,8 +187,11 @@ async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Fi
     node_note = ("; the node side starts a Node on a directory holding one TenantQuota and "
                  "answers its usage call")
     return [
-        figure("node_start_to_first_answer_ms", node_ms, "ms",
-               goal=Goal("ratio_at_most", 3.0), limit=bare_ms, note=note + installed + node_note),
+        # Its target (3x a bare interpreter) was withdrawn (issue 28): the serve_* figures carry
+        # the start's targets, beside the runtime libraries' start.
+        Figure(figure="node_start_to_first_answer_ms", value=node_ms, unit="ms", limit=bare_ms,
+               ratio=node_ms / bare_ms, target="no target (limit: a bare interpreter's start)",
+               note=note + installed + node_note),
         figure("bare_interpreter_start_ms", bare_ms, "ms",
                note=note + installed + f"; {python} -c print"),
         figure("runtime_libraries_start_ms", floor_ms, "ms",
