@@ -46,10 +46,14 @@ POSTGRES = Dialect("postgres", "INSERT", " ON CONFLICT DO NOTHING", " FOR UPDATE
 
 
 class Tx(Protocol):
-    """A transaction's connection: aiosqlite's own, or PostgreSQL's adapter."""
+    """A transaction's statements. ``write`` is for a statement whose result is not needed: on
+    PostgreSQL it is sent without waiting (the transaction is pipelined), so BEGIN, the writes
+    and COMMIT of a transaction that reads nothing travel together, one round trip in all."""
 
     async def execute_fetchall(self, sql: str, parameters: Sequence[Any] = (), /
                                ) -> Iterable[Any]: ...
+
+    async def write(self, sql: str, parameters: Sequence[Any] = (), /) -> None: ...
 
 
 class Notifications(Protocol):

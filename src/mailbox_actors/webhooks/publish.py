@@ -57,7 +57,7 @@ class ControlEventSink:
         states = domain_states(items)
         if self._joint:
             async def index(tx: Tx) -> None:
-                await self._db.index_events_in(tx, rows)
+                await self._db.index_events_in(tx, rows, count=False)
                 if states:
                     await self._db.set_domain_states_in(tx, states)
 

@@ -137,7 +137,7 @@ class ControlConnection:
         """Run every statement in one transaction; if any fails, none of them took effect."""
         async def all_of(tx: Tx) -> None:
             for sql, params in statements:
-                await tx.execute_fetchall(sql, params)
+                await tx.write(sql, params)
 
         await self.run(all_of)
 

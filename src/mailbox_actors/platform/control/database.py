@@ -233,7 +233,7 @@ class ControlDb(ControlConnection):
     async def set_domain_states_in(self, conn: Tx, changes: Sequence[DomainStateChange]) -> None:
         """``set_domain_states`` inside the caller's transaction (the outbox's dispatch, CL-14)."""
         for c in changes:
-            await conn.execute_fetchall(
+            await conn.write(
                 "UPDATE domains SET state = ?, state_seq = ?, state_at_ms = ? "
                 "WHERE monitor_id = ? AND state_seq < ?",
                 (c.state, c.sequence, c.occurred_at_ms, c.monitor_id, c.sequence))
@@ -251,16 +251,21 @@ class ControlDb(ControlConnection):
                                              [v for r in values for v in r]))
         return await self.run(functools.partial(self.index_events_in, rows=rows))
 
-    async def index_events_in(self, conn: Tx, rows: Sequence[EventIndexRow]) -> int:
-        """``index_events`` inside the caller's transaction (the outbox's dispatch, CL-14)."""
+    async def index_events_in(self, conn: Tx, rows: Sequence[EventIndexRow], *,
+                              count: bool = True) -> int:
+        """``index_events`` inside the caller's transaction (the outbox's dispatch, CL-14); how
+        many rows were new, or 0 without ``count`` (then nothing waits for an answer)."""
         values = self._index_values(rows)
         if self._sql.index_lock:
-            await conn.execute_fetchall(self._sql.index_lock)
+            await conn.write(self._sql.index_lock)
         new = 0
         for i in range(0, len(values), _INDEX_ROWS):
             chunk = values[i:i + _INDEX_ROWS]
-            new += len(list(await conn.execute_fetchall(
-                self._index_sql(len(chunk)), [v for r in chunk for v in r])))
+            params = [v for r in chunk for v in r]
+            if count:
+                new += len(list(await conn.execute_fetchall(self._index_sql(len(chunk)), params)))
+            else:
+                await conn.write(self._index_sql(len(chunk)), params)
         return new
 
     @staticmethod

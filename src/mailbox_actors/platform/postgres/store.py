@@ -30,17 +30,26 @@ def to_pg(sql: str) -> str:
 
 
 class PgTx:
-    """A transaction's connection as the shared code uses it (``execute_fetchall``)."""
+    """A transaction's connection as the shared code uses it. In a pipeline (``run``) a
+    ``write`` is queued and sent with whatever follows; ``execute_fetchall`` waits for its
+    result (and for everything queued before it)."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "pipeline")
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection[Any],
+                 pipeline: psycopg.AsyncPipeline | None = None) -> None:
         self.conn = conn
+        self.pipeline = pipeline
 
     async def execute_fetchall(self, sql: str, parameters: Sequence[Any] = (), /
                                ) -> list[tuple[Any, ...]]:
         cur = await self.conn.execute(to_pg(sql), parameters)
+        if self.pipeline is not None:
+            await self.pipeline.sync()
         return await cur.fetchall() if cur.description is not None else []
+
+    async def write(self, sql: str, parameters: Sequence[Any] = (), /) -> None:
+        await self.conn.execute(to_pg(sql), parameters)
 
 
 class PgStore:
@@ -79,11 +88,13 @@ class PgStore:
             raise self.mapped(e) from e
 
     async def run(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """``fn`` in one pipelined transaction (see ``PgTx``), run again on a dead connection."""
         async def tx(conn: psycopg.AsyncConnection[Any]) -> T:
-            return await fn(PgTx(conn))
+            async with conn.pipeline() as pipeline, conn.transaction():
+                return await fn(PgTx(conn, pipeline))
 
         try:
-            return await self.db.run(tx)
+            return await self.db.with_connection(tx)
         except psycopg.Error as e:
             raise self.mapped(e) from e
 

@@ -187,8 +187,7 @@ class QueueService(DeadLetterRecords, QueueReads):
             if also is not None:
                 await also(conn)
             for chunk in chunks:
-                await conn.execute_fetchall(self._insert_sql(len(chunk)),
-                                            [v for r in chunk for v in r])
+                await conn.write(self._insert_sql(len(chunk)), [v for r in chunk for v in r])
 
         await self._store.run(insert)
 

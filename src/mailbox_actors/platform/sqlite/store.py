@@ -3,13 +3,15 @@ file's one connection (``shared_file``); a transaction's ``tx`` is aiosqlite's c
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
+
+import aiosqlite
 
 from mailbox_actors.platform.shared_store import SQLITE, Dialect, Tx
 from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
 
-__all__ = ["SqliteStore"]
+__all__ = ["SqliteStore", "SqliteTx"]
 
 T = TypeVar("T")
 
@@ -42,4 +44,20 @@ class SqliteStore:
 
     async def run(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         async with self.file.transaction() as conn:
-            return await fn(conn)
+            return await fn(SqliteTx(conn))
+
+
+class SqliteTx:
+    """aiosqlite's connection as a ``Tx``."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+
+    async def execute_fetchall(self, sql: str, parameters: Sequence[Any] = (), /
+                               ) -> Iterable[Any]:
+        return await self.conn.execute_fetchall(sql, parameters)
+
+    async def write(self, sql: str, parameters: Sequence[Any] = (), /) -> None:
+        await self.conn.execute(sql, parameters)
