@@ -22,6 +22,7 @@ from history_checker import Violation, check
 from list_workload import HistoryLog, ListWorkload, Routes
 from machine_cluster import MachineCluster
 from mailbox_actors.http.client import HttpPool
+from mailbox_actors.wire.errors import ErrorCode
 from nemesis import Fault, Nemesis, length_s
 from webhook_sink import WebhookSink
 
@@ -43,11 +44,23 @@ class RunResult:
     undelivered_wait_s: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
 
+    def definite_errors(self) -> dict[str, int]:
+        """Error answers that are not retryable, by code. Every request of the workload is valid
+        and names a list that exists, so under faults only retryable codes (``unavailable``,
+        ``timeout``, ``overloaded``) may come back; any other is a bug the checker cannot see."""
+        out: dict[str, int] = {}
+        for e in self.events:
+            code = e.get("error")
+            if e.get("type") == "fail" and not _retryable(code):
+                out[str(code)] = out.get(str(code), 0) + 1
+        return out
+
     def summary(self) -> str:
         kinds: dict[str, int] = {}
         for v in self.violations:
             kinds[v.kind] = kinds.get(v.kind, 0) + 1
-        return (f"{self.counts} violations {kinds or 'none'}; artifacts in {self.directory} "
+        return (f"{self.counts} violations {kinds or 'none'}; non-retryable errors "
+                f"{self.definite_errors() or 'none'}; artifacts in {self.directory} "
                 f"(first: {[v.detail for v in self.violations[:3]]})")
 
 
@@ -107,6 +120,13 @@ async def fault_run(cluster: MachineCluster, faults: list[Fault], *,
     (work / "delivered.json").write_text(json.dumps(sorted(sink.delivered)))
     (work / "violations.json").write_text(json.dumps([v.__dict__ for v in violations], indent=1))
     return RunResult(work, log.events, final, sink.delivered, violations, counts=counts)
+
+
+def _retryable(code: Any) -> bool:
+    try:
+        return ErrorCode(code).retryable
+    except ValueError:  # not a code: an HTTP status without an error body
+        return False
 
 
 def keep_artifacts(work: Path, name: str) -> Path:

@@ -46,16 +46,15 @@ def static_peers(cluster: MachineCluster, machine: str) -> tuple[str, list[str]]
 
 
 def machine_mode(dsn: str, policy: str, *, ttl_s: float, renew_s: float) -> Launch:
-    """``mailbox-actors machine`` on PostgreSQL (``dsn`` as the machines reach it). Under
-    ``local`` each machine has its own volume directory; under ``shared`` one directory stands
-    for the storage every machine attaches. The control database and queues are SQLite files on
-    the host's shared file system until they move to PostgreSQL (CL-7)."""
+    """``mailbox-actors machine`` on PostgreSQL (``dsn`` as the machines reach it), which holds
+    the leases, the control data and every queue (CL-7). Under ``local`` each machine has its
+    own volume directory; under ``shared`` one directory stands for the storage every machine
+    attaches."""
 
     def launch(cluster: MachineCluster, machine: str) -> tuple[str, list[str]]:
         volumes = cluster.work / ("volumes" if policy == "shared" else f"volumes-{machine}")
         return "machine", ["--postgres", dsn, "--machine", machine, "--volumes", str(volumes),
-                           "--lease-ttl-s", str(ttl_s), "--lease-renew-s", str(renew_s),
-                           *_shared_files(cluster)]
+                           "--lease-ttl-s", str(ttl_s), "--lease-renew-s", str(renew_s)]
 
     return launch
 
@@ -65,10 +64,12 @@ class MachineCluster:
 
     def __init__(self, net: Network, work: Path, launch: Launch, *, token: str,
                  operator_token: str, id_secret: str, pg: PgServer | None = None,
-                 port: int = 8787, env: Mapping[str, str] | None = None) -> None:
+                 port: int = 8787, env: Mapping[str, str] | None = None,
+                 one_by_one: bool = False) -> None:
         self.net, self.work, self.launch, self.pg, self.port = net, work, launch, pg, port
         self.token, self.operator_token = token, operator_token
         self.extra_env = dict(env or {})
+        self.one_by_one = one_by_one
         self.id_secret = id_secret
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
@@ -124,6 +125,15 @@ class MachineCluster:
                 await anyio.sleep(0.1)  # pacing the probe, bounded by fail_after
 
     async def start_all(self, pool: HttpPool) -> None:
+        """All machines at once (they race for their slots at start, which the volume locks
+        decide), or one after another when ``one_by_one`` (with the test-only switch that turns
+        the fence off, the volume locks are off too, and two machines would open one slot's
+        volume at start: a rolling start keeps the run about what comes after)."""
+        if self.one_by_one:
+            for m in self.net.machines:
+                self.spawn(m)
+                await self.wait_ready(m, pool)
+            return
         for m in self.net.machines:
             self.spawn(m)
         for m in self.net.machines:

@@ -43,3 +43,4 @@ async def test_static_nodes_keep_every_acknowledged_append_under_faults(
         keep_artifacts(tmp_path, "static-11")
     assert run.counts["ok"] > 200, run.summary()
     assert run.violations == [], run.summary()
+    assert run.definite_errors() == {}, run.summary()
