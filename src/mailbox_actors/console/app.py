@@ -82,6 +82,8 @@ def create_app(settings: ConsoleSettings, view: ClusterView, sessions: Sessions)
         Route("/identities/{identity_id}/threads/{thread_id}", pages.thread),
         Route("/identities/{identity_id}/resolve", pages.resolve, methods=["POST"]),
         Route("/identities/{identity_id}/post-retry", pages.post_retry, methods=["POST"]),
+        Route("/queues", pages.queues),
+        Route("/queues/{queue}/redrive", pages.redrive, methods=["POST"]),
         Route("/domains", pages.domains),
         Route("/domains/{domain_id}", pages.domain),
         Route("/domains/{domain_id}/check", pages.check_domain, methods=["POST"]),
@@ -347,6 +349,28 @@ class _Pages:
         return await self.render(request, "thread.html", tenant=tenant, ident=ident,
                                  thread=thread, messages=listed["messages"])
 
+    async def queues(self, request: Request) -> Response:
+        """Queue depths from the nodes, and each queue's dead letters with a Redrive button."""
+        nodes = await self.view.node_statuses()
+        depths: dict[str, dict[str, int]] = {}
+        for n in nodes:
+            for q, st in (n.get("queues") or {}).items():
+                depths.setdefault(q, st)
+        cursor = request.query_params.get("cursor") or None
+        problems: list[str] = []
+        letters = {}
+        for q in sorted(depths):
+            if q.endswith("-dlq"):
+                continue
+            page = await self._try(problems, self.view.dead_letters(q, cursor))
+            if page is not None:
+                letters[q] = page
+        redriven = request.query_params.get("redriven")
+        if redriven is not None:
+            check_id("redriven", redriven)
+        return await self.render(request, "queues.html", depths=depths, letters=letters,
+                                 problems=problems, redriven=redriven)
+
     async def domains(self, request: Request) -> Response:
         rows = []
         problems: list[str] = []
@@ -382,6 +406,18 @@ class _Pages:
                                  details={"field": _field_of(str(e))}) from None
         await self.view.mailbox_call(tenant, ident, msgspec.to_builtins(req))
         return RedirectResponse(f"/identities/{ident.id}#outbound", status_code=303)
+
+    async def redrive(self, request: Request) -> Response:
+        """Send one dead letter back to its queue (UI-3)."""
+        form = await self.form(request)
+        queue = check_id("queue", request.path_params["queue"], "queue")
+        message_id = check_id("message_id", form.get("message_id", ""))
+        reply = await self.view.redrive(queue, message_id)
+        done = reply.get("redriven") or []
+        if not done:
+            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such dead letter (already redriven?)",
+                                     details={"message_id": message_id})
+        return RedirectResponse(f"/queues?redriven={message_id}", status_code=303)
 
     async def post_retry(self, request: Request) -> Response:
         """Retry one dead-lettered Post job of this mailbox now (PO-6)."""

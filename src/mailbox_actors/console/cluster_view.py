@@ -42,6 +42,7 @@ _OBJECT_ID = re.compile(r"^[0-9a-f]{64}$")
 _RECORD_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _CURSOR = re.compile(r"^[A-Za-z0-9_.:=-]{1,1000}$")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 T = TypeVar("T")
 _MAILBOX = "identity_mailbox"
 _MONITOR = "domain_monitor"
@@ -53,7 +54,7 @@ _EVENTS_SCAN = 20_000  # ... counted among its newest rows at most (no full scan
 def check_id(field: str, value: str, kind: str = "record") -> str:
     """``value`` as a page may hand it on, or ``invalid_request`` naming ``field``."""
     pattern = {"object": _OBJECT_ID, "record": _RECORD_ID, "cursor": _CURSOR,
-               "namespace": _NAME}[kind]
+               "namespace": _NAME, "queue": _QUEUE}[kind]
     if not isinstance(value, str) or pattern.match(value) is None:
         raise InvalidRequest(f"{field} is not a valid {kind} id", details={"field": field})
     return value
@@ -107,12 +108,7 @@ class ClusterView:
                                      details={"url": url, "reason": type(e).__name__}) from None
         doc = msgspec.json.decode(body)
         if status != 200 or not isinstance(doc, dict) or "err" in doc:
-            err = doc.get("err", {}) if isinstance(doc, dict) else {}
-            code = err.get("code", "unavailable")
-            raise MailboxActorsError(ErrorCode(code) if code in ErrorCode.__members__.values()
-                                     else ErrorCode.UPSTREAM_ERROR,
-                                     str(err.get("message", f"the node answered {status}")),
-                                     details=err.get("details"))
+            raise _node_error(status, doc)
         return doc
 
     async def node_statuses(self) -> list[dict[str, Any]]:
@@ -179,6 +175,37 @@ class ClusterView:
     async def outbox(self, namespace: str, object_id: str) -> OutboxPage:
         return await self._inspect(f"/admin/actors/{namespace}/{object_id}/outbox",
                                    {"limit": 25}, OutboxPage)
+
+    async def dead_letters(self, queue: str, cursor: str | None) -> dict[str, Any]:
+        """A page of ``queue``'s dead letters (UI-3): where from, why, after how many attempts."""
+        check_id("queue", queue, "queue")
+        if cursor is not None:
+            check_id("cursor", cursor, "cursor")
+        return await self._inspect(f"/admin/queues/{queue}/dead-letters",
+                                   {"cursor": cursor, "limit": 50}, dict[str, Any])
+
+    async def redrive(self, queue: str, message_id: str) -> dict[str, Any]:
+        """Send one dead letter back to the queue it came from (UI-3)."""
+        check_id("queue", queue, "queue")
+        check_id("message_id", message_id)
+        body = msgspec.json.encode({"message_ids": [message_id]})
+        headers = {**self._operator, "content-type": "application/json"}
+        last: MailboxActorsError | None = None
+        for _, url in self.nodes:
+            try:
+                status, out = await self._http.request(
+                    url, "POST", f"/admin/queues/{queue}/redrive", headers, body,
+                    timeout_s=_TIMEOUT_S)
+            except (OSError, TimeoutError) as e:
+                last = MailboxActorsError(ErrorCode.UNAVAILABLE, "the node cannot be reached now",
+                                          details={"url": url, "reason": type(e).__name__})
+                continue
+            doc = msgspec.json.decode(out)
+            if status != 200 or not isinstance(doc, dict) or "err" in doc:
+                raise _node_error(status, doc)
+            return doc
+        assert last is not None
+        raise last
 
     async def identity_of_mailbox(self, mailbox_id: str) -> str | None:
         row = await self._db.fetch_one("SELECT id FROM identities WHERE mailbox_id = ?",
@@ -288,6 +315,16 @@ class ClusterView:
                                            tenant_id=tenant.id)
         except RpcError as e:
             raise MailboxActorsError(e.code, e.message, details=e.details) from None
+
+
+def _node_error(status: int, doc: Any) -> MailboxActorsError:
+    """A node's ``{"err": ...}`` answer as the error it names (its code kept)."""
+    err = doc.get("err", {}) if isinstance(doc, dict) else {}
+    code = err.get("code", "unavailable") if isinstance(err, dict) else "unavailable"
+    return MailboxActorsError(ErrorCode(code) if code in ErrorCode.__members__.values()
+                              else ErrorCode.UPSTREAM_ERROR,
+                              str(err.get("message", f"the node answered {status}")),
+                              details=err.get("details"))
 
 
 def ms_ago(now_ms: int, at_ms: int | None) -> str:
