@@ -13,11 +13,11 @@ from typing import ClassVar
 
 import anyio
 import pytest
-from browser import Browser
-from console_stack import Stack, cli, shots_dirs
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from browser import Browser
+from console_stack import Stack, cli, shots_dirs
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.queues.service import QueueService

@@ -64,7 +64,7 @@ class ClusterView:
     """``async with ClusterView(data, nodes, cluster_token=..., operator_token=...) as view``."""
 
     def __init__(self, data: Path, nodes: list[tuple[str, str]], *, cluster_token: str,
-                 operator_token: str) -> None:
+                 operator_token: str, postgres: str | None = None) -> None:
         self.data = data
         self.nodes = nodes
         self._operator = {"authorization": f"Bearer {operator_token}"}
@@ -72,18 +72,26 @@ class ClusterView:
         self._http = HttpPool(max_per_host=8)
         clock = SystemClock()
         self._clock = clock
-        self._db = ControlDb(data / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
+        if postgres is None:
+            self._db = ControlDb(data / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
+        else:  # a cluster run with --postgres keeps its control data there (CL-7)
+            from mailbox_actors.platform.control.postgres import control_on
+            from mailbox_actors.platform.postgres.database import PgDatabase
+
+            self._db = control_on(PgDatabase(postgres, setting="postgres", min_size=1, max_size=2),
+                                  clock=clock, ids=Ids(clock, SystemRng()))
 
     @classmethod
     def from_data_dir(cls, data: Path, *, url: str | None, cluster_token: str,
-                      operator_token: str) -> ClusterView:
+                      operator_token: str, postgres: str | None = None) -> ClusterView:
         """The cluster ``cluster.json`` in ``data`` describes, or the single node at ``url``."""
         try:
             doc = json.loads((data / "cluster.json").read_text())
             nodes = [(str(n["name"]), str(n["url"])) for n in doc["nodes"]]
         except FileNotFoundError:
             nodes = [("node-0", url or "http://127.0.0.1:8787")]
-        return cls(data, nodes, cluster_token=cluster_token, operator_token=operator_token)
+        return cls(data, nodes, cluster_token=cluster_token, operator_token=operator_token,
+                   postgres=postgres)
 
     async def __aenter__(self) -> ClusterView:
         await self._db.open()

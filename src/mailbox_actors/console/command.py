@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the cluster's (or node's) data directory (default ./data)")
     p.add_argument("--url", help="a single node's URL when DATA has no cluster.json "
                    "(default http://127.0.0.1:8787)")
+    p.add_argument("--postgres", metavar="DSN",
+                   help="the PostgreSQL DSN of a cluster run with --postgres, where its control "
+                   "data is (default $MAILBOX_ACTORS_POSTGRES; without either: DATA/control.sqlite)")
     p.add_argument("--host", default="127.0.0.1", help="where the console listens "
                    "(default 127.0.0.1; dev mode refuses anything but loopback)")
     p.add_argument("--port", type=int, default=8800, help="its port (default 8800; 0: any free)")
@@ -48,10 +51,13 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"mailbox-actors console: {e}", file=sys.stderr)
         return 2
-    return serve(settings, url=args.url)
+    import os
+
+    return serve(settings, url=args.url,
+                 postgres=args.postgres or os.environ.get("MAILBOX_ACTORS_POSTGRES") or None)
 
 
-def serve(settings: ConsoleSettings, *, url: str | None) -> int:
+def serve(settings: ConsoleSettings, *, url: str | None, postgres: str | None = None) -> int:
     import uvicorn
 
     from mailbox_actors.console.app import create_app
@@ -60,7 +66,7 @@ def serve(settings: ConsoleSettings, *, url: str | None) -> int:
     from mailbox_actors.rpc.client import read_token
 
     data = Path(settings.data)
-    if not (data / "control.sqlite").exists():
+    if postgres is None and not (data / "control.sqlite").exists():
         print(f"mailbox-actors console: no cluster on {data} (no control.sqlite there): start one "
               f"with 'mailbox-actors cluster --data {data}'", file=sys.stderr)
         return 1
@@ -73,7 +79,7 @@ def serve(settings: ConsoleSettings, *, url: str | None) -> int:
               f"{data}", file=sys.stderr)
         return 1
     view = ClusterView.from_data_dir(data, url=url, cluster_token=cluster_token,
-                                     operator_token=operator_token)
+                                     operator_token=operator_token, postgres=postgres)
     app = create_app(settings, view, Sessions(operator_token))
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -172,8 +172,8 @@ class SmtpDoor:
         else:
             row = await db.fetch_one(
                 "SELECT i.tenant_id FROM addresses a JOIN identities i ON i.id = a.identity_id "
-                "WHERE substr(a.address, -?) = ? AND i.status = 'active' LIMIT 1",
-                (len(domain) + 1, "@" + domain))
+                "WHERE a.address LIKE ? ESCAPE '\\' AND i.status = 'active' LIMIT 1",
+                ("%@" + domain.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"),))
             tenant_id = None if row is None else str(row[0])
         if tenant_id is None:
             return None
