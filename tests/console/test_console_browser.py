@@ -72,6 +72,12 @@ def test_every_page_renders_clean_and_is_saved(stack: Stack, browser: Browser) -
     assert_clean(browser, link_to(browser, r"/threads/thr_"), "thread")
     assert_clean(browser, base + "/domains", "domains")
     assert_clean(browser, link_to(browser, r"/domains/dom_"), "domain")
+    checks = len(browser.driver.find_elements(By.CSS_SELECTOR, "#last-checks tbody tr.check"))
+    browser.driver.find_element(By.ID, "check-now").click()  # DM-5, through the page's form
+    WebDriverWait(browser.driver, 30, poll_frequency=0.2).until(
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#last-checks tbody tr.check")) > checks)
+    report = browser.report(browser.driver.current_url)
+    assert report.clean, report
 
 
 def test_dev_inbox_captures_sent_mail_and_catches_unknown_recipients(stack: Stack,

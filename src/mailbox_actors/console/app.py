@@ -296,12 +296,14 @@ class _Pages:
             events = await self._try(problems, self.view.mailbox_call(
                 tenant, ident, {"op": "get_events", "after_sequence": 0, "limit": 1000}))
         deliveries = await self._try(problems, self.view.deliveries(ident, after))
+        waits = await self._try(problems, self.view.rows(
+            "identity_mailbox", ident.mailbox_id, "waits", None, content=self.settings.dev))
         addresses = await self.view.addresses(ident.id) if self.settings.dev else []
         if events is not None:
             events = {"events": list(reversed(events["events"]))[:25]}
         return await self.render(
             request, "identity.html", tenant=tenant, ident=ident, status=status,
-            messages=messages, deliveries=deliveries, dead=dead, events=events,
+            messages=messages, deliveries=deliveries, dead=dead, events=events, waits=waits,
             addresses=addresses, problems=problems)
 
     async def _try(self, problems: list[str], call: Awaitable[Any]) -> Any:

@@ -27,7 +27,10 @@
             cursor = now;
             main.dataset.cursor = now;
             const stamp = document.getElementById("refreshed");
-            if (stamp) { stamp.textContent = "cursor " + now + " · refreshed " + new Date().toLocaleTimeString(); }
+            if (stamp) {
+              stamp.textContent = "event index at " + now + ": refreshed at "
+                + new Date().toLocaleTimeString();
+            }
           }
         }
       }
