@@ -97,6 +97,14 @@ def test_dev_inbox_captures_sent_mail_and_catches_unknown_recipients(stack: Stac
     # provider_accepted is the door's 250, answered once both ingests committed.
     assert_clean(browser, catch_all, "identity-catch-all")
     assert "Captured in dev mode" in browser.driver.find_element(By.ID, "inbox").text
+    box = browser.driver.find_element(By.CSS_SELECTOR, "form.search input[name=q]")
+    box.send_keys("caught")  # IN-10: the mailbox's full-text search, from the page
+    box.submit()
+    WebDriverWait(browser.driver, 30).until(lambda d: "matching" in d.find_element(
+        By.ID, "inbound").text)
+    assert "Captured in dev mode" in browser.driver.find_element(By.ID, "inbox").text
+    report = browser.report(browser.driver.current_url)
+    assert report.clean, report
     assert_clean(browser, link_to(browser, r"/messages/imsg_"), "message-catch-all")
     assert f"nobody-has-this@{DOMAIN}" in browser.driver.find_element(By.TAG_NAME, "main").text
     assert_clean(browser, f"{base}/identities/{stack.support['id']}", "identity")

@@ -99,6 +99,12 @@ def test_bad_input_is_refused_with_the_projects_codes(stack: Stack) -> None:
     assert status == 404 and "email_not_found" in body
     status, body, _ = s.request("POST", f"/identities/{iid}/post-retry", {"csrf": csrf, "key": ""})
     assert status == 400 and "invalid_request" in body
+    status, body, _ = s.request("GET", f"/identities/{iid}?q=%22unbalanced")
+    assert status == 400 and "invalid_request" in body and "query" in body
+    private = Session(stack.private.url)
+    private.sign_in(stack.operator_token)
+    status, body, _ = private.request("GET", f"/identities/{iid}?q=hello")
+    assert status == 403 and "permission_denied" in body
 
 
 def test_without_dev_mode_no_content_is_shown(stack: Stack) -> None:

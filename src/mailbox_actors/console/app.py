@@ -284,13 +284,23 @@ class _Pages:
         cursor = request.query_params.get("cursor") or None
         if cursor is not None:
             check_id("cursor", cursor, "cursor")
+        query = request.query_params.get("q") or None
+        if query is not None and not self.settings.dev:
+            raise MailboxActorsError(ErrorCode.PERMISSION_DENIED, "searching mail content is for "
+                                     "dev mode on loopback", details={"field": "q"})
+        if query is not None and len(query) > 1000:
+            raise InvalidRequest("q must be 1..1000 characters", details={"field": "q"})
         status = messages = deliveries = dead = events = None
         problems: list[str] = []
         if ident.status == "active":
             status = await self._try(problems, self.view.mailbox_call(
                 tenant, ident, {"op": "status"}))
-            messages = await self._try(problems, self.view.mailbox_call(
-                tenant, ident, {"op": "list_messages", "limit": 25, "cursor": cursor}))
+            if query is not None:  # IN-10: the mailbox's full-text search, in dev mode only
+                messages = await self.view.mailbox_call(tenant, ident, {
+                    "op": "search_messages", "query": query, "limit": 25, "cursor": cursor})
+            else:
+                messages = await self._try(problems, self.view.mailbox_call(
+                    tenant, ident, {"op": "list_messages", "limit": 25, "cursor": cursor}))
             dead = await self._try(problems, self.view.mailbox_call(
                 tenant, ident, {"op": "post_dead_letters", "limit": 32}))
             events = await self._try(problems, self.view.mailbox_call(
@@ -304,7 +314,7 @@ class _Pages:
         return await self.render(
             request, "identity.html", tenant=tenant, ident=ident, status=status,
             messages=messages, deliveries=deliveries, dead=dead, events=events, waits=waits,
-            addresses=addresses, problems=problems)
+            addresses=addresses, problems=problems, query=query)
 
     async def _try(self, problems: list[str], call: Awaitable[Any]) -> Any:
         """One panel's data, or None with what kept it away noted (the rest of the page shows)."""

@@ -40,7 +40,7 @@ __all__ = ["ClusterView", "check_id"]
 
 _OBJECT_ID = re.compile(r"^[0-9a-f]{64}$")
 _RECORD_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-_CURSOR = re.compile(r"^[A-Za-z0-9_.:=-]{1,1000}$")
+_CURSOR = re.compile(r"^[A-Za-z0-9_.:=+/-]{1,1000}$")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
 _QUEUE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 T = TypeVar("T")
