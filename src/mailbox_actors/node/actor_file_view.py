@@ -111,9 +111,12 @@ def _count(conn: sqlite3.Connection, table: str, where: str = "") -> tuple[int, 
 
 
 def _user_tables(conn: sqlite3.Connection) -> list[str]:
+    # Not a virtual table: a contentless FTS5 index (the mailbox's message_search) cannot be
+    # scanned ("table does not support scanning"); its shadow tables are listed as they are.
     return [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' "
-        "ESCAPE '!' AND name NOT LIKE '!_ma!_%' ESCAPE '!' ORDER BY name").fetchall()]
+        "ESCAPE '!' AND name NOT LIKE '!_ma!_%' ESCAPE '!' AND coalesce(sql, '') NOT LIKE "
+        "'CREATE VIRTUAL TABLE%' ORDER BY name").fetchall()]
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, int]]:
