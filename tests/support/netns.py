@@ -58,13 +58,19 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_leftovers() -> None:
-    """Remove namespaces and links of fault-test processes that are gone (a SIGKILLed pytest)."""
+    """Remove namespaces and links of fault-test processes that are gone (a SIGKILLed pytest),
+    killing by pid what still runs inside such a namespace (a machine the dead test started)."""
     names = _ip("netns", "list", check=False).stdout.split()
     links = re.findall(r"^\d+: ([^:@]+)", _ip("-o", "link", "show", check=False).stdout, re.M)
     for name in [*names, *links]:
         m = _OURS.match(name)
         if m and not _alive(int(m.group(1))):
             if name in names:
+                for pid in _ip("netns", "pids", name, check=False).stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
                 _ip("netns", "del", name, check=False)
             else:
                 _ip("link", "del", name, check=False)

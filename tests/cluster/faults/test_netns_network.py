@@ -102,7 +102,8 @@ def test_a_process_in_a_namespace_is_stopped_and_killed_by_its_own_pid(
 
 def test_a_network_left_by_a_dead_test_process_is_swept() -> None:
     """CL-16: namespaces and links named for a test process that is gone are removed by the next
-    one, so a test killed mid-run leaves nothing for long."""
+    one, and what still ran inside them is killed, so a test killed mid-run leaves nothing for
+    long."""
     if (reason := netns.refused()) is not None:
         pytest.skip(reason)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
@@ -111,7 +112,13 @@ def test_a_network_left_by_a_dead_test_process_is_swept() -> None:
     ns, link = f"{netns.PREFIX}{pid}-m1", f"{netns.PREFIX}{pid}br"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     subprocess.run(["ip", "link", "add", link, "type", "bridge"], check=True)
+    orphan = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c",
+                               "import time; print('in', flush=True); time.sleep(600)"],
+                              stdout=subprocess.PIPE)
+    assert orphan.stdout is not None and orphan.stdout.readline() == b"in\n"
     netns.sweep_leftovers()
+    assert orphan.wait(timeout=30) == -9  # what ran inside was killed by its pid
+    orphan.stdout.close()
     assert ns not in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                     text=True).stdout
     assert subprocess.run(["ip", "link", "show", link], capture_output=True).returncode != 0
