@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 from mailbox_actors.runtime.settings import RuntimeSettings, SettingsError
 
 if TYPE_CHECKING:
+    from mailbox_actors.platform.clock import Clock
     from mailbox_actors.platform.mail.transport import Transport
 
 __all__ = ["check_transport_files", "read_secret_file", "smtp_tls_context",
@@ -59,8 +60,10 @@ def smtp_tls_context(settings: RuntimeSettings) -> ssl.SSLContext | None:
                             f"{getattr(e, 'strerror', None) or type(e).__name__})") from None
 
 
-def transport_from_settings(settings: RuntimeSettings) -> Transport | None:
-    """The transport the settings choose (None for ``none``); it opens nothing until it sends."""
+def transport_from_settings(settings: RuntimeSettings,
+                            clock: Clock | None = None) -> Transport | None:
+    """The transport the settings choose (None for ``none``); it opens nothing until it sends.
+    ``clock``: the node's (SMTP's Date header comes from it)."""
     # Each transport's code is imported when chosen: a node with none answers without loading
     # aiosmtplib or the HTTP client.
     if settings.transport == "smtp":
@@ -74,7 +77,8 @@ def transport_from_settings(settings: RuntimeSettings) -> Transport | None:
             host=settings.smtp_host, port=settings.smtp_port_or_default,
             tls=cast(TlsMode, settings.smtp_tls),  # one of SMTP_TLS_MODES, checked by settings
             username=settings.smtp_username, password=password,
-            final_timeout_s=settings.smtp_timeout_s, tls_context=smtp_tls_context(settings)))
+            final_timeout_s=settings.smtp_timeout_s, tls_context=smtp_tls_context(settings)),
+            clock=clock)
     if settings.transport == "cloudflare":
         from mailbox_actors.http.client import HttpPool
         from mailbox_actors.platform.mail.cloudflare import CloudflareTransport

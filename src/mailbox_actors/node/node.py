@@ -102,7 +102,7 @@ class Node:
         self.mail_transport: Transport | None = services.get(MAIL_TRANSPORT)
         self._own_transport = False
         if self.mail_transport is None:
-            self.mail_transport = transport_from_settings(settings)
+            self.mail_transport = transport_from_settings(settings, self.clock)
             if self.mail_transport is not None:
                 services = Services({**dict(services.items()), MAIL_TRANSPORT: self.mail_transport})
                 self._own_transport = True

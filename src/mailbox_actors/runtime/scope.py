@@ -17,7 +17,7 @@ import structlog
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.wire.errors import DeadlineExceeded
 
-__all__ = ["RequestScope", "ScopeHooks", "current_scope", "entered"]
+__all__ = ["RequestScope", "ScopeHooks", "bound_request_id", "current_scope", "entered"]
 
 
 # structlog's own ContextVar for the ``request_id`` key (``merge_contextvars`` puts it on every
@@ -65,6 +65,13 @@ _current: ContextVar[RequestScope | None] = ContextVar("mailbox_actors_request_s
 def current_scope() -> RequestScope | None:
     """The scope of the request or alarm run this task serves, or None outside any."""
     return _current.get()
+
+
+def bound_request_id() -> str | None:
+    """The request id this task's log lines carry: its scope's, or one a host service bound
+    outside any scope (a queue delivery: ``platform.logging.bind_request``), or None."""
+    rid = _log_request_id.get()
+    return rid if isinstance(rid, str) else None
 
 
 def entered(scope: RequestScope) -> RequestScope:

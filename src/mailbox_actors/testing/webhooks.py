@@ -24,6 +24,7 @@ from mailbox_actors.webhooks.signature import (
     ATTEMPT_HEADER,
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,
+    REQUEST_ID_HEADER,
     SIGNATURE_HEADER,
     verify,
 )
@@ -40,6 +41,7 @@ class Delivery:
     verified: bool
     json: Any
     status: int  # what the receiver answered
+    request_id: str | None = None  # the delivery's req_ id (REQUEST_ID_HEADER)
 
 
 class WebhookReceiver:
@@ -107,7 +109,7 @@ class WebhookReceiver:
         self.deliveries.append(Delivery(path, lower.get(EVENT_ID_HEADER),
                                         lower.get(EVENT_TYPE_HEADER),
                                         int(attempt) if attempt.isdigit() else None, ok, doc,
-                                        status))
+                                        status, lower.get(REQUEST_ID_HEADER)))
         self._changed.set()
         self._changed = anyio.Event()
         return status, b'{"ok":true}' if status < 300 else b'{"ok":false}', "application/json"

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import msgspec
+import structlog
 
 from mailbox_actors.http.client import (
     HttpConnectError,
@@ -35,6 +36,7 @@ from mailbox_actors.webhooks.signature import (
     ATTEMPT_HEADER,
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,
+    REQUEST_ID_HEADER,
     SIGNATURE_HEADER,
     sign,
     verify,
@@ -193,6 +195,9 @@ class WebhookDeliverer:
                    SIGNATURE_HEADER: sign(secret, self._clock.now_ms() // 1000, body),
                    EVENT_ID_HEADER: job.event.id, EVENT_TYPE_HEADER: job.event.type,
                    ATTEMPT_HEADER: str(attempt + 1)}
+        request_id = structlog.contextvars.get_contextvars().get("request_id")
+        if isinstance(request_id, str):  # the delivery's own (the queue consumer minted it)
+            headers[REQUEST_ID_HEADER] = request_id
         started = anyio.current_time()
         outcome: str | Refused | None = "timeout"
         # The pool enforces the timeout; this scope is the backstop that keeps a consumer free.

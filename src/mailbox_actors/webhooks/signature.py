@@ -11,13 +11,14 @@ import hashlib
 import hmac
 import re
 
-__all__ = ["ATTEMPT_HEADER", "EVENT_ID_HEADER", "EVENT_TYPE_HEADER", "SIGNATURE_HEADER", "sign",
-           "verify"]
+__all__ = ["ATTEMPT_HEADER", "EVENT_ID_HEADER", "EVENT_TYPE_HEADER", "REQUEST_ID_HEADER",
+           "SIGNATURE_HEADER", "sign", "verify"]
 
 SIGNATURE_HEADER = "x-mailbox-actors-signature"
 EVENT_ID_HEADER = "x-mailbox-actors-event-id"
 EVENT_TYPE_HEADER = "x-mailbox-actors-event-type"
 ATTEMPT_HEADER = "x-mailbox-actors-delivery-attempt"
+REQUEST_ID_HEADER = "x-mailbox-actors-request-id"  # the delivery's req_ id, as in its log lines
 _HEX_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 

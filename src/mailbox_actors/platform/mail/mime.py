@@ -48,7 +48,8 @@ def needs_smtputf8(email: OutboundEmail) -> bool:
 def build_message(email: OutboundEmail, *, date_s: float | None = None) -> bytes:
     """The message as CRLF-terminated bytes, ready for DATA (dot-stuffing is the sender's job).
 
-    ``date_s`` fixes the Date header (Unix seconds); None uses the current time. Raises
+    ``date_s`` fixes the Date header (Unix seconds: the transport passes its Clock's, so a
+    FakeClock gives byte-identical messages); None uses the system's time. Raises
     ``ValueError`` for a header name that is not a field name or a value with CR or LF in it
     (header injection).
     """
@@ -60,7 +61,7 @@ def build_message(email: OutboundEmail, *, date_s: float | None = None) -> bytes
         lines.append(_addresses("Cc", email.cc))
     lines.append(_unstructured("Subject", email.subject, utf8))
     lines.append(_unstructured("Message-ID", email.message_id_header, utf8))
-    lines.append(f"Date: {formatdate(date_s, usegmt=True) if date_s is not None else _now_date()}")
+    lines.append(f"Date: {_date(int(time.time()) if date_s is None else int(date_s))}")
     for name, value in email.headers.items():
         if not _FIELD_NAME.fullmatch(name):
             raise ValueError("header name is not an RFC 5322 field name")
@@ -88,13 +89,12 @@ def build_message(email: OutboundEmail, *, date_s: float | None = None) -> bytes
 _DATE = [(-1, "")]
 
 
-def _now_date() -> str:
-    """``formatdate(usegmt=True)`` of now, made once per second (it has second resolution)."""
-    now = int(time.time())
-    second, text = _DATE[0]
-    if second != now:
-        text = formatdate(now, usegmt=True)
-        _DATE[0] = (now, text)
+def _date(second: int) -> str:
+    """``formatdate(second, usegmt=True)``, made once per second (it has second resolution)."""
+    last, text = _DATE[0]
+    if last != second:
+        text = formatdate(second, usegmt=True)
+        _DATE[0] = (second, text)
     return text
 
 

@@ -15,6 +15,7 @@ import socket
 
 import anyio
 
+from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.mail.mime import build_message
 from mailbox_actors.platform.mail.smtp_session import (
     Definite,
@@ -32,10 +33,13 @@ __all__ = ["SmtpConfig", "SmtpTransport"]
 class SmtpTransport:
     """A ``Transport`` speaking SMTP to ``config.host``; ``aclose`` ends its connections."""
 
-    def __init__(self, config: SmtpConfig) -> None:
+    def __init__(self, config: SmtpConfig, *, clock: Clock | None = None) -> None:
+        """``clock``: where the Date header's time comes from (the node's Clock; a FakeClock
+        gives byte-identical messages)."""
         if config.pool_size < 1:
             raise ValueError("pool_size must be at least 1")
         self.config = config
+        self._clock: Clock = clock or SystemClock()
         # asyncio's: a free slot is taken without a turn of the event loop (anyio's takes one
         # at every acquire, a checkpoint a send).
         self._slots = asyncio.Semaphore(config.pool_size)
@@ -54,7 +58,7 @@ class SmtpTransport:
         if self._closed:
             raise TransportClosed("SmtpTransport.send after aclose")
         try:
-            message = build_message(email)
+            message = build_message(email, date_s=self._clock.now_ms() // 1000)
         except (ValueError, TypeError, UnicodeError):
             # The email package refuses the message (a header with CR or LF, say): no server
             # would take it either, so it is refused for good before any connection.
