@@ -55,6 +55,11 @@ class ControlEventSink:
                                                      object_id=oid, event=e))
                   for ns, oid, e in items]
         states = domain_states(items)
+        joint = self._db.index_with_clause(rows) if self._joint and not states and \
+            len(bodies) <= _MAX_GROUP else None
+        if joint is not None:  # one statement: the index's lock, its rows, the messages
+            await self._queues.send_batch(WEBHOOKS_QUEUE, bodies, with_clause=joint)
+            return
         if self._joint:
             async def index(tx: Tx) -> None:
                 await self._db.index_events_in(tx, rows, count=False)

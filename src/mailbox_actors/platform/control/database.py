@@ -268,6 +268,20 @@ class ControlDb(ControlConnection):
                 await conn.write(self._index_sql(len(chunk)), params)
         return new
 
+    def index_with_clause(self, rows: Sequence[EventIndexRow]) -> tuple[str, list[Any]] | None:
+        """On PostgreSQL, ``WITH ...`` taking the index's lock and inserting ``rows`` (ignoring
+        those there already), for a statement that writes something else after it (the outbox's
+        dispatch, CL-14: index rows and queue messages in one statement, one round trip); None
+        where that cannot be (SQLite; more rows than one statement takes)."""
+        if not self._sql.index_lock or not rows or len(rows) > _INDEX_ROWS:
+            return None
+        values = self._index_values(rows)
+        return (f"WITH index_lock AS ({self._sql.index_lock}), indexed AS (INSERT INTO event_index "
+                f"({_EVENT_COLS}) SELECT * FROM (VALUES "
+                + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(values))
+                + ") AS v WHERE EXISTS (SELECT 1 FROM index_lock) ON CONFLICT DO NOTHING)",
+                [v for r in values for v in r])
+
     @staticmethod
     def _index_values(rows: Sequence[EventIndexRow]) -> list[tuple[Any, ...]]:
         for r in rows:
