@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -16,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from child_output import Lines, _port
 from cluster_proc import Cluster
+from serve_proc import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTER = ROOT / "examples" / "counter_project"
@@ -40,24 +39,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One ``serve`` node on a port that is not the default, serving the counter project's
     Counter, started from the project's directory."""
     data = tmp_path_factory.mktemp("single") / "node"
-    proc = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "serve", "--data", str(data),
-                             "--port", str(_port()), "--log-level", "warning",
-                             "--objects", "counter:Counter"], cwd=COUNTER,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    lines = Lines(proc)
-    try:
-        lines.until("operator token in")
+    with serving(data, "--objects", "counter:Counter", cwd=COUNTER):
         yield data
-        proc.send_signal(signal.SIGTERM)
-        lines.until("stopped")
-        assert proc.wait(timeout=60) == 0
-        assert not (data / "node.json").exists()  # removed when the node stops
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+    assert not (data / "node.json").exists()  # removed when the node stops
 
 
 def test_status_and_calls_find_a_single_node_on_a_non_default_port(node: Path) -> None:

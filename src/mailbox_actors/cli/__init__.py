@@ -63,6 +63,10 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
                 "run one machine of a cluster on many machines (slots leased in PostgreSQL)"),
     "slots": ("mailbox_actors.cli.machine", "add_slots_arguments", "run_slots",
               "create a many-machine cluster's slots once, show who holds what, drain a machine"),
+    "queues": ("mailbox_actors.cli.queues", "add_queues_arguments", "run_queues",
+               "list a queue's dead letters or redrive them (operator token)"),
+    "events": ("mailbox_actors.cli.queues", "add_events_arguments", "run_events",
+               "follow a tenant's events as the event index receives them (operator token)"),
     "bench": ("mailbox_actors.bench.command", "add_arguments", "run",
               "measure the runtime against the physical limits"),
 }

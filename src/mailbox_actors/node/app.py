@@ -26,6 +26,9 @@ from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.shared_replies import IdReply
 
+# /admin/{root}/... of operator inspection (node.inspection_http, imported at its first request)
+INSPECTION_ROOTS = frozenset({"actors", "inspect", "queues", "events"})
+
 __all__ = ["FORWARDED_HEADER", "FORWARD_MAX_S", "NodeApp", "Response"]
 
 Plain = tuple[int, bytes, str]
@@ -142,9 +145,12 @@ class NodeApp:
             if path == "/admin/status":
                 return self._get_only(method) or self._auth(headers, True) or (
                     200, _ENC.encode(await self.status()), _JSON)
-            if len(parts) >= 3 and parts[1] == "admin" and parts[2] in ("actors", "inspect"):
-                return self._get_only(method) or self._auth(headers, True) or (
-                    await self.inspection.answer(parts, query, headers))
+            if len(parts) >= 3 and parts[1] == "admin" and parts[2] in INSPECTION_ROOTS:
+                allowed = self.inspection.method_for(parts)
+                if method != allowed and not (allowed == "GET" and method == "HEAD"):
+                    return _not_allowed(allowed)
+                return self._auth(headers, True) or (
+                    await self.inspection.answer(parts, query, headers, body))
         except MailboxActorsError as e:
             return e.code.http_status, _ENC.encode({"err": e.to_body()}), _JSON
         return error_response(ErrorCode.NOT_FOUND, "no such endpoint",
@@ -157,9 +163,12 @@ class NodeApp:
         if self._inspection is None:
             from mailbox_actors.node.inspection import Inspector
             from mailbox_actors.node.inspection_http import InspectionRoutes
+            from mailbox_actors.node.queue_inspection import QueueInspector
 
-            self._inspection = InspectionRoutes(Inspector(self.node), self._placement,
-                                                content_allowed=self._content_allowed)
+            inspector = Inspector(self.node)
+            self._inspection = InspectionRoutes(
+                inspector, QueueInspector(self.node, inspector.cursors), self._placement,
+                content_allowed=self._content_allowed)
         return self._inspection
 
     def _openapi_document(self) -> bytes:

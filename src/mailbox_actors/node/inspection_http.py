@@ -6,6 +6,8 @@
 - ``GET /admin/actors/{namespace}/{id}/rows/{table}?cursor=&limit=&content=``
 - ``GET /admin/actors/{namespace}/{id}/kv?cursor=&limit=&content=``
 - ``GET /admin/actors/{namespace}/{id}/outbox?cursor=&limit=``
+- ``GET /admin/queues/{queue}/dead-letters?cursor=&limit=`` and ``POST .../redrive`` (UI-3)
+- ``GET /admin/events?tenant=&cursor=&limit=``: a tenant's indexed events (UI-3, ``events tail``)
 
 A request another node forwarded (``FORWARDED_HEADER``) is answered for this node alone, so a
 listing asks each node once. ``content=1`` is refused unless the node was started to show content
@@ -23,8 +25,9 @@ import msgspec
 
 from mailbox_actors.node.forwarding import FORWARDED_HEADER, Forwarding
 from mailbox_actors.node.inspection import Inspector, check_limit, merge_pages
+from mailbox_actors.node.queue_inspection import QueueInspector
 from mailbox_actors.wire.errors import ErrorBody, ErrorCode, InvalidRequest, MailboxActorsError
-from mailbox_actors.wire.inspection import ActorsPage, NamespaceCount, NamespacesView
+from mailbox_actors.wire.inspection import ActorsPage, NamespaceCount, NamespacesView, Redrive
 
 __all__ = ["InspectionRoutes"]
 
@@ -34,6 +37,7 @@ _ENC = msgspec.json.Encoder()
 _PAGE = msgspec.json.Decoder(ActorsPage)
 _VIEW = msgspec.json.Decoder(NamespacesView)
 _ERR = msgspec.json.Decoder(dict[str, ErrorBody])
+_REDRIVE = msgspec.json.Decoder(Redrive)
 _QUERY_MAX = 4096
 
 
@@ -73,11 +77,18 @@ def _flag(args: Mapping[str, str], name: str) -> bool:
 class InspectionRoutes:
     """Answers the inspection endpoints of one node (see the module doc)."""
 
-    def __init__(self, inspector: Inspector, forwarding: Forwarding, *,
+    def __init__(self, inspector: Inspector, queues: QueueInspector, forwarding: Forwarding, *,
                  content_allowed: bool = False) -> None:
         self.inspector = inspector
+        self.queues = queues
         self._fwd = forwarding
         self.content_allowed = content_allowed
+
+    @staticmethod
+    def method_for(parts: list[str]) -> str:
+        """The one method ``parts``' endpoint takes (POST for a redrive, else GET)."""
+        return "POST" if len(parts) == 5 and parts[2] == "queues" and parts[4] == "redrive" \
+            else "GET"
 
     def _content(self, args: Mapping[str, str]) -> bool:
         wanted = _flag(args, "content")
@@ -88,12 +99,35 @@ class InspectionRoutes:
                 fix="Leave content out: ids, states, counts and sizes are shown.")
         return wanted
 
-    async def answer(self, parts: list[str], query: str, headers: Mapping[str, str]) -> Plain:
+    async def answer(self, parts: list[str], query: str, headers: Mapping[str, str],
+                     body: bytes = b"") -> Plain:
         """``parts``: the path split on '/', starting ``['', 'admin', ...]``."""
         local = FORWARDED_HEADER in headers
         if parts[2] == "inspect" and len(parts) == 3:
             _query(query, frozenset())
             return _ok(await self._overview(local, headers))
+        if parts[2] == "events" and len(parts) == 3:
+            args = _query(query, frozenset({"tenant", "cursor", "limit"}))
+            if not args.get("tenant"):
+                raise InvalidRequest("tenant is required (its id or name)",
+                                     details={"field": "tenant"})
+            return _ok(await self.queues.events(args["tenant"], cursor=args.get("cursor"),
+                                                limit=_limit(args)))
+        if parts[2] == "queues" and len(parts) == 5 and parts[4] == "dead-letters":
+            args = _query(query, frozenset({"cursor", "limit"}))
+            return _ok(await self.queues.dead_letters(unquote(parts[3]), cursor=args.get("cursor"),
+                                                      limit=_limit(args)))
+        if parts[2] == "queues" and len(parts) == 5 and parts[4] == "redrive":
+            _query(query, frozenset())
+            try:
+                req = _REDRIVE.decode(body or b"{}")
+            except msgspec.DecodeError as e:
+                raise InvalidRequest(f"the body is not a redrive request: {e}",
+                                     details={"field": "body"}) from None
+            return _ok(await self.queues.redrive(unquote(parts[3]), req.message_ids,
+                                                 limit=req.limit))
+        if parts[2] != "actors" or len(parts) < 4:
+            raise _no_endpoint()
         ns = unquote(parts[3])
         if len(parts) == 4:
             args = _query(query, frozenset({"cursor", "limit"}))
@@ -120,12 +154,7 @@ class InspectionRoutes:
         if len(parts) == 6 and parts[5] == "outbox":
             args = _query(query, frozenset({"cursor", "limit"}))
             return _ok(await insp.outbox(ns, oid, cursor=args.get("cursor"), limit=_limit(args)))
-        raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such inspection endpoint", details={
-            "endpoints": ["/admin/inspect", "/admin/actors/{namespace}",
-                          "/admin/actors/{namespace}/{id}",
-                          "/admin/actors/{namespace}/{id}/rows/{table}",
-                          "/admin/actors/{namespace}/{id}/kv",
-                          "/admin/actors/{namespace}/{id}/outbox"]})
+        raise _no_endpoint()
 
     async def _peers(self, path: str, headers: Mapping[str, str]) -> list[tuple[str, bytes]]:
         """Each other node's answer to ``path`` (forwarded: answered for itself alone)."""
@@ -174,6 +203,17 @@ class InspectionRoutes:
             namespaces=[NamespaceCount(namespace=ns, actors=t[0], active=t[1], alarms_pending=t[2],
                                        alarms_overdue=t[3]) for ns, t in sorted(totals.items())],
             nodes=[n for v in views for n in v.nodes])
+
+
+def _no_endpoint() -> MailboxActorsError:
+    return MailboxActorsError(ErrorCode.NOT_FOUND, "no such inspection endpoint", details={
+        "endpoints": ["/admin/inspect", "/admin/actors/{namespace}",
+                      "/admin/actors/{namespace}/{id}",
+                      "/admin/actors/{namespace}/{id}/rows/{table}",
+                      "/admin/actors/{namespace}/{id}/kv",
+                      "/admin/actors/{namespace}/{id}/outbox",
+                      "/admin/queues/{queue}/dead-letters", "/admin/queues/{queue}/redrive",
+                      "/admin/events"]})
 
 
 def _ok(value: Any) -> Plain:

@@ -1,9 +1,10 @@
 """Operator inspection over the network (UI-1): the calls of ``node.inspection.Inspector``, answered
 by a cluster's nodes under the operator token (``/admin/inspect``, ``/admin/actors/...``).
 
-Any node answers for the whole cluster (it asks the others), so a request goes to the first node
-that can be reached; an unreachable one is skipped. Answers decode to the same ``wire.inspection``
-types as in process; an error body is raised as ``RpcError`` with its code.
+Any node answers for the whole cluster (it asks the others; queues and the event index are shared),
+so a request goes to the first node that can be reached; an unreachable one is skipped. Answers
+decode to the same ``wire.inspection`` types as in process; an error body is raised as
+``RpcError`` with its code.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from mailbox_actors.wire.errors import ErrorBody, ErrorCode
 from mailbox_actors.wire.inspection import (
     ActorDetail,
     ActorsPage,
+    DeadLettersPage,
+    EventsPage,
     KvPage,
     NamespacesView,
     OutboxPage,
+    Redrive,
+    RedriveReply,
     RowsPage,
 )
 
@@ -88,24 +93,28 @@ class InspectionClient:
     async def aclose(self) -> None:
         await self._pool.aclose()
 
-    async def get(self, path: str, params: dict[str, Any] | None = None) -> bytes:
-        """GET ``path`` from the first node that answers; the 200 body, else ``RpcError``."""
+    async def get(self, path: str, params: dict[str, Any] | None = None, *,
+                  method: str = "GET", body: bytes = b"") -> bytes:
+        """GET ``path`` from the first node that answers; the 200 body, else ``RpcError``. A POST
+        (``method``) is not sent again to another node once one may have received it."""
         query = {k: v for k, v in (params or {}).items() if v is not None and v is not False}
         full = path + ("?" + urlencode({k: (1 if v is True else v) for k, v in query.items()})
                        if query else "")
         last: RpcError | None = None
         for url in self.urls:
             try:
-                status, body = await self._pool.request(url, "GET", full, self._auth, b"",
-                                                        timeout_s=self._timeout)
+                status, out = await self._pool.request(url, method, full, self._auth, body,
+                                                       timeout_s=self._timeout)
             except (OSError, ConnectionError, TimeoutError) as e:
                 last = RpcError(ErrorCode.UNAVAILABLE, f"node {url} cannot be reached "
                                 f"({type(e).__name__})", details={"url": url})
+                if method != "GET" and not isinstance(e, ConnectionRefusedError):
+                    raise last from None  # it may have been received: not sent twice
                 continue
             if status == 200:
-                return body
+                return out
             try:
-                err = _ERR.decode(body)["err"]
+                err = _ERR.decode(out)["err"]
             except (msgspec.DecodeError, KeyError):
                 raise RpcError(ErrorCode.INTERNAL_ERROR, f"node {url} answered HTTP {status} "
                                "without an error body") from None
@@ -144,6 +153,23 @@ class InspectionClient:
         return await self._typed(
             OutboxPage, f"/admin/actors/{_seg(namespace)}/{_seg(object_id)}/outbox",
             cursor=cursor, limit=limit)
+
+
+    async def dead_letters(self, queue: str, *, cursor: str | None = None,
+                           limit: int | None = None) -> DeadLettersPage:
+        return await self._typed(DeadLettersPage, f"/admin/queues/{_seg(queue)}/dead-letters",
+                                 cursor=cursor, limit=limit)
+
+    async def redrive(self, queue: str, message_ids: list[str] | None = None, *,
+                      limit: int = 100) -> RedriveReply:
+        body = msgspec.json.encode(Redrive(message_ids=message_ids, limit=limit))
+        return msgspec.json.decode(await self.get(f"/admin/queues/{_seg(queue)}/redrive",
+                                                  method="POST", body=body), type=RedriveReply)
+
+    async def events(self, tenant: str, *, cursor: str | None = None,
+                     limit: int | None = None) -> EventsPage:
+        return await self._typed(EventsPage, "/admin/events", tenant=tenant, cursor=cursor,
+                                 limit=limit)
 
 
 def _seg(text: str) -> str:

@@ -196,13 +196,18 @@ def _inspection_paths(components: dict[str, Any]) -> dict[str, Any]:
     from mailbox_actors.wire.inspection import (
         ActorDetail,
         ActorsPage,
+        DeadLettersPage,
+        EventsPage,
         KvPage,
         NamespacesView,
         OutboxPage,
+        Redrive,
+        RedriveReply,
         RowsPage,
     )
 
-    types = [NamespacesView, ActorsPage, ActorDetail, RowsPage, KvPage, OutboxPage]
+    types = [NamespacesView, ActorsPage, ActorDetail, RowsPage, KvPage, OutboxPage,
+             DeadLettersPage, Redrive, RedriveReply, EventsPage]
     schemas, more = msgspec.json.schema_components(types, ref_template=_REF)
     components.update(more)
     ns = {"name": "namespace", "in": "path", "required": True,
@@ -216,6 +221,10 @@ def _inspection_paths(components: dict[str, Any]) -> dict[str, Any]:
               "schema": {"type": "string", "maxLength": 2048}}
     limit = {"name": "limit", "in": "query", "required": False,
              "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}}
+    queue = {"name": "queue", "in": "path", "required": True,
+             "schema": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,62}$"}}
+    tenant = {"name": "tenant", "in": "query", "required": True,
+              "description": "the tenant's id (ten_...) or name", "schema": {"type": "string"}}
     content = {"name": "content", "in": "query", "required": False,
                "description": "1: show text and bytes as stored (dev mode on loopback only)",
                "schema": {"type": "string", "enum": ["0", "1", "true", "false"]}}
@@ -256,6 +265,22 @@ def _inspection_paths(components: dict[str, Any]) -> dict[str, Any]:
         "/admin/actors/{namespace}/{id}/outbox": get(
             "admin_actor_outbox", "The actor's outbox newest first, pending and dispatched",
             schemas[5], [ns, oid, cursor, limit], True),
+        "/admin/queues/{queue}/dead-letters": get(
+            "admin_dead_letters", "A page of a queue's dead letters: reason, attempts (UI-3)",
+            schemas[6], [queue, cursor, limit], False),
+        "/admin/queues/{queue}/redrive": {"post": {
+            "operationId": "admin_redrive",
+            "summary": "Send dead letters back to their queue, attempts started again (UI-3)",
+            "description": "The letters named by `message_ids`, or the oldest `limit`; one "
+                           "already redriven is skipped. Needs the operator token.",
+            "security": [{"operatorToken": []}], "parameters": [queue],
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": schemas[7]}}},
+            "responses": {"200": {"description": "JSON", "content": {"application/json": {
+                "schema": schemas[8]}}}, **errors}}},
+        "/admin/events": get(
+            "admin_events", "A tenant's indexed events after a cursor, in index order (UI-3)",
+            schemas[9], [tenant, cursor, limit], False),
     }
 
 

@@ -13,8 +13,9 @@ from typing import Any
 import msgspec
 
 __all__ = [
-    "ActorDetail", "ActorSummary", "ActorsPage", "AlarmView", "KvEntry", "KvPage",
-    "NamespaceCount", "NamespacesView", "OutboxEvent", "OutboxPage", "PurposeView", "Redacted",
+    "ActorDetail", "ActorSummary", "ActorsPage", "AlarmView", "DeadLetter", "DeadLettersPage",
+    "EventsPage", "IndexedEvent", "KvEntry", "KvPage", "NamespaceCount", "NamespacesView",
+    "OutboxEvent", "OutboxPage", "PurposeView", "Redacted", "Redrive", "RedriveReply", "Redriven",
     "RowsPage", "TableView",
 ]
 
@@ -128,4 +129,63 @@ class OutboxPage(msgspec.Struct, frozen=True, kw_only=True):
 
     events: list[OutboxEvent]
     pending: int
+    next_cursor: str | None = None
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
+    """A queue message given up on (UI-3): where it came from, why, after how many attempts."""
+
+    queue: str  # the queue it was sent to (where a redrive sends it back)
+    message_id: str
+    dead_letter_queue: str
+    kind: str
+    reason: str
+    attempts: int
+    enqueued_at_ms: int
+    recorded_at_ms: int
+    body: dict[str, Any]  # a webhook's event reference (ids and type: events carry no content)
+
+
+class DeadLettersPage(msgspec.Struct, frozen=True, kw_only=True):
+    queue: str
+    dead_letters: list[DeadLetter]
+    next_cursor: str | None = None
+
+
+class Redrive(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``POST /admin/queues/{queue}/redrive``: the letters named, or the oldest ``limit``."""
+
+    message_ids: list[str] | None = None
+    limit: int = 100
+
+
+class Redriven(msgspec.Struct, frozen=True, kw_only=True):
+    message_id: str  # the dead letter's
+    new_message_id: str  # the message sent again
+
+
+class RedriveReply(msgspec.Struct, frozen=True, kw_only=True):
+    queue: str
+    redriven: list[Redriven]
+
+
+class IndexedEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One event of the control database's event index: ids and type, never data (EV-2)."""
+
+    event_id: str
+    tenant_id: str
+    identity_id: str | None
+    namespace: str
+    object_id: str
+    sequence: int
+    type: str
+    occurred_at_ms: int
+
+
+class EventsPage(msgspec.Struct, frozen=True, kw_only=True):
+    """A tenant's indexed events in index order; ``next_cursor`` continues (never null: a
+    follower keeps asking with the last one)."""
+
+    tenant_id: str
+    events: list[IndexedEvent]
     next_cursor: str | None = None
