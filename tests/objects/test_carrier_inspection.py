@@ -51,9 +51,10 @@ def file_digest(path: Path) -> str:
 
 
 async def test_pages_of_32_by_default_64_at_most_until_the_cursor_is_null() -> None:
-    """CA-10: each page holds at most 64 records (32 by default), continued with after =
-    next_cursor until it is null; every Email is seen once, in order; records carry state,
-    attempts, retry time and provider evidence, never addresses, bodies or headers."""
+    """CA-10: each page reads at most 64 rows (32 by default), so holds at most that many
+    records, continued with after = next_cursor until it is null; every Email is seen once, in
+    order; records carry state, attempts, retry time and provider evidence, never addresses,
+    bodies or headers."""
     transport = RecordingTransport([ProviderRejected(code="451 4.3.0", klass="temporary")])
     async with TestRuntime(services={MAIL_TRANSPORT: transport}) as rt:
         mid = await mailbox(rt)
@@ -62,7 +63,7 @@ async def test_pages_of_32_by_default_64_at_most_until_the_cursor_is_null() -> N
                                       headers={"X-Secret": "hdr"}))
         await rt.run_until_idle()
         first = msgspec.to_builtins(rt.node.inspect_deliveries(mid))
-        assert first["status"] == "available" and len(first["records"]) == 32
+        assert first["status"] == "available" and 1 <= len(first["records"]) <= 32
         assert first["next_cursor"] == first["records"][-1]["email_id"]
         seen = [r["email_id"] for r in first["records"]]
         after = first["next_cursor"]
@@ -90,7 +91,8 @@ async def test_pages_of_32_by_default_64_at_most_until_the_cursor_is_null() -> N
 async def test_inspection_opens_no_owner_creates_nothing_arms_nothing(tmp_path: Path) -> None:
     """CA-10: reading a sleeping actor's records does not activate it, change its file or its
     alarm; a store without the delivery table is uninitialized (and stays without it); an id
-    with no file is identity_not_found and leaves no file behind."""
+    with no file is uninitialized too (regression: it was identity_not_found) and leaves no file
+    behind."""
     async with TestRuntime(tmp_path, idle_ms=1000) as rt:
         mid = await mailbox(rt)
         await call(rt, mid, email())
@@ -118,9 +120,8 @@ async def test_inspection_opens_no_owner_creates_nothing_arms_nothing(tmp_path: 
                 ("meta",), ("sqlite_autoindex_meta_1",)]
 
         nobody = rt.id_from_name(NS, "never-created")
-        with pytest.raises(MailboxActorsError) as e:
-            rt.node.inspect_deliveries(nobody)
-        assert e.value.code == "identity_not_found"
+        assert msgspec.to_builtins(rt.node.inspect_deliveries(nobody)) == {
+            "status": "uninitialized"}
         assert not rt.node.host.path_for(NS, nobody).exists()
 
 
@@ -145,8 +146,8 @@ async def get(url: str, path: str, token: str | None) -> tuple[int, Any]:
 
 async def test_over_http_only_the_operator_token_may_inspect() -> None:
     """CA-10, REL-3: GET /admin/deliveries/{id} answers the page with the operator token; the
-    cluster token is 403 permission_denied, none or a wrong one 401; a bad limit 400, an unknown
-    mailbox 404, another method 405."""
+    cluster token is 403 permission_denied, none or a wrong one 401; a bad limit 400, a mailbox
+    with no file uninitialized, another method 405."""
     async with TestRuntime() as rt, serving(rt) as url:
         mid = await mailbox(rt)
         await call(rt, mid, email())
@@ -163,8 +164,8 @@ async def test_over_http_only_the_operator_token_may_inspect() -> None:
         status, err = await get(url, f"/admin/deliveries/{mid}?limit=65", OPERATOR)
         assert status == 400
         other = rt.id_from_name(NS, "nobody")
-        status, err = await get(url, f"/admin/deliveries/{other}", OPERATOR)
-        assert status == 404 and err["err"]["code"] == "identity_not_found"
+        status, page = await get(url, f"/admin/deliveries/{other}", OPERATOR)
+        assert (status, page) == (200, {"status": "uninitialized"})
         status, err = await get(url, "/admin/deliveries/not-an-id", OPERATOR)
         assert status == 400
         async with HttpPool() as pool:
@@ -217,10 +218,13 @@ async def test_send_and_deliveries_commands(tmp_path: Path) -> None:
                             tenant_id=identity.tenant_id, identity_id=identity.id)
         status, pages = await run_cli("deliveries", identity.id, "--limit", "2", "--all",
                                       "--data", str(tmp_path), "--url", url)
-        assert status == 0 and [len(p["records"]) for p in pages] == [2, 2, 1]
+        # Two rows a page: an Email (its Message, its row) fills one, its next Email's first
+        # Message read on the way; the fourth page also holds the roster's Post job, and the
+        # last, empty, finds nothing after it (a page may be short and still continue).
+        assert status == 0 and [len(p["records"]) for p in pages] == [1, 1, 1, 2, 0]
         assert pages[-1]["next_cursor"] is None
         # PO-7: the identity's roster news to its tenant, by its producer key; no address.
-        news = pages[-1]["records"][0]
+        news = pages[-2]["records"][-1]
         assert (news["kind"], news["key"]) == ("post", f"roster:{identity.id}:joined")
         assert set(news) <= {"kind", "key", "state", "attempts", "retry_at_ms", "reason"}
         status, lines = await run_cli(
@@ -267,10 +271,11 @@ async def test_post_jobs_are_in_the_same_scan_with_key_state_and_reason_only() -
             while True:
                 page = msgspec.to_builtins(rt.node.inspect_deliveries(mid, after=after,
                                                                       limit=limit))
-                assert 1 <= len(page["records"]) <= max(limit, 2)
+                assert len(page["records"]) <= max(limit, 2)
                 seen += page["records"]
                 after = page["next_cursor"]
                 if after is None:
                     break
+                assert page["records"]  # only a scan's last page may be empty (its rows spent)
                 assert after == (seen[-1].get("email_id") or seen[-1]["key"])
             assert seen == whole["records"], limit

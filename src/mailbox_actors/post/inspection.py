@@ -10,10 +10,16 @@ scan (``objects/identity_mailbox/inspection.py``) can page these beside Carrier'
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from mailbox_actors.wire.post import PostInspectionRecord
 
-__all__ = ["has_post_tables", "inspection_records"]
+__all__ = ["POST_SCAN", "has_post_tables", "inspection_records", "record_of_row"]
+
+# Post's jobs in key order after a cursor, read one row per step (the key's index: no sort), so
+# a caller that counts the rows it fetches knows how many the scan read.
+POST_SCAN = ("SELECT key, state, attempts, next_attempt_at_ms, reason FROM post_jobs "
+             "WHERE key > ? ORDER BY key")
 
 
 def has_post_tables(conn: sqlite3.Connection) -> bool:
@@ -31,14 +37,16 @@ def inspection_records(conn: sqlite3.Connection, after: str | None = None, limit
         raise ValueError("limit is 1 to 64")
     if not has_post_tables(conn):
         return [], None
-    rows = conn.execute("SELECT key, state, attempts, next_attempt_at_ms, reason FROM post_jobs "
-                        "WHERE key > ? ORDER BY key LIMIT ?", (after or "", limit + 1)).fetchall()
-    out = []
-    for key, state, attempts, next_at, reason in rows[:limit]:
-        if state == "delivered":
-            out.append(PostInspectionRecord(key=key, state=state))
-        else:
-            out.append(PostInspectionRecord(
-                key=key, state=state, attempts=attempts,
-                retry_at_ms=next_at if state in ("queued", "failed") else None, reason=reason))
+    rows = conn.execute(f"{POST_SCAN} LIMIT ?", (after or "", limit + 1)).fetchall()
+    out = [record_of_row(r) for r in rows[:limit]]
     return out, (out[-1].key if len(rows) > limit and out else None)
+
+
+def record_of_row(row: tuple[Any, ...]) -> PostInspectionRecord:
+    """A ``POST_SCAN`` row as the operator sees it: a delivered job keeps only key and state."""
+    key, state, attempts, next_at, reason = row
+    if state == "delivered":
+        return PostInspectionRecord(key=key, state=state)
+    return PostInspectionRecord(
+        key=key, state=state, attempts=attempts,
+        retry_at_ms=next_at if state in ("queued", "failed") else None, reason=reason)
