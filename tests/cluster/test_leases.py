@@ -13,7 +13,8 @@ import pytest
 from _pg import PgServer
 from mailbox_actors.cluster.lease_table import LeaseTable, TableUnreachable
 from mailbox_actors.cluster.leases import LeaseKeeper, handed_back, wanted_slots
-from mailbox_actors.cluster.slots import secret_fingerprint, slot_of
+from mailbox_actors.cluster.slots import secret_fingerprint, slot_names, slot_of
+from mailbox_actors.core.placement import owner_index
 from mailbox_actors.runtime.settings import SettingsError
 
 pytestmark = pytest.mark.anyio
@@ -46,6 +47,8 @@ def test_cl8_an_id_has_one_slot_computed_from_s_alone() -> None:
     placed = [slot_of(64, "scratch", i) for i in ids]
     assert placed == [slot_of(64, "scratch", i) for i in ids]
     assert set(placed) == set(range(64))  # every slot gets ids
+    # The same answers as the single-machine cluster's hash over the slot names.
+    assert placed == [owner_index(slot_names(64), "scratch", i) for i in ids]
     assert secret_fingerprint("a" * 32) != FP and len(FP) == 16
 
 

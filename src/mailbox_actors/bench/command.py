@@ -26,6 +26,7 @@ from mailbox_actors.bench.event_figures import EVENT_FIGURES, event_figures
 from mailbox_actors.bench.figures import FIGURES, FULL, QUICK, Figure, Progress, Sizes
 from mailbox_actors.bench.http_figures import HTTP_FIGURES, http_figures
 from mailbox_actors.bench.inbound_figures import INBOUND_FIGURES, inbound_figures
+from mailbox_actors.bench.machines_figures import MACHINES_FIGURES, machines_figures
 from mailbox_actors.bench.post_figures import POST_FIGURES, post_figures
 from mailbox_actors.bench.postgres_figures import POSTGRES_FIGURES, postgres_figures
 from mailbox_actors.bench.restart_figures import RESTART_FIGURES, restart_figures
@@ -79,6 +80,8 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "events": (EVENT_FIGURES, event_figures),  # a local cluster and a webhook receiver (issue 4)
     # the shared state on PostgreSQL beside the SQLite files, one server of its own (issue 23)
     "postgres": (POSTGRES_FIGURES, postgres_figures),
+    # three machine processes on one PostgreSQL beside a local cluster; the epoch check (issue 24)
+    "machines": (MACHINES_FIGURES, machines_figures),
     "smtp": (SMTP_FIGURES, smtp_figures),  # an aiosmtpd sink in a child process (issue 11)
     "post": (POST_FIGURES, post_figures),  # two actors on one node (issue 14)
     "dns": (DNS_FIGURES, dns_figures),  # a loopback DNS server in a child process (issue 13)
@@ -90,6 +93,7 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
 # Every figure the command prints, in the order it prints them: the in-process figures of
 # ``FIGURES``, then those measured against server processes the bench starts.
 ALL_FIGURES: tuple[str, ...] = (FIGURES + HTTP_FIGURES + EVENT_FIGURES + POSTGRES_FIGURES
+                                 + MACHINES_FIGURES
                                  + SMTP_FIGURES + POST_FIGURES + DNS_FIGURES + CARRIER_FIGURES
                                  + INBOUND_FIGURES + SEARCH_FIGURES)
 

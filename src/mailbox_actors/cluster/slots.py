@@ -14,7 +14,7 @@ import hmac
 from functools import lru_cache
 from pathlib import Path
 
-from mailbox_actors.core.placement import owner_index
+from mailbox_actors.core.placement import Rendezvous
 
 __all__ = ["DEFAULT_SLOTS", "MAX_SLOTS", "secret_fingerprint", "slot_dir", "slot_names",
            "slot_of"]
@@ -23,17 +23,22 @@ DEFAULT_SLOTS = 64
 MAX_SLOTS = 4096
 
 
-@lru_cache(maxsize=8)
 def slot_names(slots: int) -> tuple[str, ...]:
     """The names the hash runs over: ``slot-0`` .. ``slot-<S-1>``."""
+    return _rendezvous(slots).names
+
+
+@lru_cache(maxsize=8)
+def _rendezvous(slots: int) -> Rendezvous:
     if not 1 <= slots <= MAX_SLOTS:
         raise ValueError(f"slots must be 1..{MAX_SLOTS} (got {slots})")
-    return tuple(f"slot-{k}" for k in range(slots))
+    return Rendezvous([f"slot-{k}" for k in range(slots)])
 
 
 def slot_of(slots: int, namespace: str, object_id: str) -> int:
-    """The slot holding (namespace, object_id) in a cluster of ``slots`` slots."""
-    return owner_index(slot_names(slots), namespace, object_id)
+    """The slot holding (namespace, object_id) in a cluster of ``slots`` slots (the same answer
+    as ``owner_index`` over ``slot_names``, its hash states made once and its answers kept)."""
+    return _rendezvous(slots).index(namespace, object_id)
 
 
 def slot_dir(volumes: Path, slot: int) -> Path:

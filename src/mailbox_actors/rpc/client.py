@@ -19,7 +19,7 @@ import anyio
 import msgspec
 
 from mailbox_actors.core.backoff import exponential_delay_ms
-from mailbox_actors.core.placement import owner_index
+from mailbox_actors.core.placement import Rendezvous, owner_index
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.ids import Ids
@@ -78,7 +78,7 @@ class Client:
         self._pool = HttpPool()
         # Many machines (CL-12): slot k's holder's URL from GET /cluster (None: one machine or a
         # local cluster, routed by the node list).
-        self._slot_names: tuple[str, ...] = ()
+        self._slots: Rendezvous | None = None
         self._slot_urls: list[str | None] | None = None
 
     @classmethod
@@ -111,7 +111,9 @@ class Client:
             if machines:
                 self.names = list(machines)
                 self.urls = [str(u).rstrip("/") for u in machines.values()]
-            self._slot_names = tuple(f"slot-{k}" for k in range(int(doc["slots"])))
+            count = int(doc["slots"])
+            if self._slots is None or len(self._slots.names) != count:
+                self._slots = Rendezvous([f"slot-{k}" for k in range(count)])
             self._slot_urls = [row.get("url") for row in doc["map"]]
             return
         raise RpcError(ErrorCode.UNAVAILABLE, "no machine answered GET /cluster",
@@ -149,9 +151,9 @@ class Client:
         await self._pool.aclose()
 
     def owner_url(self, namespace: str, object_id: str) -> str:
-        slot_urls = self._slot_urls
-        if slot_urls is not None:  # many machines: the slot's holder, else any machine
-            url = slot_urls[owner_index(self._slot_names, namespace, object_id)]
+        slot_urls, slots = self._slot_urls, self._slots
+        if slot_urls is not None and slots is not None:  # many machines: the slot's holder
+            url = slot_urls[slots.index(namespace, object_id)]
             return url.rstrip("/") if url else self.urls[secrets.randbelow(len(self.urls))]
         return self.urls[owner_index(self.names, namespace, object_id)]
 
