@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import PlatformError, PlatformErrorKind
 
 __all__ = ["DIR_MODE", "FILE_MODE", "DamagedFile", "check_whole", "create_whole", "damage_of",
            "examine", "is_disk_full", "make_dirs", "private_file"]
@@ -31,13 +31,13 @@ _MAGIC = b"SQLite format 3\x00"
 _HEADER = struct.Struct(">16sH6xII60xI4x")
 
 
-class DamagedFile(MailboxActorsError):
+class DamagedFile(PlatformError):
     """A shared file the node needs (the control database, the queue file) is not a whole SQLite
     file. Restarting cannot help: an operator must restore it or move it aside."""
 
     def __init__(self, path: Path, what: str, damage: str) -> None:
         super().__init__(
-            ErrorCode.INTERNAL_ERROR,
+            PlatformErrorKind.CORRUPT, what, damage,
             f"the {what} {path} is damaged ({damage}): restore it from a backup, or move it aside "
             "(for example to " + path.name + ".damaged) to start with an empty one",
             details={"path": str(path), "damage": damage})

@@ -8,6 +8,8 @@ its default fix are decided here and nowhere else::
     |-- LimitExceeded             limit_exceeded    (RT-7 storage limits, body caps)
     |-- Overloaded                overloaded        (RT-10; never retry at once)
     |-- DeadlineExceeded          timeout           (RPC-5)
+    |-- PlatformError             a platform failure, typed once by its PlatformErrorKind; its
+    |                             code is PLATFORM_CODES' (seed section 2), decided only there
     `-- ... any other code: raise MailboxActorsError(ErrorCode.X, "...")
 
 A message never contains message content or clear-text addresses.
@@ -28,6 +30,10 @@ __all__ = [
     "LimitExceeded",
     "MailboxActorsError",
     "Overloaded",
+    "PLATFORM_CODES",
+    "PlatformError",
+    "PlatformErrorKind",
+    "platform_code",
 ]
 
 
@@ -184,3 +190,56 @@ class Overloaded(MailboxActorsError):
 class DeadlineExceeded(MailboxActorsError):
     def __init__(self, message: str = "the request's deadline_ms has passed") -> None:
         super().__init__(ErrorCode.TIMEOUT, message)
+
+
+# ---- platform failures (seed section 2: PlatformError { kind, binding, detail }) ----------------
+
+
+class PlatformErrorKind(enum.StrEnum):
+    """What kind of failure a platform binding (a database, a file, a queue, a peer) had."""
+
+    UNAVAILABLE = "unavailable"  # busy, locked, closed, disk full, a binding refusing: retry
+    TIMEOUT = "timeout"          # an internal deadline passed
+    UPSTREAM = "upstream"        # an outside API answered an unexpected status, synchronously
+    NOT_FOUND = "not_found"      # an object the caller named (its own *_not_found), or internal
+    CORRUPT = "corrupt"          # a file or row that is not what it must be
+    INTERNAL = "internal"        # anything else the platform cannot go on from
+
+
+# kind -> error code: the one place platform failures become codes (seed section 2's table). A
+# NOT_FOUND for an object the caller named takes that object's own *_not_found instead.
+PLATFORM_CODES: dict[PlatformErrorKind, ErrorCode] = {
+    PlatformErrorKind.UNAVAILABLE: ErrorCode.UNAVAILABLE,
+    PlatformErrorKind.TIMEOUT: ErrorCode.TIMEOUT,
+    PlatformErrorKind.UPSTREAM: ErrorCode.UPSTREAM_ERROR,
+    PlatformErrorKind.NOT_FOUND: ErrorCode.INTERNAL_ERROR,
+    PlatformErrorKind.CORRUPT: ErrorCode.INTERNAL_ERROR,
+    PlatformErrorKind.INTERNAL: ErrorCode.INTERNAL_ERROR,
+}
+assert set(PLATFORM_CODES) == set(PlatformErrorKind), "every kind needs a code"
+
+
+def platform_code(kind: PlatformErrorKind, named: ErrorCode | None = None) -> ErrorCode:
+    """The code of a platform failure: ``named`` (the caller's object's own ``*_not_found``)
+    for a NOT_FOUND of an object the caller named, else the table's."""
+    if kind is PlatformErrorKind.NOT_FOUND and named is not None:
+        return named
+    return PLATFORM_CODES[kind]
+
+
+class PlatformError(MailboxActorsError):
+    """A platform failure, typed by ``kind`` where it happens (``binding``: which one, e.g.
+    ``control_db``, ``actor_storage``; ``detail``: a short machine string, never content or an
+    address); its error code, status and retryability follow from the kind alone."""
+
+    def __init__(self, kind: PlatformErrorKind, binding: str, detail: str, message: str, *,
+                 named: ErrorCode | None = None, details: dict[str, Any] | None = None,
+                 fix: str | None = None) -> None:
+        super().__init__(platform_code(kind, named), message, details=details, fix=fix)
+        self.kind = kind
+        self.binding = binding
+        self.detail = detail
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.kind.value!r}, {self.binding!r}, "
+                f"{self.detail!r}: {self.message!r})")

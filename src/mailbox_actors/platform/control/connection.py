@@ -22,7 +22,7 @@ from mailbox_actors.platform.shared_store import SharedStore, Tx
 from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
 from mailbox_actors.platform.sqlite.store import SqliteStore
 from mailbox_actors.platform.sqlite_files import is_disk_full as _is_disk_full
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError, PlatformError, PlatformErrorKind
 
 __all__ = ["ControlConnection", "ControlDbTooNew", "mapped_error"]
 
@@ -30,11 +30,11 @@ _log = get_logger("mailbox_actors.control_db")
 T = TypeVar("T")
 
 
-class ControlDbTooNew(MailboxActorsError):
+class ControlDbTooNew(PlatformError):
     """The file was migrated by newer code; it is refused, never downgraded."""
 
     def __init__(self, found: int, known: int) -> None:
-        super().__init__(ErrorCode.INTERNAL_ERROR,
+        super().__init__(PlatformErrorKind.INTERNAL, "control_db", "schema_too_new",
                          f"control database has schema_version {found}; this code knows up to {known}",
                          details={"schema_version": found, "known": known},
                          fix="Run the newer mailbox-actors that wrote this control database.")
@@ -130,7 +130,8 @@ class ControlConnection:
     async def run(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """``fn(tx)`` in one transaction (on PostgreSQL run again whole on a dead connection)."""
         if not self._opened:
-            raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database is not open")
+            raise PlatformError(PlatformErrorKind.UNAVAILABLE, "control_db", "not_open",
+                                "the control database is not open")
         return await self.store.run(fn)
 
     async def batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
@@ -145,14 +146,15 @@ class ControlConnection:
         """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction of the SQLite file: Post's
         executor on the control database (SQLite only) reads and writes in one."""
         if self._file is None:
-            raise MailboxActorsError(ErrorCode.INTERNAL_ERROR,
-                                     "Post on the control database needs its SQLite file")
+            raise PlatformError(PlatformErrorKind.INTERNAL, "control_db", "no_sqlite_file",
+                                "Post on the control database needs its SQLite file")
         async with self._file.transaction() as conn:
             return await fn(conn)
 
     async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if not self._opened:
-            raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database is not open")
+            raise PlatformError(PlatformErrorKind.UNAVAILABLE, "control_db", "not_open",
+                                "the control database is not open")
         return [tuple(r) for r in await self.store.fetch(sql, params)]
 
     async def fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
@@ -166,11 +168,13 @@ def mapped_error(e: sqlite3.Error) -> MailboxActorsError:
         return MailboxActorsError(ErrorCode.CONFLICT, "a control database constraint refused the write",
                                   details={"sqlite": str(e)})
     if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
-        return MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database stayed locked past the "
-                                  "busy timeout", details={"sqlite": str(e)})
+        return PlatformError(PlatformErrorKind.UNAVAILABLE, "control_db", "locked",
+                             "the control database stayed locked past the busy timeout",
+                             details={"sqlite": str(e)})
     if isinstance(e, sqlite3.OperationalError) and _is_disk_full(e):
         # OPS-3: the disk, not the request: retryable, and reads still work.
-        return MailboxActorsError(ErrorCode.UNAVAILABLE, "the control database cannot be written "
-                                  "now (the disk is full or failing)", details={"sqlite": str(e)})
-    return MailboxActorsError(ErrorCode.INTERNAL_ERROR, "control database error",
-                              details={"sqlite": str(e)})
+        return PlatformError(PlatformErrorKind.UNAVAILABLE, "control_db", "disk_full",
+                             "the control database cannot be written now (the disk is full or "
+                             "failing)", details={"sqlite": str(e)})
+    return PlatformError(PlatformErrorKind.INTERNAL, "control_db", type(e).__name__,
+                         "control database error", details={"sqlite": str(e)})

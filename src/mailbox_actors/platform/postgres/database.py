@@ -32,7 +32,7 @@ from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.postgres.dsn import redact, strip_secret
 from mailbox_actors.platform.postgres.listener import PgListener
 from mailbox_actors.platform.postgres.migrations import Schema, apply_schema
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import PlatformError, PlatformErrorKind
 
 __all__ = ["PgDatabase", "PgUnreachable", "is_transient"]
 
@@ -41,12 +41,12 @@ _log = get_logger("mailbox_actors.postgres")
 _BACKOFF_S = (0.01, 0.05, 0.1, 0.2, 0.5)  # then 0.5 s until retry_for_s
 
 
-class PgUnreachable(MailboxActorsError):
+class PgUnreachable(PlatformError):
     """The setting's DSN does not connect (at start): the process should exit 2."""
 
     def __init__(self, setting: str, dsn: str, why: str) -> None:
         super().__init__(
-            ErrorCode.INTERNAL_ERROR,
+            PlatformErrorKind.INTERNAL, "postgres", "unreachable",
             f"setting '{setting}': cannot connect to PostgreSQL at {redact(dsn)}: "
             f"{strip_secret(why, dsn)}",
             details={"setting": setting, "where": redact(dsn)},
@@ -99,7 +99,8 @@ class PgDatabase:
     @property
     def pool(self) -> AsyncConnectionPool[Any]:
         if self._pool is None:
-            raise MailboxActorsError(ErrorCode.UNAVAILABLE, "the PostgreSQL database is not open")
+            raise PlatformError(PlatformErrorKind.UNAVAILABLE, "postgres", "not_open",
+                                "the PostgreSQL database is not open")
         return self._pool
 
     async def open(self) -> None:
@@ -190,8 +191,8 @@ class PgDatabase:
                 now = anyio.current_time()
                 deadline = now + self.retry_for_s if deadline is None else deadline
                 if now >= deadline:
-                    raise MailboxActorsError(
-                        ErrorCode.UNAVAILABLE,
+                    raise PlatformError(
+                        PlatformErrorKind.UNAVAILABLE, "postgres", type(e).__name__,
                         f"PostgreSQL at {self.where} did not answer for {self.retry_for_s:g} s",
                         details={"error": type(e).__name__}) from e
                 if tries == 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import PlatformError, PlatformErrorKind
 
 __all__ = ["LOCK_KEY", "Schema", "SchemaTooNew", "apply_schema", "schema_version"]
 
@@ -33,12 +33,12 @@ class Schema:
         return len(self.migrations)
 
 
-class SchemaTooNew(MailboxActorsError):
+class SchemaTooNew(PlatformError):
     """The database was migrated by newer code; refused, never downgraded."""
 
     def __init__(self, component: str, found: int, known: int) -> None:
         super().__init__(
-            ErrorCode.INTERNAL_ERROR,
+            PlatformErrorKind.INTERNAL, "postgres", "schema_too_new",
             f"the PostgreSQL database's {component} schema is version {found}; this code knows "
             f"up to {known}",
             details={"component": component, "schema_version": found, "known": known},

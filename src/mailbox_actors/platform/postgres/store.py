@@ -15,7 +15,7 @@ from mailbox_actors.platform.postgres.database import PgDatabase
 from mailbox_actors.platform.postgres.listener import PgListener
 from mailbox_actors.platform.postgres.migrations import Schema
 from mailbox_actors.platform.shared_store import POSTGRES, Dialect, Tx
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError, PlatformError, PlatformErrorKind
 
 __all__ = ["PgStore", "PgTx", "to_pg"]
 
@@ -104,4 +104,5 @@ class PgStore:
         if isinstance(e, psycopg.IntegrityError):
             return MailboxActorsError(ErrorCode.CONFLICT, f"a {self.what} constraint refused "
                                       "the write", details=details)
-        return MailboxActorsError(ErrorCode.INTERNAL_ERROR, f"{self.what} error", details=details)
+        return PlatformError(PlatformErrorKind.INTERNAL, "postgres", type(e).__name__,
+                             f"{self.what} error", details=details)

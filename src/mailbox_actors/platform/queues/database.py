@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mailbox_actors.platform.queues.schema import MIGRATIONS
 from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import PlatformError, PlatformErrorKind
 
 __all__ = ["queue_file"]
 
@@ -23,8 +23,8 @@ def queue_file(path: Path, *, busy_timeout_ms: int = 10_000) -> SharedSqliteFile
     def mapped(e: sqlite3.Error) -> Exception:
         text = str(e)
         if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-            return MailboxActorsError(ErrorCode.UNAVAILABLE,
-                                      f"queue database {path} stayed locked past the busy timeout")
+            return PlatformError(PlatformErrorKind.UNAVAILABLE, "queue_db", "locked",
+                                 f"queue database {path} stayed locked past the busy timeout")
         return e
 
     return SharedSqliteFile(path, what="queue database", busy_timeout_ms=busy_timeout_ms,
@@ -38,8 +38,8 @@ async def _migrate(f: SharedSqliteFile) -> None:
         rows = await conn.execute_fetchall("PRAGMA user_version")
         version = int(next(iter(rows))[0])
         if version > len(MIGRATIONS):
-            raise MailboxActorsError(
-                ErrorCode.INTERNAL_ERROR,
+            raise PlatformError(
+                PlatformErrorKind.INTERNAL, "queue_db", "schema_too_new",
                 f"queue database {f.path} has schema version {version}, newer than this "
                 f"code's {len(MIGRATIONS)}; upgrade mailbox-actors")
         for statements in MIGRATIONS[version:]:

@@ -23,7 +23,7 @@ import anyio
 
 from mailbox_actors.platform.shared_sqlite import execute_when_unlocked, retry_while_locked
 from mailbox_actors.platform.sqlite_files import DamagedFile, check_whole, create_whole
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import MailboxActorsError, PlatformError, PlatformErrorKind
 
 __all__ = ["SharedSqliteFile"]
 
@@ -100,7 +100,8 @@ class SharedSqliteFile:
         if self._conn is None:
             if self._not_open is not None:
                 raise self._not_open()
-            raise MailboxActorsError(ErrorCode.UNAVAILABLE, f"the {self.what} is not open")
+            raise PlatformError(PlatformErrorKind.UNAVAILABLE, self.what, "not_open",
+                                f"the {self.what} is not open")
         return self._conn
 
     async def fetch(self, sql: str, params: Sequence[Any] | Any = ()) -> list[Any]:
@@ -135,6 +136,6 @@ class SharedSqliteFile:
                     raise
 
     def _unopenable(self, e: sqlite3.Error | OSError) -> MailboxActorsError:
-        return MailboxActorsError(ErrorCode.INTERNAL_ERROR,
-                                  f"the {self.what} at {self.path} cannot be opened",
-                                  details={"sqlite": str(e)})
+        return PlatformError(PlatformErrorKind.INTERNAL, self.what, "unopenable",
+                             f"the {self.what} at {self.path} cannot be opened",
+                             details={"sqlite": str(e)})

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import (
+    ErrorCode,
+    MailboxActorsError,
+    PlatformError,
+    PlatformErrorKind,
+    platform_code,
+)
 
 __all__ = ["StatementRefused", "StorageCorrupt", "StorageUnavailable", "StorageWriteFailed",
            "TransactionRolledBack"]
@@ -16,22 +22,22 @@ class StatementRefused(MailboxActorsError):
                          details={"refused": reason})
 
 
-class StorageCorrupt(MailboxActorsError):
+class StorageCorrupt(PlatformError):
     """The actor's file is not a usable database (REL-4): that actor fails alone."""
 
     def __init__(self, detail: str) -> None:
-        super().__init__(ErrorCode.INTERNAL_ERROR, "the actor's storage file is unreadable",
-                         details={"storage": detail})
+        super().__init__(PlatformErrorKind.CORRUPT, "actor_storage", detail,
+                         "the actor's storage file is unreadable", details={"storage": detail})
 
 
-class StorageWriteFailed(MailboxActorsError):
+class StorageWriteFailed(PlatformError):
     """The disk is full (or failing) (OPS-3): this write was not stored; reads still work. Unlike
     ``limit_exceeded`` (the actor's own size limit) it is retryable: space can come back."""
 
     def __init__(self, detail: str) -> None:
-        super().__init__(ErrorCode.UNAVAILABLE, "the actor's storage cannot be written now (the "
-                         "disk is full or failing); nothing of this write was stored",
-                         details={"storage": detail})
+        super().__init__(PlatformErrorKind.UNAVAILABLE, "actor_storage", detail,
+                         "the actor's storage cannot be written now (the disk is full or "
+                         "failing); nothing of this write was stored", details={"storage": detail})
 
 
 class TransactionRolledBack(MailboxActorsError):
@@ -39,15 +45,16 @@ class TransactionRolledBack(MailboxActorsError):
     nothing of it was stored, whatever the code went on to do."""
 
     def __init__(self, cause: BaseException | None) -> None:
-        code = cause.code if isinstance(cause, MailboxActorsError) else ErrorCode.INTERNAL_ERROR
+        code = (cause.code if isinstance(cause, MailboxActorsError)
+                else platform_code(PlatformErrorKind.INTERNAL))
         why = cause.message if isinstance(cause, MailboxActorsError) else type(cause).__name__
         super().__init__(code, f"SQLite rolled the whole transaction back ({why}); none of its "
                                "writes were stored", details={"rolled_back": True})
 
 
-class StorageUnavailable(MailboxActorsError):
+class StorageUnavailable(PlatformError):
     """The file exists but cannot be opened now (no file descriptors left, permissions): retry."""
 
     def __init__(self, detail: str) -> None:
-        super().__init__(ErrorCode.UNAVAILABLE, "the actor's storage cannot be opened now",
-                         details={"storage": detail})
+        super().__init__(PlatformErrorKind.UNAVAILABLE, "actor_storage", detail,
+                         "the actor's storage cannot be opened now", details={"storage": detail})

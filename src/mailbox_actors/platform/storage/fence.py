@@ -24,7 +24,7 @@ import structlog
 
 from mailbox_actors.platform.services import ServiceKey
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import PlatformError, PlatformErrorKind
 
 if TYPE_CHECKING:
     from mailbox_actors.platform.storage.transactions import Transactions
@@ -50,11 +50,11 @@ class LeaseView(Protocol):
         ...
 
 
-class StaleEpoch(MailboxActorsError):
+class StaleEpoch(PlatformError):
     """A newer holder of the slot wrote this actor's file: this activation must go."""
 
     def __init__(self, slot: int, epoch: int, stored: int) -> None:
-        super().__init__(ErrorCode.UNAVAILABLE,
+        super().__init__(PlatformErrorKind.UNAVAILABLE, "slot_fence", "stale_epoch",
                          f"slot {slot} moved on: this machine's epoch {epoch} is older than the "
                          f"file's {stored}", details={"slot": slot, "epoch": epoch})
 
@@ -72,8 +72,8 @@ class EpochFence:
         Raises to refuse the transaction (the caller rolls the BEGIN back)."""
         lease = self.lease
         if not lease.serving():
-            raise MailboxActorsError(
-                ErrorCode.UNAVAILABLE,
+            raise PlatformError(
+                PlatformErrorKind.UNAVAILABLE, "slot_fence", "lease_lost",
                 f"slot {lease.slot} is not served here now (lease epoch {lease.epoch} expired "
                 "or lost)", details={"slot": lease.slot, "epoch": lease.epoch})
         row = tx._sys(_READ).fetchone()
@@ -85,8 +85,8 @@ class EpochFence:
             if first:
                 _log.error("actor_file_newer_than_lease", slot=lease.slot, epoch=epoch,
                            file_epoch=stored)
-                raise MailboxActorsError(
-                    ErrorCode.INTERNAL_ERROR,
+                raise PlatformError(
+                    PlatformErrorKind.CORRUPT, "slot_fence", "newer_epoch",
                     f"the actor's file is stamped with epoch {stored}, newer than this "
                     f"machine's lease of slot {lease.slot} (epoch {epoch}): refused, not "
                     "downgraded", details={"slot": lease.slot, "epoch": epoch,
