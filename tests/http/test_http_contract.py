@@ -328,11 +328,19 @@ def test_generated_envelopes_get_documented_answers(namespace: str, tmp_path: Pa
             status, reply = post(portal, live, f"/rpc/{namespace}/{oid}", env)
             check_answer(rpc, env, status, reply, seen)
             answers[req["op"]] = reply.get("ok")
-    assert seen["ok"] == set(rpc.ops), (
+    assert seen["ok"] | NEVER_OK.get(namespace, set()) == set(rpc.ops), (
         f"ops never answered ok: {set(rpc.ops) - seen['ok']}; errors seen: {seen['err']}")
 
 
 _EMAIL = {"from": "a@acme.example", "to": ["b@example.com"], "text": "hi"}
+# Ops no RPC sequence can make succeed: a DomainMonitor's dead letter needs a state change, which
+# needs DNS answers (its post_retry answers not_found for every key it can be given here).
+NEVER_OK: dict[str, set[str]] = {"domain_monitor": {"post_retry"}}
+_WITH_ATTACHMENT = base64.b64encode(
+    b'Message-ID: <d@x>\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"'
+    b"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nhi\r\n--b\r\nContent-Type: "
+    b"application/pdf\r\nContent-Disposition: attachment; filename=a.pdf\r\n\r\nx\r\n"
+    b"--b--\r\n").decode()
 CANONICAL: dict[str, list[Any]] = {
     "tenant_quota": [{"op": "init", "per_minute": 5, "per_day": 10},
                      {"op": "reserve", "key": "k1"}, {"op": "usage"}, {"op": "status"},
@@ -365,12 +373,26 @@ CANONICAL: dict[str, list[Any]] = {
                          {"op": "register_wait", "filter": {}, "expires_at_ms": 0},
                          lambda a: {"op": "wait_poll", "wait_id": a["register_wait"]["wait_id"]},
                          {"op": "list_messages"},
+                         {"op": "ingest", "source_id": "s2", "raw": _WITH_ATTACHMENT},
+                         lambda a: {"op": "attachment_text_ready", "part": 0, "text": "invoice",
+                                    "message_id": a["ingest"]["message_id"]},
+                         {"op": "search_messages", "query": "invoice"},
+                         lambda a: {"op": "learn_message_id", "message_id": "<final@provider>",
+                                    "email_id": a["get_email"]["email_id"]},
                          lambda a: {"op": "get_message", "message_id": a["ingest"]["message_id"]},
                          lambda a: {"op": "get_thread", "thread_id": a["ingest"]["thread_id"]},
                          lambda a: {"op": "delete_message",
                                     "message_id": a["ingest"]["message_id"]}, {"op": "erase"}],
     "domain_monitor": [{"op": "init", "domain": "example.com"}, {"op": "check"},
-                       {"op": "status"}],
+                       {"op": "status"}, {"op": "post_dead_letters"}],
+    "notifier": [{"op": "init"}, {"op": "status"},
+                 {"op": "set_recipients", "from": "a@acme.example", "recipients": ["b@x.example"]},
+                 {"op": "post_deliver", "envelope": {
+                     "key": "domain:evt_1", "route": "domain_state", "kind": "tenant",
+                     "producer": "domain_monitor/x", "seq": 1, "address": {"tenant_id": "acme"},
+                     "event": {"domain": "example.com", "kind": "domain.failing",
+                               "state": "failing", "at_ms": 0}}},
+                 {"op": "get_email", "source_id": "notify:example.com:domain.failing:0"}],
 }
 
 

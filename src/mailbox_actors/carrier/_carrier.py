@@ -66,6 +66,11 @@ class Carrier:
         ``source_id`` answers the existing receipt, changed content ``conflict`` (CA-1, CA-2)."""
         return requests.submit(self._state, email)
 
+    def send_in(self, tx: SqlStorage, email: Submit) -> Receipt:
+        """``send`` inside a transaction the caller is running (a Post receiver's, say): the
+        Email and its wake commit with the caller's own change, or not at all."""
+        return requests.submit_in(self._state, tx, email)
+
     def get(self, source_id: str) -> Receipt | None:
         return requests.get_email(self._state, GetEmail(source_id=source_id))
 

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from mailbox_actors.carrier.state import CarrierState
 
 __all__ = ["apply_delivery_event", "cancel", "cap_policy", "get_email", "learn_message_id",
-           "resolve", "stamped_ids", "submit"]
+           "resolve", "stamped_ids", "submit", "submit_in"]
 
 _COUNTED = ", ".join(f"'{s.value}'" for s in sorted(COUNTED_BY_CAP))
 # The Messages of each address that count toward the cap (CA-6), in the window.
@@ -112,6 +112,16 @@ def submit(c: CarrierState, req: Submit) -> Receipt:
     if wake is not None:
         c.wake.committed(wake)
     return receipt
+
+
+def submit_in(c: CarrierState, tx: SqlStorage, req: Submit) -> Receipt:
+    """``submit`` inside the caller's transaction (the Email and its wake commit with the
+    caller's own change). The wake is not remembered as committed: the caller commits it."""
+    check_submit(req)
+    digest = content_digest(from_=req.from_, to=req.to, cc=req.cc, bcc=req.bcc,
+                            subject=req.subject, text=req.text, html=req.html,
+                            headers=req.headers, send_before=req.send_before)
+    return _submit_tx(c, tx, req, digest)[0]
 
 
 def _submit_tx(c: CarrierState, tx: SqlStorage, req: Submit, digest: str

@@ -12,23 +12,25 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mailbox_actors.objects.domain_monitor import DomainMonitor
     from mailbox_actors.objects.identity_mailbox import IdentityMailbox
+    from mailbox_actors.objects.notifier import Notifier
     from mailbox_actors.objects.tenant_quota import TenantQuota
     from mailbox_actors.runtime.actor import Actor
 
-__all__ = ["DEFAULT_OBJECTS", "DomainMonitor", "IdentityMailbox", "TenantQuota"]
+__all__ = ["DEFAULT_OBJECTS", "DomainMonitor", "IdentityMailbox", "Notifier", "TenantQuota"]
 
 _WHERE = {
     "DomainMonitor": "mailbox_actors.objects.domain_monitor",
     "IdentityMailbox": "mailbox_actors.objects.identity_mailbox",
+    "Notifier": "mailbox_actors.objects.notifier",
     "TenantQuota": "mailbox_actors.objects.tenant_quota",
 }
-DEFAULT_OBJECTS: tuple[type[Actor], ...]  # IdentityMailbox, DomainMonitor, TenantQuota
+DEFAULT_OBJECTS: tuple[type[Actor], ...]  # IdentityMailbox, DomainMonitor, TenantQuota, Notifier
 
 
 def __getattr__(name: str) -> Any:
     if name == "DEFAULT_OBJECTS":
         value: Any = (__getattr__("IdentityMailbox"), __getattr__("DomainMonitor"),
-                      __getattr__("TenantQuota"))
+                      __getattr__("TenantQuota"), __getattr__("Notifier"))
     elif name in _WHERE:
         value = getattr(importlib.import_module(_WHERE[name]), name)
     else:

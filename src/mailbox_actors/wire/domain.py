@@ -12,6 +12,7 @@ from typing import Annotated
 
 import msgspec
 
+from mailbox_actors.wire.post import DeadLetterPage, PostDeadLetters, PostRetry, PostRetryReply
 from mailbox_actors.wire.shared_replies import InitReply
 
 __all__ = ["DOMAIN_PATTERN", "DOMAIN_REPLIES", "DOMAIN_STATES", "CheckReply", "CheckRun",
@@ -69,7 +70,8 @@ class DomainStatus(msgspec.Struct, tag="status", tag_field="op", forbid_unknown_
     pass
 
 
-DomainRequest = DomainInit | DomainCheck | DomainStatus
+# post_dead_letters, post_retry: its state events go to the tenant's Notifier by Post (OBJ-4).
+DomainRequest = DomainInit | DomainCheck | DomainStatus | PostDeadLetters | PostRetry
 
 
 class RecordCheck(msgspec.Struct, frozen=True):
@@ -111,4 +113,6 @@ class DomainStatusReply(msgspec.Struct):
 
 
 DOMAIN_REPLIES: dict[str, type] = {"init": InitReply, "check": CheckReply,
-                                   "status": DomainStatusReply}
+                                   "status": DomainStatusReply,
+                                   "post_dead_letters": DeadLetterPage,
+                                   "post_retry": PostRetryReply}

@@ -16,6 +16,7 @@ __all__ = ["IDEMPOTENT_OPS"]
 IDEMPOTENT_OPS: Mapping[str, frozenset[str]] = {
     "tenant_quota": frozenset({"init", "status", "usage", "reserve", "release"}),
     "domain_monitor": frozenset({"init", "status", "check"}),
+    "notifier": frozenset({"init", "status", "set_recipients", "get_email"}),
     "identity_mailbox": frozenset({"init", "status", "erase", "get_events", "get_email",
                                    "submit", "cancel", "apply_delivery_event",
                                    "ingest", "get_message", "get_thread", "list_messages",

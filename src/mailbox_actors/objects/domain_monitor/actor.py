@@ -11,7 +11,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, assert_never
 
 from mailbox_actors.objects.domain_monitor import checking, setup
-from mailbox_actors.runtime.actor import Actor, Call
+from mailbox_actors.objects.notify_routes import NOTIFY_ROUTES
+from mailbox_actors.post.actor_post import Post
+from mailbox_actors.post.ops import post_op
+from mailbox_actors.post.sql import POST_RUNS, POST_SCHEMA
+from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
 from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.domain import (
@@ -23,6 +27,7 @@ from mailbox_actors.wire.domain import (
 )
 from mailbox_actors.wire.errors import ErrorCode
 from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
+from mailbox_actors.wire.post import PostDeadLetters, PostRetry
 
 __all__ = ["DomainMonitor"]
 
@@ -50,8 +55,16 @@ class DomainMonitor(Actor[DomainRequest]):
             "run BLOB NOT NULL)",
         )),
         Migration(4, PLATFORM_META),
+        Migration(5, (*POST_SCHEMA, *POST_RUNS)),  # OBJ-4: state events to the Notifier by Post
     )
-    alarm_purposes: ClassVar[Mapping[str, str]] = {"check": "check_alarm"}
+    alarm_purposes: ClassVar[Mapping[str, str]] = {"check": "check_alarm", "post": "post_tick"}
+
+    def __init__(self, ctx: ActorContext) -> None:
+        super().__init__(ctx)
+        self.post = Post(self, NOTIFY_ROUTES)
+
+    async def post_tick(self) -> None:
+        await self.post.run()
 
     async def handle(self, call: Call, req: DomainRequest) -> Any:
         match req:
@@ -61,6 +74,8 @@ class DomainMonitor(Actor[DomainRequest]):
                 return await checking.check_now(self)
             case DomainInit():
                 return self.sql.transaction_sync(lambda tx: setup.init(self, tx, call, req))
+            case PostDeadLetters() | PostRetry():
+                return post_op(self.post, req)
             case _:
                 assert_never(req)
 

@@ -31,6 +31,7 @@ from mailbox_actors.core.dns.lifecycle import LifecycleRules, apply_check
 from mailbox_actors.core.dns.results import combine, unknown
 from mailbox_actors.core.dns.spf import evaluate_spf
 from mailbox_actors.objects.domain_monitor.setup import LAST_CHECKS, load_expected
+from mailbox_actors.objects.notify_routes import NOTIFY, NOTIFY_KINDS
 from mailbox_actors.platform.dns.public_suffix import organizational_domain
 from mailbox_actors.platform.dns.resolver import RESOLVER, Resolver
 from mailbox_actors.platform.storage.sql import SqlStorage
@@ -41,6 +42,7 @@ from mailbox_actors.wire.domain import (
     ExpectedRecords,
     RecordCheck,
 )
+from mailbox_actors.wire.notifier import DomainStateChanged, NotifierAddress
 
 if TYPE_CHECKING:
     from mailbox_actors.objects.domain_monitor.actor import DomainMonitor
@@ -140,8 +142,8 @@ async def check_now(actor: DomainMonitor) -> CheckReply:
 
 
 def _apply(actor: DomainMonitor, tx: SqlStorage, results: list[RecordCheck]) -> CheckReply:
-    state, failures, created = tx.exec(
-        "SELECT state, consecutive_failures, created_at_ms FROM domain WHERE id = 1").one()
+    name, state, failures, created = tx.exec(
+        "SELECT name, state, consecutive_failures, created_at_ms FROM domain WHERE id = 1").one()
     before = DomainState(state)
     verdict = combine(results)
     now = tx.now_ms()
@@ -153,7 +155,13 @@ def _apply(actor: DomainMonitor, tx: SqlStorage, results: list[RecordCheck]) -> 
     tx.exec("INSERT INTO checks (at_ms, run) VALUES (?, ?)", now, _ENC.encode(run))
     tx.exec("DELETE FROM checks WHERE id <= (SELECT max(id) FROM checks) - ?", LAST_CHECKS)
     if t.event is not None:
-        actor.ctx.emit(tx, t.event, {"state": t.state.value, "previous_state": before.value})
+        event = actor.ctx.emit(tx, t.event, {"state": t.state.value,
+                                             "previous_state": before.value})
+        if t.event in NOTIFY_KINDS:  # OBJ-4: to the tenant's Notifier, with this change
+            actor.post.send(tx, NOTIFY, NotifierAddress(actor.ctx.owner_tenant or ""),
+                            DomainStateChanged(domain=name, kind=t.event,  # type: ignore[arg-type]
+                                               state=t.state.value,
+                                               at_ms=now), f"domain:{event.id}")
     if t.next_check_ms is None:
         actor.ctx.cancel("check")
     else:
