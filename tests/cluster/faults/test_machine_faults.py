@@ -63,10 +63,11 @@ async def machine_run(network: netns.Network, pg: PgServer, work: Path, faults: 
     launch = machine_mode(pg.dsn_at(network.host, db), policy, ttl_s=TTL_S, renew_s=RENEW_S)
     cluster = MachineCluster(network, work, launch, token=TOKEN, operator_token=OPERATOR,
                              id_secret=ID_SECRET, pg=pg,
-                             env={} if fence else {"MAILBOX_ACTORS_TEST_FENCE_OFF": "1"})
+                             env={} if fence else {"MAILBOX_ACTORS_TEST_FENCE_OFF": "1"},
+                             one_by_one=not fence)
 
     async def make_tenant(url: str) -> str:
-        async with open_control_db(work) as control:
+        async with open_control_db(work, pg.dsn(db)) as control:
             return (await control.create_tenant("faults", webhook_url=url,
                                                 webhook_secret="whsec-faults-0123456789")).id
 
@@ -93,6 +94,7 @@ async def test_no_acknowledged_write_is_lost_or_reordered_under_faults(
                             seed=seed)
     assert run.counts["ok"] > 300, run.summary()
     assert run.violations == [], run.summary()
+    assert run.definite_errors() == {}, run.summary()
     assert moved_across(run, "pg_restart") == [], "CL-17: a slot changed hands; " + run.summary()
 
 
