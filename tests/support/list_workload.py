@@ -224,12 +224,19 @@ class ListWorkload:
     async def final_lists(self, within_s: float = 60) -> dict[str, list[list[Any]]]:
         """Every list as it stands once the faults are healed (each read retried until ok)."""
         out: dict[str, list[list[Any]]] = {}
-        with anyio.fail_after(within_s):
-            for key in self.keys:
-                while True:
-                    outcome, value = await self.call(key, {"op": "read"})
-                    if outcome == "ok":
-                        out[key] = value
-                        break
-                    await anyio.sleep(0.2)  # pacing a retry, bounded by fail_after
+        last: dict[str, Any] = {}
+        try:
+            with anyio.fail_after(within_s):
+                for key in self.keys:
+                    while True:
+                        outcome, value = await self.call(key, {"op": "read"})
+                        if outcome == "ok":
+                            out[key] = value
+                            break
+                        last[key] = (outcome, value)
+                        await anyio.sleep(0.2)  # pacing a retry, bounded by fail_after
+        except TimeoutError:
+            missing = {k: last.get(k) for k in self.keys if k not in out}
+            raise AssertionError(f"after the faults were healed, {len(missing)} lists could not "
+                                 f"be read within {within_s} s; last answers: {missing}") from None
         return out

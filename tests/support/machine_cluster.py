@@ -1,11 +1,11 @@
 """Node processes on the fault test's namespaced machines (CL-16), and what the nemesis does to them.
 
-Each machine runs one ``serve`` process in its namespace, listening on its bridge address, with the
-fault test's actor (``_faults_serve.py``) and the cluster-wide settings (tokens, id secret) in its
-environment, never in argv. How a machine is started (its flags) is a ``Launch``: static peers on
-shared SQLite files before machine mode, ``serve --postgres --machine`` with it. The processes are
-the test's children, tied to it (a node stops when the test process dies) and killed by pid; each
-machine's output goes to ``logs/<machine>.log`` beside the history, for a reader of a failed run.
+Each machine runs one ``mailbox-actors machine`` process in its namespace (``machine_mode``: its
+flags are a ``Launch``), listening on its bridge address, serving the fault test's actor beside
+the platform's (``objects``, UI-7), with the cluster-wide settings (tokens, id secret, objects) in
+its environment, never in argv. The processes are the test's children, killed by pid (a sweep of
+a dead run's namespaces kills what it left); each machine's output goes to
+``logs/<machine>.log`` beside the history, for a reader of a failed run.
 """
 
 from __future__ import annotations
@@ -24,25 +24,12 @@ from _pg import PgServer
 from mailbox_actors.http.client import HttpPool, HttpTransportError
 from netns import Network
 
-__all__ = ["FAULTS_SERVE", "Launch", "MachineCluster", "machine_mode", "static_peers"]
+__all__ = ["OBJECTS", "Launch", "MachineCluster", "machine_mode"]
 
 SUPPORT = Path(__file__).resolve().parent
-FAULTS_SERVE = SUPPORT / "_faults_serve.py"
-# (cluster, machine) -> the command (``serve``, ``machine``) and its own flags
+OBJECTS = "faults_actor:FaultList"  # importable: tests/support is on the machines' PYTHONPATH
+# (cluster, machine) -> the command (``machine``; ``serve`` would do for static nodes) and its flags
 Launch = Callable[["MachineCluster", str], tuple[str, list[str]]]
-
-
-def _shared_files(cluster: MachineCluster) -> list[str]:
-    return ["--control-db", str(cluster.work / "control.sqlite"),
-            "--queues-db", str(cluster.work / "queues.sqlite")]
-
-
-def static_peers(cluster: MachineCluster, machine: str) -> tuple[str, list[str]]:
-    """Before machine mode: a fixed peer list (each id owned by one machine, CL-2), the control
-    database and queues in SQLite files every machine opens (one host's file system)."""
-    peers = ",".join(f"{m}={cluster.url(m)}" for m in cluster.net.machines)
-    return "serve", ["--data", str(cluster.work / machine), "--node-name", machine, "--peers",
-                     peers, *_shared_files(cluster)]
 
 
 def machine_mode(dsn: str, policy: str, *, ttl_s: float, renew_s: float) -> Launch:
@@ -86,6 +73,7 @@ class MachineCluster:
         env |= {"MAILBOX_ACTORS_TOKEN": self.token,
                 "MAILBOX_ACTORS_OPERATOR_TOKEN": self.operator_token,
                 "MAILBOX_ACTORS_ID_SECRET": self.id_secret,
+                "MAILBOX_ACTORS_OBJECTS": OBJECTS,
                 "MAILBOX_ACTORS_SUPERVISOR_PID": str(os.getpid()),  # dies with the test
                 "PYTHONPATH": os.pathsep.join([str(SUPPORT), env.get("PYTHONPATH", "")])}
         return env | self.extra_env
@@ -96,7 +84,7 @@ class MachineCluster:
             old.close()
         log = self._logs[machine] = open(self.work / "logs" / f"{machine}.log", "ab")
         command, flags = self.launch(self, machine)
-        argv = [sys.executable, str(FAULTS_SERVE), command, "--host", self.net.address(machine),
+        argv = [sys.executable, "-m", "mailbox_actors", command, "--host", self.net.address(machine),
                 "--port", str(self.port), "--log-format", "json", "--log-level", "warning",
                 *flags]
         log.write(f"--- start: {json.dumps(argv)}\n".encode())
@@ -107,7 +95,7 @@ class MachineCluster:
         return proc
 
     async def wait_ready(self, machine: str, pool: HttpPool, within_s: float = 60) -> None:
-        """Until the machine's own process answers /healthz (bounded; it may take a while to
+        """Until the machine's own process is ready (``_ready``; bounded: it may take a while to
         load on a busy host)."""
         proc = self.procs[machine]
         with anyio.fail_after(within_s):
@@ -116,13 +104,24 @@ class MachineCluster:
                     raise AssertionError(f"{machine} exited with {proc.returncode}; see "
                                          f"{self.work / 'logs' / (machine + '.log')}")
                 try:
-                    status, body = await pool.request(self.url(machine), "GET", "/healthz", {},
-                                                      b"", timeout_s=2)
-                    if status == 200 and json.loads(body).get("pid") == proc.pid:
+                    if await self._ready(machine, proc.pid, pool):
                         return
                 except HttpTransportError:
                     pass
                 await anyio.sleep(0.1)  # pacing the probe, bounded by fail_after
+
+    async def _ready(self, machine: str, pid: int, pool: HttpPool) -> bool:
+        """Its own process answers /healthz and, on many machines, knows the cluster's slots
+        (``GET /cluster``: a machine listens before it has read them; a static node has no
+        such endpoint)."""
+        status, body = await pool.request(self.url(machine), "GET", "/healthz", {}, b"",
+                                          timeout_s=2)
+        if status != 200 or json.loads(body).get("pid") != pid:
+            return False
+        status, body = await pool.request(self.url(machine), "GET", "/cluster",
+                                          {"authorization": f"Bearer {self.token}"}, b"",
+                                          timeout_s=2)
+        return status != 200 or int(json.loads(body).get("slots") or 0) > 0
 
     async def start_all(self, pool: HttpPool) -> None:
         """All machines at once (they race for their slots at start, which the volume locks
