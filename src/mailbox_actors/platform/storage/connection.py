@@ -63,8 +63,6 @@ class ScreenedConnection:
     _commit = _COMMIT
     _rollback = _ROLLBACK
 
-    # Its state, set by ``SqlStorage.__init__`` (one initializer for the storage's layers: an
-    # activation pays one frame for them, not one per layer).
     _conn: sqlite3.Connection
     path: str | Path  # the file (an absolute path text when the host opened it)
     limits: Limits
@@ -77,6 +75,22 @@ class ScreenedConnection:
     # then a text known to prepare without a denial is prepared with the authorizer off.
     _facts: SchemaFacts | None
     _screenings: int  # texts prepared with the authorizer since _know
+
+    def __init__(self, conn: sqlite3.Connection, path: str | Path, limits: Limits,
+                 facts: SchemaFacts | None) -> None:
+        self._conn = conn
+        self.path = path
+        self.limits = limits
+        self._sys_mode = False
+        self._deny_reason = None
+        self._plans = {}
+        self._counter = RowCounter(self._sys, self._token)
+        self._facts = facts
+        self._screenings = 0
+        if facts is None:
+            conn.set_authorizer(self._authorize)
+        else:
+            self._counter.share_indexes(facts.indexes)
 
     # ---- screening -------------------------------------------------------------------------
 

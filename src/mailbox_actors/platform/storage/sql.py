@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
-from mailbox_actors.platform.storage.counting import RowCounter
 from mailbox_actors.platform.storage.cursor import BufferedRows, SqlCursor
 from mailbox_actors.platform.storage.errors import (
     StatementRefused,
@@ -27,14 +26,11 @@ from mailbox_actors.platform.storage.errors import (
 )
 from mailbox_actors.platform.storage.hooks import (
     AlarmSink,
-    NoAlarmSink,
-    NoTransactionHooks,
     TransactionHooks,
 )
 from mailbox_actors.platform.storage.known import MAX_TEXT_LEN, MAX_TEXTS, SOURCE_KEY, SchemaFacts
 from mailbox_actors.platform.storage.kv import KvStorage
 from mailbox_actors.platform.storage.limits import Durability, Limits
-from mailbox_actors.platform.storage.runtime_known import UNKNOWN
 from mailbox_actors.platform.storage.transactions import AlarmRun, Transactions, TxState
 from mailbox_actors.platform.storage.wipe import wipe_statements
 from mailbox_actors.wire.errors import LimitExceeded
@@ -44,8 +40,6 @@ __all__ = ["RUNTIME_SCHEMA_VERSION", "AlarmRun", "Durability", "Limits", "SqlCur
            "TxState"]
 
 RUNTIME_SCHEMA_VERSION = 2  # 2: the runtime's keys in _ma_meta, not meta (RT-14)
-_NO_HOOKS = NoTransactionHooks()  # a storage opened alone: no request, no scheduler
-_NO_SINK = NoAlarmSink()
 _DELETE_ALARM = f"DELETE FROM _ma_alarm WHERE id = 1 /*{RUNTIME_TOKEN}*/"
 _INSERT_ALARM = f"INSERT OR REPLACE INTO _ma_alarm (id, at_ms) VALUES (1, ?) /*{RUNTIME_TOKEN}*/"
 _MOVE_ALARM = f"UPDATE _ma_alarm SET at_ms = ? WHERE id = 1 /*{RUNTIME_TOKEN}*/"
@@ -58,44 +52,10 @@ class SqlStorage(Transactions):
                  now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                  alarm_sink: AlarmSink | None = None, alarm: tuple[int | None] | None = None,
                  facts: SchemaFacts | None = None) -> None:
-        """The one initializer of the storage's layers (``connection``'s screening,
-        ``transactions``' state, this module's API). ``alarm``: the stored alarm as the opener
-        read it (None: read at its first use). ``facts``: the file's schema is known to be
-        its migrations' alone (``known``), so the authorizer is never set on this connection."""
-        # the screened connection (``connection``)
-        self._conn = conn
-        self.path = path
-        self.limits = limits
-        self._sys_mode = False
-        self._deny_reason = None
-        self._plans = {}
-        self._counter = RowCounter(self._sys, self._token)
-        self._facts = facts
-        self._screenings = 0
-        if facts is None:
-            conn.set_authorizer(self._authorize)
-        else:
-            self._counter.share_indexes(facts.indexes)
-        # the transactions and the stored alarm (``transactions``)
-        self._now = now_ms
-        self._hooks = hooks or _NO_HOOKS
-        self._alarm_sink = alarm_sink or _NO_SINK
-        self._state = TxState.NONE
-        self._depth = 0
-        self._ended_by = None
-        self._txn_now = None
-        if alarm is None:
-            self._alarm, self._alarm_unread = None, True
-        else:
-            self._alarm, self._alarm_unread = alarm[0], False
-        self._alarm_dirty = False
-        self._alarm_run = None
-        self._gen = 0
-        self._lost = set()
-        self._undone = 0
-        self._known = UNKNOWN  # made at the runtime's first look (``_known_now``)
-        self._fence = None  # set by the opener on many machines (``fence``)
-        self._fence_first = True
+        """``alarm``: the stored alarm as the opener read it (None: read at its first use).
+        ``facts``: the file's schema is known to be its migrations' alone (``known``), so the
+        authorizer is never set on this connection."""
+        super().__init__(conn, path, limits, facts, now_ms, hooks, alarm_sink, alarm)
         # this API's
         self._kv: KvStorage | None = None
         self.wiped = False  # delete_all ran on this connection

@@ -13,6 +13,7 @@ import enum
 import inspect
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from types import CoroutineType
 from typing import TYPE_CHECKING, Self, TypeVar
 
@@ -22,13 +23,23 @@ from mailbox_actors.platform.storage.errors import (
     StorageUnavailable,
     TransactionRolledBack,
 )
-from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
-from mailbox_actors.platform.storage.runtime_known import Known
+from mailbox_actors.platform.storage.hooks import (
+    AlarmSink,
+    NoAlarmSink,
+    NoTransactionHooks,
+    TransactionHooks,
+)
+from mailbox_actors.platform.storage.known import SchemaFacts
+from mailbox_actors.platform.storage.limits import Limits
+from mailbox_actors.platform.storage.runtime_known import UNKNOWN, Known
 
 if TYPE_CHECKING:
     from mailbox_actors.platform.storage.fence import EpochFence
 
 __all__ = ["AlarmRun", "Transactions", "TxState"]
+
+_NO_HOOKS = NoTransactionHooks()  # a storage opened alone: no request, no scheduler
+_NO_SINK = NoAlarmSink()
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -69,7 +80,6 @@ class Transactions(ScreenedConnection):
     # Its one row (CHECK (id = 1)): no WHERE to prepare (``opening._first_read``).
     _alarm_sql = f"SELECT at_ms FROM _ma_alarm /*{RUNTIME_TOKEN}*/"
 
-    # Its state, set by ``SqlStorage.__init__`` (one initializer for the storage's layers).
     _now: Callable[[], int]
     _hooks: TransactionHooks
     _alarm_sink: AlarmSink
@@ -93,6 +103,31 @@ class Transactions(ScreenedConnection):
     # transaction of this activation has passed it yet.
     _fence: EpochFence | None
     _fence_first: bool
+
+    def __init__(self, conn: sqlite3.Connection, path: str | Path, limits: Limits,
+                 facts: SchemaFacts | None, now_ms: Callable[[], int],
+                 hooks: TransactionHooks | None, alarm_sink: AlarmSink | None,
+                 alarm: tuple[int | None] | None) -> None:
+        super().__init__(conn, path, limits, facts)
+        self._now = now_ms
+        self._hooks = hooks or _NO_HOOKS
+        self._alarm_sink = alarm_sink or _NO_SINK
+        self._state = TxState.NONE
+        self._depth = 0
+        self._ended_by = None
+        self._txn_now = None
+        if alarm is None:
+            self._alarm, self._alarm_unread = None, True
+        else:
+            self._alarm, self._alarm_unread = alarm[0], False
+        self._alarm_dirty = False
+        self._alarm_run = None
+        self._gen = 0
+        self._lost = set()
+        self._undone = 0
+        self._known = UNKNOWN  # made at the runtime's first look (``_known_now``)
+        self._fence = None  # set by the opener on many machines (``fence``)
+        self._fence_first = True
 
     def _stored(self) -> int | None:
         """The stored alarm, read from the file at its first use in this activation."""
