@@ -11,7 +11,7 @@ import pytest
 
 from _carrier import call, email, mailbox, receipt
 from mailbox_actors.platform.mail.smtp import SmtpTransport
-from mailbox_actors.platform.mail.smtp_session import SmtpConfig
+from mailbox_actors.platform.mail.smtp_client_session import SmtpConfig
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.testing.smtp import SinkStep, SmtpSink

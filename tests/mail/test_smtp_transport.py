@@ -347,7 +347,7 @@ async def test_non_ascii_address_needs_smtputf8(sink: SmtpSink) -> None:
 def test_reply_codes_carry_no_text() -> None:
     """Rejection codes are the reply code and its enhanced code, never the reply's text (which may
     echo an address: CL-5)."""
-    from mailbox_actors.platform.mail.smtp_session import reply_class, reply_code
+    from mailbox_actors.platform.mail.smtp_client_session import reply_class, reply_code
 
     assert reply_code(550, "5.1.1 <bob@example.test>: no such user") == "550 5.1.1"
     assert reply_code(451, "Try again later") == "451"

@@ -10,7 +10,7 @@ import pytest
 
 from _carrier import call, email, mailbox, receipt
 from mailbox_actors.platform.mail.smtp import SmtpTransport
-from mailbox_actors.platform.mail.smtp_session import SmtpConfig
+from mailbox_actors.platform.mail.smtp_client_session import SmtpConfig
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.testing import RecordingTransport, TestRuntime
 from mailbox_actors.wire.transport import ProviderRejected, Unreachable

@@ -10,7 +10,7 @@ import pytest
 
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.mail.smtp import SmtpTransport
-from mailbox_actors.platform.mail.smtp_session import SmtpConfig
+from mailbox_actors.platform.mail.smtp_client_session import SmtpConfig
 from mailbox_actors.testing.smtp import SmtpSink
 from mailbox_actors.wire.transport import OutboundEmail
 

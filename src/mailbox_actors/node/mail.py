@@ -68,7 +68,7 @@ def transport_from_settings(settings: RuntimeSettings,
     # aiosmtplib or the HTTP client.
     if settings.transport == "smtp":
         from mailbox_actors.platform.mail.smtp import SmtpConfig, SmtpTransport
-        from mailbox_actors.platform.mail.smtp_session import TlsMode
+        from mailbox_actors.platform.mail.smtp_client_session import TlsMode
 
         assert settings.smtp_host is not None  # RuntimeSettings refuses smtp without a host
         password = (None if settings.smtp_password_file is None

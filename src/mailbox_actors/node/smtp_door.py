@@ -14,7 +14,7 @@ Nothing it logs carries an address; aiosmtpd's own logger is cut to warnings wit
 In dev mode (UI-6) an unknown recipient of a configured domain (a domain of the control database,
 or the domain of an identity's address) is taken into that tenant's ``catch-all`` identity,
 created at its first message.
-It serves with ``smtp_session.DoorSession``: aiosmtpd's session, with addresses and DATA read
+It serves with ``smtp_door_session.DoorSession``: aiosmtpd's session, with addresses and DATA read
 more cheaply and tested to answer as stock aiosmtpd does.
 """
 
@@ -33,7 +33,7 @@ from mailbox_actors.core.inbound.addresses import normalize_address
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.node.smtp_batch import Batches
-from mailbox_actors.node.smtp_session import DoorSession, smtp_server
+from mailbox_actors.node.smtp_door_session import DoorSession, smtp_server
 from mailbox_actors.objects.identity_mailbox.ingest_batch import BATCH_ITEM_MAX_BYTES, IngestBatch
 from mailbox_actors.platform.control.addresses import AddressBook, Recipient
 from mailbox_actors.platform.control.database import ControlDb

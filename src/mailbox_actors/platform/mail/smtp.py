@@ -5,7 +5,7 @@ server closed while idle is found at its first command, before anything of the e
 and replaced by a fresh one. A transaction that did not end with a final reply leaves its
 connection closed; one that ended with a refusal is RSET before its next use (a completed DATA
 already resets the session, RFC 5321 4.1.1.4, so a clean connection goes straight to MAIL).
-How each phase's failures map to outcomes is ``smtp_session``'s.
+How each phase's failures map to outcomes is ``smtp_client_session``'s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import anyio
 
 from mailbox_actors.platform.clock import Clock, SystemClock
 from mailbox_actors.platform.mail.mime import build_message
-from mailbox_actors.platform.mail.smtp_session import (
+from mailbox_actors.platform.mail.smtp_client_session import (
     Definite,
     SmtpConfig,
     SmtpConnection,

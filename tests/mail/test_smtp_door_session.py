@@ -16,7 +16,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mailbox_actors.node.smtp_session import DoorSession
+from mailbox_actors.node.smtp_door_session import DoorSession
 
 
 class _Handler:
