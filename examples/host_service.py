@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mail_traffic import MailStats, send_mail
@@ -28,9 +29,11 @@ from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, verify
 from mailbox_actors.wire.control import Identity
-from mailbox_actors.wire.domain import DomainStatus, ExpectedRecords
+from mailbox_actors.wire.domain import DomainCheck, DomainStatus, ExpectedRecords
 from mailbox_actors.wire.mailbox import MailboxStatus
+from mailbox_actors.wire.notifier import NotifierInit, NotifierStatus, SetRecipients
 from mailbox_actors.wire.quota import QuotaInit, QuotaReserve, QuotaUsage
+from mailbox_actors.wire.search import SearchFilters, SearchMessages
 
 SECRET = "example-webhook-secret-0123456789"
 EXPECTED = ExpectedRecords(spf_include="_spf.provider.example", dkim_selector="s1",
@@ -99,6 +102,9 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
             senders.append((identity, domain))
 
         await show_domains(db, client, [tenant for tenant, _ in quotas])
+        zone = Path(data) / "dns-zone.json"  # run_cluster.py's loopback DNS serves this file
+        if zone.exists() and len(senders) > 1:
+            await notify_demo(db, client, zone, senders)
 
         granted = limited = errors = 0
         started = time.monotonic()
@@ -147,6 +153,54 @@ async def main(data: str, tenants: int, seconds: float, concurrency: int) -> Non
             # window delaying dispatch (never dropping it).
             tg.start_soon(send_mail, client, senders, mail, stop_at)
     await receiver.stop()
+
+
+async def notify_demo(db: ControlDb, client: Client, zone: Path,
+                      senders: list[tuple[Identity, str]]) -> None:
+    """OBJ-4: tenant-0's Notifier sends to tenant-1's support address; tenant-0's domain is made
+    to fail (its SPF record leaves the loopback DNS zone) and checked until it is failing; one
+    notification goes out through Carrier and arrives in tenant-1's mailbox; the SPF comes back."""
+    (sender, domain), (reader, reader_domain) = senders[0], senders[1]
+    tenant = sender.tenant_id
+    nid = await client.id_from_name("notifier", tenant)
+    await client.call("notifier", nid, NotifierInit(), tenant_id=tenant)
+    await client.call("notifier", nid, SetRecipients(
+        from_=f"alerts@{domain}", recipients=[f"support@{reader_domain}"]), tenant_id=tenant)
+    monitor = next(d for d in await db.list_domains(tenant) if d.name == domain).monitor_id
+    await client.call("domain_monitor", monitor, DomainCheck(), tenant_id=tenant)  # verified
+    doc = json.loads(await anyio.Path(zone).read_text())
+    spf = [r for r in doc["records"] if r[0] == domain and r[1] == "TXT"]
+    await anyio.Path(zone).write_text(
+        json.dumps({**doc, "records": [r for r in doc["records"] if r not in spf]}))
+    print(f"notifier: {domain} loses its SPF record; checking it until it is failing", flush=True)
+    try:
+        await anyio.sleep(0.5)  # the loopback DNS reads its zone file again
+        state = "verified"
+        for _ in range(10):
+            check = await client.call("domain_monitor", monitor, DomainCheck(), tenant_id=tenant)
+            state = check["state"]
+            if state == "failing":
+                break
+        status: dict[str, Any] = {}
+        for _ in range(50):  # Post delivers the event, Carrier sends the email: a moment
+            status = await client.call("notifier", nid, NotifierStatus(), tenant_id=tenant)
+            if status["notifications"] + status["coalesced"] >= 1:
+                break
+            await anyio.sleep(0.1)
+        print(f"notifier: {domain} is {state}; notifications sent {status.get('notifications')}"
+              f", coalesced {status.get('coalesced')}", flush=True)
+        ids = {"tenant_id": reader.tenant_id, "identity_id": reader.id}
+        for _ in range(50):
+            found = await client.call("identity_mailbox", reader.mailbox_id, SearchMessages(
+                query="failing", filters=SearchFilters(from_=f"alerts@{domain}")), **ids)
+            if found["messages"]:
+                hit = found["messages"][0]
+                print(f"notifier: arrived at support@{reader_domain}: \"{hit['subject']}\"",
+                      flush=True)
+                break
+            await anyio.sleep(0.1)
+    finally:
+        await anyio.Path(zone).write_text(json.dumps(doc))  # the SPF is back: the next check recovers
 
 
 async def show_domains(db: ControlDb, client: Client, tenants: list[str]) -> None:

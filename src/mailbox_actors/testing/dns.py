@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import selectors
 import signal
 import socket
@@ -248,6 +249,30 @@ def load_zone(server: LoopbackDns, path: str) -> None:
         server.add(name, rtype, value)
 
 
+def _follow_zone(server: LoopbackDns, path: str, stop: threading.Event) -> None:
+    """Serve the zone file as it is now: when it changes, its records replace the served ones
+    (``make run`` edits it to make a domain of the example fail, OBJ-4)."""
+    seen = os.stat(path).st_mtime_ns
+    with open(path) as f:
+        served = {(name, rtype) for name, rtype, _ in json.load(f).get("records", [])}
+    while not stop.wait(0.2):
+        try:
+            now = os.stat(path).st_mtime_ns
+            if now == seen:
+                continue
+            seen = now
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):  # being rewritten: the next look reads it whole
+            continue
+        names = {(name, rtype) for name, rtype, _ in doc.get("records", [])}
+        for name, rtype in served - names:
+            server.remove(name, rtype)
+        served = names
+        for name, rtype in names:
+            server.set(name, rtype, *[v for n, t, v in doc["records"] if (n, t) == (name, rtype)])
+
+
 def _exit(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
@@ -260,8 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0)
     a = p.parse_args(argv)
     server = LoopbackDns(port=a.port)
+    stop = threading.Event()
     if a.zone:
         load_zone(server, a.zone)
+        threading.Thread(target=_follow_zone, args=(server, a.zone, stop), daemon=True).start()
     signal.signal(signal.SIGTERM, _exit)
     with server:
         print(f"PORT {server.port}", flush=True)
@@ -269,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdin.read()  # until the parent closes our stdin, or dies
         except (ValueError, OSError):
             pass
+        finally:
+            stop.set()
     return 0
 
 
