@@ -126,6 +126,7 @@ class Browser:
         height = int(self.driver.execute_script(
             "return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)"))
         self.driver.set_window_size(1400, max(700, min(height + 40, 3000)))
+        self.driver.execute_script("window.scrollTo(0, 0)")
         png = self.driver.get_screenshot_as_png()
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
