@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 
+from _pg import PgServer
 from machines_proc import SECRET, TOKEN, MachineProc, env, holders, slots_cmd, wait_for
 from mailbox_actors.cluster.slots import slot_of
 from mailbox_actors.core.actor_ids import id_from_name, namespace_key
 from mailbox_actors.node.forwarding import FORWARDED_HEADER
+from mailbox_actors.platform.locks import lock_holder
 from mailbox_actors.rpc import Client
 from mailbox_actors.wire.quota import QuotaStatus
 
@@ -248,3 +251,43 @@ def test_cl14_shared_the_new_holder_fires_the_slots_overdue_alarms(
     fired = wait_for(lambda: _rpc(ms[0].url, "scratch", oid, {"op": "fired"}, "t_test")["ok"],
                      "the overdue alarm fired on the new holder")
     assert len(fired) == 1 and fired[0][1] == due  # once, at its scheduled time's due
+
+
+def test_cl10_cl17_a_lost_lease_releases_the_volume_and_an_outage_keeps_the_epoch(
+        pg_server: PgServer, pg_dsn: str, tmp_path: Path, stop_all: list[MachineProc]) -> None:
+    assert slots_cmd(pg_dsn, "create", "--slots", "2", "--machines", "m1").returncode == 0
+    m1 = MachineProc(pg_dsn, "m1", tmp_path / "v", tmp_path)
+    stop_all.append(m1)
+    m1.wait_listening()
+    wait_for(lambda: holders(m1) == ["m1", "m1"], "m1 holds both slots")
+    tenant = next(f"t{i}" for i in range(100) if slot_of(2, "tenant_quota", _qid(f"t{i}")) == 0)
+    assert "ok" in _rpc(m1.url, "tenant_quota", _qid(tenant),
+                        {"op": "init", "per_minute": 5, "per_day": 50}, tenant)
+    assert m1.proc is not None and lock_holder(m1.volumes / "slot-0") == m1.proc.pid
+    # Another holder took slot 0 (a new epoch): m1's renewal, fenced on its epoch, finds it lost;
+    # it drains the slot and releases the volume, and answers unavailable for it.
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE ma_slot_leases SET holder = 'm2', epoch = epoch + 1, "
+                     "expires_at = now() + interval '1 hour' WHERE slot = 0")
+    wait_for(lambda: lock_holder(m1.volumes / "slot-0") is None, "slot 0's volume released")
+    out = _rpc(m1.url, "tenant_quota", _qid(tenant), {"op": "status"}, tenant)
+    assert out["err"]["code"] == "unavailable" and out["err"]["details"]["slot"] == 0
+    # PostgreSQL stops: m1 serves slot 1 to its deadline, then answers unavailable naming slot
+    # and epoch; nobody takes the slot; once it is back, the same epoch serves again.
+    other = next(f"t{i}" for i in range(100) if slot_of(2, "tenant_quota", _qid(f"t{i}")) == 1)
+    assert "ok" in _rpc(m1.url, "tenant_quota", _qid(other),
+                        {"op": "init", "per_minute": 6, "per_day": 60}, other)
+    pg_server.stop()
+    try:
+        def refused() -> dict[str, Any] | None:
+            got = _rpc(m1.url, "tenant_quota", _qid(other), {"op": "status"}, other)
+            return got["err"] if "err" in got else None
+
+        err = wait_for(refused, "slot 1 unavailable after its deadline")
+        assert err["code"] == "unavailable" and err["details"] == {"slot": 1, "epoch": 1}
+    finally:
+        pg_server.start()
+    got = wait_for(lambda: _rpc(m1.url, "tenant_quota", _qid(other), {"op": "status"},
+                                other).get("ok"), "slot 1 served again")
+    assert got["per_minute"] == 6
+    assert m1.get("/cluster")["map"][1]["epoch"] == 1  # renewed, not taken again
