@@ -7,6 +7,9 @@ with it (a new epoch, nothing acknowledged lost), and are taken by the others af
 from __future__ import annotations
 
 import json
+import smtplib
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ from mailbox_actors.core.actor_ids import id_from_name, namespace_key
 from mailbox_actors.node.forwarding import FORWARDED_HEADER
 from mailbox_actors.platform.locks import lock_holder
 from mailbox_actors.rpc import Client
+from mailbox_actors.testing.ports import free_port
 from mailbox_actors.wire.quota import QuotaStatus
 
 pytestmark = pytest.mark.slow
@@ -291,3 +295,59 @@ def test_cl10_cl17_a_lost_lease_releases_the_volume_and_an_outage_keeps_the_epoc
                                 other).get("ok"), "slot 1 served again")
     assert got["per_minute"] == 6
     assert m1.get("/cluster")["map"][1]["epoch"] == 1  # renewed, not taken again
+
+
+def _cli(dsn: str, data: Path, *args: str) -> Any:
+    out = subprocess.run([sys.executable, "-m", "mailbox_actors", *args, "--data", str(data),
+                          "--postgres", dsn], capture_output=True, text=True, timeout=60,
+                         env=env())
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def _send(port: int, rcpt: str, subject: str) -> None:
+    raw = (f"From: Alice <alice@example.com>\r\nTo: {rcpt}\r\nSubject: {subject}\r\n"
+           f"Message-ID: <{subject}@example.com>\r\n\r\nhello through a machine's door\r\n")
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as s:
+        assert s.sendmail("alice@example.com", [rcpt], raw.encode()) == {}
+
+
+def test_cl15_every_machine_runs_a_door_rcpt_in_postgres_data_to_the_slot_holder(
+        pg_dsn: str, tmp_path: Path, stop_all: list[MachineProc]) -> None:
+    assert slots_cmd(pg_dsn, "create", "--slots", "4", "--machines", "m1,m2").returncode == 0
+    ports = [free_port(), free_port()]
+    ms = [MachineProc(pg_dsn, n, tmp_path / n, tmp_path, extra=("--smtp-listen-port", str(p)))
+          for n, p in zip(("m1", "m2"), ports, strict=True)]
+    stop_all += ms
+    for m in ms:
+        m.wait_listening()
+        wait_for(lambda m=m: _all_held(m), f"every slot held ({m.name})")
+    data = tmp_path / "cli"
+    data.mkdir()
+    tenant = _cli(pg_dsn, data, "tenant", "create", "acme")
+    bob = _cli(pg_dsn, data, "identity", "create", "--tenant", tenant["id"], "--name", "bob",
+               "--address", "bob@example.com", "--url", ms[0].url)
+    slot = slot_of(4, "identity_mailbox", bob["mailbox_id"])
+    holder = ms[slot % 2]
+    other = ports[1 - slot % 2]  # the door of the machine that does not hold the mailbox
+    ids = {"tenant_id": tenant["id"], "identity_id": bob["id"]}
+
+    async def received(subject: str, before: int) -> dict[str, Any]:
+        async with await Client.from_cluster(ms[0].url, TOKEN) as client:
+            got: dict[str, Any] = await client.wait_for_message(
+                bob["mailbox_id"], **ids, timeout_ms=30_000, subject_contains=subject,
+                received_after_ms=before - 1)
+            return got
+
+    before = int(time.time() * 1000)
+    _send(other, "bob@example.com", "first")  # 250 only after the holder committed it
+    assert anyio.run(received, "first", before)["status"] == "matched"
+    # The holder is gone (local: nobody else takes its slots): RCPT still resolves in
+    # PostgreSQL; DATA is answered 451, a retryable refusal.
+    holder.kill()
+    wait_for(lambda: holders(ms[1 - slot % 2])[slot] is None, "the holder's lease expired")
+    with pytest.raises(smtplib.SMTPDataError) as e:
+        _send(other, "bob@example.com", "second")
+    assert e.value.smtp_code == 451
+    with pytest.raises(smtplib.SMTPRecipientsRefused):  # an unknown address: 550, as on one
+        _send(other, "nobody@example.com", "third")
