@@ -1,0 +1,76 @@
+"""``make run`` end to end (UI-6): the example cluster in dev mode with the console beside it, its
+address printed, its traffic (captured mail, the catch-all) visible there, and everything stopped
+by itself at the end."""
+
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from console_stack import REPO, Session
+from mailbox_actors.testing.ports import free_port, free_port_block
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def test_make_run_prints_the_console_and_shows_its_dev_traffic(tmp_path: Path) -> None:
+    """UI-6: run_cluster.py prints the console's address; signed in there, the example's mail is
+    in the recipients' mailboxes and its copies to an unknown address of a tenant's domain are in
+    that tenant's catch-all identity; the run then stops cleanly (exit 0)."""
+    port, smtp, console = free_port_block(2), free_port_block(2), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "run_cluster.py"), "--data", str(tmp_path),
+         "--nodes", "2", "--port", str(port), "--smtp-port", str(smtp), "--console-port",
+         str(console), "--seconds", "25"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: list[str] = []
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            seen.append(line)
+            found = re.match(r"run: console at (http://\S+/) \(dev mode", line)
+            if found:
+                url = found.group(1).rstrip("/")
+            if url and "arrived in" in line:
+                break
+        assert url == f"http://127.0.0.1:{console}", "\n".join(seen[-30:])
+        s = Session(url)
+        s.sign_in((tmp_path / "operator.token").read_text().strip())
+        status, page, _ = s.request("GET", "/actors")
+        assert status == 200 and "support" in page
+        catch_all = None
+        deadline = time.monotonic() + 60
+        while catch_all is None and time.monotonic() < deadline:
+            page = s.request("GET", "/actors")[1]
+            catch_all = re.search(r'href="(/identities/idn_[0-9A-Z]+)">catch-all<', page)
+            if catch_all is None:
+                lines.get(timeout=5)  # the example's next line of traffic, then look again
+        assert catch_all is not None, "no catch-all identity after the example's traffic"
+        inbox = s.request("GET", catch_all.group(1))[1]
+        assert "Hello #" in inbox  # the example's subject, shown in dev mode
+        assert proc.wait(timeout=90) == 0
+    finally:
+        if proc.poll() is None:
+            # By its pid, as Ctrl-C: run_cluster then stops its cluster, console and DNS server.
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+        if proc.stdout is not None:
+            proc.stdout.close()
