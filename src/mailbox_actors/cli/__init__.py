@@ -63,6 +63,9 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
                 "run one machine of a cluster on many machines (slots leased in PostgreSQL)"),
     "slots": ("mailbox_actors.cli.machine", "add_slots_arguments", "run_slots",
               "create a many-machine cluster's slots once, show who holds what, drain a machine"),
+    "messages": ("mailbox_actors.cli.messages", "add_arguments", "run",
+                 "read an identity's received mail: list, show, raw, attachment, thread, search, "
+                 "wait"),
     "queues": ("mailbox_actors.cli.queues", "add_queues_arguments", "run_queues",
                "list a queue's dead letters or redrive them (operator token)"),
     "events": ("mailbox_actors.cli.queues", "add_events_arguments", "run_events",

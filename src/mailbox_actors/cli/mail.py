@@ -26,7 +26,8 @@ from mailbox_actors.rpc.client import Client, RpcError, read_token
 from mailbox_actors.wire.carrier import GetEmail, Submit
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-__all__ = ["add_deliveries_arguments", "add_send_arguments", "run_deliveries", "run_send"]
+__all__ = ["add_deliveries_arguments", "add_send_arguments", "resolve_owner", "run_deliveries",
+           "run_send"]
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # Where --wait stops: no automatic step follows these (queued with no transport waits forever;
@@ -75,8 +76,8 @@ def _fail(cmd: str, text: str, status: int) -> int:
     return status
 
 
-async def _resolve_owner(data: str, tenant: str | None, identity: str, postgres: str | None
-                         ) -> tuple[str, str, str]:
+async def resolve_owner(data: str, tenant: str | None, identity: str, postgres: str | None
+                        ) -> tuple[str, str, str]:
     """(tenant id, identity id, mailbox id) from ids or names, through the control database."""
     if not has_control_db(data, postgres):
         raise FileNotFoundError(str(Path(data) / "control.sqlite"))
@@ -110,7 +111,7 @@ def run_send(args: argparse.Namespace) -> int:
     source_id = args.source_id or f"cli-{uuid.uuid4().hex}"
 
     async def go() -> int:
-        tenant, identity, mid = await _resolve_owner(args.data, args.tenant, args.identity,
+        tenant, identity, mid = await resolve_owner(args.data, args.tenant, args.identity,
                                                      args.postgres)
         req = Submit(source_id=source_id, from_=args.from_, to=args.to, cc=args.cc, bcc=args.bcc,
                      subject=args.subject, text=args.text, html=args.html, headers=headers,
@@ -155,7 +156,7 @@ def run_deliveries(args: argparse.Namespace) -> int:
         if _HEX64.match(args.identity):
             mid = args.identity
         else:
-            _t, _i, mid = await _resolve_owner(args.data, args.tenant, args.identity,
+            _t, _i, mid = await resolve_owner(args.data, args.tenant, args.identity,
                                                      args.postgres)
         operator = read_token(data, "operator")  # MAILBOX_ACTORS_OPERATOR_TOKEN first (CL-4)
         kw = {"url": args.url} if args.url else {}

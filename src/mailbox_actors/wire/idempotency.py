@@ -20,5 +20,5 @@ IDEMPOTENT_OPS: Mapping[str, frozenset[str]] = {
     "identity_mailbox": frozenset({"init", "status", "erase", "get_events", "get_email",
                                    "submit", "cancel", "apply_delivery_event",
                                    "ingest", "get_message", "get_thread", "list_messages",
-                                   "wait_poll"}),
+                                   "wait_poll", "get_raw_message", "get_attachment"}),
 }

@@ -25,6 +25,7 @@ from mailbox_actors.wire.inbound import INBOUND_REPLIES, InboundRequest
 from mailbox_actors.wire.post import DeadLetterPage, PostDeadLetters, PostRetry, PostRetryReply
 from mailbox_actors.wire.search import SEARCH_REPLIES, AttachmentTextReady, SearchMessages
 from mailbox_actors.wire.shared_replies import InitReply
+from mailbox_actors.wire.sources import SOURCE_REPLIES, GetAttachment, GetRawMessage
 
 __all__ = ["MailboxErase", "MailboxInit", "MailboxRequest", "MailboxStatus", "MailboxStatusReply",
            "EmittedReply", "EraseReply", "MAILBOX_REPLIES"]
@@ -46,7 +47,8 @@ MailboxRequest = (MailboxInit | MailboxStatus | MailboxErase | GetEvents | EmitE
                   | Submit | GetEmail | CancelEmail | ResolveEmail | BeginTransport
                   | RecordTransportOutcome | ApplyDeliveryEvent | LearnMessageId
                   | PostDeadLetters | PostRetry  # the roster's Post letters (objects/roster.py)
-                  | InboundRequest | SearchMessages | AttachmentTextReady)
+                  | InboundRequest | SearchMessages | AttachmentTextReady
+                  | GetRawMessage | GetAttachment)  # UI-2: raw sources, attachment content
 
 
 class MailboxStatusReply(msgspec.Struct):
@@ -79,4 +81,4 @@ MAILBOX_REPLIES: dict[str, Any] = {"post_dead_letters": DeadLetterPage, "post_re
                                     "record_transport_outcome": Receipt,
                                     "apply_delivery_event": DeliveryEventReply,
                                     "learn_message_id": LearnMessageIdReply, **INBOUND_REPLIES,
-                                    **SEARCH_REPLIES}
+                                    **SEARCH_REPLIES, **SOURCE_REPLIES}

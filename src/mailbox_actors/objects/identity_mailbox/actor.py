@@ -15,7 +15,14 @@ from mailbox_actors.carrier import schema as carrier_schema
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.core.rate_windows import RETENTION_MS
 from mailbox_actors.objects import roster
-from mailbox_actors.objects.identity_mailbox import inbound, ingest_batch, search, threads, waits
+from mailbox_actors.objects.identity_mailbox import (
+    inbound,
+    ingest_batch,
+    search,
+    sources,
+    threads,
+    waits,
+)
 from mailbox_actors.objects.identity_mailbox.quota_gate import QuotaGate
 from mailbox_actors.objects.shared_schema import META_PUT, RATE_WINDOW_PRUNE, RATE_WINDOWS_SCHEMA
 from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
@@ -62,6 +69,7 @@ from mailbox_actors.wire.mailbox import (
 from mailbox_actors.wire.post import PostDeadLetters, PostRetry
 from mailbox_actors.wire.search import AttachmentTextReady, SearchMessages
 from mailbox_actors.wire.shared_replies import InitReply
+from mailbox_actors.wire.sources import GetAttachment, GetRawMessage
 
 __all__ = ["IdentityMailbox"]
 
@@ -115,6 +123,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(15, POST_RUNS),  # PO-11, PO-12: Post's budget count and the seed's job id
         Migration(16, carrier_schema.CARRIER_LEARNED),  # CA-17: provider Message-IDs
         Migration(17, carrier_schema.CARRIER_UNREACHABLE),  # CA-16: unreachable is not rejected
+        Migration(18, sources.RAW_SCHEMA),  # UI-2: raw sources kept with their messages
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick"}
@@ -177,6 +186,10 @@ class IdentityMailbox(Actor[MailboxRequest]):
                     lambda tx: search.attachment_text_ready(tx, req))
             case ingest_batch.IngestBatch():  # the SMTP door's, in-process only
                 return await ingest_batch.ingest_batch(self, req)
+            case GetRawMessage():
+                return sources.get_raw_message(self.sql, req)
+            case GetAttachment():
+                return sources.get_attachment(self.sql, req)
             case Ingest() | RegisterWait() | WaitPoll() | GetMessage() | GetThread() \
                     | ListMessages() | DeleteMessage():
                 return await inbound.handle(self, req)

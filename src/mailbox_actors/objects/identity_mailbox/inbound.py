@@ -20,7 +20,7 @@ from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.inbound.parse import ParsedMessage, parse_message
 from mailbox_actors.core.inbound.threads import ThreadKeys, thread_keys
 from mailbox_actors.core.inbound.waits import WaitSubject
-from mailbox_actors.objects.identity_mailbox import search, threads, waits
+from mailbox_actors.objects.identity_mailbox import search, sources, threads, waits
 from mailbox_actors.objects.identity_mailbox.inbound_rows import DETAIL_DECODER, StoredDetail
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, LimitExceeded, MailboxActorsError
@@ -90,8 +90,8 @@ INBOUND_LEAN = (
     "CREATE INDEX messages_by_thread ON messages (thread_id, seq)",
 )
 # Every table holding received content or what points at it: erase empties them all (IN-6).
-INBOUND_TABLES = ("messages", "attachment_chunks", "threads", "thread_keys", "inbound_sources",
-                  *waits.WAITS_TABLES)
+INBOUND_TABLES = ("messages", "attachment_chunks", "raw_chunks", "threads", "thread_keys",
+                  "inbound_sources", *waits.WAITS_TABLES)
 
 _CHUNK = 1 << 20  # attachment content per row, under the 2 MB value limit (RT-7)
 THREAD_PARSE = 256 * 1024  # parse larger messages in a worker thread: the loop serves others
@@ -148,7 +148,7 @@ async def ingest(mb: IdentityMailbox, req: Ingest) -> IngestReply:
         # under the write's own lock (a replay is rare; its parse is cheap).
         parsed = parse_message(req.raw, lim)
     return mb.sql.transaction_sync(
-        lambda tx: store(mb, tx, req.source_id, digest, len(req.raw), parsed))
+        lambda tx: store(mb, tx, req.source_id, digest, len(req.raw), parsed, req.raw))
 
 
 def _replay(sql: SqlStorage, source_id: str, digest: str) -> IngestReply | None:
@@ -166,7 +166,7 @@ def _replay(sql: SqlStorage, source_id: str, digest: str) -> IngestReply | None:
 
 
 def store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size: int,
-          p: ParsedMessage) -> IngestReply:
+          p: ParsedMessage, raw: bytes | None = None) -> IngestReply:
     """Inside the caller's transaction: the parsed message stored (or its replay answered).
     A ``conflict`` is raised before anything of this message is written."""
     now = tx.now_ms()
@@ -196,6 +196,8 @@ def store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size
             message_id, thread_id, p.message_id, p.from_addr, p.subject, p.date_ms, now, size,
             _ENC.encode(detail), p.text, p.html)
     tx.exec(search.INDEX_NEW, p.subject, search.body_of(p.text, p.html))  # IN-10, same commit
+    if raw is not None:
+        sources.keep_raw(tx, message_id, raw)  # UI-2: the source as received
     for idx, att in enumerate(p.attachments):
         data = att.content or b""
         for chunk, start in enumerate(range(0, len(data), _CHUNK)):
@@ -286,6 +288,7 @@ def delete_message(mb: IdentityMailbox, req: DeleteMessage) -> DeleteMessageRepl
             return DeleteMessageReply(deleted=False)
         search.unindex(tx, req.message_id)  # while the row still says what was indexed
         tx.exec("DELETE FROM attachment_chunks WHERE message_id = ?", req.message_id)
+        tx.exec("DELETE FROM raw_chunks WHERE message_id = ?", req.message_id)
         tx.exec("DELETE FROM attachment_texts WHERE message_id = ?", req.message_id)
         tx.exec("DELETE FROM messages WHERE id = ?", req.message_id)
         search.forget(tx)  # its tokens merged away: nothing of it left in the index

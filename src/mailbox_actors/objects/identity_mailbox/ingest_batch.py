@@ -67,7 +67,8 @@ async def ingest_batch(mb: IdentityMailbox, req: IngestBatch
     def run(tx: SqlStorage) -> None:
         for i, item, digest, parsed in ready:
             try:
-                out[i] = inbound.store(mb, tx, item.source_id, digest, len(item.raw), parsed)
+                out[i] = inbound.store(mb, tx, item.source_id, digest, len(item.raw), parsed,
+                                       item.raw)
             except MailboxActorsError as e:
                 # Only a conflict is raised before this message wrote anything. Any other refusal
                 # (a storage limit, a failed write) may follow some of its writes: it fails the
