@@ -161,7 +161,9 @@ class Machine:
         self.pool = HttpPool()
         self._tg: anyio.abc.TaskGroup | None = None
         self.takeovers = 0
-        self._started = 0.0
+        self._settle_at = 0.0  # takeovers of other machines' slots wait until then
+        self._outage = False  # the last renewal failed
+        self._alive_since: dict[str, float] = {}  # machine -> when this one saw it alive
 
     # ---- lifetime --------------------------------------------------------------------------
 
@@ -186,7 +188,7 @@ class Machine:
             raise SettingsError(f"setting 'volumes': {e}") from None
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._started = self.keeper.monotonic()
+        self._settle_at = self.keeper.monotonic() + self.settings.ttl_s
         await self.tick()
 
     async def __aenter__(self) -> Machine:
@@ -230,8 +232,14 @@ class Machine:
         except TableUnreachable as e:
             self.log.warning("lease_renewal_failed", machine=self.settings.name, error=str(e))
             lost, reachable = set(), False
+            self._outage = True
         else:
             reachable = True
+            if self._outage:
+                # Back from an outage (CL-17): every other machine may still be about to renew
+                # its own expired leases at their epochs; take none of theirs for one TTL.
+                self._outage = False
+                self._settle_at = self.keeper.monotonic() + self.settings.ttl_s
         for slot in lost:
             host = self.hosts.get(slot)
             if host is not None:
@@ -257,6 +265,12 @@ class Machine:
         except TableUnreachable:
             return
         self.map, self.map_version = rows, self.map_version + 1
+        now = self.keeper.monotonic()
+        for name, (alive, _) in machines.items():
+            if not alive:
+                self._alive_since.pop(name, None)
+            else:
+                self._alive_since.setdefault(name, now)
         me = self.settings.name
         self.draining = machines.get(me, (True, False))[1]
         held = set(self.hosts)
@@ -265,14 +279,17 @@ class Machine:
                 if not host.closing:
                     self._spawn(self._close, host, True)
             return
-        for slot in handed_back(me, self.policy, rows, machines, held):
+        # Hand back only to a home machine seen alive for a TTL (not one flapping back).
+        steady = {n: st for n, st in machines.items()
+                  if now - self._alive_since.get(n, now) >= self.settings.ttl_s}
+        for slot in handed_back(me, self.policy, rows, steady, held):
             host = self.hosts[slot]
             if not host.closing:
                 self.log.info("slot_handed_back", slot=slot, home=rows[slot].home)
                 self._spawn(self._close, host, True)
         # Another machine's slots only after one TTL of this machine's life: at a cluster's
         # start every machine gets the time to take its own before anyone takes them over.
-        settled = self.keeper.monotonic() - self._started >= self.settings.ttl_s
+        settled = now >= self._settle_at
         for slot in wanted_slots(me, self.policy, rows, machines, held):
             if rows[slot].home != me and not settled:
                 continue
@@ -309,8 +326,8 @@ class Machine:
                          task_status: anyio.abc.TaskStatus[bool] = anyio.TASK_STATUS_IGNORED,
                          ) -> None:
         lease = host.lease
-        fence: Any = EpochFence(lease) if self.settings.fence else EpochFence(
-            _AlwaysServing(lease))
+        fence = EpochFence(lease) if self.settings.fence else EpochFence(
+            _AlwaysServing(lease), checks=False)
         services = Services({**dict(self.services.items()), SLOT_FENCE: fence})
         data = slot_dir(self.settings.volumes, host.slot)
         node = Node(msgspec.structs.replace(self.base, data_dir=str(data),
@@ -324,9 +341,12 @@ class Machine:
             node._lock.release = lambda: None  # type: ignore[method-assign]
         try:
             await node.start()
-        except DataDirLocked as e:
-            self.log.warning("slot_volume_locked", slot=host.slot, epoch=lease.epoch,
-                             reason=str(e))
+        except Exception as e:  # the volume held elsewhere (DataDirLocked), a damaged index...
+            # ...fails this slot alone, for now: the lease is left and taken again later.
+            self.log.warning("slot_volume_locked" if isinstance(e, DataDirLocked)
+                             else "slot_open_failed", slot=host.slot, epoch=lease.epoch,
+                             reason=str(e) if isinstance(e, DataDirLocked)
+                             else type(e).__name__)
             if self.hosts.get(host.slot) is host:
                 del self.hosts[host.slot]
             await self.keeper.leave(lease)

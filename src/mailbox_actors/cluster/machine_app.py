@@ -19,7 +19,7 @@ import msgspec
 from mailbox_actors.cluster.machine import Machine
 from mailbox_actors.node.app import Response, error_response
 from mailbox_actors.node.forwarding import FORWARDED_HEADER
-from mailbox_actors.wire.errors import ErrorCode
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["MachineApp"]
 
@@ -66,10 +66,10 @@ class MachineApp:
         machine = self.machine
         if not self._authorised(headers, operator):
             return await self.front(method, path, headers, body)  # the front's refusal
-        try:
-            slot = machine.slot_for(namespace, object_id)
-        except Exception:
-            return await self.front(method, path, headers, body)
+        if not machine.slot_count:  # not started: the slots are not known yet (never the front)
+            return 200, _ENC.encode({"err": MailboxActorsError(
+                ErrorCode.UNAVAILABLE, "this machine is starting").to_body()}), _JSON
+        slot = machine.slot_for(namespace, object_id)
         host = machine.serving_host(slot)
         if host is not None:
             assert host.app is not None
