@@ -15,11 +15,10 @@ from typing import ClassVar
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from browser import Browser
-from console_stack import DOMAIN, Stack, cli, shots_dirs
+from console_stack import DOMAIN, Stack, cli, shots_dirs, text_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -45,13 +44,6 @@ def link_to(b: Browser, pattern: str, text: str | None = None) -> str:
         if re.search(pattern, href) and (text is None or shown.strip() == text):
             return str(href)
     raise AssertionError(f"no link matching {pattern!r} on {b.driver.current_url}")
-
-
-def text_of(d: WebDriver, css: str) -> str:
-    """The text of the first element ``css`` selects, read in one script (a page that refreshes
-    itself replaces elements between a find and a read)."""
-    return str(d.execute_script(
-        "const e = document.querySelector(arguments[0]); return e ? e.innerText : ''", css))
 
 
 def assert_clean(b: Browser, url: str, name: str) -> None:

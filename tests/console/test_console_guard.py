@@ -31,7 +31,8 @@ def test_every_page_needs_the_operator_token(stack: Stack) -> None:
     """UI-4: without a session every page sends the browser to sign in, the API answers
     unauthenticated; a wrong token (or the cluster token) opens no session."""
     s = Session(stack.dev.url)
-    for path in ("/", "/actors", f"/identities/{stack.support['id']}", "/domains", "/queues"):
+    for path in ("/", "/actors", f"/identities/{stack.support['id']}", "/domains", "/queues",
+                 "/actors/identity_mailbox"):
         status, _, headers = s.request("GET", path)
         assert (status, headers.get("location")) == (303, "/login"), path
     status, body, _ = s.request("GET", "/api/cursor")
@@ -78,6 +79,9 @@ def test_bad_input_is_refused_with_the_projects_codes(stack: Stack) -> None:
         ("GET", "/domains/dom_nope", None, 404, "domain_not_found"),
         ("GET", "/no/such/page", None, 404, "not_found"),
         ("POST", "/", {}, 405, "method_not_allowed"),
+        ("POST", "/queues/webhooks/redrive", {"message_id": "qm_0000"}, 404, "not_found"),
+        ("POST", "/queues/webhooks/redrive", {"message_id": "a b"}, 400, "invalid_request"),
+        ("POST", "/queues/no%20such/redrive", {"message_id": "qm_0000"}, 400, "invalid_request"),
     ]
     for method, path, form, want_status, want_code in cases:
         csrf = _csrf(s.request("GET", "/")[1])

@@ -17,6 +17,8 @@ from http.cookiejar import CookieJar
 from pathlib import Path
 from typing import Any
 
+from selenium.webdriver.remote.webdriver import WebDriver
+
 from cluster_proc import Cluster
 from mailbox_actors.testing.ports import free_port
 
@@ -121,3 +123,10 @@ def shots_dirs() -> tuple[Path, ...]:
     if os.environ.get("MAILBOX_ACTORS_UPDATE_SCREENSHOTS") == "1":
         dirs.append(DOCS_SHOTS)
     return tuple(dirs)
+
+
+def text_of(d: WebDriver, css: str) -> str:
+    """The text of the first element ``css`` selects, read in one script (a page that refreshes
+    itself replaces elements between a find and a read)."""
+    return str(d.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : ''", css))
