@@ -118,11 +118,14 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
     paths["/admin/deliveries/{object_id}"] = {"get": {
         "operationId": "admin_deliveries",
         "summary": "Operator inspection of an IdentityMailbox's Emails and Post jobs (CA-10, PO-7)",
-        "description": ("A read-only page of at most 64 records (32 by default), continued with "
-                        "`after` = the last page's `next_cursor` until it is null. It opens no "
-                        "owner, creates nothing and arms nothing; records (`kind` email or "
-                        "post, in one key order) never carry addresses, events, bodies or "
-                        "headers. Needs the operator token."),
+        "description": ("A read-only page: a call reads at most `limit` rows (32 by default), "
+                        "never more than 64 in all (a page's first record is read whole), so "
+                        "it holds at most that many records; continue with `after` = the last "
+                        "page's `next_cursor` until it is null (a last page may be empty). It "
+                        "opens no owner, creates nothing and arms nothing; records (`kind` "
+                        "email or post, in one key order) never carry addresses, events, bodies "
+                        "or headers. An id with no file, or a file without delivery tables, is "
+                        "`uninitialized`. Needs the operator token."),
         "security": [{"operatorToken": []}],
         "parameters": [id_param,
                        {"name": "after", "in": "query", "required": False,
@@ -131,13 +134,13 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
                         "schema": {"type": "integer", "minimum": 1, "maximum": 64,
                                    "default": 32}}],
         "responses": {
-            "200": {"description": "`available` with records, or `uninitialized`",
+            "200": {"description": "`available` with records, or `uninitialized` (no file, or "
+                                   "no delivery tables)",
                     "content": {"application/json": {"schema": inspection_schema}}},
             "400": _err("Bad id, cursor or limit", ErrorCode.INVALID_REQUEST),
             "401": _err("Missing or wrong operator token", ErrorCode.UNAUTHENTICATED),
             "403": _err("The cluster token was sent where the operator token is needed",
                         ErrorCode.PERMISSION_DENIED),
-            "404": _err("No such IdentityMailbox", ErrorCode.IDENTITY_NOT_FOUND),
         }}}
     paths.update(_inspection_paths(components))
     paths["/healthz"] = {"get": {
