@@ -165,3 +165,16 @@ async def test_a_receipt_is_kept_on_the_dead_letter(tmp_path: Path) -> None:
         assert (dead["f"]["reason"], dead["f"]["receipt"], dead["f"]["attempts"]) == (
             "retry_budget_spent:busy", {"queue": 8}, 8)
         assert (await e.job("ok"))["receipt"] == {"n": 1, "seq": 3}
+
+
+async def test_run_counts_every_delivery_of_a_chain(tmp_path: Path) -> None:
+    """PO-3: a round delivering three letters to one address (two of them settled as their
+    follower started) answers three."""
+    async with TestRuntime(tmp_path, objects=pa.POST_OBJECTS) as rt:
+        e = await _env(rt)
+        for i in range(3):
+            await e.p(pa.Send(to="a", key=f"c{i}", text=f"t{i}"))
+        ctx = rt.node.host.activate(pa.Producer, e.producer, create=False)
+        assert ctx is not None
+        assert await ctx.actor.post.run() == 3  # type: ignore[attr-defined]
+        assert {s for s, _, _ in e.rows().values()} == {"delivered"}

@@ -135,20 +135,21 @@ class PostExecutor:
             if not chains:
                 return delivered
             results: list[tuple[Claimed, Settlement | None]] = []
+            settled_early: list[Claimed] = []  # delivered, settled when their follower started
             async with anyio.create_task_group() as tg:
                 for chain in chains:
-                    tg.start_soon(self._chain, chain, results)
+                    tg.start_soon(self._chain, chain, results, settled_early)
             await self.store.settle(results)
-            delivered += sum(1 for _, s in results
-                             if s is not None and s.state is JobState.DELIVERED)
+            delivered += len(settled_early) + sum(
+                1 for _, s in results if s is not None and s.state is JobState.DELIVERED)
             for job, s in results:
                 if s is not None and s.state is JobState.DEAD:
                     # Route, reason and count only: keys are the producer's, and may say more.
                     _log.warning("post_dead_letter", producer=job.producer, route=job.route,
                                  reason=s.reason, attempts=job.attempts)
 
-    async def _chain(self, chain: list[Claimed],
-                     results: list[tuple[Claimed, Settlement | None]]) -> None:
+    async def _chain(self, chain: list[Claimed], results: list[tuple[Claimed, Settlement | None]],
+                     settled_early: list[Claimed]) -> None:
         async with self._limit:
             delivered: tuple[Claimed, Settlement] | None = None
             for job in chain:
@@ -159,7 +160,9 @@ class PostExecutor:
                         break
                     assert delivered is not None
                     settled, delivered = [delivered], None
-                    if not await self.store.start(job, settled):
+                    go = await self.store.start(job, settled)
+                    settled_early.append(settled[0][0])
+                    if not go:
                         break
                 outcome = await self._attempt(job)
                 s = settle(outcome, job.runs, self.clock.now_ms(), self.policy, self.rng.random())
