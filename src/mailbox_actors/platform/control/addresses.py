@@ -124,13 +124,18 @@ class _HeardEpoch:
     def __init__(self, notifications: Notifications) -> None:
         self._notifications = notifications
         self._heard = 0
+        self._listening = False  # until the channel is listened to, a change could pass unheard
         notifications.subscribe(EPOCH_CHANNEL, self._hear)
 
-    def _hear(self, _payload: str | None) -> None:
+    def _hear(self, payload: str | None) -> None:
         self._heard += 1
+        if payload is None:  # the channel is listened to (again) from now on
+            self._listening = True
 
     def read(self) -> int | None:
-        return None if self._notifications.generation is None else self._heard
+        if not self._listening or self._notifications.generation is None:
+            return None
+        return self._heard
 
     def close(self) -> None:
         pass
