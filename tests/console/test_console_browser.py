@@ -82,6 +82,21 @@ def test_every_page_renders_clean_and_is_saved(stack: Stack, browser: Browser) -
     assert report.clean, report
 
 
+def test_without_dev_mode_the_pages_show_no_content(stack: Stack, browser: Browser) -> None:
+    """CA-10, UI-4: the console started without --dev (same operator, same session) renders the
+    identity and a message with ids, states, counts and sizes only: no subject, address or body
+    (no frame at all), with no console error."""
+    send(stack, f"support@{DOMAIN}", "Never shown without dev mode", text="a private body")
+    base = stack.private.url
+    assert_clean(browser, f"{base}/identities/{stack.support['id']}", "identity-private")
+    page = text_of(browser.driver, "main")
+    assert "Never shown without dev mode" not in page and f"support@{DOMAIN}" not in page
+    assert_clean(browser, link_to(browser, r"/messages/imsg_"), "message-private")
+    page = text_of(browser.driver, "main")
+    assert "Content is shown only in dev mode" in page and "a private body" not in page
+    assert browser.driver.find_elements(By.TAG_NAME, "iframe") == []
+
+
 def test_dev_inbox_captures_sent_mail_and_catches_unknown_recipients(stack: Stack,
                                                                     browser: Browser) -> None:
     """UI-6: in dev mode an Email submitted by one identity leaves through the capture transport

@@ -207,3 +207,48 @@ def test_dev_mode_and_capture_are_checked_at_start() -> None:
     rs = cfg.runtime_settings()
     assert (rs.transport, rs.smtp_host, rs.smtp_port) == ("smtp", "127.0.0.1", 2600)
     assert load_config({"dev": "true"}, env={}).dev is True
+
+
+def test_raw_source_and_attachments_are_downloads_in_dev_mode_only(stack: Stack) -> None:
+    """UI-2, UI-4: in dev mode a message's raw source is shown as plain text (or downloaded as
+    .eml) and each attachment is downloaded as bytes, never rendered, whatever type it claims,
+    under the mail's sandboxing policy; without dev mode both are permission_denied."""
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "a@elsewhere.example", f"support@{DOMAIN}", \
+        "With attachments"
+    msg.set_content("see attached")
+    msg.add_attachment(b"%PDF-1.4 not really", maintype="application", subtype="pdf",
+                       filename="report.pdf")
+    msg.add_attachment("<script>alert(1)</script>", subtype="html", filename="../evil.html")
+    with smtplib.SMTP("127.0.0.1", stack.smtp_port, timeout=30) as smtp:
+        smtp.send_message(msg)
+    s = Session(stack.dev.url)
+    s.sign_in(stack.operator_token)
+    iid = stack.support["id"]
+    page = s.request("GET", f"/identities/{iid}?q=attachments")[1]
+    mid = re.search(r"/messages/(imsg_[0-9A-Z]+)", page)
+    assert mid is not None
+    base = f"/identities/{iid}/messages/{mid.group(1)}"
+    view = s.request("GET", base)[1]
+    assert f'{base}/attachments/0"' in view and f'{base}/attachments/1"' in view
+    status, body, headers = s.request("GET", f"{base}/attachments/0")
+    assert status == 200 and body == "%PDF-1.4 not really"
+    assert headers["content-type"] == "application/octet-stream"
+    assert headers["content-disposition"] == 'attachment; filename="report.pdf"'
+    status, body, headers = s.request("GET", f"{base}/attachments/1")
+    assert status == 200 and "<script>" in body
+    assert headers["content-type"] == "application/octet-stream"
+    assert headers["content-disposition"] == 'attachment; filename=".._evil.html"'
+    assert "sandbox" in headers["content-security-policy"]
+    status, body, headers = s.request("GET", f"{base}/raw")
+    assert status == 200 and "Subject: With attachments" in body
+    assert headers["content-type"].startswith("text/plain")
+    status, _, headers = s.request("GET", f"{base}/raw?download=1")
+    assert status == 200 and headers["content-disposition"].endswith('.eml"')
+    status, body, _ = s.request("GET", f"{base}/attachments/7")  # the mailbox: no such part
+    assert status == 400 and "invalid_request" in body and "part" in body
+    private = Session(stack.private.url)
+    private.sign_in(stack.operator_token)
+    for path in (f"{base}/raw", f"{base}/attachments/0"):
+        status, body, _ = private.request("GET", path)
+        assert status == 403 and "permission_denied" in body

@@ -11,6 +11,7 @@ Content-Security-Policy that allows no script and no remote load.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,7 +25,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -32,6 +39,7 @@ from mailbox_actors.console.cluster_view import ClusterView, check_id, ms_ago
 from mailbox_actors.console.session import COOKIE, CSRF_FIELD, Sessions
 from mailbox_actors.console.settings import ConsoleSettings
 from mailbox_actors.wire.carrier import ResolveEmail
+from mailbox_actors.wire.control import Identity, Tenant
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 
 __all__ = ["PAGE_CSP", "create_app"]
@@ -79,6 +87,9 @@ def create_app(settings: ConsoleSettings, view: ClusterView, sessions: Sessions)
         Route("/identities/{identity_id}", pages.identity),
         Route("/identities/{identity_id}/messages/{message_id}", pages.message),
         Route("/identities/{identity_id}/messages/{message_id}/body", pages.message_body),
+        Route("/identities/{identity_id}/messages/{message_id}/raw", pages.message_raw),
+        Route("/identities/{identity_id}/messages/{message_id}/attachments/{part:int}",
+              pages.attachment),
         Route("/identities/{identity_id}/threads/{thread_id}", pages.thread),
         Route("/identities/{identity_id}/resolve", pages.resolve, methods=["POST"]),
         Route("/identities/{identity_id}/post-retry", pages.post_retry, methods=["POST"]),
@@ -122,7 +133,8 @@ class _Guard(BaseHTTPMiddleware):
                 "pages (Origin differs)"))
         else:
             response = await call_next(request)
-        if path.endswith("/body") and path.startswith("/identities/"):
+        if path.startswith("/identities/") and "/messages/" in path and (
+                path.endswith(("/body", "/raw")) or "/attachments/" in path):
             response.headers["content-security-policy"] = MAIL_CSP
         else:
             response.headers.setdefault("content-security-policy", PAGE_CSP)
@@ -348,6 +360,61 @@ class _Pages:
             return HTMLResponse(msg["html"])
         text = markupsafe.escape(msg.get("text") or "")
         return HTMLResponse(f"<pre style=\"white-space:pre-wrap\">{text}</pre>")
+
+    async def message_raw(self, request: Request) -> Response:
+        """The message as it was received (UI-2), a megabyte at a time from the mailbox: dev mode
+        only; shown as plain text, or downloaded as ``.eml`` with ``?download=1``."""
+        tenant, ident, mid = await self._content_of(request)
+        first = await self._chunk(tenant, ident, {"op": "get_raw_message", "message_id": mid})
+        if not first["kept"]:
+            raise MailboxActorsError(ErrorCode.NOT_FOUND, "this message's raw source was not kept "
+                                     "(received before raw sources were)",
+                                     details={"message_id": mid})
+        download = request.query_params.get("download") == "1"
+        headers = {"content-disposition": f'attachment; filename="{mid}.eml"'} if download else {}
+        return StreamingResponse(
+            self._chunks(tenant, ident, {"op": "get_raw_message", "message_id": mid}, first),
+            media_type="message/rfc822" if download else "text/plain; charset=utf-8",
+            headers=headers)
+
+    async def attachment(self, request: Request) -> Response:
+        """One attachment's content (UI-2), dev mode only: always downloaded as bytes, never
+        rendered (whatever type it claims), under the mail's sandboxing policy."""
+        tenant, ident, mid = await self._content_of(request)
+        part = int(request.path_params["part"])
+        if not 0 <= part <= 10_000:
+            raise InvalidRequest("part must be 0..10000", details={"field": "part"})
+        req = {"op": "get_attachment", "message_id": mid, "part": part}
+        first = await self._chunk(tenant, ident, req)
+        name = "".join(c if c.isalnum() or c in "._-" else "_"
+                       for c in (first.get("filename") or f"part-{part}"))[:100] or f"part-{part}"
+        return StreamingResponse(self._chunks(tenant, ident, req, first),
+                                 media_type="application/octet-stream",
+                                 headers={"content-disposition": f'attachment; filename="{name}"'})
+
+    async def _content_of(self, request: Request) -> tuple[Tenant, Identity, str]:
+        if not self.settings.dev:
+            raise MailboxActorsError(ErrorCode.PERMISSION_DENIED,
+                                     "message content is shown only in dev mode on loopback")
+        tenant, ident = await self.view.identity(request.path_params["identity_id"])
+        return tenant, ident, check_id("message_id", request.path_params["message_id"])
+
+    async def _chunk(self, tenant: Tenant, ident: Identity, req: dict[str, Any]) -> Any:
+        got = await self.view.mailbox_call(tenant, ident, req)
+        if got is None:
+            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such message (or part) in this "
+                                     "mailbox", details={"message_id": req["message_id"]})
+        return got
+
+    async def _chunks(self, tenant: Tenant, ident: Identity, req: dict[str, Any],
+                      first: Any) -> AsyncIterator[bytes]:
+        """Every chunk's bytes, the first already read; the next asked for only when sent."""
+        got = first
+        while True:
+            yield base64.b64decode(got["data"])
+            if got["chunk"] + 1 >= got["chunks"]:
+                return
+            got = await self._chunk(tenant, ident, {**req, "chunk": got["chunk"] + 1})
 
     async def thread(self, request: Request) -> Response:
         tenant, ident = await self.view.identity(request.path_params["identity_id"])
