@@ -14,19 +14,21 @@ DEV_ONLY = ("mypy", "ruff", "hypothesis", "hypothesis_jsonschema", "importlinter
 
 def test_make_run_installs_the_package_without_the_development_tools() -> None:
     """OPS-12: what ``make run`` would do on a fresh checkout (pyproject newer than any stamp)
-    installs the package with the example's ``demo`` extra, never ``.[dev]``; the demo extra
-    holds no development tool."""
+    installs the package with the example's ``demo`` extra and the ``console`` it shows (UI-6),
+    never ``.[dev]``; neither extra holds a development tool."""
     plan = subprocess.run(["make", "-n", "-W", "pyproject.toml", "run"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, check=True).stdout
     installs = [line for line in plan.splitlines() if "pip install" in line]
-    assert installs and all(line.rstrip().endswith("-e '.[demo]'") for line in installs), plan
+    assert installs and all(line.rstrip().endswith("-e '.[demo,console]'") for line in installs), plan
     assert "[dev]" not in plan
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
-    demo = {d.split(">")[0].split("=")[0].strip().replace("-", "_") for d in extras["demo"]}
-    assert demo <= {"dnslib"}, demo
+    run = {d.split(">")[0].split("=")[0].strip().replace("-", "_").lower()
+           for d in (*extras["demo"], *extras["console"])}
+    # dnslib is the demo's loopback DNS server (also a test tool): the one shared package.
+    assert not (run - {"dnslib"}) & {*DEV_ONLY, "selenium", "build", "mkdocs"}, run
 
 
 def test_the_node_and_its_commands_need_no_development_tool() -> None:
