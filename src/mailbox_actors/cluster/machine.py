@@ -337,6 +337,7 @@ class Machine:
                     placement=SlotPlacement(self, host.slot),
                     shared_control=(self.front.control_db, self.front.queues))
         if not self.settings.fence:
+            data.mkdir(mode=0o700, parents=True, exist_ok=True)  # what the lock's acquire does
             node._lock.acquire = lambda: None  # type: ignore[method-assign]  # test-only
             node._lock.release = lambda: None  # type: ignore[method-assign]
         try:

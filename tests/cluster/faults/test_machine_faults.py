@@ -96,10 +96,6 @@ async def test_no_acknowledged_write_is_lost_or_reordered_under_faults(
     assert run.violations == [], run.summary()
     assert run.definite_errors() == {}, run.summary()
     moved = moved_across(run, "pg_restart")
-    if moved and policy == "shared":
-        # Known (NOTES 07:08, 07:20, issue 24): under shared, the machine that renews first after
-        # PostgreSQL is back takes the others' expired leases. Everything above still holds.
-        pytest.xfail(f"CL-17 under shared: slots re-taken across a PostgreSQL restart: {moved}")
     assert moved == [], "CL-17: a slot changed hands; " + run.summary()
 
 
@@ -113,10 +109,6 @@ def moved_across(run: RunResult, kind: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.anyio
-@pytest.mark.xfail(strict=True, reason=(
-    "machine mode's test-only switch does not turn the fence off yet: EpochFence still refuses a "
-    "stale epoch in the file, and with the volume lock off two machines crash building one slot's "
-    "alarm index at start (NOTES 07:20 (B), (C); issue 24)"))
 async def test_with_the_fence_off_the_checker_fails(
         network: netns.Network, bridge_pg: PgServer, tmp_path: Path) -> None:
     """CL-16, CL-10, CL-11: the same run under ``shared`` with the fence turned off (the test-only
