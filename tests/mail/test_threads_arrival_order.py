@@ -31,7 +31,7 @@ from mailbox_actors.wire.inbound import (
     WaitPoll,
 )
 from mailbox_actors.wire.mailbox import MailboxInit, MailboxStatus
-from thread_corpus import Mail, corpus, jwz, raw, shuffled
+from thread_corpus import PATCH_SERIES, Mail, corpus, jwz, raw, shuffled
 
 NS = "identity_mailbox"
 IDS = {"tenant_id": "ten_1", "identity_id": "idn_1"}
@@ -168,3 +168,43 @@ async def test_a_shuffled_list_archive_through_the_door_threads_as_jwz(tmp_path:
         assert _groups(listed) == expected
         st = await rt.call(NS, bob.mailbox_id, MailboxStatus(), **ids)
         assert st["threads"] == len(expected)
+
+
+FIVE = ("v1/0", "v1/2", "v1/r0.0", "v1/r0.1", "v2/0")
+SIX = ("v1/0", "v1/1", "v1/2", "v1/r0.0", "v1/r0.1", "v2/0")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("names", [
+    pytest.param(FIVE, id="five"),
+    pytest.param(SIX, id="six", marks=pytest.mark.slow),
+])
+async def test_every_order_of_a_patch_review_threads_as_jwz_in_the_mailbox(
+        tmp_path: Path, names: tuple[str, ...]) -> None:
+    """IN-11: messages of a kernel-list patch series' shape (a cover letter, patches In-Reply-To
+    it, a review of a patch, the author's answer, a v2 cover referring to v1's), ingested in every
+    arrival order into one mailbox (each order under its own ids: the 120 orders of five, and,
+    slow, the 720 of six; all 5,040 orders of the seven go through the same rules in
+    tests/core/test_threads.py), end as one thread every time, as JWZ threads the archive
+    order."""
+    chosen = [m for m in PATCH_SERIES if m.name in names]
+    assert len(chosen) == len(names) and len(jwz(chosen)) == 1
+    orders = 0
+    async with TestRuntime(tmp_path) as rt:
+        m = rt.id_from_name(NS, "bob")
+        await rt.call(NS, m, MailboxInit(), **IDS)
+        for n, order in enumerate(itertools.permutations(chosen)):
+            def own(mid: str | None, n: int = n) -> str | None:
+                return None if mid is None else f"{n}.{mid}"
+            threads = set()
+            for mail in order:
+                renamed = Mail(f"{n}/{mail.name}", own(mail.message_id), own(mail.in_reply_to),
+                               tuple(f"{n}.{r}" for r in mail.references), subject=mail.name)
+                got = await rt.call(NS, m, Ingest(source_id=renamed.name,
+                                                  raw=raw(renamed, "bob@example.com")), **IDS)
+                threads.add(got["thread_id"])
+            first = await rt.call(NS, m, GetThread(thread_id=min(threads)), **IDS)
+            assert len(first["message_ids"]) == len(chosen), [x.name for x in order]
+            orders += 1
+        st = await rt.call(NS, m, MailboxStatus(), **IDS)
+        assert (st["threads"], st["messages"]) == (orders, orders * len(chosen))
