@@ -32,6 +32,26 @@ class Dialect:
     # seq) is its commit order, as with SQLite's one writer: "" / an advisory lock.
     index_lock: str
 
+    def insert_rows(self, table: str, columns: Sequence[str], types: Sequence[str],
+                    rows: Sequence[Sequence[Any]], *, returning: str | None = None,
+                    source_filter: str = "") -> tuple[str, list[Any]]:
+        """An INSERT of ``rows`` ignoring those whose key is there already, and its parameters.
+        SQLite: one VALUES tuple per row. PostgreSQL: one array per column through ``unnest``
+        (``types`` are the columns' SQL types), so the statement's text does not depend on how
+        many rows there are and is planned once per connection, not once per batch size.
+        ``source_filter`` (PostgreSQL only) is a WHERE clause on the rows' source."""
+        cols = ", ".join(columns)
+        if self.name != "postgres":
+            values = ",".join(["(" + ", ".join("?" * len(columns)) + ")"] * len(rows))
+            return (self.ignore_duplicates(f"{table} ({cols})", f"VALUES {values}" + (
+                f" RETURNING {returning}" if returning else "")),
+                [v for r in rows for v in r])
+        arrays = ", ".join(f"?::{t}[]" for t in types)
+        sql = (f"INSERT INTO {table} ({cols}) SELECT * FROM unnest({arrays}) AS v"
+               + (f" WHERE {source_filter}" if source_filter else "") + " ON CONFLICT DO NOTHING"
+               + (f" RETURNING {returning}" if returning else ""))
+        return sql, [list(col) for col in zip(*rows, strict=True)]
+
     def ignore_duplicates(self, insert_into: str, rest: str) -> str:
         """``INSERT [OR IGNORE] INTO <insert_into> <rest> [ON CONFLICT DO NOTHING]``; ``rest``
         is the VALUES list, and a RETURNING clause goes after the conflict clause."""

@@ -46,6 +46,8 @@ _IDENTITY_COLS = "id, tenant_id, name, mailbox_id, status, created_at_ms"
 _DOMAIN_COLS = "id, tenant_id, name, monitor_id, created_at_ms"
 _DOMAIN_READ = _DOMAIN_COLS + ", state, state_at_ms"
 _EVENT_COLS = "event_id, tenant_id, identity_id, namespace, object_id, sequence, type, occurred_at_ms"
+_EVENT_NAMES = tuple(_EVENT_COLS.split(", "))
+_EVENT_TYPES = ("text", "text", "text", "text", "text", "bigint", "text", "bigint")
 _INDEX_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite's 32,766
 
 # Identity status moves only forward: creating -> active -> erased (or creating -> erased).
@@ -247,8 +249,7 @@ class ControlDb(ControlConnection):
         values = self._index_values(rows)
         if len(values) <= _INDEX_ROWS and not self._sql.index_lock:
             # One statement is atomic on its own: one round trip, no BEGIN and COMMIT.
-            return len(await self.fetch_all(self._index_sql(len(values)),
-                                             [v for r in values for v in r]))
+            return len(await self.fetch_all(*self._index_sql(values)))
         return await self.run(functools.partial(self.index_events_in, rows=rows))
 
     async def index_events_in(self, conn: Tx, rows: Sequence[EventIndexRow], *,
@@ -261,11 +262,10 @@ class ControlDb(ControlConnection):
         new = 0
         for i in range(0, len(values), _INDEX_ROWS):
             chunk = values[i:i + _INDEX_ROWS]
-            params = [v for r in chunk for v in r]
             if count:
-                new += len(list(await conn.execute_fetchall(self._index_sql(len(chunk)), params)))
+                new += len(list(await conn.execute_fetchall(*self._index_sql(chunk))))
             else:
-                await conn.write(self._index_sql(len(chunk)), params)
+                await conn.write(*self._index_sql(chunk))
         return new
 
     def index_with_clause(self, rows: Sequence[EventIndexRow]) -> tuple[str, list[Any]] | None:
@@ -275,12 +275,10 @@ class ControlDb(ControlConnection):
         where that cannot be (SQLite; more rows than one statement takes)."""
         if not self._sql.index_lock or not rows or len(rows) > _INDEX_ROWS:
             return None
-        values = self._index_values(rows)
-        return (f"WITH index_lock AS ({self._sql.index_lock}), indexed AS (INSERT INTO event_index "
-                f"({_EVENT_COLS}) SELECT * FROM (VALUES "
-                + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(values))
-                + ") AS v WHERE EXISTS (SELECT 1 FROM index_lock) ON CONFLICT DO NOTHING)",
-                [v for r in values for v in r])
+        sql, params = self._sql.insert_rows(
+            "event_index", _EVENT_NAMES, _EVENT_TYPES, self._index_values(rows),
+            source_filter="EXISTS (SELECT 1 FROM index_lock)")
+        return f"WITH index_lock AS ({self._sql.index_lock}), indexed AS ({sql})", params
 
     @staticmethod
     def _index_values(rows: Sequence[EventIndexRow]) -> list[tuple[Any, ...]]:
@@ -292,11 +290,10 @@ class ControlDb(ControlConnection):
         return [(r.event_id, r.tenant_id, r.identity_id, r.namespace, r.object_id, r.sequence,
                  r.type, r.occurred_at_ms) for r in rows]
 
-    def _index_sql(self, n: int) -> str:
-        """INSERT OR IGNORE of ``n`` event_index rows; RETURNING names only the rows it inserted."""
-        return self._sql.ignore_duplicates(
-            f"event_index ({_EVENT_COLS})",
-            "VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n) + " RETURNING event_id")
+    def _index_sql(self, values: Sequence[tuple[Any, ...]]) -> tuple[str, list[Any]]:
+        """INSERT OR IGNORE of event_index rows; RETURNING names only the rows it inserted."""
+        return self._sql.insert_rows("event_index", _EVENT_NAMES, _EVENT_TYPES, values,
+                                     returning="event_id")
 
     async def events(self, tenant_id: str, *, after_event_id: str | None = None,
                      limit: int = 100) -> list[EventIndexRow]:

@@ -43,6 +43,9 @@ _log = get_logger("mailbox_actors.queues")
 _decoder = msgspec.json.Decoder(dict[str, Any])
 _CLAIM_COLUMNS = ("seq, id, kind, body, attempts, enqueued_at_ms, origin_queue, reason, "
                   "failed_attempts")
+_MESSAGE_COLUMNS = ("id", "queue", "kind", "body", "enqueued_at_ms", "visible_at_ms", "attempts",
+                    "lease")
+_MESSAGE_TYPES = ("text", "text", "text", "text", "bigint", "bigint", "integer", "text")
 NOTIFY_CHANNEL = "ma_queues"  # notified by the PostgreSQL schema's trigger, the queue as payload
 _MAX_PARAMS = 500  # ids per statement in ack_many, well under SQLite's bound-parameter limit
 _INSERT_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite's 32,766
@@ -161,7 +164,7 @@ class QueueService(DeadLetterRecords, QueueReads):
                  until if i < n_held else visible, 1 if i < n_held else 0,
                  lease if i < n_held else None)
                 for i, (data, kind) in enumerate(encoded)]
-        await self._insert(rows, also, with_clause)
+        await self._insert_rows(rows, also, with_clause)
         if handoff is not None and n_held and lease is not None:
             policy = Policy(handoff.max_retries, handoff.dead_letter_queue)
             held = [Message(self, id=mid, queue=queue, body=_decoder.decode(body), attempts=1,
@@ -175,8 +178,8 @@ class QueueService(DeadLetterRecords, QueueReads):
             self._notify(queue, visible)
         return [r[0] for r in rows]
 
-    async def _insert(self, rows: Sequence[tuple[Any, ...]],
-                      also: Callable[[Tx], Awaitable[object]] | None = None,
+    async def _insert_rows(self, rows: Sequence[tuple[Any, ...]],
+                           also: Callable[[Tx], Awaitable[object]] | None = None,
                       with_clause: tuple[str, Sequence[Any]] | None = None) -> None:
         """All ``rows`` or none. One multi-row INSERT when they fit in one statement (a statement is
         atomic on its own: one round trip to the connection's thread, no BEGIN and COMMIT); else
@@ -186,25 +189,23 @@ class QueueService(DeadLetterRecords, QueueReads):
         if with_clause is not None:
             if len(chunks) != 1:
                 raise ValueError("a with_clause goes with bodies that fit in one statement")
-            await self._store.fetch(f"{with_clause[0]} {self._insert_sql(len(rows))}",
-                                    [*with_clause[1], *(v for r in rows for v in r)])
+            sql, params = self._insert(rows)
+            await self._store.fetch(f"{with_clause[0]} {sql}", [*with_clause[1], *params])
             return
         if len(chunks) == 1 and also is None:
-            await self._store.fetch(self._insert_sql(len(rows)), [v for r in rows for v in r])
+            await self._store.fetch(*self._insert(rows))
             return
 
         async def insert(conn: Tx) -> None:
             if also is not None:
                 await also(conn)
             for chunk in chunks:
-                await conn.write(self._insert_sql(len(chunk)), [v for r in chunk for v in r])
+                await conn.write(*self._insert(chunk))
 
         await self._store.run(insert)
 
-    def _insert_sql(self, n: int) -> str:
-        return self._sql.ignore_duplicates(
-            "messages (id, queue, kind, body, enqueued_at_ms, visible_at_ms, attempts, lease)",
-            "VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * n))
+    def _insert(self, rows: Sequence[tuple[Any, ...]]) -> tuple[str, list[Any]]:
+        return self._sql.insert_rows("messages", _MESSAGE_COLUMNS, _MESSAGE_TYPES, rows)
 
     def shares_transactions_with(self, other: SharedStore) -> bool:
         """Whether ``other``'s statements can join this service's transactions (``also``): both
