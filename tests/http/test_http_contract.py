@@ -377,6 +377,7 @@ CANONICAL: dict[str, list[Any]] = {
                          lambda a: {"op": "attachment_text_ready", "part": 0, "text": "invoice",
                                     "message_id": a["ingest"]["message_id"]},
                          {"op": "search_messages", "query": "invoice"},
+                         lambda a: {"op": "reparse", "message_id": a["ingest"]["message_id"]},
                          lambda a: {"op": "learn_message_id", "message_id": "<final@provider>",
                                     "email_id": a["get_email"]["email_id"]},
                          lambda a: {"op": "get_message", "message_id": a["ingest"]["message_id"]},

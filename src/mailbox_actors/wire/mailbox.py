@@ -23,7 +23,7 @@ from mailbox_actors.wire.carrier import (
 from mailbox_actors.wire.events import EmitEvent, EventsReply, GetEvents
 from mailbox_actors.wire.inbound import INBOUND_REPLIES, InboundRequest
 from mailbox_actors.wire.post import DeadLetterPage, PostDeadLetters, PostRetry, PostRetryReply
-from mailbox_actors.wire.search import SEARCH_REPLIES, AttachmentTextReady, SearchMessages
+from mailbox_actors.wire.search import SEARCH_REPLIES, AttachmentTextReady, Reparse, SearchMessages
 from mailbox_actors.wire.shared_replies import InitReply
 from mailbox_actors.wire.sources import SOURCE_REPLIES, GetAttachment, GetRawMessage
 
@@ -47,7 +47,7 @@ MailboxRequest = (MailboxInit | MailboxStatus | MailboxErase | GetEvents | EmitE
                   | Submit | GetEmail | CancelEmail | ResolveEmail | BeginTransport
                   | RecordTransportOutcome | ApplyDeliveryEvent | LearnMessageId
                   | PostDeadLetters | PostRetry  # the roster's Post letters (objects/roster.py)
-                  | InboundRequest | SearchMessages | AttachmentTextReady
+                  | InboundRequest | SearchMessages | AttachmentTextReady | Reparse
                   | GetRawMessage | GetAttachment)  # UI-2: raw sources, attachment content
 
 

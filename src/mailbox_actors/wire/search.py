@@ -1,5 +1,5 @@
-"""Search over an IdentityMailbox's received mail (IN-9, IN-10): ``search_messages`` and
-``attachment_text_ready``.
+"""Search over an IdentityMailbox's received mail (IN-8, IN-9, IN-10): ``search_messages``,
+``attachment_text_ready`` and ``reparse``.
 
 ``query`` is an SQLite FTS5 query (words, "phrases", ``OR``, ``NOT``, ``prefix*``, a column filter
 ``subject:``, ``body:`` or ``attachments:``); one FTS5 cannot parse is ``invalid_request`` with
@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-__all__ = ["SEARCH_REPLIES", "AttachmentTextReady", "AttachmentTextReply", "SearchFilters",
-           "SearchHit", "SearchMessages", "SearchReply"]
+__all__ = ["SEARCH_REPLIES", "AttachmentTextReady", "AttachmentTextReply", "Reparse",
+           "ReparseReply", "SearchFilters", "SearchHit", "SearchMessages", "SearchReply"]
 
 RecordId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
@@ -78,5 +78,21 @@ class AttachmentTextReply(msgspec.Struct):
     stored: bool  # False: the same text was already there (a replay)
 
 
+class Reparse(msgspec.Struct, tag="reparse", tag_field="op", forbid_unknown_fields=True):
+    """Parse one received message's stored source again with the current parser (IN-8), or,
+    with ``all``, every message, in pages from the mailbox's own alarm (resumed after a crash).
+    Ids and threads stay; parsed fields, defects, attachments and the search index change."""
+
+    message_id: RecordId | None = None  # exactly one of message_id and all: true
+    all: bool = False
+
+
+class ReparseReply(msgspec.Struct):
+    reparsed: int  # messages parsed again by this call (0 with all: the alarm does them)
+    scheduled: bool  # all: the pages run from alarm:reparse
+    defects: list[str] = []  # the message's defects as the current parser finds them
+
+
 SEARCH_REPLIES: dict[str, Any] = {"search_messages": SearchReply,
-                                  "attachment_text_ready": AttachmentTextReply}
+                                  "attachment_text_ready": AttachmentTextReply,
+                                  "reparse": ReparseReply}

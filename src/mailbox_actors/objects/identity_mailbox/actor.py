@@ -18,6 +18,7 @@ from mailbox_actors.objects import roster
 from mailbox_actors.objects.identity_mailbox import (
     inbound,
     ingest_batch,
+    reparse,
     search,
     sources,
     threads,
@@ -67,7 +68,7 @@ from mailbox_actors.wire.mailbox import (
     MailboxStatusReply,
 )
 from mailbox_actors.wire.post import PostDeadLetters, PostRetry
-from mailbox_actors.wire.search import AttachmentTextReady, SearchMessages
+from mailbox_actors.wire.search import AttachmentTextReady, Reparse, SearchMessages
 from mailbox_actors.wire.shared_replies import InitReply
 from mailbox_actors.wire.sources import GetAttachment, GetRawMessage
 
@@ -126,7 +127,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(18, sources.RAW_SCHEMA),  # UI-2: raw sources kept with their messages
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
-                                                   "post": "post_tick", "dispatch": "dispatch_tick"}
+                                                   "post": "post_tick", "dispatch": "dispatch_tick",
+                                                   "reparse": "reparse_tick"}
 
     def __init__(self, ctx: ActorContext) -> None:
         super().__init__(ctx)
@@ -181,6 +183,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
                 return self.sql.transaction_sync(self._erase)
             case SearchMessages():
                 return search.search(self.sql, req)
+            case Reparse():
+                return reparse.reparse(self.ctx, self.sql, inbound.limits(self), req)
             case AttachmentTextReady():
                 return self.sql.transaction_sync(
                     lambda tx: search.attachment_text_ready(tx, req))
@@ -225,6 +229,10 @@ class IdentityMailbox(Actor[MailboxRequest]):
         roster.send_left(self.post, tx, self.ctx.owner_tenant or "", self.ctx.owner_identity or "")
         self.ctx.mark_erased()
         return EraseReply(erased=True, erased_at_ms=now)
+
+    async def reparse_tick(self) -> None:
+        """``alarm:reparse`` (IN-8): the next page of a reparse of every message."""
+        reparse.run_page(self.ctx, self.sql, inbound.limits(self))
 
     async def dispatch_tick(self) -> None:
         """``alarm:dispatch`` (CA-4): Carrier's wake; see ``carrier/dispatch.py``."""

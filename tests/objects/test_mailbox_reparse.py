@@ -1,0 +1,121 @@
+"""Parsing received mail again (IN-8): after a parser fix, ``reparse`` replaces a message's parsed
+fields, defects, attachments and search terms in place, ids and thread kept; ``all`` goes in pages
+from the mailbox's alarm; a deleted message cannot be reparsed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from mailbox_actors.core.inbound import parse as parse_module
+from mailbox_actors.objects.identity_mailbox import inbound, reparse
+from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.inbound import DeleteMessage, GetMessage, GetThread, Ingest
+from mailbox_actors.wire.mailbox import MailboxInit
+from mailbox_actors.wire.search import Reparse, SearchMessages
+
+pytestmark = pytest.mark.anyio
+
+NS = "identity_mailbox"
+IDS = {"tenant_id": "ten_1", "identity_id": "idn_1"}
+
+
+def mail(n: int, irt: str | None = None) -> bytes:
+    head = (f"From: <alice@example.com>\r\nTo: bob@example.com\r\nSubject: quarterly report {n}"
+            f"\r\nMessage-ID: <m{n}@example.com>\r\n")
+    if irt:
+        head += f"In-Reply-To: <{irt}>\r\n"
+    return (head + f"\r\nbody {n}\r\n").encode()
+
+
+def buggy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parser with a bug: it loses the subject and reports a defect that is not there."""
+    real = parse_module.parse_message
+
+    def parse(raw: bytes, lim: Any) -> Any:
+        return msgspec.structs.replace(real(raw, lim), subject="", defects=["bogus_defect"])
+
+    monkeypatch.setattr(inbound, "parse_message", parse)
+
+
+async def mailbox(rt: TestRuntime) -> str:
+    m = rt.id_from_name(NS, "bob")
+    await rt.call(NS, m, MailboxInit(), **IDS)
+    return m
+
+
+async def ingest(rt: TestRuntime, m: str, n: int, **kw: Any) -> dict[str, Any]:
+    out: dict[str, Any] = await rt.call(NS, m, Ingest(source_id=f"s{n}", raw=mail(n, **kw)),
+                                        **IDS)
+    return out
+
+
+async def test_reparse_one_message_fixes_it_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IN-8: a message stored by a buggy parser is parsed again with the fixed one: its subject
+    and defects change, its id and thread stay, search finds it by the new subject; a second
+    reparse changes nothing more."""
+    async with TestRuntime() as rt:
+        m = await mailbox(rt)
+        with monkeypatch.context() as patch:
+            buggy(patch)
+            got = await ingest(rt, m, 1)
+        before = await rt.call(NS, m, GetMessage(message_id=got["message_id"]), **IDS)
+        assert before["subject"] == "" and before["defects"] == ["bogus_defect"]
+        assert (await rt.call(NS, m, SearchMessages(query="quarterly"), **IDS))["messages"] == []
+        out = await rt.call(NS, m, Reparse(message_id=got["message_id"]), **IDS)
+        assert out == {"reparsed": 1, "scheduled": False, "defects": []}
+        after = await rt.call(NS, m, GetMessage(message_id=got["message_id"]), **IDS)
+        assert after["subject"] == "quarterly report 1" and after["defects"] == []
+        assert (after["message_id"], after["thread_id"]) == (got["message_id"], got["thread_id"])
+        found = await rt.call(NS, m, SearchMessages(query="quarterly"), **IDS)
+        assert [h["message_id"] for h in found["messages"]] == [got["message_id"]]
+        again = await rt.call(NS, m, Reparse(message_id=got["message_id"]), **IDS)
+        assert again["reparsed"] == 1
+        assert await rt.call(NS, m, GetMessage(message_id=got["message_id"]), **IDS) == after
+
+
+async def test_reparse_all_runs_in_pages_from_the_alarm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IN-8: reparse all schedules alarm:reparse, which goes through every message in pages (each
+    its own transaction, its position kept) and ends with messages.reparsed; threads stay whole."""
+    monkeypatch.setattr(reparse, "PAGE", 4)
+    async with TestRuntime() as rt:
+        m = await mailbox(rt)
+        with monkeypatch.context() as patch:
+            buggy(patch)
+            first = await ingest(rt, m, 0)
+            for n in range(1, 10):
+                await ingest(rt, m, n, irt="m0@example.com")
+        out = await rt.call(NS, m, Reparse(all=True), **IDS)
+        assert out == {"reparsed": 0, "scheduled": True, "defects": []}
+        await rt.run_until_idle()  # the first page
+        found = await rt.call(NS, m, SearchMessages(query="quarterly"), **IDS)
+        assert len(found["messages"]) == 4  # one page done, its position kept
+        for _ in range(3):  # each next page is due a millisecond after the last
+            await rt.advance(1)
+        for n in range(10):
+            found = await rt.call(NS, m, SearchMessages(query=f'"report {n}"'), **IDS)
+            assert len(found["messages"]) == 1, n
+        thread = await rt.call(NS, m, GetThread(thread_id=first["thread_id"]), **IDS)
+        assert len(thread["message_ids"]) == 10
+        assert len(rt.events.events("messages.reparsed")) == 1
+
+
+async def test_a_deleted_or_unknown_message_is_not_reparsed() -> None:
+    """IN-8: a deleted message's source went with it: conflict; an unknown id is not_found;
+    neither or both of message_id and all is invalid_request."""
+    async with TestRuntime() as rt:
+        m = await mailbox(rt)
+        got = await ingest(rt, m, 1)
+        await rt.call(NS, m, DeleteMessage(message_id=got["message_id"]), **IDS)
+        for req, code in ((Reparse(message_id=got["message_id"]), ErrorCode.CONFLICT),
+                          (Reparse(message_id="imsg_nope"), ErrorCode.NOT_FOUND)):
+            with pytest.raises(MailboxActorsError) as e:
+                await rt.call(NS, m, req, **IDS)
+            assert e.value.code == code
+        for bad in ({"op": "reparse"}, {"op": "reparse", "message_id": "x", "all": True}):
+            with pytest.raises(MailboxActorsError) as e:
+                await rt.call(NS, m, bad, **IDS)
+            assert e.value.code == ErrorCode.INVALID_REQUEST
