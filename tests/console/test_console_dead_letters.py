@@ -112,3 +112,36 @@ def test_a_dead_letter_is_redriven_from_the_queues_page(stack: Stack, browser: B
     assert report.clean, report
     WebDriverWait(browser.driver, 60, poll_frequency=0.2).until(
         lambda d: (event["id"], "8") in _Hook.seen)
+
+
+def test_a_post_dead_letter_is_retried_from_the_actor_page(stack: Stack, browser: Browser) -> None:
+    """PO-6, UI-4: a mailbox whose tenant's quota was never initialised has its roster letter
+    refused (tenant_not_found) and dead; its actor page lists it with the reason, and once the
+    quota exists, Retry on the page delivers it and the dead letter is gone."""
+    tenant = "ten_console_orphan"
+    mailbox = cli(stack.data, "id", "identity_mailbox", "--name", "console-orphan")
+    mailbox = mailbox["id"] if isinstance(mailbox, dict) else str(mailbox).strip()
+    cli(stack.data, "call", "identity_mailbox", mailbox, '{"op":"init"}', "--tenant", tenant,
+        "--identity", "idn_console_orphan")
+    page = f"{stack.dev.url}/actors/identity_mailbox/{mailbox}"
+
+    def dead(_: object) -> bool:
+        browser.driver.get(page)
+        return "tenant_not_found" in text_of(browser.driver, "#post-dead-letters")
+
+    WebDriverWait(browser.driver, 60, poll_frequency=0.5).until(dead)
+    report = browser.get(page)
+    assert report.clean, report
+    quota = cli(stack.data, "id", "tenant_quota", "--name", tenant)
+    quota = quota["id"] if isinstance(quota, dict) else str(quota).strip()
+    cli(stack.data, "call", "tenant_quota", quota,
+        '{"op":"init","per_minute":1000,"per_day":100000}', "--tenant", tenant)
+    browser.driver.find_element(By.CSS_SELECTOR, "#post-dead-letters button.retry").click()
+
+    def gone(_: object) -> bool:
+        browser.driver.get(page)
+        return "no dead letters" in text_of(browser.driver, "#post-dead-letters")
+
+    WebDriverWait(browser.driver, 60, poll_frequency=0.5).until(gone)
+    report = browser.report(page)
+    assert report.clean, report

@@ -84,6 +84,8 @@ def create_app(settings: ConsoleSettings, view: ClusterView, sessions: Sessions)
         Route("/actors/{namespace}", pages.namespace),
         Route("/actors/{namespace}/{object_id}", pages.actor),
         Route("/actors/{namespace}/{object_id}/rows/{table}", pages.rows),
+        Route("/actors/{namespace}/{object_id}/post-retry", pages.actor_post_retry,
+              methods=["POST"]),
         Route("/identities/{identity_id}", pages.identity),
         Route("/identities/{identity_id}/messages/{message_id}", pages.message),
         Route("/identities/{identity_id}/messages/{message_id}/body", pages.message_body),
@@ -279,8 +281,13 @@ class _Pages:
         outbox = await self._try(problems, self.view.outbox(ns, oid))
         identity_id = (await self.view.identity_of_mailbox(oid)
                        if ns == "identity_mailbox" else None)
+        dead = None
+        if detail.tables and any(t.name == "post_jobs" for t in detail.tables):
+            # A Post producer (PO-6): its dead letters, each with a Retry button.
+            dead = await self._try(problems, self.view.owner_call(
+                ns, oid, detail.meta, {"op": "post_dead_letters", "limit": 32}))
         return await self.render(request, "actor.html", a=detail, kv=kv, outbox=outbox,
-                                 identity_id=identity_id, problems=problems,
+                                 identity_id=identity_id, problems=problems, dead=dead,
                                  events=await self.view.object_events(oid))
 
     async def rows(self, request: Request) -> Response:
@@ -497,6 +504,17 @@ class _Pages:
             raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such dead letter (already redriven?)",
                                      details={"message_id": message_id})
         return RedirectResponse(f"/queues?redriven={message_id}", status_code=303)
+
+    async def actor_post_retry(self, request: Request) -> Response:
+        """Retry one of a Post producer's dead letters now (PO-6), as its recorded owner."""
+        form = await self.form(request)
+        ns, oid = request.path_params["namespace"], request.path_params["object_id"]
+        key = form.get("key", "")
+        if not 1 <= len(key) <= 200:
+            raise InvalidRequest("key must be 1..200 characters", details={"field": "key"})
+        detail = await self.view.actor(ns, oid)
+        await self.view.owner_call(ns, oid, detail.meta, {"op": "post_retry", "key": key})
+        return RedirectResponse(f"/actors/{ns}/{oid}#post", status_code=303)
 
     async def post_retry(self, request: Request) -> Response:
         """Retry one dead-lettered Post job of this mailbox now (PO-6)."""

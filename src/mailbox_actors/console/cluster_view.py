@@ -315,6 +315,21 @@ class ClusterView:
             url, f"/admin/deliveries/{quote(ident.mailbox_id)}?{query}")
         return page
 
+    # ---- any actor, as its owner (Post's producer ops, PO-6) ----------------------------------
+
+    async def owner_call(self, namespace: str, object_id: str, meta: Mapping[str, Any],
+                         req: Mapping[str, Any]) -> Any:
+        """Call the actor with the owner its file records (``owner_tenant``, ``owner_identity``),
+        as the operator acting for it."""
+        check_id("namespace", namespace, "namespace")
+        check_id("object_id", object_id, "object")
+        try:
+            return await self._client.call(namespace, object_id, dict(req),
+                                           tenant_id=meta.get("owner_tenant"),
+                                           identity_id=meta.get("owner_identity"))
+        except RpcError as e:
+            raise MailboxActorsError(e.code, e.message, details=e.details) from None
+
     # ---- a DomainMonitor -----------------------------------------------------------------------
 
     async def monitor_call(self, tenant: Tenant, dom: Domain, op: str) -> Any:
