@@ -80,7 +80,7 @@ async def door(tmp_path: Path, *, peers: list[str] | None = None, forward: Any =
 @asynccontextmanager
 async def serving(rt: TestRuntime) -> AsyncIterator[int]:
     """The SMTP door in front of the node's app; its port."""
-    smtp = SmtpDoor(NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR), TOKEN,
+    smtp = SmtpDoor.for_node(NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR), rt.node, TOKEN,
                     max_message_bytes=rt.settings.inbound.max_message_bytes)
     port = await smtp.start("127.0.0.1", 0)
     try:

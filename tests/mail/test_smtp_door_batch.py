@@ -83,7 +83,7 @@ async def door(tmp_path: Path, max_message_bytes: int = 8 * 1024,
         await create_identity(db, rt.node, tenant.id, "carol", ["carol@example.com"])
         bob, carol = await resolve(db, "bob@example.com"), await resolve(db, "carol@example.com")
         assert bob is not None and carol is not None
-        smtp = SmtpDoor(NodeApp(rt.node, cluster_token=TOKEN, operator_token=TOKEN + "-op"),
+        smtp = SmtpDoor.for_node(NodeApp(rt.node, cluster_token=TOKEN, operator_token=TOKEN + "-op"), rt.node,
                         TOKEN, max_message_bytes=rt.settings.inbound.max_message_bytes)
         try:
             yield Door(rt, smtp, bob, carol)

@@ -133,7 +133,7 @@ async def _door(rt: TestRuntime) -> AsyncIterator[tuple[int, Identity]]:
     assert db is not None
     tenant = await db.create_tenant("acme")
     bob = await create_identity(db, rt.node, tenant.id, "bob", ["list@example.com"])
-    smtp = SmtpDoor(NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR), TOKEN,
+    smtp = SmtpDoor.for_node(NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR), rt.node, TOKEN,
                     max_message_bytes=rt.settings.inbound.max_message_bytes)
     port = await smtp.start("127.0.0.1", 0)
     try:

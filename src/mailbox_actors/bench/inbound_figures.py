@@ -114,7 +114,8 @@ async def inbound_figures(work: Path, sizes: Sizes, progress: Progress, _want: f
         idents = [await create_identity(db, node, tenant.id, f"bench{i}", [rcpts[i]])
                   for i in range(IDENTITIES)]
         app = NodeApp(node, cluster_token=TOKEN, operator_token=TOKEN + "-operator")
-        door = SmtpDoor(app, TOKEN, max_message_bytes=settings.inbound.max_message_bytes)
+        door = SmtpDoor.for_node(app, node, TOKEN,
+                                max_message_bytes=settings.inbound.max_message_bytes)
         door_port = await door.start("127.0.0.1", 0)
         # The same aiosmtpd settings as the door's (size limit, hostname, SMTPUTF8, timeout).
         noop = await loop.create_server(

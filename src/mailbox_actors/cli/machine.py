@@ -191,10 +191,10 @@ async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl:
         raise
     door = None
     if cfg.smtp_listen_port is not None:
-        from mailbox_actors.cluster.machine_door import MachineDoor  # aiosmtpd: only with a door
+        from mailbox_actors.cluster.machine_door import machine_door  # aiosmtpd: only with a door
 
-        door = MachineDoor(app[0], tokens.cluster,
-                           max_message_bytes=cfg.inbound_max_message_bytes)
+        door = machine_door(app[0], tokens.cluster,
+                            max_message_bytes=cfg.inbound_max_message_bytes)
         try:
             smtp_port = await door.start(cfg.host, cfg.smtp_listen_port)
         except OSError as e:

@@ -124,8 +124,9 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
         if cfg.smtp_listen_port is not None:
             from mailbox_actors.node.smtp_door import SmtpDoor  # aiosmtpd: only with a door
 
-            door = SmtpDoor(app, tokens.cluster, max_message_bytes=cfg.inbound_max_message_bytes,
-                            catch_all=cfg.dev)
+            door = SmtpDoor.for_node(app, node, tokens.cluster,
+                                     max_message_bytes=cfg.inbound_max_message_bytes,
+                                     catch_all=cfg.dev)
             try:
                 smtp_port = await door.start(cfg.host, cfg.smtp_listen_port)
             except OSError as e:

@@ -23,25 +23,32 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from mailbox_actors.core.inbound.addresses import normalize_address
-from mailbox_actors.node.app import NodeApp
+from mailbox_actors.http.server import HttpApp
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.node.smtp_batch import Batches
 from mailbox_actors.node.smtp_door_session import DoorSession, smtp_server
 from mailbox_actors.objects.identity_mailbox.ingest_batch import BATCH_ITEM_MAX_BYTES, IngestBatch
+from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control.addresses import AddressBook, Recipient
 from mailbox_actors.platform.control.database import ControlDb
-from mailbox_actors.rpc.router import LONG_DEADLINE_MS
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.metrics import Metrics
+from mailbox_actors.rpc.router import LONG_DEADLINE_MS, Router
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, RpcReply
 from mailbox_actors.wire.envelope import Envelope as RpcEnvelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import Ingest, IngestReply
+
+if TYPE_CHECKING:
+    from mailbox_actors.node.node import Node
 
 __all__ = ["CATCH_ALL", "DoorSession", "SmtpDoor", "smtp_server"]
 
@@ -113,10 +120,10 @@ class _AppCaller:
         self._door = door
 
     def new_unique_id(self, namespace: str) -> str:
-        return self._door.app.node.new_unique_id(namespace)
+        return self._door.router.new_unique_id(namespace)
 
     def id_from_name(self, namespace: str, name: str) -> str:
-        return self._door.app.node.id_from_name(namespace, name)
+        return self._door.router.id_from_name(namespace, name)
 
     async def call(self, namespace: str, object_id: str, req: Any, *, tenant_id: str | None = None,
                    identity_id: str | None = None) -> Any:
@@ -125,11 +132,25 @@ class _AppCaller:
 
 
 class SmtpDoor:
-    """``await SmtpDoor(app, cluster_token).start(host, port)``; ``await door.stop()``."""
+    """``await SmtpDoor.for_node(app, node, cluster_token).start(host, port)``; ``await door.stop()``.
 
-    def __init__(self, app: NodeApp, cluster_token: str, *, max_message_bytes: int,
+    Its collaborators arrive in the constructor: ``app``, the HTTP application every call that
+    leaves this process goes through (to the owning node or the slot's holder); ``router``, for
+    ids and for ingesting in process; ``owned_here(mailbox_id)``, whether a mailbox is ingested
+    in process (None: every delivery goes through ``app``, as on a machine of many);
+    ``control_db``, where RCPT is resolved (None: refused with 451 until there is one); and the
+    node's ``ids``, ``clock`` and ``metrics``."""
+
+    def __init__(self, app: HttpApp, cluster_token: str, *, router: Router,
+                 control_db: ControlDb | None, ids: Ids, clock: Clock, metrics: Metrics,
+                 owned_here: Callable[[str], bool] | None, max_message_bytes: int,
                  hostname: str = "mailbox-actors", catch_all: bool = False) -> None:
         self.app = app
+        self.router = router
+        self.control_db = control_db
+        self.ids = ids
+        self.clock = clock
+        self.owned_here = owned_here
         self.catch_all = catch_all
         self._catch_all_lock = asyncio.Lock()
         self._auth = {"authorization": f"Bearer {cluster_token}",
@@ -140,15 +161,26 @@ class SmtpDoor:
         self._handler = _Handler(self)
         self._book: AddressBook | None = None
         self._batches: Batches[Recipient] = Batches(self._alone, self._together)
-        self.metrics = m = app.node.metrics
-        m.describe("smtp_rcpt_total", "SMTP RCPT commands by outcome", "counter")
-        m.describe("smtp_messages_total", "SMTP DATA answers by status code", "counter")
+        self.metrics = metrics
+        metrics.describe("smtp_rcpt_total", "SMTP RCPT commands by outcome", "counter")
+        metrics.describe("smtp_messages_total", "SMTP DATA answers by status code", "counter")
+
+    @classmethod
+    def for_node(cls, app: HttpApp, node: Node, cluster_token: str, *, max_message_bytes: int,
+                 hostname: str = "mailbox-actors", catch_all: bool = False) -> SmtpDoor:
+        """The door of one node: mailboxes this node owns are ingested in process, the others
+        through ``app`` (the node's HTTP application, which forwards to their owner)."""
+        forwarding = node.forwarding
+        return cls(app, cluster_token, router=node.router, control_db=node.control_db,
+                   ids=node.ids, clock=node.clock, metrics=node.metrics,
+                   owned_here=lambda mid: forwarding.elsewhere(_MAILBOX, mid) is None,
+                   max_message_bytes=max_message_bytes, hostname=hostname, catch_all=catch_all)
 
     async def resolve(self, address: str) -> Recipient | None:
         """The recipient of ``address`` from the control database (None: no active identity has
         it). Answers are kept until an address or identity changes anywhere in the cluster, so
         a new address works at once and a removed or erased one is refused at once."""
-        db = self.app.node.control_db
+        db = self.control_db
         if db is None:
             raise MailboxActorsError(ErrorCode.UNAVAILABLE, "no control database")
         if self._book is None:
@@ -212,11 +244,10 @@ class SmtpDoor:
 
     async def deliver(self, address: str, rcpt: Recipient, raw: bytes) -> str:
         """Ingest ``raw`` into the recipient's IdentityMailbox; the SMTP reply for it."""
-        node = self.app.node
         data = b"Delivered-To: " + address.encode("utf-8", "replace") + b"\r\n" + raw
         source = "smtp:" + hashlib.sha256(rcpt.identity_id.encode() + b"\0" + raw).hexdigest()
         item = Ingest(source_id=source, raw=data)
-        if node.forwarding.elsewhere(_MAILBOX, rcpt.mailbox_id) is not None:
+        if self.owned_here is None or not self.owned_here(rcpt.mailbox_id):
             return await self._forward(rcpt, item)
         if len(data) > BATCH_ITEM_MAX_BYTES:
             return await self._alone(rcpt, item)
@@ -225,17 +256,16 @@ class SmtpDoor:
         return await self._batches.deliver(rcpt.mailbox_id, rcpt, item)
 
     def _envelope(self, rcpt: Recipient, req: Ingest | IngestBatch) -> RpcEnvelope[Any]:
-        node = self.app.node
         return RpcEnvelope(
             v=ENVELOPE_VERSION, tenant_id=rcpt.tenant_id, identity_id=rcpt.identity_id,
-            request_id=node.ids.new_id("req"), actor_key_id=None,
-            deadline_ms=node.clock.now_ms() + LONG_DEADLINE_MS, req=req)
+            request_id=self.ids.new_id("req"), actor_key_id=None,
+            deadline_ms=self.clock.now_ms() + LONG_DEADLINE_MS, req=req)
 
     async def _alone(self, rcpt: Recipient, item: Ingest) -> str:
         """One message into a mailbox this node owns: the router's call path without the
         envelope's bytes (the message would be base64-encoded into JSON only to be decoded)."""
         try:
-            await self.app.node.router.call_envelope(_MAILBOX, rcpt.mailbox_id,
+            await self.router.call_envelope(_MAILBOX, rcpt.mailbox_id,
                                                      self._envelope(rcpt, item))
         except MailboxActorsError as e:
             return self._refused(rcpt, e.code)
@@ -245,7 +275,7 @@ class SmtpDoor:
         """Several messages into one mailbox this node owns, in one transaction; should the call
         fail as a whole, each goes alone, so each answer is what it would have been alone."""
         try:
-            answers = await self.app.node.router.call_envelope(
+            answers = await self.router.call_envelope(
                 _MAILBOX, rcpt.mailbox_id, self._envelope(rcpt, IngestBatch(items=items)))
         except MailboxActorsError:
             return [await self._alone(rcpt, item) for item in items]
@@ -274,11 +304,10 @@ class SmtpDoor:
     async def call(self, namespace: str, object_id: str, req: Any, *, tenant_id: str | None,
                    identity_id: str | None = None) -> Any:
         """One RPC through the app (so to the owning node), as a Caller of control_ops."""
-        node = self.app.node
         body = _ENC.encode(RpcEnvelope(
             v=ENVELOPE_VERSION, tenant_id=tenant_id, identity_id=identity_id,
-            request_id=node.ids.new_id("req"), actor_key_id=None,
-            deadline_ms=node.clock.now_ms() + LONG_DEADLINE_MS, req=req))
+            request_id=self.ids.new_id("req"), actor_key_id=None,
+            deadline_ms=self.clock.now_ms() + LONG_DEADLINE_MS, req=req))
         status, out = (await self.app("POST", f"/rpc/{namespace}/{object_id}", self._auth,
                                       body))[:2]
         reply = _REPLY.decode(out) if status == 200 else None
