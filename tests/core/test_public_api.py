@@ -194,9 +194,6 @@ def _module_imports(path: Path, src: Path) -> set[str]:
 # Circles that are being taken apart this round (issue 27); a circle that goes must leave this list
 # (the test fails on a stale entry), and none may be added.
 KNOWN_CIRCLES = {
-    "mailbox_actors.objects.domain_monitor.actor -> mailbox_actors.objects.domain_monitor.checking",
-    "mailbox_actors.objects.domain_monitor.actor -> mailbox_actors.objects.domain_monitor.checking -> "
-    "mailbox_actors.objects.domain_monitor.setup",
     "mailbox_actors.objects.identity_mailbox.actor -> mailbox_actors.objects.identity_mailbox.inbound",
     "mailbox_actors.objects.identity_mailbox.actor -> mailbox_actors.objects.identity_mailbox.inbound -> "
     "mailbox_actors.objects.identity_mailbox.waits",

@@ -69,11 +69,11 @@ class DomainMonitor(Actor[DomainRequest]):
     async def handle(self, call: Call, req: DomainRequest) -> Any:
         match req:
             case DomainStatus():
-                return setup.status(self)
+                return setup.status(self.ctx, self.sql)
             case DomainCheck():
-                return await checking.check_now(self)
+                return await checking.check_now(self.ctx, self.sql, self.post)
             case DomainInit():
-                return self.sql.transaction_sync(lambda tx: setup.init(self, tx, call, req))
+                return self.sql.transaction_sync(lambda tx: setup.init(self.ctx, tx, call, req))
             case PostDeadLetters() | PostRetry():
                 return post_op(self.post, req)
             case _:
@@ -81,4 +81,4 @@ class DomainMonitor(Actor[DomainRequest]):
 
     async def check_alarm(self) -> None:
         """``alarm:check``: one run; it schedules the next one itself (none once failed)."""
-        await checking.check_now(self)
+        await checking.check_now(self.ctx, self.sql, self.post)

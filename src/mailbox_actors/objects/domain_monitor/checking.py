@@ -45,7 +45,8 @@ from mailbox_actors.wire.domain import (
 from mailbox_actors.wire.notifier import DomainStateChanged, NotifierAddress
 
 if TYPE_CHECKING:
-    from mailbox_actors.objects.domain_monitor.actor import DomainMonitor
+    from mailbox_actors.post.actor_post import Post
+    from mailbox_actors.runtime.context import ActorContext
 
 __all__ = ["SPF_ROUNDS", "ask_all", "check_now", "evaluate"]
 
@@ -106,48 +107,49 @@ async def evaluate(resolver: Resolver, domain: str, expected: ExpectedRecords,
     return results
 
 
-def _budget_s(actor: DomainMonitor) -> float | None:
+def _budget_s(ctx: ActorContext) -> float | None:
     """How long DNS may take: the request's deadline less a margin for the transaction (an alarm
     run has no deadline: the resolver's own timeouts bound it)."""
-    deadline = actor.ctx.deadline_ms
+    deadline = ctx.deadline_ms
     if deadline is None:
         return None
-    return max(0.0, (deadline - actor.ctx.clock.now_ms() - _MARGIN_MS) / 1000)
+    return max(0.0, (deadline - ctx.clock.now_ms() - _MARGIN_MS) / 1000)
 
 
-def _rules(actor: DomainMonitor) -> LifecycleRules:
-    s = actor.ctx.settings
+def _rules(ctx: ActorContext) -> LifecycleRules:
+    s = ctx.settings
     return LifecycleRules(fail_after=s.domain_fail_after,
                           pending_expiry_ms=s.domain_pending_expiry_ms,
                           check_pending_ms=s.domain_check_pending_ms,
                           check_verified_ms=s.domain_check_verified_ms)
 
 
-async def check_now(actor: DomainMonitor) -> CheckReply:
+async def check_now(ctx: ActorContext, sql: SqlStorage, post: Post) -> CheckReply:
     """One run: the checks, then the state transition, its event and the next check (DM-3)."""
-    name, blob = actor.sql.exec("SELECT name, expected FROM domain WHERE id = 1").one()
-    resolver = actor.ctx.service(RESOLVER)
+    name, blob = sql.exec("SELECT name, expected FROM domain WHERE id = 1").one()
+    resolver = ctx.service(RESOLVER)
     if resolver is None:  # the node always registers one; an embedding without is in doubt
         results = [unknown("dns", "dns_no_resolver",
                            "the node has no DNS resolver; nothing was checked")]
     else:
         try:
-            results = await evaluate(resolver, name, load_expected(blob), _budget_s(actor))
+            results = await evaluate(resolver, name, load_expected(blob), _budget_s(ctx))
         except Exception as e:  # a bug in a check must not stop the monitor: retried later
-            actor.ctx.log.error("domain_check_failed", object_id=actor.ctx.id,
+            ctx.log.error("domain_check_failed", object_id=ctx.id,
                                 error=type(e).__name__)
             results = [unknown("dns", "check_error", "the check failed unexpectedly and is "
                                "retried; the domain's state is unchanged")]
-    return actor.sql.transaction_sync(lambda tx: _apply(actor, tx, results))
+    return sql.transaction_sync(lambda tx: _apply(ctx, tx, post, results))
 
 
-def _apply(actor: DomainMonitor, tx: SqlStorage, results: list[RecordCheck]) -> CheckReply:
+def _apply(ctx: ActorContext, tx: SqlStorage, post: Post, results: list[RecordCheck]
+           ) -> CheckReply:
     name, state, failures, created = tx.exec(
         "SELECT name, state, consecutive_failures, created_at_ms FROM domain WHERE id = 1").one()
     before = DomainState(state)
     verdict = combine(results)
     now = tx.now_ms()
-    t = apply_check(before, failures, verdict, now, created, _rules(actor))
+    t = apply_check(before, failures, verdict, now, created, _rules(ctx))
     tx.exec("UPDATE domain SET state = ?, consecutive_failures = ?, last_results = ?, "
             "last_check_ms = ? WHERE id = 1", t.state.value, t.consecutive_failures,
             _ENC.encode(results), now)
@@ -155,16 +157,15 @@ def _apply(actor: DomainMonitor, tx: SqlStorage, results: list[RecordCheck]) -> 
     tx.exec("INSERT INTO checks (at_ms, run) VALUES (?, ?)", now, _ENC.encode(run))
     tx.exec("DELETE FROM checks WHERE id <= (SELECT max(id) FROM checks) - ?", LAST_CHECKS)
     if t.event is not None:
-        event = actor.ctx.emit(tx, t.event, {"state": t.state.value,
-                                             "previous_state": before.value})
+        event = ctx.emit(tx, t.event, {"state": t.state.value, "previous_state": before.value})
         if t.event in NOTIFY_KINDS:  # OBJ-4: to the tenant's Notifier, with this change
-            actor.post.send(tx, NOTIFY, NotifierAddress(actor.ctx.owner_tenant or ""),
+            post.send(tx, NOTIFY, NotifierAddress(ctx.owner_tenant or ""),
                             DomainStateChanged(domain=name, kind=t.event,  # type: ignore[arg-type]
                                                state=t.state.value,
                                                at_ms=now), f"domain:{event.id}")
     if t.next_check_ms is None:
-        actor.ctx.cancel("check")
+        ctx.cancel("check")
     else:
-        actor.ctx.schedule("check", t.next_check_ms)
+        ctx.schedule("check", t.next_check_ms)
     return CheckReply(state=t.state, verdict=verdict,
                       consecutive_failures=t.consecutive_failures, results=results)

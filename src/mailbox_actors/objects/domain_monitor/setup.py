@@ -28,7 +28,7 @@ from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsE
 from mailbox_actors.wire.shared_replies import InitReply
 
 if TYPE_CHECKING:
-    from mailbox_actors.objects.domain_monitor.actor import DomainMonitor
+    from mailbox_actors.runtime.context import ActorContext
 
 __all__ = ["init", "status", "valid_expected"]
 
@@ -78,19 +78,19 @@ def valid_expected(domain: str, e: ExpectedRecords) -> ExpectedRecords:
         mx_hosts=[_host("expected.mx_hosts", h) for h in e.mx_hosts])
 
 
-def init(actor: DomainMonitor, tx: SqlStorage, call: Call, req: DomainInit) -> InitReply:
+def init(ctx: ActorContext, tx: SqlStorage, call: Call, req: DomainInit) -> InitReply:
     try:
         name = normalise_domain(req.domain)
     except NameRefused as e:
         raise InvalidRequest(str(e), details={"field": "domain"}) from None
     expected = valid_expected(name, req.expected)
-    created = actor.ctx.claim_owner(call)
+    created = ctx.claim_owner(call)
     now = tx.now_ms()
     if created:
         tx.exec("INSERT INTO domain (id, name, state, created_at_ms, expected) "
                 "VALUES (1, ?, 'pending', ?, ?)", name, now, _ENC.encode(expected))
-        actor.ctx.emit(tx, "domain.created", {"state": DomainState.PENDING.value})
-        actor.ctx.schedule("check", now)  # the first check runs at once
+        ctx.emit(tx, "domain.created", {"state": DomainState.PENDING.value})
+        ctx.schedule("check", now)  # the first check runs at once
         return InitReply(created=True)
     existing, stored = tx.exec("SELECT name, expected FROM domain WHERE id = 1").one()
     if existing != name:
@@ -101,7 +101,7 @@ def init(actor: DomainMonitor, tx: SqlStorage, call: Call, req: DomainInit) -> I
         # New expectations: the last verdicts answered the old ones, so check again now (a
         # failed domain has no periodic check that would).
         tx.exec("UPDATE domain SET expected = ? WHERE id = 1", blob)
-        actor.ctx.schedule("check", now)
+        ctx.schedule("check", now)
     return InitReply(created=False)
 
 
@@ -109,15 +109,15 @@ def load_expected(blob: bytes | None) -> ExpectedRecords:
     return ExpectedRecords() if blob is None else _EXPECTED.decode(blob)
 
 
-def status(actor: DomainMonitor) -> DomainStatusReply:
-    name, state, expected, failures, results = actor.sql.exec(
+def status(ctx: ActorContext, sql: SqlStorage) -> DomainStatusReply:
+    name, state, expected, failures, results = sql.exec(
         "SELECT name, state, expected, consecutive_failures, last_results FROM domain "
         "WHERE id = 1").one()
-    runs = [_RUN.decode(r[0]) for r in actor.sql.exec(
+    runs = [_RUN.decode(r[0]) for r in sql.exec(
         "SELECT run FROM checks ORDER BY id DESC LIMIT ?", LAST_CHECKS)]
     return DomainStatusReply(
-        tenant_id=actor.ctx.owner_tenant or "", domain=name, state=state,
-        schema_version=actor.ctx.schema_version, alarm=actor.sql.get_alarm(),
+        tenant_id=ctx.owner_tenant or "", domain=name, state=state,
+        schema_version=ctx.schema_version, alarm=sql.get_alarm(),
         expected=load_expected(expected), consecutive_failures=failures,
-        next_check_ms=actor.ctx.scheduled().get("check"),
+        next_check_ms=ctx.scheduled().get("check"),
         results=[] if results is None else _RESULTS.decode(results), last_checks=runs)
