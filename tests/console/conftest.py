@@ -9,7 +9,7 @@ import pytest
 
 from browser import Browser
 from cluster_proc import Cluster
-from console_stack import DOMAIN, ConsoleProc, Stack, cli
+from console_stack import DOMAIN, ConsoleProc, Stack, cli, shots_dirs
 from mailbox_actors.testing.dns import LoopbackDns
 from mailbox_actors.testing.ports import free_port_block
 
@@ -57,7 +57,9 @@ def browser(stack: Stack) -> Iterator[Browser]:
     with Browser() as b:
         from selenium.webdriver.common.by import By
 
-        b.get(stack.dev.url + "/")
+        report = b.get(stack.dev.url + "/")  # sent to sign in
+        assert report.clean, report
+        b.screenshot("login", *shots_dirs())
         b.driver.find_element(By.ID, "token").send_keys(stack.operator_token)
         b.driver.find_element(By.ID, "sign-in").click()
         assert b.driver.current_url == stack.dev.url + "/"
