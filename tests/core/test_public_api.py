@@ -194,10 +194,6 @@ def _module_imports(path: Path, src: Path) -> set[str]:
 # Circles that are being taken apart this round (issue 27); a circle that goes must leave this list
 # (the test fails on a stale entry), and none may be added.
 KNOWN_CIRCLES = {
-    "mailbox_actors.objects.identity_mailbox.actor -> mailbox_actors.objects.identity_mailbox.inbound",
-    "mailbox_actors.objects.identity_mailbox.actor -> mailbox_actors.objects.identity_mailbox.inbound -> "
-    "mailbox_actors.objects.identity_mailbox.waits",
-    "mailbox_actors.objects.identity_mailbox.actor -> mailbox_actors.objects.identity_mailbox.ingest_batch",
     "mailbox_actors.platform.queues.message -> mailbox_actors.platform.queues.service -> "
     "mailbox_actors.platform.queues.dead_letters",
     "mailbox_actors.platform.queues.message -> mailbox_actors.platform.queues.service -> "

@@ -24,6 +24,7 @@ from mailbox_actors.objects.identity_mailbox import (
     threads,
     waits,
 )
+from mailbox_actors.objects.identity_mailbox.inbox import Inbox
 from mailbox_actors.objects.identity_mailbox.quota_gate import QuotaGate
 from mailbox_actors.objects.shared_schema import META_PUT, RATE_WINDOW_PRUNE, RATE_WINDOWS_SCHEMA
 from mailbox_actors.platform.mail.can_send import CAN_SEND, SendCheck
@@ -137,9 +138,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
         # ``alarm:dispatch``, gated by the tenant's TenantQuota (RPC-9).
         self.carrier = Carrier.for_actor(ctx, purpose="dispatch", gate=QuotaGate(ctx),
                                          can_send=_can_send(ctx))
-        # Inbound: this instance knows it holds no pending wait, so ingest skips the waits query
-        # (set by that query finding none, cleared before any register_wait: waits.py).
-        self.no_pending_waits = False
+        # Inbound: what ``inbound``, ``waits`` and ``ingest_batch`` use of this mailbox.
+        self.inbox = Inbox(ctx, self.sql)
 
     async def post_tick(self) -> None:
         await self.post.run()
@@ -184,19 +184,19 @@ class IdentityMailbox(Actor[MailboxRequest]):
             case SearchMessages():
                 return search.search(self.sql, req)
             case Reparse():
-                return reparse.reparse(self.ctx, self.sql, inbound.limits(self), req)
+                return reparse.reparse(self.ctx, self.sql, inbound.limits(self.inbox), req)
             case AttachmentTextReady():
                 return self.sql.transaction_sync(
                     lambda tx: search.attachment_text_ready(tx, req))
             case ingest_batch.IngestBatch():  # the SMTP door's, in-process only
-                return await ingest_batch.ingest_batch(self, req)
+                return await ingest_batch.ingest_batch(self.inbox, req)
             case GetRawMessage():
                 return sources.get_raw_message(self.sql, req)
             case GetAttachment():
                 return sources.get_attachment(self.sql, req)
             case Ingest() | RegisterWait() | WaitPoll() | GetMessage() | GetThread() \
                     | ListMessages() | DeleteMessage():
-                return await inbound.handle(self, req)
+                return await inbound.handle(self.inbox, req)
             case _:
                 assert_never(req)
 
@@ -232,7 +232,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
 
     async def reparse_tick(self) -> None:
         """``alarm:reparse`` (IN-8): the next page of a reparse of every message."""
-        reparse.run_page(self.ctx, self.sql, inbound.limits(self))
+        reparse.run_page(self.ctx, self.sql, inbound.limits(self.inbox))
 
     async def dispatch_tick(self) -> None:
         """``alarm:dispatch`` (CA-4): Carrier's wake; see ``carrier/dispatch.py``."""

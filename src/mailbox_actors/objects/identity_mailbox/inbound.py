@@ -43,7 +43,7 @@ from mailbox_actors.wire.inbound import (
 )
 
 if TYPE_CHECKING:
-    from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
+    from mailbox_actors.objects.identity_mailbox.inbox import Inbox
 
 __all__ = ["INBOUND_LEAN", "INBOUND_SCHEMA", "INBOUND_TABLES", "THREAD_PARSE", "check_size",
            "counts", "delete_message", "erase", "get_message", "get_thread", "handle", "ingest",
@@ -99,7 +99,7 @@ _ENC = msgspec.msgpack.Encoder()
 _DEFECTS = msgspec.msgpack.Decoder(list[str])
 
 
-async def handle(mb: IdentityMailbox, req: InboundRequest) -> Any:
+async def handle(mb: Inbox, req: InboundRequest) -> Any:
     """Each inbound op (``INBOUND_OPS``) to its function."""
     match req:
         case Ingest():
@@ -120,7 +120,7 @@ async def handle(mb: IdentityMailbox, req: InboundRequest) -> Any:
             assert_never(req)
 
 
-def limits(mb: IdentityMailbox) -> InboundLimits:
+def limits(mb: Inbox) -> InboundLimits:
     return mb.ctx.settings.inbound
 
 
@@ -132,7 +132,7 @@ def check_size(lim: InboundLimits, raw: bytes) -> None:
                             f"{lim.max_message_bytes}")
 
 
-async def ingest(mb: IdentityMailbox, req: Ingest) -> IngestReply:
+async def ingest(mb: Inbox, req: Ingest) -> IngestReply:
     lim = limits(mb)
     check_size(lim, req.raw)
     digest = hashlib.sha256(req.raw).hexdigest()
@@ -165,7 +165,7 @@ def _replay(sql: SqlStorage, source_id: str, digest: str) -> IngestReply | None:
                        defects=_DEFECTS.decode(row[0][3]))
 
 
-def store(mb: IdentityMailbox, tx: SqlStorage, source_id: str, digest: str, size: int,
+def store(mb: Inbox, tx: SqlStorage, source_id: str, digest: str, size: int,
           p: ParsedMessage, raw: bytes | None = None) -> IngestReply:
     """Inside the caller's transaction: the parsed message stored (or its replay answered).
     A ``conflict`` is raised before anything of this message is written."""
@@ -225,7 +225,7 @@ def _as_stamped(tx: SqlStorage, keys: ThreadKeys) -> ThreadKeys:
                                    references=tuple(stamped.get(r, r) for r in keys.references))
 
 
-def get_message(mb: IdentityMailbox, req: GetMessage) -> MessageView | None:
+def get_message(mb: Inbox, req: GetMessage) -> MessageView | None:
     rows = mb.sql.exec("SELECT m.id, COALESCE(t.merged_into, m.thread_id), m.message_id_header, "
                        "m.from_addr, m.subject, m.date_ms, m.received_at_ms, m.detail, m.text, "
                        "m.html FROM messages m LEFT JOIN threads t ON t.id = m.thread_id "
@@ -240,7 +240,7 @@ def get_message(mb: IdentityMailbox, req: GetMessage) -> MessageView | None:
                        attachments=d.attachments, defects=d.defects)
 
 
-def get_thread(mb: IdentityMailbox, req: GetThread) -> ThreadView | None:
+def get_thread(mb: Inbox, req: GetThread) -> ThreadView | None:
     """One thread by any of its ids (IN-11: a merged thread's id answers its survivor)."""
     survivor = threads.resolve(mb.sql, req.thread_id)
     if survivor is None:
@@ -253,7 +253,7 @@ def get_thread(mb: IdentityMailbox, req: GetThread) -> ThreadView | None:
     return ThreadView(thread_id=survivor, message_ids=ids)
 
 
-def list_messages(mb: IdentityMailbox, req: ListMessages) -> MessageList:
+def list_messages(mb: Inbox, req: ListMessages) -> MessageList:
     before = _cursor(req.cursor)
     where = "m.seq < ?"
     params: list[Any] = [before]
@@ -281,7 +281,7 @@ def _cursor(cursor: str | None) -> int:
     return int(cursor)
 
 
-def delete_message(mb: IdentityMailbox, req: DeleteMessage) -> DeleteMessageReply:
+def delete_message(mb: Inbox, req: DeleteMessage) -> DeleteMessageReply:
     def run(tx: SqlStorage) -> DeleteMessageReply:
         rows = tx.exec("SELECT thread_id FROM messages WHERE id = ?", req.message_id).all()
         if not rows:

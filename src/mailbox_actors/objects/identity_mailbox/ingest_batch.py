@@ -32,7 +32,7 @@ from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import Ingest, IngestReply
 
 if TYPE_CHECKING:
-    from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
+    from mailbox_actors.objects.identity_mailbox.inbox import Inbox
 
 __all__ = ["BATCH_ITEM_MAX_BYTES", "BATCH_MAX_ITEMS", "IngestBatch", "ingest_batch"]
 
@@ -47,7 +47,7 @@ class IngestBatch(msgspec.Struct, tag="ingest_batch", tag_field="op", forbid_unk
     items: list[Ingest]
 
 
-async def ingest_batch(mb: IdentityMailbox, req: IngestBatch
+async def ingest_batch(mb: Inbox, req: IngestBatch
                        ) -> list[IngestReply | MailboxActorsError]:
     """Per message, in order: its reply, or the error ``ingest`` would have raised for it."""
     lim = inbound.limits(mb)
@@ -84,7 +84,7 @@ async def ingest_batch(mb: IdentityMailbox, req: IngestBatch
     return answers
 
 
-async def _alone(mb: IdentityMailbox, item: Ingest) -> IngestReply | MailboxActorsError:
+async def _alone(mb: Inbox, item: Ingest) -> IngestReply | MailboxActorsError:
     try:
         return await inbound.ingest(mb, item)
     except MailboxActorsError as e:

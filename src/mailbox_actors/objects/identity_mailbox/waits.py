@@ -29,7 +29,7 @@ from mailbox_actors.wire.inbound import (
 )
 
 if TYPE_CHECKING:
-    from mailbox_actors.objects.identity_mailbox.actor import IdentityMailbox
+    from mailbox_actors.objects.identity_mailbox.inbox import Inbox
 
 __all__ = ["MAX_PENDING_WAITS", "MAX_WAIT_MS", "WAITS_SCHEMA", "WAITS_TABLES", "match_new",
            "poll", "prune", "register"]
@@ -49,7 +49,7 @@ _ENC = msgspec.msgpack.Encoder()
 _FILTER = msgspec.msgpack.Decoder(WaitFilter)
 
 
-def register(mb: IdentityMailbox, req: RegisterWait) -> RegisterWaitReply:
+def register(mb: Inbox, req: RegisterWait) -> RegisterWaitReply:
     mb.no_pending_waits = False  # before the transaction: a rolled-back one only costs a query
 
     def run(tx: SqlStorage) -> RegisterWaitReply:
@@ -88,7 +88,7 @@ def _look_back(tx: SqlStorage, f: WaitFilter) -> tuple[str, str] | None:
     return None
 
 
-def match_new(mb: IdentityMailbox, tx: SqlStorage, subject: Callable[[], WaitSubject],
+def match_new(mb: Inbox, tx: SqlStorage, subject: Callable[[], WaitSubject],
               message_id: str, thread_id: str, now: int) -> None:
     """Inside ingest's transaction: record this message on every pending wait it matches
     (``subject`` makes what the filters read, only when a wait is pending)."""
@@ -106,7 +106,7 @@ def match_new(mb: IdentityMailbox, tx: SqlStorage, subject: Callable[[], WaitSub
                     thread_id, wait_id)
 
 
-def poll(mb: IdentityMailbox, req: WaitPoll) -> WaitPollReply:
+def poll(mb: Inbox, req: WaitPoll) -> WaitPollReply:
     rows = mb.sql.exec("SELECT expires_at_ms, message_id, thread_id FROM waits WHERE id = ?",
                        req.wait_id).all()
     if not rows:  # never registered, or pruned a day after it expired: it can never match
