@@ -174,10 +174,25 @@ def test_cl13_shared_another_machine_takes_a_dead_machines_slots_after_the_ttl(
     for t in tenants:
         assert "ok" in _rpc(ms[0].url, "tenant_quota", _qid(t),
                             {"op": "init", "per_minute": 9, "per_day": 90}, t)
+    stale_map = ms[0].get("/cluster")  # m2 in it
     ms[1].kill()
     for m in (ms[0], ms[2]):
         wait_for(lambda m=m: (h := holders(m)) and all(h) and "m2" not in h,
                  f"m2's slots taken by the others ({m.name})")
+
+    async def through_stale_map() -> None:
+        # A stale map costs one failed attempt: the client rereads GET /cluster and goes on.
+        t = next(t for t in tenants if slot_of(SLOTS, "tenant_quota", _qid(t)) % 3 == 1)
+        stale = Client([("m1", ms[0].url)], TOKEN)
+        stale.apply_map(stale_map)
+        assert stale.owner_url("tenant_quota", _qid(t)) == ms[1].url
+        got = await stale.call("tenant_quota", _qid(t), QuotaStatus(), tenant_id=t,
+                               idempotent=True)
+        assert got["per_minute"] == 9
+        assert stale.owner_url("tenant_quota", _qid(t)) != ms[1].url
+        await stale.aclose()
+
+    anyio.run(through_stale_map)
     doc = ms[2].get("/cluster")
     assert {r["epoch"] for r in doc["map"] if r["slot"] % 3 == 1} == {2}
     for t in tenants:  # nothing acknowledged lost; no file was copied: the same volume

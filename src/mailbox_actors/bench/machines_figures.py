@@ -27,6 +27,7 @@ from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, 
 from mailbox_actors.bench.http_figures import (
     _measured,
     _rounds,
+    _with_server_cpu,
     http_plan,
     init_quota_tenants,
     quota_caller,
@@ -203,9 +204,13 @@ async def _machines(work: Path, sizes: Sizes, progress: Progress, errors: list[s
         async with await Client.from_cluster(machines[0].urls[0], _TOKEN) as c_many, \
                 Client.from_data_dir(single.data) as c_one:
             sides = {}
+            pids = {"machines": lambda: [m.pid for m in machines],
+                    "single": single.server_pids}
             for name, client in (("machines", c_many), ("single", c_one)):
                 oids, tenants = await init_quota_tenants(client, plan.concurrency, f"m-{name}")
-                sides[name] = _measured(quota_caller(client, oids, tenants, "usage"), plan)
+                sides[name] = _with_server_cpu(
+                    _measured(quota_caller(client, oids, tenants, "usage"), plan), pids[name],
+                    plan)
             got = await _rounds(sides, plan, "machines rpc", progress)
             takeover_ms = await _takeover(c_many, machines, progress)
     finally:
@@ -217,14 +222,21 @@ async def _machines(work: Path, sizes: Sizes, progress: Progress, errors: list[s
                 errors.extend(await stop_spawned(single))
     many = median([r["calls_per_s"] for r in got["machines"]])
     one = median([r["calls_per_s"] for r in got["single"]])
+
+    def cpu(name: str) -> str:
+        per = [r["server_cpu_us_per_call"] for r in got[name] if "server_cpu_us_per_call" in r]
+        return f"server CPU {median(per):.0f} us/call" if per else "server CPU unknown"
+
     where = (f"tenant_quota.usage, {plan.concurrency} callers, median of {plan.rounds} rounds of "
              f"{plan.seconds:g} s interleaved")
     f = figure("machines_rpc_calls_per_s", many, "calls/s", goal=Goal("ratio_at_least", 0.9),
                limit=one, note=f"{where}; Client.from_cluster to 3 machine processes, {_SLOTS} "
-                               "slots, one PostgreSQL (not on the per-call path)")
+                               "slots, one PostgreSQL (not on the per-call path); {cpu('machines')} against "
+                               f"{cpu('single')} for the local cluster")
     f.target = ">= 0.9 of limit (the single-machine cluster in the same run)"
     ref = figure("machines_single_cluster_rpc_calls_per_s", one, "calls/s",
-                 note=f"{where}; Client.from_data_dir to a {plan.cluster_nodes}-node local cluster")
+                 note=f"{where}; Client.from_data_dir to a {plan.cluster_nodes}-node local "
+                      f"cluster; {cpu('single')}")
     ref.target = "reference (the limit of machines_rpc_calls_per_s)"
     limit_ms = (ttl + renew) * 1000
     t = Figure(figure="machines_takeover_ms", value=takeover_ms, unit="ms", limit=limit_ms,

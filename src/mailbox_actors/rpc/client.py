@@ -106,18 +106,21 @@ class Client:
                 continue
             if status != 200:
                 raise self._error_from(status, body, None)
-            doc = json.loads(body)
-            machines = doc.get("machines") or {}
-            if machines:
-                self.names = list(machines)
-                self.urls = [str(u).rstrip("/") for u in machines.values()]
-            count = int(doc["slots"])
-            if self._slots is None or len(self._slots.names) != count:
-                self._slots = Rendezvous([f"slot-{k}" for k in range(count)])
-            self._slot_urls = [row.get("url") for row in doc["map"]]
+            self.apply_map(json.loads(body))
             return
         raise RpcError(ErrorCode.UNAVAILABLE, "no machine answered GET /cluster",
                        details={"tried": len(self.urls), "error": type(last).__name__})
+
+    def apply_map(self, doc: Mapping[str, Any]) -> None:
+        """Route by this ``GET /cluster`` answer (CL-12) from now on."""
+        machines = doc.get("machines") or {}
+        if machines:
+            self.names = list(machines)
+            self.urls = [str(u).rstrip("/") for u in machines.values()]
+        count = int(doc["slots"])
+        if self._slots is None or len(self._slots.names) != count:
+            self._slots = Rendezvous([f"slot-{k}" for k in range(count)])
+        self._slot_urls = [row.get("url") for row in doc["map"]]
 
     @classmethod
     def from_data_dir(cls, data_dir: str | Path, *, env: Mapping[str, str] | None = None,
