@@ -231,7 +231,8 @@ async def _machines(work: Path, sizes: Sizes, progress: Progress, errors: list[s
              f"{plan.seconds:g} s interleaved")
     f = figure("machines_rpc_calls_per_s", many, "calls/s", goal=Goal("ratio_at_least", 0.9),
                limit=one, note=f"{where}; Client.from_cluster to 3 machine processes, {_SLOTS} "
-                               "slots, one PostgreSQL (not on the per-call path); {cpu('machines')} against "
+                               f"slots, one PostgreSQL (not on the per-call path); "
+                               f"{cpu('machines')} against "
                                f"{cpu('single')} for the local cluster")
     f.target = ">= 0.9 of limit (the single-machine cluster in the same run)"
     ref = figure("machines_single_cluster_rpc_calls_per_s", one, "calls/s",

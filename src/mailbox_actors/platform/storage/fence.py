@@ -82,7 +82,10 @@ class EpochFence:
                 PlatformErrorKind.UNAVAILABLE, "slot_fence", "lease_lost",
                 f"slot {lease.slot} is not served here now (lease epoch {lease.epoch} expired "
                 "or lost)", details={"slot": lease.slot, "epoch": lease.epoch})
-        row = tx._sys(_READ).fetchone()
+        # Straight to the connection, as the runtime (``_sys_mode``): never through the screening
+        # of texts unknown to the file's schema, whose authorizer swap would expire every
+        # prepared statement of the connection at each transaction.
+        row = tx._sys_screened(_READ, ()).fetchone()
         stored = int(row[0]) if row is not None else 0
         epoch = lease.epoch
         if stored == epoch:
@@ -98,7 +101,7 @@ class EpochFence:
                     "downgraded", details={"slot": lease.slot, "epoch": epoch,
                                            "file_epoch": stored})
             raise StaleEpoch(lease.slot, epoch, stored)
-        tx._sys(_STAMP, (str(epoch),))
+        tx._sys_screened(_STAMP, (str(epoch),))
 
 
 SLOT_FENCE: ServiceKey[EpochFence] = ServiceKey("slot_fence")
