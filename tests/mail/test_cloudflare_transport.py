@@ -53,14 +53,16 @@ async def send(url: str, mail: OutboundEmail = MAIL, **kw: float) -> TransportOu
 
 async def test_accepted_with_its_id_and_request_shape(cf: CloudflareSink) -> None:
     """A 2xx success is provider_accepted with result.messageId; the request is a bearer-token POST
-    of the send_email builder's fields, the Message-ID among its headers (CA-5, CA-8, CA-12)."""
+    of the send_email builder's fields, the Message-ID and the Email's id among its headers (CA-5,
+    CA-8, CA-12, CA-17)."""
     assert await send(cf.url) == ProviderAccepted(provider_message_id="cf-1")
     req = cf.requests[0]
     assert req.path == cf.path
     assert req.headers["authorization"] == "Bearer tok-123"
     assert req.json == {"from": "sender@example.test", "to": ["a@example.test", "b@example.test"],
                         "bcc": ["hidden@example.test"], "subject": "Hello", "text": "Hi.",
-                        "headers": {"X-Campaign": "7", "Message-ID": "<m1@mail.example.test>"}}
+                        "headers": {"X-Campaign": "7", "Message-ID": "<m1@mail.example.test>",
+                                    "X-Mailbox-Actors-Email-Id": "eml_1"}}
 
 
 async def test_rest_shaped_success_maps_permanent_bounces(cf: CloudflareSink) -> None:

@@ -126,7 +126,7 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
 
             door = SmtpDoor.for_node(app, node, tokens.cluster,
                                      max_message_bytes=cfg.inbound_max_message_bytes,
-                                     catch_all=cfg.dev)
+                                     catch_all=cfg.dev, journal_address=cfg.journal_address)
             try:
                 smtp_port = await door.start(cfg.host, cfg.smtp_listen_port)
             except OSError as e:

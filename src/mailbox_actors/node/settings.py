@@ -142,6 +142,9 @@ class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     smtp_listen_port: Annotated[int | None, _d(
         "listen for SMTP on --host at this port (0: any free port); in a cluster node i listens "
         "on this + i (default: no SMTP door)", group=_INBOUND)] = None
+    journal_address: Annotated[str | None, _d(
+        "the address a provider that rewrites Message-ID sends its journal copies to: the SMTP "
+        "door learns each Email's final Message-ID from them (CA-17)", group=_INBOUND)] = None
     inbound_max_message_bytes: Annotated[int, _d(
         "a received message over this is refused (552 at the door, limit_exceeded by ingest)",
         group=_INBOUND)] = 25 << 20

@@ -24,6 +24,9 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
+from email.parser import BytesHeaderParser
+from email.policy import compat32
+from email.utils import parseaddr
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -42,10 +45,12 @@ from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.rpc.router import LONG_DEADLINE_MS, Router
+from mailbox_actors.wire.carrier import LearnMessageId
 from mailbox_actors.wire.envelope import ENVELOPE_VERSION, RpcReply
 from mailbox_actors.wire.envelope import Envelope as RpcEnvelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import Ingest, IngestReply
+from mailbox_actors.wire.transport import EMAIL_ID_HEADER
 
 if TYPE_CHECKING:
     from mailbox_actors.node.node import Node
@@ -80,6 +85,12 @@ class _Handler:
 
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope,
                           address: str, rcpt_options: list[str]) -> str:
+        if self.door.is_journal(address):  # CA-17: a provider's journal copy, no mailbox
+            envelope.ma_journal = True  # type: ignore[attr-defined]
+            envelope.rcpt_tos.append(address)
+            envelope.rcpt_options.extend(rcpt_options)
+            self.door.metrics.inc("smtp_rcpt_total", (("outcome", "journal"),))
+            return "250 2.1.5 Journal ok"
         try:
             found = await self.door.resolve(address)
         except MailboxActorsError:
@@ -102,6 +113,8 @@ class _Handler:
             raw = envelope.content if isinstance(envelope.content, bytes) else b""
         targets: list[tuple[str, Recipient]] = getattr(envelope, "ma_targets", [])
         worst = _DELIVERED
+        if getattr(envelope, "ma_journal", False):
+            worst = await self.door.journal(raw)
         for address, rcpt in targets:
             reply = await self.door.deliver(address, rcpt, raw)
             if reply.startswith("4") or (reply.startswith("5") and worst.startswith("2")):
@@ -144,8 +157,11 @@ class SmtpDoor:
     def __init__(self, app: HttpApp, cluster_token: str, *, router: Router,
                  control_db: ControlDb | None, ids: Ids, clock: Clock, metrics: Metrics,
                  owned_here: Callable[[str], bool] | None, max_message_bytes: int,
-                 hostname: str = "mailbox-actors", catch_all: bool = False) -> None:
+                 hostname: str = "mailbox-actors", catch_all: bool = False,
+                 journal_address: str | None = None) -> None:
         self.app = app
+        # CA-17: mail to this address is a provider's journal copy of an Email sent here.
+        self.journal_address = journal_address.strip().lower() if journal_address else None
         self.router = router
         self.control_db = control_db
         self.ids = ids
@@ -164,17 +180,61 @@ class SmtpDoor:
         self.metrics = metrics
         metrics.describe("smtp_rcpt_total", "SMTP RCPT commands by outcome", "counter")
         metrics.describe("smtp_messages_total", "SMTP DATA answers by status code", "counter")
+        metrics.describe("smtp_journal_total", "journal copies (CA-17) by outcome", "counter")
 
     @classmethod
     def for_node(cls, app: HttpApp, node: Node, cluster_token: str, *, max_message_bytes: int,
-                 hostname: str = "mailbox-actors", catch_all: bool = False) -> SmtpDoor:
+                 hostname: str = "mailbox-actors", catch_all: bool = False,
+                 journal_address: str | None = None) -> SmtpDoor:
         """The door of one node: mailboxes this node owns are ingested in process, the others
         through ``app`` (the node's HTTP application, which forwards to their owner)."""
         forwarding = node.forwarding
         return cls(app, cluster_token, router=node.router, control_db=node.control_db,
                    ids=node.ids, clock=node.clock, metrics=node.metrics,
                    owned_here=lambda mid: forwarding.elsewhere(_MAILBOX, mid) is None,
-                   max_message_bytes=max_message_bytes, hostname=hostname, catch_all=catch_all)
+                   max_message_bytes=max_message_bytes, hostname=hostname, catch_all=catch_all,
+                   journal_address=journal_address)
+
+    def is_journal(self, address: str) -> bool:
+        return self.journal_address is not None and address.strip().lower() == self.journal_address
+
+    async def journal(self, raw: bytes) -> str:
+        """CA-17: a journal copy, which a provider that rewrites Message-ID sends of each Email:
+        the Email is named by the header Carrier stamped it with, its mailbox by the sender's
+        address, and the copy's Message-ID is the one the provider gave it. Nothing is stored
+        but that id (``learn_message_id``); the copy itself is not mail for anyone."""
+        head = BytesHeaderParser(policy=compat32).parsebytes(raw)
+        email_id = str(head.get(EMAIL_ID_HEADER) or "").strip()
+        message_id = str(head.get("Message-ID") or "").strip()
+        sender = parseaddr(str(head.get("From") or ""))[1]
+        rcpt = None
+        if email_id and message_id and sender:
+            try:
+                if self.control_db is None:
+                    raise MailboxActorsError(ErrorCode.UNAVAILABLE, "no control database")
+                if self._book is None:
+                    self._book = AddressBook(self.control_db)
+                rcpt = await self._book.resolve(sender)
+            except MailboxActorsError:
+                return "451 4.3.0 The sender's mailbox cannot be looked up now; try again later"
+        if rcpt is None:
+            self.metrics.inc("smtp_journal_total", (("outcome", "not_a_copy"),))
+            return "550 5.7.1 Not a journal copy of an Email sent here"
+        try:
+            await self.call(_MAILBOX, rcpt.mailbox_id,
+                            LearnMessageId(email_id=email_id[:64], message_id=message_id[:998]),
+                            tenant_id=rcpt.tenant_id, identity_id=rcpt.identity_id)
+        except MailboxActorsError as e:
+            _log.warning("smtp_journal_refused", identity_id=rcpt.identity_id,
+                         code=e.code.value)
+            self.metrics.inc("smtp_journal_total", (("outcome", e.code.value),))
+            if e.code is ErrorCode.CONFLICT:  # another id was learnt: nothing to retry
+                return _DELIVERED
+            if e.code.retryable:
+                return "451 4.3.0 The sender's mailbox cannot be reached now; try again later"
+            return "550 5.7.1 Not a journal copy of an Email sent here"
+        self.metrics.inc("smtp_journal_total", (("outcome", "learnt"),))
+        return _DELIVERED
 
     async def resolve(self, address: str) -> Recipient | None:
         """The recipient of ``address`` from the control database (None: no active identity has

@@ -11,10 +11,14 @@ from typing import Literal
 
 import msgspec
 
-__all__ = ["OutboundEmail", "OutcomeUnknown", "ProviderAccepted", "ProviderRejected",
+__all__ = ["EMAIL_ID_HEADER", "OutboundEmail", "OutcomeUnknown", "ProviderAccepted", "ProviderRejected",
            "RecipientRefusal", "RejectionClass", "TransportOutcome", "Unreachable"]
 
 RejectionClass = Literal["temporary", "permanent"]
+
+# The header every transport stamps with the Email's id (CA-17): a provider that rewrites the
+# Message-ID keeps it, so the journal copy names the Email it is a copy of.
+EMAIL_ID_HEADER = "X-Mailbox-Actors-Email-Id"
 
 
 class OutboundEmail(msgspec.Struct, frozen=True, kw_only=True):

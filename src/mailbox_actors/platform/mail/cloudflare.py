@@ -22,6 +22,7 @@ import msgspec
 
 from mailbox_actors.platform.mail.transport import TransportClosed
 from mailbox_actors.wire.transport import (
+    EMAIL_ID_HEADER,
     OutboundEmail,
     OutcomeUnknown,
     ProviderAccepted,
@@ -111,6 +112,7 @@ class CloudflareTransport:
 def _request_body(email: OutboundEmail) -> dict[str, Any]:
     headers = {k: v for k, v in email.headers.items() if k.lower() != "message-id"}
     headers["Message-ID"] = email.message_id_header
+    headers[EMAIL_ID_HEADER] = email.email_id  # CA-17: named by its journal copy
     body: dict[str, Any] = {"from": email.from_, "to": email.to, "subject": email.subject,
                             "headers": headers}
     for name, value in (("cc", email.cc), ("bcc", email.bcc), ("text", email.text),

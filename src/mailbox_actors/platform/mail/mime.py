@@ -21,7 +21,7 @@ from email import quoprimime
 from email.header import Header
 from email.utils import formatdate
 
-from mailbox_actors.wire.transport import OutboundEmail
+from mailbox_actors.wire.transport import EMAIL_ID_HEADER, OutboundEmail
 
 __all__ = ["RESERVED_HEADERS", "build_message", "needs_smtputf8"]
 
@@ -31,6 +31,7 @@ __all__ = ["RESERVED_HEADERS", "build_message", "needs_smtputf8"]
 RESERVED_HEADERS = frozenset({
     "from", "to", "cc", "bcc", "subject", "message-id", "date", "mime-version",
     "content-type", "content-transfer-encoding", "sender", "return-path",
+    EMAIL_ID_HEADER.lower(),
 })
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # written raw, these would break a header
@@ -61,6 +62,7 @@ def build_message(email: OutboundEmail, *, date_s: float | None = None) -> bytes
         lines.append(_addresses("Cc", email.cc))
     lines.append(_unstructured("Subject", email.subject, utf8))
     lines.append(_unstructured("Message-ID", email.message_id_header, utf8))
+    lines.append(f"{EMAIL_ID_HEADER}: {email.email_id}")  # CA-17: named by its journal copy
     lines.append(f"Date: {_date(int(time.time()) if date_s is None else int(date_s))}")
     for name, value in email.headers.items():
         if not _FIELD_NAME.fullmatch(name):
