@@ -173,3 +173,27 @@ async def test_one_actor_shows_each_purpose_and_the_outbox() -> None:
         assert all(e.dispatched_at_ms is not None for e in box.events)
         assert [e.sequence for e in box.events] == sorted((e.sequence for e in box.events),
                                                           reverse=True)
+
+
+async def test_a_mailbox_is_inspected_whole_but_a_virtual_table_has_no_rows_page() -> None:
+    """UI-1: an IdentityMailbox (its FTS5 search index among its tables) shows its tables with
+    counts and the messages' rows; the virtual index itself is not a table to page
+    (invalid_request naming the tables there are), its shadow tables are."""
+    async with TestRuntime() as rt:
+        m = rt.id_from_name("identity_mailbox", "bob")
+        ids = {"tenant_id": "ten_1", "identity_id": "idn_1"}
+        from mailbox_actors.wire.inbound import Ingest
+        from mailbox_actors.wire.mailbox import MailboxInit
+        await rt.call("identity_mailbox", m, MailboxInit(), **ids)
+        raw = b"From: <a@example.com>\r\nSubject: hello there\r\nMessage-ID: <x@y>\r\n\r\nhi\r\n"
+        await rt.call("identity_mailbox", m, Ingest(source_id="s1", raw=raw), **ids)
+        detail = await rt.inspect.show_actor("identity_mailbox", m)
+        tables = {t.name: t.rows for t in detail.tables}
+        assert tables["messages"] == 1 and tables["raw_chunks"] == 1
+        assert "message_search" not in tables
+        rows = await rt.inspect.rows("identity_mailbox", m, "messages")
+        subject = rows.columns.index("subject")
+        assert rows.rows[0][subject] == Redacted("text", len("hello there"))
+        with pytest.raises(MailboxActorsError) as e:
+            await rt.inspect.rows("identity_mailbox", m, "message_search")
+        assert e.value.code == "invalid_request" and "messages" in e.value.details["tables"]

@@ -26,6 +26,7 @@ from mailbox_actors.bench.event_figures import EVENT_FIGURES, event_figures
 from mailbox_actors.bench.figures import FIGURES, FULL, QUICK, Figure, Progress, Sizes
 from mailbox_actors.bench.http_figures import HTTP_FIGURES, http_figures
 from mailbox_actors.bench.inbound_figures import INBOUND_FIGURES, inbound_figures
+from mailbox_actors.bench.inspect_figures import INSPECT_FIGURES, inspect_figures
 from mailbox_actors.bench.machines_figures import MACHINES_FIGURES, machines_figures
 from mailbox_actors.bench.post_figures import POST_FIGURES, post_figures
 from mailbox_actors.bench.postgres_figures import POSTGRES_FIGURES, postgres_figures
@@ -88,6 +89,8 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
     "inbound": (INBOUND_FIGURES, inbound_figures),  # the SMTP door beside a no-op aiosmtpd (issue 12)
     "carrier": (CARRIER_FIGURES, carrier_figures),  # submit and dispatch to a sink (issue 11)
     "search": (SEARCH_FIGURES, search_figures),  # search_messages over 10,000 messages (issue 26)
+    # the console's reads: 100,000 actors on disk, 10,000 messages in a mailbox (issue 25)
+    "inspect": (INSPECT_FIGURES, inspect_figures),
 }
 
 # Every figure the command prints, in the order it prints them: the in-process figures of
@@ -95,7 +98,7 @@ GROUPS: dict[str, tuple[tuple[str, ...], Measure]] = {
 ALL_FIGURES: tuple[str, ...] = (FIGURES + HTTP_FIGURES + EVENT_FIGURES + POSTGRES_FIGURES
                                  + MACHINES_FIGURES
                                  + SMTP_FIGURES + POST_FIGURES + DNS_FIGURES + CARRIER_FIGURES
-                                 + INBOUND_FIGURES + SEARCH_FIGURES)
+                                 + INBOUND_FIGURES + SEARCH_FIGURES + INSPECT_FIGURES)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -180,8 +180,11 @@ def rows_page(cursors: CursorCodec, path: Path, namespace: str, table: str, scop
     with read_only(path) as conn:
         if conn is None:
             raise not_found(namespace)
-        if not table_exists(conn, table) or table.startswith("sqlite_"):
-            raise InvalidRequest("no such table in this actor", details={"field": "table"})
+        if table not in _user_tables(conn) and not (table.startswith("_ma_")
+                                                    and table_exists(conn, table)):
+            # Not a virtual table either: an FTS5 index is read through its own shadow tables.
+            raise InvalidRequest("no such table in this actor", details={"field": "table",
+                                                                        "tables": _user_tables(conn)})
         cols = _columns(conn, table)
         names = [c for c, _ in cols]
         if _has_rowid(conn, table):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections import OrderedDict
-from collections.abc import Iterable
+import time
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import msgspec
 
 from mailbox_actors.core.actor_ids import check_id
 from mailbox_actors.core.cursors import CursorCodec
@@ -47,11 +48,13 @@ from mailbox_actors.wire.inspection import (
 if TYPE_CHECKING:
     from mailbox_actors.node.node import Node
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Inspector", "check_limit", "merge_pages"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Inspector", "check_limit"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 _NAMES_KEPT = 10_000
+_ALARM_COUNTS_S = 1.0  # the overview's alarm counts are at most this old
+_METAS_KEPT = 50_000  # listed actors' meta remembered (two short strings each)
 _ID_FILE = re.compile(r"[0-9a-f]{64}\.sqlite")
 _SHARD = re.compile(r"[0-9a-f]{2}")
 _NAMESPACE = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -77,6 +80,10 @@ class Inspector:
         self.node_name = node.settings.node_name
         self.cursors = CursorCodec(node.settings.id_secret)
         self._names: OrderedDict[tuple[str, str], str | None] = OrderedDict()
+        self._alarms_counted: tuple[float, Counter[str], Counter[str]] | None = None
+        # (namespace, id) -> (its file's and log's sizes and mtimes, the meta a listing shows)
+        self._metas: OrderedDict[tuple[str, str], tuple[tuple[int, int, int, int],
+                                                        dict[str, str]]] = OrderedDict()
         # (namespace, shard) -> (the directory's mtime, its files) for the overview's counts
         self._shard_counts: dict[tuple[str, str], tuple[int, int]] = {}
 
@@ -108,23 +115,31 @@ class Inspector:
     # ---- the overview ----------------------------------------------------------------------
 
     async def overview(self) -> NamespacesView:
-        """Each namespace's actors on disk, active, and alarms pending and overdue."""
-        return await anyio.to_thread.run_sync(self._overview)
+        """Each namespace's actors on disk, active, and alarms pending and overdue. The alarm
+        counts walk the node's book (one entry per pending alarm) at most once a second; the
+        files are counted in a worker thread, each shard again only when it changed."""
+        namespaces = self.namespaces()
+        active = Counter(ns for ns, _ in self._host.active_keys())
+        pending, overdue = self._alarm_counts()
+        files = await anyio.to_thread.run_sync(
+            lambda: {ns: self._file_count(ns) for ns in namespaces})
+        return NamespacesView(nodes=[self.node_name], namespaces=[NamespaceCount(
+            namespace=ns, actors=files[ns], active=active[ns], alarms_pending=pending[ns],
+            alarms_overdue=overdue[ns]) for ns in namespaces])
 
-    def _overview(self) -> NamespacesView:
-        now = self._node.clock.now_ms()
-        out = []
-        for ns in self.namespaces():
-            files = self._file_count(ns)
-            active = sum(1 for k in self._host.active_keys() if k[0] == ns)
-            pending = overdue = 0
-            for (kns, _), e in list(self._book.entries.items()):
-                if kns == ns:
-                    pending += 1
-                    overdue += e.at <= now
-            out.append(NamespaceCount(namespace=ns, actors=files, active=active,
-                                      alarms_pending=pending, alarms_overdue=overdue))
-        return NamespacesView(namespaces=out, nodes=[self.node_name])
+    def _alarm_counts(self) -> tuple[Counter[str], Counter[str]]:
+        now = time.monotonic()
+        if self._alarms_counted is not None and now - self._alarms_counted[0] < _ALARM_COUNTS_S:
+            return self._alarms_counted[1], self._alarms_counted[2]
+        at_ms = self._node.clock.now_ms()
+        pending: Counter[str] = Counter()
+        overdue: Counter[str] = Counter()
+        for (ns, _), e in self._book.entries.items():  # on the loop: nothing changes it meanwhile
+            pending[ns] += 1
+            if e.at <= at_ms:
+                overdue[ns] += 1
+        self._alarms_counted = (now, pending, overdue)
+        return pending, overdue
 
     def _file_count(self, namespace: str) -> int:
         """Files of the namespace, each shard counted again only when its directory changed
@@ -167,16 +182,17 @@ class Inspector:
             raise InvalidRequest("cursor position is malformed", details={"field": "cursor"})
         return position[0]
 
-    def list_ids_after(self, namespace: str, after: str | None, n: int) -> list[tuple[str, int]]:
-        """(id, file bytes) of up to ``n`` files of ``namespace`` after ``after``, in id order:
-        the shard directories from ``after``'s on, each listed once (no full scan)."""
+    def list_ids_after(self, namespace: str, after: str | None, n: int,
+                       ) -> list[tuple[str, int, int]]:
+        """(id, file bytes, mtime ns) of up to ``n`` files of ``namespace`` after ``after``, in id
+        order: the shard directories from ``after``'s on, each listed once (no full scan)."""
         key = self._host.paths.keys[namespace]
         root = self._host.actors_dir / namespace
         try:
             shards = sorted(s for s in os.listdir(root) if _SHARD.fullmatch(s))
         except FileNotFoundError:
             return []
-        out: list[tuple[str, int]] = []
+        out: list[tuple[str, int, int]] = []
         for shard in shards:
             if after is not None and shard < after[:2]:
                 continue
@@ -190,21 +206,42 @@ class Inspector:
                 if check_id(key, oid) is not None:
                     continue  # not one of this namespace's ids
                 try:
-                    size = f.stat().st_size
+                    st = f.stat()
                 except FileNotFoundError:
                     continue  # removed meanwhile (erased)
-                out.append((oid, size))
+                out.append((oid, st.st_size, st.st_mtime_ns))
                 if len(out) >= n:
                     return out
         return out
 
+    def _meta_of(self, namespace: str, oid: str, size: int, mtime_ns: int) -> dict[str, str]:
+        """The file's runtime meta, read again only when the file or its log changed since (a
+        page listed before costs two stats an actor, not an open)."""
+        path = self._host.path_for(namespace, oid)
+        try:
+            wal = os.stat(f"{path}-wal")
+            signature = (size, mtime_ns, wal.st_size, wal.st_mtime_ns)
+        except FileNotFoundError:
+            signature = (size, mtime_ns, -1, -1)
+        key = (namespace, oid)
+        known = self._metas.get(key)
+        if known is not None and known[0] == signature:
+            self._metas.move_to_end(key)
+            return known[1]
+        try:
+            meta = read_meta(path)
+        except MailboxActorsError:
+            return {}  # damaged or busy: listed with what the node knows, and read again
+        wanted = {k: v for k, v in meta.items() if k in ("owner_tenant", "schema_version")}
+        self._metas[key] = (signature, wanted)
+        if len(self._metas) > _METAS_KEPT:
+            self._metas.popitem(last=False)
+        return wanted
+
     def _list(self, namespace: str, after: str | None, n: int) -> list[ActorSummary]:
         out = []
-        for oid, size in self.list_ids_after(namespace, after, n):
-            try:
-                meta = read_meta(self._host.path_for(namespace, oid))
-            except MailboxActorsError:
-                meta = {}  # damaged or busy: listed with what the node knows
+        for oid, size, mtime_ns in self.list_ids_after(namespace, after, n):
+            meta = self._meta_of(namespace, oid, size, mtime_ns)
             entry = self._book.entries.get((namespace, oid))
             out.append(ActorSummary(
                 namespace=namespace, id=oid, node=self.node_name,
@@ -216,7 +253,7 @@ class Inspector:
 
     async def _named(self, s: ActorSummary) -> ActorSummary:
         name = await self.name_of(s.namespace, s.id, s.tenant, None)
-        return s if name is None else ActorSummary(**{**_fields(s), "name": name})
+        return s if name is None else msgspec.structs.replace(s, name=name)
 
     async def name_of(self, namespace: str, object_id: str, tenant: str | None,
                       identity: str | None) -> str | None:
@@ -265,7 +302,7 @@ class Inspector:
             retries=0 if entry is None else entry.retry, now_ms=self._node.clock.now_ms()))
         name = await self.name_of(namespace, object_id, detail.meta.get("owner_tenant"),
                                   detail.meta.get("owner_identity"))
-        return detail if name is None else ActorDetail(**{**_fields(detail), "name": name})
+        return detail if name is None else msgspec.structs.replace(detail, name=name)
 
     # ---- rows, KV, outbox ------------------------------------------------------------------
 
@@ -311,18 +348,3 @@ class Inspector:
             before = position[0]
         return await anyio.to_thread.run_sync(outbox_page, self.cursors, path, namespace, scope,
                                               before, n)
-
-def _fields(s: Any) -> dict[str, Any]:
-    return {f: getattr(s, f) for f in s.__struct_fields__}
-
-
-def merge_pages(namespace: str, pages: Iterable[ActorsPage], n: int, cursors: CursorCodec,
-                ) -> ActorsPage:
-    """The first ``n`` actors of several nodes' pages (each in id order, ids disjoint), with the
-    cursor after them: more remain when a page was cut or a node had more."""
-    pages = list(pages)
-    merged = sorted((a for p in pages for a in p.actors), key=lambda a: a.id)
-    page = merged[:n]
-    more = len(merged) > n or any(p.next_cursor is not None for p in pages)
-    nxt = cursors.make("actors", namespace, [page[-1].id]) if more and page else None
-    return ActorsPage(namespace=namespace, actors=page, next_cursor=nxt)

@@ -16,15 +16,16 @@ listing asks each node once. ``content=1`` is refused unless the node was starte
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote
 
 import anyio
 import msgspec
 
+from mailbox_actors.core.cursors import CursorCodec
 from mailbox_actors.node.forwarding import FORWARDED_HEADER, Forwarding
-from mailbox_actors.node.inspection import Inspector, check_limit, merge_pages
+from mailbox_actors.node.inspection import Inspector, check_limit
 from mailbox_actors.node.queue_inspection import QueueInspector
 from mailbox_actors.wire.errors import ErrorBody, ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.inspection import ActorsPage, NamespaceCount, NamespacesView, Redrive
@@ -218,3 +219,15 @@ def _no_endpoint() -> MailboxActorsError:
 
 def _ok(value: Any) -> Plain:
     return 200, _ENC.encode(value), _JSON
+
+
+def merge_pages(namespace: str, pages: Iterable[ActorsPage], n: int, cursors: CursorCodec,
+                ) -> ActorsPage:
+    """The first ``n`` actors of several nodes' pages (each in id order, ids disjoint), with the
+    cursor after them: more remain when a page was cut or a node had more."""
+    pages = list(pages)
+    merged = sorted((a for p in pages for a in p.actors), key=lambda a: a.id)
+    page = merged[:n]
+    more = len(merged) > n or any(p.next_cursor is not None for p in pages)
+    nxt = cursors.make("actors", namespace, [page[-1].id]) if more and page else None
+    return ActorsPage(namespace=namespace, actors=page, next_cursor=nxt)
