@@ -83,16 +83,9 @@ def _timed_restart(python: str, data: Path, env: dict[str, str], then: signal.Si
         first_answer(url)
         ms = (time.perf_counter() - t) * 1000
     except BaseException:
-        proc.kill()
-        proc.wait()
+        _stop(proc, signal.SIGKILL)
         raise
-    if then == signal.SIGKILL:
-        proc.kill()
-        assert proc.stdout is not None
-        proc.stdout.read()
-        proc.wait()
-    else:
-        _stop(proc)
+    _stop(proc, then)
     return ms
 
 

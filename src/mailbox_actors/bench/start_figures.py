@@ -97,14 +97,17 @@ def _serve(python: str, data: Path, env: dict[str, str]) -> tuple[subprocess.Pop
         if found:
             return proc, f"http://{found.group(1)}:{found.group(2)}"
     proc.wait()
+    proc.stdout.close()
     raise RuntimeError(f"serve on {data} exited ({proc.returncode}) before it listened")
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGTERM)
+def _stop(proc: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -> None:
+    """End ``serve`` with ``sig`` and reap it (SIGTERM: it must stop cleanly)."""
+    proc.send_signal(sig)
     assert proc.stdout is not None
-    proc.stdout.read()  # what it says while it stops
-    if proc.wait(timeout=60) != 0:
+    with proc.stdout:
+        proc.stdout.read()  # what it says while it stops
+    if proc.wait(timeout=60) != 0 and sig == signal.SIGTERM:
         raise RuntimeError(f"serve stopped with status {proc.returncode}")
 
 
