@@ -6,15 +6,13 @@ recorded but is not an attempt, and a receiver's receipt is kept on the dead let
 from __future__ import annotations
 
 import random
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import _post_actors as pa
-from mailbox_actors.platform.storage.readonly import read_only
+from _post_actors import Env
 from mailbox_actors.testing import TestRuntime
 
 pytestmark = pytest.mark.anyio
@@ -25,25 +23,6 @@ def _reset() -> Iterator[None]:
     pa.reset()
     yield
     pa.reset()
-
-
-class Env:
-    def __init__(self, rt: TestRuntime) -> None:
-        self.rt = rt
-        self.producer = rt.id_from_name("post_producer", "p1")
-
-    async def p(self, req: Any) -> Any:
-        return await self.rt.call("post_producer", self.producer, req, tenant_id=pa.TENANT)
-
-    async def job(self, key: str) -> dict[str, Any]:
-        return await self.p(pa.GetJob(key=key))  # type: ignore[no-any-return]
-
-    def rows(self) -> dict[str, tuple[str, int, int]]:
-        """The producer's jobs as an operator's read-only scan sees them: state, attempts, runs."""
-        with read_only(self.rt.node.host.path_for("post_producer", self.producer)) as conn:
-            assert isinstance(conn, sqlite3.Connection)
-            return {k: (s, a, r) for k, s, a, r in conn.execute(
-                "SELECT key, state, attempts, runs FROM post_jobs")}
 
 
 async def _env(rt: TestRuntime) -> Env:

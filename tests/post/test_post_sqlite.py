@@ -12,6 +12,7 @@ import structlog
 import structlog.testing
 
 import _post_actors as pa
+from _post_actors import Env
 from mailbox_actors.platform.storage.readonly import read_only
 from mailbox_actors.post.inspection import inspection_records
 from mailbox_actors.post.routes import Route, Routes
@@ -26,27 +27,6 @@ def _reset() -> Iterator[None]:
     pa.reset()
     yield
     pa.reset()
-
-
-class Env:
-    def __init__(self, rt: TestRuntime) -> None:
-        self.rt = rt
-        self.producer = rt.id_from_name("post_producer", "p1")
-
-    async def p(self, req: Any) -> Any:
-        return await self.rt.call("post_producer", self.producer, req, tenant_id=pa.TENANT)
-
-    async def receiver(self, name: str) -> str:
-        oid = self.rt.id_from_name("post_receiver", name)
-        await self.rt.call("post_receiver", oid, pa.RInit(), tenant_id=pa.TENANT)
-        return oid
-
-    async def log(self, name: str) -> list[list[str]]:
-        oid = self.rt.id_from_name("post_receiver", name)
-        return await self.rt.call("post_receiver", oid, pa.Log(), tenant_id=pa.TENANT)  # type: ignore[no-any-return]
-
-    async def job(self, key: str) -> dict[str, Any]:
-        return await self.p(pa.GetJob(key=key))  # type: ignore[no-any-return]
 
 
 @pytest.fixture

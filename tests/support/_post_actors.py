@@ -12,12 +12,14 @@ Module state is per process; tests clear it with ``reset()``.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar
 
 import msgspec
 
 from mailbox_actors.platform.clock import FakeClock
+from mailbox_actors.platform.storage.readonly import read_only
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.receiver import receive
@@ -25,6 +27,7 @@ from mailbox_actors.post.routes import Prepare, Route, Routes
 from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA, POST_RUNS, POST_SCHEMA
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
+from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.post import PostDeliver, PostEnvelope
 
@@ -266,3 +269,33 @@ class Receiver(Actor):
 
 ROUTES = Routes(NOTE, PREPARED_NOTE)
 POST_OBJECTS = (Producer, Receiver)
+
+
+class Env:
+    """A test's view of the producer ``post_producer/p1`` and its receivers on one runtime."""
+
+    def __init__(self, rt: TestRuntime) -> None:
+        self.rt = rt
+        self.producer = rt.id_from_name("post_producer", "p1")
+
+    async def p(self, req: Any) -> Any:
+        return await self.rt.call("post_producer", self.producer, req, tenant_id=TENANT)
+
+    async def receiver(self, name: str) -> str:
+        oid = self.rt.id_from_name("post_receiver", name)
+        await self.rt.call("post_receiver", oid, RInit(), tenant_id=TENANT)
+        return oid
+
+    async def log(self, name: str) -> list[list[str]]:
+        oid = self.rt.id_from_name("post_receiver", name)
+        return await self.rt.call("post_receiver", oid, Log(), tenant_id=TENANT)  # type: ignore[no-any-return]
+
+    async def job(self, key: str) -> dict[str, Any]:
+        return await self.p(GetJob(key=key))  # type: ignore[no-any-return]
+
+    def rows(self) -> dict[str, tuple[str, int, int]]:
+        """The producer's jobs as an operator's read-only scan sees them: state, attempts, runs."""
+        with read_only(self.rt.node.host.path_for("post_producer", self.producer)) as conn:
+            assert isinstance(conn, sqlite3.Connection)
+            return {k: (s, a, r) for k, s, a, r in conn.execute(
+                "SELECT key, state, attempts, runs FROM post_jobs")}
