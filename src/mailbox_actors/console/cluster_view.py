@@ -224,7 +224,7 @@ class ClusterView:
         """The newest indexed events of one actor (ids, types, times), newest first."""
         rows = await self._db.fetch_all(
             "SELECT seq, event_id, sequence, type, occurred_at_ms FROM (SELECT * FROM event_index "
-            "ORDER BY seq DESC LIMIT ?) WHERE object_id = ? ORDER BY seq DESC LIMIT ?",
+            "ORDER BY seq DESC LIMIT ?) AS newest WHERE object_id = ? ORDER BY seq DESC LIMIT ?",
             (_EVENTS_SCAN, object_id, limit))
         keys = ("seq", "event_id", "sequence", "type", "occurred_at_ms")
         return [dict(zip(keys, r, strict=True)) for r in rows]
@@ -241,7 +241,7 @@ class ClusterView:
         since = self.now_ms() - _EVENTS_WINDOW_MS
         row = await self._db.fetch_one(
             "SELECT count(*) FROM (SELECT occurred_at_ms FROM event_index ORDER BY seq DESC "
-            "LIMIT ?) WHERE occurred_at_ms >= ?", (_EVENTS_SCAN, since))
+            "LIMIT ?) AS newest WHERE occurred_at_ms >= ?", (_EVENTS_SCAN, since))
         return (int(row[0]) if row else 0) / (_EVENTS_WINDOW_MS / 1000)
 
     async def counts(self) -> dict[str, int]:
