@@ -145,7 +145,9 @@ class Sizes(msgspec.Struct, frozen=True, kw_only=True):
     raw_alarm_sample: int  # files opened, written and closed raw for the alarm limit
     memory_active: int  # actors opened and kept open
     max_active: int  # the node's bound on open actors while alarms fire
-    burst_actors: int  # open actors whose alarms are due at one instant (the burst figures)
+    # Open actors whose alarms are due at one instant (the burst figures; SPEC's lateness target
+    # is for a burst of 1,000, so the full run's bursts are that size too, only more of them).
+    burst_actors: int
     # Actors on disk for the restart figures, named 0, 10k and 100k (a tiny run uses fewer).
     restart_actors: tuple[int, int, int] = (0, 10_000, 100_000)
 
@@ -157,7 +159,7 @@ QUICK = Sizes(name="quick", rounds=7, state_calls=4_000, cold_actors=300, cold_r
 FULL = Sizes(name="full", rounds=9, state_calls=10_000, cold_actors=3_000, cold_rows=20,
              alarm_actors=100_000, alarm_rate=10_000, paced_alarm_s=10, alarm_batch_ms=1,
              alarm_lead_ms=1_000, alarm_phase_s=300, raw_alarm_sample=10_000, memory_active=2_000,
-             max_active=1_000, burst_actors=5_000)
+             max_active=1_000, burst_actors=1_000)
 TINY = Sizes(name="tiny", rounds=2, state_calls=30, cold_actors=8, cold_rows=3,
              alarm_actors=200, alarm_rate=10_000, paced_alarm_s=0.5, alarm_batch_ms=1,
              alarm_lead_ms=300, alarm_phase_s=20, raw_alarm_sample=20, memory_active=20,
