@@ -123,6 +123,14 @@ def test_cl6_cl12_three_machines_route_every_id_to_its_slot_holder(
                 assert got["per_minute"] == 100
 
     anyio.run(by_client)
+    # The command line too: given any machine's URL it routes by the map (never the database).
+    t = tenants[1]
+    out = subprocess.run([sys.executable, "-m", "mailbox_actors", "call", "tenant_quota",
+                          _qid(t), '{"op":"status"}', "--tenant", t, "--url", ms[2].url,
+                          "--data", str(tmp_path / "nothing")], capture_output=True, text=True,
+                         timeout=60, env=env())
+    assert out.returncode == 0, out.stderr
+    assert "100" in out.stdout, out.stdout
     # status from PostgreSQL: machines, slots, epochs, lease ages.
     shown = slots_cmd(pg_dsn, "status")
     assert shown.returncode == 0, shown.stderr

@@ -52,7 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_slots_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=("create", "status", "drain"))
+    p.add_argument("action", choices=("create", "status", "drain"),
+                   help="create: the cluster's slots, once; status: machines, slots, epochs and "
+                        "lease ages from PostgreSQL; drain: hand a machine's slots over")
     _common(p)
     p.add_argument("--slots", type=int, default=64, help="create: slots, fixed (default 64)")
     p.add_argument("--machines", help="create: the machines' names, comma-separated; slot k's "

@@ -61,7 +61,9 @@ def add_call_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    kw = {"url": args.url} if args.url else {}
+    # A --url may be a machine of a cluster on many machines: the client asks it for the slot
+    # map once and calls each holder directly (CL-12).
+    kw: dict[str, Any] = {"url": args.url, "discover": True} if args.url else {}
     if not args.url and not (Path(args.data) / "cluster.json").exists() and \
             lock_holder(Path(args.data)) is None:
         raise NoCluster(args.data)

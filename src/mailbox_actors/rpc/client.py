@@ -57,7 +57,10 @@ class Client:
                  clock: Clock | None = None, rng: Rng | None = None,
                  max_attempts: int = 5, request_timeout_s: float | None = None,
                  idempotent_ops: Mapping[str, frozenset[str]] = IDEMPOTENT_OPS,
-                 id_timeout_s: float = 10.0) -> None:
+                 id_timeout_s: float = 10.0, discover: bool = False) -> None:
+        """``discover``: before the first call, ask the first URL for ``GET /cluster``; a machine
+        of a cluster on many machines answers its slot map, which the client then routes by
+        (CL-12); anything else (a node, a local cluster) is routed as before."""
         if isinstance(nodes, str):
             nodes = [("node-0", nodes)]
         if not nodes:
@@ -80,6 +83,7 @@ class Client:
         # local cluster, routed by the node list).
         self._slots: Rendezvous | None = None
         self._slot_urls: list[str | None] | None = None
+        self._discover = discover
 
     @classmethod
     async def from_cluster(cls, url: str, token: str, **kw: Any) -> Client:
@@ -110,6 +114,19 @@ class Client:
             return
         raise RpcError(ErrorCode.UNAVAILABLE, "no machine answered GET /cluster",
                        details={"tried": len(self.urls), "error": type(last).__name__})
+
+    async def _discover_map(self) -> None:
+        self._discover = False
+        try:
+            status, body = await self._pool.request(self.urls[0], "GET", "/cluster", self._auth,
+                                                    b"", timeout_s=self.id_timeout_s)
+        except (OSError, ConnectionError, TimeoutError):
+            return  # the call itself says what is wrong
+        if status == 200:
+            try:
+                self.apply_map(json.loads(body))
+            except (ValueError, KeyError, TypeError):
+                pass
 
     def apply_map(self, doc: Mapping[str, Any]) -> None:
         """Route by this ``GET /cluster`` answer (CL-12) from now on."""
@@ -214,6 +231,8 @@ class Client:
                                      identity_id=identity_id, request_id=rid,
                                      actor_key_id=actor_key_id, deadline_ms=deadline, req=req))
         path = f"/rpc/{namespace}/{object_id}"
+        if self._discover:
+            await self._discover_map()
         url = self.owner_url(namespace, object_id)
         retry_ok = (op in self.idempotent_ops.get(namespace, frozenset()) if idempotent is None
                     else idempotent)
