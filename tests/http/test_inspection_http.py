@@ -145,3 +145,49 @@ async def test_a_cluster_listing_merges_every_nodes_actors_in_id_order(tmp_path:
             one = json.loads(body)
             assert status == 200 and one["id"] == oid
             assert oid in rts[names.index(one["node"])].list_ids("scratch")
+
+
+async def test_an_operator_reads_a_source_or_attachment_only_in_dev_mode(tmp_path: Path) -> None:
+    """UI-2: in dev mode the operator reads a message's raw source and an attachment from the
+    mailbox's file (no activation); otherwise permission_denied; a bad part or chunk is
+    invalid_request, an unknown message not_found."""
+    import base64
+
+    from mailbox_actors.wire.inbound import Ingest
+    from mailbox_actors.wire.mailbox import MailboxInit
+
+    raw = (b"From: <a@example.com>\r\nSubject: s\r\nMessage-ID: <m@x>\r\nMIME-Version: 1.0\r\n"
+           b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain"
+           b"\r\n\r\nhi\r\n--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition:"
+           b" attachment; filename=n.bin\r\nContent-Transfer-Encoding: base64\r\n\r\nAAEC\r\n"
+           b"--b--\r\n")
+    async with TestRuntime(tmp_path / "node") as rt:
+        m = rt.id_from_name("identity_mailbox", "bob")
+        ids = {"tenant_id": "ten_1", "identity_id": "idn_1"}
+        await rt.call("identity_mailbox", m, MailboxInit(), **ids)
+        got = await rt.call("identity_mailbox", m, Ingest(source_id="s", raw=raw), **ids)
+        rt.node.host.evict_all_idle()
+        before = rt.node.host.activations
+        auth = {"authorization": f"Bearer {OPERATOR}"}
+        base = f"/admin/actors/identity_mailbox/{m}/messages/{got['message_id']}"
+        dev = NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR,
+                      content_allowed=True)
+        plain = NodeApp(rt.node, cluster_token=TOKEN, operator_token=OPERATOR)
+
+        async def get(app: NodeApp, path: str) -> tuple[int, Any]:
+            answer = await app("GET", path, auth, b"")
+            return answer[0], json.loads(answer[1])
+        status, src = await get(dev, f"{base}/raw")
+        assert status == 200 and base64.b64decode(src["data"]) == raw and src["kept"]
+        status, part = await get(dev, f"{base}/attachments/0?chunk=0")
+        assert status == 200 and base64.b64decode(part["data"]) == b"\x00\x01\x02"
+        assert part["filename"] == "n.bin"
+        status, body = await get(plain, f"{base}/raw")
+        assert (status, body["err"]["code"]) == (403, "permission_denied")
+        for path in (f"{base}/attachments/-1", f"{base}/attachments/1", f"{base}/raw?chunk=5",
+                     f"{base}/raw?chunk=x", f"{base}/attachments/x", f"{base}/other"):
+            status, body = await get(dev, path)
+            assert (status, body["err"]["code"]) == (400, "invalid_request"), (path, body)
+        status, body = await get(dev, f"/admin/actors/identity_mailbox/{m}/messages/imsg_no/raw")
+        assert (status, body["err"]["code"]) == (404, "not_found")
+        assert rt.node.host.activations == before

@@ -104,7 +104,7 @@ class Inspector:
                 "field": "namespace", "namespace": shown, "known": self.namespaces()})
         return key
 
-    def _path(self, namespace: str, object_id: str) -> Path:
+    def path_of(self, namespace: str, object_id: str) -> Path:
         self._check_namespace(namespace)
         if not isinstance(object_id, str) or check_id(self._host.paths.keys[namespace],
                                                       object_id) is not None:
@@ -294,7 +294,7 @@ class Inspector:
     # ---- one actor -------------------------------------------------------------------------
 
     async def show_actor(self, namespace: str, object_id: str) -> ActorDetail:
-        path = self._path(namespace, object_id)
+        path = self.path_of(namespace, object_id)
         entry = self._book.entries.get((namespace, object_id))
         detail = await anyio.to_thread.run_sync(functools.partial(
             view_actor, path, namespace, object_id, node=self.node_name,
@@ -310,7 +310,7 @@ class Inspector:
                    cursor: str | None = None, limit: int | None = None,
                    content: bool = False) -> RowsPage:
         """A page of ``table``'s rows in primary-key (or rowid) order."""
-        path = self._path(namespace, object_id)
+        path = self.path_of(namespace, object_id)
         if not isinstance(table, str) or not _TABLE.fullmatch(table):
             raise InvalidRequest("table must be a table name", details={"field": "table"})
         n = check_limit(limit)
@@ -322,7 +322,7 @@ class Inspector:
     async def kv(self, namespace: str, object_id: str, *, cursor: str | None = None,
                  limit: int | None = None, content: bool = False) -> KvPage:
         """A page of the actor's KV (RT-15) in key order, values decoded."""
-        path = self._path(namespace, object_id)
+        path = self.path_of(namespace, object_id)
         n = check_limit(limit)
         scope = f"{namespace}/{object_id}"
         position = self.cursors.read(cursor, "kv", scope)
@@ -337,7 +337,7 @@ class Inspector:
     async def outbox(self, namespace: str, object_id: str, *, cursor: str | None = None,
                      limit: int | None = None) -> OutboxPage:
         """The actor's outbox newest first: pending events, then dispatched ones."""
-        path = self._path(namespace, object_id)
+        path = self.path_of(namespace, object_id)
         n = check_limit(limit)
         scope = f"{namespace}/{object_id}"
         position = self.cursors.read(cursor, "outbox", scope)

@@ -6,6 +6,8 @@
 - ``GET /admin/actors/{namespace}/{id}/rows/{table}?cursor=&limit=&content=``
 - ``GET /admin/actors/{namespace}/{id}/kv?cursor=&limit=&content=``
 - ``GET /admin/actors/{namespace}/{id}/outbox?cursor=&limit=``
+- ``GET /admin/actors/identity_mailbox/{id}/messages/{message_id}/raw?chunk=`` and
+  ``.../attachments/{part}?chunk=``: a message's source, an attachment (UI-2; dev mode only)
 - ``GET /admin/queues/{queue}/dead-letters?cursor=&limit=`` and ``POST .../redrive`` (UI-3)
 - ``GET /admin/events?tenant=&cursor=&limit=``: a tenant's indexed events (UI-3, ``events tail``)
 
@@ -27,8 +29,15 @@ from mailbox_actors.core.cursors import CursorCodec
 from mailbox_actors.node.forwarding import FORWARDED_HEADER, Forwarding
 from mailbox_actors.node.inspection import Inspector, check_limit
 from mailbox_actors.node.queue_inspection import QueueInspector
+from mailbox_actors.objects.identity_mailbox.sources import (
+    file_rows,
+    get_attachment,
+    get_raw_message,
+)
+from mailbox_actors.platform.storage.readonly import read_only, table_exists
 from mailbox_actors.wire.errors import ErrorBody, ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.inspection import ActorsPage, NamespaceCount, NamespacesView, Redrive
+from mailbox_actors.wire.sources import GetAttachment, GetRawMessage
 
 __all__ = ["InspectionRoutes"]
 
@@ -155,7 +164,52 @@ class InspectionRoutes:
         if len(parts) == 6 and parts[5] == "outbox":
             args = _query(query, frozenset({"cursor", "limit"}))
             return _ok(await insp.outbox(ns, oid, cursor=args.get("cursor"), limit=_limit(args)))
+        if ns == "identity_mailbox" and len(parts) in (8, 9) and parts[5] == "messages":
+            return _ok(await self._mail_bytes(oid, parts[6:], query))
         raise _no_endpoint()
+
+    async def _mail_bytes(self, oid: str, rest: list[str], query: str) -> Any:
+        """UI-2's operator read of a message's raw source (``.../messages/{id}/raw``) or an
+        attachment's content (``.../messages/{id}/attachments/{part}``), a chunk at a time, from
+        the file read-only: content, so dev mode only."""
+        args = _query(query, frozenset({"chunk"}))
+        if not self.content_allowed:
+            raise MailboxActorsError(ErrorCode.PERMISSION_DENIED,
+                                     "a message's content is shown only in dev mode on loopback",
+                                     fix="The owner reads it with get_raw_message or "
+                                         "get_attachment (mailbox-actors messages raw).")
+        text = args.get("chunk") or "0"
+        if not text.isdigit() or len(text) > 6:
+            raise InvalidRequest("chunk must be an integer", details={"field": "chunk"})
+        try:
+            req: GetRawMessage | GetAttachment | None = (  # convert: the bounds are checked
+                msgspec.convert({"message_id": rest[0], "chunk": int(text)}, GetRawMessage)
+                if rest[1:] == ["raw"] else msgspec.convert(
+                    {"message_id": rest[0], "part": int(rest[2]), "chunk": int(text)},
+                    GetAttachment) if rest[1] == "attachments" and rest[2].isdigit() else None)
+            if req is None:
+                raise ValueError(rest)
+        except (IndexError, ValueError, msgspec.ValidationError):
+            raise InvalidRequest("not a message's raw source or an attachment of it",
+                                 details={"field": "path"}) from None
+        path = self.inspector.path_of("identity_mailbox", oid)
+        asked: GetRawMessage | GetAttachment = req
+
+        def read() -> Any:
+            with read_only(path) as conn:
+                if conn is None:
+                    raise MailboxActorsError(ErrorCode.IDENTITY_NOT_FOUND, "no such mailbox")
+                rows = file_rows(conn)
+                if not table_exists(conn, "raw_chunks"):
+                    raise InvalidRequest("this mailbox's file is of an earlier layout",
+                                         details={"field": "id"})
+                return (get_raw_message(rows, asked) if isinstance(asked, GetRawMessage)
+                        else get_attachment(rows, asked))
+        found = await anyio.to_thread.run_sync(read)
+        if found is None:
+            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such message in this mailbox",
+                                     details={"field": "message_id"})
+        return found
 
     async def _peers(self, path: str, headers: Mapping[str, str]) -> list[tuple[str, bytes]]:
         """Each other node's answer to ``path`` (forwarded: answered for itself alone)."""

@@ -208,9 +208,10 @@ def _inspection_paths(components: dict[str, Any]) -> dict[str, Any]:
         RedriveReply,
         RowsPage,
     )
+    from mailbox_actors.wire.sources import AttachmentContent, RawSource
 
     types = [NamespacesView, ActorsPage, ActorDetail, RowsPage, KvPage, OutboxPage,
-             DeadLettersPage, Redrive, RedriveReply, EventsPage]
+             DeadLettersPage, Redrive, RedriveReply, EventsPage, RawSource, AttachmentContent]
     schemas, more = msgspec.json.schema_components(types, ref_template=_REF)
     components.update(more)
     ns = {"name": "namespace", "in": "path", "required": True,
@@ -224,6 +225,12 @@ def _inspection_paths(components: dict[str, Any]) -> dict[str, Any]:
               "schema": {"type": "string", "maxLength": 2048}}
     limit = {"name": "limit", "in": "query", "required": False,
              "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}}
+    message_id = {"name": "message_id", "in": "path", "required": True,
+                  "schema": {"type": "string", "minLength": 1, "maxLength": 64}}
+    part = {"name": "part", "in": "path", "required": True,
+            "schema": {"type": "integer", "minimum": 0, "maximum": 10_000}}
+    chunk = {"name": "chunk", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 0, "default": 0}}
     queue = {"name": "queue", "in": "path", "required": True,
              "schema": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,62}$"}}
     tenant = {"name": "tenant", "in": "query", "required": True,
@@ -281,6 +288,12 @@ def _inspection_paths(components: dict[str, Any]) -> dict[str, Any]:
                 "schema": schemas[7]}}},
             "responses": {"200": {"description": "JSON", "content": {"application/json": {
                 "schema": schemas[8]}}}, **errors}}},
+        "/admin/actors/identity_mailbox/{id}/messages/{message_id}/raw": get(
+            "admin_message_raw", "A message's raw source, a chunk (1 MB) at a time (UI-2; dev "
+            "mode only, else 403)", schemas[10], [oid, message_id, chunk], True),
+        "/admin/actors/identity_mailbox/{id}/messages/{message_id}/attachments/{part}": get(
+            "admin_message_attachment", "An attachment's content, a chunk (1 MB) at a time "
+            "(UI-2; dev mode only, else 403)", schemas[11], [oid, message_id, part, chunk], True),
         "/admin/events": get(
             "admin_events", "A tenant's indexed events after a cursor, in index order (UI-3)",
             schemas[9], [tenant, cursor, limit], False),

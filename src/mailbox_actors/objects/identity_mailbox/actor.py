@@ -191,9 +191,9 @@ class IdentityMailbox(Actor[MailboxRequest]):
             case ingest_batch.IngestBatch():  # the SMTP door's, in-process only
                 return await ingest_batch.ingest_batch(self.inbox, req)
             case GetRawMessage():
-                return sources.get_raw_message(self.sql, req)
+                return sources.get_raw_message(sources.actor_rows(self.sql), req)
             case GetAttachment():
-                return sources.get_attachment(self.sql, req)
+                return sources.get_attachment(sources.actor_rows(self.sql), req)
             case Ingest() | RegisterWait() | WaitPoll() | GetMessage() | GetThread() \
                     | ListMessages() | DeleteMessage():
                 return await inbound.handle(self.inbox, req)

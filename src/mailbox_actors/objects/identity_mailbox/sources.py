@@ -3,18 +3,26 @@ the message in the same transaction, and both read back a chunk (1 MB) at a time
 
 A message's raw source lives in ``raw_chunks`` (as attachments live in ``attachment_chunks``);
 deleting the message or erasing the mailbox removes it with the rest (IN-6). Messages received
-before this table existed answer ``kept: false``.
+before this table existed answer ``kept: false``. The same reads serve the owner's ops (the actor's
+storage) and an operator in dev mode (a read-only connection to the file, ``node.inspection_http``).
 """
 
 from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
 
 from mailbox_actors.objects.identity_mailbox.inbound_rows import DETAIL_DECODER
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest
 from mailbox_actors.wire.sources import AttachmentContent, GetAttachment, GetRawMessage, RawSource
 
-__all__ = ["CHUNK", "RAW_SCHEMA", "get_attachment", "get_raw_message", "keep_raw"]
+__all__ = ["CHUNK", "RAW_SCHEMA", "Query", "actor_rows", "file_rows", "get_attachment",
+           "get_raw_message", "keep_raw"]
 
+# A statement and its arguments -> its rows: the actor's storage or a read-only file connection.
+Query = Callable[..., list[Any]]
 CHUNK = 1 << 20  # bytes a row and an answer hold, under the 2 MB value limit (RT-7)
 RAW_SCHEMA = (
     "CREATE TABLE raw_chunks (message_id TEXT NOT NULL, chunk INTEGER NOT NULL, "
@@ -39,16 +47,26 @@ def _check_chunk(chunk: int, chunks: int) -> None:
                                                                         "chunks": chunks})
 
 
-def get_raw_message(sql: SqlStorage, req: GetRawMessage) -> RawSource | None:
-    rows = sql.exec("SELECT size_bytes FROM messages WHERE id = ?", req.message_id).all()
-    if not rows:
+def actor_rows(sql: SqlStorage) -> Query:
+    """The actor's own storage as a ``Query`` (the ops)."""
+    return lambda statement, *args: sql.exec(statement, *args).all()
+
+
+def file_rows(conn: sqlite3.Connection) -> Query:
+    """A read-only connection to the mailbox's file as a ``Query`` (operator inspection)."""
+    return lambda statement, *args: conn.execute(statement, args).fetchall()
+
+
+def get_raw_message(rows: Query, req: GetRawMessage) -> RawSource | None:
+    found = rows("SELECT size_bytes FROM messages WHERE id = ?", req.message_id)
+    if not found:
         return None
-    size = int(rows[0][0])
-    data = sql.exec("SELECT data FROM raw_chunks WHERE message_id = ? AND chunk = ?",
-                    req.message_id, req.chunk).all()
+    size = int(found[0][0])
+    data = rows("SELECT data FROM raw_chunks WHERE message_id = ? AND chunk = ?",
+                req.message_id, req.chunk)
     if not data:
-        if req.chunk == 0 and not sql.exec("SELECT 1 FROM raw_chunks WHERE message_id = ? "
-                                           "LIMIT 1", req.message_id).all():
+        if req.chunk == 0 and not rows("SELECT 1 FROM raw_chunks WHERE message_id = ? LIMIT 1",
+                                       req.message_id):
             return RawSource(message_id=req.message_id, kept=False, size_bytes=size, chunk=0,
                              chunks=0, data=b"")
         _check_chunk(req.chunk, _chunks(size))
@@ -56,11 +74,11 @@ def get_raw_message(sql: SqlStorage, req: GetRawMessage) -> RawSource | None:
                      chunks=_chunks(size), data=bytes(data[0][0]) if data else b"")
 
 
-def get_attachment(sql: SqlStorage, req: GetAttachment) -> AttachmentContent | None:
-    rows = sql.exec("SELECT detail FROM messages WHERE id = ?", req.message_id).all()
-    if not rows:
+def get_attachment(rows: Query, req: GetAttachment) -> AttachmentContent | None:
+    found = rows("SELECT detail FROM messages WHERE id = ?", req.message_id)
+    if not found:
         return None
-    parts = DETAIL_DECODER.decode(rows[0][0]).attachments
+    parts = DETAIL_DECODER.decode(found[0][0]).attachments
     if req.part >= len(parts):
         raise InvalidRequest(f"the message has {len(parts)} attachments",
                              details={"field": "part", "attachments": len(parts)})
@@ -68,8 +86,8 @@ def get_attachment(sql: SqlStorage, req: GetAttachment) -> AttachmentContent | N
     size = meta.size
     chunks = _chunks(size)
     _check_chunk(req.chunk, chunks)
-    data = sql.exec("SELECT data FROM attachment_chunks WHERE message_id = ? AND idx = ? AND "
-                    "chunk = ?", req.message_id, req.part, req.chunk).all()
+    data = rows("SELECT data FROM attachment_chunks WHERE message_id = ? AND idx = ? AND "
+                "chunk = ?", req.message_id, req.part, req.chunk)
     return AttachmentContent(
         message_id=req.message_id, part=req.part, filename=meta.filename,
         content_type=meta.content_type, size_bytes=size, chunk=req.chunk, chunks=chunks,
