@@ -199,10 +199,14 @@ class Machine:
         await self.stop()
 
     async def run(self) -> None:
-        """Renew, take and hand back every ``renew_s`` until cancelled."""
+        """Renew, take and hand back every ``renew_s`` until cancelled (``start`` ran the
+        first period's)."""
+        await anyio.sleep(self.settings.renew_s)
         while True:
-            await anyio.sleep(self.settings.renew_s)
+            began = self.keeper.monotonic()
             await self.tick()
+            # A renewal period from the start of the last one, however long it took.
+            await anyio.sleep(max(0.0, began + self.settings.renew_s - self.keeper.monotonic()))
 
     async def stop(self) -> None:
         """Drain every slot (within TTL/2), leave its lease, stop the front node. The task
@@ -293,6 +297,8 @@ class Machine:
         for slot in wanted_slots(me, self.policy, rows, machines, held):
             if rows[slot].home != me and not settled:
                 continue
+            if self.keeper.monotonic() - now > self.settings.renew_s / 2:
+                break  # opening slots must not delay the next renewal: the rest next period
             try:
                 lease = await self.keeper.take(slot)
             except TableUnreachable:
