@@ -24,7 +24,8 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,9 +51,12 @@ __all__ = [
     "EVENT_TYPE",
     "EventPlan",
     "EventRun",
+    "EventSide",
     "WebhookReceiver",
     "event_figures",
     "event_plan",
+    "event_round",
+    "event_side",
     "measure_events",
 ]
 
@@ -279,19 +283,28 @@ class EventRun:
         return median([percentile(p.latencies_ms, 99) for p in self.paced])
 
 
-async def measure_events(work: Path, plan: EventPlan, progress: Progress, errors: list[str], *,
-                         postgres: str | None = None, label: str = "events") -> EventRun:
-    """The rounds through a cluster started in ``work``, its control data and queues in
-    PostgreSQL when ``postgres`` (a DSN) is given (CL-7), else in its SQLite files."""
+@dataclass
+class EventSide:
+    """A cluster set up for the event phases (``event_side``) and what its rounds measured."""
+
+    driver: _Driver
+    run: EventRun
+    label: str
+
+
+@asynccontextmanager
+async def event_side(work: Path, plan: EventPlan, progress: Progress, errors: list[str], *,
+                     postgres: str | None = None, label: str = "events"
+                     ) -> AsyncIterator[EventSide]:
+    """A cluster started in ``work`` (its control data and queues in PostgreSQL when
+    ``postgres``, a DSN, is given: CL-7; else in its SQLite files), a tenant whose webhook is a
+    receiver of this process, ``plan.callers`` identities, a warm-up; stopped on exit."""
     rx = WebhookReceiver(SECRET)
     server = RpcHttpServer(rx)
     port = await server.start(HOST, 0)
     sp: Spawned | None = None
     db: ControlDb | None = None
     backend = "PostgreSQL" if postgres else "SQLite"
-    flat: list[_Phase] = []
-    paced: list[_Phase] = []
-    rates: list[float] = []
     try:
         env = None if postgres is None else {"MAILBOX_ACTORS_POSTGRES": postgres}
         if plan.nodes > 1:
@@ -323,22 +336,7 @@ async def measure_events(work: Path, plan: EventPlan, progress: Progress, errors
                                    f"identity.created webhooks arrived within {plan.drain_s:g} s")
             driver = _Driver(client, idents, rx, plan.drain_s, progress)
             await driver.flat_out(min(500, plan.drive_events))  # warm-up, untimed
-            for r in range(plan.rounds):
-                flat.append(await driver.flat_out(plan.drive_events))
-                f = flat[-1]
-                if f.received < f.committed:  # a backlog left over would spoil the next phase
-                    errors.append(f"{label}: {f.committed - f.received} of {f.committed} events "
-                                  f"not received within {plan.drain_s:g} s of round {r + 1}; "
-                                  "stopped there")
-                    break
-                rates.append(max(10.0, min(plan.max_paced_rate, 0.5 * f.events_per_s)))
-                paced.append(await driver.paced(rates[-1], plan.latency_s))
-                p = paced[-1]
-                progress.say(
-                    f"  {label} round {r + 1}/{plan.rounds}: {f.calls_per_s:,.0f} emit calls/s, "
-                    f"{f.events_per_s:,.0f} events/s delivered ({f.received}/{f.committed}); paced "
-                    f"at {rates[-1]:,.0f}/s: p50 {percentile(p.latencies_ms, 50):.1f} ms, p99 "
-                    f"{percentile(p.latencies_ms, 99):.1f} ms ({p.received}/{p.committed})")
+            yield EventSide(driver, EventRun([], [], [], rx, where), label)
     finally:
         with anyio.CancelScope(shield=True):
             if db is not None:
@@ -350,7 +348,38 @@ async def measure_events(work: Path, plan: EventPlan, progress: Progress, errors
                         ("deliveries that were not an event", rx.malformed)):
         if count:
             errors.append(f"{label}: {count} {what}")
-    return EventRun(flat, paced, rates, rx, where)
+
+
+async def event_round(side: EventSide, plan: EventPlan, progress: Progress, errors: list[str],
+                      r: int) -> bool:
+    """One round on ``side``: the throughput phase, then the paced one at half its delivered
+    rate. False (said in ``errors``) when events were left undelivered: stop there."""
+    run = side.run
+    run.flat.append(await side.driver.flat_out(plan.drive_events))
+    f = run.flat[-1]
+    if f.received < f.committed:  # a backlog left over would spoil the next phase
+        errors.append(f"{side.label}: {f.committed - f.received} of {f.committed} events "
+                      f"not received within {plan.drain_s:g} s of round {r + 1}; stopped there")
+        return False
+    run.rates.append(max(10.0, min(plan.max_paced_rate, 0.5 * f.events_per_s)))
+    run.paced.append(await side.driver.paced(run.rates[-1], plan.latency_s))
+    p = run.paced[-1]
+    progress.say(
+        f"  {side.label} round {r + 1}/{plan.rounds}: {f.calls_per_s:,.0f} emit calls/s, "
+        f"{f.events_per_s:,.0f} events/s delivered ({f.received}/{f.committed}); paced "
+        f"at {run.rates[-1]:,.0f}/s: p50 {percentile(p.latencies_ms, 50):.1f} ms, p99 "
+        f"{percentile(p.latencies_ms, 99):.1f} ms ({p.received}/{p.committed})")
+    return True
+
+
+async def measure_events(work: Path, plan: EventPlan, progress: Progress, errors: list[str], *,
+                         postgres: str | None = None, label: str = "events") -> EventRun:
+    """Every round of ``plan`` on one cluster (``event_side``)."""
+    async with event_side(work, plan, progress, errors, postgres=postgres, label=label) as side:
+        for r in range(plan.rounds):
+            if not await event_round(side, plan, progress, errors, r):
+                break
+    return side.run
 
 
 def _figures(plan: EventPlan, runtime: Figure, flat: list[_Phase], paced: list[_Phase],
