@@ -95,8 +95,8 @@ def _event_figures(callers: int, drive: int, lite: EventRun, pg: EventRun) -> li
            f"PostgreSQL, SQLite")
     events = figure("pg_events_per_s", pg.events_per_s, "events/s",
                     goal=Goal("ratio_at_least", 0.5), limit=lite.events_per_s,
-                    note=f"{pg.where}; {how}; limit = pg_sqlite_events_per_s, measured in the "
-                         f"same rounds")
+                    note=f"{pg.where}; {how}; limit = pg_sqlite_events_per_s, measured in this "
+                         f"run")
     events.target = ">= 0.5 of limit (the same figure on SQLite)"
     p99 = figure("pg_event_latency_p99_ms", pg.p99_ms if pg.paced else math.nan, "ms",
                  goal=Goal("below", 100),
