@@ -1,8 +1,8 @@
 """A cluster on PostgreSQL (CL-7): ``--postgres`` / ``MAILBOX_ACTORS_POSTGRES`` puts the control
 data and every queue in a real server this module starts and stops by pid; a DSN that does not
-connect stops a node with exit 2 naming the setting; a node SIGKILLed and the server restarted,
-each during webhook traffic, lose no event (every acknowledged one is delivered at least once) and
-the nodes reconnect without a restart."""
+connect stops a node with exit 2 naming the setting; a node SIGKILLed, the server restarted and the
+server SIGKILLed, each during webhook traffic, lose no event (every acknowledged one is delivered at
+least once) and the nodes reconnect without a restart."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,26 @@ def test_a_dsn_that_does_not_connect_stops_serve_with_2_naming_the_setting(tmp_p
     assert "pw-not-shown" not in out.stderr + out.stdout
 
 
+def _kill_and_start(pg: PgServer) -> None:
+    """SIGKILL the postmaster by its pid, then start it again on the same data (crash recovery).
+    Its backends leave when they see it gone; until they have, a new postmaster refuses the
+    shared memory they hold, so starting is tried again for a bounded time."""
+    assert pg.proc is not None
+    os.kill(pg.proc.pid, signal.SIGKILL)
+    pg.proc.wait()
+    pg.proc = None
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            pg.start()
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            pg.proc = None
+            time.sleep(0.2)  # the old backends' exit, another process's: nothing to wait on
+
+
 class Receiver:
     """The tenant's webhook endpoint: the event ids it was sent (duplicates allowed)."""
 
@@ -96,9 +117,10 @@ async def _emit(client: Client, who: dict[str, str], n: int) -> str | None:
 async def test_webhook_traffic_survives_a_node_sigkill_and_a_postgres_restart(
         pg: PgServer, tmp_path: Path) -> None:
     """CL-7: a two-node cluster on PostgreSQL under webhook traffic; first the node holding the
-    mailbox is SIGKILLed (the supervisor restarts it), then the server is restarted. Every event
+    mailbox is SIGKILLed (the supervisor restarts it), then the server is restarted, then it is
+    SIGKILLed and started again (crash recovery). Every event
     the mailbox acknowledged reaches the receiver at least once, and the nodes serve on without
-    being restarted for the server's restart."""
+    being restarted for the server's restart or crash."""
     dsn = new_database(pg)
     receiver = Receiver()
     server = RpcHttpServer(receiver)
@@ -151,7 +173,17 @@ async def test_webhook_traffic_survives_a_node_sigkill_and_a_postgres_restart(
             await traffic(4_000, 50)
             await receiver.wait_for(set(acked), 120)
             assert len(acked) > before + 200
-            # No node was restarted for the server's restart: they reconnected.
+            # 3. SIGKILL PostgreSQL itself (crash recovery at the next start) the same way.
+            before = len(acked)
+            async with anyio.create_task_group() as tg:
+                midway = anyio.Event()
+                tg.start_soon(traffic, 5_000, 200, midway)
+                await midway.wait()
+                await anyio.to_thread.run_sync(_kill_and_start, pg)
+            await traffic(6_000, 50)
+            await receiver.wait_for(set(acked), 120)
+            assert len(acked) > before + 200
+            # No node was restarted for the server's restart or crash: they reconnected.
             assert [n["pid"] for n in cluster.nodes()] == pids
     finally:
         await server.stop()
