@@ -21,6 +21,7 @@ from typing import IO, Any
 import anyio
 
 from _pg import PgServer
+from mailbox_actors.cluster.slots import slot_dir
 from mailbox_actors.http.client import HttpPool, HttpTransportError
 from netns import Network
 
@@ -32,14 +33,16 @@ OBJECTS = "faults_actor:FaultList"  # importable: tests/support is on the machin
 Launch = Callable[["MachineCluster", str], tuple[str, list[str]]]
 
 
-def machine_mode(dsn: str, policy: str, *, ttl_s: float, renew_s: float) -> Launch:
+def machine_mode(dsn: str, policy: str, *, slots: int, ttl_s: float, renew_s: float) -> Launch:
     """``mailbox-actors machine`` on PostgreSQL (``dsn`` as the machines reach it), which holds
     the leases, the control data and every queue (CL-7). Under ``local`` each machine has its
     own volume directory; under ``shared`` one directory stands for the storage every machine
-    attaches."""
+    attaches. Each slot's directory exists before any machine starts, as a mounted volume does."""
 
     def launch(cluster: MachineCluster, machine: str) -> tuple[str, list[str]]:
         volumes = cluster.work / ("volumes" if policy == "shared" else f"volumes-{machine}")
+        for k in range(slots):
+            slot_dir(volumes, k).mkdir(mode=0o700, parents=True, exist_ok=True)
         return "machine", ["--postgres", dsn, "--machine", machine, "--volumes", str(volumes),
                            "--lease-ttl-s", str(ttl_s), "--lease-renew-s", str(renew_s)]
 
@@ -167,6 +170,12 @@ class MachineCluster:
 
     def join(self, a: str, b: str) -> None:
         self.net.join(a, b)
+
+    def cut_from_pg(self, machine: str) -> None:
+        self.net.cut_from_pg(machine)
+
+    def mend_pg(self, machine: str) -> None:
+        self.net.mend_pg(machine)
 
     def pg_stop(self) -> None:
         if self.pg is not None:

@@ -3,7 +3,8 @@
 A schedule holds every kind once, in an order and on machines its seed picks: SIGKILL (the
 machine is started again after the hold), SIGSTOP for twice the lease TTL then SIGCONT, a machine
 cut off (link down), two machines partitioned from each other with PostgreSQL reachable
-(blackhole routes), and a PostgreSQL restart. Each fault is held, healed, and followed by a quiet
+(blackhole routes), a PostgreSQL restart, and one machine cut off from PostgreSQL alone while
+clients still reach it (a blackhole route to the server). Each fault is held, healed, and followed by a quiet
 gap so the cluster settles before the next; the whole schedule is bounded by its own arithmetic,
 not by waiting for anything. The runner writes each fault's start and end into the history
 (``type: nemesis``), which the checker skips and a reader of a failed run needs.
@@ -21,7 +22,7 @@ import anyio
 
 __all__ = ["KINDS", "Fault", "Machines", "Nemesis", "schedule"]
 
-KINDS = ("sigkill", "sigstop", "cut", "partition", "pg_restart")
+KINDS = ("sigkill", "sigstop", "cut", "partition", "pg_restart", "pg_cut")
 # What each kind proves, for the history and the docstrings of the tests that run them.
 PROVES = {
     "sigkill": "CL-9 CL-13 CL-14 (a dead machine: a new epoch on restart; shared: taken over)",
@@ -29,6 +30,8 @@ PROVES = {
     "cut": "CL-10 CL-17 (a cut-off holder stops at its deadline; nobody serves twice)",
     "partition": "CL-12 (forwarding between two machines fails; PostgreSQL still decides)",
     "pg_restart": "CL-17 (holders serve to their deadline, no slot moves, service resumes)",
+    "pg_cut": "CL-10 CL-17 (a holder that lost PostgreSQL alone stops at its deadline while "
+              "clients still reach it; under shared another machine takes over)",
 }
 
 
@@ -81,6 +84,10 @@ class Machines(Protocol):
 
     def pg_start(self) -> None: ...
 
+    def cut_from_pg(self, machine: str) -> None: ...
+
+    def mend_pg(self, machine: str) -> None: ...
+
 
 class Nemesis:
     """Runs a schedule. ``observe`` (optional) returns what the cluster says of itself (its slot
@@ -119,6 +126,8 @@ class Nemesis:
                 t.partition(ms[0], ms[1])
             case "pg_restart":
                 t.pg_stop()
+            case "pg_cut":
+                t.cut_from_pg(ms[0])
         await self.sleep(fault.hold_s)  # the fault lasts this long in real time (leases run)
         match fault.kind:
             case "sigkill":
@@ -131,6 +140,8 @@ class Nemesis:
                 t.join(ms[0], ms[1])
             case "pg_restart":
                 t.pg_start()
+            case "pg_cut":
+                t.mend_pg(ms[0])
         self.record(type="nemesis", phase="end", fault=fault.kind, machines=list(ms))
         await self.sleep(fault.gap_s)
         await self._observed(fault, "after")

@@ -1,10 +1,11 @@
 """Machines as network namespaces for the multi-machine fault test (CL-16), made by the test itself.
 
-``Network`` puts a bridge in the root namespace (the test process, PostgreSQL and the webhook
-receiver listen on its address) and gives each machine a namespace joined to it by a veth pair,
-with its own address. Faults are network changes made with ``ip``: a machine cut off (its cable
-pulled: the bridge side of its veth down) and two machines partitioned from each other with
-everything else reachable (blackhole routes in both). Processes started in a namespace are the
+``Network`` puts a bridge in the root namespace (the test process and the webhook receiver
+listen on its first address, PostgreSQL on its second) and gives each machine a namespace joined
+to it by a veth pair, with its own address. Faults are network changes made with ``ip``: a machine
+cut off (its cable pulled: the bridge side of its veth down), two machines partitioned from each
+other with everything else reachable (blackhole routes in both), and a machine cut off from
+PostgreSQL alone (a blackhole route to the server's address). Processes started in a namespace are the
 test's children, killed by pid on ``remove``; nothing here kills by name. ``remove`` undoes every
 step it can even after a failure, and a new ``Network`` first removes what a test process that died
 (its pid in the names) left behind.
@@ -84,11 +85,13 @@ class Network:
         self.tag = f"{PREFIX}{os.getpid()}"
         self.bridge = f"{self.tag}br"
         self.subnet = self._free_subnet()
-        self.host = f"{self.subnet}.1"  # the bridge's address: PostgreSQL, receiver, clients
+        self.host = f"{self.subnet}.1"  # the bridge's address: clients, webhook receiver
+        self.pg_host = f"{self.subnet}.2"  # the bridge's second address: PostgreSQL alone
         self._procs: list[subprocess.Popen[Any]] = []
         self._made: list[str] = []
         self._cut: set[str] = set()
         self._parted: set[tuple[str, str]] = set()
+        self._pg_cut: set[str] = set()
 
     @staticmethod
     def _free_subnet() -> str:
@@ -113,6 +116,7 @@ class Network:
         _ip("link", "add", self.bridge, "type", "bridge")
         self._made.append(self.bridge)
         _ip("addr", "add", f"{self.host}/24", "dev", self.bridge)
+        _ip("addr", "add", f"{self.pg_host}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for i, m in enumerate(self.machines):
             ns, host_end, ns_end = self.namespace(m), self._veth(m), f"{self.tag}p{i}"
@@ -174,11 +178,23 @@ class Network:
         _ip("-n", self.namespace(b), "route", "del", "blackhole", f"{self.address(a)}/32")
         self._parted.discard((a, b))
 
+    def cut_from_pg(self, machine: str) -> None:
+        """The machine no longer reaches PostgreSQL (a blackhole route to its address); clients
+        and the other machines still reach it, and it them."""
+        _ip("-n", self.namespace(machine), "route", "add", "blackhole", f"{self.pg_host}/32")
+        self._pg_cut.add(machine)
+
+    def mend_pg(self, machine: str) -> None:
+        _ip("-n", self.namespace(machine), "route", "del", "blackhole", f"{self.pg_host}/32")
+        self._pg_cut.discard(machine)
+
     def heal(self) -> None:
         for m in list(self._cut):
             self.mend(m)
         for a, b in list(self._parted):
             self.join(a, b)
+        for m in list(self._pg_cut):
+            self.mend_pg(m)
 
     # ---- clean-up ------------------------------------------------------------------------------
 

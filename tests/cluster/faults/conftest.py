@@ -28,11 +28,12 @@ def network() -> Iterator[netns.Network]:
 
 @pytest.fixture
 def bridge_pg(network: netns.Network) -> Iterator[PgServer]:
-    """A real PostgreSQL server listening on loopback and on the bridge, trusted from the subnet."""
+    """A real PostgreSQL server listening on loopback and on the bridge's second address (its own,
+    so a machine can be cut off from it alone), trusted from the subnet."""
     bindir, why = find_binaries()
     if bindir is None:
         pytest.fail(why)  # the fault test needs the server; a machine without it is not set up
-    server = PgServer(bindir, listen=("127.0.0.1", network.host),
+    server = PgServer(bindir, listen=("127.0.0.1", network.pg_host),
                       trust_nets=(f"{network.subnet}.0/24",))
     try:
         server.start()

@@ -23,7 +23,7 @@ def test_a_schedule_holds_every_kind_once_in_a_seeded_order() -> None:
     assert len(set(part.machines)) == 2 and set(part.machines) <= set(MACHINES)
     assert next(f for f in a if f.kind == "sigstop").hold_s == 6
     assert next(f for f in a if f.kind == "pg_restart").machines == ()
-    assert length_s(a) == 5 * 12
+    assert length_s(a) == len(KINDS) * 12
     orders = {tuple(f.kind for f in schedule(s, MACHINES, ttl_s=3)) for s in range(10)}
     assert len(orders) > 1
 
@@ -56,6 +56,12 @@ class Recorder:
     def pg_start(self) -> None:
         self.calls.append(("pg_start",))
 
+    def cut_from_pg(self, machine: str) -> None:
+        self.calls.append(("cut_from_pg", machine))
+
+    def mend_pg(self, machine: str) -> None:
+        self.calls.append(("mend_pg", machine))
+
     async def sleep(self, seconds: float) -> None:
         self.calls.append(("sleep", seconds))
 
@@ -69,7 +75,7 @@ async def test_the_runner_makes_and_heals_each_fault_in_turn() -> None:
     faults = schedule(4, MACHINES, ttl_s=1)
     await Nemesis(target, lambda **e: history.append(e), sleep=target.sleep).run(faults)
     heals = {"sigkill": "start", "sigstop": "signal", "cut": "mend", "partition": "join",
-             "pg_restart": "pg_start"}
+             "pg_restart": "pg_start", "pg_cut": "mend_pg"}
     calls = iter(target.calls)
     for f in faults:
         made, held, healed, gap = next(calls), next(calls), next(calls), next(calls)

@@ -4,6 +4,7 @@ PostgreSQL restart is seen from every machine, and nothing is left behind."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -50,7 +51,8 @@ def test_machines_reach_postgresql_and_each_other_until_a_fault(network: netns.N
                                                                 bridge_pg: PgServer) -> None:
     """CL-16: each machine reaches PostgreSQL on the bridge from its own address; a cut machine
     (CL-17's outage as it sees it) reaches nothing until mended; a partition (blackhole routes)
-    parts two machines while both still reach PostgreSQL and the third machine."""
+    parts two machines while both still reach PostgreSQL and the third machine; a machine cut off
+    from PostgreSQL alone still reaches the other machines."""
     net = network
     listeners = {}
     for m in net.machines:
@@ -58,28 +60,37 @@ def test_machines_reach_postgresql_and_each_other_until_a_fault(network: netns.N
                       stdout=subprocess.PIPE)
         assert p.stdout is not None and p.stdout.readline() == b"listening\n"
         listeners[m] = p
-        got = net.run(m, [sys.executable, "-c", PG_QUERY, bridge_pg.dsn_at(net.host, "postgres")])
+        got = net.run(m, [sys.executable, "-c", PG_QUERY, bridge_pg.dsn_at(net.pg_host, "postgres")])
         assert got.stdout.strip() == net.address(m), got.stderr
     assert reach(net, "m1", net.address("m2"), PORT) == "ok"
 
     net.cut("m1")
-    assert reach(net, "m1", net.host, bridge_pg.port) != "ok"
+    assert reach(net, "m1", net.pg_host, bridge_pg.port) != "ok"
     assert reach(net, "m2", net.address("m1"), PORT) != "ok"
     assert reach(net, "m2", net.address("m3"), PORT) == "ok"
     net.mend("m1")
-    assert reach(net, "m1", net.host, bridge_pg.port, timeout_s=10) == "ok"
+    assert reach(net, "m1", net.pg_host, bridge_pg.port, timeout_s=10) == "ok"
 
     net.partition("m1", "m2")
     assert reach(net, "m1", net.address("m2"), PORT) != "ok"
     assert reach(net, "m2", net.address("m1"), PORT) != "ok"
     assert reach(net, "m1", net.address("m3"), PORT) == "ok"
     for m in ("m1", "m2"):
-        assert reach(net, m, net.host, bridge_pg.port) == "ok"
+        assert reach(net, m, net.pg_host, bridge_pg.port) == "ok"
     net.heal()
     assert reach(net, "m1", net.address("m2"), PORT, timeout_s=10) == "ok"
 
+    net.cut_from_pg("m2")  # PostgreSQL alone: the machines and the clients' address still reached
+    assert reach(net, "m2", net.pg_host, bridge_pg.port) != "ok"
+    assert reach(net, "m2", net.address("m3"), PORT) == "ok"
+    with socket.create_server((net.host, 0)) as clients:  # where the test's clients are
+        assert reach(net, "m2", net.host, clients.getsockname()[1]) == "ok"
+    assert reach(net, "m3", net.pg_host, bridge_pg.port) == "ok"
+    net.heal()
+    assert reach(net, "m2", net.pg_host, bridge_pg.port, timeout_s=10) == "ok"
+
     bridge_pg.restart()  # by pid: the same data, the same port, the bridge address again
-    got = net.run("m3", [sys.executable, "-c", PG_QUERY, bridge_pg.dsn_at(net.host, "postgres")])
+    got = net.run("m3", [sys.executable, "-c", PG_QUERY, bridge_pg.dsn_at(net.pg_host, "postgres")])
     assert got.stdout.strip() == net.address("m3"), got.stderr
 
 
