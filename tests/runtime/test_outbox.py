@@ -406,6 +406,12 @@ class SlowControlPlane:
             await anyio.lowlevel.checkpoint()
         self.log.append(("sent", [b["event"]["id"] for b in bodies]))
 
+    # Two separate stores (the SQLite files' way): the sink writes the index, then the queue.
+    store = None
+
+    def shares_transactions_with(self, store: object) -> bool:
+        return False
+
 
 @pytest.mark.anyio
 async def test_every_event_is_indexed_before_it_is_queued() -> None:
