@@ -151,13 +151,6 @@ def run(a: argparse.Namespace, data: Path) -> int:
             return 1
         print(f"run: cluster is up. Try:  .venv/bin/mailbox-actors status --data {a.data}",
               flush=True)
-        if os.environ.get("MAILBOX_ACTORS_POSTGRES"):
-            print("run: the web console reads DATA/control.sqlite: not started on PostgreSQL",
-                  flush=True)
-            host = subprocess.Popen([sys.executable, str(HERE / "host_service.py"), "--data",
-                                     str(data), "--seconds", str(a.seconds)])
-            host.wait()
-            return host.returncode
         console = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "console", "--data",
                                     str(data), "--dev", "--port", str(a.console_port)],
                                    stdout=subprocess.PIPE, text=True)
