@@ -78,8 +78,9 @@ class AlarmIndex:
 
     def checkpoint(self) -> None:
         """What is committed is in the file itself, synced (a log synced only at checkpoints,
-        ``synchronous=NORMAL``, could lose its last commits to a power cut)."""
-        self._conn.execute("PRAGMA wal_checkpoint(FULL)")
+        ``synchronous=NORMAL``, could lose its last commits to a power cut); the log emptied, as
+        a fresh index's is."""
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM alarms").fetchone()[0])
