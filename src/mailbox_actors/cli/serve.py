@@ -134,12 +134,13 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                 raise SettingsError(f"cannot listen for SMTP on {cfg.host}:"
                                     f"{cfg.smtp_listen_port}: {e.strerror or e}") from None
             print(f"{cfg.node_name}: SMTP door on {cfg.host}:{smtp_port}", flush=True)
+        # Where it listens, for every command given --data (on any port, not only the default):
+        # recorded before it says so, so whoever reads that line finds the file.
+        write_node_file(data, cfg.node_name, url_for(cfg.host, port))
         print(f"{cfg.node_name}: listening on http://{cfg.host}:{port} (pid {os.getpid()})\n"
               f"{cfg.node_name}: data in {data}\n"
               f"{cfg.node_name}: cluster token in {tokens.cluster_file or '(given)'}, "
               f"operator token in {tokens.operator_file or '(given)'}", flush=True)
-        # Where it listens, for every command given --data (on any port, not only the default).
-        write_node_file(data, cfg.node_name, url_for(cfg.host, port))
         try:
             async with anyio.create_task_group() as tg:
                 async def stop_on_failure() -> None:

@@ -48,12 +48,13 @@ from mailbox_actors.wire.inspection import (
 if TYPE_CHECKING:
     from mailbox_actors.node.node import Node
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Inspector", "check_limit"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "OVERDUE_AFTER_MS", "Inspector", "check_limit"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 _NAMES_KEPT = 10_000
 _ALARM_COUNTS_S = 1.0  # the overview's alarm counts are at most this old
+OVERDUE_AFTER_MS = 1_000  # an alarm is overdue once it is this late (one armed for now is not)
 _METAS_KEPT = 50_000  # listed actors' meta remembered (two short strings each)
 _ID_FILE = re.compile(r"[0-9a-f]{64}\.sqlite")
 _SHARD = re.compile(r"[0-9a-f]{2}")
@@ -136,7 +137,7 @@ class Inspector:
         overdue: Counter[str] = Counter()
         for (ns, _), e in self._book.entries.items():  # on the loop: nothing changes it meanwhile
             pending[ns] += 1
-            if e.at <= at_ms:
+            if e.at <= at_ms - OVERDUE_AFTER_MS:  # late, not merely due this instant
                 overdue[ns] += 1
         self._alarms_counted = (now, pending, overdue)
         return pending, overdue
@@ -319,32 +320,26 @@ class Inspector:
         return await anyio.to_thread.run_sync(rows_page, self.cursors, path, namespace, table,
                                               scope, position, n, content)
 
+    def _single(self, kind: str, namespace: str, object_id: str, cursor: str | None,
+                limit: int | None, of: type) -> tuple[Path, int, str, Any]:
+        """(file, page size, scope, position) of a listing whose position is one ``of`` value."""
+        path, n, scope = self.path_of(namespace, object_id), check_limit(limit), \
+            f"{namespace}/{object_id}"
+        position = self.cursors.read(cursor, kind, scope)
+        if position is not None and (len(position) != 1 or not isinstance(position[0], of)):
+            raise InvalidRequest("cursor position is malformed", details={"field": "cursor"})
+        return path, n, scope, None if position is None else position[0]
+
     async def kv(self, namespace: str, object_id: str, *, cursor: str | None = None,
                  limit: int | None = None, content: bool = False) -> KvPage:
         """A page of the actor's KV (RT-15) in key order, values decoded."""
-        path = self.path_of(namespace, object_id)
-        n = check_limit(limit)
-        scope = f"{namespace}/{object_id}"
-        position = self.cursors.read(cursor, "kv", scope)
-        after = None
-        if position is not None:
-            if len(position) != 1 or not isinstance(position[0], str):
-                raise InvalidRequest("cursor position is malformed", details={"field": "cursor"})
-            after = position[0]
+        path, n, scope, after = self._single("kv", namespace, object_id, cursor, limit, str)
         return await anyio.to_thread.run_sync(kv_page, self.cursors, path, namespace, scope, after,
                                               n, content)
 
     async def outbox(self, namespace: str, object_id: str, *, cursor: str | None = None,
                      limit: int | None = None) -> OutboxPage:
         """The actor's outbox newest first: pending events, then dispatched ones."""
-        path = self.path_of(namespace, object_id)
-        n = check_limit(limit)
-        scope = f"{namespace}/{object_id}"
-        position = self.cursors.read(cursor, "outbox", scope)
-        before = None
-        if position is not None:
-            if len(position) != 1 or not isinstance(position[0], int):
-                raise InvalidRequest("cursor position is malformed", details={"field": "cursor"})
-            before = position[0]
+        path, n, scope, before = self._single("outbox", namespace, object_id, cursor, limit, int)
         return await anyio.to_thread.run_sync(outbox_page, self.cursors, path, namespace, scope,
                                               before, n)

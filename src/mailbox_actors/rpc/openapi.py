@@ -196,22 +196,12 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
 
 def _inspection_paths(components: dict[str, Any]) -> dict[str, Any]:
     """UI-1's endpoints (``node.inspection_http``); their reply types join ``components``."""
-    from mailbox_actors.wire.inspection import (
-        ActorDetail,
-        ActorsPage,
-        DeadLettersPage,
-        EventsPage,
-        KvPage,
-        NamespacesView,
-        OutboxPage,
-        Redrive,
-        RedriveReply,
-        RowsPage,
-    )
+    from mailbox_actors.wire import inspection as wi
     from mailbox_actors.wire.sources import AttachmentContent, RawSource
 
-    types = [NamespacesView, ActorsPage, ActorDetail, RowsPage, KvPage, OutboxPage,
-             DeadLettersPage, Redrive, RedriveReply, EventsPage, RawSource, AttachmentContent]
+    types = [wi.NamespacesView, wi.ActorsPage, wi.ActorDetail, wi.RowsPage, wi.KvPage,
+             wi.OutboxPage, wi.DeadLettersPage, wi.Redrive, wi.RedriveReply, wi.EventsPage,
+             RawSource, AttachmentContent]
     schemas, more = msgspec.json.schema_components(types, ref_template=_REF)
     components.update(more)
     ns = {"name": "namespace", "in": "path", "required": True,
