@@ -37,12 +37,23 @@ def clock() -> FakeClock:
 
 
 @asynccontextmanager
-async def two_processes(tmp_path: Path, clock: FakeClock
+async def two_processes(tmp_path: Path, clock: FakeClock, pg_dsn: str | None
                         ) -> AsyncIterator[tuple[QueueService, QueueService]]:
-    """Two services on one file, as two node processes would open it (own seeds: distinct ids)."""
-    path = tmp_path / "queues.sqlite"
-    async with QueueService(path, clock=clock, ids=Ids(clock, SeededRng(1))) as a, \
-            QueueService(path, clock=clock, ids=Ids(clock, SeededRng(2))) as b:
+    """Two services on one file, as two node processes would open it (own seeds: distinct ids);
+    or on one PostgreSQL database through two pools (``backend``: every test here runs on both,
+    CL-7: the hand-off and the acks behind stay within a process on either)."""
+    if pg_dsn is None:
+        path = tmp_path / "queues.sqlite"
+        a = QueueService(path, clock=clock, ids=Ids(clock, SeededRng(1)))
+        b = QueueService(path, clock=clock, ids=Ids(clock, SeededRng(2)))
+    else:
+        from mailbox_actors.platform.postgres.database import PgDatabase
+        from mailbox_actors.platform.queues.postgres import queues_on
+        a = queues_on(PgDatabase(pg_dsn, retry_for_s=10), clock=clock,
+                      ids=Ids(clock, SeededRng(1)))
+        b = queues_on(PgDatabase(pg_dsn, retry_for_s=10), clock=clock,
+                      ids=Ids(clock, SeededRng(2)))
+    async with a, b:
         yield a, b
 
 
@@ -94,8 +105,8 @@ async def receive_all(queues: QueueService) -> list[Message]:
 
 
 @pytest.mark.anyio
-async def test_sent_while_running_is_delivered_once_and_acked(tmp_path: Path, clock: FakeClock
-                                                              ) -> None:
+async def test_sent_while_running_is_delivered_once_and_acked(
+        tmp_path: Path, clock: FakeClock, pg_dsn: str | None) -> None:
     """Q-1: a message sent while a consumer runs is handled once, as a first delivery, and once the
     consumer is stopped the queue is empty (its ack, written behind, was written)."""
     seen: list[tuple[int, int]] = []
@@ -105,7 +116,7 @@ async def test_sent_while_running_is_delivered_once_and_acked(tmp_path: Path, cl
         seen.append((msg.body["n"], msg.attempts))
         got.set()
 
-    async with two_processes(tmp_path, clock) as (a, b):
+    async with two_processes(tmp_path, clock, pg_dsn) as (a, b):
         async with running(a, handler) as consumer:
             await a.send("jobs", job(7))
             await wait(got)
@@ -115,12 +126,12 @@ async def test_sent_while_running_is_delivered_once_and_acked(tmp_path: Path, cl
 
 @pytest.mark.anyio
 async def test_held_messages_reach_another_process_only_after_their_lease(
-        tmp_path: Path, clock: FakeClock) -> None:
+        tmp_path: Path, clock: FakeClock, pg_dsn: str | None) -> None:
     """Q-1: messages handed to a running consumer are leased in the file: another process claims
     none of them while it lives, and if it dies holding them (never releasing) they are delivered
     there after the visibility timeout, counting the lost delivery."""
     blocker = Blocker()
-    async with two_processes(tmp_path, clock) as (a, b):
+    async with two_processes(tmp_path, clock, pg_dsn) as (a, b):
         async with running(a, blocker):
             await hold(a, blocker)
             await a.send_batch("jobs", [job(n) for n in range(1, 6)])
@@ -140,12 +151,12 @@ async def test_held_messages_reach_another_process_only_after_their_lease(
 
 
 @pytest.mark.anyio
-async def test_stopping_the_consumer_releases_what_it_held(tmp_path: Path, clock: FakeClock
-                                                            ) -> None:
+async def test_stopping_the_consumer_releases_what_it_held(
+        tmp_path: Path, clock: FakeClock, pg_dsn: str | None) -> None:
     """Q-1: a consumer stopped with messages still held gives them back at once, as if never
     delivered; the one it was handling stays leased until its visibility timeout."""
     blocker = Blocker()
-    async with two_processes(tmp_path, clock) as (a, b):
+    async with two_processes(tmp_path, clock, pg_dsn) as (a, b):
         async with running(a, blocker):
             await hold(a, blocker)
             await a.send_batch("jobs", [job(n) for n in range(1, 6)])
@@ -159,12 +170,12 @@ async def test_stopping_the_consumer_releases_what_it_held(tmp_path: Path, clock
 
 
 @pytest.mark.anyio
-async def test_a_send_past_the_room_is_visible_to_every_process(tmp_path: Path, clock: FakeClock
-                                                               ) -> None:
+async def test_a_send_past_the_room_is_visible_to_every_process(
+        tmp_path: Path, clock: FakeClock, pg_dsn: str | None) -> None:
     """Q-1: a running consumer is handed at most its room; the rest of a send is inserted visible,
     so another process takes it at once."""
     blocker = Blocker()
-    async with two_processes(tmp_path, clock) as (a, b):
+    async with two_processes(tmp_path, clock, pg_dsn) as (a, b):
         async with running(a, blocker):
             await hold(a, blocker)
             sent = await a.send_batch("jobs", [job(n) for n in range(1, 601)])
@@ -177,8 +188,8 @@ async def test_a_send_past_the_room_is_visible_to_every_process(tmp_path: Path, 
 
 
 @pytest.mark.anyio
-async def test_a_message_held_past_half_its_lease_is_given_back(tmp_path: Path, clock: FakeClock
-                                                                ) -> None:
+async def test_a_message_held_past_half_its_lease_is_given_back(
+        tmp_path: Path, clock: FakeClock, pg_dsn: str | None) -> None:
     """Q-1: held messages whose lease is half gone are not handled under it: they go back to the
     queue as never delivered (another process claims them at once), and the one this consumer
     handles next is claimed afresh, so it is not redelivered when the old lease ends."""
@@ -191,7 +202,7 @@ async def test_a_message_held_past_half_its_lease_is_given_back(tmp_path: Path, 
             second.set()
             await anyio.sleep_forever()  # still working when the old lease would have lapsed
 
-    async with two_processes(tmp_path, clock) as (a, b):
+    async with two_processes(tmp_path, clock, pg_dsn) as (a, b):
         async with running(a, handler, max_batch_size=1):
             await hold(a, blocker)
             await a.send_batch("jobs", [job(n) for n in range(1, 6)])
@@ -208,7 +219,8 @@ async def test_a_message_held_past_half_its_lease_is_given_back(tmp_path: Path, 
 
 
 @pytest.mark.anyio
-async def test_acks_written_behind_survive_cancellation(tmp_path: Path, clock: FakeClock) -> None:
+async def test_acks_written_behind_survive_cancellation(
+        tmp_path: Path, clock: FakeClock, pg_dsn: str | None) -> None:
     """Q-1: every message a running consumer handled is acked even when it is stopped right after
     the last handler returns: none is delivered again."""
     total = 400
@@ -220,7 +232,7 @@ async def test_acks_written_behind_survive_cancellation(tmp_path: Path, clock: F
         if len(handled) == total:
             done.set()
 
-    async with two_processes(tmp_path, clock) as (a, b):
+    async with two_processes(tmp_path, clock, pg_dsn) as (a, b):
         async with running(a, handler, max_batch_size=100):
             for start in range(0, total, 100):
                 await a.send_batch("jobs", [job(n) for n in range(start, start + 100)])
@@ -232,7 +244,8 @@ async def test_acks_written_behind_survive_cancellation(tmp_path: Path, clock: F
 
 
 @pytest.mark.anyio
-async def test_a_raising_handler_gets_the_message_again(tmp_path: Path, clock: FakeClock) -> None:
+async def test_a_raising_handler_gets_the_message_again(
+        tmp_path: Path, clock: FakeClock, pg_dsn: str | None) -> None:
     """Q-2: under run(), a handed-over message whose handler raises is retried, not acked: it is
     delivered again with its attempts counted, and acked once a delivery succeeds."""
     seen: list[int] = []
@@ -244,7 +257,7 @@ async def test_a_raising_handler_gets_the_message_again(tmp_path: Path, clock: F
             raise ValueError("first try fails")
         done.set()
 
-    async with two_processes(tmp_path, clock) as (a, b):
+    async with two_processes(tmp_path, clock, pg_dsn) as (a, b):
         async with running(a, handler):
             await a.send("jobs", job(1))
             await wait(done)
@@ -253,11 +266,11 @@ async def test_a_raising_handler_gets_the_message_again(tmp_path: Path, clock: F
 
 
 @pytest.mark.anyio
-async def test_taken_batch_is_released_on_stop(tmp_path: Path, clock: FakeClock) -> None:
+async def test_taken_batch_is_released_on_stop(tmp_path: Path, clock: FakeClock, pg_dsn: str | None) -> None:
     """Q-1: messages handed over in one send and taken as one batch, unhandled when the consumer is
     stopped, are given back at once like the rest of what it held."""
     blocker = Blocker()
-    async with two_processes(tmp_path, clock) as (a, b):
+    async with two_processes(tmp_path, clock, pg_dsn) as (a, b):
         async with running(a, blocker):
             await a.send_batch("jobs", [job(n) for n in range(6)])
             await wait(blocker.holding)
@@ -293,11 +306,11 @@ async def send_until(queues: QueueService, seen: anyio.Event) -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("consumers", [1, 4])
 async def test_another_process_message_is_read_while_hand_offs_keep_coming(
-        tmp_path: Path, clock: FakeClock, consumers: int) -> None:
+        tmp_path: Path, clock: FakeClock, pg_dsn: str | None, consumers: int) -> None:
     """Q-1: a message another process sent is claimed within a poll interval even while this
     process's own sends wake its consumers without end (a wake must not put off the file read)."""
     watch = Watch(1)
-    async with two_processes(tmp_path, clock) as (a, b):
+    async with two_processes(tmp_path, clock, pg_dsn) as (a, b):
         cs = [Consumer(a, "jobs", watch, max_batch_timeout_s=0, poll_interval_s=0.02,
                        visibility_ms=LEASE_MS) for _ in range(consumers)]
         async with anyio.create_task_group() as tg:
@@ -315,7 +328,7 @@ async def test_own_delayed_send_is_handled_while_hand_offs_keep_coming(tmp_path:
     consumer: it is handled, its due time not forgotten."""
     watch = Watch(1)
     clock = SystemClock()
-    async with two_processes(tmp_path, clock) as (a, _):  # type: ignore[arg-type]
+    async with two_processes(tmp_path, clock, None) as (a, _):  # type: ignore[arg-type]
         async with running(a, watch, poll_interval_s=0.02):
             await a.send("jobs", job(1), delay_seconds=0.05)
             await send_until(a, watch.seen)
@@ -325,8 +338,9 @@ async def test_own_delayed_send_is_handled_while_hand_offs_keep_coming(tmp_path:
 async def test_a_send_racing_the_last_consumer_stopping_is_given_back(
         tmp_path: Path, clock: FakeClock) -> None:
     """Q-1: a send that chose the hand-off, then waited for the file while the last consumer
-    stopped, makes its message visible to every process instead of leaving it leased to nobody."""
-    async with two_processes(tmp_path, clock) as (a, b):
+    stopped, makes its message visible to every process instead of leaving it leased to nobody.
+    (The SQLite file only: another process's lock on it makes the wait.)"""
+    async with two_processes(tmp_path, clock, None) as (a, b):
         other = sqlite3.connect(tmp_path / "queues.sqlite", isolation_level=None)
         sent = anyio.Event()
 
