@@ -197,3 +197,23 @@ async def test_a_mailbox_is_inspected_whole_but_a_virtual_table_has_no_rows_page
         with pytest.raises(MailboxActorsError) as e:
             await rt.inspect.rows("identity_mailbox", m, "message_search")
         assert e.value.code == "invalid_request" and "messages" in e.value.details["tables"]
+
+
+async def test_actors_carry_the_names_the_control_database_knows() -> None:
+    """UI-1: an IdentityMailbox is listed with its identity's name, a TenantQuota with its
+    tenant's; an actor the control database does not know has no name."""
+    from mailbox_actors.node.control_ops import create_identity
+
+    async with TestRuntime(objects=afs.ALL_OBJECTS, control=True) as rt:
+        db = rt.node.control_db
+        assert db is not None
+        tenant = await db.create_tenant("acme")
+        bob = await create_identity(db, rt.node, tenant.id, "bob")
+        await afs.new_scratch(rt, "a")
+        mailboxes = (await rt.inspect.list_actors("identity_mailbox")).actors
+        assert [(a.id, a.name, a.tenant) for a in mailboxes] == [
+            (bob.mailbox_id, "bob", tenant.id)]
+        quotas = (await rt.inspect.list_actors("tenant_quota")).actors
+        assert [q.name for q in quotas] == ["acme"]
+        assert (await rt.inspect.show_actor("identity_mailbox", bob.mailbox_id)).name == "bob"
+        assert [s.name for s in (await rt.inspect.list_actors("scratch")).actors] == [None]
