@@ -9,13 +9,15 @@ is dead until an operator retries it (``post_dead_letters``, ``post_retry`` on t
 from __future__ import annotations
 
 from mailbox_actors.post.routes import Route, Routes
-from mailbox_actors.wire.notifier import DomainStateChanged, NotifierAddress
+from mailbox_actors.wire.notifier import DomainStateChanged, NotifierAddress, StateKind
 
 __all__ = ["NOTIFIER_NAMESPACE", "NOTIFY", "NOTIFY_KINDS", "NOTIFY_ROUTES"]
 
 NOTIFIER_NAMESPACE = "notifier"
-# The state events a Notifier hears of.
-NOTIFY_KINDS = frozenset({"domain.failing", "domain.failed", "domain.recovered"})
+# The state events a Notifier hears of, by their event type.
+NOTIFY_KINDS: dict[str, StateKind] = {"domain.failing": "domain.failing",
+                                      "domain.failed": "domain.failed",
+                                      "domain.recovered": "domain.recovered"}
 
 
 def _name(a: NotifierAddress) -> str:

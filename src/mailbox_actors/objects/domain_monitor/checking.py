@@ -158,11 +158,11 @@ def _apply(ctx: ActorContext, tx: SqlStorage, post: Post, results: list[RecordCh
     tx.exec("DELETE FROM checks WHERE id <= (SELECT max(id) FROM checks) - ?", LAST_CHECKS)
     if t.event is not None:
         event = ctx.emit(tx, t.event, {"state": t.state.value, "previous_state": before.value})
-        if t.event in NOTIFY_KINDS:  # OBJ-4: to the tenant's Notifier, with this change
+        kind = NOTIFY_KINDS.get(t.event)
+        if kind is not None:  # OBJ-4: to the tenant's Notifier, with this change
             post.send(tx, NOTIFY, NotifierAddress(ctx.owner_tenant or ""),
-                            DomainStateChanged(domain=name, kind=t.event,  # type: ignore[arg-type]
-                                               state=t.state.value,
-                                               at_ms=now), f"domain:{event.id}")
+                      DomainStateChanged(domain=name, kind=kind, state=t.state.value, at_ms=now),
+                      f"domain:{event.id}")
     if t.next_check_ms is None:
         ctx.cancel("check")
     else:
