@@ -53,8 +53,9 @@ from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["FENCE_OFF_ENV", "Machine", "MachineSettings", "SlotHost"]
 
-# Test-only: "1" turns the fence off (no epoch in the files, no lease deadline, no volume lock)
-# so a fault test can show that without it the history breaks. Never set it in production.
+# Test-only: "1" turns the fence off (no epoch in the files, no lease deadline, no volume lock,
+# and a lost lease is not stepped down from) so a fault test can show that without it the history
+# breaks. Never set it in production.
 FENCE_OFF_ENV = "MAILBOX_ACTORS_TEST_FENCE_OFF"
 _ENC = msgspec.json.Encoder()
 
@@ -244,6 +245,8 @@ class Machine:
                 # its own expired leases at their epochs; take none of theirs for one TTL.
                 self._outage = False
                 self._settle_at = self.keeper.monotonic() + self.settings.ttl_s
+        if not self.settings.fence:
+            lost = set()  # test-only: a machine without the fence never steps down either
         for slot in lost:
             host = self.hosts.get(slot)
             if host is not None:
