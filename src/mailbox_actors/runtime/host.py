@@ -4,13 +4,14 @@ It owns the table of live activations (bounded, least recently used evicted firs
 request or alarm run through the actor's queue bound and input gate, enters the request's scope,
 applies owner and deadline checks, and holds the output gate (implicit writes commit before a reply
 leaves). It never parses the wire format (that is the router's job) and never decides when alarms
-fire (that is the scheduler's); a wake's opening and admission are ``alarm_host``', its run ``alarm_runs``'.
+fire (that is the scheduler's); it opens and admits an alarm's wake (below), whose run is ``alarm_runs``'.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,6 +21,7 @@ import anyio
 import anyio.to_thread
 import structlog
 
+from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
 from mailbox_actors.core.actor_ids import id_from_name
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
@@ -31,9 +33,9 @@ from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteF
 from mailbox_actors.platform.storage.fence import StaleEpoch
 from mailbox_actors.platform.storage.hooks import AlarmSink
 from mailbox_actors.platform.storage.opening import OpenedAhead
-from mailbox_actors.runtime.activation import Activation, Key, Opener
+from mailbox_actors.runtime import alarm_runs
+from mailbox_actors.runtime.activation import META_KEYS, Activation, Key, Opener
 from mailbox_actors.runtime.actor import Actor, Call
-from mailbox_actors.runtime.alarm_host import AlarmHost
 from mailbox_actors.runtime.context import ActorEnv, CallActor
 from mailbox_actors.runtime.eviction import bound_victims, idle_victims
 from mailbox_actors.runtime.file_threads import FileThreads
@@ -62,7 +64,7 @@ class AlarmSinks(Protocol):
     def sink(self, key: Key) -> AlarmSink: ...
 
 
-class ActorHost(AlarmHost):
+class ActorHost:
     """Live activations of one node, and the only way a request or alarm reaches an actor (alarm
     runs through ``AlarmHost``: the scheduler's runner)."""
 
@@ -333,6 +335,101 @@ class ActorHost(AlarmHost):
         self._files.stop()  # what is queued still runs; from now on files close here
         self._evict_all(list(self._active.values()), trim=True)
         await anyio.to_thread.run_sync(self._files.join, 10.0)
+
+    # ---- alarms: the host's side of the scheduler's ``AlarmRunner`` (AL-3, AL-4, RT-9) ----------
+    # Which actor a wake is for, opening it if it was evicted, admitting the run; the run itself
+    # is ``alarm_runs``'. An alarm on an evicted actor spends most of its time opening the file:
+    # SQLite opens the database and its log, rebuilds the ``-shm`` index from the log and reads
+    # the schema. That part runs in a worker thread (``opening.connect_ahead``; SQLite releases
+    # the GIL), so the loop serves other alarms and requests meanwhile and the waits of several
+    # opens overlap; the open is finished on the loop (``activate``). Nothing is written in the
+    # thread, so a crash there loses nothing.
+
+    async def fire_alarm(self, key: Key, retry_count: int,
+                         force: bool = False) -> AlarmResult:
+        """Run an actor's alarm handler if its stored alarm is due, or at once when ``force``
+        (AL-3, AL-4)."""
+        cls = self._classes.get(key[0])
+        if cls is None:
+            return AlarmResult(AlarmOutcome.UNKNOWN, None)
+        if self.stopping:
+            return AlarmResult(AlarmOutcome.BUSY, None)
+        act = self._active.get(key)
+        if act is None:  # evicted: open it, ahead in a thread while that pays
+            files = self._files
+            opened = (await self._open_ahead(cls, key) if files.enabled and files.ahead_pays()
+                      else self._open_on_loop(cls, key))
+            if isinstance(opened, AlarmResult):
+                return opened
+            act = opened
+        now = self.clock.now_ms()
+        stored = act.runtime_storage.stored_alarm()
+        skip = alarm_runs.not_runnable(act, stored, force, now)
+        if skip is not None:
+            return skip
+        assert stored is not None, "not_runnable let through a wake without an alarm"
+        act.alarm_running = True
+        act.pending += 1  # an alarm run is never refused by the queue bound
+        self._inflight += 1
+        try:
+            return await alarm_runs.run(act, retry_count, stored,
+                                        RequestScope(self.ids.new_id("req"), None),
+                                        clock=self.clock, event_sink=self.event_sink, log=self.log,
+                                        watch=self.watch)
+        finally:
+            act.alarm_running = False
+            self._release(act)
+
+    def abandon_alarm(self, key: Key, fired_ms: int | None) -> int | None:
+        """After the last retry: clear the alarm, or re-arm it for purposes still pending.
+        Returns the alarm stored after it."""
+        cls = self._classes.get(key[0])
+        if cls is None:
+            return None
+        act = self.activate(cls, key[1], create=False)
+        return None if act is None else alarm_runs.abandon(act, fired_ms, self.clock.now_ms())
+
+    def _open_on_loop(self, cls: type[Actor[Any]], key: Key) -> Activation | AlarmResult:
+        """Activate an evicted actor for its alarm on the loop, or the outcome that ends the wake:
+        GONE (no such actor), UNAVAILABLE (its file cannot be opened now)."""
+        files = self._files
+        # Does the disk make an open on the loop wait? (Timed while the threads are idle.)
+        timed = (time.perf_counter(), time.thread_time()) if files.enabled and files.idle else None
+        try:
+            return self._activated(cls, key, None, None)
+        finally:
+            if timed is not None:
+                files.opened_on_loop(time.perf_counter() - timed[0], time.thread_time() - timed[1])
+
+
+    async def _open_ahead(self, cls: type[Actor[Any]], key: Key) -> Activation | AlarmResult:
+        """``_open_on_loop`` with the file's connection made ahead in a worker thread; BUSY when
+        the node stops meanwhile."""
+        path = self.path_for(*key)  # once: activate() is given it
+        self._opening[key] = True
+        try:
+            ahead = await self._files.open(path, self.settings.durability, self.settings.limits,
+                                           META_KEYS)
+        finally:
+            fresh = self._opening.pop(key, False)
+        # No await from here to activate(): the connection is the activation's, or closed.
+        if ahead is not None and (self.stopping or not fresh):
+            # Opened or closed on the loop meanwhile (a request, an eviction, a delete_all): the
+            # file under this connection may be one since removed, so it goes unused.
+            ahead.conn.close()
+            ahead = None
+        if self.stopping:
+            return AlarmResult(AlarmOutcome.BUSY, None)
+        return self._activated(cls, key, ahead, path)
+
+
+    def _activated(self, cls: type[Actor[Any]], key: Key, ahead: OpenedAhead | None,
+                       path: Path | None) -> Activation | AlarmResult:
+        try:
+            act = self.activate(cls, key[1], create=False, ahead=ahead, path=path)
+        except MailboxActorsError:
+            return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
+        return AlarmResult(AlarmOutcome.GONE, None) if act is None else act
 
     def scan_alarms(self, progress: Callable[[int], None] | None = None,
                     stop: threading.Event | None = None) -> dict[Key, int]:
