@@ -22,6 +22,11 @@ import pytest
 from _pg import PgServer, find_binaries, new_database
 from cluster_proc import Cluster
 from mailbox_actors.http.server import RpcHttpServer
+from mailbox_actors.platform.clock import SystemClock
+from mailbox_actors.platform.control.postgres import control_on
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.postgres.database import PgDatabase
+from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.rpc import Client, RpcError
 from mailbox_actors.testing.ports import free_port
 
@@ -79,6 +84,18 @@ def _kill_and_start(pg: PgServer) -> None:
                 raise
             pg.proc = None
             time.sleep(0.2)  # the old backends' exit, another process's: nothing to wait on
+
+
+def test_a_cluster_given_a_dsn_that_does_not_connect_stops_with_2(tmp_path: Path) -> None:
+    """CL-7: the nodes refuse to start, and the supervisor stops instead of restarting them."""
+    dsn = f"host=127.0.0.1 port={free_port()} user=postgres password=pw-not-shown dbname=x"
+    cluster = Cluster(tmp_path / "cluster", 2, env={"MAILBOX_ACTORS_POSTGRES": dsn})
+    try:
+        status, out = cluster.exit_output(120)
+    finally:
+        cluster.stop()
+    assert status == 2, out
+    assert "setting 'postgres'" in out and "pw-not-shown" not in out
 
 
 class Receiver:
@@ -185,6 +202,15 @@ async def test_webhook_traffic_survives_a_node_sigkill_and_a_postgres_restart(
             assert len(acked) > before + 200
             # No node was restarted for the server's restart or crash: they reconnected.
             assert [n["pid"] for n in cluster.nodes()] == pids
+        # And every acknowledged event is in the event index (CL-14: indexed with its message).
+        indexed: set[str] = set()
+        db = control_on(PgDatabase(dsn), clock=SystemClock(), ids=Ids(SystemClock(), SystemRng()))
+        async with db:
+            after = None
+            while page := await db.events(tenant["id"], after_event_id=after, limit=1000):
+                indexed |= {e.event_id for e in page}
+                after = page[-1].event_id
+        assert acked <= indexed
     finally:
         await server.stop()
         await anyio.to_thread.run_sync(cluster.stop)
