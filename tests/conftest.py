@@ -28,3 +28,21 @@ def _fresh_test_actors() -> Iterator[None]:
     actors_for_tests.reset_state()
     yield
     actors_for_tests.reset_state()
+
+
+# The slowest folders, run last in this order (real browsers, namespaced machines).
+_LAST = ("tests/cluster/", "tests/console/", "tests/cluster/faults/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Cheap tests first: a failure shows in the first minutes, not after the fault tests. A
+    module is moved whole (its module-scoped fixtures set up once): modules with no slow test
+    first, then those with one, then the browser and the namespaced-machines folders."""
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::", 1)[0]
+        last = max((i + 1 for i, folder in enumerate(_LAST) if path.startswith(folder)), default=0)
+        return (last, 1 if path in slow_modules else 0)
+
+    slow_modules = {item.nodeid.split("::", 1)[0] for item in items
+                    if item.get_closest_marker("slow") is not None}
+    items.sort(key=rank)  # stable: the order inside a module, and among equals, is kept
