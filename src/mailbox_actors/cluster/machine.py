@@ -162,6 +162,7 @@ class Machine:
         self.pool = HttpPool()
         self._tg: anyio.abc.TaskGroup | None = None
         self.takeovers = 0
+        self._slot_actors = base.max_active_actors  # per slot node, set at start
         self._settle_at = 0.0  # takeovers of other machines' slots wait until then
         self._outage = False  # the last renewal failed
         self._alive_since: dict[str, float] = {}  # machine -> when this one saw it alive
@@ -181,6 +182,14 @@ class Machine:
                                 "once with 'mailbox-actors slots create'")
         check_cluster(row, self.settings.slots, secret_fingerprint(self.base.id_secret))
         self.slot_count, self.policy = row.slots, row.slot_failover
+        # The machine's ceiling of open actors (and with it its descriptors, OPS-4) shared by
+        # the slots it usually holds: each slot node gets its part, not the whole.
+        try:
+            machines = len(await self.table.machines()) or 1
+        except TableUnreachable as e:
+            raise SettingsError(f"setting 'postgres': cannot reach PostgreSQL ({e})") from None
+        usual = -(-self.slot_count // machines)
+        self._slot_actors = max(64, self.base.max_active_actors // usual)
         await self.table.register(self.settings.name, self.settings.url, self.instance,
                                   self.settings.ttl_s)
         try:
@@ -341,7 +350,8 @@ class Machine:
         data = slot_dir(self.settings.volumes, host.slot)
         node = Node(msgspec.structs.replace(self.base, data_dir=str(data),
                                             node_name=f"{self.settings.name}/slot-{host.slot}",
-                                            control_db=None, queues_db=None),
+                                            control_db=None, queues_db=None,
+                                            max_active_actors=self._slot_actors),
                     objects=self.objects, services=services,
                     placement=SlotPlacement(self, host.slot),
                     shared_control=(self.front.control_db, self.front.queues))
