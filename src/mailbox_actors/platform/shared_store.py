@@ -52,6 +52,13 @@ class Dialect:
                + (f" RETURNING {returning}" if returning else ""))
         return sql, [list(col) for col in zip(*rows, strict=True)]
 
+    def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """``column IN (?, ?, ...)`` (SQLite), or ``column = ANY(?)`` with one text array
+        (PostgreSQL: one statement text however many values, prepared once)."""
+        if self.name != "postgres":
+            return f"{column} IN ({','.join('?' * len(values))})", list(values)
+        return f"{column} = ANY(?::text[])", [list(values)]
+
     def ignore_duplicates(self, insert_into: str, rest: str) -> str:
         """``INSERT [OR IGNORE] INTO <insert_into> <rest> [ON CONFLICT DO NOTHING]``; ``rest``
         is the VALUES list, and a RETURNING clause goes after the conflict clause."""

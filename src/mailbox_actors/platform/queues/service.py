@@ -253,11 +253,10 @@ class QueueService(DeadLetterRecords, QueueReads):
                 by_lease.setdefault((msg.queue, msg._lease), []).append(msg.id)
         for (queue, lease), id_list in by_lease.items():
             for start in range(0, len(id_list), _MAX_PARAMS):
-                chunk = id_list[start:start + _MAX_PARAMS]
+                ids, id_params = self._sql.among("id", id_list[start:start + _MAX_PARAMS])
                 rows = await self._store.fetch(
                     "UPDATE messages SET lease = NULL, visible_at_ms = ?, attempts = attempts - 1 "
-                    f"WHERE lease = ? AND id IN ({','.join('?' * len(chunk))}) RETURNING id",
-                    (now, lease, *chunk))
+                    f"WHERE lease = ? AND {ids} RETURNING id", (now, lease, *id_params))
                 if rows:
                     self._notify(queue, now)
 
@@ -346,10 +345,9 @@ class QueueService(DeadLetterRecords, QueueReads):
             by_queue.setdefault(q, []).append(mid)
         for q, id_list in by_queue.items():
             for start in range(0, len(id_list), _MAX_PARAMS):
-                chunk = id_list[start:start + _MAX_PARAMS]
-                marks = ",".join("?" * len(chunk))
-                await self._store.fetch(f"DELETE FROM messages WHERE queue = ? AND id IN ({marks})",
-                                  (q, *chunk))
+                ids, id_params = self._sql.among("id", id_list[start:start + _MAX_PARAMS])
+                await self._store.fetch(f"DELETE FROM messages WHERE queue = ? AND {ids}",
+                                        (q, *id_params))
 
     async def retry_all(self, messages: Iterable[Message], *, delay_seconds: float = 0) -> None:
         """``retry(delay_seconds)`` each unsettled message (Cloudflare's ``batch.retryAll``)."""
