@@ -2,7 +2,8 @@
 schedule, everything healed, the final lists read, the webhook deliveries awaited, the checker run.
 
 Every run leaves its artifacts in its directory: ``history.jsonl`` (invoke/ok/fail/timeout and the
-faults), ``final.json``, ``delivered.json``, ``violations.json`` and ``logs/<machine>.log``;
+faults), ``final.json``, ``final_state.json`` (the slot map at the end), ``delivered.json``,
+``violations.json`` and ``logs/<machine>.log``;
 ``keep_artifacts`` copies them to ``build/faults/<run>/`` of the repository, where a reader of a
 failed run (or CI's artifact upload) finds them after the test's directory is gone.
 """
@@ -29,7 +30,8 @@ from webhook_sink import WebhookSink
 __all__ = ["ARTIFACTS", "RunResult", "fault_run", "keep_artifacts"]
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "faults"
-_KEPT = ("history.jsonl", "final.json", "delivered.json", "violations.json", "logs")
+_KEPT = ("history.jsonl", "final.json", "final_state.json", "delivered.json", "violations.json",
+         "logs")
 
 WEBHOOK_SECRET = "whsec-faults-0123456789"
 
@@ -41,8 +43,8 @@ class RunResult:
     final: dict[str, list[list[Any]]]
     delivered: set[tuple[str, str]]
     violations: list[Violation]
-    undelivered_wait_s: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
+    final_state: dict[str, Any] = field(default_factory=dict)  # the slot map at the end
 
     def definite_errors(self) -> dict[str, int]:
         """Error answers that are not retryable, by code. Every request of the workload is valid
@@ -100,13 +102,16 @@ async def fault_run(cluster: MachineCluster, faults: list[Fault], *,
                 tg.start_soon(route.follow, 30)  # bounded; cancelled once the lists are read
                 final = await load.final_lists()
                 tg.cancel_scope.cancel()
-        log.close()
-        acked = {(e["key"], e["value"]) for e in log.events
-                 if e.get("type") == "ok" and e.get("f") == "append"}
-        try:
-            await sink.wait_for(acked, within_s=delivery_within_s)
-        except TimeoutError:
-            pass  # the checker names each missing event
+            log.close()
+            acked = {(e["key"], e["value"]) for e in log.events
+                     if e.get("type") == "ok" and e.get("f") == "append"}
+            try:
+                await sink.wait_for(acked, within_s=delivery_within_s)
+            except TimeoutError:
+                pass  # the checker names each missing event
+            # What the cluster says of itself once everything settled (the slot map).
+            observe = getattr(route, "holders_now", None)
+            final_state = await observe() if observe is not None else {}
         violations = check(log.events, final, sink.delivered)
     finally:
         log.close()
@@ -119,7 +124,9 @@ async def fault_run(cluster: MachineCluster, faults: list[Fault], *,
     (work / "final.json").write_text(json.dumps(final))
     (work / "delivered.json").write_text(json.dumps(sorted(sink.delivered)))
     (work / "violations.json").write_text(json.dumps([v.__dict__ for v in violations], indent=1))
-    return RunResult(work, log.events, final, sink.delivered, violations, counts=counts)
+    (work / "final_state.json").write_text(json.dumps(final_state))
+    return RunResult(work, log.events, final, sink.delivered, violations, counts=counts,
+                     final_state=final_state)
 
 
 def _retryable(code: Any) -> bool:

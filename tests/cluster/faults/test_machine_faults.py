@@ -38,6 +38,7 @@ from nemesis import Fault, length_s, schedule
 ID_SECRET = "faults-id-secret-0123456789"
 TTL_S, RENEW_S = 2.0, 0.5
 SLOTS = 12
+MACHINES = ("m1", "m2", "m3")
 _dbs = itertools.count()
 
 
@@ -52,7 +53,7 @@ def _create_slots(pg: PgServer, db: str, policy: str) -> None:
     env = {**os.environ, "MAILBOX_ACTORS_ID_SECRET": ID_SECRET}
     done = subprocess.run([sys.executable, "-m", "mailbox_actors", "slots", "create",
                            "--postgres", pg.dsn(db), "--slots", str(SLOTS), "--machines",
-                           "m1,m2,m3", "--slot-failover", policy],
+                           ",".join(MACHINES), "--slot-failover", policy],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
@@ -105,14 +106,34 @@ async def test_no_acknowledged_write_is_lost_or_reordered_under_faults(
     assert run.definite_errors() == {}, run.summary()
     moved = moved_across(run, "pg_restart")
     assert moved == [], "CL-17: a slot changed hands; " + run.summary()
+    assert not_retaken(run, "sigkill") == [], "CL-9: a killed holder's slot kept its epoch"
+
+
+def not_retaken(run: RunResult, kind: str) -> list[str]:
+    """The slots the machine ``kind`` (SIGKILL) hit held before it whose epoch at the end is not
+    newer: every take is a new epoch, the restarted process's own too (CL-9)."""
+    start = next(e for e in run.events if e.get("type") == "nemesis" and e["fault"] == kind)
+    before = next(e["state"] for e in run.events
+                  if e.get("type") == "observed" and e["fault"] == kind and e["when"] == "before")
+    hit = start["machines"][0]
+    return [f"slot {s}: {before[s]} -> {run.final_state.get(s)}" for s, (holder, epoch)
+            in before.items() if holder == hit and not run.final_state.get(s, [None, 0])[1] > epoch]
 
 
 def moved_across(run: RunResult, kind: str) -> list[str]:
-    """The slots whose holder or epoch differ between before fault ``kind`` and after its gap."""
+    """The slots held by their home machine before fault ``kind`` whose holder or epoch differ
+    after its gap. A slot with no holder, or held elsewhere while its home recovers from the
+    fault before, may rightly change hands then (a return, a hand-back); a steady one may not."""
     seen = {e["when"]: e["state"] for e in run.events
             if e.get("type") == "observed" and e["fault"] == kind}
     before, after = seen["before"], seen["after"]
-    return [f"slot {s}: {before[s]} -> {after.get(s)}" for s in before if before[s] != after.get(s)]
+    return [f"slot {s}: {before[s]} -> {after.get(s)}" for s in before
+            if before[s][0] == home(int(s)) and before[s] != after.get(s)]
+
+
+def home(slot: int) -> str:
+    """Slot k's home machine: the (k mod n)-th of those the cluster was created with."""
+    return MACHINES[slot % len(MACHINES)]
 
 
 @pytest.mark.slow
