@@ -14,11 +14,13 @@ from email.message import EmailMessage
 from typing import ClassVar
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from browser import Browser
-from console_stack import DOMAIN, Stack, cli, shots_dirs, text_of
+from console_stack import DOMAIN, Stack, cli, click, shots_dirs, text_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -74,7 +76,7 @@ def test_every_page_renders_clean_and_is_saved(stack: Stack, browser: Browser) -
     assert_clean(browser, base + "/domains", "domains")
     assert_clean(browser, link_to(browser, r"/domains/dom_"), "domain")
     checks = len(browser.driver.find_elements(By.CSS_SELECTOR, "#last-checks tbody tr.check"))
-    browser.driver.find_element(By.ID, "check-now").click()  # DM-5, through the page's form
+    click(browser.driver, "#check-now")  # DM-5, through the page's form
     WebDriverWait(browser.driver, 30, poll_frequency=0.2).until(
         lambda d: int(d.execute_script(
             "return document.querySelectorAll('#last-checks tbody tr.check').length")) > checks)
@@ -114,9 +116,15 @@ def test_dev_inbox_captures_sent_mail_and_catches_unknown_recipients(stack: Stac
     # provider_accepted is the door's 250, answered once both ingests committed.
     assert_clean(browser, catch_all, "identity-catch-all")
     assert "Captured in dev mode" in text_of(browser.driver, "#inbox")
-    box = browser.driver.find_element(By.CSS_SELECTOR, "form.search input[name=q]")
-    box.send_keys("caught")  # IN-10: the mailbox's full-text search, from the page
-    box.submit()
+    def search(d: WebDriver) -> bool:  # IN-10: the mailbox's full-text search, from the page
+        box = d.find_element(By.CSS_SELECTOR, "form.search input[name=q]")
+        box.clear()
+        box.send_keys("caught")
+        box.submit()
+        return True
+
+    WebDriverWait(browser.driver, 10, ignored_exceptions=(StaleElementReferenceException,)
+                  ).until(search)
     WebDriverWait(browser.driver, 30).until(lambda d: "matching" in text_of(d, "#inbound"))
     assert "Captured in dev mode" in text_of(browser.driver, "#inbox")
     report = browser.report(browser.driver.current_url)

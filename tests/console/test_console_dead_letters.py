@@ -13,11 +13,10 @@ from typing import ClassVar
 
 import anyio
 import pytest
-from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from browser import Browser
-from console_stack import Stack, cli, shots_dirs, text_of
+from console_stack import Stack, cli, click, shots_dirs, text_of
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.queues.service import QueueService
@@ -98,13 +97,14 @@ def test_a_dead_letter_is_redriven_from_the_queues_page(stack: Stack, browser: B
     WebDriverWait(browser.driver, 90, poll_frequency=0.5).until(listed)
     report = browser.get(queues)
     assert report.clean, report
-    row = next(r for r in browser.driver.find_elements(By.CSS_SELECTOR, "tr")
-               if letter in r.text)
-    assert "http 500" in row.text and "8" in row.text  # reason and attempts
+    row = str(browser.driver.execute_script(
+        "return Array.from(document.querySelectorAll('tr')).map(r => r.innerText)"
+        ".find(t => t.includes(arguments[0])) || ''", letter))
+    assert "http 500" in row and "8" in row  # reason and attempts
     browser.screenshot("queues", *shots_dirs())
 
     _Hook.status = 200
-    row.find_element(By.CSS_SELECTOR, "button.redrive").click()
+    click(browser.driver, f'tr:has(input[value="{letter}"]) button.redrive')
     WebDriverWait(browser.driver, 30).until(
         lambda d: "Redriven" in text_of(d, "main"))
     assert letter not in text_of(browser.driver, "table[id^=dead-letters]")
@@ -136,7 +136,7 @@ def test_a_post_dead_letter_is_retried_from_the_actor_page(stack: Stack, browser
     quota = quota["id"] if isinstance(quota, dict) else str(quota).strip()
     cli(stack.data, "call", "tenant_quota", quota,
         '{"op":"init","per_minute":1000,"per_day":100000}', "--tenant", tenant)
-    browser.driver.find_element(By.CSS_SELECTOR, "#post-dead-letters button.retry").click()
+    click(browser.driver, "#post-dead-letters button.retry")
 
     def gone(_: object) -> bool:
         browser.driver.get(page)

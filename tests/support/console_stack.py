@@ -130,3 +130,18 @@ def text_of(d: WebDriver, css: str) -> str:
     itself replaces elements between a find and a read)."""
     return str(d.execute_script(
         "const e = document.querySelector(arguments[0]); return e ? e.innerText : ''", css))
+
+
+def click(d: WebDriver, css: str) -> None:
+    """Click the element ``css`` selects, found again if the page replaced it meanwhile (a page
+    refreshes itself when the event index moves)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def press(drv: WebDriver) -> bool:
+        drv.find_element(By.CSS_SELECTOR, css).click()
+        return True
+
+    WebDriverWait(d, 10, poll_frequency=0.1,
+                  ignored_exceptions=(StaleElementReferenceException,)).until(press)

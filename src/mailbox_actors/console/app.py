@@ -295,7 +295,7 @@ class _Pages:
         table = request.path_params["table"]
         page = await self.view.rows(ns, oid, table, request.query_params.get("cursor") or None,
                                     content=self.settings.dev)
-        return await self.render(request, "rows.html", ns=ns, oid=oid, page=page)
+        return await self.render(request, "rows.html", ns=ns, oid=oid, page=page, still=True)
 
     async def identity(self, request: Request) -> Response:
         tenant, ident = await self.view.identity(request.path_params["identity_id"])
@@ -350,7 +350,9 @@ class _Pages:
         if msg is None:
             raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such message in this mailbox",
                                      details={"message_id": mid})
-        return await self.render(request, "message.html", tenant=tenant, ident=ident, msg=msg)
+        # A message does not change: its page (and the frame of its body) is not refreshed.
+        return await self.render(request, "message.html", tenant=tenant, ident=ident, msg=msg,
+                                 still=True)
 
     async def message_body(self, request: Request) -> Response:
         """The message's HTML (or text) alone, for the sandboxed frame: dev mode only."""
