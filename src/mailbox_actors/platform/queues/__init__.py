@@ -1,6 +1,7 @@
 """Durable at-least-once queues for a cluster (Q-1, Q-2): the public face of ``queue_*`` modules.
 
-Every node process opens the same SQLite file through a ``QueueService``; a ``Consumer`` per queue
+Every node process opens the same SQLite file through a ``QueueService`` (or, with ``--postgres``,
+the same PostgreSQL database: ``queues.postgres.queues_on``, CL-7); a ``Consumer`` per queue
 handles batches one message at a time, and a ``DeadLetterRecorder`` consumes each dead-letter queue::
 
     async with QueueService(data_dir / "queues.sqlite", clock=clock, ids=ids) as queues:
