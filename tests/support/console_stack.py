@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,6 @@ from typing import Any
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from cluster_proc import Cluster
-from mailbox_actors.testing.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "build" / "console"
@@ -44,15 +44,16 @@ class ConsoleProc:
     """``mailbox-actors console`` as a child process, stopped by its pid."""
 
     def __init__(self, data: Path, *args: str) -> None:
-        self.port = free_port()
+        # Port 0: the console binds a free port itself and prints where it listens.
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mailbox_actors", "console", "--data", str(data), "--port",
-             str(self.port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             "0", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         line = self.lines.get(timeout=60)
-        assert line.startswith("console: listening on"), line
-        self.url = f"http://127.0.0.1:{self.port}"
+        found = re.match(r"console: listening on (http://127\.0\.0\.1:(\d+))/ ", line)
+        assert found, line
+        self.url, self.port = found.group(1), int(found.group(2))
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
