@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import smtplib
 import subprocess
 import sys
 from email.message import EmailMessage
+from pathlib import Path
 
 import pytest
 
-from console_stack import DOMAIN, Session, Stack
+from console_stack import DOMAIN, ConsoleProc, Session, Stack, cli
 from mailbox_actors.console.session import Sessions
 from mailbox_actors.console.settings import ConsoleSettings, is_loopback
 from mailbox_actors.runtime.settings import SettingsError
+from mailbox_actors.testing.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -252,3 +255,36 @@ def test_raw_source_and_attachments_are_downloads_in_dev_mode_only(stack: Stack)
     for path in (f"{base}/raw", f"{base}/attachments/0"):
         status, body, _ = private.request("GET", path)
         assert status == 403 and "permission_denied" in body
+
+
+def test_a_dev_console_over_a_cluster_not_in_dev_mode_shows_no_content(tmp_path: Path) -> None:
+    """UI-4, UI-1: the nodes decide too: a console in dev mode over a node that is not shows an
+    actor's tables with text and blobs described (the node refuses content), not an error."""
+    port = free_port()
+    node = subprocess.Popen([sys.executable, "-m", "mailbox_actors", "serve", "--data",
+                             str(tmp_path), "--port", str(port), "--log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    console = None
+    try:
+        assert node.stdout is not None
+        for line in node.stdout:
+            if "listening on" in line:
+                break
+        url = f"http://127.0.0.1:{port}"
+        cli(tmp_path, "tenant", "create", "solo")
+        ident = cli(tmp_path, "identity", "create", "--tenant", "solo", "--name", "one",
+                    "--url", url)
+        console = ConsoleProc(tmp_path, "--dev", "--url", url)
+        s = Session(console.url)
+        s.sign_in((tmp_path / "operator.token").read_text().strip())
+        status, page, _ = s.request(
+            "GET", f"/actors/identity_mailbox/{ident['mailbox_id']}/rows/outbox")
+        assert status == 200 and "permission_denied" not in page, page[-400:]
+        assert "identity.created" in page and "B, hidden)" in page  # its body: described
+    finally:
+        if console is not None:
+            console.stop()
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=60)
+        if node.stdout is not None:
+            node.stdout.close()

@@ -90,6 +90,7 @@ def serve(settings: ConsoleSettings, *, url: str | None, postgres: str | None = 
         print(f"mailbox-actors console: cannot listen on {settings.host}:{settings.port} "
               f"({e.strerror})", file=sys.stderr)
         return 2
+    sock.listen(128)  # connections wait in the backlog from now on, until uvicorn accepts them
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     mode = "dev mode: mail content shown" if settings.dev else "content hidden"
