@@ -274,7 +274,7 @@ def test_a_dev_console_over_a_cluster_not_in_dev_mode_shows_no_content(tmp_path:
         cli(tmp_path, "tenant", "create", "solo")
         ident = cli(tmp_path, "identity", "create", "--tenant", "solo", "--name", "one",
                     "--url", url)
-        console = ConsoleProc(tmp_path, "--dev", "--url", url)
+        console = ConsoleProc(tmp_path, "--dev")  # finds the node where it recorded itself
         s = Session(console.url)
         s.sign_in((tmp_path / "operator.token").read_text().strip())
         status, page, _ = s.request(

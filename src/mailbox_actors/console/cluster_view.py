@@ -23,6 +23,7 @@ from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.node_file import read_node_file
 from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.rpc.client import Client, RpcError
 from mailbox_actors.wire.control import Domain, Identity, Tenant
@@ -84,12 +85,16 @@ class ClusterView:
     @classmethod
     def from_data_dir(cls, data: Path, *, url: str | None, cluster_token: str,
                       operator_token: str, postgres: str | None = None) -> ClusterView:
-        """The cluster ``cluster.json`` in ``data`` describes, or the single node at ``url``."""
-        try:
-            doc = json.loads((data / "cluster.json").read_text())
-            nodes = [(str(n["name"]), str(n["url"])) for n in doc["nodes"]]
-        except FileNotFoundError:
-            nodes = [("node-0", url or "http://127.0.0.1:8787")]
+        """The single node at ``url`` when given, else the cluster ``cluster.json`` in ``data``
+        describes, else the ``serve`` node that recorded where it listens there (node.json)."""
+        if url:
+            nodes = [("node-0", url.rstrip("/"))]
+        else:
+            try:
+                doc = json.loads((data / "cluster.json").read_text())
+                nodes = [(str(n["name"]), str(n["url"])) for n in doc["nodes"]]
+            except FileNotFoundError:
+                nodes = [read_node_file(data) or ("node-0", "http://127.0.0.1:8787")]
         return cls(data, nodes, cluster_token=cluster_token, operator_token=operator_token,
                    postgres=postgres)
 
