@@ -45,7 +45,8 @@ def _settings() -> str:
            "|---|---|---|---|---|---|"]
     for s in declared():
         flag = {"both": f"`{s.flag}`", "serve": f"`{s.flag}` (serve)",
-                "cluster": f"`{s.flag}` (cluster)", "file": "-"}[s.scope]
+                "cluster": f"`{s.flag}` (cluster)", "machine": f"`{s.flag}` (machine)",
+                "file": "-"}[s.scope]
         typ = s.type.__name__ + (" or none" if s.optional else "")
         if s.choices:
             typ = " \\| ".join(s.choices)

@@ -32,12 +32,16 @@ def test_every_setting_is_described_and_node_config_is_the_declaration() -> None
 def test_flags_come_from_the_declaration_with_its_help_and_default() -> None:
     """CL-4: serve takes every setting of its scope as a flag, with the description and the
     default in its help; the cluster's own settings are cluster flags; file-only ones are none."""
-    serve, cluster = _sub("serve"), _sub("cluster")
+    serve, cluster, machine = _sub("serve"), _sub("cluster"), _sub("machine")
     for s in declared():
         in_serve = s.flag in serve._option_string_actions
         in_cluster = s.flag in cluster._option_string_actions
+        in_machine = s.flag in machine._option_string_actions
         assert in_serve == (s.scope in ("both", "serve")), s.name
         assert in_cluster == (s.scope in ("both", "cluster")), s.name
+        assert in_machine == (s.scope in ("both", "machine")), s.name
+    ttl = machine._option_string_actions["--lease-ttl-s"]
+    assert ttl.type is float and ttl.help is not None and "(default 10.0)" in ttl.help
     port = serve._option_string_actions["--port"]
     assert port.type is int
     assert port.help == "port to listen on (a cluster: node i on this + i) (default 8787)"
@@ -54,6 +58,10 @@ def test_a_flag_variable_and_file_reach_the_same_setting(tmp_path: Path) -> None
     assert cfg.idle_ms == 222
     with pytest.raises(SettingsError, match="idle_ms"):
         load_config({}, {"MAILBOX_ACTORS_IDLE_MS": "soon"}, None)
+    # A machine's lease settings (CL-9) come from the same three places.
+    toml.write_text("lease_ttl_s = 4.0\nvolumes = '/v'\n")
+    cfg = load_config({"machine": "m2"}, {"MAILBOX_ACTORS_LEASE_RENEW_S": "1.5"}, str(toml))
+    assert (cfg.machine, cfg.volumes, cfg.lease_ttl_s, cfg.lease_renew_s) == ("m2", "/v", 4.0, 1.5)
 
 
 def test_the_runtime_gets_every_setting_it_shares_with_the_node(tmp_path: Path) -> None:

@@ -35,20 +35,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from mailbox_actors.cli.serve_args import add_config_arguments
 
-    add_config_arguments(p)  # --postgres among them: the cluster's one database
-    p.add_argument("--machine", required=True, help="this machine's name, one of those the "
-                   "cluster was created with")
-    p.add_argument("--volumes", required=True, help="directory of the slot volumes "
-                   "(slot-<k>); under slot_failover=shared the same storage on every machine")
-    p.add_argument("--url", help="where other machines and clients reach this one "
-                   "(default http://HOST:PORT)")
-    p.add_argument("--slots", type=int, help="refuse to start unless the cluster has this many")
-    p.add_argument("--lease-ttl-s", dest="lease_ttl_s", type=float, default=None,
-                   help="slot lease TTL (default 10)")
-    p.add_argument("--lease-renew-s", dest="lease_renew_s", type=float, default=None,
-                   help="renewal period (default 3)")
-    p.add_argument("--id-secret-file", dest="id_secret_file",
-                   help="file holding the cluster's id secret (or MAILBOX_ACTORS_ID_SECRET)")
+    # --postgres among them (the cluster's one database); the machine's own (--machine,
+    # --volumes, --url, --slots, --lease-ttl-s, --lease-renew-s, --id-secret-file) are declared
+    # with the others in node/settings.py, so they are variables and TOML keys too.
+    add_config_arguments(p, command="machine")
 
 
 def add_slots_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,14 +75,14 @@ def _dsn(args: argparse.Namespace) -> str:
     return str(dsn)
 
 
-def _id_secret(args: argparse.Namespace, given: str | None) -> str:
+def _id_secret(secret_file: str | None, given: str | None) -> str:
     from mailbox_actors.runtime.settings import SettingsError
 
-    if args.id_secret_file:
+    if secret_file:
         try:
-            secret = Path(args.id_secret_file).read_text().strip()
+            secret = Path(secret_file).read_text().strip()
         except OSError as e:
-            raise SettingsError(f"setting 'id_secret_file': {args.id_secret_file} cannot be "
+            raise SettingsError(f"setting 'id_secret_file': {secret_file} cannot be "
                                 f"read ({e.strerror})") from None
     else:
         secret = given or os.environ.get("MAILBOX_ACTORS_ID_SECRET", "")
@@ -121,14 +111,17 @@ def run(args: argparse.Namespace) -> int:
             raise SettingsError("setting 'postgres' is required on many machines (--postgres "
                                 f"DSN or {_DSN_ENV})")
         dsn = cfg.postgres
-        secret = _id_secret(args, cfg.id_secret)
-        ttl = args.lease_ttl_s if args.lease_ttl_s is not None else 10.0
-        renew = args.lease_renew_s if args.lease_renew_s is not None else 3.0
+        for name in ("machine", "volumes"):
+            if not getattr(cfg, name):
+                raise SettingsError(f"setting {name!r} is required (--{name} or "
+                                    f"MAILBOX_ACTORS_{name.upper()})")
+        secret = _id_secret(cfg.id_secret_file, cfg.id_secret)
+        ttl, renew = cfg.lease_ttl_s, cfg.lease_renew_s
         if not 0 < renew < ttl:
             raise SettingsError(f"setting 'lease_renew_s' must be > 0 and below the TTL "
                                 f"(got {renew} with a TTL of {ttl})")
-        if args.slots is not None and not 1 <= args.slots <= 4096:
-            raise SettingsError(f"setting 'slots' must be 1..4096 (got {args.slots})")
+        if cfg.slots is not None and not 1 <= cfg.slots <= 4096:
+            raise SettingsError(f"setting 'slots' must be 1..4096 (got {cfg.slots})")
         return int(anyio.run(_serve, args, cfg, dsn, secret, ttl, renew, backend="asyncio",
                              backend_options=loop_backend_options()))
     except SettingsError as e:
@@ -153,8 +146,8 @@ async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl:
     from mailbox_actors.rpc.openapi import openapi_json
     from mailbox_actors.runtime.settings import SettingsError
 
-    name = args.machine
-    volumes = Path(os.path.abspath(args.volumes))  # noqa: ASYNC240 - once, at start
+    name = cfg.machine
+    volumes = Path(os.path.abspath(cfg.volumes))  # noqa: ASYNC240 - once, at start
     cfg = msgspec.structs.replace(cfg, id_secret=secret, node_name=name)
     tokens = ensure_tokens(cfg, volumes)
     configure_logging(json=None if cfg.log_format == "auto" else cfg.log_format == "json",
@@ -176,9 +169,9 @@ async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl:
         raise SettingsError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}"
                             ) from None
     host = cfg.host if cfg.host not in ("0.0.0.0", "::") else socket.gethostname()
-    url = args.url or f"http://{host}:{port}"
+    url = cfg.url or f"http://{host}:{port}"
     settings = MachineSettings(name=name, volumes=volumes, url=url.rstrip("/"), ttl_s=ttl,
-                               renew_s=renew, slots=args.slots, fence=fence)
+                               renew_s=renew, slots=cfg.slots, fence=fence)
     objects = served_objects(cfg.objects)  # the platform's and the user's (UI-7)
     machine = Machine(settings, cfg.runtime_settings(str(volumes)), LeaseTable(dsn),
                       cluster_token=tokens.cluster, operator_token=tokens.operator,
@@ -255,7 +248,7 @@ async def _slots(args: argparse.Namespace) -> int:
             if not machines or len(set(machines)) != len(machines):
                 raise SettingsError("setting 'machines' must name one or more distinct "
                                     "machines, comma-separated")
-            fp = secret_fingerprint(_id_secret(args, None))
+            fp = secret_fingerprint(_id_secret(args.id_secret_file, None))
             made = await table.create(args.slots, fp, machines, args.slot_failover)
             print(("created" if made else "already created") + f": {args.slots} slots over "
                   f"{', '.join(machines)}, slot_failover {args.slot_failover}")

@@ -15,9 +15,9 @@ __all__ = ["ENV_PREFIX", "NodeSettings", "Scope", "SettingInfo", "declared"]
 
 ENV_PREFIX = "MAILBOX_ACTORS_"
 
-# Which command takes a setting as a flag: both, ``serve`` alone, ``cluster`` alone, or neither
-# (the environment and the TOML file only).
-Scope = Literal["both", "serve", "cluster", "file"]
+# Which command takes a setting as a flag: both, ``serve`` alone, ``cluster`` alone, ``machine``
+# alone (it takes the "both" ones too), or neither (the environment and the TOML file only).
+Scope = Literal["both", "serve", "cluster", "machine", "file"]
 
 
 def _d(description: str, *, scope: Scope = "both", choices: tuple[str, ...] = (),
@@ -28,6 +28,7 @@ def _d(description: str, *, scope: Scope = "both", choices: tuple[str, ...] = ()
 
 _MAIL = "outbound mail (CA-14)"
 _INBOUND = "inbound mail (IN-5)"
+_MACHINES = "many machines (CL-6..CL-17)"
 
 
 class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -155,6 +156,28 @@ class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "serve your own actor class too, package.module:Class, e.g. counter:Counter (UI-7; "
         "repeatable; the working directory is importable; TOML: a list; the variable: "
         "comma-separated)", metavar="MODULE:CLASS")] = ()
+    # Many machines (CL-6..CL-17): the settings of ``mailbox-actors machine``.
+    machine: Annotated[str | None, _d(
+        "this machine's name, one of those the cluster was created with (required)",
+        scope="machine", group=_MACHINES)] = None
+    volumes: Annotated[str | None, _d(
+        "directory of the slot volumes (slot-<k>); under slot_failover=shared the same storage "
+        "on every machine (required)", scope="machine", group=_MACHINES)] = None
+    url: Annotated[str | None, _d(
+        "where other machines and clients reach this one (default http://HOST:PORT)",
+        scope="machine", group=_MACHINES)] = None
+    slots: Annotated[int | None, _d(
+        "refuse to start unless the cluster has this many slots", scope="machine",
+        group=_MACHINES)] = None
+    lease_ttl_s: Annotated[float, _d(
+        "slot lease TTL, judged by PostgreSQL's clock (CL-9)", scope="machine",
+        group=_MACHINES)] = 10.0
+    lease_renew_s: Annotated[float, _d(
+        "slot lease renewal period, below the TTL (CL-9)", scope="machine",
+        group=_MACHINES)] = 3.0
+    id_secret_file: Annotated[str | None, _d(
+        "file holding the cluster's id secret (or MAILBOX_ACTORS_ID_SECRET)", scope="machine",
+        group=_MACHINES)] = None
 
 
 class SettingInfo(msgspec.Struct, frozen=True):
