@@ -199,7 +199,6 @@ KNOWN_CIRCLES = {
     "mailbox_actors.platform.queues.message -> mailbox_actors.platform.queues.service -> "
     "mailbox_actors.platform.queues.handoff",
     "mailbox_actors.platform.queues.message -> mailbox_actors.platform.queues.service",
-    "mailbox_actors.platform.storage.fence -> mailbox_actors.platform.storage.transactions",
 }
 
 

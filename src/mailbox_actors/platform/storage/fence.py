@@ -18,16 +18,13 @@ Outside machine mode a storage has no fence and pays one attribute test per tran
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import structlog
 
 from mailbox_actors.platform.services import ServiceKey
-from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
+from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
 from mailbox_actors.wire.errors import PlatformError, PlatformErrorKind
-
-if TYPE_CHECKING:
-    from mailbox_actors.platform.storage.transactions import Transactions
 
 __all__ = ["EPOCH_KEY", "SLOT_FENCE", "EpochFence", "LeaseView", "StaleEpoch"]
 
@@ -71,9 +68,10 @@ class EpochFence:
         self.lease = lease
         self.checks = checks
 
-    def check(self, tx: Transactions, first: bool) -> None:
-        """Called right after BEGIN; ``first``: no write of this activation has committed yet.
-        Raises to refuse the transaction (the caller rolls the BEGIN back)."""
+    def check(self, tx: ScreenedConnection, first: bool) -> None:
+        """Called by the transaction (``transactions.Transactions``) on its own connection right
+        after BEGIN; ``first``: no write of this activation has committed yet. Raises to refuse
+        the transaction (the caller rolls the BEGIN back)."""
         if not self.checks:
             return
         lease = self.lease
