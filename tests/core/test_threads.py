@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 from mailbox_actors.core.inbound.threads import (
     MAX_THREAD_SIZE,
+    ThreadDecision,
     ThreadKeys,
     assign_thread,
     msg_ids,
+    rethread,
     thread_keys,
 )
 from thread_corpus import PATCH_SERIES, Mail, corpus, jwz, shuffled
@@ -52,8 +54,22 @@ class Store:
         d = assign_thread(keys, self, f"thr_{next(self._n):06d}", self.max_size)
         if d.created:
             assert d.thread_id not in self.sizes
+        self._apply(d, 1)
+        self.given[name] = d.thread_id
+        return d.thread_id
+
+    def reparse(self, name: str, keys: ThreadKeys) -> str:
+        """IN-8: the message ``name``, already threaded, read again with new keys."""
+        current = self.root(self.given[name])
+        d = rethread(keys, self, current, self.max_size)
+        assert not d.created and (d.thread_id == current or d.thread_id in d.merged
+                                  or current in d.merged)
+        self._apply(d, 0)
+        return d.thread_id
+
+    def _apply(self, d: ThreadDecision, added: int) -> None:
         assert d.thread_id not in self.merged_into
-        self.sizes[d.thread_id] = self.sizes.get(d.thread_id, 0) + 1
+        self.sizes[d.thread_id] = self.sizes.get(d.thread_id, 0) + added
         for m in d.merged:
             assert m not in self.merged_into and m > d.thread_id  # the older one survives
             self.sizes[d.thread_id] += self.sizes.pop(m)
@@ -65,8 +81,6 @@ class Store:
             self.keys.setdefault(k, d.thread_id)
         for k in d.map_always:
             self.keys[k] = d.thread_id
-        self.given[name] = d.thread_id
-        return d.thread_id
 
     def threads(self) -> set[frozenset[str]]:
         groups: dict[str, set[str]] = {}
@@ -320,3 +334,72 @@ def test_random_forests_thread_as_jwz_in_any_order(seed: int, n: int) -> None:
     order = list(mails)
     rnd.shuffle(order)
     assert _threads(order) == expected
+
+
+# A parser bug that loses what threading reads: the Message-ID, In-Reply-To and References.
+_LOST = ThreadKeys(own=None, in_reply_to=None, references=(), thread_index_root=None)
+
+
+def _reparsed(order: list[Mail], damaged: set[str], when: int, seed: int) -> set[frozenset[str]]:
+    """The threads after ``order`` arrives, the ``damaged`` messages among the first ``when``
+    with their headers lost and reparsed (in a shuffled order) once ``when`` messages have
+    arrived (the parser fixed: later ones arrive whole)."""
+    s = Store()
+    fix = [m for m in order[:when] if m.name in damaged]
+    random.Random(seed).shuffle(fix)
+    for n, m in enumerate(order):
+        if n == when:
+            for f in fix:
+                s.reparse(f.name, _keys(f))
+        s.receive(m.name, _LOST if m.name in damaged and n < when else _keys(m))
+    if when >= len(order):
+        for f in fix:
+            s.reparse(f.name, _keys(f))
+    ids = set(s.given.values())
+    assert all(s.root(t) == min(t2 for t2 in ids if s.root(t2) == s.root(t)) for t in ids), \
+        "the oldest id of each merged group survives"
+    return s.threads()
+
+
+def test_a_reparse_joins_two_threads_in_every_arrival_order() -> None:
+    """IN-8, IN-11: R; C replies to R; X replies to R but its headers were lost by a parser
+    bug; D replies to X. In each of the 24 arrival orders, reparsing X merges R's thread, X's
+    own and D's into one, whose id is the oldest of them, as if X had arrived with its
+    headers."""
+    mails = [Mail("R", "r@x"), Mail("C", "c@x", "r@x"), Mail("X", "x@x", "r@x"),
+             Mail("D", "d@x", "x@x")]
+    for order in itertools.permutations(mails):
+        s = Store()
+        for m in order:
+            s.receive(m.name, _LOST if m.name == "X" else _keys(m))
+        assert s.threads() == {frozenset("RC"), frozenset("X"), frozenset("D")}
+        survivor = s.reparse("X", _keys(mails[2]))
+        assert s.threads() == {frozenset("RCXD")}, [m.name for m in order]
+        assert survivor == min(s.given.values())
+        assert s.sizes[survivor] == 4
+        assert s.reparse("X", _keys(mails[2])) == survivor  # idempotent
+
+
+def test_reparses_of_a_patch_series_thread_as_jwz_in_every_order() -> None:
+    """IN-8, IN-11: in all 5,040 arrival orders of the patch series, one message (each in turn)
+    arrives with its threading headers lost and is reparsed at some point of the arrivals: the
+    threads end as JWZ's on the archive order, as if it had arrived whole."""
+    expected = set(jwz(PATCH_SERIES))
+    for n, order in enumerate(itertools.permutations(PATCH_SERIES)):
+        damaged = {PATCH_SERIES[n % len(PATCH_SERIES)].name}
+        assert _reparsed(list(order), damaged, n % (len(order) + 1), n) == expected
+
+
+def test_reparses_of_a_shuffled_corpus_thread_as_jwz() -> None:
+    """IN-8, IN-11: a tenth of a mailing-list archive arrives with threading headers lost, in
+    shuffled orders; reparsed midway or at the end, the threads equal JWZ's on the archive."""
+    for seed in range(3):
+        archive = corpus(seed)
+        expected = set(jwz(archive))
+        rnd = random.Random(seed)
+        damaged = {m.name for m in archive if rnd.random() < 0.1}
+        assert len(damaged) > 10
+        for shuffle in range(6):
+            order = shuffled(archive, shuffle)
+            when = (len(order) // 2) if shuffle % 2 else len(order)
+            assert _reparsed(order, damaged, when, shuffle) == expected, (seed, shuffle)

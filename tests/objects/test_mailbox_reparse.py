@@ -4,6 +4,7 @@ from the mailbox's alarm; a deleted message cannot be reparsed."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import msgspec
@@ -14,7 +15,7 @@ from mailbox_actors.objects.identity_mailbox import inbound, reparse
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import DeleteMessage, GetMessage, GetThread, Ingest
-from mailbox_actors.wire.mailbox import MailboxInit
+from mailbox_actors.wire.mailbox import MailboxInit, MailboxStatus
 from mailbox_actors.wire.search import Reparse, SearchMessages
 
 pytestmark = pytest.mark.anyio
@@ -119,3 +120,59 @@ async def test_a_deleted_or_unknown_message_is_not_reparsed() -> None:
             with pytest.raises(MailboxActorsError) as e:
                 await rt.call(NS, m, bad, **IDS)
             assert e.value.code == ErrorCode.INVALID_REQUEST
+
+
+async def test_a_reparse_merges_the_threads_its_new_headers_reach(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """IN-8, IN-11: R; C replies to R; X replies to R but a parser bug lost its Message-ID and
+    In-Reply-To; D replies to X. In each of the 24 arrival orders the mailbox holds three
+    threads; reparsing X merges them into one as if X had arrived whole: every message keeps
+    the thread id it was given, reads answer the oldest id, thread.merged events (ids only)
+    tell it, status counts one thread, and a second reparse changes nothing."""
+    real = parse_module.parse_message
+
+    def lossy(raw: bytes, lim: Any) -> Any:
+        p = real(raw, lim)
+        if not p.subject.startswith("X"):
+            return p
+        return msgspec.structs.replace(p, message_id=None, in_reply_to=None, references=None)
+
+    parent = {"R": None, "C": "R", "X": "R", "D": "X"}
+    async with TestRuntime() as rt:
+        m = await mailbox(rt)
+        for n, order in enumerate(itertools.permutations("RCXD")):
+            given: dict[str, dict[str, Any]] = {}
+            with monkeypatch.context() as patch:
+                patch.setattr(inbound, "parse_message", lossy)
+                for name in order:
+                    p = parent[name]
+                    irt = f"In-Reply-To: <{p}{n}@x>\r\n" if p else ""
+                    raw = (f"From: a@example.com\r\nTo: bob@example.com\r\nSubject: {name}{n}"
+                           f"\r\nMessage-ID: <{name}{n}@x>\r\n{irt}\r\nbody\r\n").encode()
+                    given[name] = await rt.call(NS, m, Ingest(source_id=f"{name}{n}", raw=raw),
+                                                **IDS)
+            before = {(await rt.call(NS, m, GetMessage(message_id=g["message_id"]),
+                                     **IDS))["thread_id"] for g in given.values()}
+            assert len(before) == 3, order
+            await rt.run_until_idle()  # the events so far published
+            seen = len(rt.events.events("thread.merged"))
+            out = await rt.call(NS, m, Reparse(message_id=given["X"]["message_id"]), **IDS)
+            assert out["reparsed"] == 1
+            await rt.run_until_idle()
+            survivor = min(before)
+            views = [await rt.call(NS, m, GetMessage(message_id=g["message_id"]), **IDS)
+                     for g in given.values()]
+            assert {v["thread_id"] for v in views} == {survivor}, order
+            merged = rt.events.events("thread.merged")[seen:]
+            assert {e.data["merged_thread_id"] for e in merged} == before - {survivor}
+            assert all(set(e.data) == {"thread_id", "merged_thread_id"} for e in merged)
+            for alias in before:
+                thread = await rt.call(NS, m, GetThread(thread_id=alias), **IDS)
+                assert thread["thread_id"] == survivor
+                assert sorted(thread["message_ids"]) == sorted(
+                    g["message_id"] for g in given.values())
+            await rt.call(NS, m, Reparse(message_id=given["X"]["message_id"]), **IDS)
+            await rt.run_until_idle()
+            assert len(rt.events.events("thread.merged")) == seen + len(merged)
+        st = await rt.call(NS, m, MailboxStatus(), **IDS)
+        assert (st["threads"], st["messages"]) == (24, 96)

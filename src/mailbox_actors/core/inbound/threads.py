@@ -26,7 +26,7 @@ from typing import Protocol
 import msgspec
 
 __all__ = ["MAX_THREAD_SIZE", "ThreadDecision", "ThreadKeys", "ThreadLookup", "assign_thread",
-           "msg_ids", "thread_keys"]
+           "msg_ids", "rethread", "thread_keys"]
 
 MAX_THREAD_SIZE = 100
 MAX_REFERENCES = 100  # the newest ones: a References list longer than this is cut from the front
@@ -89,6 +89,32 @@ class ThreadDecision(msgspec.Struct, frozen=True):
     merged: tuple[str, ...] = ()
 
 
+def _key_order(keys: ThreadKeys) -> list[str]:
+    """A message's keys in the order of trust, without repeats."""
+    key_order: list[str] = []
+    if keys.in_reply_to is not None:
+        key_order.append(keys.in_reply_to)
+    if keys.own is not None:
+        key_order.append(keys.own)
+    key_order.extend(reversed(keys.references))
+    if keys.thread_index_root is not None:
+        key_order.append(keys.thread_index_root)
+    return list(dict.fromkeys(key_order))
+
+
+def _within_cap(base: str, total: int, others: Sequence[str], lookup: ThreadLookup,
+                max_size: int) -> list[str]:
+    """``base`` (holding ``total`` messages with the one being placed) and the ``others`` that
+    merge with it: oldest first while the sum stays within ``max_size`` (IN-11)."""
+    members = [base]
+    for other in sorted(others):
+        size = lookup.size_of(other)
+        if total + size <= max_size:
+            members.append(other)
+            total += size
+    return members
+
+
 def assign_thread(keys: ThreadKeys, lookup: ThreadLookup, new_thread_id: str,
                   max_size: int = MAX_THREAD_SIZE) -> ThreadDecision:
     """Decide the thread of a message from its keys and what is already mapped.
@@ -99,26 +125,13 @@ def assign_thread(keys: ThreadKeys, lookup: ThreadLookup, new_thread_id: str,
     other threads its keys reach merge with the one it joins (IN-11), oldest first while the
     sum stays within ``max_size``; the oldest of them survives and the message is given its id.
     """
-    key_order: list[str] = []
-    if keys.in_reply_to is not None:
-        key_order.append(keys.in_reply_to)
-    if keys.own is not None:
-        key_order.append(keys.own)
-    key_order.extend(reversed(keys.references))
-    if keys.thread_index_root is not None:
-        key_order.append(keys.thread_index_root)
-    mapped = {k: lookup.thread_of(k) for k in dict.fromkeys(key_order)}
+    mapped = {k: lookup.thread_of(k) for k in _key_order(keys)}
     roots = list(dict.fromkeys(t for t in mapped.values() if t is not None))
     created = not roots or lookup.size_of(roots[0]) >= max_size
     members: list[str] = []
     if not created:
-        members.append(roots[0])
-        total = lookup.size_of(roots[0]) + 1
-        for other in sorted(roots[1:]):
-            size = lookup.size_of(other)
-            if total + size <= max_size:
-                members.append(other)
-                total += size
+        members = _within_cap(roots[0], lookup.size_of(roots[0]) + 1, roots[1:], lookup,
+                              max_size)
     thread_id = new_thread_id if created else min(members)
     ancestors: Sequence[str] = [*keys.references,
                                 *([keys.in_reply_to] if keys.in_reply_to else [])]
@@ -132,5 +145,24 @@ def assign_thread(keys: ThreadKeys, lookup: ThreadLookup, new_thread_id: str,
     always = tuple(k for k in (keys.own, absent_or_moved) if k is not None)
     return ThreadDecision(thread_id=thread_id, created=created,
                           map_if_absent=tuple(a for a in absent if a not in always),
+                          map_always=always,
+                          merged=tuple(sorted(m for m in members if m != thread_id)))
+
+
+def rethread(keys: ThreadKeys, lookup: ThreadLookup, current: str,
+             max_size: int = MAX_THREAD_SIZE) -> ThreadDecision:
+    """IN-8 with IN-11: a message already in the surviving thread ``current`` is read again and
+    has new ``keys``. It stays where it is (ids never change, a thread never splits); every other
+    thread its new keys reach merges with ``current`` as it would have had the message arrived
+    with these keys (oldest first within ``max_size``; the oldest survives); the keys nothing
+    holds yet, and its own id, are mapped to the survivor. The message is counted already."""
+    mapped = {k: lookup.thread_of(k) for k in _key_order(keys)}
+    others = {t for t in mapped.values() if t is not None and t != current}
+    members = _within_cap(current, lookup.size_of(current), list(others), lookup, max_size)
+    thread_id = min(members)
+    always = (keys.own,) if keys.own is not None else ()
+    return ThreadDecision(thread_id=thread_id, created=False,
+                          map_if_absent=tuple(k for k, t in mapped.items()
+                                              if t is None and k not in always),
                           map_always=always,
                           merged=tuple(sorted(m for m in members if m != thread_id)))

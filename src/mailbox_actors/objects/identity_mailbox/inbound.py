@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any, assert_never
 import anyio.to_thread
 import msgspec
 
-from mailbox_actors.carrier.requests import stamped_ids
 from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.inbound.parse import ParsedMessage, parse_message
-from mailbox_actors.core.inbound.threads import ThreadKeys, thread_keys
+from mailbox_actors.core.inbound.threads import thread_keys
 from mailbox_actors.core.inbound.waits import WaitSubject
 from mailbox_actors.objects.identity_mailbox import search, sources, threads, waits
 from mailbox_actors.objects.identity_mailbox.inbound_rows import DETAIL_DECODER, StoredDetail
@@ -173,7 +172,7 @@ def store(mb: Inbox, tx: SqlStorage, source_id: str, digest: str, size: int,
     message_id = mb.ctx.new_id("imsg")
     keys = thread_keys(f"<{p.message_id}>" if p.message_id else None, p.in_reply_to,
                        p.references, p.thread_index_root)
-    keys = _as_stamped(tx, keys)
+    keys = threads.as_stamped(tx, keys)
     decision = threads.decide(tx, keys, mb.ctx.new_id("thr"))
     thread_id = decision.thread_id
     # The source id is claimed before anything is written: one statement, where a look-up and
@@ -211,18 +210,6 @@ def store(mb: Inbox, tx: SqlStorage, source_id: str, digest: str, size: int,
         "attachment_count": len(p.attachments), "defect_count": len(p.defects)})
     return IngestReply(message_id=message_id, thread_id=thread_id, duplicate=False,
                        defects=p.defects)
-
-
-def _as_stamped(tx: SqlStorage, keys: ThreadKeys) -> ThreadKeys:
-    """CA-17: a reply quoting the Message-ID a provider gave one of this mailbox's Emails threads
-    as one quoting the id the Email was stamped with (so replies quoting either meet)."""
-    quoted = [k for k in (keys.in_reply_to, *keys.references) if k]
-    stamped = stamped_ids(tx, quoted) if quoted else {}
-    if not stamped:
-        return keys
-    irt = keys.in_reply_to
-    return msgspec.structs.replace(keys, in_reply_to=stamped.get(irt, irt) if irt else None,
-                                   references=tuple(stamped.get(r, r) for r in keys.references))
 
 
 def get_message(mb: Inbox, req: GetMessage) -> MessageView | None:

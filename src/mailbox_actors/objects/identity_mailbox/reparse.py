@@ -3,9 +3,11 @@
 Ingest keeps each message's raw source (``raw_chunks``: ``sources.py``, UI-2). A reparse reads it
 back and parses it with the current parser (after a parser fix): the message's
 parsed fields, defects, attachments and search index are replaced in place, in one transaction.
-Ids never change and the message stays in its thread (a thread never splits); the keys the new
-parse finds (its own Message-ID, its references) are mapped to that thread when nothing holds
-them yet, so replies that arrive later join it. ``all`` goes in pages of ``PAGE`` messages from
+Ids never change and the message stays in its thread (a thread never splits); the threads its
+new keys (its own Message-ID, In-Reply-To, References, Thread-Index) reach merge with its own as
+they would have had it arrived with them (IN-11: the older id survives, the younger becomes its
+alias, ``thread.merged``), and the keys nothing holds yet are mapped, so replies that arrive later
+join it. ``all`` goes in pages of ``PAGE`` messages from
 ``alarm:reparse``, its position kept in ``meta`` with each page, so a crash resumes where it
 stopped; a repeated reparse changes nothing more. A deleted message (its source went with it)
 cannot be reparsed: ``conflict``; messages stored before sources were kept are passed over.
@@ -20,7 +22,7 @@ import msgspec
 from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.inbound.parse import ParsedMessage, parse_message
 from mailbox_actors.core.inbound.threads import thread_keys
-from mailbox_actors.objects.identity_mailbox import search
+from mailbox_actors.objects.identity_mailbox import search, threads
 from mailbox_actors.objects.identity_mailbox.inbound_rows import DETAIL_ENCODER, StoredDetail
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
@@ -70,11 +72,11 @@ def reparse(ctx: ActorContext, sql: SqlStorage, lim: InboundLimits, req: Reparse
         raise MailboxActorsError(ErrorCode.NOT_FOUND, "no received message with this id",
                                  details={"field": "message_id"})
     parsed = parse_message(raw, lim)
-    changed = sql.transaction_sync(lambda tx: _apply(tx, message_id, parsed))
+    changed = sql.transaction_sync(lambda tx: _apply(tx, message_id, parsed, ctx.emit))
     return ReparseReply(reparsed=1 if changed else 0, scheduled=False, defects=parsed.defects)
 
 
-def _apply(tx: SqlStorage, message_id: str, p: ParsedMessage) -> bool:
+def _apply(tx: SqlStorage, message_id: str, p: ParsedMessage, emit: threads.Emit) -> bool:
     """The message's parsed fields replaced by ``p``'s; False when it is gone meanwhile."""
     rows = tx.exec("SELECT thread_id FROM messages WHERE id = ?", message_id).all()
     if not rows:
@@ -99,12 +101,10 @@ def _apply(tx: SqlStorage, message_id: str, p: ParsedMessage) -> bool:
             len(p.attachments))
     tx.exec("UPDATE inbound_sources SET defects = ? WHERE message_id = ?", _ENC.encode(p.defects),
             message_id)
-    keys = thread_keys(f"<{p.message_id}>" if p.message_id else None, p.in_reply_to,
-                       p.references, p.thread_index_root)
-    for key in (keys.own, keys.in_reply_to, *keys.references, keys.thread_index_root):
-        if key:  # a key nothing holds yet joins the thread; none is taken from another
-            tx.exec("INSERT OR IGNORE INTO thread_keys (key, thread_id) VALUES (?, ?)", key,
-                    thread_id)
+    keys = threads.as_stamped(tx, thread_keys(f"<{p.message_id}>" if p.message_id else None,
+                                              p.in_reply_to, p.references,
+                                              p.thread_index_root))
+    threads.regroup(tx, keys, thread_id, emit)
     search.index(tx, message_id)
     return True
 
@@ -127,7 +127,7 @@ def run_page(ctx: ActorContext, sql: SqlStorage, lim: InboundLimits) -> None:
 
     def commit(tx: SqlStorage) -> None:
         for _, message_id, p in parsed:
-            _apply(tx, message_id, p)
+            _apply(tx, message_id, p, ctx.emit)
         if len(page) < PAGE:
             tx.exec("DELETE FROM meta WHERE k = ?", _CURSOR)
             ctx.emit(tx, "messages.reparsed", {"last_page": len(page)})

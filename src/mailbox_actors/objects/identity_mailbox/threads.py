@@ -15,10 +15,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mailbox_actors.core.inbound.threads import ThreadDecision, ThreadKeys, assign_thread
+import msgspec
+
+from mailbox_actors.carrier.requests import stamped_ids
+from mailbox_actors.core.inbound.threads import (
+    ThreadDecision,
+    ThreadKeys,
+    assign_thread,
+    rethread,
+)
 from mailbox_actors.platform.storage.sql import SqlStorage
 
-__all__ = ["MEMBERS", "THREAD_MERGES", "Emit", "apply", "decide", "resolve"]
+__all__ = ["MEMBERS", "THREAD_MERGES", "Emit", "apply", "as_stamped", "decide", "regroup",
+           "resolve"]
 
 # Migration: merged threads point at their survivor (NULL for a thread that survives).
 THREAD_MERGES = (
@@ -50,21 +59,32 @@ def decide(tx: SqlStorage, keys: ThreadKeys, new_thread_id: str) -> ThreadDecisi
     return assign_thread(keys, _Lookup(tx), new_thread_id)
 
 
-def apply(tx: SqlStorage, decision: ThreadDecision, now: int, emit: Emit) -> None:
-    """Inside the same transaction: the thread created or grown (merged ones moved into it,
-    each with its ``thread.merged`` event) and the message's keys mapped."""
+def regroup(tx: SqlStorage, keys: ThreadKeys, thread_id: str, emit: Emit) -> None:
+    """Inside a reparse's transaction (IN-8): the message given ``thread_id`` has new keys; the
+    threads they reach merge with its own as at an arrival with these keys (IN-11), nothing
+    splits, and the keys are mapped."""
+    current = resolve(tx, thread_id) or thread_id
+    decision = rethread(keys, _Lookup(tx), current)
+    apply(tx, decision, tx.now_ms(), emit, added=0)
+
+
+def apply(tx: SqlStorage, decision: ThreadDecision, now: int, emit: Emit,
+          added: int = 1) -> None:
+    """Inside the same transaction: the thread created or grown by ``added`` messages (merged
+    ones moved into it, each with its ``thread.merged`` event) and the message's keys mapped."""
     thread_id = decision.thread_id
     if decision.created:
         tx.exec("INSERT INTO threads (id, size, created_at_ms, last_at_ms) VALUES (?, 1, ?, ?)",
                 thread_id, now, now)
     elif not decision.merged:
-        tx.exec("UPDATE threads SET size = size + 1, last_at_ms = ? WHERE id = ?", now,
-                thread_id)
+        if added:
+            tx.exec("UPDATE threads SET size = size + ?, last_at_ms = ? WHERE id = ?", added,
+                    now, thread_id)
     else:
         lookup = _Lookup(tx)
         moved = sum(lookup.size_of(m) for m in decision.merged)
-        tx.exec("UPDATE threads SET size = size + 1 + ?, last_at_ms = ? WHERE id = ?", moved,
-                now, thread_id)
+        tx.exec("UPDATE threads SET size = size + ? + ?, last_at_ms = ? WHERE id = ?", added,
+                moved, now, thread_id)
         for merged in decision.merged:
             tx.exec("UPDATE threads SET merged_into = ?, size = 0 "
                     "WHERE id = ? OR merged_into = ?", thread_id, merged, merged)
@@ -74,6 +94,18 @@ def apply(tx: SqlStorage, decision: ThreadDecision, now: int, emit: Emit) -> Non
     for key in decision.map_always:
         tx.exec("INSERT OR REPLACE INTO thread_keys (key, thread_id) VALUES (?, ?)", key,
                 thread_id)
+
+
+def as_stamped(tx: SqlStorage, keys: ThreadKeys) -> ThreadKeys:
+    """CA-17: a reply quoting the Message-ID a provider gave one of this mailbox's Emails threads
+    as one quoting the id the Email was stamped with (so replies quoting either meet)."""
+    quoted = [k for k in (keys.in_reply_to, *keys.references) if k]
+    stamped = stamped_ids(tx, quoted) if quoted else {}
+    if not stamped:
+        return keys
+    irt = keys.in_reply_to
+    return msgspec.structs.replace(keys, in_reply_to=stamped.get(irt, irt) if irt else None,
+                                   references=tuple(stamped.get(r, r) for r in keys.references))
 
 
 def resolve(sql: SqlStorage, thread_id: str) -> str | None:
