@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from _pg import PgServer, find_binaries, new_database
+from _pg import PgServer, new_database, serving
 from cluster_proc import Cluster
 from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.platform.clock import SystemClock
@@ -32,20 +32,13 @@ from mailbox_actors.testing.ports import free_port
 
 pytestmark = pytest.mark.slow
 
-BINDIR, WHY = find_binaries()
 SECRET = "whsec-" + "p" * 26
 
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[PgServer]:
-    if BINDIR is None:
-        pytest.skip(WHY)
-    server = PgServer(BINDIR)
-    try:
-        server.start()
+    with serving() as server:
         yield server
-    finally:
-        server.remove()
 
 
 def _cli(*args: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import _post_actors as pa
-from _pg import PgServer, find_binaries
+from _pg import PgServer, serving
 from mailbox_actors.post.executor import Claimed
 from mailbox_actors.post.loop import run_forever
 from mailbox_actors.post.pg_schema import MIGRATIONS, apply_schema
@@ -25,20 +25,13 @@ from mailbox_actors.wire.post import PostDeliver, PostEnvelope
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-BINDIR, WHY = find_binaries()
 _DB = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[PgServer]:
-    if BINDIR is None:
-        pytest.skip(WHY)
-    server = PgServer(BINDIR)
-    try:
-        server.start()
+    with serving() as server:
         yield server
-    finally:
-        server.remove()
 
 
 @pytest.fixture(autouse=True)

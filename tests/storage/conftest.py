@@ -8,21 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from _pg import PgServer, find_binaries, new_database
-
-BINDIR, WHY = find_binaries()
+from _pg import PgServer, new_database, serving
 
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    if BINDIR is None:
-        pytest.skip(WHY)
-    server = PgServer(BINDIR)
-    try:
-        server.start()
+    with serving() as server:
         yield server
-    finally:
-        server.remove()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from _pg import PgServer, find_binaries, new_database
+from _pg import PgServer, new_database, serving
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.control.addresses import add_addresses, resolve
 from mailbox_actors.platform.control.database import ControlDb
@@ -28,20 +28,13 @@ from mailbox_actors.wire.control import EventIndexRow
 
 pytestmark = pytest.mark.slow
 
-BINDIR, WHY = find_binaries()
 MAILBOX = "a" * 64
 
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[PgServer]:
-    if BINDIR is None:
-        pytest.skip(WHY)
-    server = PgServer(BINDIR)
-    try:
-        server.start()
+    with serving() as server:
         yield server
-    finally:
-        server.remove()
 
 
 def _migrate(data: Path, dsn: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ import anyio
 import psycopg
 import pytest
 
-from _pg import PgServer, find_binaries, new_database, terminate_backends
+from _pg import PgServer, new_database, serving, terminate_backends
 from mailbox_actors.platform.postgres.database import PgDatabase, PgUnreachable
 from mailbox_actors.platform.postgres.migrations import Schema, SchemaTooNew, schema_version
 from mailbox_actors.testing.ports import free_port
@@ -20,7 +20,6 @@ from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-BINDIR, WHY = find_binaries()
 
 ONE = Schema("things", (("CREATE TABLE things (id integer PRIMARY KEY, note text)",),))
 TWO = Schema("things", (*ONE.migrations, ("ALTER TABLE things ADD COLUMN extra integer",)))
@@ -28,14 +27,8 @@ TWO = Schema("things", (*ONE.migrations, ("ALTER TABLE things ADD COLUMN extra i
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[PgServer]:
-    if BINDIR is None:
-        pytest.skip(WHY)
-    server = PgServer(BINDIR)
-    try:
-        server.start()
+    with serving() as server:
         yield server
-    finally:
-        server.remove()
 
 
 async def test_migrations_apply_in_order_once_and_a_newer_schema_is_refused(pg: PgServer) -> None:

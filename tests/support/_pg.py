@@ -1,133 +1,66 @@
-"""A real PostgreSQL server for the tests, started and stopped by the test itself (by pid).
+"""A real PostgreSQL server for the tests, started and stopped by the test itself (by pid): the
+library's own local server (``platform.postgres.local_server.LocalPostgres``) on a free port.
 
 The server binaries of the machine (``/usr/lib/postgresql/*/bin`` or ``initdb`` on PATH) run
 from a temporary directory on a free port on 127.0.0.1, with their Unix socket in that
-directory. PostgreSQL refuses to run as root, so under root they run as the ``postgres`` user
-(``setpriv``). ``find_binaries`` says why when there are none, so the tests can skip with it.
+directory; under root they run as the ``postgres`` user. ``serving()`` is a test module's
+server fixture: skipped, with the reason, only on a machine without the binaries.
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import pwd
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+import pytest
 
+from mailbox_actors.platform.postgres.local_server import LocalPostgres, postgres_binaries
 from mailbox_actors.testing.ports import free_port
+
+__all__ = ["PgServer", "find_binaries", "new_database", "serving", "terminate_backends"]
 
 
 def find_binaries() -> tuple[Path | None, str]:
     """The directory holding initdb and postgres, or None and the reason."""
-    for cand in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
-        if os.path.exists(os.path.join(cand, "initdb")) and os.path.exists(
-                os.path.join(cand, "postgres")):
-            return Path(cand), ""
-    initdb = shutil.which("initdb")
-    if initdb and shutil.which("postgres"):
-        return Path(initdb).parent, ""
-    return None, "no PostgreSQL server binaries (initdb, postgres) on this machine"
+    return postgres_binaries()
 
 
-def _free_port() -> int:
-    return free_port()  # below the ephemeral range: not taken before the server binds it
-
-
-class PgServer:
-    """``listen`` and ``trust_nets`` (additive, for the fault test's bridge): more addresses to
-    listen on than 127.0.0.1, and the networks (CIDR) whose clients are trusted like it."""
+class PgServer(LocalPostgres):
+    """A ``LocalPostgres`` on a free port (below the ephemeral range: not taken before the
+    server binds it)."""
 
     def __init__(self, bindir: Path, *, listen: Sequence[str] = ("127.0.0.1",),
                  trust_nets: Sequence[str] = ()) -> None:
-        self.bindir = bindir
-        self.listen = tuple(listen)
-        self.root = Path(tempfile.mkdtemp(prefix="ma-pg-"))
-        self.data = self.root / "data"
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._prefix: list[str] = []
-        if os.geteuid() == 0:  # the server refuses root: run it as the postgres user
-            user = pwd.getpwnam("postgres")
-            os.chown(self.root, user.pw_uid, user.pw_gid)
-            self._prefix = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
-                            "--clear-groups"]
-        subprocess.run([*self._prefix, str(bindir / "initdb"), "-D", str(self.data), "-A",
-                        "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        with open(self.data / "pg_hba.conf", "a") as hba:
-            for net in trust_nets:
-                hba.write(f"host all all {net} trust\n")
+        super().__init__(bindir, free_port(), listen=listen, trust_nets=trust_nets)
 
-    @property
-    def conninfo(self) -> str:
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
-    def dsn(self, dbname: str) -> str:
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
-
-    def dsn_at(self, host: str, dbname: str) -> str:
-        """The DSN through another of the ``listen`` addresses (a machine's view of the server)."""
-        return f"host={host} port={self.port} user=postgres dbname={dbname}"
-
-    def start(self) -> None:
-        log = open(self.root / "server.log", "ab")
-        self.proc = subprocess.Popen(
-            [*self._prefix, str(self.bindir / "postgres"), "-D", str(self.data), "-p",
-             str(self.port), "-k", str(self.root), "-c", f"listen_addresses={','.join(self.listen)}"],
-            stdout=log, stderr=log)
-        log.close()
-        deadline = time.monotonic() + 30
-        while True:  # bounded: until the server accepts a connection
-            try:
-                psycopg.connect(self.conninfo, connect_timeout=2).close()
-                return
-            except psycopg.OperationalError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("PostgreSQL did not start: "
-                                       + (self.root / "server.log").read_text()[-2000:]) from None
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        """Fast shutdown by pid (SIGINT: sessions are ended, the data is kept)."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
+@contextmanager
+def serving(*, listen: Sequence[str] = ("127.0.0.1",), trust_nets: Sequence[str] = ()
+            ) -> Iterator[PgServer]:
+    """A started server, removed on exit (a fixture: ``with serving() as pg: yield pg``)."""
+    bindir, why = find_binaries()
+    if bindir is None:
+        pytest.skip(why)
+    server = PgServer(bindir, listen=listen, trust_nets=trust_nets)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
 
 
 _DATABASES = iter(range(1, 1 << 30))
 
 
-def new_database(server: PgServer, prefix: str = "t") -> str:
+def new_database(server: LocalPostgres, prefix: str = "t") -> str:
     """A new empty database on ``server``; its DSN."""
-    name = f"{prefix}_{os.getpid()}_{next(_DATABASES)}"
-    with psycopg.connect(server.conninfo, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    return server.dsn(name)
+    return server.new_database(f"{prefix}_{os.getpid()}_{next(_DATABASES)}")
 
 
-def terminate_backends(server: PgServer, dsn: str) -> int:
+def terminate_backends(server: LocalPostgres, dsn: str) -> int:
     """``pg_terminate_backend`` every other session of ``dsn``'s database; how many."""
     dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
     with psycopg.connect(server.conninfo, autocommit=True) as admin:

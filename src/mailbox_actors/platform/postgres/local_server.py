@@ -1,8 +1,8 @@
-"""A local PostgreSQL server of this machine's own binaries, for the benchmark and ``make
-run-postgres`` (CL-7; a development tool, never used by a node): ``initdb`` into a temporary
-directory, ``postgres`` on a given free port of 127.0.0.1 with its Unix socket in that directory
-(as the ``postgres`` user under root: the server refuses root), stopped by pid. The test suite's
-``tests/support/_pg.py`` starts its servers the same way."""
+"""A local PostgreSQL server of this machine's own binaries, for the benchmark, ``make
+run-postgres`` and the test suite (CL-7; a development tool, never used by a node): ``initdb`` into
+a temporary directory, ``postgres`` on a given free port of 127.0.0.1 (and any more addresses
+given) with its Unix socket in that directory (as the ``postgres`` user under root: the server
+refuses root), stopped by pid. The tests' ``tests/support/_pg.py`` is this class on a free port."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = ["LocalPostgres", "postgres_binaries"]
@@ -32,16 +33,25 @@ def postgres_binaries() -> tuple[Path | None, str]:
 
 
 class LocalPostgres:
-    """``with LocalPostgres(bindir, port) as pg: dsn = pg.new_database("x")``."""
+    """``with LocalPostgres(bindir, port) as pg: dsn = pg.new_database("x")``.
 
-    def __init__(self, bindir: Path, port: int) -> None:
+    ``listen`` and ``trust_nets``: more addresses to listen on than 127.0.0.1, and the networks
+    (CIDR) whose clients are trusted like it (the fault test's bridge); ``settings``, more of the
+    server's settings (``-c name=value``). Every client is trusted
+    without a password: a server for this machine's own tests and demos only."""
+
+    def __init__(self, bindir: Path, port: int, *, listen: Sequence[str] = ("127.0.0.1",),
+                 trust_nets: Sequence[str] = (), settings: Mapping[str, str] | None = None
+                 ) -> None:
         self.bindir = bindir
+        self.settings = dict(settings or {})  # more ``-c name=value`` of the server
+        self.listen = tuple(listen)
         self.root = Path(tempfile.mkdtemp(prefix="ma-pg-"))
         self.data = self.root / "data"
         self.port = port  # a free one (the caller's way of finding one)
         self.proc: subprocess.Popen[bytes] | None = None
         self._prefix: list[str] = []
-        if os.geteuid() == 0:
+        if os.geteuid() == 0:  # the server refuses root: run it as the postgres user
             user = pwd.getpwnam("postgres")
             os.chown(self.root, user.pw_uid, user.pw_gid)
             self._prefix = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
@@ -49,9 +59,21 @@ class LocalPostgres:
         subprocess.run([*self._prefix, str(bindir / "initdb"), "-D", str(self.data), "-A",
                         "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        with open(self.data / "pg_hba.conf", "a") as hba:
+            for net in trust_nets:
+                hba.write(f"host all all {net} trust\n")
 
     def dsn(self, dbname: str = "postgres") -> str:
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+        return self.dsn_at("127.0.0.1", dbname)
+
+    def dsn_at(self, host: str, dbname: str) -> str:
+        """The DSN through another of the ``listen`` addresses (a machine's view of the server)."""
+        return f"host={host} port={self.port} user=postgres dbname={dbname}"
+
+    @property
+    def conninfo(self) -> str:
+        """The DSN of the server's own ``postgres`` database (for administration)."""
+        return self.dsn()
 
     def start(self) -> None:
         import psycopg
@@ -59,7 +81,9 @@ class LocalPostgres:
         with open(self.root / "server.log", "ab") as log:
             self.proc = subprocess.Popen(
                 [*self._prefix, str(self.bindir / "postgres"), "-D", str(self.data), "-p",
-                 str(self.port), "-k", str(self.root), "-c", "listen_addresses=127.0.0.1"],
+                 str(self.port), "-k", str(self.root), "-c",
+                 f"listen_addresses={','.join(self.listen)}",
+                 *(a for k, v in self.settings.items() for a in ("-c", f"{k}={v}"))],
                 stdout=log, stderr=log)
         deadline = time.monotonic() + 30
         while True:  # bounded: until the server accepts a connection
@@ -80,7 +104,8 @@ class LocalPostgres:
         return self.dsn(name)
 
     def stop(self) -> None:
-        """Fast shutdown by pid (SIGINT), SIGKILL after 30 s."""
+        """Fast shutdown by pid (SIGINT: sessions are ended, the data is kept), SIGKILL after
+        30 s."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
@@ -91,6 +116,11 @@ class LocalPostgres:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
+
+    def restart(self) -> None:
+        """Stopped and started again: the same data, the same port."""
+        self.stop()
+        self.start()
 
     def remove(self) -> None:
         self.stop()
