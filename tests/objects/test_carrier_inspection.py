@@ -7,21 +7,15 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import msgspec
 import pytest
 
-from _carrier import NS, call, email, mailbox, receipt
-from mailbox_actors.cli import main as cli_main
+from _carrier import NS, OPERATOR, TOKEN, call, email, get, mailbox, receipt, run_cli, serving
 from mailbox_actors.http.client import HttpPool
-from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node import Node
-from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.objects.roster import JOINED
 from mailbox_actors.platform.mail.recording import RecordingTransport
@@ -34,8 +28,6 @@ from mailbox_actors.wire.roster import MemberJoined, RosterAddress
 from mailbox_actors.wire.transport import ProviderRejected
 
 pytestmark = pytest.mark.anyio
-TOKEN = "cluster-token-0123456789abcdef"
-OPERATOR = "operator-token-0123456789abcdef"
 
 
 def file_digest(path: Path) -> str:
@@ -125,25 +117,6 @@ async def test_inspection_opens_no_owner_creates_nothing_arms_nothing(tmp_path: 
         assert not rt.node.host.path_for(NS, nobody).exists()
 
 
-@asynccontextmanager
-async def serving(rt: TestRuntime | Node) -> AsyncIterator[str]:
-    app = NodeApp(rt.node if isinstance(rt, TestRuntime) else rt, cluster_token=TOKEN,
-                  operator_token=OPERATOR)
-    server = RpcHttpServer(app, max_body_bytes=1 << 20, request_timeout_s=5)
-    port = await server.start("127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await server.stop(grace_s=1.0)
-
-
-async def get(url: str, path: str, token: str | None) -> tuple[int, Any]:
-    headers = {} if token is None else {"authorization": f"Bearer {token}"}
-    async with HttpPool() as pool:
-        status, body = await pool.request(url, "GET", path, headers, b"", timeout_s=5)
-    return status, json.loads(body)
-
-
 async def test_over_http_only_the_operator_token_may_inspect() -> None:
     """CA-10, REL-3: GET /admin/deliveries/{id} answers the page with the operator token; the
     cluster token is 403 permission_denied, none or a wrong one 401; a bad limit 400, a mailbox
@@ -173,21 +146,6 @@ async def test_over_http_only_the_operator_token_may_inspect() -> None:
                                            {"authorization": f"Bearer {OPERATOR}"}, b"",
                                            timeout_s=5)
         assert status == 405
-
-
-async def run_cli(*argv: str) -> tuple[int, list[Any]]:
-    """Run ``mailbox-actors ARGV`` in a worker thread (it runs its own event loop) and return
-    its exit status and the JSON lines it printed."""
-    import contextlib
-    import io
-
-    out = io.StringIO()
-
-    def run() -> int:
-        with contextlib.redirect_stdout(out):
-            return cli_main(list(argv))
-    status = await anyio.to_thread.run_sync(run)
-    return status, [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
 
 
 async def test_send_and_deliveries_commands(tmp_path: Path) -> None:

@@ -110,3 +110,47 @@ async def test_the_wake_stays_armed_while_work_is_pending() -> None:
             "pending": False, "wake": None}
         types = [e.type for e in rt.events.events("email.")]
         assert types[:3] == ["email.queued", "email.dispatching", "email.requeued"]
+
+
+@pytest.mark.anyio
+async def test_a_users_own_actors_deliveries_are_inspected_as_a_mailboxs(
+        tmp_path: Path) -> None:
+    """CA-10, CA-15: the Emails of a user's own actor built on Carrier are the operator's to
+    inspect as an IdentityMailbox's are: ``Node.inspect_deliveries(id, namespace=...)``, ``GET
+    /admin/deliveries/{namespace}/{id}`` behind the operator token, and ``mailbox-actors
+    deliveries --namespace NS NAME`` (by the actor's name or its id), the same records every
+    way, without an address; an unknown namespace or an id of another is invalid_request."""
+    from _carrier import OPERATOR, TOKEN, get, run_cli, serving
+
+    (tmp_path / "cluster.token").write_text(TOKEN)
+    (tmp_path / "operator.token").write_text(OPERATOR)
+    transport = RecordingTransport([ProviderRejected(code="E_RATE_LIMIT_EXCEEDED",
+                                                     klass="temporary")])
+    async with TestRuntime(tmp_path / "rt", objects=(*DEFAULT_OBJECTS, Notices),
+                           services={MAIL_TRANSPORT: transport}) as rt, serving(rt) as url:
+        oid = rt.id_from_name("notices", "acme")
+        await rt.call("notices", oid, _Init(), tenant_id="acme")
+        for n in ("n-1", "n-2"):
+            await rt.call("notices", oid, _Send(n), tenant_id="acme")
+        await rt.run_until_idle()
+        page = msgspec.to_builtins(rt.node.inspect_deliveries(oid, namespace="notices"))
+        assert page["status"] == "available" and page["next_cursor"] is None
+        states = sorted((r["kind"], r["status"], r["attempts"]) for r in page["records"])
+        assert states == [("email", "provider_accepted", 0), ("email", "queued", 1)]
+        assert "@" not in str(page)
+        status, over_http = await get(url, f"/admin/deliveries/notices/{oid}", OPERATOR)
+        assert (status, over_http) == (200, page)
+        status, err = await get(url, f"/admin/deliveries/notices/{oid}", TOKEN)
+        assert status == 403 and err["err"]["code"] == "permission_denied"
+        status, err = await get(url, f"/admin/deliveries/nowhere/{oid}", OPERATOR)
+        assert status == 400 and err["err"]["code"] == "invalid_request"
+        mailbox_id = rt.id_from_name("identity_mailbox", "acme")
+        status, err = await get(url, f"/admin/deliveries/notices/{mailbox_id}", OPERATOR)
+        assert status == 400 and err["err"]["code"] == "invalid_request"
+        for who in ("acme", oid):
+            code, pages = await run_cli("deliveries", "--namespace", "notices", who,
+                                        "--data", str(tmp_path), "--url", url)
+            assert (code, pages) == (0, [page])
+        code, _ = await run_cli("deliveries", "--namespace", "nowhere", "acme",
+                                "--data", str(tmp_path), "--url", url)
+        assert code == 1

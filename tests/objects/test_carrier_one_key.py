@@ -16,8 +16,8 @@ from _carrier import NS, call, email, mailbox, receipt
 from _carrier_previous import previous_mailbox
 from mailbox_actors.carrier.schema import CARRIER_ONE_KEY
 from mailbox_actors.objects import DEFAULT_OBJECTS
+from mailbox_actors.objects.delivery_inspection import inspect_deliveries
 from mailbox_actors.objects.identity_mailbox import IdentityMailbox
-from mailbox_actors.objects.identity_mailbox.inspection import inspect_deliveries
 from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.testing import TestRuntime

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from _carrier import call, email, mailbox, receipt
-from mailbox_actors.objects.identity_mailbox import inspection
+from mailbox_actors.objects import delivery_inspection as inspection
 from mailbox_actors.platform.mail.recording import RecordingTransport
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.platform.storage.readonly import read_only

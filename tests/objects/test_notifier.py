@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from mailbox_actors.objects.notifier import notification_source
@@ -157,3 +158,33 @@ async def test_no_recipients_means_no_email(rt: TestRuntime, dns: LoopbackDns,
     assert transport.sent == []
     st: dict[str, Any] = await rt.call("notifier", nid, NotifierStatus(), tenant_id=TENANT)
     assert (st["notifications"], st["unsent"]) == (0, 1)
+
+
+async def test_the_notifiers_deliveries_are_in_the_operators_inspection(
+        rt: TestRuntime, dns: LoopbackDns, transport: RecordingTransport,
+        tmp_path: Path) -> None:
+    """OBJ-4, CA-10: the notification Email is in the operator's delivery inspection of the
+    tenant's Notifier, read from its file (``Node.inspect_deliveries``), over HTTP behind the
+    operator token and with ``mailbox-actors deliveries --namespace notifier TENANT``: its
+    email id, status and evidence, no address."""
+    from _carrier import OPERATOR, TOKEN, get, run_cli, serving
+
+    (tmp_path / "cluster.token").write_text(TOKEN)
+    (tmp_path / "operator.token").write_text(OPERATOR)
+    publish(dns)
+    nid = await notifier(rt, ["ops@acme.example"])
+    mid = await monitor(rt)
+    publish(dns, spf=False)
+    await check(rt, mid, 3)
+    [sent] = transport.sent
+    page = msgspec.to_builtins(rt.node.inspect_deliveries(nid, namespace="notifier"))
+    emails = [r for r in page["records"] if r["kind"] == "email"]
+    assert [(r["email_id"], r["status"], r["messages"]) for r in emails] == [
+        (sent.email_id, "provider_accepted", 1)]
+    assert "@" not in str(page) and DOMAIN not in str(page)
+    async with serving(rt) as url:
+        status, over_http = await get(url, f"/admin/deliveries/notifier/{nid}", OPERATOR)
+        assert (status, over_http) == (200, page)
+        code, pages = await run_cli("deliveries", "--namespace", "notifier", TENANT,
+                                    "--data", str(tmp_path), "--url", url)
+        assert (code, pages) == (0, [page])

@@ -1,6 +1,7 @@
 """Carrier on the command line: ``send`` submits an Email and prints its receipt (``--wait``
 follows it to a final status); ``deliveries`` pages through an identity's delivery records with
-the operator token (CA-10).
+the operator token (CA-10), or with ``--namespace`` those of any other Carrier user (a Notifier,
+a user's own actor).
 
 Tenants and identities are named by id or by name (the control database in DATA resolves names);
 an identity can also be given as its IdentityMailbox's 64-hex object id. Exit status: 0 ok, 1 an
@@ -17,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 
@@ -63,8 +65,12 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_deliveries_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("identity", metavar="IDENTITY",
-                   help="the identity's id (idn_...), or its mailbox's 64-hex id")
+                   help="the identity's id (idn_...), or its mailbox's 64-hex id; with "
+                        "--namespace, that actor's 64-hex id or its name")
     p.add_argument("--tenant", help="the tenant (id or name) when IDENTITY is a name")
+    p.add_argument("--namespace", default="identity_mailbox",
+                   help="another Carrier user's namespace, e.g. notifier (its name is the "
+                        "tenant's id) or your own actor's (default identity_mailbox)")
     p.add_argument("--after", help="continue after this cursor (a page's next_cursor)")
     p.add_argument("--limit", type=int, default=32, help="records per page, 1..64 (default 32)")
     p.add_argument("--all", action="store_true", help="follow next_cursor to the last page")
@@ -153,19 +159,23 @@ def run_deliveries(args: argparse.Namespace) -> int:
     data = Path(args.data)
 
     async def go() -> int:
+        ns = args.namespace
         if _HEX64.match(args.identity):
             mid = args.identity
-        else:
+        elif ns == "identity_mailbox":
             _t, _i, mid = await resolve_owner(args.data, args.tenant, args.identity,
                                                      args.postgres)
+        else:
+            mid = ""  # the actor's name: any node answers its id
         operator = read_token(data, "operator")  # MAILBOX_ACTORS_OPERATOR_TOKEN first (CL-4)
         kw = {"url": args.url} if args.url else {}
         async with Client.from_data_dir(args.data, **kw) as c, HttpPool() as pool:
-            url, after = c.owner_url("identity_mailbox", mid), args.after
+            mid = mid or await c.id_from_name(ns, args.identity)
+            url, after = c.owner_url(ns, mid), args.after
             while True:
                 query = f"?limit={args.limit}" + (f"&after={after}" if after else "")
                 status, body = await pool.request(
-                    url, "GET", f"/admin/deliveries/{mid}{query}",
+                    url, "GET", f"/admin/deliveries/{quote(ns, safe='')}/{mid}{query}",
                     {"authorization": f"Bearer {operator}"}, b"", timeout_s=10.0)
                 page: dict[str, Any] = json.loads(body)
                 print(json.dumps(page), flush=True)

@@ -20,7 +20,7 @@ import structlog
 
 from mailbox_actors.node.forwarding import FORWARD_MAX_S, FORWARDED_HEADER
 from mailbox_actors.node.node import Node
-from mailbox_actors.objects.identity_mailbox.inspection import DEFAULT_PAGE
+from mailbox_actors.objects.delivery_inspection import DEFAULT_PAGE
 from mailbox_actors.platform.descriptors import nofile_limit
 from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
@@ -139,9 +139,11 @@ class NodeApp:
                     return _not_allowed("POST")
                 return self._auth(headers, False) or self._id(
                     lambda: self.node.new_unique_id(parts[2]))
-            if len(parts) == 4 and parts[1] == "admin" and parts[2] == "deliveries":
+            if len(parts) in (4, 5) and parts[1] == "admin" and parts[2] == "deliveries":
+                # /admin/deliveries/{mailbox id}, or /admin/deliveries/{namespace}/{id}
+                namespace = "identity_mailbox" if len(parts) == 4 else parts[3]
                 return self._get_only(method) or self._auth(headers, True) or (
-                    await self._deliveries(parts[3], query, headers, full_path))
+                    await self._deliveries(namespace, parts[-1], query, headers, full_path))
             if path == "/admin/status":
                 return self._get_only(method) or self._auth(headers, True) or (
                     200, _ENC.encode(await self.status()), _JSON)
@@ -212,11 +214,13 @@ class NodeApp:
                                   labels)
         return 200, out, _JSON
 
-    async def _deliveries(self, object_id: str, query: str, headers: Mapping[str, str],
-                          full_path: str) -> Response:
-        """CA-10: one page of an IdentityMailbox's delivery records, read on the node that owns
-        it without activating it (the operator token was checked)."""
-        owner = self._owner("identity_mailbox", object_id)
+    async def _deliveries(self, namespace: str, object_id: str, query: str,
+                          headers: Mapping[str, str], full_path: str) -> Response:
+        """CA-10: one page of a Carrier user's delivery records (an IdentityMailbox's, a
+        Notifier's, a user's own actor's), read on the node that owns it without activating it
+        (the operator token was checked)."""
+        self.node.router.namespace(namespace)  # an unknown one is invalid_request, not routed
+        owner = self._owner(namespace, object_id)
         if owner != self.self_index and FORWARDED_HEADER not in headers:
             return await self._forward_to(owner, full_path, headers, b"", method="GET")
         args = parse_qs(query, keep_blank_values=True)
@@ -226,7 +230,8 @@ class NodeApp:
         except ValueError:
             raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "limit must be an integer",
                                      details={"field": "limit"}) from None
-        page = self.node.inspect_deliveries(object_id, after=after, limit=limit)
+        page = self.node.inspect_deliveries(object_id, namespace=namespace, after=after,
+                                            limit=limit)
         return 200, _ENC.encode(page), _JSON
 
     def _owner(self, namespace: str, object_id: str) -> int:

@@ -380,13 +380,14 @@ class Node:
     def id_from_name(self, namespace: str, name: str) -> str:
         return self.router.id_from_name(namespace, name)
 
-    def inspect_deliveries(self, mailbox_id: str, *, after: str | None = None,
-                           limit: int | None = None) -> InspectionPage:
-        """CA-10: a page of an IdentityMailbox's delivery records, read from its file without
+    def inspect_deliveries(self, object_id: str, *, namespace: str = "identity_mailbox",
+                           after: str | None = None, limit: int | None = None) -> InspectionPage:
+        """CA-10: a page of a Carrier user's delivery records (an IdentityMailbox's by default; a
+        Notifier's or a user's own actor's by its namespace), read from its file without
         activating it (no owner, no migration, no alarm). For callers that admitted an operator."""
-        from mailbox_actors.objects.identity_mailbox.inspection import DEFAULT_PAGE, inspect_deliveries
-        oid = self.router.id_from_string("identity_mailbox", mailbox_id)
-        return inspect_deliveries(self.host.path_for("identity_mailbox", oid), after,
+        from mailbox_actors.objects.delivery_inspection import DEFAULT_PAGE, inspect_deliveries
+        oid = self.router.id_from_string(namespace, object_id)
+        return inspect_deliveries(self.host.path_for(namespace, oid), after,
                                   DEFAULT_PAGE if limit is None else limit)
 
     def new_unique_id(self, namespace: str) -> str:

@@ -4,7 +4,7 @@
 connection (``platform.storage.readonly.read_only(path)``, as the mailbox's scan opens it): key,
 state, attempts, retry time and dead-letter reason, never an address or an event. Delivered rows
 keep only their key and state. It creates nothing, opens no owner and arms no alarm; the operator
-scan (``objects/identity_mailbox/inspection.py``) can page these beside Carrier's records.
+scan (``objects/delivery_inspection.py``) can page these beside Carrier's records.
 """
 
 from __future__ import annotations

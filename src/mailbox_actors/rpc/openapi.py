@@ -142,6 +142,15 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
             "403": _err("The cluster token was sent where the operator token is needed",
                         ErrorCode.PERMISSION_DENIED),
         }}}
+    # Any Carrier user's (CA-15): a Notifier's, a user's own actor's, by its namespace.
+    any_user = dict(paths["/admin/deliveries/{object_id}"]["get"])
+    any_user.update(
+        operationId="admin_deliveries_of_namespace",
+        summary="Operator inspection of any Carrier user's Emails and Post jobs (CA-10, CA-15)",
+        parameters=[{"name": "namespace", "in": "path", "required": True,
+                     "schema": {"type": "string", "maxLength": 64}},
+                    *any_user["parameters"]])
+    paths["/admin/deliveries/{namespace}/{object_id}"] = {"get": any_user}
     paths.update(_inspection_paths(components))
     paths["/healthz"] = {"get": {
         "operationId": "healthz", "summary": "Liveness (no token): whether this process serves",

@@ -1,5 +1,7 @@
-"""Operator inspection of an IdentityMailbox's deliveries (CA-10, PO-7): a read-only, paged scan
-of its Emails and its Post jobs together.
+"""Operator inspection of a Carrier user's deliveries (CA-10, CA-15, PO-7): a read-only, paged scan
+of the Emails and the Post jobs in one actor's file together. Every actor that keeps Carrier's
+tables (IdentityMailbox, Notifier, a user's own actor built on the library) or Post's is read the
+same way, whatever its namespace.
 
 It reads the actor's file directly: it opens no owner, runs no migration, creates no table and
 arms no alarm, so it works on a sleeping actor and changes nothing. Pages hold at most 64 records
