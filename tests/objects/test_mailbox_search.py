@@ -13,7 +13,7 @@ from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import DeleteMessage, Ingest
 from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit
-from mailbox_actors.wire.search import AttachmentTextReady, SearchFilters, SearchMessages
+from mailbox_actors.wire.search import AttachmentTextReady, Reparse, SearchFilters, SearchMessages
 
 pytestmark = pytest.mark.anyio
 
@@ -181,3 +181,60 @@ async def test_a_deleted_message_and_an_erased_mailbox_leave_no_trace_in_the_ind
             blobs = b"".join(r[0] or b"" for r in conn.execute(
                 "SELECT block FROM message_search_data"))
         assert b"giraffe" not in blobs and b"lion" not in blobs
+
+
+def segments(path: Path) -> tuple[int, str | None]:
+    """(how many segments the index has, its automerge setting), read beside the actor."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        count = conn.execute("SELECT count(DISTINCT segid) FROM message_search_idx").fetchone()
+        auto = conn.execute("SELECT v FROM message_search_config WHERE k = 'automerge'"
+                            ).fetchall()
+    return int(count[0]), (str(auto[0][0]) if auto else None)
+
+
+async def test_merges_are_bounded_and_the_index_stays_right_after_many_ingests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """IN-10: automatic merges are off (a whole level is never merged inside one ingest); each
+    ingest does a bounded merge instead. With the bound at one page (merges spread over many
+    ingests), after 400 ingests, attachment texts, reparses and deletions every word finds
+    exactly the messages holding it, newest first, the segments stay few, and a deleted
+    message's words leave the index."""
+    from mailbox_actors.objects.identity_mailbox import search
+
+    monkeypatch.setattr(search, "MERGE_PAGES", 1)
+    words = [f"w{k:03d}" for k in range(60)]
+    async with TestRuntime() as rt:
+        m = await mailbox(rt)
+        path = rt.node.host.path_for(NS, m)
+        assert segments(path)[1] == "0"
+        holds: dict[str, list[str]] = {w: [] for w in words}
+        given: list[str] = []
+        for n in range(400):
+            mine = sorted({words[(n * k) % 60] for k in (1, 7, 13)})
+            mid = await ingest(rt, m, n, subject=f"note {mine[0]}",
+                               body=" ".join([*mine[1:], f"only{n}"]), attachment=n % 50 == 0)
+            given.append(mid)
+            for w in mine:
+                holds[w].insert(0, mid)
+            if n % 50 == 0:
+                await rt.call(NS, m, AttachmentTextReady(message_id=mid, part=0,
+                                                         text=f"scanned{n}"), **IDS)
+        count, auto = segments(path)  # merging kept up, a page at a time
+        assert auto == "0" and count <= 8, count
+        gone = given[7]
+        assert (await rt.call(NS, m, DeleteMessage(message_id=gone), **IDS))["deleted"]
+        for w in words:
+            holds[w] = [x for x in holds[w] if x != gone]
+        await rt.call(NS, m, Reparse(message_id=given[3]), **IDS)
+        for w in words:
+            found, cursor = [], None
+            while True:
+                page = await find(rt, m, w, limit=100, cursor=cursor)
+                found += ids(page)
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    break
+            assert found == holds[w], w
+        assert ids(await find(rt, m, "scanned100")) == [given[100]]
+        assert "w007" in terms(path) and "scanned0" in terms(path)
+        assert "m7" not in str(terms(path))

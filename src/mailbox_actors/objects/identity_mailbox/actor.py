@@ -126,6 +126,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(16, carrier_schema.CARRIER_LEARNED),  # CA-17: provider Message-IDs
         Migration(17, carrier_schema.CARRIER_UNREACHABLE),  # CA-16: unreachable is not rejected
         Migration(18, sources.RAW_SCHEMA),  # UI-2: raw sources kept with their messages
+        # IN-10: the index's merges bounded per ingest, never a whole level at once
+        Migration(19, search.FTS_MERGE_SCHEMA),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick",

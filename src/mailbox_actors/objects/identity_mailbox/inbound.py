@@ -195,6 +195,7 @@ def store(mb: Inbox, tx: SqlStorage, source_id: str, digest: str, size: int,
             message_id, thread_id, p.message_id, p.from_addr, p.subject, p.date_ms, now, size,
             _ENC.encode(detail), p.text, p.html)
     tx.exec(search.INDEX_NEW, p.subject, search.body_of(p.text, p.html))  # IN-10, same commit
+    search.merge_some(tx)  # bounded: automatic merges are off
     if raw is not None:
         sources.keep_raw(tx, message_id, raw)  # UI-2: the source as received
     for idx, att in enumerate(p.attachments):

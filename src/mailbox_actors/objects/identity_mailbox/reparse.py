@@ -72,7 +72,11 @@ def reparse(ctx: ActorContext, sql: SqlStorage, lim: InboundLimits, req: Reparse
         raise MailboxActorsError(ErrorCode.NOT_FOUND, "no received message with this id",
                                  details={"field": "message_id"})
     parsed = parse_message(raw, lim)
-    changed = sql.transaction_sync(lambda tx: _apply(tx, message_id, parsed, ctx.emit))
+    def commit_one(tx: SqlStorage) -> bool:
+        changed = _apply(tx, message_id, parsed, ctx.emit)
+        search.merge_some(tx)
+        return changed
+    changed = sql.transaction_sync(commit_one)
     return ReparseReply(reparsed=1 if changed else 0, scheduled=False, defects=parsed.defects)
 
 
@@ -128,6 +132,7 @@ def run_page(ctx: ActorContext, sql: SqlStorage, lim: InboundLimits) -> None:
     def commit(tx: SqlStorage) -> None:
         for _, message_id, p in parsed:
             _apply(tx, message_id, p, ctx.emit)
+        search.merge_some(tx)  # once for the page: a bounded merge
         if len(page) < PAGE:
             tx.exec("DELETE FROM meta WHERE k = ?", _CURSOR)
             ctx.emit(tx, "messages.reparsed", {"last_page": len(page)})

@@ -10,6 +10,14 @@ the values come from the stored row by one statement (``_VALUES``), the same at 
 ``erase`` empties the index with ``delete-all`` and a deleted message's tokens are merged away at
 once (``optimize``), so neither leaves a trace in it.
 
+Merges are bounded (``MERGE_PAGES``). Each transaction that indexes adds a segment to the index;
+FTS5's automatic merging would, now and then, merge a whole level of segments inside one ingest
+(100-250 ms with the event loop held, at 10,000 messages). ``FTS_MERGE_SCHEMA`` turns it off
+(``automerge`` 0) and every transaction that indexes does a ``merge`` of at most ``MERGE_PAGES``
+pages instead (``merge_some``): a level's merge is spread over the ingests that follow, and since
+each ingest adds about a page and does up to ``MERGE_PAGES`` of merging, the levels stay short
+(below ``crisismerge``, FTS5's own emergency merge).
+
 A query FTS5 cannot parse is ``invalid_request`` with its position, found on a private in-memory
 FTS5 table before the actor's file is asked. Nothing here logs a query or a text.
 """
@@ -33,8 +41,9 @@ from mailbox_actors.wire.search import (
     SearchReply,
 )
 
-__all__ = ["INDEX_NEW", "MAX_ATTACHMENT_TEXT_BYTES", "SEARCH_SCHEMA", "SEARCH_TABLES",
-           "attachment_text_ready", "body_of", "check_query", "erase", "forget", "index", "search", "unindex"]
+__all__ = ["FTS_MERGE_SCHEMA", "INDEX_NEW", "MAX_ATTACHMENT_TEXT_BYTES", "MERGE_PAGES",
+           "SEARCH_SCHEMA", "SEARCH_TABLES", "attachment_text_ready", "body_of", "check_query",
+           "erase", "forget", "index", "merge_some", "search", "unindex"]
 
 # Text of one attachment part kept for search: more is refused (limit_exceeded), never cut.
 MAX_ATTACHMENT_TEXT_BYTES = 1 << 20
@@ -52,6 +61,15 @@ SEARCH_SCHEMA = (
     "INSERT INTO message_search (rowid, subject, body, attachments) "
     "SELECT seq, subject, coalesce(text, html, ''), '' FROM messages",
 )
+# A later migration: no automatic merges (``merge_some`` does bounded ones instead). The setting
+# is kept in the index's own config table, so it holds for every connection to the file.
+FTS_MERGE_SCHEMA = (
+    "INSERT INTO message_search (message_search, rank) VALUES ('automerge', 0)",
+)
+# Pages one transaction's merge may write, at most (about 4 KB each): a few times what one
+# message adds, so merging keeps up; a bound on the time one ingest spends merging.
+MERGE_PAGES = 16
+_MERGE = "INSERT INTO message_search (message_search, rank) VALUES ('merge', ?)"
 # Erase empties these with the messages (IN-6); the index itself by ``erase``.
 SEARCH_TABLES = ("attachment_texts",)
 
@@ -73,7 +91,14 @@ def body_of(text: str | None, html: str | None) -> str:
 
 
 def index(tx: SqlStorage, message_id: str) -> None:
+    """The message indexed again; the caller's transaction then calls ``merge_some`` once."""
     tx.exec(_INDEX.format(key="id"), message_id)
+
+
+def merge_some(tx: SqlStorage) -> None:
+    """Inside a transaction that indexed: at most ``MERGE_PAGES`` pages of the index's merging
+    (none when no level is due: then it reads one row)."""
+    tx.exec(_MERGE, MERGE_PAGES)
 
 
 def unindex(tx: SqlStorage, message_id: str) -> None:
@@ -223,4 +248,5 @@ def attachment_text_ready(tx: SqlStorage, req: AttachmentTextReady) -> Attachmen
     tx.exec("INSERT OR REPLACE INTO attachment_texts (message_id, part, text) VALUES (?, ?, ?)",
             req.message_id, req.part, req.text)
     index(tx, req.message_id)
+    merge_some(tx)
     return AttachmentTextReply(message_id=req.message_id, part=req.part, stored=True)
