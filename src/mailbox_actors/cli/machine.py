@@ -98,12 +98,14 @@ def _id_secret(secret_file: str | None, given: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
+    from mailbox_actors.cli.lifeline import stop_with_supervisor
     from mailbox_actors.cli.serve_args import flags_of
     from mailbox_actors.http.server import loop_backend_options
     from mailbox_actors.node.config import load_config
     from mailbox_actors.platform.descriptors import raise_nofile_limit
     from mailbox_actors.runtime.settings import SettingsError
 
+    stop_with_supervisor()  # as serve: a supervised machine never outlives its supervisor (OPS-1)
     raise_nofile_limit()
     try:
         cfg = load_config(flags_of(args), os.environ, args.config)
@@ -132,6 +134,17 @@ async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl:
                  renew: float) -> int:
     import signal
 
+    import anyio
+
+    # Signals are received from before the start to after the drain: one that comes meanwhile
+    # (a second SIGTERM, as a dying supervisor's lifeline sends) waits in the receiver rather
+    # than ending the process half-way with Python's default action.
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        return await _serve_until(signals, cfg, dsn, secret, ttl, renew)
+
+
+async def _serve_until(signals: Any, cfg: Any, dsn: str, secret: str, ttl: float,
+                       renew: float) -> int:
     import anyio
     import msgspec
 
@@ -204,9 +217,8 @@ async def _serve(args: argparse.Namespace, cfg: Any, dsn: str, secret: str, ttl:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(machine.run)
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    break
+            async for _ in signals:
+                break
             tg.cancel_scope.cancel()
     finally:
         print(f"{name}: stopping (draining its slots)", flush=True)

@@ -112,54 +112,57 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                   openapi=lambda: openapi_json(objects, package_version()),
                   # Inspection shows content only in dev mode, which listens on loopback (UI-4).
                   content_allowed=cfg.dev)
-    async with node:
-        server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
-                               request_timeout_s=cfg.read_timeout_s)
-        try:
-            port = await server.start(cfg.host, cfg.port)
-        except OSError as e:  # a port in use is a setting to change, not a crash to restart
-            raise SettingsError(f"cannot listen on {cfg.host}:{cfg.port}: "
-                                f"{e.strerror or e}") from None
-        door = None
-        if cfg.smtp_listen_port is not None:
-            from mailbox_actors.node.smtp_door import SmtpDoor  # aiosmtpd: only with a door
-
-            door = SmtpDoor.for_node(app, node, tokens.cluster,
-                                     max_message_bytes=cfg.inbound_max_message_bytes,
-                                     catch_all=cfg.dev, journal_address=cfg.journal_address)
+    # Signals are received from before the start to after the drain: one that comes meanwhile
+    # (a second SIGTERM, as a dying supervisor's lifeline sends, or an early one) waits in the
+    # receiver rather than ending the process half-way with Python's default action.
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with node:
+            server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
+                                   request_timeout_s=cfg.read_timeout_s)
             try:
-                smtp_port = await door.start(cfg.host, cfg.smtp_listen_port)
-            except OSError as e:
-                await server.stop()
-                raise SettingsError(f"cannot listen for SMTP on {cfg.host}:"
-                                    f"{cfg.smtp_listen_port}: {e.strerror or e}") from None
-            print(f"{cfg.node_name}: SMTP door on {cfg.host}:{smtp_port}", flush=True)
-        # Where it listens, for every command given --data (on any port, not only the default):
-        # recorded before it says so, so whoever reads that line finds the file.
-        write_node_file(data, cfg.node_name, url_for(cfg.host, port))
-        print(f"{cfg.node_name}: listening on http://{cfg.host}:{port} (pid {os.getpid()})\n"
-              f"{cfg.node_name}: data in {data}\n"
-              f"{cfg.node_name}: cluster token in {tokens.cluster_file or '(given)'}, "
-              f"operator token in {tokens.operator_file or '(given)'}", flush=True)
-        try:
-            async with anyio.create_task_group() as tg:
-                async def stop_on_failure() -> None:
-                    await node.failed.wait()
-                    print(f"{cfg.node_name}: {node.failure}; stopping so it can be restarted",
-                          file=sys.stderr, flush=True)
-                    tg.cancel_scope.cancel()
+                port = await server.start(cfg.host, cfg.port)
+            except OSError as e:  # a port in use is a setting to change, not a crash to restart
+                raise SettingsError(f"cannot listen on {cfg.host}:{cfg.port}: "
+                                    f"{e.strerror or e}") from None
+            door = None
+            if cfg.smtp_listen_port is not None:
+                from mailbox_actors.node.smtp_door import SmtpDoor  # aiosmtpd: only with a door
 
-                tg.start_soon(stop_on_failure)
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                door = SmtpDoor.for_node(app, node, tokens.cluster,
+                                         max_message_bytes=cfg.inbound_max_message_bytes,
+                                         catch_all=cfg.dev, journal_address=cfg.journal_address)
+                try:
+                    smtp_port = await door.start(cfg.host, cfg.smtp_listen_port)
+                except OSError as e:
+                    await server.stop()
+                    raise SettingsError(f"cannot listen for SMTP on {cfg.host}:"
+                                        f"{cfg.smtp_listen_port}: {e.strerror or e}") from None
+                print(f"{cfg.node_name}: SMTP door on {cfg.host}:{smtp_port}", flush=True)
+            # Where it listens, for every command given --data (on any port, not only the default):
+            # recorded before it says so, so whoever reads that line finds the file.
+            write_node_file(data, cfg.node_name, url_for(cfg.host, port))
+            print(f"{cfg.node_name}: listening on http://{cfg.host}:{port} (pid {os.getpid()})\n"
+                  f"{cfg.node_name}: data in {data}\n"
+                  f"{cfg.node_name}: cluster token in {tokens.cluster_file or '(given)'}, "
+                  f"operator token in {tokens.operator_file or '(given)'}", flush=True)
+            try:
+                async with anyio.create_task_group() as tg:
+                    async def stop_on_failure() -> None:
+                        await node.failed.wait()
+                        print(f"{cfg.node_name}: {node.failure}; stopping so it can be restarted",
+                              file=sys.stderr, flush=True)
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(stop_on_failure)
                     async for _ in signals:
                         break
-                tg.cancel_scope.cancel()
-        finally:
-            remove_node_file(data)
-            print(f"{cfg.node_name}: stopping (draining requests in flight)", flush=True)
-            if door is not None:
-                await door.stop()
-            await server.stop()
-            await pool.aclose()
+                    tg.cancel_scope.cancel()
+            finally:
+                remove_node_file(data)
+                print(f"{cfg.node_name}: stopping (draining requests in flight)", flush=True)
+                if door is not None:
+                    await door.stop()
+                await server.stop()
+                await pool.aclose()
     print(f"{cfg.node_name}: stopped", flush=True)
     return 1 if node.failed.is_set() else 0
