@@ -1,11 +1,12 @@
 """Inspection figures (UI-1, issue 25): what the console's pages ask of a node with 100,000 actors
 on disk and 10,000 messages in one mailbox, through the node's HTTP application in process.
 
-The actors are copies of one TenantQuota file (as the restart figures make theirs), every one
-evicted; the mailbox is filled by ``ingest_batch``. Timed: the overview (``/admin/inspect``),
-a page of 50 actors at a cursor anywhere in the namespace, one actor (``show``), and a page of
-the mailbox's ``messages`` rows at a cursor anywhere in them. The goal is the issue's: p99 under
-100 ms each. Activations during the reads are counted: inspection must cost none.
+The actors are hard links to one TenantQuota file (as the restart figures make theirs, with
+``bench.population``), every one evicted; the mailbox is filled by ``ingest_batch``. Timed: the
+overview (``/admin/inspect``), a page of 50 actors at a cursor anywhere in the namespace, one
+actor (``show``), and a page of the mailbox's ``messages`` rows at a cursor anywhere in them. The
+goal is the issue's: p99 under 100 ms each. Activations during the reads are counted: inspection
+must cost none.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import msgspec
 
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, percentile
+from mailbox_actors.bench.population import LinkedPopulation
 from mailbox_actors.node import Node
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.objects.identity_mailbox.ingest_batch import IngestBatch
@@ -48,7 +50,7 @@ def _letter(n: int) -> bytes:
 
 
 async def _population(data: Path, n: int, progress: Progress) -> list[str]:
-    """``n`` TenantQuota files under ``data`` (copies of one), their ids."""
+    """``n`` TenantQuota files under ``data`` (links to one), their ids."""
     tpl = data.parent / f"{data.name}-template"
     async with Node(RuntimeSettings(data_dir=str(tpl))) as node:
         oid = node.id_from_name(_NS, "template")
@@ -58,16 +60,10 @@ async def _population(data: Path, n: int, progress: Progress) -> list[str]:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     target = Node(RuntimeSettings(data_dir=str(data)))  # not started: its paths only
-    ids, made = [], set()
-    for i in range(n):
-        oid = target.id_from_name(_NS, f"tenant-{i}")
-        dest = target.host.path_for(_NS, oid)
-        if dest.parent not in made:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            made.add(dest.parent)
-        shutil.copyfile(source, dest)
-        ids.append(oid)
-        progress.tick("inspect: copied {:,}/{:,} actor files", i + 1, n)
+    ids = [target.id_from_name(_NS, f"tenant-{i}") for i in range(n)]
+    # Links to the one file (``bench.population``): the figures only read them.
+    LinkedPopulation(source, data.parent / f"{data.name}-sources").link(
+        (target.host.path_for(_NS, oid) for oid in ids), n, progress)
     shutil.rmtree(tpl)
     return sorted(ids)
 

@@ -2,18 +2,18 @@
 and 100,000 actors on disk, after a clean stop and after SIGKILL.
 
 A node's start must not grow with its data: it reads its alarm index (one row per actor holding an
-alarm) and serves; it opens no actor file. Each population is ``BenchTicker`` files, copied from
-one made through the runtime, each holding an alarm ten days ahead, and the index that lists them
-(written directly: the figure is a restart, not the first start that scans). Each round starts
-``serve`` on each population twice: after a clean stop (SIGTERM), timed, then killed with SIGKILL
-once it answered; then after that SIGKILL, timed, then stopped cleanly. The limit is the runtime
-libraries' start (``start_figures``' floor), measured alternating with them; every side runs in
-the installation's environment, as ``start_figures`` explains.
+alarm) and serves; it opens no actor file. Each population is ``BenchTicker`` files, hard links
+to one made through the runtime (``bench.population``: made and removed in seconds; the run
+checks at its end that no start wrote one), each holding an alarm ten days ahead, and the index
+that lists them (written directly: the figure is a restart, not the first start that scans).
+Each round starts ``serve`` on each population twice: after a clean stop (SIGTERM), timed, then
+killed with SIGKILL once it answered; then after that SIGKILL, timed, then stopped cleanly. The
+limit is the runtime libraries' start (``start_figures``' floor), measured alternating with them;
+every side runs in the installation's environment, as ``start_figures`` explains.
 """
 
 from __future__ import annotations
 
-import shutil
 import signal
 import sqlite3
 import time
@@ -25,6 +25,7 @@ import anyio
 from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.bench.actors import BenchTicker, TickInit, ticker_name
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median
+from mailbox_actors.bench.population import LinkedPopulation
 from mailbox_actors.bench.start_figures import _FLOOR, _env, _serve, _stop, _timed, first_answer
 from mailbox_actors.bench.start_install import installed_python
 from mailbox_actors.bench.ticker_figures import NS, TENANT
@@ -41,37 +42,35 @@ _GOALS = {"0": 1.5, "100k": 1.7}
 _TEN_DAYS_MS = 10 * 86_400_000
 
 
-async def _population(data: Path, n: int, progress: Progress) -> None:
-    """``n`` BenchTicker files under ``data`` and the alarm index listing them."""
-    data.mkdir(parents=True)  # noqa: ASYNC240 - setting up, nothing else runs
-    if n == 0:
-        return
-    tpl = data.parent / f"{data.name}-template"
+async def _template(tpl: Path) -> tuple[Path, int]:
+    """One BenchTicker file made through the runtime, holding an alarm ten days ahead, its log
+    folded in (one file to link); and that alarm's time."""
     at = time.time_ns() // 1_000_000 + _TEN_DAYS_MS
     async with Node(RuntimeSettings(data_dir=str(tpl)), objects=(BenchTicker,)) as node:
         oid = node.id_from_name(NS, "template")
         await node.call(NS, oid, TickInit(alarm_at_ms=at), tenant_id=TENANT)
         source = node.host.path_for(NS, oid)
-    with sqlite3.connect(source) as conn:  # the log folded in: one file to copy
+    with sqlite3.connect(source) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
-    progress.say(f"restart: copying it to {n:,} actors")
+    return source, at
+
+
+def _population(data: Path, n: int, source: Path, at: int,
+                progress: Progress) -> LinkedPopulation:
+    """``n`` BenchTicker files under ``data`` (links to ``source``, see ``bench.population``) and
+    the alarm index listing them."""
+    data.mkdir(parents=True)
+    population = LinkedPopulation(source, data.parent / f"{data.name}-sources")
+    if n == 0:
+        return population
     target = Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,))  # not started
-    alarms: dict[tuple[str, str], int] = {}
-    made: set[Path] = set()
-    for i in range(n):
-        oid = target.id_from_name(NS, ticker_name(i))
-        dest = target.host.path_for(NS, oid)
-        if dest.parent not in made:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            made.add(dest.parent)
-        shutil.copyfile(source, dest)
-        alarms[(NS, oid)] = at
-        progress.tick("  copied {:,}/{:,}", i + 1, n)
+    oids = [target.id_from_name(NS, ticker_name(i)) for i in range(n)]
+    population.link((target.host.path_for(NS, oid) for oid in oids), n, progress)
     index = AlarmIndex(data / "alarms.sqlite")
-    index.apply(alarms)
+    index.apply({(NS, oid): at for oid in oids})
     index.close()
-    shutil.rmtree(tpl)
+    return population
 
 
 def _timed_restart(python: str, data: Path, env: dict[str, str], then: signal.Signals) -> float:
@@ -93,9 +92,13 @@ async def restart_figures(work: Path, sizes: Sizes, progress: Progress) -> list[
     python = await anyio.to_thread.run_sync(installed_python, work / "installed")
     env = _env(work)
     counts = dict(zip(LABELS, sizes.restart_actors, strict=True))
+    source, at = await _template(work / "template")
+    populations = []
     for label, n in counts.items():
         progress.say(f"restart: a data directory with {n:,} actors holding alarms")
-        await _population(work / f"n{label}", n, progress)
+        populations.append(await anyio.to_thread.run_sync(
+            _population, work / f"n{label}", n, source, at, progress))
+    stamps = [p.stamp() for p in populations]
     rounds = max(3, sizes.rounds // 2)
     progress.say(f"restart: {rounds} rounds of serve started on each, after a clean stop and "
                  "after SIGKILL, alternating with the runtime libraries' start")
@@ -120,6 +123,8 @@ async def restart_figures(work: Path, sizes: Sizes, progress: Progress) -> list[
         for i in [*pairs[:spot], 0, *pairs[spot:]]:
             name, fn, args = sides[i]
             ms[name].append(await anyio.to_thread.run_sync(fn, *args))
+    for population, stamp in zip(populations, stamps, strict=True):
+        population.check_unwritten(stamp)  # a start opens no actor file, let alone writes one
     floor = median(ms["floor"])
     out = []
     for label, n in counts.items():

@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # what a node without a control database or a transport never
 __all__ = ["METRIC_PREFIX", "Node"]
 
 METRIC_PREFIX = "mailbox_actors_"  # every exported metric name starts so (OPS-10)
+_warned_builtin_secret: list[bool] = []  # non-empty once a node said id_secret_builtin
 
 
 class Node:
@@ -172,8 +173,11 @@ class Node:
             self.alarm_book.open(opened.index, {})
             self.alarm_book.scanning()
             await self._open_control()
-            if self.settings.id_secret == DEFAULT_ID_SECRET and isinstance(self.clock, SystemClock):
-                # OPS-8: anyone who reads the source can mint ids under the built-in secret.
+            if (self.settings.id_secret == DEFAULT_ID_SECRET and isinstance(self.clock, SystemClock)
+                    and not _warned_builtin_secret):
+                # OPS-8: anyone who reads the source can mint ids under the built-in secret. Said
+                # once per process: a program that starts many nodes (a benchmark) learns it once.
+                _warned_builtin_secret.append(True)
                 self.log.warning("id_secret_builtin", advice="set RuntimeSettings(id_secret=...) "
                                  "(serve and cluster generate one per data directory)")
             # The clock takes the timed work: the loops it answers with run here (a FakeClock

@@ -1,0 +1,53 @@
+"""What a node start says (OPS-8, issue 28 item 3): the built-in id secret is warned about once per
+process, not at every node a program starts; and the benchmark's progress shows log lines as
+readable text, never JSON, wherever its standard error goes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import structlog
+
+from mailbox_actors.node import Node
+from mailbox_actors.node import node as node_module
+from mailbox_actors.runtime.settings import RuntimeSettings
+
+
+@pytest.mark.anyio
+async def test_the_builtin_id_secret_is_warned_about_once_per_process(tmp_path: Path) -> None:
+    """OPS-8: two nodes on the built-in secret, one after the other, in one process: one
+    ``id_secret_builtin`` warning; a node given its own secret says nothing of it."""
+    node_module._warned_builtin_secret.clear()  # as in a fresh process
+    with structlog.testing.capture_logs() as logs:
+        for name in ("a", "b"):
+            async with Node(RuntimeSettings(data_dir=str(tmp_path / name))):
+                pass
+    assert [e["log_level"] for e in logs if e["event"] == "id_secret_builtin"] == ["warning"]
+    node_module._warned_builtin_secret.clear()
+    with structlog.testing.capture_logs() as logs:
+        async with Node(RuntimeSettings(data_dir=str(tmp_path / "c"), id_secret="s" * 32)):
+            pass
+    assert not [e for e in logs if e["event"] == "id_secret_builtin"]
+
+
+@pytest.mark.slow
+def test_the_bench_progress_has_readable_log_lines_not_json(tmp_path: Path) -> None:
+    """Issue 28 item 3: a bench run whose standard error is a file (not a terminal) shows the
+    runtime's warnings among its progress as readable lines; no line of it is JSON."""
+    done = subprocess.run([sys.executable, "-m", "mailbox_actors", "bench", "--quick", "--only",
+                           "cold_activation_us", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    warned = [line for line in lines if "id_secret_builtin" in line]
+    assert len(warned) == 1 and "warning" in warned[0], lines
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            continue
+        raise AssertionError(f"a JSON line in the bench's progress: {line}")
