@@ -1,12 +1,13 @@
 """What the shared state does on PostgreSQL beyond the contract both backends meet (CL-7, CL-14),
 against a real server started and stopped by pid for the session (``conftest``): a send in one
-process wakes another's idle consumer by NOTIFY, and the door's address cache by NOTIFY too; the
-outbox's index rows and queue messages are one transaction, so a refused queue write leaves no
-index row either."""
+process wakes another's idle consumer by NOTIFY (one of a process's consumers, whose claim serves
+its idle siblings), and the door's address cache by NOTIFY too; the outbox's index rows and queue
+messages are one transaction, so a refused queue write leaves no index row either."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import psycopg
@@ -19,7 +20,7 @@ from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.control.postgres import control_on
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.postgres.database import PgDatabase
-from mailbox_actors.platform.queues import QueueService
+from mailbox_actors.platform.queues import Consumer, Message, QueueService
 from mailbox_actors.platform.queues.postgres import queues_on
 from mailbox_actors.platform.queues.service import NOTIFY_CHANNEL
 from mailbox_actors.platform.rng import SeededRng
@@ -33,6 +34,8 @@ MAILBOX = "a" * 64
 
 
 class Woken:
+    running = waiting = False  # a QueueWatcher driven by hand: told every time
+
     def __init__(self) -> None:
         self.at: list[int] = []
         self.event = anyio.Event()
@@ -76,6 +79,53 @@ async def test_a_send_in_one_process_wakes_the_others_consumers(dsn: str) -> Non
         assert jobs.at and len(other.at) == heard.count(None)  # "other" only on (re)connection
         assert [m.body["kind"] for m in await b.receive("jobs")] == ["job"]
         assert set(heard) <= {None, "jobs"}
+
+
+async def test_one_claim_serves_a_process_s_idle_consumers_and_leaves_the_rest(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CL-7, Q-1: a notification wakes ONE idle consumer of a process (not every consumer of
+    every process: all but one would claim nothing); its claim takes a message for itself and one
+    for each idle sibling, handed to them, and no more: what this process cannot start now stays
+    visible for another process to claim."""
+    clock = FakeClock()
+    a = queues_on(PgDatabase(dsn), clock=clock, ids=Ids(clock, SeededRng(1)))
+    b = queues_on(PgDatabase(dsn), clock=clock, ids=Ids(clock, SeededRng(2)))
+    started: list[int] = []
+    four, go = anyio.Event(), anyio.Event()
+
+    async def handler(msg: Message) -> None:
+        started.append(msg.body["n"])
+        if len(started) == 4:
+            four.set()
+        await go.wait()
+
+    claims: list[tuple[int, int]] = []  # (asked for, got) of each claim process a made
+    receive = a.receive
+
+    async def counted(queue: str, **options: Any) -> list[Message]:
+        got = await receive(queue, **options)
+        claims.append((options["max_batch_size"], len(got)))
+        return got
+
+    monkeypatch.setattr(a, "receive", counted)
+    async with a, b:
+        consumers = [Consumer(a, "jobs", handler, max_batch_size=1, max_batch_timeout_s=0,
+                              poll_interval_s=3_600) for _ in range(4)]
+        async with anyio.create_task_group() as tg:
+            for consumer in consumers:
+                tg.start_soon(consumer.run)
+            with anyio.fail_after(10):  # bounds, not speed checks
+                while not all(c.waiting for c in consumers):  # noqa: ASYNC110 - each looks once first
+                    await anyio.sleep(0.01)
+                claims.clear()
+                await b.send_batch("jobs", [{"v": 1, "kind": "t", "n": n} for n in range(8)])
+                await four.wait()
+            assert claims == [(4, 4)]
+            assert sorted(started) == [0, 1, 2, 3]
+            left = await b.receive("jobs", max_batch_size=100)
+            assert sorted(m.body["n"] for m in left) == [4, 5, 6, 7]
+            go.set()
+            tg.cancel_scope.cancel()
 
 
 async def test_the_address_cache_follows_changes_made_elsewhere(dsn: str) -> None:

@@ -6,6 +6,7 @@ psycopg's ``%s``, and PostgreSQL's errors mapped to SPEC section 5's codes (a co
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -22,11 +23,17 @@ __all__ = ["PgStore", "PgTx", "to_pg"]
 T = TypeVar("T")
 
 
+_ARRAY_PARAM = re.compile(r"\?(?=::[a-z ]+\[\])")
+
+
 @functools.lru_cache(maxsize=1024)
 def to_pg(sql: str) -> str:
-    """``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled). The shared statements
-    hold no ``?`` inside a string literal."""
-    return sql.replace("%", "%%").replace("?", "%s")
+    """``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled); an array parameter
+    (``?::text[]``, the ``Dialect``'s ``unnest`` and ``ANY``) as ``%b``, sent in binary: psycopg
+    dumps a list as text by quoting and escaping each element with a regular expression, which
+    was a tenth of a node's CPU on the event path. The shared statements hold no ``?`` inside a
+    string literal."""
+    return _ARRAY_PARAM.sub("%b", sql.replace("%", "%%")).replace("?", "%s")
 
 
 class PgTx:

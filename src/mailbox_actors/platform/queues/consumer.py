@@ -35,6 +35,12 @@ _MAX_ROUNDS = 100_000
 # for any consumer of the cluster.
 _HANDOFF_ROOM = 512
 NOTIFIED_POLL_S = 1.0  # an idle consumer's own look at a queue whose store notifies
+# Where a claim is a round trip to a server (PostgreSQL), a running consumer with a hand-off
+# claims a batch for itself and one for each idle sibling in this process, up to this many
+# messages, and hands the siblings theirs (leased, as sent messages are): a backlog costs one
+# claim per process and turn, not one per consumer. A process whose consumers are all busy
+# claims no more than its own batch: it never hoards what another process could handle now.
+CLAIM_AHEAD = 16
 
 
 class _Looks:
@@ -86,6 +92,8 @@ class Consumer:
         self._due: int | None = None
         self._due_known = False  # until a first look at the queue, next_due_ms says "now"
         self._wake: anyio.Event | None = None
+        self.running = False  # in run(): woken by on_visible (QueueWatcher)
+        self.waiting = False  # in run(), idle: waiting for a wake or its next look
         self._look = True  # run(): whether the file may have news (a send, a poll interval passed)
         service.watch(queue, self)
 
@@ -161,6 +169,7 @@ class Consumer:
                 self.queue, self._wake_for_handoff, visibility_ms=self.visibility_ms,
                 max_retries=self.max_retries, dead_letter_queue=self.dead_letter_queue,
                 room=_HANDOFF_ROOM)
+        self.running = True
         try:
             async with anyio.create_task_group() as tg:
                 acks = AckBehind(self._service, self.queue, tg)
@@ -170,6 +179,7 @@ class Consumer:
                     with anyio.CancelScope(shield=True):
                         await acks.close()
         finally:
+            self.running = self.waiting = False
             if handoff is not None:
                 with anyio.CancelScope(shield=True):
                     try:
@@ -216,12 +226,16 @@ class Consumer:
                 _log.error("queue_consumer_error", queue=self.queue, error_type=type(exc).__name__)
                 looks.look_at = anyio.current_time() + self.poll_interval_s
                 found = False
-            if not self.max_batch_timeout_ms:
-                with anyio.move_on_at(looks.look_at):
-                    await self._wake.wait()
-            else:
-                with anyio.move_on_after(wait_s):
-                    await self._wake.wait()
+            self.waiting = True
+            try:
+                if not self.max_batch_timeout_ms:
+                    with anyio.move_on_at(looks.look_at):
+                        await self._wake.wait()
+                else:
+                    with anyio.move_on_after(wait_s):
+                        await self._wake.wait()
+            finally:
+                self.waiting = False
 
     async def _claim(self, looks: _Looks | Handoff, found: bool, acks: AckBehind) -> bool:
         """Without a batch timeout, whatever is visible is a batch: claim it and handle it; False
@@ -231,12 +245,23 @@ class Consumer:
         # This look is the poll interval's: the other consumers woken with this one (a
         # hand-off wakes them all) must not read the file too while it is under way.
         looks.look_at = anyio.current_time() + self.poll_interval_s
-        due = None if found else await self._service.next_visible_ms(self.queue)
-        if found or (due is not None and due <= self._clock.now_ms()):
-            if not found:
+        # Where the store notifies (PostgreSQL) a claim that finds nothing takes no lock: claim
+        # at once rather than read first.
+        claim_now = found or self._service.notified
+        due = None if claim_now else await self._service.next_visible_ms(self.queue)
+        if claim_now or (due is not None and due <= self._clock.now_ms()):
+            if not found and not self._service.notified:
                 self._service._notify(self.queue, due or 0)  # wake the others too
-            batch = await self._receive()
+            idle = self._service.idle_siblings(self.queue, but=self) \
+                if isinstance(looks, Handoff) and self._service.notified else 0
+            batch = await self._receive(
+                max(self.max_batch_size, min(CLAIM_AHEAD, self.max_batch_size * (1 + idle))))
             if batch:
+                if isinstance(looks, Handoff) and len(batch) > self.max_batch_size:
+                    looks.put(self._clock.now_ms(), batch[self.max_batch_size:])
+                    batch = batch[:self.max_batch_size]
+                elif self._service.notified:  # more may be waiting: one more sibling looks
+                    self._service.wake_idle(self.queue, self._clock.now_ms(), but=self)
                 await self._handle_batch(batch, acks)
                 return True
             due = await self._service.next_visible_ms(self.queue)
@@ -264,9 +289,10 @@ class Consumer:
             self.queue, max_batch_size=self.max_batch_size,
             max_batch_timeout_ms=self.max_batch_timeout_ms)
 
-    async def _receive(self) -> list[Message]:
+    async def _receive(self, up_to: int | None = None) -> list[Message]:
         return await self._service.receive(
-            self.queue, max_batch_size=self.max_batch_size, visibility_ms=self.visibility_ms,
+            self.queue, max_batch_size=up_to or self.max_batch_size,
+            visibility_ms=self.visibility_ms,
             max_retries=self.max_retries, dead_letter_queue=self.dead_letter_queue)
 
     async def _handle_batch(self, batch: Sequence[Message], acks: AckBehind | None = None) -> None:

@@ -52,7 +52,11 @@ _INSERT_ROWS = 500  # rows per INSERT statement: 4,000 parameters, under SQLite'
 
 
 class QueueWatcher(Protocol):
-    """Told when a message of its queue becomes visible at ``at_ms`` (sent through this service)."""
+    """Told when a message of its queue becomes visible at ``at_ms`` (sent through this service).
+    ``running``: it consumes on its own (``Consumer.run``); ``waiting``: idle, waiting for news."""
+
+    running: bool
+    waiting: bool
 
     def on_visible(self, at_ms: int) -> None: ...
 
@@ -114,8 +118,31 @@ class QueueService(DeadLetterRecords, QueueReads):
         self._watchers.setdefault(queue, WeakSet()).add(watcher)
 
     def _notify(self, queue: str, at_ms: int) -> None:
-        for watcher in list(self._watchers.get(queue, ())):
+        """Tell the watchers of ``queue``. Where the store notifies (PostgreSQL) and the message
+        is visible now, only ONE running consumer of this process is woken (an idle one if any):
+        waking every consumer of every process for one message sent them all to claim it, and
+        all but one found nothing. A consumer whose claim found messages wakes one more idle
+        sibling (``wake_idle``), so a backlog still spreads to every consumer."""
+        watchers = list(self._watchers.get(queue, ()))
+        if self.notified and at_ms <= self._clock.now_ms():
+            running = [w for w in watchers if w.running]
+            if running:
+                woken = next((w for w in running if w.waiting), running[0])
+                watchers = [w for w in watchers if not w.running] + [woken]
+        for watcher in watchers:
             watcher.on_visible(at_ms)
+
+    def idle_siblings(self, queue: str, *, but: QueueWatcher) -> int:
+        """How many running consumers of ``queue`` other than ``but`` are idle."""
+        return sum(1 for w in list(self._watchers.get(queue, ()))
+                   if w is not but and w.running and w.waiting)
+
+    def wake_idle(self, queue: str, at_ms: int, *, but: QueueWatcher) -> None:
+        """Wake one idle running consumer of ``queue`` other than ``but`` (there may be more)."""
+        for watcher in list(self._watchers.get(queue, ())):
+            if watcher is not but and watcher.running and watcher.waiting:
+                watcher.on_visible(at_ms)
+                return
 
     def _heard(self, queue: str | None) -> None:
         """A notification: a message of ``queue`` became visible in some process (None: any
