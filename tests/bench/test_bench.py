@@ -148,7 +148,7 @@ def test_median_and_percentile() -> None:
 
 def _processes_under(path: Path) -> list[int]:
     """Pids of live processes whose command line mentions ``path`` (servers the bench started)."""
-    from mailbox_actors.bench.servers import pid_alive
+    from mailbox_actors.platform.processes import pid_alive
 
     found = []
     for entry in Path("/proc").iterdir():
@@ -256,7 +256,8 @@ def test_cluster_nodes_die_with_their_supervisor_and_the_bench_finds_none_left(
     nodes die with their supervisor (OPS-1), so nothing is reported and nothing remains."""
     import anyio
 
-    from mailbox_actors.bench.servers import pid_alive, start_cluster, stop_spawned
+    from mailbox_actors.bench.servers import start_cluster, stop_spawned
+    from mailbox_actors.platform.processes import pid_alive
 
     async def main() -> tuple[list[int], list[str]]:
         sp = await start_cluster(tmp_path / "cluster", 2)
@@ -288,7 +289,8 @@ def test_a_node_restarted_since_the_start_is_stopped_too(tmp_path: Path) -> None
 
     import anyio
 
-    from mailbox_actors.bench.servers import pid_alive, start_cluster, stop_spawned
+    from mailbox_actors.bench.servers import start_cluster, stop_spawned
+    from mailbox_actors.platform.processes import pid_alive
 
     restarted = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 

@@ -22,6 +22,7 @@ import anyio.abc
 
 from mailbox_actors.http.client import HttpPool, HttpTransportError
 from mailbox_actors.node.cluster_file import read_cluster_file
+from mailbox_actors.platform.processes import pid_alive
 
 __all__ = ["HOST", "Spawned", "cpu_seconds", "free_port_block", "pid_alive", "spawn_fixture",
            "start_cluster", "start_node", "stop_fixture", "stop_spawned"]
@@ -45,21 +46,6 @@ def free_port_block(n: int, host: str = HOST, tries: int = 100) -> int:
             continue
         return base
     raise RuntimeError(f"no block of {n} free ports found")
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: trust kill(0)
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def cpu_seconds(pids: Sequence[int]) -> float | None:

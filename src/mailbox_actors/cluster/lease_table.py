@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 
 from mailbox_actors.platform.postgres.migrations import Schema, apply_schema
+from mailbox_actors.platform.processes import pid_alive
 from mailbox_actors.runtime.settings import SettingsError
 
 __all__ = ["MACHINES", "ClusterRow", "LeaseTable", "MachineRow", "SlotRow", "TableUnreachable"]
@@ -195,7 +196,7 @@ class LeaseTable:
                                 "(see 'mailbox-actors slots status')")
         other_host, other_pid, age, _ = rows[0]
         seen_lately = age is not None and float(age) < ttl_s
-        if seen_lately and other_pid and (other_host != host or _alive(int(other_pid))) \
+        if seen_lately and other_pid and (other_host != host or pid_alive(int(other_pid))) \
                 and int(other_pid) != os.getpid():
             raise SettingsError(f"setting 'machine': {name!r} is already running (pid "
                                 f"{other_pid} on {other_host})")
@@ -278,12 +279,3 @@ def check_cluster(row: ClusterRow, slots: int | None, id_fingerprint: str) -> No
                             f"{id_fingerprint} is not the recorded {row.id_fingerprint}): every "
                             "machine needs the id secret the cluster was created with")
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

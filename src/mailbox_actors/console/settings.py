@@ -5,24 +5,14 @@ loopback; without it the console shows ids, states, counts and evidence only (CA
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
 import msgspec
 
+from mailbox_actors.node.config import is_loopback
 from mailbox_actors.runtime.settings import SettingsError
 
 __all__ = ["ConsoleSettings", "is_loopback"]
-
-
-def is_loopback(host: str) -> bool:
-    """``host`` names only this machine: ``localhost`` or an address in 127.0.0.0/8 or ::1."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class ConsoleSettings(msgspec.Struct, kw_only=True, frozen=True):

@@ -31,7 +31,7 @@ from mailbox_actors.runtime.settings import (
 )
 
 __all__ = ["ENV_PREFIX", "ID_SECRET_FILE", "OBJECT_SPEC", "NodeConfig", "Tokens",
-           "ensure_id_secret", "ensure_tokens", "load_config"]
+           "ensure_id_secret", "ensure_tokens", "is_loopback", "load_config"]
 
 ID_SECRET_FILE = "id.secret"
 # UI-7: one entry of ``objects`` (node.user_objects imports it).
@@ -77,7 +77,7 @@ class NodeConfig(NodeSettings, kw_only=True, forbid_unknown_fields=True):
             except (OSError, ssl.SSLError) as e:
                 raise SettingsError(f"setting 'webhook_ca_file' names no readable PEM file of CA "
                                     f"certificates (got {self.webhook_ca_file!r}: {e})") from None
-        need(not self.dev or _loopback(self.host), "host",
+        need(not self.dev or is_loopback(self.host), "host",
              "must be a loopback address in dev mode (its SMTP door takes every recipient of a "
              "configured domain)")
         if self.transport == "capture":
@@ -166,7 +166,8 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
         raise
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """``host`` names only this machine: ``localhost`` or an address in 127.0.0.0/8 or ::1."""
     if host == "localhost":
         return True
     try:

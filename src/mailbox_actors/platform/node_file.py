@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from mailbox_actors.platform.processes import pid_alive
+
 __all__ = ["NODE_FILE", "read_node_file", "remove_node_file", "url_for", "write_node_file"]
 
 NODE_FILE = "node.json"
@@ -50,12 +52,8 @@ def read_node_file(data_dir: Path) -> tuple[str, str] | None:
     url, pid = (None, None) if doc is None else (doc.get("url"), doc.get("pid"))
     if not isinstance(url, str) or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_alive(pid):
         return None  # left by a node that died
-    except PermissionError:
-        pass  # another user's process: it runs
     return str(doc.get("name") or "node-0") if doc else "node-0", url
 
 
