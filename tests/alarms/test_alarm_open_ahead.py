@@ -13,6 +13,7 @@ import pytest
 import actors_for_tests as afs
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.opening import connect_ahead
+from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION
 from mailbox_actors.runtime.activation import META_KEYS
 from mailbox_actors.runtime.file_threads import FileThreads
 from mailbox_actors.testing import TestRuntime
@@ -108,7 +109,7 @@ async def test_an_evicted_actor_of_the_previous_layout_is_upgraded_by_its_alarm(
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
         await rt.advance(60_000)
         assert [s.object_id for s in afs.ALARM_LOG] == [oid]
-    assert table_rows(path, "PRAGMA user_version") == [(2,)]
+    assert table_rows(path, "PRAGMA user_version") == [(RUNTIME_SCHEMA_VERSION,)]
 
 
 def test_files_are_opened_ahead_only_while_opens_on_the_loop_wait_for_the_disk() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from _carrier import OWNER, call, email, mailbox, receipt
 from _carrier_previous import previous_mailbox
+from mailbox_actors.carrier import schema as carrier_schema
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.objects.identity_mailbox import IdentityMailbox
 from mailbox_actors.runtime import outbox
@@ -22,7 +23,8 @@ from mailbox_actors.wire.errors import MailboxActorsError
 from mailbox_actors.wire.events import GetEvents
 
 NS = "identity_mailbox"
-LEAN = next(m.version for m in IdentityMailbox.migrations if "outbox_lean" in m.statements[0])
+LEAN = next(m.version for m in IdentityMailbox.migrations
+            if m.statements == carrier_schema.CARRIER_MESSAGES_LEAN)
 
 
 # The code as it was before the lean layout (Carrier's rows as that code wrote them).

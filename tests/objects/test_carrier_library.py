@@ -17,7 +17,6 @@ from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
 from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import Migration
-from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.testing import RecordingTransport, TestRuntime
 from mailbox_actors.wire.transport import ProviderRejected
 
@@ -60,7 +59,7 @@ class Notices(Actor[_Init | _Send | _Get | _Pending]):
     namespace = "notices"
     requests = _Init | _Send | _Get | _Pending
     init_request = _Init
-    migrations = (Migration(1, (*OUTBOX_SCHEMA, *SCHEMA)),)
+    migrations = (Migration(1, SCHEMA),)
     alarm_purposes: ClassVar[Mapping[str, str]] = {"mail": "mail_tick"}
 
     def __init__(self, ctx: ActorContext) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from mailbox_actors.platform.storage.sql import SqlStorage
-from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.mailbox import MailboxInit
 
@@ -115,8 +114,8 @@ async def test_an_event_after_delete_all_starts_the_sequence_again_and_records_i
         tmp_path: Path) -> None:
     """RT-15, EV-1: ``delete_all`` takes the runtime's record of the actor with it (the event
     sequence, the outbox purpose); what the runtime knew of the file without a read goes too, so
-    an event emitted after it (into an outbox made again) takes sequence 1 and records the outbox
-    purpose for its time in the file."""
+    an event emitted after it (into the runtime's outbox, emptied with the rest) takes sequence 1
+    and records the outbox purpose for its time in the file."""
     async with TestRuntime(tmp_path) as rt:
         m, path = await _mailbox(rt)
 
@@ -125,8 +124,6 @@ async def test_an_event_after_delete_all_starts_the_sequence_again_and_records_i
             before = storage.transaction_sync(
                 lambda tx: ctx.emit(tx, "identity.updated", {"n": 1})).sequence
             storage.delete_all()
-            for stmt in OUTBOX_SCHEMA:
-                storage.exec(stmt)
             after = storage.transaction_sync(
                 lambda tx: ctx.emit(tx, "identity.updated", {"n": 2})).sequence
             return before, after

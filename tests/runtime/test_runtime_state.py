@@ -12,6 +12,7 @@ import actors_for_tests as afs
 from actors_for_tests import TENANT, Scratch
 from mailbox_actors.objects import DEFAULT_OBJECTS
 from mailbox_actors.objects.identity_mailbox import IdentityMailbox
+from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.runtime.migrations import PLATFORM_META
 from mailbox_actors.testing import TestRuntime
@@ -85,7 +86,7 @@ async def test_a_file_of_the_previous_layout_keeps_its_owner_alarm_and_the_actor
         assert [s.object_id for s in afs.ALARM_LOG] == [oid]
     assert table_rows(path, "SELECT k, v FROM meta") == [("color", "blue")]
     assert ("owner_tenant", TENANT) in table_rows(path, "SELECT k, v FROM _ma_meta")
-    assert table_rows(path, "PRAGMA user_version") == [(2,)]
+    assert table_rows(path, "PRAGMA user_version") == [(RUNTIME_SCHEMA_VERSION,)]
 
 
 @pytest.mark.anyio

@@ -171,8 +171,9 @@ async def test_list_with_start_after_prefix_end_limit_reverse(tmp_path: Path) ->
 
 @pytest.mark.anyio
 async def test_delete_all_removes_storage_the_alarm_and_at_last_the_file(tmp_path: Path) -> None:
-    """RT-15: delete_all removes every key, every table of the actor's own and its alarm; once
-    the actor is idle its file is gone, and the object is as one never created (not found until
+    """RT-15: delete_all removes every key, every table of the actor's own and its alarm, and
+    empties the runtime's outbox (kept: the runtime's tables are the file's layout); once the
+    actor is idle its file is gone, and the object is as one never created (not found until
     init)."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, idle_ms=1_000) as rt:
         oid = await afs.new_scratch(rt, "a", alarm_at=rt.now_ms() + 60_000)
@@ -185,9 +186,12 @@ async def test_delete_all_removes_storage_the_alarm_and_at_last_the_file(tmp_pat
             tables = [r[0] for r in actor.sql.exec(
                 "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_%' "
                 "ESCAPE '\\'")]
-            return {"tables": tables, "kv": actor.sql.kv.list(), "alarm": actor.sql.get_alarm()}
+            events = actor.sql.exec("SELECT count(*) FROM outbox").one()[0]
+            return {"tables": tables, "kv": actor.sql.kv.list(), "alarm": actor.sql.get_alarm(),
+                    "events": events}
 
-        assert await kv_run(rt, oid, wipe) == {"tables": [], "kv": {}, "alarm": None}
+        assert await kv_run(rt, oid, wipe) == {"tables": ["outbox"], "kv": {}, "alarm": None,
+                                               "events": 0}
         await rt.advance(2_000)  # idle: evicted
         assert not path.exists()
         await rt.advance(60_000)

@@ -15,7 +15,6 @@ import msgspec
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, Call
 from mailbox_actors.runtime.migrations import Migration
-from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.errors import InvalidRequest
 
 __all__ = ["APPENDED", "NAMESPACE", "Append", "FaultList", "Init", "Read"]
@@ -59,7 +58,7 @@ class FaultList(Actor):
     owner_kind = "tenant"
     migrations = (Migration(1, (
         "CREATE TABLE elements (n INTEGER PRIMARY KEY AUTOINCREMENT, value TEXT NOT NULL, "
-        "epoch INTEGER NOT NULL)", *OUTBOX_SCHEMA)),)
+        "epoch INTEGER NOT NULL)",)),)
 
     async def handle(self, call: Call, req: Any) -> Any:
         match req:

@@ -27,7 +27,6 @@ from mailbox_actors.post.routes import Route
 from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA
 from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
-from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.carrier import GetEmail
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
@@ -77,7 +76,7 @@ class Notifier(Actor[NotifierRequest]):
     idempotent_ops = IDEMPOTENT_OPS["notifier"]  # retried by the client (OPS-6)
     migrations = (
         Migration(1, (
-            *OUTBOX_SCHEMA, *PLATFORM_META, *POST_RECEIVER_SCHEMA, *CARRIER_SCHEMA,
+            *PLATFORM_META, *POST_RECEIVER_SCHEMA, *CARRIER_SCHEMA,
             "CREATE TABLE notify_settings (id INTEGER PRIMARY KEY CHECK (id = 1), "
             "from_addr TEXT NOT NULL, recipients TEXT NOT NULL)",
             # One row per notification: its domain, kind and hour, and how many events it took.

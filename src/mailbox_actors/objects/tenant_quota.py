@@ -32,10 +32,8 @@ from mailbox_actors.objects.shared_schema import (
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.receiver import receive
 from mailbox_actors.post.sql import POST_RECEIVER_SCHEMA
-from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
-from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.idempotency import IDEMPOTENT_OPS
 from mailbox_actors.wire.post import PostDeliver
@@ -78,7 +76,7 @@ class TenantQuota(Actor[QuotaRequest]):
             "created_ms INTEGER NOT NULL, released INTEGER NOT NULL DEFAULT 0)",
             "CREATE INDEX reservations_created ON reservations (created_ms)",
         )),
-        Migration(2, OUTBOX_SCHEMA),
+        Migration(2, ()),  # the outbox, the runtime's since runtime schema 3
         Migration(3, (*POST_RECEIVER_SCHEMA, *roster.ROSTER_SCHEMA)),
         Migration(4, PLATFORM_META),
         # ``released`` becomes how many of the count were given back (was a 0/1 flag).
@@ -206,14 +204,12 @@ class TenantQuota(Actor[QuotaRequest]):
                           day_used=used(DAY, day, now), day_limit=per_day)
 
     async def maintenance(self) -> None:
-        """Daily: drop windows and idempotency rows older than 48 hours and events past the
-        tenant's events_days (EV-4), then re-arm."""
-        days = await outbox.retention_days(self.ctx)
+        """Daily: drop windows and reservations older than 48 hours, then re-arm. (Events past
+        the tenant's events_days are the runtime's to prune: ``runtime/outbox.PRUNE_PURPOSE``.)"""
 
         def run(tx: SqlStorage) -> None:
             cutoff = tx.now_ms() - RETENTION_MS
             tx.exec(RATE_WINDOW_PRUNE, cutoff)
             tx.exec("DELETE FROM reservations WHERE created_ms < ?", cutoff)
-            outbox.prune(tx, days)
             self.ctx.schedule("maintenance", tx.now_ms() + MAINTENANCE_EVERY_MS)
         self.sql.transaction_sync(run)

@@ -21,9 +21,15 @@ from mailbox_actors.platform.storage.known import (
     facts_for,
     schema_source,
 )
-from mailbox_actors.platform.storage.opening import OpenedAhead, open_actor_storage
+from mailbox_actors.platform.storage.opening import (
+    OpenedAhead,
+    SchemaLayout,
+    fresh_layout,
+    open_actor_storage,
+)
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
+from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.context import ActorContext, ActorEnv
 from mailbox_actors.runtime.gates import InputGate
@@ -58,21 +64,54 @@ def _sources(cls: type[Actor[Any]]) -> tuple[tuple[str, ...], KnownSchema]:
     return found, newest
 
 
+# A version's fingerprint -> the layout a new file of it has (``opening.fresh_layout``), made for
+# the files an open brings from an earlier runtime schema (their fingerprints are of it).
+_FRESH: dict[str, SchemaLayout | None] = {}
+
+
+def _as_fresh(storage: RuntimeStorage, cls: type[Actor[Any]], current: int, source: str) -> bool:
+    """The file has exactly the layout a new file of its class has at version ``current``."""
+    if source not in _FRESH:
+        layout = fresh_layout([s for m in cls.migrations[:current] for s in m.statements])
+        if len(_FRESH) >= 256:
+            _FRESH.clear()
+        _FRESH[source] = layout
+    expected = _FRESH[source]
+    return expected is not None and storage.schema_layout() == expected
+
+
 def _migrate(storage: RuntimeStorage, cls: type[Actor[Any]], meta: dict[str, str],
              sources: tuple[str, ...]) -> int:
     """The class's pending migrations applied; returns the version. A file whose schema is its
     migrations' alone (made by this open, or carrying the fingerprint of its version) keeps that
     record, in the migrations' transaction, and its storage learns its schema is a known one
-    (``known``); any other file is screened statement by statement."""
+    (``known``); any other file is screened statement by statement. A file this open upgraded
+    from an earlier runtime schema carries a fingerprint of that layout: it is known again when
+    its schema is exactly a new file's of its version (compared once, at the upgrade)."""
     current = int(meta.get(SCHEMA_VERSION_KEY, "0"))
     sql = storage.sql
     alone = sql.made if current == 0 else (
         current < len(sources) and meta.get(SOURCE_KEY) == sources[current])
+    if not alone and sql.upgraded and 0 < current < len(sources):
+        alone = _as_fresh(storage, cls, current, sources[current])
     version = apply_migrations(storage, cls.migrations, current,
                                (SOURCE_KEY, sources[-1]) if alone else None)
+    if sql.upgraded:
+        sql.transaction_sync(lambda tx: _upgraded(storage, tx, alone and version == current,
+                                                  sources[version]))
     if alone:
         sql.know_schema(facts_for(sources[version]))
     return version
+
+
+def _upgraded(storage: RuntimeStorage, tx: SqlStorage, stamp: bool, source: str) -> None:
+    """After the open upgraded the file's runtime schema: its fingerprint recorded when no
+    migration ran to record it (``stamp``), and its dispatched events pruned a day from now, as
+    the object's own maintenance did before the runtime took the outbox over (EV-4)."""
+    if stamp:
+        storage.put_meta(SOURCE_KEY, source)
+    if tx.exec("SELECT 1 FROM outbox WHERE dispatched_at IS NOT NULL LIMIT 1").all():
+        outbox.prune_later(storage, tx.now_ms())
 
 
 class Activation:

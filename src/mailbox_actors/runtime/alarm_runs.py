@@ -67,7 +67,8 @@ async def run(act: Activation, retry_count: int, stored: int, scope: RequestScop
                 dispatch_outbox=lambda: outbox.dispatch(storage.sql, event_sink,
                                                         act.namespace, act.id,
                                                         leave_last=True),
-                still_open=lambda: not act.closed, log=log, namespace=act.namespace)
+                still_open=lambda: not act.closed, log=log, namespace=act.namespace,
+                prune_outbox=lambda: outbox.prune_due(storage, act.ctx))
 
         try:
             if itself:

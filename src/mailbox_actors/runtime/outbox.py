@@ -10,8 +10,10 @@ two steps repeats the step, and consumers deduplicate on the event id.
 Events are marked dispatched in sequence order, a prefix at a time, so the undispatched ones are
 always the newest: the outbox finds them from the first undispatched sequence, which it keeps in
 memory per connection (read again after any rollback), instead of an index on ``dispatched_at``.
-``OUTBOX_LEAN`` rebuilds an outbox without that index and without one on the event id (ids are
-unique by construction and never looked up): an event then writes one b-tree page, not three.
+The ``outbox`` table is the runtime's, in every actor's file (``opening.OUTBOX_TABLE``, made and
+upgraded with the runtime schema, not by the object's migrations): keyed by the sequence alone,
+with no index on the event id (ids are unique by construction and never looked up), so an event
+writes one b-tree page.
 """
 
 from __future__ import annotations
@@ -29,32 +31,21 @@ from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded, MailboxActorsError
 from mailbox_actors.wire.events import Event, EventsReply
 
-__all__ = ["DEFAULT_EVENTS_DAYS", "OUTBOX_BATCH", "OUTBOX_LEAN", "OUTBOX_PURPOSE", "OUTBOX_SCHEMA",
-           "EventSink",
+__all__ = ["DEFAULT_EVENTS_DAYS", "OUTBOX_BATCH", "OUTBOX_PURPOSE", "PRUNE_PURPOSE",
+           "RUNTIME_PURPOSES", "EventSink",
            "EventsDays", "RecordingEventSink", "RetentionSource", "append", "check_event_data",
-           "dispatch", "has_undispatched", "mark_dispatched", "prune", "read_events", "retention_days"]
+           "dispatch", "has_undispatched", "mark_dispatched", "prune", "prune_due", "prune_later",
+           "read_events", "retention_days"]
 
 OUTBOX_PURPOSE = "outbox"  # the runtime's own alarm purpose: publish undispatched events
 _OUTBOX_KEY = meta_key(OUTBOX_PURPOSE)
+# The runtime's other purpose: daily, while dispatched events are kept, delete those past the
+# tenant's events_days (EV-4). Recorded by the outbox run that marks events dispatched.
+PRUNE_PURPOSE = "outbox_prune"
+_PRUNE_KEY = meta_key(PRUNE_PURPOSE)
+RUNTIME_PURPOSES = (OUTBOX_PURPOSE, PRUNE_PURPOSE)  # run by the runtime, never by an object
+PRUNE_EVERY_MS = DAY_MS
 
-# Statements an object adds to its migrations to get an outbox.
-OUTBOX_SCHEMA = (
-    "CREATE TABLE outbox (sequence INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
-    "type TEXT NOT NULL, occurred_at_ms INTEGER NOT NULL, body BLOB NOT NULL, "
-    "dispatched_at INTEGER)",
-    "CREATE INDEX outbox_undispatched ON outbox (sequence) WHERE dispatched_at IS NULL",
-)
-# A later migration of the same object: the outbox rebuilt with its rows, keyed by the sequence
-# alone (no index on the event id, none on dispatched_at), for files made with OUTBOX_SCHEMA.
-OUTBOX_LEAN = (
-    "CREATE TABLE outbox_lean (sequence INTEGER PRIMARY KEY, id TEXT NOT NULL, "
-    "type TEXT NOT NULL, occurred_at_ms INTEGER NOT NULL, body BLOB NOT NULL, "
-    "dispatched_at INTEGER)",
-    "INSERT INTO outbox_lean (sequence, id, type, occurred_at_ms, body, dispatched_at) "
-    "SELECT sequence, id, type, occurred_at_ms, body, dispatched_at FROM outbox",
-    "DROP TABLE outbox",
-    "ALTER TABLE outbox_lean RENAME TO outbox",
-)
 OUTBOX_BATCH = 200
 DEFAULT_EVENTS_DAYS = 30  # a tenant the control database does not know (embedded use)
 _MAX_DATA_BYTES = 4096
@@ -235,11 +226,32 @@ async def retention_days(ctx: RetentionSource) -> int | None:
 
 
 def prune(tx: SqlStorage, days: int | None) -> None:
-    """Maintenance (EV-4): delete dispatched events older than ``days``; undispatched ones still
-    go out."""
+    """EV-4: delete dispatched events older than ``days``; undispatched ones still go out."""
     if days is not None:
         tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL AND occurred_at_ms < ?",
                 tx.now_ms() - days * DAY_MS)
+
+
+def prune_later(storage: RuntimeStorage, now_ms: int) -> None:
+    """Inside a transaction (the outbox run's closing one, or an upgrade's): record the prune
+    purpose a day from now unless it is recorded already. The runs' re-arm points the alarm at
+    it (``purposes.rearm``); only its first recording writes."""
+    if _PRUNE_KEY not in storage.meta_range("alarm:", "alarm;"):  # known: no read
+        storage.put_meta(_PRUNE_KEY, str(now_ms + PRUNE_EVERY_MS))
+
+
+async def prune_due(storage: RuntimeStorage, tenant: RetentionSource) -> None:
+    """The prune purpose's run (EV-4): dispatched events past the tenant's events_days go; it is
+    recorded again for a day later while dispatched events are left (also when the control
+    database cannot say how many days to keep now: then every event is kept this time)."""
+    days = await retention_days(tenant)
+
+    def run(tx: SqlStorage) -> None:
+        prune(tx, days)
+        if tx.exec("SELECT 1 FROM outbox WHERE dispatched_at IS NOT NULL LIMIT 1").all():
+            storage.put_meta(_PRUNE_KEY, str(tx.now_ms() + PRUNE_EVERY_MS))
+
+    storage.sql.transaction_sync(run)
 
 
 def has_undispatched(sql: SqlStorage) -> bool:

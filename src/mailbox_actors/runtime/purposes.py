@@ -91,7 +91,8 @@ def scheduled(storage: RuntimeStorage) -> dict[str, int]:
 
 async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str], *, now_ms: int,
                   dispatch_outbox: Callable[[], Awaitable[int | None]], still_open: Callable[[], bool],
-                  log: Any, namespace: str) -> None:
+                  log: Any, namespace: str,
+                  prune_outbox: Callable[[], Awaitable[None]] | None = None) -> None:
     """Run each due purpose's method, earliest first; then re-arm to the earliest pending.
 
     A purpose stays recorded while its method runs, so a crash or an exception leaves it due
@@ -108,10 +109,13 @@ async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str
         for n, purpose in enumerate(due):
             method_name = methods.get(purpose)
             published = None  # the outbox's last published sequence, marked with the clear
-            if method_name is None and purpose != outbox.OUTBOX_PURPOSE:
+            if method_name is None and purpose not in outbox.RUNTIME_PURPOSES:
                 log.warning("alarm_purpose_unknown", namespace=namespace, purpose=purpose)
-            elif method_name is None:  # the runtime's own purpose
+            elif method_name is None and purpose == outbox.OUTBOX_PURPOSE:  # the runtime's own
                 published = await dispatch_outbox()
+            elif method_name is None:  # the runtime's prune of old events (EV-4)
+                if prune_outbox is not None:
+                    await prune_outbox()
             else:
                 await getattr(actor, method_name)()
             clear = functools.partial(_clear, storage, purpose, pending[purpose],
@@ -141,6 +145,8 @@ def _clear(storage: RuntimeStorage, purpose: str, ran_at: int, runtime_outbox: b
            published: int | None, tx: SqlStorage) -> None:
     if published is not None:  # the outbox's last batch: marked in the run's closing commit
         outbox.mark_dispatched(published, tx)
+    if purpose == outbox.OUTBOX_PURPOSE and runtime_outbox:
+        outbox.prune_later(storage, tx.now_ms())  # dispatched events are kept: prune them daily
     if purpose == outbox.OUTBOX_PURPOSE and runtime_outbox and outbox.has_undispatched(tx):
         # Events emitted while it ran: the purpose stays recorded (each append recorded it for
         # its own time, never later than now), so the re-arm that follows makes the alarm due

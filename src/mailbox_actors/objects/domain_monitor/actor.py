@@ -17,7 +17,6 @@ from mailbox_actors.post.ops import post_op
 from mailbox_actors.post.sql import POST_RUNS, POST_SCHEMA
 from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
-from mailbox_actors.runtime.outbox import OUTBOX_SCHEMA
 from mailbox_actors.wire.domain import (
     DOMAIN_REPLIES,
     DomainCheck,
@@ -45,7 +44,7 @@ class DomainMonitor(Actor[DomainRequest]):
             "CREATE TABLE domain (id INTEGER PRIMARY KEY CHECK (id = 1), name TEXT NOT NULL, "
             "state TEXT NOT NULL, created_at_ms INTEGER NOT NULL)",
         )),
-        Migration(2, OUTBOX_SCHEMA),
+        Migration(2, ()),  # the outbox, the runtime's since runtime schema 3
         Migration(3, (
             "ALTER TABLE domain ADD COLUMN expected BLOB",
             "ALTER TABLE domain ADD COLUMN consecutive_failures INTEGER NOT NULL DEFAULT 0",

@@ -32,10 +32,9 @@ from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post.actor_post import Post
 from mailbox_actors.post.ops import post_op
 from mailbox_actors.post.sql import POST_RUNS, POST_SCHEMA
-from mailbox_actors.runtime import outbox
 from mailbox_actors.runtime.actor import Actor, ActorContext, Call
 from mailbox_actors.runtime.migrations import PLATFORM_META, Migration
-from mailbox_actors.runtime.outbox import OUTBOX_LEAN, OUTBOX_SCHEMA, read_events
+from mailbox_actors.runtime.outbox import read_events
 from mailbox_actors.wire.carrier import (
     ApplyDeliveryEvent,
     BeginTransport,
@@ -100,8 +99,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
             "CREATE TABLE messages (id TEXT PRIMARY KEY, received_at_ms INTEGER NOT NULL, "
             "size_bytes INTEGER NOT NULL, body BLOB)",
         )),
-        Migration(2, (
-            *OUTBOX_SCHEMA,
+        Migration(2, (  # and the outbox, the runtime's since runtime schema 3
             "CREATE TABLE idempotency (key TEXT PRIMARY KEY, expires_at_ms INTEGER NOT NULL, "
             "result BLOB)",
             *RATE_WINDOWS_SCHEMA,
@@ -111,8 +109,9 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(5, PLATFORM_META),
         Migration(6, inbound.INBOUND_SCHEMA),
         Migration(7, carrier_schema.CARRIER_INLINE_CONTENT),
-        # Fewer b-trees per submit (the outbox's event and the Messages), existing rows kept.
-        Migration(8, (*OUTBOX_LEAN, *carrier_schema.CARRIER_MESSAGES_LEAN)),
+        # Fewer b-trees per submit (the Messages; and the outbox's event, the runtime's since),
+        # existing rows kept.
+        Migration(8, carrier_schema.CARRIER_MESSAGES_LEAN),
         Migration(9, inbound.INBOUND_LEAN),  # bodies in the message row, one b-tree less
         # Emails and Messages found by one key: two b-trees less
         Migration(10, carrier_schema.CARRIER_ONE_KEY),
@@ -241,15 +240,14 @@ class IdentityMailbox(Actor[MailboxRequest]):
         await self.carrier.tick()
 
     async def maintenance(self) -> None:
-        """AL-6, daily: expired idempotency rows, windows older than 48 h, events past the
-        tenant's events_days; then refresh meta.size_bytes and re-arm."""
-        days = await outbox.retention_days(self.ctx)
+        """AL-6, daily: expired idempotency rows, windows older than 48 h; then refresh
+        meta.size_bytes and re-arm. (Events past the tenant's events_days are the runtime's
+        to prune: ``runtime/outbox.PRUNE_PURPOSE``.)"""
 
         def run(tx: SqlStorage) -> None:
             now = tx.now_ms()
             tx.exec("DELETE FROM idempotency WHERE expires_at_ms <= ?", now)
             tx.exec(RATE_WINDOW_PRUNE, now - RETENTION_MS)
-            outbox.prune(tx, days)
             waits.prune(tx, now)
             tx.exec(META_PUT, "size_bytes", str(tx.database_size))
             self.ctx.schedule("maintenance", now + DAY_MS)

@@ -1,5 +1,6 @@
-"""IdentityMailbox's current schema, readable in one place (OBJ-1): every table and index a
-mailbox file holds today, by concern. The ordered migrations that built existing files stay on the
+"""IdentityMailbox's current schema, readable in one place (OBJ-1): every table and index of the
+mailbox's own in a mailbox file today, by concern (the runtime's tables, the outbox among them, are
+``platform/storage/opening.RUNTIME_TABLES``). The ordered migrations that built existing files stay on the
 class (``actor.IdentityMailbox.migrations``); tests/objects/test_mailbox_schema.py checks that
 replaying them gives exactly this layout, so a migration added without updating this file (or the
 reverse) fails there.
@@ -15,7 +16,7 @@ from mailbox_actors.objects.shared_schema import RATE_WINDOWS_SCHEMA
 from mailbox_actors.post.sql import POST_TABLES
 from mailbox_actors.runtime.migrations import PLATFORM_META
 
-__all__ = ["INBOUND", "LIFECYCLE", "OUTBOX", "SCHEMA"]
+__all__ = ["INBOUND", "LIFECYCLE", "SCHEMA"]
 
 # The identity, its idempotency records and rate windows, and the design card's meta.
 LIFECYCLE = (
@@ -24,11 +25,6 @@ LIFECYCLE = (
     "CREATE TABLE idempotency (key TEXT PRIMARY KEY, expires_at_ms INTEGER NOT NULL, result BLOB)",
     *RATE_WINDOWS_SCHEMA,
     *PLATFORM_META,
-)
-# Events leaving the mailbox (EV-1), keyed by sequence alone (runtime/outbox.py).
-OUTBOX = (
-    "CREATE TABLE outbox (sequence INTEGER PRIMARY KEY, id TEXT NOT NULL, type TEXT NOT NULL, "
-    "occurred_at_ms INTEGER NOT NULL, body BLOB NOT NULL, dispatched_at INTEGER)",
 )
 # Received mail (IN-1..IN-7): messages with their bodies, attachments, threads, sources, waits.
 INBOUND = (
@@ -53,6 +49,8 @@ INBOUND = (
     *SEARCH_SCHEMA[:2],
 )
 
-# The whole file: lifecycle, outbox, the roster's Post (objects/roster.py), outbound mail (the
-# Carrier library's tables: carrier/schema.py) and inbound mail.
-SCHEMA = (*LIFECYCLE, *OUTBOX, *POST_TABLES, *carrier.SCHEMA, *INBOUND)
+# The mailbox's own tables: lifecycle, the roster's Post (objects/roster.py), outbound mail (the
+# Carrier library's tables: carrier/schema.py) and inbound mail. The file also holds the runtime's
+# tables, the same in every object's file (``platform/storage/opening.RUNTIME_TABLES``: its meta,
+# alarm, KV and the outbox of the mailbox's events).
+SCHEMA = (*LIFECYCLE, *POST_TABLES, *carrier.SCHEMA, *INBOUND)

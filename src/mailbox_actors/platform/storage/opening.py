@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import quote_from_bytes
@@ -29,8 +29,9 @@ from mailbox_actors.platform.storage.known import KnownSchema
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 
-__all__ = ["CACHED_STATEMENTS", "OpenedAhead", "StorageUnavailable", "connect_ahead",
-           "open_actor_storage", "open_storage"]
+__all__ = ["CACHED_STATEMENTS", "LAYOUT_QUERY", "OUTBOX_TABLE", "RUNTIME_TABLES", "OpenedAhead",
+           "SchemaLayout", "StorageUnavailable", "connect_ahead", "fresh_layout",
+           "open_actor_storage", "open_storage", "schema_layout", "schema_text"]
 
 # Prepared statements kept per connection (LRU): each costs a few KB of SQLite heap, so a large
 # cache would dominate an open actor's memory (ADR 0012); an object's hot statements fit in it.
@@ -40,13 +41,21 @@ _URI_PLAIN = re.compile(r"[A-Za-z0-9_.\-~/]*")
 
 
 _RUNTIME_META = "CREATE TABLE IF NOT EXISTS _ma_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
-_RUNTIME_SCHEMA = (
+# The runtime's outbox (EV-1, runtime/outbox.py), one layout in every object's file: keyed by the
+# sequence alone (no index on the event id, none on dispatched_at: an event writes one b-tree
+# page). Not a ``_ma_`` table: an object reads its own events with actor SQL (``read_events``).
+OUTBOX_TABLE = ("CREATE TABLE IF NOT EXISTS outbox (sequence INTEGER PRIMARY KEY, id TEXT NOT NULL, "
+                "type TEXT NOT NULL, occurred_at_ms INTEGER NOT NULL, body BLOB NOT NULL, "
+                "dispatched_at INTEGER)")
+# Every table the runtime makes in an actor's file, in the order it makes them.
+RUNTIME_TABLES = (
     _RUNTIME_META,
     "CREATE TABLE IF NOT EXISTS _ma_alarm (id INTEGER PRIMARY KEY CHECK (id = 1), "
     "at_ms INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS _ma_kv (k TEXT PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
-    f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION}",
+    OUTBOX_TABLE,
 )
+_RUNTIME_SCHEMA = (*RUNTIME_TABLES, f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION}")
 # The runtime's keys, which runtime schema 1 kept in a user-visible ``meta`` (RT-14).
 _RUNTIME_KEYS = ("k IN ('schema_version', 'owner_tenant', 'owner_identity', 'erased', 'event_seq') "
                  "OR k GLOB 'alarm:*'")
@@ -58,6 +67,18 @@ _FROM_1 = (
     f"INSERT OR REPLACE INTO _ma_meta (k, v) SELECT k, v FROM meta WHERE ({_RUNTIME_KEYS}) "
     "AND v IS NOT NULL",
     f"DELETE FROM meta WHERE {_RUNTIME_KEYS}",
+)
+# Runtime schema 2 -> 3: the outbox becomes the runtime's. Under 2 an object that emitted events
+# listed it in its own migrations, in the first layout (a UNIQUE event id and an index on the
+# undispatched) or rebuilt lean; a file holding it in another layout than OUTBOX_TABLE's has it
+# rebuilt so with its rows, and one without it gets it.
+_OUTBOX_COLUMNS = ["sequence", "id", "type", "occurred_at_ms", "body", "dispatched_at"]
+_OUTBOX_REBUILD = (
+    OUTBOX_TABLE.replace("EXISTS outbox ", "EXISTS _ma_outbox_rebuilt "),
+    "INSERT INTO _ma_outbox_rebuilt (sequence, id, type, occurred_at_ms, body, dispatched_at) "
+    "SELECT sequence, id, type, occurred_at_ms, body, dispatched_at FROM outbox",
+    "DROP TABLE outbox",
+    "ALTER TABLE _ma_outbox_rebuilt RENAME TO outbox",
 )
 
 
@@ -224,20 +245,74 @@ def _setup(durability: str, limits: Limits) -> Setup:
     return made
 
 
-def _upgrade_from_1(conn: sqlite3.Connection) -> None:
-    """Runtime schema 1 -> 2 (RT-14), in one transaction."""
+def _upgrade(conn: sqlite3.Connection, version: int) -> None:
+    """Runtime schema ``version`` (1 or 2) -> the current one (RT-14), in one transaction."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for stmt in _FROM_1:
-            conn.execute(stmt)
-        if conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone() is None:
-            conn.execute("DROP TABLE meta")
+        if version == 1:
+            for stmt in _FROM_1:
+                conn.execute(stmt)
+            if conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone() is None:
+                conn.execute("DROP TABLE meta")
+        _outbox_from_2(conn)
         conn.execute(f"PRAGMA user_version = {RUNTIME_SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _outbox_from_2(conn: sqlite3.Connection) -> None:
+    """Runtime schema 2 -> 3 (``_OUTBOX_REBUILD``'s comment), inside the upgrade's transaction.
+    A table named ``outbox`` without the outbox's columns is the actor's own: the name is the
+    runtime's now, so the file is refused (``StorageCorrupt``) rather than taken over."""
+    found = conn.execute("SELECT type, sql FROM sqlite_master WHERE tbl_name = 'outbox'").fetchall()
+    if not found:
+        conn.execute(OUTBOX_TABLE)
+        return
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(outbox)")]
+    if columns != _OUTBOX_COLUMNS:
+        raise StorageCorrupt("the actor's own table 'outbox' has another layout than the "
+                             "runtime's outbox of that name (runtime schema 3)")
+    lean = schema_text(OUTBOX_TABLE)
+    if [(kind, schema_text(sql or "")) for kind, sql in found] != [("table", lean)]:
+        for stmt in _OUTBOX_REBUILD:  # another layout, or indexes or triggers on it
+            conn.execute(stmt)
+
+
+SchemaLayout = frozenset[tuple[str, str, str, str]]  # (type, name, table, its text)
+
+
+def schema_text(sql: str) -> str:
+    """A schema entry's text as SQLite keeps it, compared without quotes, spacing differences or
+    ``IF NOT EXISTS`` (SQLite keeps a renamed table's name quoted, and drops the clause)."""
+    text = re.sub(r"\s+", " ", sql.replace('"', "")).strip()
+    return re.sub(r"^CREATE (TABLE|INDEX|VIEW|TRIGGER) IF NOT EXISTS ", r"CREATE \1 ", text,
+                  flags=re.IGNORECASE)
+
+
+def schema_layout(rows: Iterable[tuple[str, str, str, str | None]]) -> SchemaLayout:
+    """``sqlite_master``'s rows (type, name, tbl_name, sql) as a comparable layout."""
+    return frozenset((kind, name, table, schema_text(sql or "")) for kind, name, table, sql in rows
+                     if not name.startswith("sqlite_"))
+
+
+LAYOUT_QUERY = "SELECT type, name, tbl_name, sql FROM sqlite_master"
+
+
+def fresh_layout(statements: Sequence[str]) -> SchemaLayout | None:
+    """The layout of a new actor file after ``statements`` (its migrations up to a version),
+    built in memory; None when they do not run there."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for stmt in (*RUNTIME_TABLES, *statements):
+            conn.execute(stmt)
+        return schema_layout(conn.execute(LAYOUT_QUERY).fetchall())
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
 
 
 def open_storage(path: str | Path, *, create: bool, durability: str, limits: Limits,
@@ -282,8 +357,9 @@ def open_actor_storage(path: str | Path, *, create: bool, durability: str, limit
             first = _prepare(conn, meta_keys, script, alarm)
         conn.row_factory = sqlite3.Row  # for the actor's code (the runtime's rows were tuples)
         list(map(conn.setlimit, kinds, values))
-        if first is None:  # upgraded from runtime schema 1 just now: read from the new layout
+        if first is None:  # upgraded from an earlier runtime schema just now: read again
             storage = SqlStorage(conn, path, limits, now_ms, hooks, alarm_sink)
+            storage.upgraded = True
             meta = dict(storage._runtime_exec(_meta_query(meta_keys))) if meta_keys else {}
         else:
             meta = first[1]
@@ -307,7 +383,7 @@ def open_actor_storage(path: str | Path, *, create: bool, durability: str, limit
 def _prepare(conn: sqlite3.Connection, meta_keys: tuple[str, ...], script: str,
              alarm: bool) -> tuple[int | None, dict[str, str]] | None:
     """The open on the loop, after the connect: the first read, the version check (and the
-    upgrade from runtime schema 1), the open-time settings. Returns the first read, or None when
+    upgrade from an earlier runtime schema), the open-time settings. Returns the first read, or None when
     it is to be made again from the upgraded layout."""
     try:
         first = _first_read(conn, meta_keys, alarm)
@@ -320,8 +396,8 @@ def _prepare(conn: sqlite3.Connection, meta_keys: tuple[str, ...], script: str,
     # is a virtual table SQLite builds (parsing its declaration) on every connection.
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     _check_version(version)
-    if version == 1:
-        _upgrade_from_1(conn)
+    if version < RUNTIME_SCHEMA_VERSION:
+        _upgrade(conn, version)
         first = None  # read again by the caller, from the upgraded layout
     conn.executescript(script)
     return first

@@ -16,7 +16,12 @@ from typing import Any
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.errors import TransactionRolledBack
 from mailbox_actors.platform.storage.handle import close_connection, shed_caches
-from mailbox_actors.platform.storage.opening import CACHED_STATEMENTS
+from mailbox_actors.platform.storage.opening import (
+    CACHED_STATEMENTS,
+    LAYOUT_QUERY,
+    SchemaLayout,
+    schema_layout,
+)
 from mailbox_actors.platform.storage.sql import AlarmRun, SqlStorage, TxState
 from mailbox_actors.platform.storage.wipe import is_empty, remove_files
 
@@ -51,6 +56,10 @@ class RuntimeStorage:
         """The file's schema is known to be its migrations' alone (``known``): made so at open
         (``KnownSchema``) or after the migrations (``SqlStorage.know_schema``)."""
         return self.sql._facts is not None
+
+    def schema_layout(self) -> SchemaLayout:
+        """The file's schema as ``opening.fresh_layout`` gives a new file's (read, not cached)."""
+        return schema_layout(self.sql._runtime_exec(LAYOUT_QUERY))
 
     # ---- runtime statements ----------------------------------------------------------------
 

@@ -39,7 +39,8 @@ __all__ = ["RUNTIME_SCHEMA_VERSION", "AlarmRun", "Durability", "Limits", "SqlCur
            "StatementRefused", "StorageCorrupt", "StorageWriteFailed", "TransactionRolledBack",
            "TxState"]
 
-RUNTIME_SCHEMA_VERSION = 2  # 2: the runtime's keys in _ma_meta, not meta (RT-14)
+# 2: the runtime's keys in _ma_meta, not meta (RT-14); 3: the outbox is the runtime's (opening)
+RUNTIME_SCHEMA_VERSION = 3
 _DELETE_ALARM = f"DELETE FROM _ma_alarm WHERE id = 1 /*{RUNTIME_TOKEN}*/"
 _INSERT_ALARM = f"INSERT OR REPLACE INTO _ma_alarm (id, at_ms) VALUES (1, ?) /*{RUNTIME_TOKEN}*/"
 _MOVE_ALARM = f"UPDATE _ma_alarm SET at_ms = ? WHERE id = 1 /*{RUNTIME_TOKEN}*/"
@@ -61,6 +62,7 @@ class SqlStorage(Transactions):
         self.wiped = False  # delete_all ran on this connection
         self.keeps_wal = False  # closing leaves the log for the next open (``handle``)
         self.made = False  # this open made the file: its schema is the runtime's alone (``known``)
+        self.upgraded = False  # this open brought the file from an earlier runtime schema
 
     @property
     def kv(self) -> KvStorage:

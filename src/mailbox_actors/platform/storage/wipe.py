@@ -20,9 +20,11 @@ __all__ = ["is_empty", "remove_files", "wipe_statements"]
 
 Sys = Callable[[str], sqlite3.Cursor]
 
+# The runtime's tables (``_ma_*``, and the outbox: ``opening.RUNTIME_TABLES``) are emptied, not
+# dropped: the file keeps the runtime schema its version says it has.
 _OWN_OBJECTS = ("SELECT type, name FROM sqlite_schema WHERE type IN ('table', 'view') "
                 "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
-                "AND lower(substr(name, 1, 4)) NOT IN ('_ma_', '_cf_')")
+                "AND lower(substr(name, 1, 4)) NOT IN ('_ma_', '_cf_') AND name <> 'outbox'")
 
 
 def _quote(name: str) -> str:
@@ -39,13 +41,14 @@ def wipe_statements(sys: Sys) -> list[str]:
     internal = {r[0] for r in sys("SELECT name FROM sqlite_schema WHERE name IN "
                                   "('sqlite_sequence', 'sqlite_stat1', 'sqlite_stat4')")}
     out += [f"DELETE FROM {name}" for name in sorted(internal)]
-    out += ["DELETE FROM _ma_kv", "DELETE FROM _ma_meta"]
+    out += ["DELETE FROM outbox", "DELETE FROM _ma_kv", "DELETE FROM _ma_meta"]
     return out
 
 
 def is_empty(sys: Sys) -> bool:
     """Nothing of the actor's is left: no table of its own, no KV entry, no runtime key, no alarm."""
     return (sys(_OWN_OBJECTS + " LIMIT 1").fetchone() is None
+            and sys("SELECT 1 FROM outbox LIMIT 1").fetchone() is None
             and sys("SELECT 1 FROM _ma_kv LIMIT 1").fetchone() is None
             and sys("SELECT 1 FROM _ma_meta LIMIT 1").fetchone() is None
             and sys("SELECT 1 FROM _ma_alarm LIMIT 1").fetchone() is None)
