@@ -6,15 +6,25 @@ lease names this delivery, so a lapsed one can no longer settle a message anothe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mailbox_actors.platform.queues.bodies import check_delay_ms
 
-if TYPE_CHECKING:
-    from mailbox_actors.platform.queues.service import QueueService
+__all__ = ["DeadLetterInfo", "Message", "Policy", "Settler"]
 
-__all__ = ["DeadLetterInfo", "Message", "Policy"]
+
+class Settler(Protocol):
+    """What writes a message's settlement: the queue service that delivered it
+    (``service.QueueService``), passed in, so this module needs nothing of it."""
+
+    async def ack_many(self, queue: str, ids: Sequence[str]) -> None: ...
+
+    async def _retry_message(self, msg: Message, delay_ms: int, reason: str) -> None: ...
+
+    async def _dead_letter(self, msg: Message, reason: str, *, deliveries: int | None = None
+                           ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +52,7 @@ class Message:
     __slots__ = ("_lease", "_policy", "_service", "_settled", "attempts", "body", "dead_letter",
                  "enqueued_at_ms", "id", "queue")
 
-    def __init__(self, service: QueueService, *, id: str, queue: str, body: dict[str, Any],
+    def __init__(self, service: Settler, *, id: str, queue: str, body: dict[str, Any],
                  attempts: int, enqueued_at_ms: int, lease: str, policy: Policy,
                  dead_letter: DeadLetterInfo | None) -> None:
         self.id = id
