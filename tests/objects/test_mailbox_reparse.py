@@ -176,3 +176,23 @@ async def test_a_reparse_merges_the_threads_its_new_headers_reach(
             assert len(rt.events.events("thread.merged")) == seen + len(merged)
         st = await rt.call(NS, m, MailboxStatus(), **IDS)
         assert (st["threads"], st["messages"]) == (24, 96)
+
+
+async def test_an_erased_mailbox_refuses_a_reparse_and_its_pending_run_ends() -> None:
+    """IN-8, IN-6: once the mailbox is erased a reparse (of a message or all) is refused, and a
+    reparse-all still pending from before the erasure ends without reading or emitting
+    anything of the erased mail."""
+    from mailbox_actors.wire.mailbox import MailboxErase
+
+    async with TestRuntime(raise_errors=True) as rt:
+        m = await mailbox(rt)
+        got = await ingest(rt, m, 1)
+        await ingest(rt, m, 2)
+        await rt.call(NS, m, Reparse(all=True), **IDS)  # its page is due, not run yet
+        await rt.call(NS, m, MailboxErase(), **IDS)
+        await rt.run_until_idle()
+        assert rt.events.events("messages.reparsed") == []
+        for req in (Reparse(message_id=got["message_id"]), Reparse(all=True)):
+            with pytest.raises(MailboxActorsError) as e:
+                await rt.call(NS, m, req, **IDS)
+            assert e.value.code == ErrorCode.IDENTITY_NOT_FOUND  # erased, as every other op

@@ -223,6 +223,7 @@ class IdentityMailbox(Actor[MailboxRequest]):
         for table in CONTENT_TABLES:
             tx.exec(f"DELETE FROM {table}")
         inbound.erase(tx)
+        reparse.erase(tx)  # IN-8: a reparse of all under way ends with the content
         # Dispatched events are history; undispatched ones (ids only) still go out.
         tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL")
         tx.exec("UPDATE identity SET erased_at_ms = ? WHERE id = 1", now)

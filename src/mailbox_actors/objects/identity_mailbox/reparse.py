@@ -32,7 +32,7 @@ from mailbox_actors.wire.search import Reparse, ReparseReply
 if TYPE_CHECKING:
     from mailbox_actors.runtime.context import ActorContext
 
-__all__ = ["PAGE", "PURPOSE", "reparse", "run_page"]
+__all__ = ["PAGE", "PURPOSE", "erase", "reparse", "run_page"]
 
 PURPOSE = "reparse"
 PAGE = 50  # messages one transaction of ``all`` parses again
@@ -113,11 +113,17 @@ def _apply(tx: SqlStorage, message_id: str, p: ParsedMessage, emit: threads.Emit
     return True
 
 
+def erase(tx: SqlStorage) -> None:
+    """Inside the erase transaction (IN-6): a reparse of every message that is under way ends
+    (its next page finds nothing to do and emits nothing)."""
+    tx.exec("DELETE FROM meta WHERE k = ?", _CURSOR)
+
+
 def run_page(ctx: ActorContext, sql: SqlStorage, lim: InboundLimits) -> None:
     """``alarm:reparse``: the next page of ``all``, its position stored with it; re-armed for
     now until every message was done."""
     rows = sql.exec("SELECT v FROM meta WHERE k = ?", _CURSOR).all()
-    if not rows:
+    if not rows or ctx.erased:
         return
     after = int(rows[0][0])
     page = sql.exec("SELECT m.seq, m.id FROM messages m WHERE m.seq > ? AND EXISTS (SELECT 1 "
