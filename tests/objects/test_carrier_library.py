@@ -153,3 +153,17 @@ async def test_a_users_own_actors_deliveries_are_inspected_as_a_mailboxs(
         code, _ = await run_cli("deliveries", "--namespace", "nowhere", "acme",
                                 "--data", str(tmp_path), "--url", url)
         assert code == 1
+
+
+def test_the_readme_actor_sends_durable_email(tmp_path: Path) -> None:
+    """CA-15: the README's "Durable email from your own actor" example runs as written: queued,
+    then sent once from the actor's own wake."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("## Durable email from your own actor"):]
+    start = section.index("```python\n") + len("```python\n")
+    script = tmp_path / "invitations.py"
+    script.write_text(section[start:section.index("\n```", start)])
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert proc.stdout.split() == ["queued", "You", "are", "invited"]
