@@ -23,18 +23,24 @@ from mailbox_actors.wire.transport import ProviderRejected
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "sending-mail.md"
 
 
-def test_the_guide_actor_sends_durable_email(tmp_path: Path) -> None:
-    """CA-15: the guide's "Carrier in your own actor" example runs as written: queued, then sent
-    once from the actor's own wake."""
-    text = GUIDE.read_text()
-    section = text[text.index("## Carrier in your own actor"):]
+def _run_example(doc: Path, heading: str, tmp_path: Path) -> list[str]:
+    """The first Python block under ``heading`` in ``doc``, run as a script: its printed words."""
+    text = doc.read_text()
+    section = text[text.index(heading):]
     start = section.index("```python\n") + len("```python\n")
     script = tmp_path / "invitations.py"
     script.write_text(section[start:section.index("\n```", start)])
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr[-800:]
-    assert proc.stdout.split() == ["queued", "You", "are", "invited"]
+    return proc.stdout.split()
+
+
+def test_the_guide_actor_sends_durable_email(tmp_path: Path) -> None:
+    """CA-15: the guide's "Carrier in your own actor" example runs as written: queued, then sent
+    once from the actor's own wake."""
+    assert _run_example(GUIDE, "## Carrier in your own actor", tmp_path) == [
+        "queued", "You", "are", "invited"]
 
 
 class _Init(msgspec.Struct, tag="init", tag_field="op"):
@@ -158,12 +164,6 @@ async def test_a_users_own_actors_deliveries_are_inspected_as_a_mailboxs(
 def test_the_readme_actor_sends_durable_email(tmp_path: Path) -> None:
     """CA-15: the README's "Durable email from your own actor" example runs as written: queued,
     then sent once from the actor's own wake."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text[text.index("## Durable email from your own actor"):]
-    start = section.index("```python\n") + len("```python\n")
-    script = tmp_path / "invitations.py"
-    script.write_text(section[start:section.index("\n```", start)])
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr[-800:]
-    assert proc.stdout.split() == ["queued", "You", "are", "invited"]
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    assert _run_example(readme, "## Durable email from your own actor", tmp_path) == [
+        "queued", "You", "are", "invited"]
