@@ -18,7 +18,7 @@ import msgspec
 from mailbox_actors.carrier import keys as carrier_keys
 from mailbox_actors.carrier import store
 from mailbox_actors.carrier.checks import check_submit
-from mailbox_actors.core.carrier.cap import CapPolicy, full_at, over_cap, window_start
+from mailbox_actors.core.carrier.cap import full_at, over_cap, window_start
 from mailbox_actors.core.carrier.digest import content_digest
 from mailbox_actors.core.carrier.states import (
     COUNTED_BY_CAP,
@@ -45,7 +45,7 @@ from mailbox_actors.wire.transport import OutboundEmail
 if TYPE_CHECKING:
     from mailbox_actors.carrier.state import CarrierState
 
-__all__ = ["apply_delivery_event", "cancel", "cap_policy", "get_email", "learn_message_id",
+__all__ = ["apply_delivery_event", "cancel", "get_email", "learn_message_id",
            "resolve", "stamped_ids", "submit", "submit_in"]
 
 _COUNTED = ", ".join(f"'{s.value}'" for s in sorted(COUNTED_BY_CAP))
@@ -73,16 +73,6 @@ def _insert_queued(keys: int) -> str:
     full = " OR ".join(_MAY_BE_FULL.format(n=12 + i) for i in range(1, keys + 1))
     return (f"INSERT INTO emails ({_COLUMNS}) SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, "
             f"?9, ?10, 1 WHERE NOT ({full}) ON CONFLICT (source_id) DO NOTHING")
-
-
-def cap_policy(c: CarrierState) -> CapPolicy:
-    st = c.settings
-    return _policy(st.recipient_cap, st.recipient_cap_window_ms)
-
-
-@functools.lru_cache(maxsize=8)
-def _policy(limit: int, window_ms: int) -> CapPolicy:
-    return CapPolicy(limit=limit, window_ms=window_ms)
 
 
 def _not_found() -> MailboxActorsError:
@@ -124,6 +114,12 @@ def submit_in(c: CarrierState, tx: SqlStorage, req: Submit) -> Receipt:
     return _submit_tx(c, tx, req, digest)[0]
 
 
+# The statuses a submit writes, as the plain strings they are stored and answered as (an
+# enum member's ``.value`` costs a descriptor call each time).
+_QUEUED = EmailStatus.QUEUED.value
+_REFUSED = EmailStatus.REFUSED.value
+
+
 def _submit_tx(c: CarrierState, tx: SqlStorage, req: Submit, digest: str
                ) -> tuple[Receipt, int | None]:
     """The receipt, and the dispatch wake this transaction ensured (None: it ensured none)."""
@@ -131,8 +127,8 @@ def _submit_tx(c: CarrierState, tx: SqlStorage, req: Submit, digest: str
     now = tx.now_ms()
     recipients = _recipients(req)
     keys = [store.recipient_key(a) for _, a in recipients]
-    unique = list(dict.fromkeys(keys))
-    policy = cap_policy(c)
+    unique = list(dict.fromkeys(keys)) if len(keys) > 1 else keys
+    policy = c.cap
     email_id = host.new_id("eml")
     # Minted next to the Email's id, so they fall within its millisecond (carrier_keys).
     message_ids = [host.new_id("msg") for _ in recipients]
@@ -154,28 +150,28 @@ def _submit_tx(c: CarrierState, tx: SqlStorage, req: Submit, digest: str
             _CAP_COUNT.format(keys=", ".join("?" for _ in unique)), *unique, start)}
         over = set(over_cap(policy, keys, counted))
         if over:  # the refused Email keeps no content and is never due
-            tx.exec(_INSERT, email_id, req.source_id, digest, EmailStatus.REFUSED.value, header,
+            tx.exec(_INSERT, email_id, req.source_id, digest, _REFUSED, header,
                     None, req.send_before, now, now, None, 0, None)
         else:
-            tx.exec(_INSERT, email_id, req.source_id, digest, EmailStatus.QUEUED.value, header,
+            tx.exec(_INSERT, email_id, req.source_id, digest, _QUEUED, header,
                     now, req.send_before, now, now, inline, len(chunks), 1)
-    status = EmailStatus.REFUSED if over else EmailStatus.QUEUED
+    status = _REFUSED if over else _QUEUED
     # Right after the Email's INSERT: the Messages take its seq from it (carrier_keys).
     messages = store.insert_messages(tx, email_id, message_ids, recipients, keys, over, now)
-    if not over:
+    if chunks and not over:
         store.save_chunks(tx, email_id, chunks)
     wake = None
     if over:
-        host.emit(tx, "email.refused", {"email_id": email_id, "status": status.value,
+        host.emit(tx, "email.refused", {"email_id": email_id, "status": status,
                                        "reason": "recipient_cap", "messages": len(recipients)})
     else:
-        host.emit(tx, "email.queued", {"email_id": email_id, "status": status.value,
+        host.emit(tx, "email.queued", {"email_id": email_id, "status": status,
                                       "messages": len(recipients)})
         # Without a transport the wake is the periodic look (a node restarted with one sends).
         wake = c.wake.ensure(host, now if c.transport is not None
                              else now + c.settings.recheck_ms)
     return Receipt(
-        email_id=email_id, source_id=req.source_id, status=status.value,
+        email_id=email_id, source_id=req.source_id, status=status,
         message_id_header=header, messages=messages, attempts=0, provider_message_id=None,
         provider_rejection=None, next_attempt_at_ms=None if over else now, created_at_ms=now,
         updated_at_ms=now), wake

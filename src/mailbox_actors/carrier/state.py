@@ -14,6 +14,7 @@ from mailbox_actors.carrier.fresh import FreshFrom
 from mailbox_actors.carrier.host import CarrierHost
 from mailbox_actors.carrier.store import EmailRow
 from mailbox_actors.carrier.wake import DispatchWake
+from mailbox_actors.core.carrier.cap import CapPolicy
 from mailbox_actors.platform.mail.transport import Transport
 from mailbox_actors.platform.storage.sql import SqlStorage
 
@@ -57,7 +58,8 @@ class DispatchGate(Protocol):
 
 
 class CarrierState:
-    __slots__ = ("can_send", "fresh", "gate", "host", "settings", "sql", "transport", "wake")
+    __slots__ = ("can_send", "cap", "fresh", "gate", "host", "settings", "sql", "transport",
+                 "wake")
 
     def __init__(self, *, sql: SqlStorage, host: CarrierHost, transport: Transport | None,
                  settings: CarrierSettings, gate: DispatchGate | None,
@@ -66,6 +68,9 @@ class CarrierState:
         self.host = host
         self.transport = transport
         self.settings = settings
+        # The per-recipient cap (CA-6) as the rule takes it, made once: settings do not change.
+        self.cap = CapPolicy(limit=settings.recipient_cap,
+                             window_ms=settings.recipient_cap_window_ms)
         self.gate = gate
         self.can_send = can_send
         self.wake = DispatchWake()  # the committed wake, when known

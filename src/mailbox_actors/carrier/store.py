@@ -154,6 +154,10 @@ def _insert_messages(first: int, count: int) -> str:
             f"status, code, created_at_ms, updated_at_ms, email_seq) VALUES {rows}")
 
 
+_QUEUED = MessageStatus.QUEUED.value  # plain strings: an enum's .value is a call each time
+_NOT_SENT = MessageStatus.NOT_SENT.value
+
+
 def insert_messages(tx: SqlStorage, email_id: str, message_ids: Sequence[str],
                     recipients: Sequence[tuple[str, str]], keys: Sequence[str],
                     over: Collection[str], now: int) -> list[MessageReceipt]:
@@ -161,7 +165,7 @@ def insert_messages(tx: SqlStorage, email_id: str, message_ids: Sequence[str],
     names any address), in as few statements as the parameter limit allows; called right
     after the Email's own INSERT. A Message id minted far from its Email's (a millisecond
     passed between them) is listed, so ``carrier_keys.find_message`` finds it."""
-    status = MessageStatus.NOT_SENT if over else MessageStatus.QUEUED
+    status = _NOT_SENT if over else _QUEUED
     out: list[MessageReceipt] = []
     params: list[Any] = []
     email_value = carrier_keys.minted_value(email_id)
@@ -171,10 +175,10 @@ def insert_messages(tx: SqlStorage, email_id: str, message_ids: Sequence[str],
             far.append((message_id, len(out)))
         code = "recipient_cap" if key in over else None
         params += (message_id, role, key, code)
-        out.append(MessageReceipt(message_id, role, status.value, code))  # type: ignore[arg-type]
+        out.append(MessageReceipt(message_id, role, status, code))  # type: ignore[arg-type]
     for first in range(0, len(out), _MESSAGES_PER_INSERT):
         count = min(_MESSAGES_PER_INSERT, len(out) - first)
-        tx.exec(_insert_messages(first, count), email_id, now, status.value,
+        tx.exec(_insert_messages(first, count), email_id, now, status,
                 *params[4 * first:4 * (first + count)])
     for message_id, position in far:
         tx.exec("INSERT INTO email_message_ids (message_id, email_id, position) VALUES (?, ?, ?)",
