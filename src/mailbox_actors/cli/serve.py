@@ -12,28 +12,29 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 
 from mailbox_actors.cli.lifeline import stop_with_supervisor
 from mailbox_actors.cli.serve_args import add_arguments, add_config_arguments, flags_of
-from mailbox_actors.http.client import HttpPool
 from mailbox_actors.http.server import RpcHttpServer, loop_backend_options
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.config import NodeConfig, ensure_id_secret, ensure_tokens, load_config
 from mailbox_actors.node.forwarding import Peers
 from mailbox_actors.node.node import Node
-from mailbox_actors.node.user_objects import served_objects
+from mailbox_actors.node.user_objects import served_entries
 from mailbox_actors.platform.descriptors import raise_nofile_limit
 from mailbox_actors.platform.locks import DataDirLocked
 from mailbox_actors.platform.logging import configure_logging
 from mailbox_actors.platform.node_file import remove_node_file, url_for, write_node_file
 from mailbox_actors.platform.sqlite_files import DamagedFile
-from mailbox_actors.rpc.openapi import openapi_json
 from mailbox_actors.runtime.settings import SettingsError
 from mailbox_actors.wire.errors import MailboxActorsError
+
+if TYPE_CHECKING:
+    from mailbox_actors.http.client import HttpPool
 
 __all__ = ["add_arguments", "add_config_arguments", "package_version", "run", "serve"]
 
@@ -94,22 +95,35 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
     names = [n for n, _ in peers]
     if names and cfg.node_name not in names:
         raise SettingsError(f"setting 'node_name' {cfg.node_name!r} is not in the peer list")
-    pool = HttpPool()
-    urls = [u for _, u in peers]
+    pool: HttpPool | None = None
+    cluster = None
+    if names:  # a node of a cluster: the HTTP client for its peers
+        from mailbox_actors.http.client import HttpPool
 
-    async def forward(owner: int, method: str, path: str, headers: Any, body: bytes,
-                      timeout_s: float) -> tuple[int, bytes]:
-        return await pool.request(urls[owner], method, path, headers, body, timeout_s=timeout_s)
+        pool = peer_pool = HttpPool()
+        urls = [u for _, u in peers]
 
-    # The cluster is the node's from its construction: its alarms' calls to actors on other
-    # nodes, and the app's requests, go to their owners from the first one.
-    cluster = Peers(names, names.index(cfg.node_name), forward,
-                    cluster_token=tokens.cluster) if names else None
-    objects = served_objects(cfg.objects)  # the platform's and the user's (UI-7)
+        async def forward(owner: int, method: str, path: str, headers: Any, body: bytes,
+                          timeout_s: float) -> tuple[int, bytes]:
+            return await peer_pool.request(urls[owner], method, path, headers, body,
+                                      timeout_s=timeout_s)
+
+        # The cluster is the node's from its construction: its alarms' calls to actors on other
+        # nodes, and the app's requests, go to their owners from the first one.
+        cluster = Peers(names, names.index(cfg.node_name), forward,
+                        cluster_token=tokens.cluster)
+    # The platform's objects (each imported at its namespace's first use) and the user's (UI-7).
+    objects = served_entries(cfg.objects)
     node = Node(cfg.runtime_settings(str(data)), peers=cluster, objects=objects,
                 progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr))
+
+    def openapi() -> bytes:  # at its first request: it describes every object, so imports them
+        from mailbox_actors.rpc.openapi import openapi_json
+
+        return openapi_json(node.object_classes(), package_version())
+
     app = NodeApp(node, cluster_token=tokens.cluster, operator_token=tokens.operator,
-                  openapi=lambda: openapi_json(objects, package_version()),
+                  openapi=openapi,
                   # Inspection shows content only in dev mode, which listens on loopback (UI-4).
                   content_allowed=cfg.dev)
     # Signals are received from before the start to after the drain: one that comes meanwhile
@@ -163,6 +177,7 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                 if door is not None:
                     await door.stop()
                 await server.stop()
-                await pool.aclose()
+                if pool is not None:
+                    await pool.aclose()
     print(f"{cfg.node_name}: stopped", flush=True)
     return 1 if node.failed.is_set() else 0

@@ -20,9 +20,7 @@ import structlog
 
 from mailbox_actors.node.forwarding import FORWARD_MAX_S, FORWARDED_HEADER
 from mailbox_actors.node.node import Node
-from mailbox_actors.objects.delivery_inspection import DEFAULT_PAGE
 from mailbox_actors.platform.descriptors import nofile_limit
-from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.shared_replies import IdReply
 
@@ -225,8 +223,9 @@ class NodeApp:
             return await self._forward_to(owner, full_path, headers, b"", method="GET")
         args = parse_qs(query, keep_blank_values=True)
         after = args.get("after", [None])[-1] or None
+        given = args.get("limit")
         try:
-            limit = int(args.get("limit", [str(DEFAULT_PAGE)])[-1])
+            limit = None if given is None else int(given[-1])  # None: the default page
         except ValueError:
             raise MailboxActorsError(ErrorCode.INVALID_REQUEST, "limit must be an integer",
                                      details={"field": "limit"}) from None
@@ -253,6 +252,8 @@ class NodeApp:
         s = self.node.health()
         s["cluster_nodes"] = len(self.peers) or 1
         if self.node.queues is not None:
+            from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE  # loaded with the queues
+
             stats = await self.node.queues.stats()
             for name in (WEBHOOKS_QUEUE, f"{WEBHOOKS_QUEUE}-dlq"):  # shown even when empty
                 stats.setdefault(name, {"ready": 0, "delayed": 0, "in_flight": 0,

@@ -12,7 +12,6 @@ import os
 import re
 import secrets
 import ssl
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -126,6 +125,8 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
     source: dict[str, str] = {}
     path = toml_file or env.get(ENV_PREFIX + "CONFIG")
     if path:
+        import tomllib  # only with a file: a start without one does not import the parser
+
         try:
             with open(path, "rb") as f:
                 data = tomllib.load(f)

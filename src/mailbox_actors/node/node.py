@@ -44,6 +44,7 @@ from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.storage.limits import Durability
 from mailbox_actors.rpc.router import Placement, Router
 from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.classes import DeferredActor
 from mailbox_actors.runtime.host import ActorHost
 from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
 from mailbox_actors.runtime.settings import (
@@ -67,13 +68,16 @@ class Node:
     """One node. Use ``async with Node(settings) as node:``; call with ``node.call(...)``."""
 
     def __init__(self, settings: RuntimeSettings, *, clock: Clock | None = None,
-                 rng: Rng | None = None, objects: Sequence[type[Actor]] | None = None,
+                 rng: Rng | None = None,
+                 objects: Sequence[type[Actor] | DeferredActor] | None = None,
                  progress: Callable[[str], None] | None = None,
                  services: Services | None = None, peers: Peers | None = None,
                  placement: Placement | None = None,
                  shared_control: tuple[Any, Any] | None = None,
                  ) -> None:
-        """``placement`` and ``shared_control``: a slot of a machine (``cluster.machine``), whose calls
+        """``objects``: the classes served (default: the platform's, each imported at its
+        namespace's first use, ``objects.deferred_objects``). ``placement`` and
+        ``shared_control``: a slot of a machine (``cluster.machine``), whose calls
         to other slots go through the machine, and whose events go to the machine's control
         database and queues (opened, consumed and closed by the machine, not by this node)."""
         self.log = structlog.get_logger("mailbox_actors.node")
@@ -94,9 +98,11 @@ class Node:
         self.metrics = Metrics(prefix=METRIC_PREFIX)
         self._progress = progress
         self._lock = DataDirLock(settings.path)
-        if objects is None:  # the platform's objects, imported now rather than with this module
-            from mailbox_actors.objects import DEFAULT_OBJECTS
-        self._objects = tuple(DEFAULT_OBJECTS if objects is None else objects)
+        if objects is None:  # the platform's objects, by name: none is imported by a start
+            from mailbox_actors.objects import deferred_objects
+
+            objects = deferred_objects()
+        self._objects = tuple(objects)
         # The mail transport (CA-14): a caller's own (a test's fake) is kept; else the settings'
         # (none: no transport, mail stays queued). The node closes only the one it built.
         services = services or Services()
@@ -383,6 +389,12 @@ class Node:
 
     def id_from_name(self, namespace: str, name: str) -> str:
         return self.router.id_from_name(namespace, name)
+
+    def object_classes(self) -> list[type[Actor]]:
+        """Every class served, in registration order; deferred ones are imported now (for a
+        document of them all: the OpenAPI description)."""
+        classes = (self.host.actor_class(entry.namespace) for entry in self._objects)
+        return [cls for cls in classes if cls is not None]
 
     def inspect_deliveries(self, object_id: str, *, namespace: str = "identity_mailbox",
                            after: str | None = None, limit: int | None = None) -> InspectionPage:

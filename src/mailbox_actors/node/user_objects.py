@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 from mailbox_actors.node.config import OBJECT_SPEC
 from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.classes import DeferredActor
 from mailbox_actors.runtime.settings import SettingsError
 
-__all__ = ["check_spec", "load_objects", "served_objects"]
+__all__ = ["check_spec", "load_objects", "served_entries", "served_objects"]
 
 
 def check_spec(spec: str) -> None:
@@ -52,19 +53,29 @@ def load_objects(specs: Sequence[str]) -> list[type[Actor]]:
     return out
 
 
-def served_objects(specs: Sequence[str]) -> list[type[Actor]]:
-    """The platform's objects and the user's, each namespace once."""
-    from mailbox_actors.objects import DEFAULT_OBJECTS
+def served_entries(specs: Sequence[str]) -> list[type[Actor] | DeferredActor]:
+    """The platform's objects (by name: each imported at its first use) and the user's (imported
+    now, so that a spec that does not load stops the start), each namespace once."""
+    from mailbox_actors.objects import deferred_objects
 
-    classes = [*DEFAULT_OBJECTS]
-    seen = {cls.namespace: cls for cls in classes}
+    entries: list[type[Actor] | DeferredActor] = [*deferred_objects()]
+    seen = {entry.namespace: entry for entry in entries}
     for cls in load_objects(specs):
         namespace = getattr(cls, "namespace", None)
         if not isinstance(namespace, str):
             raise SettingsError(f"setting 'objects': {cls.__qualname__} declares no namespace")
         if namespace in seen:
+            served = seen[namespace]
+            by = (served.__qualname__ if isinstance(served, type)
+                  else f"the platform's {namespace} object")
             raise SettingsError(f"setting 'objects': {cls.__qualname__}'s namespace {namespace!r} "
-                                f"is already served by {seen[namespace].__qualname__}")
+                                f"is already served by {by}")
         seen[namespace] = cls
-        classes.append(cls)
-    return classes
+        entries.append(cls)
+    return entries
+
+
+def served_objects(specs: Sequence[str]) -> list[type[Actor]]:
+    """``served_entries``, every class imported."""
+    return [entry.load() if isinstance(entry, DeferredActor) else entry
+            for entry in served_entries(specs)]

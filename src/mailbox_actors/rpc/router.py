@@ -29,6 +29,7 @@ from mailbox_actors.rpc.deadlines import (
     default_deadline_ms,
 )
 from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.classes import DeferredActor
 from mailbox_actors.runtime.host import ActorHost, AlarmSinks, MetricsSink
 from mailbox_actors.runtime.outbox import EventsDays, EventSink
 from mailbox_actors.runtime.scope import bound_request_id, current_scope
@@ -135,36 +136,51 @@ class Router:
     def namespace_key(self, name: str) -> bytes:
         return derive_namespace_key(name, self._secret)
 
-    def register(self, cls: type[Actor]) -> Namespace:
+    def register(self, cls: type[Actor] | DeferredActor) -> None:
+        """Serve ``cls``; a ``DeferredActor`` is imported at its namespace's first request (its
+        ids, keys and files are known before: they need only its name)."""
         if not NAMESPACE_RE.match(cls.namespace):
             raise ValueError(f"namespace {cls.namespace!r} must match {NAMESPACE_RE.pattern}")
-        ns = Namespace(cls, self.namespace_key(cls.namespace))
-        self._ns[cls.namespace] = ns
-        self.host.register(cls, ns.key)
-        ns.verified = self.host.paths.verified[cls.namespace]  # one check per id, door or file
-        return ns
+        self._ns.pop(cls.namespace, None)
+        self.host.register(cls, self.namespace_key(cls.namespace))
+        if not isinstance(cls, DeferredActor):
+            self._load(cls.namespace)
 
-    @property
-    def namespaces(self) -> dict[str, Namespace]:
-        return dict(self._ns)
+    def _load(self, name: str) -> Namespace:
+        """The namespace's class (imported now if it was deferred) and its envelope decoder."""
+        cls = self.host.actor_class(name)
+        assert cls is not None, f"{name} is not registered"
+        ns = self._ns[name] = Namespace(cls, self.host.paths.keys[name])
+        ns.verified = self.host.paths.verified[name]  # one check per id, door or file
+        return ns
 
     def namespace(self, name: str) -> Namespace:
+        """A registered namespace, its class loaded; ``invalid_request`` for any other name."""
         ns = self._ns.get(name)
         if ns is None:
-            raise InvalidRequest(f"unknown namespace; known: {', '.join(sorted(self._ns))}",
-                                 details={"namespace": name[:64] if isinstance(name, str) else None})
+            self._key(name)  # unknown: raises
+            ns = self._load(name)
         return ns
+
+    def _key(self, name: str) -> bytes:
+        key = self.host.paths.keys.get(name) if isinstance(name, str) else None
+        if key is None:
+            raise InvalidRequest(
+                f"unknown namespace; known: {', '.join(sorted(self.host.paths.keys))}",
+                details={"namespace": name[:64] if isinstance(name, str) else None})
+        return key
 
     def id_from_name(self, namespace: str, name: str) -> str:
         if not isinstance(name, str) or not 1 <= len(name) <= 1024:
             raise InvalidRequest("an object name is a string of 1 to 1024 characters")
-        return id_from_name(self.namespace(namespace).key, name)
+        return id_from_name(self._key(namespace), name)
 
     def new_unique_id(self, namespace: str) -> str:
-        return id_from_random(self.namespace(namespace).key, self.rng.random_bytes(16))
+        return id_from_random(self._key(namespace), self.rng.random_bytes(16))
 
     def id_from_string(self, namespace: str, s: str) -> str:
-        _check_id(self.namespace(namespace), s)
+        self._key(namespace)  # unknown: raises
+        self.host.paths.check(namespace, s)
         return s
 
     # ---- the call path ---------------------------------------------------------------------
@@ -210,7 +226,8 @@ class Router:
                 ErrorCode.INTERNAL_ERROR, "internal error; the request id is logged"
             ).to_body(request_id or self.ids.new_id("req"))})
         if labels is None:
-            labels = (("namespace", namespace if namespace in self._ns else "?"), ("op", op),
+            labels = (("namespace", namespace if self.has_namespace(namespace) else "?"),
+                      ("op", op),
                       ("code", code))
         self.metrics.inc("rpc_requests_total", labels)
         self._calls += 1
@@ -241,7 +258,8 @@ class Router:
                               request_id=env.request_id, code=code)
 
     def has_namespace(self, name: str) -> bool:
-        return name in self._ns
+        """Whether ``name`` is served here (its class need not be imported yet)."""
+        return name in self.host.paths.keys
 
     async def call_envelope(self, namespace: str, object_id: str, env: Envelope[Any]) -> Any:
         """An envelope this process built, for an actor this node owns (the SMTP door): the path

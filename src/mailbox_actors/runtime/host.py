@@ -36,6 +36,7 @@ from mailbox_actors.platform.storage.opening import OpenedAhead
 from mailbox_actors.runtime import alarm_runs
 from mailbox_actors.runtime.activation import META_KEYS, Activation, Key, Opener
 from mailbox_actors.runtime.actor import Actor, Call
+from mailbox_actors.runtime.classes import ActorClasses, DeferredActor
 from mailbox_actors.runtime.context import ActorEnv, CallActor
 from mailbox_actors.runtime.eviction import bound_victims, idle_victims
 from mailbox_actors.runtime.file_threads import FileThreads
@@ -86,7 +87,9 @@ class ActorHost:
                              services=self.services, log=self.log, call=call,
                              events_days=events_days)
         self._hooks = ScopeHooks(clock)
-        self._classes: dict[str, type[Actor[Any]]] = {}
+        # Deferred classes (the platform's objects) are imported at their first lookup here.
+        self._classes = ActorClasses(
+            on_load=lambda cls: check_migrations(cls.migrations, cls.__name__))
         self._openers: dict[str, Opener] = {}  # per namespace, for its class (``activation``)
         self.paths = ActorPaths(self.actors_dir)  # the namespaces' keys and checked ids
         self._keys = self.paths.keys
@@ -107,11 +110,10 @@ class ActorHost:
 
     # ---- registration and placement --------------------------------------------------------
 
-    def register(self, cls: type[Actor[Any]], namespace_key: bytes) -> None:
-        """Serve ``cls``; its ids are checked with ``namespace_key`` (the router derives it)."""
-        check_migrations(cls.migrations, cls.__name__)
-        self._classes[cls.namespace] = cls
-        self.paths.add(cls.namespace, namespace_key)
+    def register(self, cls: type[Actor[Any]] | DeferredActor, namespace_key: bytes) -> None:
+        """Serve ``cls`` (a deferred one is imported at its first use); its ids are checked with
+        ``namespace_key`` (the router derives it)."""
+        self.paths.add(self._classes.add(cls), namespace_key)
 
     def id_from_name(self, namespace: str, name: str) -> str:
         """The object id ``name`` has in ``namespace`` on this cluster (for actor-to-actor calls)."""

@@ -1,0 +1,90 @@
+"""What ``serve`` imports before its first answer (PERF, section 12: ``serve`` to first answer
+within 1.5x of the runtime libraries' import floor; issue 28 item 3), read from ``sys.modules`` in
+the serving process itself once ``/healthz`` answered (its speed is the benchmark's
+``serve_start_to_first_answer_ms``, not a timing here): no object's code, no mail stack, no
+OpenAPI builder, no TOML parser, no HTTP client; an object's code arrives with its namespace's
+first request, and only that object's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# The platform's objects and what only they use; what a start without peers, a config file or an
+# /openapi.json request never needs.
+NOT_AT_START = ("mailbox_actors.objects.identity_mailbox", "mailbox_actors.objects.domain_monitor",
+                "mailbox_actors.objects.tenant_quota", "mailbox_actors.objects.notifier",
+                "mailbox_actors.objects.delivery_inspection", "mailbox_actors.carrier",
+                "mailbox_actors.post", "mailbox_actors.core.inbound.parse",
+                "mailbox_actors.core.dns.checks", "email", "mailbox_actors.rpc.openapi",
+                "tomllib", "mailbox_actors.node.inspection", "mailbox_actors.node.smtp_door",
+                "aiosmtpd")
+
+# Runs serve in this process; a thread reads its output, asks /healthz once it listens, then for
+# the modules loaded at that moment, makes one TenantQuota call, reads them again and stops it.
+_PROGRAM = """
+import io, json, os, signal, sys, threading, urllib.request
+base = set(sys.modules)  # this program's own (urllib brings email): not serve's
+from mailbox_actors.cli import main
+
+listening = threading.Event()
+url = []
+
+class Watch(io.TextIOBase):
+    def write(self, s):
+        if "listening on " in s and not url:
+            url.append(s.split("listening on ")[1].split()[0])
+            listening.set()
+        return sys.__stdout__.write(s)
+    def flush(self):
+        sys.__stdout__.flush()
+
+def after_start():
+    try:
+        ask()
+    finally:  # a failure here fails the test at once: serve stops
+        os.kill(os.getpid(), signal.SIGTERM)
+
+def ask():
+    listening.wait()
+    urllib.request.urlopen(url[0] + "/healthz", timeout=60).read()
+    first = sorted(set(sys.modules) - base)
+    token = open(os.path.join(sys.argv[1], "cluster.token")).read().strip()
+    req = urllib.request.Request(url[0] + "/ids/tenant_quota/by-name/q",
+                                 headers={"authorization": "Bearer " + token})
+    oid = json.loads(urllib.request.urlopen(req, timeout=60).read())["id"]
+    body = json.dumps({"v": 1, "tenant_id": "t", "request_id": "req_x",
+                       "deadline_ms": 4102444800000, "req": {"op": "usage"}}).encode()
+    req = urllib.request.Request(url[0] + "/rpc/tenant_quota/" + oid, data=body, method="POST",
+                                 headers={"authorization": "Bearer " + token})
+    urllib.request.urlopen(req, timeout=60).read()
+    after_call = sorted(set(sys.modules) - base)
+    print(json.dumps({"first": first, "after_call": after_call}), file=sys.stderr, flush=True)
+
+sys.stdout = Watch()
+threading.Thread(target=after_start, daemon=True).start()
+sys.exit(main(["serve", "--data", sys.argv[1], "--port", "0"]))
+"""
+
+
+def _loaded(modules: list[str], packages: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in packages))
+
+
+def test_serve_answers_before_importing_any_object(tmp_path: Path) -> None:
+    """PERF (issue 28): when ``serve`` first answers, none of NOT_AT_START is loaded; after one
+    TenantQuota call, TenantQuota's module is, and the other objects' code still is not."""
+    done = subprocess.run([sys.executable, "-c", _PROGRAM, str(tmp_path / "data")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(next(line for line in reversed(done.stderr.splitlines())
+                           if line.startswith('{"first"')))
+    assert _loaded(seen["first"], NOT_AT_START) == []
+    assert "mailbox_actors.objects.tenant_quota" in seen["after_call"]
+    others = ("mailbox_actors.objects.identity_mailbox", "mailbox_actors.objects.domain_monitor",
+              "mailbox_actors.objects.notifier", "mailbox_actors.carrier")
+    assert _loaded(seen["after_call"], others) == []
+
+
