@@ -69,8 +69,9 @@ def test_actors_commands_inspect_a_users_object_read_only(node: Path) -> None:
     first = json.loads(_ok("actors", "list", "counter", "--limit", "2", "--data", str(node),
                            "--json"))
     assert len(first["actors"]) == 2 and first["next_cursor"]
-    rest = json.loads(_ok("actors", "list", "counter", "--all", "--limit", "2", "--cursor",
-                          first["next_cursor"], "--data", str(node), "--json"))
+    # --cursor=VALUE: a cursor may begin with "-" (base64url), which argparse would take for a flag
+    rest = json.loads(_ok("actors", "list", "counter", "--all", "--limit", "2",
+                          f"--cursor={first['next_cursor']}", "--data", str(node), "--json"))
     ids = [a["id"] for a in first["actors"] + rest["actors"]]
     assert ids == sorted(ids) and len(ids) == len(set(ids)) >= 3
     assert all(a["tenant"] == "t1" and a["schema_version"] == 1 for a in first["actors"])
