@@ -185,7 +185,7 @@ async def notify_demo(db: ControlDb, client: Client, zone: Path,
             if state == "failing":
                 break
         status: dict[str, Any] = {}
-        for _ in range(50):  # Post delivers the event, Carrier sends the email: a moment
+        for _ in range(200):  # Post delivers the event, Carrier sends the email: a moment
             status = await client.call("notifier", nid, NotifierStatus(), tenant_id=tenant)
             if status["notifications"] + status["coalesced"] + status["unsent"] > seen:
                 break
@@ -194,7 +194,7 @@ async def notify_demo(db: ControlDb, client: Client, zone: Path,
               f", coalesced {status.get('coalesced')} (one email a domain and kind an hour)",
               flush=True)
         ids = {"tenant_id": reader.tenant_id, "identity_id": reader.id}
-        for _ in range(50):
+        for _ in range(200):  # the door takes it in and indexes it: a moment more
             found = await client.call("identity_mailbox", reader.mailbox_id, SearchMessages(
                 query="failing", filters=SearchFilters(from_=f"alerts@{domain}")), **ids)
             if found["messages"]:

@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 def test_make_run_prints_the_console_and_shows_its_dev_traffic(tmp_path: Path) -> None:
     """UI-6: run_cluster.py prints the console's address; signed in there, the example's mail is
     in the recipients' mailboxes and its copies to an unknown address of a tenant's domain are in
-    that tenant's catch-all identity; the run then stops cleanly (exit 0)."""
+    that tenant's catch-all identity; the domain made to fail sends its tenant's Notifier one
+    notification, which arrives in the other tenant's support mailbox (OBJ-4); the run then stops
+    cleanly (exit 0)."""
     port, smtp, console = free_port_block(2), free_port_block(2), free_port()
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "examples" / "run_cluster.py"), "--data", str(tmp_path),
@@ -33,13 +35,16 @@ def test_make_run_prints_the_console_and_shows_its_dev_traffic(tmp_path: Path) -
          str(console), "--seconds", "25"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[str] = queue.Queue()
+    printed: list[str] = []  # every line, in order (the queue's are taken as they come)
 
     def read() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
+            printed.append(line.rstrip("\n"))
             lines.put(line.rstrip("\n"))
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     seen: list[str] = []
     try:
         url = None
@@ -70,6 +75,12 @@ def test_make_run_prints_the_console_and_shows_its_dev_traffic(tmp_path: Path) -
                     lines.get(timeout=2)
         assert "Hello #" in inbox, "no example mail in a catch-all identity (dev mode, UI-6)"
         assert proc.wait(timeout=90) == 0
+        reader.join(timeout=10)  # it ends at the pipe's end
+        told = [line for line in printed if line.startswith("notifier: ")]
+        assert any(re.match(r"notifier: \S+ is failing; notifications sent [1-9]", line)
+                   for line in told), "\n".join(told or printed[-30:])
+        assert any(line.startswith("notifier: arrived at support@") for line in told), \
+            "\n".join(told)
     finally:
         if proc.poll() is None:
             # By its pid, as Ctrl-C: run_cluster then stops its cluster, console and DNS server.
