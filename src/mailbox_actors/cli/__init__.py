@@ -131,6 +131,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status
     except KeyboardInterrupt:
         return 130
+    except ValueError as e:
+        from mailbox_actors.runtime.settings import SettingsError
+
+        if not isinstance(e, SettingsError):
+            raise
+        # A setting's fault found once the command ran (a --postgres DSN that does not connect).
+        print(f"mailbox-actors {args.command}: {e}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # The reader of our output closed it (`status --json | head`): stop quietly, as a Unix
         # tool does on SIGPIPE. Python would otherwise complain again when it flushes at exit.

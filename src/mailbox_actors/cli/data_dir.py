@@ -53,8 +53,18 @@ def open_control_db(data: str | Path, postgres: str | None = None) -> ControlDb:
     dsn = postgres_dsn(postgres)
     if dsn is not None:
         from mailbox_actors.platform.control.postgres import control_on
-        from mailbox_actors.platform.postgres.database import PgDatabase
+        from mailbox_actors.platform.postgres.database import PgDatabase, PgUnreachable
+        from mailbox_actors.runtime.settings import SettingsError
 
-        return control_on(PgDatabase(dsn, setting="postgres", min_size=1, max_size=2),
+        class _Setting(PgDatabase):
+            """A DSN that does not connect is the setting's fault: exit 2 (``cli.main``)."""
+
+            async def open(self) -> None:
+                try:
+                    await super().open()
+                except PgUnreachable as e:
+                    raise SettingsError(e.message) from None
+
+        return control_on(_Setting(dsn, setting="postgres", min_size=1, max_size=2),
                           clock=clock, ids=Ids(clock, SystemRng()))
     return ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))
