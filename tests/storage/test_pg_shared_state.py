@@ -13,6 +13,7 @@ import anyio
 import psycopg
 import pytest
 
+import _post_actors as pa
 from _pg import PgServer, new_database
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.control.addresses import EPOCH_CHANNEL, AddressBook, add_addresses
@@ -24,9 +25,14 @@ from mailbox_actors.platform.queues import Consumer, Message, QueueService
 from mailbox_actors.platform.queues.postgres import queues_on
 from mailbox_actors.platform.queues.service import NOTIFY_CHANNEL
 from mailbox_actors.platform.rng import SeededRng
+from mailbox_actors.post.executor import Claimed
+from mailbox_actors.post.pg_schema import MIGRATIONS, apply_schema
+from mailbox_actors.post.postgres import PostgresPost
+from mailbox_actors.testing import TestRuntime
 from mailbox_actors.webhooks.publish import WEBHOOKS_QUEUE, ControlEventSink
 from mailbox_actors.wire.errors import MailboxActorsError
 from mailbox_actors.wire.events import Event
+from mailbox_actors.wire.post import PostDeliver, PostEnvelope
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -190,3 +196,42 @@ async def test_dispatch_writes_index_and_queue_in_one_transaction(dsn: str) -> N
         await sink.publish("identity_mailbox", MAILBOX, [_event(n, tenant.id) for n in (1, 2)])
         assert [e.event_id for e in await control.events(tenant.id)] == ["evt_0001", "evt_0002"]
         assert await queues.depth(WEBHOOKS_QUEUE) == 2
+
+
+async def test_post_runs_on_the_control_database_in_the_producers_transaction(dsn: str) -> None:
+    """PO-9, PO-8 (ADR 0018): on a cluster whose control data is in PostgreSQL, Post on that
+    database is ``PostgresPost`` on the control data's own pool: its schema beside the control
+    schema, an envelope written in the same transaction as a control-data change (rolled back with
+    it, or committed with it), and delivered by its executor."""
+    pa.reset()
+    clock = FakeClock()
+    db = control_on(PgDatabase(dsn), clock=clock, ids=Ids(clock, SeededRng(1)))
+    async with db, TestRuntime(objects=pa.POST_OBJECTS) as rt:
+        oid = rt.id_from_name("post_receiver", "a")
+        await rt.call("post_receiver", oid, pa.RInit(), tenant_id=pa.TENANT)
+
+        async def deliver(job: Claimed, env: PostEnvelope, deadline_ms: int) -> Any:
+            return await rt.call(job.namespace, rt.id_from_name(job.namespace, job.object_name),
+                                 PostDeliver(envelope=env, attempt=job.attempts),
+                                 tenant_id=pa.TENANT, deadline_ms=deadline_ms)
+
+        pool = db.store.db.pool  # type: ignore[attr-defined]
+        post = PostgresPost(pool, pa.ROUTES, deliver, clock=rt.clock, rng=rt.rng)
+        async with pool.connection() as conn, conn.transaction():
+            assert await apply_schema(conn) == len(MIGRATIONS)
+        tenant = await db.create_tenant("acme")
+        change = "UPDATE tenants SET status = 'suspended' WHERE id = %s"
+        with pytest.raises(RuntimeError, match="boom"):
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute(change, (tenant.id,))
+                await post.send(conn, pa.NOTE, pa.Inbox("a"), pa.Note("gone"), "k0")
+                raise RuntimeError("boom")
+        assert await post.get("k0") is None
+        assert (await db.find_tenant(tenant.id)).status == "active"  # type: ignore[union-attr]
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute(change, (tenant.id,))
+            assert await post.send(conn, pa.NOTE, pa.Inbox("a"), pa.Note("kept"), "k1") == "queued"
+        assert (await db.find_tenant(tenant.id)).status == "suspended"  # type: ignore[union-attr]
+        assert await post.run() == 1
+        record = await post.get("k1")
+        assert record is not None and record.state == "delivered"
