@@ -6,6 +6,7 @@ it goes on reading and writing as before.
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 from pathlib import Path
 
@@ -56,3 +57,50 @@ async def test_an_open_actor_holds_the_sqlite_heap_of_a_bare_connection(tmp_path
     for conn in bare:
         conn.close()
     assert runtime <= bare_heap * 1.1, (runtime / COUNT, bare_heap / COUNT)
+
+
+@pytest.mark.anyio
+async def test_evicted_actors_are_gone_when_the_allocator_gives_their_memory_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Section 12 (RSS back within 10% after eviction), OPS-4: when a mass eviction asks the C
+    allocator to return free pages to the system, no evicted actor's storage or connection is
+    still alive (a reference held until after that call kept their memory in the heap)."""
+    from mailbox_actors.platform.storage.sql import SqlStorage
+    from mailbox_actors.runtime import host as host_module
+
+    alive_at_give_back: list[tuple[int, int]] = []
+
+    def counting_give_back(collect: bool = False) -> bool:
+        gc.collect()
+        alive_at_give_back.append((
+            sum(1 for o in gc.get_objects() if isinstance(o, SqlStorage)),
+            sum(1 for o in gc.get_objects() if isinstance(o, sqlite3.Connection))))
+        return False
+
+    settings = RuntimeSettings(data_dir=str(tmp_path), max_active_actors=COUNT + 4,
+                               idle_ms=3_600_000)
+    async with Node(settings, objects=(BenchTicker,)) as node:
+        oids = [node.id_from_name(NS, ticker_name(i)) for i in range(COUNT)]
+        for oid in oids:
+            await node.call(NS, oid, TickInit(alarm_at_ms=node.clock.now_ms() + 86_400_000),
+                            tenant_id="t_mem")
+        connections = sum(1 for o in gc.get_objects() if isinstance(o, sqlite3.Connection))
+        monkeypatch.setattr(host_module, "give_back", counting_give_back)
+        assert node.host.evict_all_idle() == COUNT
+    storages, still_connected = alive_at_give_back[0]
+    assert storages == 0 and still_connected <= connections - COUNT
+
+
+@pytest.mark.anyio
+async def test_an_open_actors_storage_keeps_a_small_instance_dict(tmp_path: Path) -> None:
+    """Section 12 (memory per active actor): the storage's connection and API fields are slots,
+    so its instance dict holds only the transaction state's fields, fewer than the 30 whose keys
+    CPython shares between instances (past them each storage would build a 1.5 KB dict)."""
+    async with Node(RuntimeSettings(data_dir=str(tmp_path)), objects=(BenchTicker,)) as node:
+        oid = node.id_from_name(NS, ticker_name(0))
+        await node.call(NS, oid, TickInit(alarm_at_ms=node.clock.now_ms() + 86_400_000),
+                        tenant_id="t_mem")
+        storage = node.host._active[(NS, oid)].runtime_storage.sql
+        fields = vars(storage)
+        assert len(fields) < 30, sorted(fields)
+        assert not {"_conn", "path", "limits", "_plans", "made", "keeps_wal"} & fields.keys()

@@ -228,6 +228,10 @@ async def _runtime_child(data: str, count: int) -> ActiveSample:
     heap = sqlite_heap_fn() or (lambda: 0)
     async with Node(RuntimeSettings(data_dir=data, max_active_actors=count + 16,
                                     idle_ms=3_600_000), objects=(BenchTicker,)) as node:
+        # The node reads the population's alarms in the background after its start (the alarm
+        # book holds one entry per actor on disk): measured from after that, or the book's
+        # growth while it loads would be counted as the open actors' memory.
+        await node.alarms_loaded.wait()
         oids = [node.id_from_name(ns, ticker_name(i)) for i in range(count)]
         read = envelope(TickRead())
         # Warm the request path on one actor first (its code, caches), then measure from there.

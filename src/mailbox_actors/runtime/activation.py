@@ -165,8 +165,8 @@ class Opener:
     context's environment. An activation then passes only what is its own (id, file, alarm
     sink, reset), so opening an actor builds its few objects and little else."""
 
-    __slots__ = ("_clock", "_env", "_fence", "_hooks", "_settings", "cls", "namespace", "newest",
-                 "owner_rules", "sources", "starts")
+    __slots__ = ("_clock", "_env", "_fence", "_hooks", "_now_ms", "_settings", "cls", "namespace",
+                 "newest", "owner_rules", "sources", "starts")
 
     def __init__(self, cls: type[Actor[Any]], settings: RuntimeSettings, clock: Clock,
                  hooks: TransactionHooks, env: ActorEnv, metrics: Any, log: Any) -> None:
@@ -177,6 +177,7 @@ class Opener:
         self.starts = cls.on_start is not Actor.on_start
         self._settings = settings
         self._clock = clock
+        self._now_ms = clock.now_ms  # one bound method for every storage, not one each
         self._hooks = hooks
         self._env = env
         self._fence = env.services.get(SLOT_FENCE)  # on many machines: the slot's (CL-11)
@@ -191,7 +192,7 @@ class Opener:
         settings = self._settings
         clock = self._clock
         opened = open_actor_storage(path, create=create, durability=settings.durability,
-                                    limits=settings.limits, now_ms=clock.now_ms,
+                                    limits=settings.limits, now_ms=self._now_ms,
                                     hooks=self._hooks, alarm_sink=alarm_sink,
                                     meta_keys=META_KEYS, ahead=ahead, alarm=alarm,
                                     known=self.newest)

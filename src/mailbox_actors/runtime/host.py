@@ -298,12 +298,16 @@ class ActorHost:
         return self._evict_all([act for act in self._active.values() if act.idle], trim=True)
 
     def _evict_all(self, victims: list[Activation], trim: bool) -> int:
-        for act in victims:
-            self.evict(act)
+        # Nothing of theirs may still be referenced when the allocator gives its free pages back
+        # (``give_back``): neither the list nor a loop variable keeps an evicted actor.
+        count = len(victims)
+        victims.reverse()
+        while victims:
+            self.evict(victims.pop())
         if trim or self._evicted_since_trim >= _TRIM_AFTER_EVICTIONS:
             self._evicted_since_trim = 0
             give_back(collect=trim)
-        return len(victims)
+        return count
 
     # Idle eviction is the host's timed work (``Clock.drive``): a loop on the system clock, one
     # step per due instant on a FakeClock.

@@ -18,6 +18,7 @@ single-table writes); partial indexes count as full ones on INSERT.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -29,12 +30,22 @@ WriteShape = tuple[tuple[str, str | None], ...]
 _MAX_SHAPES = 4096
 
 
+@functools.lru_cache(maxsize=4)
+def _scan_text(token: str) -> str:
+    """The runtime statement reading a text's scans (one string for every connection)."""
+    return f"SELECT nscan, run FROM sqlite_stmt WHERE sql = ? /*{token}*/"
+
+
 class RowCounter:
     """Per-connection bookkeeping for the two counters; ``sys`` runs runtime-only SQL."""
 
+    # One per open actor: slots, not an instance dict.
+    __slots__ = ("_counted", "_indexes", "_recording", "_scan_sql", "_scans", "_shapes", "_sys",
+                 "index_rows")
+
     def __init__(self, sys: Callable[[str, tuple[Any, ...]], sqlite3.Cursor], token: str) -> None:
         self._sys = sys
-        self._scan_sql = f"SELECT nscan, run FROM sqlite_stmt WHERE sql = ? /*{token}*/"
+        self._scan_sql = _scan_text(token)
         self._shapes: dict[str, WriteShape] = {}
         self._recording: list[tuple[str, str | None]] | None = None
         self._indexes: dict[str, list[frozenset[str] | None]] = {}  # None: an expression index

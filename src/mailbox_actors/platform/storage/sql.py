@@ -49,6 +49,8 @@ _MOVE_ALARM = f"UPDATE _ma_alarm SET at_ms = ? WHERE id = 1 /*{RUNTIME_TOKEN}*/"
 class SqlStorage(Transactions):
     """An actor's storage: ``exec``, ``transaction_sync``, ``kv``, and the one alarm."""
 
+    __slots__ = ("_kv", "keeps_wal", "made", "upgraded", "wiped")  # ``ScreenedConnection``'s why
+
     def __init__(self, conn: sqlite3.Connection, path: str | Path, limits: Limits,
                  now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                  alarm_sink: AlarmSink | None = None, alarm: tuple[int | None] | None = None,
