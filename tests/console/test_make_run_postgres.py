@@ -5,19 +5,17 @@ for itself and stops by its pid at the end."""
 from __future__ import annotations
 
 import os
-import queue
 import re
 import shlex
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from child_output import Lines
 from console_stack import REPO
 from mailbox_actors.testing.ports import free_port, free_port_block
 
@@ -48,31 +46,15 @@ def test_make_run_postgres_keeps_the_shared_state_in_its_own_server_and_stops_it
         [sys.executable, str(REPO / "examples" / "run_cluster.py"), "--data", str(tmp_path),
          "--nodes", "2", "--port", str(port), "--smtp-port", str(smtp), "--console-port",
          str(console), "--seconds", "20", "--postgres", "local"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line.rstrip("\n"))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    seen: list[str] = []
-    server: tuple[int, int] | None = None  # (port, pid)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ,
+                                                               "PYTHONUNBUFFERED": "1"})
+    lines = Lines(proc)
+    pg_pid = None
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            seen.append(line)
-            found = re.match(r"run: PostgreSQL \d+ on 127\.0\.0\.1:(\d+) \(pid (\d+)\)", line)
-            if found:
-                server = int(found.group(1)), int(found.group(2))
-            if "arrived in" in line:
-                break
-        assert server is not None, "\n".join(seen[-30:])
-        assert any(line.startswith("run: console at ") for line in seen), "\n".join(seen[-30:])
-        pg_port, pg_pid = server
+        seen = "\n".join(lines.until("arrived in", timeout_s=120))
+        found = re.search(r"run: PostgreSQL \d+ on 127\.0\.0\.1:(\d+) \(pid (\d+)\)", seen)
+        assert found is not None and "run: console at " in seen, seen
+        pg_port, pg_pid = int(found.group(1)), int(found.group(2))
         assert _alive(pg_pid)
         dsn = f"host=127.0.0.1 port={pg_port} user=postgres dbname=mailbox_actors"
         with psycopg.connect(dsn, connect_timeout=10) as conn:
@@ -81,11 +63,8 @@ def test_make_run_postgres_keeps_the_shared_state_in_its_own_server_and_stops_it
                 "(SELECT count(*) FROM event_index)").fetchone() or (0, 0, 0)
         assert tenants > 0 and identities > 0 and events > 0
         assert not (tmp_path / "control.sqlite").exists()
-        assert proc.wait(timeout=90) == 0, "\n".join(seen[-30:])
-        reader.join(timeout=30)  # to the end of its output
-        while not lines.empty():
-            seen.append(lines.get())
-        assert "run: PostgreSQL stopped" in seen
+        lines.until("run: PostgreSQL stopped", timeout_s=90)
+        assert proc.wait(timeout=30) == 0
         assert not _alive(pg_pid)
     finally:
         if proc.poll() is None:
@@ -93,5 +72,5 @@ def test_make_run_postgres_keeps_the_shared_state_in_its_own_server_and_stops_it
             proc.wait(timeout=60)
         if proc.stdout is not None:
             proc.stdout.close()
-        if server is not None and _alive(server[1]):
-            os.kill(server[1], signal.SIGKILL)
+        if pg_pid is not None and _alive(pg_pid):
+            os.kill(pg_pid, signal.SIGKILL)
