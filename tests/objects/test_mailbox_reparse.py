@@ -196,3 +196,35 @@ async def test_an_erased_mailbox_refuses_a_reparse_and_its_pending_run_ends() ->
             with pytest.raises(MailboxActorsError) as e:
                 await rt.call(NS, m, req, **IDS)
             assert e.value.code == ErrorCode.IDENTITY_NOT_FOUND  # erased, as every other op
+
+
+async def test_a_reparse_of_all_merges_threads_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IN-8, IN-11: the paged reparse of every message (alarm:reparse) merges the threads the
+    new headers reach, as a reparse of one message does: R and C, then X (a reply to R whose
+    headers a parser bug lost) and D (a reply to X) end as one thread, the oldest id."""
+    real = parse_module.parse_message
+
+    def lossy(raw: bytes, lim: Any) -> Any:
+        p = real(raw, lim)
+        if not p.subject.startswith("X"):
+            return p
+        return msgspec.structs.replace(p, message_id=None, in_reply_to=None, references=None)
+
+    async with TestRuntime() as rt:
+        m = await mailbox(rt)
+        given = []
+        with monkeypatch.context() as patch:
+            patch.setattr(inbound, "parse_message", lossy)
+            for name, parent in (("R", None), ("C", "R"), ("X", "R"), ("D", "X")):
+                irt = f"In-Reply-To: <{parent}@x>\r\n" if parent else ""
+                raw = (f"From: a@example.com\r\nTo: bob@example.com\r\nSubject: {name}\r\n"
+                       f"Message-ID: <{name}@x>\r\n{irt}\r\nbody\r\n").encode()
+                given.append(await rt.call(NS, m, Ingest(source_id=name, raw=raw), **IDS))
+        assert (await rt.call(NS, m, MailboxStatus(), **IDS))["threads"] == 3
+        await rt.call(NS, m, Reparse(all=True), **IDS)
+        await rt.run_until_idle()
+        assert (await rt.call(NS, m, MailboxStatus(), **IDS))["threads"] == 1
+        survivor = min(g["thread_id"] for g in given)
+        thread = await rt.call(NS, m, GetThread(thread_id=given[-1]["thread_id"]), **IDS)
+        assert thread["thread_id"] == survivor and len(thread["message_ids"]) == 4
+        assert len(rt.events.events("messages.reparsed")) == 1
