@@ -141,7 +141,8 @@ class AlarmScheduler:
             self._running.discard(key)
             return
         retry, due = e.retry, e.at
-        started = self._clock.now_ms()
+        lateness = self.lateness_ms
+        started = 0 if lateness is None else self._clock.now_ms()
         try:
             outcome, stored = await self._runner.fire_alarm(key, retry, force)
         except Exception as exc:  # the host reports failures as outcomes; this is a bug guard
@@ -160,12 +161,14 @@ class AlarmScheduler:
         if outcome is AlarmOutcome.DONE:
             self.fired += 1
             self._metrics.inc("alarms_fired_total", (("namespace", key[0]),))
-            if self.lateness_ms is not None:
-                self.lateness_ms.append(started - due)
+            if lateness is not None:
+                lateness.append(started - due)
             if e is not None:
                 e.retry = 0
                 if dropped or e.at == due:
                     book.push(e.at, key)
+                book.wake_if_before(e.at)
+            return
         elif outcome is AlarmOutcome.FAILED:
             self._retry(key, e, retry, stored)
         elif outcome is AlarmOutcome.REPLACED:  # workerd runs the queued alarm, not a retry

@@ -16,7 +16,7 @@ from mailbox_actors.platform.clock import Clock
 from mailbox_actors.runtime import outbox, purposes
 from mailbox_actors.runtime.activation import Activation
 from mailbox_actors.runtime.actor import AlarmInfo, handles_alarm_itself
-from mailbox_actors.runtime.scope import RequestScope, entered
+from mailbox_actors.runtime.scope import RequestScope
 from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import MailboxActorsError
 
@@ -47,11 +47,11 @@ async def run(act: Activation, retry_count: int, stored: int, scope: RequestScop
     itself = handles_alarm_itself(act.actor)
     ok = False
     raised = False
-    with entered(scope):
+    with scope:  # entered: every log line of the run carries its request id
         try:
             if act.starting:
                 await act.started()  # the start hook first (RT-16); its failure is the run's
-            if act.gate.closed:
+            if act.gate._depth:  # closed: a critical section runs (``InputGate.closed``)
                 await act.gate.wait_open(None)
         except Exception as e:
             log.warning("alarm_run_not_started", namespace=act.namespace, object_id=act.id,
@@ -89,30 +89,33 @@ async def run(act: Activation, retry_count: int, stored: int, scope: RequestScop
             storage.end_alarm_run()
     if act.closed:
         return AlarmResult(AlarmOutcome.FAILED, None)
-    if ok and not alarm_run.set_in_handler and storage.stored_alarm() == stored \
+    set_in_handler = alarm_run.set_in_handler
+    if ok and not set_in_handler and storage.stored_alarm() == stored \
             and storage.writes_pending:
         # One commit per run: the fired alarm's removal joins the handler's open implicit
         # writes (workerd defers the delete the same way); if SQLite rolled them back, the
         # removal went with them and the run counts as failed below.
         storage.sql.delete_alarm()
-    storage.flush()
-    try:
-        storage.check_writes(scope.writes)
-    except MailboxActorsError:
-        # SQLite rolled back what the handler wrote (and any alarm it set): a failed run,
-        # retried with backoff, not a success that loses its writes.
-        log.warning("alarm_handler_writes_rolled_back", namespace=act.namespace,
-                    object_id=act.id, retry_count=retry_count)
-        ok = False
-    if raised and itself and alarm_run.set_in_handler \
-            and storage.stored_alarm() is not None:
+    if scope.writes:  # implicit writes: commit them, and fail the run if SQLite did not
+        storage.flush()
+        try:
+            storage.check_writes(scope.writes)
+        except MailboxActorsError:
+            # SQLite rolled back what the handler wrote (and any alarm it set): a failed run,
+            # retried with backoff, not a success that loses its writes.
+            log.warning("alarm_handler_writes_rolled_back", namespace=act.namespace,
+                        object_id=act.id, retry_count=retry_count)
+            ok = False
+    now_stored = storage.stored_alarm()
+    if raised and itself and set_in_handler and now_stored is not None:
         # The handler set a new alarm (committed) and then failed: as in workerd, the new alarm
         # replaces the retry and runs as a fresh one (retry_count 0) at its time (AL-7). (The
         # purposes' runner re-arms on failure itself: its purposes keep AL-3's retries.)
-        return AlarmResult(AlarmOutcome.REPLACED, storage.stored_alarm())
-    if ok and not alarm_run.set_in_handler and storage.stored_alarm() == stored:
+        return AlarmResult(AlarmOutcome.REPLACED, now_stored)
+    if ok and not set_in_handler and now_stored == stored:
         storage.clear_fired_alarm()  # the handler committed its writes itself: no second fsync
-    return AlarmResult(AlarmOutcome.DONE if ok else AlarmOutcome.FAILED, storage.stored_alarm())
+        now_stored = storage.stored_alarm()
+    return AlarmResult(AlarmOutcome.DONE if ok else AlarmOutcome.FAILED, now_stored)
 
 
 def abandon(act: Activation, fired_ms: int | None, now_ms: int) -> int | None:

@@ -368,9 +368,9 @@ class ActorHost:
             if isinstance(opened, AlarmResult):
                 return opened
             act = opened
-        now = self.clock.now_ms()
+        clock = self.clock
         stored = act.runtime_storage.stored_alarm()
-        skip = alarm_runs.not_runnable(act, stored, force, now)
+        skip = alarm_runs.not_runnable(act, stored, force, clock.now_ms())
         if skip is not None:
             return skip
         assert stored is not None, "not_runnable let through a wake without an alarm"
@@ -380,7 +380,7 @@ class ActorHost:
         try:
             return await alarm_runs.run(act, retry_count, stored,
                                         RequestScope(self.ids.new_id("req"), None),
-                                        clock=self.clock, event_sink=self.event_sink, log=self.log,
+                                        clock=clock, event_sink=self.event_sink, log=self.log,
                                         watch=self.watch)
         finally:
             act.alarm_running = False

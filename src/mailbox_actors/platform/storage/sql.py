@@ -266,15 +266,15 @@ class SqlStorage(Transactions):
     def _write_alarm(self, at_ms: int | None) -> None:
         self._before_write()
         if at_ms is None:
-            self._run(lambda: self._sys(_DELETE_ALARM))
+            self._run_sys(_DELETE_ALARM, ())
         else:
             # Earlier-than-indexed alarms reach the node's index before this commits (AL-4).
             self._alarm_sink.before_commit(at_ms)
             # The row is there while an alarm is known stored (in this transaction too: a
             # rollback reads it again): moved by an UPDATE, cheaper than REPLACE's delete+insert.
             if self._alarm_unread or self._alarm is None or \
-                    self._run(lambda: self._sys(_MOVE_ALARM, (at_ms,))).rowcount != 1:
-                self._run(lambda: self._sys(_INSERT_ALARM, (at_ms,)))
+                    self._run_sys(_MOVE_ALARM, (at_ms,)).rowcount != 1:
+                self._run_sys(_INSERT_ALARM, (at_ms,))
         if self._alarm_run is not None:
             self._alarm_run.set_in_handler = True
         self._alarm, self._alarm_unread = at_ms, False

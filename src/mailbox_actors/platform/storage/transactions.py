@@ -40,6 +40,7 @@ __all__ = ["AlarmRun", "Transactions", "TxState"]
 
 _NO_HOOKS = NoTransactionHooks()  # a storage opened alone: no request, no scheduler
 _NO_SINK = NoAlarmSink()
+_NOT_IN_RUN: tuple[AlarmRun | None, bool] = (None, False)  # a transaction outside an alarm run
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -164,6 +165,15 @@ class Transactions(ScreenedConnection):
         except sqlite3.Error as e:
             raise self._failed(e) from e
 
+    def _run_sys(self, query: str, params: Sequence[object]) -> sqlite3.Cursor:
+        """``_run`` of a runtime statement (``_sys``), without a closure: the alarm's writes."""
+        if self._state is TxState.ENDED:
+            raise TransactionRolledBack(self._ended_by)
+        try:
+            return self._sys(query, params)
+        except sqlite3.Error as e:
+            raise self._failed(e) from e
+
     def _failed(self, e: sqlite3.Error) -> Exception:
         """A statement failed: the error to raise; if SQLite ended the whole transaction with
         it, remember that (``_run``, and ``exec``'s path, which inlines ``_run``)."""
@@ -199,14 +209,28 @@ class Transactions(ScreenedConnection):
             return self._savepoint(fn)
         before = self._begin_top()
         try:
-            result = self._call(fn)
+            result = fn(self)
+            if isinstance(result, CoroutineType):
+                result.close()
+                raise TypeError("transaction_sync's function returned a coroutine; it must be "
+                                "synchronous")
             if self._state is TxState.ENDED:  # fn went on after SQLite ended the transaction
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._end_explicit()
             self._undo_top(before)
             raise
-        self._commit_top(before)
+        # ``_commit_top``, written out: this runs for every transaction of every request.
+        self._depth, self._state = 0, TxState.NONE
+        self._txn_now = self._ended_by = None
+        try:
+            self._sys(self._commit)
+        except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
+            self._undo_top(before)
+            raise self._map_error(e) from e
+        if self._alarm_dirty:
+            self._alarm_dirty = False
+            self._alarm_sink.committed(self._alarm)
         return result
 
     def _begin_top(self) -> tuple[AlarmRun | None, bool]:
@@ -221,7 +245,7 @@ class Transactions(ScreenedConnection):
         self._depth, self._state = 1, TxState.EXPLICIT
         self._txn_now = self._now()
         run = self._alarm_run
-        return run, run is not None and run.set_in_handler
+        return _NOT_IN_RUN if run is None else (run, run.set_in_handler)
 
     def _fenced(self) -> None:
         """The slot's fence, right after BEGIN (CL-10, CL-11): a refusal rolls the BEGIN back."""
