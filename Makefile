@@ -9,7 +9,7 @@ STAMP := $(VENV)/.stamp
 RUN_STAMP := $(VENV)/.stamp-run
 PG_STAMP := $(VENV)/.stamp-postgres
 
-.PHONY: venv venv-run test lint docs bench run run-postgres
+.PHONY: venv venv-run test lint docs bench peers run run-postgres
 
 venv: $(STAMP)
 
@@ -50,6 +50,12 @@ test: lint docs
 
 bench: venv
 	$(BIN)/mailbox-actors bench --quick
+
+# The same burst and start workload on workerd and Miniflare beside ours (issue 28), 3 alternating
+# rounds: installs the pinned peers with npm into ~/.cache/mailbox-actors-peers (outside the
+# repository) on first use. docs/performance/benchmark.md says what it measures.
+peers: venv
+	$(BIN)/python bench/peers/peers.py
 
 run: venv-run
 	$(BIN)/python examples/run_cluster.py

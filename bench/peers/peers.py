@@ -1,0 +1,360 @@
+"""The peer comparison (issue 28): mailbox-actors beside workerd and Miniflare, same workload.
+
+    .venv/bin/python bench/peers/peers.py [--rounds 3] [--n 1000]      (or: make peers)
+
+Installs pinned ``workerd`` and ``miniflare`` with npm into a cache directory outside the
+repository (``$MAILBOX_ACTORS_PEERS_CACHE``, else ``~/.cache/mailbox-actors-peers``), then runs, in
+each round and in an order that rotates from round to round (so the machine's load falls on every
+side alike):
+
+- each peer (``workerd serve workerd.capnp``; ``node miniflare_serve.mjs``, Miniflare running its
+  own pinned workerd) on a fresh storage directory: start to first answer, from spawn to the first
+  successful HTTP answer of an object call (``GET /read``, polled every 2 ms; it opens a
+  SQLite-backed Durable Object), then a burst: N ``Ticker`` objects (ticker.js) touched once each
+  by ``GET /init``, which also sets each one's alarm to one instant T; every alarm handler is one
+  SQLite write. Fired/s is N over (the last handler's start - T), lateness is each handler's start
+  - T (``Date.now()`` in the handler, read back after the burst);
+- ours: ``mailbox-actors bench --quick --json --only`` the burst figures (the same N, 1,000, in
+  its quick sizes) and the start figures, as the benchmark measures them.
+
+Prints one table of medians over the rounds (figure, ours, workerd, Miniflare, ours/workerd) and
+writes every measurement and the table as JSON lines (``--out``, default under the cache).
+Exit status: 0 measured, 1 a side failed, 2 cannot run (no npm or node, bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+WORKERD_VERSION = "1.20261123.1"
+MINIFLARE_VERSION = "4.20260730.0"  # runs its own workerd, 1.20260730.1 (its exact dependency)
+PEERS = ("workerd", "miniflare")
+OURS_FIGURES = ("alarm_burst_per_s", "alarm_burst_lateness_p99_ms", "raw_burst_tx_per_s",
+                "serve_start_to_first_answer_ms", "runtime_libraries_start_ms")
+# (figure in the table, unit, what the peers report it as); the peers' names are ours.
+TABLE = (("alarm_burst_per_s", "alarms/s"), ("alarm_burst_per_raw", "ratio"),
+         ("alarm_burst_lateness_p99_ms", "ms"),
+         ("start_to_first_answer_ms", "ms"), ("raw_burst_tx_per_s", "tx/s"),
+         ("runtime_libraries_start_ms", "ms"))
+_POLL_S = 0.002
+
+
+class CannotRun(Exception):
+    """The harness cannot run here (exit status 2); the message says what to do."""
+
+
+# ---- installing the peers ----------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    root = os.environ.get("MAILBOX_ACTORS_PEERS_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "mailbox-actors-peers"
+
+
+def install(cache: Path) -> Path:
+    """``node_modules`` of the pinned peers under ``cache`` (npm runs only when they are missing)."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            raise CannotRun(f"{tool} is not on PATH: the peers are npm packages (workerd "
+                            f"{WORKERD_VERSION}, miniflare {MINIFLARE_VERSION}); install Node.js "
+                            "20 or later with npm, or put it on PATH")
+    where = cache / f"workerd-{WORKERD_VERSION}_miniflare-{MINIFLARE_VERSION}"
+    modules = where / "node_modules"
+    if (modules / ".bin" / "workerd").exists() and (modules / "miniflare").is_dir():
+        return modules
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "package.json").write_text(json.dumps({
+        "private": True, "dependencies": {"workerd": WORKERD_VERSION,
+                                          "miniflare": MINIFLARE_VERSION}}, indent=2) + "\n")
+    print(f"peers: npm install workerd@{WORKERD_VERSION} miniflare@{MINIFLARE_VERSION} "
+          f"into {where}", file=sys.stderr)
+    done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--save-exact"],
+                          cwd=where, capture_output=True, text=True)
+    if done.returncode != 0 or not (modules / ".bin" / "workerd").exists():
+        raise CannotRun(f"npm install in {where} failed ({done.returncode}): "
+                        f"{done.stderr[-1500:]}")
+    return modules
+
+
+# ---- one peer process --------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def spawn(peer: str, modules: Path, port: int, storage: Path) -> subprocess.Popen[bytes]:
+    storage.mkdir(parents=True, exist_ok=True)
+    if peer == "workerd":
+        argv = [str(modules / ".bin" / "workerd"), "serve", str(HERE / "workerd.capnp"),
+                "--socket-addr", f"http=127.0.0.1:{port}",
+                "--directory-path", f"do-storage={storage}"]
+    else:
+        argv = ["node", str(HERE / "miniflare_serve.mjs"), str(port), str(storage)]
+    env = {**os.environ, "NODE_PATH": str(modules)}
+    # Its own session: Miniflare's workerd child is stopped with it, by the group's id.
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            start_new_session=True)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group is left (Miniflare's workerd)
+    except ProcessLookupError:
+        pass
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+def get(port: int, path: str, timeout: float = 60) -> Any:
+    """The JSON of ``GET path``, which must answer 200."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        reply = conn.getresponse()
+        body = reply.read()
+        if reply.status != 200:
+            raise RuntimeError(f"GET {path} answered {reply.status}: {body[:300]!r}")
+        return json.loads(body)
+    finally:
+        conn.close()
+
+
+def first_answer_ms(proc: subprocess.Popen[bytes], spawned: float, port: int) -> float:
+    """Milliseconds from ``spawned`` to the first successful answer of an object call."""
+    while True:
+        try:
+            get(port, "/read?i=start", timeout=30)
+            return (time.perf_counter() - spawned) * 1000
+        except (OSError, RuntimeError, http.client.HTTPException):
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                raise RuntimeError(f"the peer exited ({proc.returncode}) before it answered: "
+                                   f"{err[-1500:]}") from None
+            if time.perf_counter() - spawned > 60:
+                raise RuntimeError("the peer did not answer within 60 s") from None
+            time.sleep(_POLL_S)
+
+
+def burst(port: int, n: int, lead_ms: int) -> tuple[float, list[int]]:
+    """N tickers touched once each with their alarm at one instant; (fired/s, lateness ms)."""
+    t = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the population, as ours makes it
+        list(pool.map(lambda i: get(port, f"/init?i={i}&at=0"), range(n)))
+    # The touches are writes (the alarm) as the population's were: give them 1.5x that time.
+    lead_ms += int((time.perf_counter() - t) * 1500)
+    at = time.time_ns() // 1_000_000 + lead_ms
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the burst's touch, once each
+        list(pool.map(lambda i: get(port, f"/init?i={i}&at={at}"), range(n)))
+    if time.time_ns() // 1_000_000 > at - 100:
+        raise RuntimeError(f"touching {n:,} objects took longer than the lead ({lead_ms} ms): "
+                           "give a larger --lead-ms")
+    time.sleep((at - time.time_ns() // 1_000_000) / 1000 + 0.5)
+    last: dict[int, int] = {}
+    deadline = time.perf_counter() + 120
+    while len(last) < n:  # read back after the burst: the reads do not compete with it
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            todo = [i for i in range(n) if i not in last]
+            rows = pool.map(lambda i: get(port, f"/read?i={i}"), todo)
+            for i, row in zip(todo, rows, strict=True):
+                if row["fired"] >= 1:
+                    last[i] = row["last_ms"]
+        if len(last) < n:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{len(last)} of {n} alarms fired within 120 s")
+            time.sleep(0.5)
+    lateness = [ms - at for ms in last.values()]
+    return n / (max(max(lateness), 1) / 1000), lateness
+
+
+def percentile(xs: Sequence[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
+
+
+def run_peer(peer: str, modules: Path, work: Path, n: int, starts: int, lead_ms: int,
+             ) -> dict[str, float]:
+    """One round of one peer: ``starts`` starts (the first one's process then takes the burst)."""
+    start_ms: list[float] = []
+    rate, lateness = 0.0, [0]
+    for k in range(starts):
+        storage = Path(tempfile.mkdtemp(prefix=f"{peer}-", dir=work))
+        port = free_port()
+        spawned = time.perf_counter()
+        proc = spawn(peer, modules, port, storage)
+        try:
+            start_ms.append(first_answer_ms(proc, spawned, port))
+            if k == 0:
+                rate, lateness = burst(port, n, lead_ms)
+        finally:
+            stop(proc)
+            shutil.rmtree(storage, ignore_errors=True)
+    return {"alarm_burst_per_s": rate,
+            "alarm_burst_lateness_p99_ms": percentile(lateness, 99),
+            "start_to_first_answer_ms": statistics.median(start_ms)}
+
+
+# ---- ours --------------------------------------------------------------------------------------
+
+def parse_ours(lines: Iterable[str]) -> dict[str, float]:
+    """``mailbox-actors bench --json`` lines -> {figure: value} of the figures the table shows;
+    every one of ``OURS_FIGURES`` must be there."""
+    got: dict[str, float] = {}
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        doc = json.loads(line)
+        if doc.get("figure") in OURS_FIGURES and doc.get("value") is not None:
+            got[doc["figure"]] = float(doc["value"])
+    missing = [f for f in OURS_FIGURES if f not in got]
+    if missing:
+        raise RuntimeError(f"mailbox-actors bench gave no {', '.join(missing)}")
+    got["start_to_first_answer_ms"] = got["serve_start_to_first_answer_ms"]
+    return got
+
+
+def run_ours(python: Path, work: Path) -> dict[str, float]:
+    """One ``mailbox-actors bench`` run of ``OURS_FIGURES`` with its scratch under ``work``."""
+    done = subprocess.run([str(python), "-m", "mailbox_actors", "bench", "--quick", "--json",
+                           "--dir", str(work), "--only", *OURS_FIGURES],
+                          capture_output=True, text=True, cwd=REPO)
+    if done.returncode != 0:
+        raise RuntimeError(f"mailbox-actors bench failed ({done.returncode}): "
+                           f"{done.stderr[-1500:]}")
+    return parse_ours(done.stdout.splitlines())
+
+
+# ---- the table ---------------------------------------------------------------------------------
+
+def summarize(rounds: list[dict[str, dict[str, float]]]) -> list[dict[str, Any]]:
+    """Medians over the rounds: one row per figure, each side's value (None where a side does
+    not measure it) and ours/workerd. ``alarm_burst_per_raw`` is each side's fire rate over raw
+    ``sqlite3``'s rate in the same round (ours' ``raw_burst_tx_per_s``), where ours ran."""
+    for r in rounds:
+        raw = r.get("ours", {}).get("raw_burst_tx_per_s")
+        for side in r:
+            if raw:
+                r[side]["alarm_burst_per_raw"] = r[side]["alarm_burst_per_s"] / raw
+    rows = []
+    for name, unit in TABLE:
+        row: dict[str, Any] = {"figure": name, "unit": unit}
+        for side in ("ours", *PEERS):
+            xs = [r[side][name] for r in rounds if side in r and name in r[side]]
+            row[side] = statistics.median(xs) if xs else None
+        row["ratio"] = (row["ours"] / row["workerd"] if row["ours"] is not None
+                        and row["workerd"] else None)
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    def num(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+    head = ("figure", "unit", "ours", "workerd", "Miniflare", "ours/workerd")
+    body = [(r["figure"], r["unit"], num(r["ours"]), num(r["workerd"]), num(r["miniflare"]),
+             num(r["ratio"])) for r in rows]
+    widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(line, widths, strict=True)))
+                     for line in (head, *body))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--n", type=int, default=1000,
+                        help="objects in a peer's burst (ours: its --quick size, 1,000)")
+    parser.add_argument("--starts", type=int, default=3, help="peer starts timed per round")
+    parser.add_argument("--lead-ms", type=int, default=1000,
+                        help="how far ahead the burst's instant is set, beyond 1.5x the "
+                             "time making the population took (touching N objects must end "
+                             "before it)")
+    parser.add_argument("--peers-only", action="store_true", help="do not run ours")
+    parser.add_argument("--dir", type=Path,
+                        help="every side's files under DIR (default: the system's temporary "
+                             "directory); the file system matters: workerd syncs each commit")
+    parser.add_argument("--out", type=Path, help="JSON lines file (default under the cache)")
+    parser.add_argument("--python", type=Path, default=REPO / ".venv" / "bin" / "python",
+                        help="the interpreter that has mailbox-actors (default: .venv)")
+    args = parser.parse_args(argv)
+    try:
+        if args.rounds < 1 or args.n < 1 or args.starts < 1:
+            raise CannotRun("--rounds, --n and --starts must be at least 1")
+        if not args.peers_only and not args.python.exists():
+            raise CannotRun(f"{args.python} does not exist: run `make venv` first")
+        cache = cache_dir()
+        modules = install(cache)
+    except CannotRun as e:
+        print(f"peers: {e}", file=sys.stderr)
+        return 2
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out or cache / "runs" / f"peers-{stamp}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sides = [*PEERS] + ([] if args.peers_only else ["ours"])
+    load = os.getloadavg()
+    rounds: list[dict[str, dict[str, float]]] = []
+    with out.open("w") as f, tempfile.TemporaryDirectory(prefix="peers-", dir=args.dir) as tmp:
+        f.write(json.dumps({"meta": {"workerd": WORKERD_VERSION, "miniflare": MINIFLARE_VERSION,
+                                     "node": subprocess.run(["node", "--version"],
+                                                            capture_output=True,
+                                                            text=True).stdout.strip(),
+                                     "n": args.n, "rounds": args.rounds, "started": stamp,
+                                     "dir": tmp, "load_before": load}}) + "\n")
+        for r in range(args.rounds):
+            got: dict[str, dict[str, float]] = {}
+            order = sides[r % len(sides):] + sides[:r % len(sides)]
+            for side in order:
+                print(f"peers: round {r + 1}: {side} (load {os.getloadavg()[0]:.1f})",
+                      file=sys.stderr)
+                try:
+                    got[side] = (run_ours(args.python, Path(tmp)) if side == "ours" else
+                                 run_peer(side, modules, Path(tmp), args.n, args.starts,
+                                          args.lead_ms))
+                except RuntimeError as e:
+                    print(f"peers: {side} failed: {e}", file=sys.stderr)
+                    return 1
+                for name, value in got[side].items():
+                    f.write(json.dumps({"round": r + 1, "side": side, "figure": name,
+                                        "value": value}) + "\n")
+                f.flush()
+            rounds.append(got)
+        rows = summarize(rounds)
+        for row in rows:
+            f.write(json.dumps({"summary": row}) + "\n")
+        f.write(json.dumps({"meta": {"load_after": os.getloadavg()}}) + "\n")
+    print(format_table(rows))
+    print(f"\nmedians of {args.rounds} rounds; load average {load[0]:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after ({os.cpu_count()} cores); workerd {WORKERD_VERSION}, "
+          f"Miniflare {MINIFLARE_VERSION}; every measurement in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
