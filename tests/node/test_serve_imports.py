@@ -25,7 +25,7 @@ NOT_AT_START = ("mailbox_actors.objects.identity_mailbox", "mailbox_actors.objec
 # Runs serve in this process; a thread reads its output, asks /healthz once it listens, then for
 # the modules loaded at that moment, makes one TenantQuota call, reads them again and stops it.
 _PROGRAM = """
-import io, json, os, signal, sys, threading, urllib.request
+import gc, io, json, os, signal, sys, threading, urllib.request
 base = set(sys.modules)  # this program's own (urllib brings email): not serve's
 from mailbox_actors.cli import main
 
@@ -51,6 +51,7 @@ def ask():
     listening.wait()
     urllib.request.urlopen(url[0] + "/healthz", timeout=60).read()
     first = sorted(set(sys.modules) - base)
+    collecting = gc.isenabled()
     token = open(os.path.join(sys.argv[1], "cluster.token")).read().strip()
     req = urllib.request.Request(url[0] + "/ids/tenant_quota/by-name/q",
                                  headers={"authorization": "Bearer " + token})
@@ -61,7 +62,8 @@ def ask():
                                  headers={"authorization": "Bearer " + token})
     urllib.request.urlopen(req, timeout=60).read()
     after_call = sorted(set(sys.modules) - base)
-    print(json.dumps({"first": first, "after_call": after_call}), file=sys.stderr, flush=True)
+    print(json.dumps({"first": first, "after_call": after_call,
+                      "collecting": collecting}), file=sys.stderr, flush=True)
 
 sys.stdout = Watch()
 threading.Thread(target=after_start, daemon=True).start()
@@ -82,6 +84,7 @@ def test_serve_answers_before_importing_any_object(tmp_path: Path) -> None:
     seen = json.loads(next(line for line in reversed(done.stderr.splitlines())
                            if line.startswith('{"first"')))
     assert _loaded(seen["first"], NOT_AT_START) == []
+    assert seen["collecting"]  # the collector, off while it started, is on once it serves
     assert "mailbox_actors.objects.tenant_quota" in seen["after_call"]
     others = ("mailbox_actors.objects.identity_mailbox", "mailbox_actors.objects.domain_monitor",
               "mailbox_actors.objects.notifier", "mailbox_actors.carrier")

@@ -8,6 +8,7 @@ starts it with ``--peers`` so it can forward requests for ids another node owns.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -155,6 +156,8 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
             # Where it listens, for every command given --data (on any port, not only the default):
             # recorded before it says so, so whoever reads that line finds the file.
             write_node_file(data, cfg.node_name, url_for(cfg.host, port))
+            gc.freeze()  # what the start made (cli.main disabled the collector for it) ...
+            gc.enable()  # ... is never walked again; what serving makes is collected as usual
             print(f"{cfg.node_name}: listening on http://{cfg.host}:{port} (pid {os.getpid()})\n"
                   f"{cfg.node_name}: data in {data}\n"
                   f"{cfg.node_name}: cluster token in {tokens.cluster_file or '(given)'}, "
