@@ -7,6 +7,7 @@ importing the node.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -209,6 +210,7 @@ class SettingInfo(msgspec.Struct, frozen=True):
         return f"{self.description} (default {shown})"
 
 
+@functools.cache  # the annotations are evaluated once: a start reads them twice (flags, values)
 def declared(cls: type[msgspec.Struct] = NodeSettings) -> tuple[SettingInfo, ...]:
     """Every setting of ``cls`` in declaration order, read from its annotations."""
     import types
