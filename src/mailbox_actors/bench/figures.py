@@ -129,7 +129,7 @@ def percentile(xs: Sequence[float], p: float) -> float:
 
 
 class Sizes(msgspec.Struct, frozen=True, kw_only=True):
-    """How much work each figure does. ``QUICK`` fits in two minutes on two cores."""
+    """How much work each figure does. ``QUICK`` is ``--quick`` (its help says how long it takes)."""
 
     name: str
     rounds: int  # interleaved rounds of the state-change pair
