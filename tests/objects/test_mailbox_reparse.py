@@ -1,22 +1,27 @@
 """Parsing received mail again (IN-8): after a parser fix, ``reparse`` replaces a message's parsed
 fields, defects, attachments and search terms in place, ids and thread kept; ``all`` goes in pages
-from the mailbox's alarm; a deleted message cannot be reparsed."""
+from the mailbox's alarm; a deleted message cannot be reparsed; threads a reparse reaches merge
+(IN-11), on real LKML mail too (notmuch's test corpus from Debian's source package, fetched at
+test time by tests/support/real_mail.py; nothing of it is stored in this repository)."""
 
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
 import msgspec
 import pytest
 
+import real_mail
 from mailbox_actors.core.inbound import parse as parse_module
 from mailbox_actors.objects.identity_mailbox import inbound, reparse
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
-from mailbox_actors.wire.inbound import DeleteMessage, GetMessage, GetThread, Ingest
+from mailbox_actors.wire.inbound import DeleteMessage, GetMessage, GetThread, Ingest, ListMessages
 from mailbox_actors.wire.mailbox import MailboxInit, MailboxStatus
 from mailbox_actors.wire.search import Reparse, SearchMessages
+from thread_corpus import raw, shuffled
 
 pytestmark = pytest.mark.anyio
 
@@ -228,3 +233,53 @@ async def test_a_reparse_of_all_merges_threads_too(monkeypatch: pytest.MonkeyPat
         thread = await rt.call(NS, m, GetThread(thread_id=given[-1]["thread_id"]), **IDS)
         assert thread["thread_id"] == survivor and len(thread["message_ids"]) == 4
         assert len(rt.events.events("messages.reparsed")) == 1
+
+
+async def _threads(rt: TestRuntime, m: str) -> set[frozenset[str]]:
+    """The mailbox's threads as reads answer them: sets of subjects."""
+    by: dict[str, set[str]] = {}
+    cursor = None
+    while True:
+        page = await rt.call(NS, m, ListMessages(limit=200, cursor=cursor), **IDS)
+        for row in page["messages"]:
+            by.setdefault(row["thread_id"], set()).add(row["subject"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return {frozenset(g) for g in by.values()}
+
+
+async def test_a_reparse_of_all_rethreads_a_shuffled_real_archive_as_jwz(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """IN-8, IN-11: real LKML mail (210 messages: a 100-message and an 80-message thread, cut
+    References, 34 messages there twice), ingested in a shuffled order while a parser bug lost
+    the Message-ID, In-Reply-To and References of a tenth of them, leaves the long threads
+    split; the paged reparse of all with the fixed parser merges them into JWZ's threads of the
+    archive, as if every message had arrived whole, and status counts as many threads."""
+    archive = real_mail.messages("lkml")
+    expected = real_mail.jwz_with_copies(archive)
+    rnd = random.Random(8)
+    damaged = {m.name for m in archive if rnd.random() < 0.1}
+    real = parse_module.parse_message
+
+    def lossy(raw_bytes: bytes, lim: Any) -> Any:
+        p = real(raw_bytes, lim)
+        if p.subject not in damaged:
+            return p
+        return msgspec.structs.replace(p, message_id=None, in_reply_to=None, references=None)
+
+    async with TestRuntime(raise_errors=True) as rt:
+        m = await mailbox(rt)
+        with monkeypatch.context() as patch:
+            patch.setattr(inbound, "parse_message", lossy)
+            for mail in shuffled(archive, 3):
+                await rt.call(NS, m, Ingest(source_id=mail.name, raw=raw(mail, "bob@example.com")),
+                              **IDS)
+        before = await _threads(rt, m)
+        assert len(before) > len(expected)
+        await rt.call(NS, m, Reparse(all=True), **IDS)
+        await rt.run_until_idle()
+        for _ in range(len(archive) // reparse.PAGE + 1):  # each next page a millisecond later
+            await rt.advance(1)
+        assert len(rt.events.events("messages.reparsed")) == 1
+        assert await _threads(rt, m) == expected
+        assert (await rt.call(NS, m, MailboxStatus(), **IDS))["threads"] == len(expected)

@@ -16,7 +16,8 @@ v2 cover that References v1): the shape only, with made-up ids and no content.
 messages, like the LKML threads the issue measured), patch series, messages whose parents never
 reached the list, References cut the way mail clients cut them (the root and the newest ones
 kept), some replies with In-Reply-To only, and one-message threads. Every References list is a
-subsequence of the message's real ancestry, as mail clients write it.
+subsequence of the message's real ancestry, as mail clients write it. Real mailing-list mail, for
+the same checks, is ``real_mail.py``'s.
 """
 
 from __future__ import annotations
