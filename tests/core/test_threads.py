@@ -484,3 +484,35 @@ def test_reparses_of_a_shuffled_real_archive_thread_as_jwz(name: str) -> None:
         order = shuffled(archive, shuffle)
         when = (len(order) // 2) if shuffle % 2 else len(order)
         assert _reparsed(order, damaged, when, shuffle) == expected, shuffle
+
+
+def test_notmuchs_threading_cases_thread_as_notmuch_expects_in_every_order() -> None:
+    """IN-2, IN-11: notmuch's own threading cases (real mail to a ticket tracker and its two
+    replies, one naming the first message and the ticket, the other only the ticket, a message
+    nobody has; a "fake root" replying to a message that never arrived; a child whose
+    References misspell its parent's id, which its In-Reply-To names right) end as the three
+    threads notmuch's tests expect, in every arrival order of each group (720 + 6 + 6) and in
+    fifty shuffles of all twelve. (JWZ's algorithm as written, References first and the first
+    link kept, splits the ticket and the misspelling cases in 3 of their 6 orders each.)"""
+    cases = real_mail.messages(real_mail.CASES)
+    assert {m.name for m in cases} == set().union(*real_mail.CASES_THREADS)
+    for group in real_mail.CASES_THREADS:
+        mails = [m for m in cases if m.name in group]
+        for order in itertools.permutations(mails):
+            assert _threads(list(order)) == {group}, [m.name for m in order]
+    for seed in range(50):
+        assert _threads(shuffled(cases, seed)) == set(real_mail.CASES_THREADS), seed
+
+
+def test_a_real_archive_under_a_small_cap_never_passes_it_nor_mixes_threads() -> None:
+    """IN-2, IN-11: with the cap at 30 messages, the real LKML archive (threads of 100 and 80)
+    in twenty shuffled orders never makes a thread of more than 30 and never puts together
+    messages that JWZ keeps apart: a long thread is cut into pieces, each a part of one JWZ
+    thread."""
+    archive = real_mail.messages("lkml")
+    expected = real_mail.jwz_with_copies(archive)
+    thread_of = {name: t for t in expected for name in t}
+    for seed in range(20):
+        got = _threads(shuffled(archive, seed), max_size=30)
+        assert max(len(t) for t in got) <= 30
+        assert all(t <= thread_of[next(iter(t))] for t in got), seed

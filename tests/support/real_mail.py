@@ -4,14 +4,16 @@ Debian's source package of notmuch (the mail indexer) ships real mail as its tes
 maildirs under ``test/corpora/``: ``lkml`` (210 messages of Linux kernel mailing list threads of
 2009 to 2011, among them a 100-message and an 80-message thread, with References that the mail
 clients cut from the front, and 34 messages there twice, once as received through gmane) and
-``default`` (53 messages of the notmuch list's first weeks, November 2009). Nothing of it is
+``default`` (53 messages of the notmuch list's first weeks, November 2009); and ``threading`` (12
+messages of notmuch's own threading cases: real mail to a ticket tracker and its replies, replies
+to a message that never arrived, a References that misspells its parent's id). Nothing of it is
 stored in this repository: the first test that needs it downloads the source tarball with
-``apt-get source`` (Debian's own client, given a sources list, package lists and a cache of its
-own under the cache directory: the system's sources and lists are neither used nor changed) into
+``apt-get source`` (Debian's own client, given a sources list, package lists and a cache of its own
+under the cache directory: the system's sources and lists are neither used nor changed) into
 ``~/.cache/mailbox-actors-tests/notmuch`` (``$XDG_CACHE_HOME`` honoured), once per machine, and
 checks the tarball against its pinned sha256. A machine without apt-get (or with no way to the
-archive) fails the tests that need it with an error saying how to put the tarball there by hand:
-it is a missing part, never a skip.
+archive) fails the tests that need it with an error saying how to put the tarball there by hand: it
+is a missing part, never a skip.
 
 From each message only Message-ID, In-Reply-To and References are read, with the project's own
 lenient parser (``core.inbound.parse``), and turned into threading keys as the mailbox does
@@ -36,14 +38,27 @@ from mailbox_actors.core.inbound.parse import parse_message
 from mailbox_actors.core.inbound.threads import thread_keys
 from thread_corpus import Mail, jwz
 
-__all__ = ["CORPORA", "REAL_CHAIN", "REAL_THREAD", "SHA256", "TARBALL", "cache_dir",
+__all__ = ["CASES", "CASES_THREADS", "CORPORA", "REAL_CHAIN", "REAL_THREAD", "SHA256", "TARBALL", "cache_dir",
            "in_reply_to_only", "jwz_with_copies", "messages", "pick", "tarball"]
 
 PACKAGE = "notmuch=0.37-1"  # the version in Debian 12 (bookworm)
 TARBALL = "notmuch_0.37.orig.tar.xz"
 SHA256 = "0e766df28b78bf4eb8235626ab1f52f04f1e366649325a8ce8d3c908602786f6"
 _TOP = "notmuch-0.37/test/corpora/"
-CORPORA = ("lkml", "default")
+CORPORA = ("lkml", "default")  # mailing-list archives
+CASES = "threading"  # notmuch's threading cases
+# The threads notmuch's own tests expect of its threading cases (test/T510-thread-replies.sh:
+# "reply to ghost", "reply to ghost (RT)", "trusting reply-to"): each group one thread.
+CASES_THREADS = frozenset({
+    frozenset({"threading/ghost-root/real-root", "threading/ghost-root/child",
+               "threading/ghost-root/fake-root", "threading/ghost-root/grand-child",
+               "threading/ghost-root/grand-child2", "threading/ghost-root/great-grand-child"}),
+    frozenset({"threading/ghost-root/1529425589.M615261P21663.len:2,S",
+               "threading/ghost-root/1532672447.R3166642290392477575.len:2,S",
+               "threading/ghost-root/1532672447.R6968667928580738175.len:2,S"}),
+    frozenset({"threading/parent-priority/cur/root", "threading/parent-priority/cur/child",
+               "threading/parent-priority/cur/grand-child"}),
+})
 _SOURCES = """Types: deb-src
 URIs: http://deb.debian.org/debian
 Suites: bookworm
@@ -134,7 +149,7 @@ def tarball() -> Path:
 @functools.cache
 def _read() -> dict[str, tuple[Mail, ...]]:
     lim = InboundLimits()
-    found: dict[str, list[tuple[int, str, Mail]]] = {c: [] for c in CORPORA}
+    found: dict[str, list[tuple[int, str, Mail]]] = {c: [] for c in (*CORPORA, CASES)}
     with tarfile.open(tarball()) as tar:
         for member in tar:
             if not (member.isfile() and member.name.startswith(_TOP)):
@@ -165,7 +180,7 @@ def pick(names: tuple[str, ...]) -> list[Mail]:
     """The messages with these names (``lkml/cur/...``: their files in the corpora), in archive
     order."""
     wanted = set(names)
-    out = [m for c in CORPORA for m in messages(c) if m.name in wanted]
+    out = [m for c in (*CORPORA, CASES) for m in messages(c) if m.name in wanted]
     missing = wanted - {m.name for m in out}
     assert not missing, f"not in the corpora: {sorted(missing)}"
     return out
