@@ -1,6 +1,6 @@
 """What a node start says (OPS-8, issue 28 item 3): the built-in id secret is warned about once per
-process, not at every node a program starts; and the benchmark's progress shows log lines as
-readable text, never JSON, wherever its standard error goes."""
+process, not at every node a program starts; every line a node logs names it; and the benchmark's
+progress shows log lines as readable text, never JSON, wherever its standard error goes."""
 
 from __future__ import annotations
 
@@ -32,6 +32,20 @@ async def test_the_builtin_id_secret_is_warned_about_once_per_process(tmp_path: 
         async with Node(RuntimeSettings(data_dir=str(tmp_path / "c"), id_secret="s" * 32)):
             pass
     assert not [e for e in logs if e["event"] == "id_secret_builtin"]
+
+
+@pytest.mark.anyio
+async def test_every_line_a_node_logs_names_it(tmp_path: Path) -> None:
+    """Issue 28 item 3: the nodes of a cluster share one terminal, so each line a node logs from
+    its start to its stop (alarm index loaded and rebuilt in the background included) says which
+    node it is."""
+    with structlog.testing.capture_logs() as logs:
+        async with Node(RuntimeSettings(data_dir=str(tmp_path), node_name="node-7",
+                                        id_secret="s" * 32)) as node:
+            await node.alarms_loaded.wait()
+    events = {e["event"] for e in logs}
+    assert {"node_started", "alarm_index_loaded", "alarm_index_rebuilt", "node_stopped"} <= events
+    assert [e["event"] for e in logs if e.get("node") != "node-7"] == []
 
 
 @pytest.mark.slow

@@ -88,7 +88,8 @@ class Node:
             # just that is quiet. A value an operator chose that does not fit is warned about.
             chosen = settings.max_active_actors != DEFAULT_MAX_ACTIVE_ACTORS
             (self.log.warning if chosen else self.log.debug)(
-                "max_active_actors_bounded", configured=settings.max_active_actors,
+                "max_active_actors_bounded", node=settings.node_name,
+                configured=settings.max_active_actors,
                 bound=bound, nofile_limit=nofile_limit(), memory_bytes=physical_memory())
             settings = msgspec.structs.replace(settings, max_active_actors=bound)
         self.settings = settings
@@ -246,7 +247,8 @@ class Node:
             try:
                 await self.mail_transport.aclose()
             except Exception as e:
-                self.log.error("node_close_failed", what="mail_transport", error=type(e).__name__)
+                self.log.error("node_close_failed", node=self.settings.node_name,
+                               what="mail_transport", error=type(e).__name__)
 
     async def _close_files(self) -> None:
         """Close the alarm index, the webhook pool, the queues and the control database, each even
@@ -265,7 +267,8 @@ class Node:
                 if done is not None:
                     await done
             except Exception as e:
-                self.log.error("node_close_failed", what=name, error=type(e).__name__)
+                self.log.error("node_close_failed", node=self.settings.node_name, what=name,
+                               error=type(e).__name__)
 
     async def _open_control(self) -> None:
         """The cluster's control database and queues, the event sink and the webhook consumers."""
@@ -303,7 +306,8 @@ class Node:
         except Exception as e:
             where = traceback.extract_tb(e.__traceback__)[-1]
             # The type and the place only: an exception's text may quote content.
-            self.log.critical("node_loop_failed", loop=name, error=type(e).__name__,
+            self.log.critical("node_loop_failed", node=self.settings.node_name, loop=name,
+                              error=type(e).__name__,
                               at=f"{Path(where.filename).name}:{where.lineno} in {where.name}")
             if self.failure is None:
                 self.failure = f"{name} failed ({type(e).__name__})"
@@ -330,14 +334,14 @@ class Node:
         except sqlite3.DatabaseError as e:  # damage the quick check did not see: scan instead
             if isinstance(e, sqlite3.OperationalError):
                 raise
-            self.log.warning("alarm_index_unreadable", error=type(e).__name__,
-                             action="scanning the actor files")
+            self.log.warning("alarm_index_unreadable", node=self.settings.node_name,
+                             error=type(e).__name__, action="scanning the actor files")
             mark_incomplete(path)
             rows, complete = {}, False
         book.merge_found(rows, indexed=True, last=complete)
         gc.freeze()  # what the scheduler's loop froze at its start, the alarms joined since
-        self.log.info("alarm_index_loaded", alarms_pending=book.pending_count,
-                      alarms_overdue=self._overdue())
+        self.log.info("alarm_index_loaded", node=self.settings.node_name,
+                      alarms_pending=book.pending_count, alarms_overdue=self._overdue())
         if complete:
             self.alarms_loaded.set()
             return
@@ -364,10 +368,10 @@ class Node:
             assert book.index is not None
             finish_scan(book.index)
         except (sqlite3.Error, OSError) as e:  # a full disk: fired anyway, scanned again next start
-            self.log.warning("alarm_index_rebuild_unsaved", error=type(e).__name__,
-                             found=len(found))
+            self.log.warning("alarm_index_rebuild_unsaved", node=self.settings.node_name,
+                             error=type(e).__name__, found=len(found))
             return
-        self.log.info("alarm_index_rebuilt", found=len(found), added=added)
+        self.log.info("alarm_index_rebuilt", node=self.settings.node_name, found=len(found), added=added)
         self._say(f"the alarm index is rebuilt: {len(found)} alarms in the actor files")
 
     def _say(self, text: str) -> None:
