@@ -8,8 +8,10 @@ it is stored in this repository)."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -516,3 +518,22 @@ def test_a_real_archive_under_a_small_cap_never_passes_it_nor_mixes_threads() ->
         got = _threads(shuffled(archive, seed), max_size=30)
         assert max(len(t) for t in got) <= 30
         assert all(t <= thread_of[next(iter(t))] for t in got), seed
+
+
+def test_the_real_corpus_is_the_pinned_tarball_or_a_clear_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real mail above comes from the pinned notmuch tarball (its sha256 checked); on a
+    machine without apt-get an empty cache, or a cached file that is not that tarball (removed),
+    is an error saying where to put the tarball by hand, never a skip."""
+    assert hashlib.sha256(real_mail.tarball().read_bytes()).hexdigest() == real_mail.SHA256
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no apt-get on it
+    cached = tmp_path / "mailbox-actors-tests" / "notmuch" / real_mail.TARBALL
+    assert real_mail.cache_dir() == cached.parent
+    for content in (None, b"not the tarball"):
+        if content is not None:
+            cached.write_bytes(content)
+        with pytest.raises(RuntimeError, match="apt-get") as e:
+            real_mail.tarball()
+        assert str(cached) in str(e.value) and real_mail.SHA256 in str(e.value)
+        assert not cached.exists()

@@ -106,43 +106,49 @@ def _apt(args: list[str], cwd: Path, opts: list[str]) -> None:
                            f"({done.returncode}): {done.stderr.strip()[-600:]}")
 
 
-def _download(into: Path) -> None:
-    """``apt-get source --download-only`` with a sources list, package lists and cache of its own
-    under ``into`` (nothing of the system's apt state is read but its keyring, nor written)."""
+def _download(path: Path) -> None:
+    """``apt-get source --download-only`` in a directory of its own next to ``path``, with a
+    sources list, package lists and a cache of its own there (of the system's apt state only the
+    keyring is read, nothing is written); the tarball is then moved to ``path``, whole."""
     if shutil.which("apt-get") is None:
         raise RuntimeError("the real-mail threading tests need Debian's apt-get to fetch the "
-                           "notmuch source package's test corpora; " + _by_hand(into / TARBALL))
-    state = into / "apt"
+                           "notmuch source package's test corpora; " + _by_hand(path))
+    work = path.parent / "download"
+    shutil.rmtree(work, ignore_errors=True)
     for sub in ("etc", "lists/partial", "cache/archives/partial"):
-        (state / sub).mkdir(parents=True, exist_ok=True)
-    (state / "etc" / "notmuch-src.sources").write_text(_SOURCES)
+        (work / sub).mkdir(parents=True)
+    (work / "etc" / "notmuch-src.sources").write_text(_SOURCES)
     opts = ["-o", "Dir::Etc::SourceList=/dev/null",
-            "-o", f"Dir::Etc::SourceParts={state / 'etc'}",
-            "-o", f"Dir::State::Lists={state / 'lists'}",
-            "-o", f"Dir::Cache={state / 'cache'}"]
+            "-o", f"Dir::Etc::SourceParts={work / 'etc'}",
+            "-o", f"Dir::State::Lists={work / 'lists'}",
+            "-o", f"Dir::Cache={work / 'cache'}"]
     if os.geteuid() == 0:
         opts += ["-o", "APT::Sandbox::User=root"]  # apt's own user cannot reach a home's cache
-    _apt(["update"], into, opts)
-    _apt(["source", "--download-only", PACKAGE], into, opts)
-    shutil.rmtree(state, ignore_errors=True)
+    try:
+        _apt(["update"], work, opts)
+        _apt(["source", "--download-only", PACKAGE], work, opts)
+        if not (work / TARBALL).exists():
+            raise RuntimeError(f"apt-get source left no {TARBALL}; " + _by_hand(path))
+        os.replace(work / TARBALL, path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def tarball() -> Path:
     """The notmuch source tarball, downloaded on first use and checked against its sha256."""
-    where = cache_dir()
-    where.mkdir(parents=True, exist_ok=True)
-    path = where / TARBALL
-    with open(where / ".lock", "w") as lock:
+    path = cache_dir() / TARBALL
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one download at a time on this machine
+        if path.exists() and _sha256(path) != SHA256:
+            path.unlink()  # not the pinned tarball (put there by hand, or damaged): fetch it
         if not path.exists():
-            _download(where)
-        if not path.exists():
-            raise RuntimeError(f"apt-get source left no {TARBALL}; " + _by_hand(path))
+            _download(path)
         got = _sha256(path)
         if got != SHA256:
             path.unlink()
-            raise RuntimeError(f"{path} has sha256 {got}, not the pinned {SHA256} (removed: "
-                               "the next run downloads it again); " + _by_hand(path))
+            raise RuntimeError(f"apt-get source gave a {TARBALL} of sha256 {got}, not the pinned "
+                               f"{SHA256} (removed); " + _by_hand(path))
     return path
 
 
