@@ -315,6 +315,7 @@ def test_a_node_restarted_since_the_start_is_stopped_too(tmp_path: Path) -> None
     finally:
         if restarted.poll() is None:
             restarted.kill()
+            restarted.wait()
         leftover = _processes_under(tmp_path)
         for pid in leftover:
             os.kill(pid, signal.SIGKILL)

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,29 +22,12 @@ import anyio.abc
 from mailbox_actors.http.client import HttpPool, HttpTransportError
 from mailbox_actors.node.cluster_file import read_cluster_file
 from mailbox_actors.platform.processes import pid_alive
+from mailbox_actors.testing.ports import free_port_block
 
 __all__ = ["HOST", "Spawned", "cpu_seconds", "free_port_block", "pid_alive", "spawn_fixture",
            "start_cluster", "start_node", "stop_fixture", "stop_spawned"]
 
 HOST = "127.0.0.1"
-
-
-def free_port_block(n: int, host: str = HOST, tries: int = 100) -> int:
-    """A port P with P..P+n-1 all free on ``host`` right now (a cluster listens on P+i)."""
-    for _ in range(tries):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            base = int(s.getsockname()[1])
-        if base + n - 1 > 65_535:
-            continue
-        try:
-            for p in range(base + 1, base + n):
-                with socket.socket() as s:
-                    s.bind((host, p))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError(f"no block of {n} free ports found")
 
 
 def cpu_seconds(pids: Sequence[int]) -> float | None:
