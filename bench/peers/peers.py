@@ -15,7 +15,11 @@ side alike):
   SQLite write. Fired/s is N over (the last handler's start - T), lateness is each handler's start
   - T (``Date.now()`` in the handler, read back after the burst);
 - ours: ``mailbox-actors bench --quick --json --only`` the burst figures (the same N, 1,000, in
-  its quick sizes) and the start figures, as the benchmark measures them.
+  its quick sizes) and the start figures, as the benchmark measures them; and start to first
+  answer as the peers' (``serve`` on a fresh data directory, spawn to an object call answered:
+  ``/healthz`` polled every 2 ms, then a TenantQuota's ``init`` through the HTTP API).
+
+``--starts-only`` measures the starts alone (a minute, no bursts and no bench run).
 
 Prints one table of medians over the rounds (figure, ours, workerd, Miniflare, ours/workerd) and
 writes every measurement and the table as JSON lines (``--out``, default under the cache).
@@ -33,7 +37,6 @@ import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +44,9 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+# The benchmark's own nearest-rank percentile and median: both sides' figures are read alike.
+from mailbox_actors.bench.figures import median, percentile
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -52,7 +58,8 @@ OURS_FIGURES = ("alarm_burst_per_s", "alarm_burst_lateness_p99_ms", "raw_burst_t
 # (figure in the table, unit, what the peers report it as); the peers' names are ours.
 TABLE = (("alarm_burst_per_s", "alarms/s"), ("alarm_burst_per_raw", "ratio"),
          ("alarm_burst_lateness_p99_ms", "ms"),
-         ("start_to_first_answer_ms", "ms"), ("raw_burst_tx_per_s", "tx/s"),
+         ("start_to_first_answer_ms", "ms"), ("serve_start_to_first_answer_ms", "ms"),
+         ("raw_burst_tx_per_s", "tx/s"),
          ("runtime_libraries_start_ms", "ms"))
 _POLL_S = 0.002
 
@@ -193,13 +200,8 @@ def burst(port: int, n: int, lead_ms: int) -> tuple[float, list[int]]:
     return n / (max(max(lateness), 1) / 1000), lateness
 
 
-def percentile(xs: Sequence[float], p: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
-
-
 def run_peer(peer: str, modules: Path, work: Path, n: int, starts: int, lead_ms: int,
-             ) -> dict[str, float]:
+             starts_only: bool) -> dict[str, float]:
     """One round of one peer: ``starts`` starts (the first one's process then takes the burst)."""
     start_ms: list[float] = []
     rate, lateness = 0.0, [0]
@@ -210,14 +212,16 @@ def run_peer(peer: str, modules: Path, work: Path, n: int, starts: int, lead_ms:
         proc = spawn(peer, modules, port, storage)
         try:
             start_ms.append(first_answer_ms(proc, spawned, port))
-            if k == 0:
+            if k == 0 and not starts_only:
                 rate, lateness = burst(port, n, lead_ms)
         finally:
             stop(proc)
             shutil.rmtree(storage, ignore_errors=True)
+    if starts_only:
+        return {"start_to_first_answer_ms": median(start_ms)}
     return {"alarm_burst_per_s": rate,
             "alarm_burst_lateness_p99_ms": percentile(lateness, 99),
-            "start_to_first_answer_ms": statistics.median(start_ms)}
+            "start_to_first_answer_ms": median(start_ms)}
 
 
 # ---- ours --------------------------------------------------------------------------------------
@@ -236,19 +240,65 @@ def parse_ours(lines: Iterable[str]) -> dict[str, float]:
     missing = [f for f in OURS_FIGURES if f not in got]
     if missing:
         raise RuntimeError(f"mailbox-actors bench gave no {', '.join(missing)}")
-    got["start_to_first_answer_ms"] = got["serve_start_to_first_answer_ms"]
     return got
 
 
-def run_ours(python: Path, work: Path) -> dict[str, float]:
-    """One ``mailbox-actors bench`` run of ``OURS_FIGURES`` with its scratch under ``work``."""
+def ours_start_ms(python: Path, work: Path) -> float:
+    """Milliseconds from spawning ``serve`` on a fresh data directory to the first answer of an
+    object call through its HTTP API (a TenantQuota made by its ``init``), polled as the peers
+    are: ``/healthz`` every 2 ms until it answers, then the call (its id lookup and the call)."""
+    import anyio
+
+    from mailbox_actors.rpc.client import Client
+
+    data = Path(tempfile.mkdtemp(prefix="ours-", dir=work))
+    port = free_port()
+    spawned = time.perf_counter()
+    proc = subprocess.Popen([str(python), "-m", "mailbox_actors", "serve", "--data", str(data),
+                             "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+    async def call() -> None:
+        async with Client.from_data_dir(data, url=f"http://127.0.0.1:{port}") as c:
+            oid = await c.id_from_name("tenant_quota", "start")
+            await c.call("tenant_quota", oid, {"op": "init", "per_minute": 1_000_000,
+                                               "per_day": 1_000_000}, tenant_id="t_bench")
+    try:
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                try:
+                    conn.request("GET", "/healthz")
+                    if conn.getresponse().status == 200:
+                        break
+                finally:
+                    conn.close()
+            except OSError:
+                pass
+            if proc.poll() is not None or time.perf_counter() - spawned > 60:
+                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                raise RuntimeError(f"serve did not answer ({proc.returncode}): {err[-1500:]}")
+            time.sleep(_POLL_S)
+        anyio.run(call)
+        return (time.perf_counter() - spawned) * 1000
+    finally:
+        stop(proc)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def run_ours(python: Path, work: Path, starts: int, starts_only: bool) -> dict[str, float]:
+    """One ``mailbox-actors bench`` run of ``OURS_FIGURES`` with its scratch under ``work``
+    (unless ``starts_only``), and ``starts`` of ``serve`` to an object call's answer."""
+    ms = median([ours_start_ms(python, work) for _ in range(starts)])
+    if starts_only:
+        return {"start_to_first_answer_ms": ms}
     done = subprocess.run([str(python), "-m", "mailbox_actors", "bench", "--quick", "--json",
                            "--dir", str(work), "--only", *OURS_FIGURES],
                           capture_output=True, text=True, cwd=REPO)
     if done.returncode != 0:
         raise RuntimeError(f"mailbox-actors bench failed ({done.returncode}): "
                            f"{done.stderr[-1500:]}")
-    return parse_ours(done.stdout.splitlines())
+    return {**parse_ours(done.stdout.splitlines()), "start_to_first_answer_ms": ms}
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -267,7 +317,7 @@ def summarize(rounds: list[dict[str, dict[str, float]]]) -> list[dict[str, Any]]
         row: dict[str, Any] = {"figure": name, "unit": unit}
         for side in ("ours", *PEERS):
             xs = [r[side][name] for r in rounds if side in r and name in r[side]]
-            row[side] = statistics.median(xs) if xs else None
+            row[side] = median(xs) if xs else None
         row["ratio"] = (row["ours"] / row["workerd"] if row["ours"] is not None
                         and row["workerd"] else None)
         rows.append(row)
@@ -297,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "time making the population took (touching N objects must end "
                              "before it)")
     parser.add_argument("--peers-only", action="store_true", help="do not run ours")
+    parser.add_argument("--starts-only", action="store_true",
+                        help="only the starts to a first object answer (no bursts, no bench run)")
     parser.add_argument("--dir", type=Path,
                         help="every side's files under DIR (default: the system's temporary "
                              "directory); the file system matters: workerd syncs each commit")
@@ -334,9 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"peers: round {r + 1}: {side} (load {os.getloadavg()[0]:.1f})",
                       file=sys.stderr)
                 try:
-                    got[side] = (run_ours(args.python, Path(tmp)) if side == "ours" else
+                    got[side] = (run_ours(args.python, Path(tmp), args.starts, args.starts_only)
+                                 if side == "ours" else
                                  run_peer(side, modules, Path(tmp), args.n, args.starts,
-                                          args.lead_ms))
+                                          args.lead_ms, args.starts_only))
                 except RuntimeError as e:
                     print(f"peers: {side} failed: {e}", file=sys.stderr)
                     return 1
