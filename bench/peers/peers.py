@@ -36,7 +36,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from typing import Any
 
 # The benchmark's own nearest-rank percentile and median: both sides' figures are read alike.
 from mailbox_actors.bench.figures import median, percentile
+from mailbox_actors.testing.ports import free_port  # below the ephemeral range: no race
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -101,13 +101,6 @@ def install(cache: Path) -> Path:
 
 
 # ---- one peer process --------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
 
 def spawn(peer: str, modules: Path, port: int, storage: Path) -> subprocess.Popen[bytes]:
     storage.mkdir(parents=True, exist_ok=True)
