@@ -21,8 +21,8 @@ import anyio.abc
 
 from mailbox_actors.http.client import HttpPool, HttpTransportError
 from mailbox_actors.node.cluster_file import read_cluster_file
+from mailbox_actors.platform.ports import free_port_block
 from mailbox_actors.platform.processes import pid_alive
-from mailbox_actors.testing.ports import free_port_block
 
 __all__ = ["HOST", "Spawned", "cpu_seconds", "free_port_block", "pid_alive", "spawn_fixture",
            "start_cluster", "start_node", "stop_fixture", "stop_spawned"]
