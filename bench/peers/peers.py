@@ -68,6 +68,32 @@ class CannotRun(Exception):
     """The harness cannot run here (exit status 2); the message says what to do."""
 
 
+# Every child the harness runs is the leader of a session of its own (Miniflare's workerd and
+# ours' bench children are in it): by its pid, while it lives. A SIGINT or SIGTERM of the driver
+# ends them all and removes the run's files (_end).
+_LIVE: set[int] = set()
+_WORK: list[Path] = []
+
+
+def _session(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, start_new_session=True, **kw)
+    _LIVE.add(proc.pid)
+    return proc
+
+
+def _end(signum: int, _frame: object) -> None:
+    for pid in list(_LIVE):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    for work in _WORK:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"peers: stopped by signal {signum}; its children ended", file=sys.stderr)
+    os._exit(128 + signum)
+
+
 # ---- installing the peers ----------------------------------------------------------------------
 
 def cache_dir() -> Path:
@@ -112,8 +138,7 @@ def spawn(peer: str, modules: Path, port: int, storage: Path) -> subprocess.Pope
         argv = ["node", str(HERE / "miniflare_serve.mjs"), str(port), str(storage)]
     env = {**os.environ, "NODE_PATH": str(modules)}
     # Its own session: Miniflare's workerd child is stopped with it, by the group's id.
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                            start_new_session=True)
+    return _session(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -128,6 +153,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group is left (Miniflare's workerd)
     except ProcessLookupError:
         pass
+    _LIVE.discard(proc.pid)
     if proc.stderr is not None:
         proc.stderr.close()
 
@@ -247,9 +273,8 @@ def ours_start_ms(python: Path, work: Path) -> float:
     data = Path(tempfile.mkdtemp(prefix="ours-", dir=work))
     port = free_port()
     spawned = time.perf_counter()
-    proc = subprocess.Popen([str(python), "-m", "mailbox_actors", "serve", "--data", str(data),
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = _session([str(python), "-m", "mailbox_actors", "serve", "--data", str(data),
+                     "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     async def call() -> None:
         async with Client.from_data_dir(data, url=f"http://127.0.0.1:{port}") as c:
@@ -285,13 +310,15 @@ def run_ours(python: Path, work: Path, starts: int, starts_only: bool) -> dict[s
     ms = median([ours_start_ms(python, work) for _ in range(starts)])
     if starts_only:
         return {"start_to_first_answer_ms": ms}
-    done = subprocess.run([str(python), "-m", "mailbox_actors", "bench", "--quick", "--json",
-                           "--dir", str(work), "--only", *OURS_FIGURES],
-                          capture_output=True, text=True, cwd=REPO)
-    if done.returncode != 0:
-        raise RuntimeError(f"mailbox-actors bench failed ({done.returncode}): "
-                           f"{done.stderr[-1500:]}")
-    return {**parse_ours(done.stdout.splitlines()), "start_to_first_answer_ms": ms}
+    proc = _session([str(python), "-m", "mailbox_actors", "bench", "--quick", "--json",
+                     "--dir", str(work), "--only", *OURS_FIGURES],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    out, err = proc.communicate()
+    _LIVE.discard(proc.pid)
+    if proc.returncode != 0:
+        raise RuntimeError(f"mailbox-actors bench failed ({proc.returncode}): "
+                           f"{err.decode(errors='replace')[-1500:]}")
+    return {**parse_ours(out.decode().splitlines()), "start_to_first_answer_ms": ms}
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -365,7 +392,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sides = [*PEERS] + ([] if args.peers_only else ["ours"])
     load = os.getloadavg()
     rounds: list[dict[str, dict[str, float]]] = []
+    signal.signal(signal.SIGINT, _end)
+    signal.signal(signal.SIGTERM, _end)
     with out.open("w") as f, tempfile.TemporaryDirectory(prefix="peers-", dir=args.dir) as tmp:
+        _WORK.append(Path(tmp))
         f.write(json.dumps({"meta": {"workerd": WORKERD_VERSION, "miniflare": MINIFLARE_VERSION,
                                      "node": subprocess.run(["node", "--version"],
                                                             capture_output=True,
