@@ -37,8 +37,18 @@ def postgres_dsn(given: str | None = None) -> str | None:
 
 
 def has_control_db(data: str | Path, postgres: str | None = None) -> bool:
-    """Whether there is a control database to look names up in."""
-    return postgres_dsn(postgres) is not None or (Path(data) / "control.sqlite").exists()
+    """Whether there is a control database to look names up in (raises SettingsError when the
+    cluster in ``data`` keeps it on PostgreSQL and no DSN was given)."""
+    if postgres_dsn(postgres) is not None:
+        return True
+    _refuse_on_postgres(data)
+    return (Path(data) / "control.sqlite").exists()
+
+
+def _refuse_on_postgres(data: str | Path) -> None:
+    from mailbox_actors.node.shared_state import refuse_if_on_postgres
+
+    refuse_if_on_postgres(data)
 
 
 def open_control_db(data: str | Path, postgres: str | None = None) -> ControlDb:
@@ -67,4 +77,5 @@ def open_control_db(data: str | Path, postgres: str | None = None) -> ControlDb:
 
         return control_on(_Setting(dsn, setting="postgres", min_size=1, max_size=2),
                           clock=clock, ids=Ids(clock, SystemRng()))
+    _refuse_on_postgres(data)
     return ControlDb(Path(data) / "control.sqlite", clock=clock, ids=Ids(clock, SystemRng()))

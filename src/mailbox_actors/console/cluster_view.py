@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 import msgspec
 
 from mailbox_actors.http.client import HttpPool
+from mailbox_actors.node.shared_state import refuse_if_on_postgres
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.ids import Ids
@@ -66,6 +67,8 @@ class ClusterView:
 
     def __init__(self, data: Path, nodes: list[tuple[str, str]], *, cluster_token: str,
                  operator_token: str, postgres: str | None = None) -> None:
+        if postgres is None:
+            refuse_if_on_postgres(data)  # before anything is made that would need closing
         self.data = data
         self.nodes = nodes
         self._operator = {"authorization": f"Bearer {operator_token}"}

@@ -17,7 +17,13 @@ if TYPE_CHECKING:
     from mailbox_actors.platform.ids import Ids
     from mailbox_actors.platform.queues import QueueService
 
-__all__ = ["open_shared_state", "shared_state"]
+__all__ = ["ON_POSTGRES", "control_on_postgres", "open_shared_state", "refuse_if_on_postgres",
+           "shared_state"]
+
+# Beside where DATA/control.sqlite would be: says the cluster in DATA keeps its control data on
+# PostgreSQL (where, never the password), so a command given DATA without the DSN refuses to
+# make a control.sqlite nobody reads (``control_on_postgres``).
+ON_POSTGRES = "control.postgres.json"
 
 
 def shared_state(settings: RuntimeSettings, *, clock: Clock, ids: Ids, metrics: Any
@@ -29,11 +35,13 @@ def shared_state(settings: RuntimeSettings, *, clock: Clock, ids: Ids, metrics: 
         from mailbox_actors.platform.postgres.database import PgDatabase
         from mailbox_actors.platform.queues.postgres import queues_on
 
+        _mark(settings.control_db, settings.postgres)
         db = PgDatabase(settings.postgres, setting="postgres")
         return (control_on(db, clock=clock, ids=ids),
                 queues_on(db, clock=clock, ids=ids, metrics=metrics))
     if settings.control_db is None or settings.queues_db is None:
         return None
+    _mark(settings.control_db, None)
     from mailbox_actors.platform.control.database import ControlDb
     from mailbox_actors.platform.queues import QueueService
 
@@ -50,3 +58,46 @@ async def open_shared_state(control_db: ControlDb, queues: QueueService) -> None
         if getattr(e, "setting", None) == "postgres":  # PgUnreachable, without importing psycopg
             raise SettingsError(str(getattr(e, "message", e))) from None
         raise
+
+
+def _mark(control_db: str | None, dsn: str | None) -> None:
+    """Write (``dsn`` set) or remove the ``ON_POSTGRES`` note beside ``control_db``'s place."""
+    if control_db is None:
+        return
+    note = Path(control_db).with_name(ON_POSTGRES)
+    try:
+        if dsn is None:
+            note.unlink(missing_ok=True)
+            return
+        import json
+
+        from mailbox_actors.platform.postgres.dsn import redact
+
+        staged = note.with_suffix(".tmp")
+        staged.write_text(json.dumps({"postgres": redact(dsn)}) + "\n")
+        staged.replace(note)
+    except OSError:
+        pass  # a read-only or missing directory: the commands then need the DSN said anyway
+
+
+def control_on_postgres(data: str | Path) -> str | None:
+    """Where (without the password) the cluster in ``data`` keeps its control data on PostgreSQL,
+    or None when it keeps them in ``data``."""
+    import json
+
+    try:
+        doc = json.loads((Path(data) / ON_POSTGRES).read_text())
+    except (OSError, ValueError):
+        return None
+    where = doc.get("postgres") if isinstance(doc, dict) else None
+    return str(where) if where else None
+
+
+def refuse_if_on_postgres(data: str | Path) -> None:
+    """Exit 2 (SettingsError) rather than make a DATA/control.sqlite nobody reads, when the
+    cluster in ``data`` runs with ``--postgres`` and the command was given no DSN."""
+    where = control_on_postgres(data)
+    if where is not None:
+        raise SettingsError(f"setting 'postgres': the cluster in {data} keeps its control data on "
+                            f"PostgreSQL ({where}); give --postgres DSN or MAILBOX_ACTORS_POSTGRES "
+                            "(the password from PGPASSFILE or ~/.pgpass)")
