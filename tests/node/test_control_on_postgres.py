@@ -4,6 +4,7 @@ the setting and where the data are, never the password."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,37 @@ def test_the_console_without_the_dsn_is_refused_too(tmp_path: Path) -> None:
         ClusterView(tmp_path, [("node-0", "http://127.0.0.1:1")], cluster_token="c" * 32,
                     operator_token="o" * 32)
     assert not (tmp_path / "control.sqlite").exists()
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mailbox_actors", *args], capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **(env or {})})
+
+
+@pytest.mark.slow
+def test_the_config_files_postgres_key_reaches_the_data_commands(tmp_path: Path) -> None:
+    """CL-7: ``postgres`` in the cluster's TOML file serves the commands that read the control
+    data too (``--config FILE`` or ``MAILBOX_ACTORS_CONFIG``), by serve's precedence: the flag,
+    then ``MAILBOX_ACTORS_POSTGRES``, then the file."""
+    from _pg import new_database, serving
+
+    with serving() as server:
+        dsn = new_database(server)
+        config = tmp_path / "cluster.toml"
+        config.write_text(f"postgres = {json.dumps(dsn)}\n")
+        data = tmp_path / "data"
+        data.mkdir()
+        made = _run("tenant", "create", "acme", "--data", str(data), "--config", str(config))
+        assert made.returncode == 0, made.stderr
+        listed = _run("tenant", "list", "--data", str(data),
+                      env={"MAILBOX_ACTORS_CONFIG": str(config)})
+        assert listed.returncode == 0, listed.stderr
+        assert [t["name"] for t in json.loads(listed.stdout)] == ["acme"]
+        assert list(data.iterdir()) == []  # nothing written in DATA: no control.sqlite
+        elsewhere = "postgresql://nobody@127.0.0.1:1/none"
+        beaten = _run("tenant", "list", "--data", str(data), "--config", str(config),
+                      env={"MAILBOX_ACTORS_POSTGRES": elsewhere})
+        assert beaten.returncode == 2 and "setting 'postgres'" in beaten.stderr
+        config.write_text("postgres = 5\n")
+        bad = _run("tenant", "list", "--data", str(data), "--config", str(config))
+        assert bad.returncode == 2 and "must be a connection string" in bad.stderr

@@ -28,12 +28,27 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
 def add_postgres_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--postgres", metavar="DSN",
                    help="the PostgreSQL DSN of a cluster run with --postgres, where its control "
-                   "data is (default $MAILBOX_ACTORS_POSTGRES; without either: DATA/control.sqlite)")
+                   "data is (default $MAILBOX_ACTORS_POSTGRES, then the config file's postgres "
+                   "key; without any: DATA/control.sqlite)")
+    p.add_argument("--config", metavar="FILE", action=_ConfigFile,
+                   help="the TOML file the cluster runs with: its postgres key is read "
+                   "(default $MAILBOX_ACTORS_CONFIG)")
+
+
+class _ConfigFile(argparse.Action):
+    """``--config FILE`` stands for ``MAILBOX_ACTORS_CONFIG=FILE`` in this command's process."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        os.environ["MAILBOX_ACTORS_CONFIG"] = str(values)
+        setattr(namespace, self.dest, values)
 
 
 def postgres_dsn(given: str | None = None) -> str | None:
-    """The DSN a command was given, else the environment's, else None (the SQLite file)."""
-    return given or os.environ.get("MAILBOX_ACTORS_POSTGRES") or None
+    """The DSN given by flag, variable or config file, else None (the SQLite file)."""
+    from mailbox_actors.node.shared_state import postgres_from
+
+    return postgres_from(given)
 
 
 def has_control_db(data: str | Path, postgres: str | None = None) -> bool:

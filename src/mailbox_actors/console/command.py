@@ -26,7 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default http://127.0.0.1:8787)")
     p.add_argument("--postgres", metavar="DSN",
                    help="the PostgreSQL DSN of a cluster run with --postgres, where its control "
-                   "data is (default $MAILBOX_ACTORS_POSTGRES; without either: DATA/control.sqlite)")
+                   "data is (default $MAILBOX_ACTORS_POSTGRES, then the config file's postgres "
+                   "key; without any: DATA/control.sqlite)")
+    p.add_argument("--config", metavar="FILE", help="the TOML file the cluster runs with: its "
+                   "postgres key is read (default $MAILBOX_ACTORS_CONFIG)")
     p.add_argument("--host", default="127.0.0.1", help="where the console listens "
                    "(default 127.0.0.1; dev mode refuses anything but loopback)")
     p.add_argument("--port", type=int, default=8800, help="its port (default 8800; 0: any free)")
@@ -44,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
         settings = ConsoleSettings(data=args.data, host=args.host, port=args.port, dev=args.dev,
                                    refresh_ms=args.refresh_ms)
+        postgres = _postgres(args)
     except ImportError as e:
         print(f"mailbox-actors console: the console's libraries are not installed ({e.name}): "
               "pip install 'mailbox-actors[console]'", file=sys.stderr)
@@ -51,10 +55,17 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"mailbox-actors console: {e}", file=sys.stderr)
         return 2
+    return serve(settings, url=args.url, postgres=postgres)
+
+
+def _postgres(args: argparse.Namespace) -> str | None:
     import os
 
-    return serve(settings, url=args.url,
-                 postgres=args.postgres or os.environ.get("MAILBOX_ACTORS_POSTGRES") or None)
+    from mailbox_actors.node.shared_state import postgres_from
+
+    if args.config:
+        os.environ["MAILBOX_ACTORS_CONFIG"] = args.config  # as MAILBOX_ACTORS_CONFIG=FILE would
+    return postgres_from(args.postgres)
 
 
 def serve(settings: ConsoleSettings, *, url: str | None, postgres: str | None = None) -> int:

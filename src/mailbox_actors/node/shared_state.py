@@ -6,6 +6,7 @@ messages in one transaction). A DSN that does not connect stops the node at star
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +18,8 @@ if TYPE_CHECKING:
     from mailbox_actors.platform.ids import Ids
     from mailbox_actors.platform.queues import QueueService
 
-__all__ = ["ON_POSTGRES", "control_on_postgres", "open_shared_state", "refuse_if_on_postgres",
-           "shared_state"]
+__all__ = ["ON_POSTGRES", "control_on_postgres", "open_shared_state", "postgres_from",
+           "refuse_if_on_postgres", "shared_state"]
 
 # Beside where DATA/control.sqlite would be: says the cluster in DATA keeps its control data on
 # PostgreSQL (where, never the password), so a command given DATA without the DSN refuses to
@@ -101,3 +102,30 @@ def refuse_if_on_postgres(data: str | Path) -> None:
         raise SettingsError(f"setting 'postgres': the cluster in {data} keeps its control data on "
                             f"PostgreSQL ({where}); give --postgres DSN or MAILBOX_ACTORS_POSTGRES "
                             "(the password from PGPASSFILE or ~/.pgpass)")
+
+
+def postgres_from(given: str | None) -> str | None:
+    """The DSN for a command that reads the control data, by the precedence ``serve`` uses: the
+    flag ``given``, else ``MAILBOX_ACTORS_POSTGRES``, else the ``postgres`` key of the TOML file
+    ``MAILBOX_ACTORS_CONFIG`` names (``--config FILE`` sets it for the command), else None."""
+    if given:
+        return given
+    if os.environ.get("MAILBOX_ACTORS_POSTGRES"):
+        return os.environ["MAILBOX_ACTORS_POSTGRES"]
+    path = os.environ.get("MAILBOX_ACTORS_CONFIG")
+    if not path:
+        return None
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as e:
+        raise SettingsError(f"config file {path!r} cannot be read: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"config file {path!r} is not valid TOML: {e}") from None
+    value = doc.get("postgres")
+    if value is not None and not isinstance(value, str):
+        raise SettingsError(f"config file {path!r}: setting 'postgres' must be a connection "
+                            "string")
+    return value or None
