@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from mailbox_actors.platform.processes import pid_alive
+
 __all__ = ["Network", "refused"]
 
 PREFIX = "maf"
@@ -48,16 +50,6 @@ def refused() -> str | None:
     return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_leftovers() -> None:
     """Remove namespaces and links of fault-test processes that are gone (a SIGKILLed pytest),
     killing by pid what still runs inside such a namespace (a machine the dead test started)."""
@@ -65,7 +57,7 @@ def sweep_leftovers() -> None:
     links = re.findall(r"^\d+: ([^:@]+)", _ip("-o", "link", "show", check=False).stdout, re.M)
     for name in [*names, *links]:
         m = _OURS.match(name)
-        if m and not _alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             if name in names:
                 for pid in _ip("netns", "pids", name, check=False).stdout.split():
                     try:

@@ -30,7 +30,8 @@ from mailbox_actors.runtime.settings import (
 )
 
 __all__ = ["ENV_PREFIX", "ID_SECRET_FILE", "OBJECT_SPEC", "NodeConfig", "Tokens",
-           "ensure_id_secret", "ensure_tokens", "is_loopback", "load_config"]
+           "ensure_id_secret", "ensure_tokens", "is_loopback", "load_config",
+           "read_config_file"]
 
 ID_SECRET_FILE = "id.secret"
 # UI-7: one entry of ``objects`` (node.user_objects imports it).
@@ -125,16 +126,7 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
     source: dict[str, str] = {}
     path = toml_file or env.get(ENV_PREFIX + "CONFIG")
     if path:
-        import tomllib  # only with a file: a start without one does not import the parser
-
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except OSError as e:
-            raise SettingsError(f"config file {path!r} cannot be read: {e.strerror}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise SettingsError(f"config file {path!r} is not valid TOML: {e}") from None
-        for k, v in data.items():
+        for k, v in read_config_file(path).items():
             name = k.replace("-", "_")
             if name not in fields:
                 raise SettingsError(f"config file {path!r}: unknown setting {k!r}")
@@ -165,6 +157,19 @@ def load_config(flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
             if f"'{name}'" in str(e):
                 raise SettingsError(f"{e} [from {where}]") from None
         raise
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The TOML file of settings at ``path`` (SettingsError when unreadable or not TOML)."""
+    import tomllib  # only with a file: a start without one does not import the parser
+
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise SettingsError(f"config file {path!r} cannot be read: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"config file {path!r} is not valid TOML: {e}") from None
 
 
 def is_loopback(host: str) -> bool:

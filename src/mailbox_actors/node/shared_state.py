@@ -115,15 +115,9 @@ def postgres_from(given: str | None) -> str | None:
     path = os.environ.get("MAILBOX_ACTORS_CONFIG")
     if not path:
         return None
-    import tomllib
+    from mailbox_actors.node.config import read_config_file
 
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as e:
-        raise SettingsError(f"config file {path!r} cannot be read: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise SettingsError(f"config file {path!r} is not valid TOML: {e}") from None
+    doc = read_config_file(path)
     value = doc.get("postgres")
     if value is not None and not isinstance(value, str):
         raise SettingsError(f"config file {path!r}: setting 'postgres' must be a connection "
