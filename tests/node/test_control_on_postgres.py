@@ -87,6 +87,9 @@ def test_the_config_files_postgres_key_reaches_the_data_commands(tmp_path: Path)
         assert listed.returncode == 0, listed.stderr
         assert [t["name"] for t in json.loads(listed.stdout)] == ["acme"]
         assert list(data.iterdir()) == []  # nothing written in DATA: no control.sqlite
+        slots = _run("slots", "status", "--json", "--config", str(config))
+        # slots read the same key: the file's database answered (it holds no slots yet)
+        assert slots.returncode == 2 and "holds no cluster" in slots.stderr, slots.stderr
         elsewhere = "postgresql://nobody@127.0.0.1:1/none"
         beaten = _run("tenant", "list", "--data", str(data), "--config", str(config),
                       env={"MAILBOX_ACTORS_POSTGRES": elsewhere})

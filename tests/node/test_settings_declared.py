@@ -79,3 +79,35 @@ def test_the_runtime_gets_every_setting_it_shares_with_the_node(tmp_path: Path) 
             assert getattr(rt, name) == getattr(cfg, name), name
     assert (rt.idle_ms, rt.max_queue, rt.recipient_cap, rt.node_name) == (1234, 77, 9, "n-7")
     assert rt.control_db == str(tmp_path / "control.sqlite")
+
+
+def _parsers_with_postgres() -> dict[str, argparse.ArgumentParser]:
+    """Every command (and subcommand) whose parser takes ``--postgres``."""
+    found: dict[str, argparse.ArgumentParser] = {}
+
+    def walk(name: str, p: argparse.ArgumentParser) -> None:
+        if "--postgres" in p._option_string_actions:
+            found[name] = p
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub, child in a.choices.items():
+                    walk(f"{name} {sub}".strip(), child)
+
+    walk("", build_parser(every=True))
+    return found
+
+
+def test_every_command_that_takes_postgres_describes_it_from_the_one_declaration() -> None:
+    """CL-4, CL-7: ``--postgres`` is declared once (node/settings.py); the commands that read the
+    control data (the data commands, ``console``, ``slots``, ``migrate-to-postgres``) say the
+    declaration's words and its variable, and take ``--config FILE`` for its TOML key."""
+    postgres = next(s for s in declared() if s.name == "postgres")
+    said = postgres.description.split(";")[0]
+    commands = _parsers_with_postgres()
+    assert {"console", "slots", "migrate-to-postgres", "tenant list", "serve", "cluster",
+            "machine"} <= set(commands)
+    for name, p in commands.items():
+        action = p._option_string_actions["--postgres"]
+        assert action.help is not None and said in action.help, name
+        assert postgres.env in action.help or name in ("serve", "cluster", "machine"), name
+        assert "--config" in p._option_string_actions, name

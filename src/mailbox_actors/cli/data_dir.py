@@ -6,7 +6,6 @@ it runs with ``--postgres`` (CL-7: ``--postgres DSN`` here too, or ``MAILBOX_ACT
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,22 +25,9 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_postgres_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--postgres", metavar="DSN",
-                   help="the PostgreSQL DSN of a cluster run with --postgres, where its control "
-                   "data is (default $MAILBOX_ACTORS_POSTGRES, then the config file's postgres "
-                   "key; without any: DATA/control.sqlite)")
-    p.add_argument("--config", metavar="FILE", action=_ConfigFile,
-                   help="the TOML file the cluster runs with: its postgres key is read "
-                   "(default $MAILBOX_ACTORS_CONFIG)")
+    from mailbox_actors.node.settings import add_postgres_arguments
 
-
-class _ConfigFile(argparse.Action):
-    """``--config FILE`` stands for ``MAILBOX_ACTORS_CONFIG=FILE`` in this command's process."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        os.environ["MAILBOX_ACTORS_CONFIG"] = str(values)
-        setattr(namespace, self.dest, values)
+    add_postgres_arguments(p, where="DATA/control.sqlite")
 
 
 def postgres_dsn(given: str | None = None) -> str | None:

@@ -27,11 +27,6 @@ __all__ = ["add_arguments", "add_slots_arguments", "run", "run_slots"]
 _DSN_ENV = "MAILBOX_ACTORS_POSTGRES"
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--postgres", help="the cluster's PostgreSQL DSN (or MAILBOX_ACTORS_POSTGRES); "
-                   "machines and clients of the HTTP interface never need it")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from mailbox_actors.cli.serve_args import add_config_arguments
 
@@ -45,7 +40,9 @@ def add_slots_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("create", "status", "drain"),
                    help="create: the cluster's slots, once; status: machines, slots, epochs and "
                         "lease ages from PostgreSQL; drain: hand a machine's slots over")
-    _common(p)
+    from mailbox_actors.node.settings import add_postgres_arguments
+
+    add_postgres_arguments(p, where="refused: the slots live there")
     p.add_argument("--slots", type=int, default=64, help="create: slots, fixed (default 64)")
     p.add_argument("--machines", help="create: the machines' names, comma-separated; slot k's "
                    "home is the (k mod n)-th")
@@ -66,9 +63,10 @@ def _fail(command: str, text: str) -> int:
 
 
 def _dsn(args: argparse.Namespace) -> str:
+    from mailbox_actors.node.shared_state import postgres_from
     from mailbox_actors.runtime.settings import SettingsError
 
-    dsn = args.postgres or os.environ.get(_DSN_ENV)
+    dsn = postgres_from(args.postgres)
     if not dsn:
         raise SettingsError("setting 'postgres' is required (--postgres DSN or "
                             f"{_DSN_ENV})")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -48,14 +47,16 @@ _CHUNK = 500
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="the stopped cluster's data directory")
-    p.add_argument("--postgres", metavar="DSN",
-                   help="the target database (default $MAILBOX_ACTORS_POSTGRES)")
+    from mailbox_actors.node.settings import add_postgres_arguments
+
+    add_postgres_arguments(p, where="refused: it is the target")
 
 
 def run(args: argparse.Namespace) -> int:
+    from mailbox_actors.node.shared_state import postgres_from
     from mailbox_actors.platform.locks import DataDirLock, DataDirLocked
 
-    dsn = args.postgres or os.environ.get("MAILBOX_ACTORS_POSTGRES")
+    dsn = postgres_from(args.postgres)
     data = Path(args.data).resolve()
     if not dsn:
         return _fail("setting 'postgres' is required: --postgres DSN or MAILBOX_ACTORS_POSTGRES", 2)

@@ -24,12 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the cluster's (or node's) data directory (default ./data)")
     p.add_argument("--url", help="a single node's URL when DATA has no cluster.json "
                    "(default http://127.0.0.1:8787)")
-    p.add_argument("--postgres", metavar="DSN",
-                   help="the PostgreSQL DSN of a cluster run with --postgres, where its control "
-                   "data is (default $MAILBOX_ACTORS_POSTGRES, then the config file's postgres "
-                   "key; without any: DATA/control.sqlite)")
-    p.add_argument("--config", metavar="FILE", help="the TOML file the cluster runs with: its "
-                   "postgres key is read (default $MAILBOX_ACTORS_CONFIG)")
+    from mailbox_actors.node.settings import add_postgres_arguments
+
+    add_postgres_arguments(p, where="DATA/control.sqlite")
     p.add_argument("--host", default="127.0.0.1", help="where the console listens "
                    "(default 127.0.0.1; dev mode refuses anything but loopback)")
     p.add_argument("--port", type=int, default=8800, help="its port (default 8800; 0: any free)")
@@ -59,12 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _postgres(args: argparse.Namespace) -> str | None:
-    import os
-
     from mailbox_actors.node.shared_state import postgres_from
 
-    if args.config:
-        os.environ["MAILBOX_ACTORS_CONFIG"] = args.config  # as MAILBOX_ACTORS_CONFIG=FILE would
     return postgres_from(args.postgres)
 
 

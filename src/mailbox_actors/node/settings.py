@@ -1,18 +1,21 @@
 """The settings of ``serve`` and ``cluster``, declared once (CL-4): each one's type, default and
 one-line description. The command-line flags, the ``MAILBOX_ACTORS_*`` variables, the TOML keys,
 ``--help`` and the settings reference page are all generated from this declaration; ``node/config``
-validates the values. Only msgspec here: the cluster's supervisor builds its parser from it without
-importing the node.
+validates the values; ``add_postgres_arguments`` gives the commands that read the control data the
+``postgres`` setting's flag. Only msgspec and the standard library here: the cluster's supervisor and
+the light commands build their parsers from it without importing the node.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import os
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["ENV_PREFIX", "NodeSettings", "Scope", "SettingInfo", "declared"]
+__all__ = ["ENV_PREFIX", "NodeSettings", "add_postgres_arguments", "Scope", "SettingInfo", "declared"]
 
 ENV_PREFIX = "MAILBOX_ACTORS_"
 
@@ -231,3 +234,27 @@ def declared(cls: type[msgspec.Struct] = NodeSettings) -> tuple[SettingInfo, ...
             description=meta.description or "", scope=extra["scope"], choices=extra["choices"],
             group=extra["group"], metavar=extra["metavar"]))
     return tuple(out)
+
+
+def add_postgres_arguments(p: argparse.ArgumentParser, *, where: str) -> None:
+    """``--postgres DSN`` and ``--config FILE`` for a command that reads the cluster's control data
+    (the data commands, ``console``, ``slots``, ``migrate-to-postgres``): the flag's text is the
+    ``postgres`` setting's own declaration (node/settings.py) and ``where`` says what the command
+    does without one; node/shared_state's ``postgres_from`` reads the value, by serve's
+    precedence."""
+    info = next(s for s in declared() if s.name == "postgres")
+    p.add_argument(info.flag, metavar=info.metavar or "DSN",
+                   help=f"{info.description.split(';')[0]} (default ${info.env}, then the "
+                   f"config file's {info.name} key; without any: {where})")
+    p.add_argument("--config", metavar="FILE", action=_ConfigFile,
+                   help="the TOML file the cluster runs with: its postgres key is read "
+                   "(default $MAILBOX_ACTORS_CONFIG)")
+
+
+class _ConfigFile(argparse.Action):
+    """``--config FILE`` stands for ``MAILBOX_ACTORS_CONFIG=FILE`` in this command's process."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        os.environ["MAILBOX_ACTORS_CONFIG"] = str(values)
+        setattr(namespace, self.dest, values)
