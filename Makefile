@@ -37,7 +37,7 @@ $(PG_STAMP): pyproject.toml $(RUN_STAMP)
 	touch $(PG_STAMP)
 
 lint: venv
-	$(BIN)/ruff check src tests examples docs/hooks
+	$(BIN)/ruff check src tests examples docs/hooks bench/peers
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
