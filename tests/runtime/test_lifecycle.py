@@ -302,21 +302,20 @@ async def test_a_background_loop_that_fails_marks_the_node_failed(tmp_path: Path
 T0 = 1_767_225_600_000
 
 
-def _ours() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("mailbox-actors-test-*")}
-
-
 @pytest.mark.anyio
-async def test_testruntime_that_cannot_start_leaves_no_directory() -> None:
+async def test_testruntime_that_cannot_start_leaves_no_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A TestRuntime whose settings are refused, or whose start fails, removes its own temporary
-    directory."""
-    before = _ours()
+    directory (made in a temporary directory of this test's own, so no other run is counted)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(Exception):  # noqa: B017 - the settings error itself is tested elsewhere
         TestRuntime(shutdown_grace_ms=-1)
     with pytest.raises(MailboxActorsError):
         async with TestRuntime(control=True, control_db="/proc/nope/control.sqlite"):
             pass
-    assert _ours() - before == set()
+    async with TestRuntime():  # the same place is where a TestRuntime that starts keeps its files
+        assert [n.startswith("mailbox-actors-test-") for n in os.listdir(tmp_path)] == [True]
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.anyio
