@@ -113,10 +113,11 @@ def _count(conn: sqlite3.Connection, table: str, where: str = "") -> tuple[int, 
 def _user_tables(conn: sqlite3.Connection) -> list[str]:
     # Not a virtual table: a contentless FTS5 index (the mailbox's message_search) cannot be
     # scanned ("table does not support scanning"); its shadow tables are listed as they are.
+    # Not the runtime's own outbox either: it has its own view (``outbox_page``, the counts).
     return [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' "
-        "ESCAPE '!' AND name NOT LIKE '!_ma!_%' ESCAPE '!' AND coalesce(sql, '') NOT LIKE "
-        "'CREATE VIRTUAL TABLE%' ORDER BY name").fetchall()]
+        "ESCAPE '!' AND name NOT LIKE '!_ma!_%' ESCAPE '!' AND name <> 'outbox' AND "
+        "coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL TABLE%' ORDER BY name").fetchall()]
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, int]]:
@@ -180,7 +181,7 @@ def rows_page(cursors: CursorCodec, path: Path, namespace: str, table: str, scop
     with read_only(path) as conn:
         if conn is None:
             raise not_found(namespace)
-        if table not in _user_tables(conn) and not (table.startswith("_ma_")
+        if table not in _user_tables(conn) and not ((table.startswith("_ma_") or table == "outbox")
                                                     and table_exists(conn, table)):
             # Not a virtual table either: an FTS5 index is read through its own shadow tables.
             raise InvalidRequest("no such table in this actor", details={"field": "table",
