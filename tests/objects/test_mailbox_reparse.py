@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -45,6 +46,20 @@ def buggy(monkeypatch: pytest.MonkeyPatch) -> None:
         return msgspec.structs.replace(real(raw, lim), subject="", defects=["bogus_defect"])
 
     monkeypatch.setattr(inbound, "parse_message", parse)
+
+
+def lossy(damaged: Callable[[str], bool]) -> Callable[[bytes, Any], Any]:
+    """A parser with a threading bug: it loses the Message-ID, In-Reply-To and References of the
+    messages whose subject ``damaged`` picks."""
+    real = parse_module.parse_message
+
+    def parse(raw_bytes: bytes, lim: Any) -> Any:
+        p = real(raw_bytes, lim)
+        if not damaged(p.subject):
+            return p
+        return msgspec.structs.replace(p, message_id=None, in_reply_to=None, references=None)
+
+    return parse
 
 
 async def mailbox(rt: TestRuntime) -> str:
@@ -134,21 +149,13 @@ async def test_a_reparse_merges_the_threads_its_new_headers_reach(
     threads; reparsing X merges them into one as if X had arrived whole: every message keeps
     the thread id it was given, reads answer the oldest id, thread.merged events (ids only)
     tell it, status counts one thread, and a second reparse changes nothing."""
-    real = parse_module.parse_message
-
-    def lossy(raw: bytes, lim: Any) -> Any:
-        p = real(raw, lim)
-        if not p.subject.startswith("X"):
-            return p
-        return msgspec.structs.replace(p, message_id=None, in_reply_to=None, references=None)
-
     parent = {"R": None, "C": "R", "X": "R", "D": "X"}
     async with TestRuntime() as rt:
         m = await mailbox(rt)
         for n, order in enumerate(itertools.permutations("RCXD")):
             given: dict[str, dict[str, Any]] = {}
             with monkeypatch.context() as patch:
-                patch.setattr(inbound, "parse_message", lossy)
+                patch.setattr(inbound, "parse_message", lossy(lambda s: s.startswith("X")))
                 for name in order:
                     p = parent[name]
                     irt = f"In-Reply-To: <{p}{n}@x>\r\n" if p else ""
@@ -207,19 +214,11 @@ async def test_a_reparse_of_all_merges_threads_too(monkeypatch: pytest.MonkeyPat
     """IN-8, IN-11: the paged reparse of every message (alarm:reparse) merges the threads the
     new headers reach, as a reparse of one message does: R and C, then X (a reply to R whose
     headers a parser bug lost) and D (a reply to X) end as one thread, the oldest id."""
-    real = parse_module.parse_message
-
-    def lossy(raw: bytes, lim: Any) -> Any:
-        p = real(raw, lim)
-        if not p.subject.startswith("X"):
-            return p
-        return msgspec.structs.replace(p, message_id=None, in_reply_to=None, references=None)
-
     async with TestRuntime() as rt:
         m = await mailbox(rt)
         given = []
         with monkeypatch.context() as patch:
-            patch.setattr(inbound, "parse_message", lossy)
+            patch.setattr(inbound, "parse_message", lossy(lambda s: s.startswith("X")))
             for name, parent in (("R", None), ("C", "R"), ("X", "R"), ("D", "X")):
                 irt = f"In-Reply-To: <{parent}@x>\r\n" if parent else ""
                 raw = (f"From: a@example.com\r\nTo: bob@example.com\r\nSubject: {name}\r\n"
@@ -259,18 +258,10 @@ async def test_a_reparse_of_all_rethreads_a_shuffled_real_archive_as_jwz(
     expected = real_mail.jwz_with_copies(archive)
     rnd = random.Random(8)
     damaged = {m.name for m in archive if rnd.random() < 0.1}
-    real = parse_module.parse_message
-
-    def lossy(raw_bytes: bytes, lim: Any) -> Any:
-        p = real(raw_bytes, lim)
-        if p.subject not in damaged:
-            return p
-        return msgspec.structs.replace(p, message_id=None, in_reply_to=None, references=None)
-
     async with TestRuntime(raise_errors=True) as rt:
         m = await mailbox(rt)
         with monkeypatch.context() as patch:
-            patch.setattr(inbound, "parse_message", lossy)
+            patch.setattr(inbound, "parse_message", lossy(damaged.__contains__))
             for mail in shuffled(archive, 3):
                 await rt.call(NS, m, Ingest(source_id=mail.name, raw=raw(mail, "bob@example.com")),
                               **IDS)
