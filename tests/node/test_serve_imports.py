@@ -2,11 +2,13 @@
 within 1.5x of the runtime libraries' import floor; issue 28 item 3), read from ``sys.modules`` in
 the serving process itself once ``/healthz`` answered (its speed is the benchmark's
 ``serve_start_to_first_answer_ms``, not a timing here): no object's code, no mail stack, no
-OpenAPI builder, no TOML parser, no HTTP client; an object's code arrives with its namespace's
-first request, and only that object's."""
+OpenAPI builder, no TOML parser, no HTTP client, nothing for logging to a terminal (structlog and
+what its console renderer brings: rich, pygments, colorama); an object's code arrives with its
+namespace's first request, and only that object's."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -21,6 +23,10 @@ NOT_AT_START = ("mailbox_actors.objects.identity_mailbox", "mailbox_actors.objec
                 "mailbox_actors.core.dns.checks", "email", "mailbox_actors.rpc.openapi",
                 "tomllib", "mailbox_actors.node.inspection", "mailbox_actors.node.smtp_door",
                 "aiosmtpd")
+# Logging to a terminal: serve off one (its output a pipe here) writes JSON lines itself. rich is
+# installed in the development environment (import-linter brings it), as in many users' own, and
+# structlog's __init__ imports its console renderer, which imports rich, pygments and colorama.
+NOT_AT_START_OFF_A_TERMINAL = ("structlog", "rich", "pygments", "colorama")
 
 # Runs serve in this process; a thread reads its output, asks /healthz once it listens, then for
 # the modules loaded at that moment, makes one TenantQuota call, reads them again and stops it.
@@ -84,10 +90,18 @@ def test_serve_answers_before_importing_any_object(tmp_path: Path) -> None:
     seen = json.loads(next(line for line in reversed(done.stderr.splitlines())
                            if line.startswith('{"first"')))
     assert _loaded(seen["first"], NOT_AT_START) == []
+    assert _loaded(seen["first"], NOT_AT_START_OFF_A_TERMINAL) == []
     assert seen["collecting"]  # the collector, off while it started, is on once it serves
     assert "mailbox_actors.objects.tenant_quota" in seen["after_call"]
     others = ("mailbox_actors.objects.identity_mailbox", "mailbox_actors.objects.domain_monitor",
               "mailbox_actors.objects.notifier", "mailbox_actors.carrier")
     assert _loaded(seen["after_call"], others) == []
+    assert _loaded(seen["after_call"], NOT_AT_START_OFF_A_TERMINAL) == []
+
+
+def test_this_environment_has_the_terminal_libraries_serve_must_not_import() -> None:
+    """The test above means something only where rich (and what structlog's console renderer
+    imports with it) is installed: this environment has them."""
+    assert [m for m in ("structlog", "rich", "pygments") if importlib.util.find_spec(m) is None] == []
 
 

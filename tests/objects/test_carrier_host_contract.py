@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import structlog
 
 from mailbox_actors.carrier import SCHEMA, Carrier, Submit
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.rng import SeededRng
 from mailbox_actors.platform.storage.limits import Limits
 from mailbox_actors.platform.storage.opening import open_storage
@@ -37,7 +37,7 @@ class ListHost:
         self.wake_at: int | None = None
         self._pending: int | None = None  # a wake asked for inside the running commit
         self.events: list[tuple[str, dict[str, Any]]] = []
-        self.log = structlog.get_logger("host-contract-test")
+        self.log = get_logger("host-contract-test")
 
     def commit(self, mutation: Callable[[SqlStorage], T]) -> T:
         self._pending = None

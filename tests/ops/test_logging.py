@@ -369,3 +369,36 @@ def test_an_embedding_program_gets_library_logs_on_stderr_with_standard_keys(
     assert all({"timestamp", "level", "event"} <= set(line) for line in lines)
     started = next(line for line in lines if line["event"] == "node_started")
     assert started["level"] == "info"
+
+
+def test_a_structlog_configuration_gets_the_runtime_lines() -> None:
+    """OPS-11: a program that configures structlog itself gets the runtime's lines through its own
+    chain, with the request id and bound keys; a later configure_logging takes them back."""
+    out = io.StringIO()
+    configure_logging(stream=out, hash_key=KEY)
+    with structlog.testing.capture_logs() as captured, bind_request("req_01JOWN"):
+        get_logger("tests.own").warning("through_theirs", n=1)
+    assert [(e["event"], e["log_level"], e["request_id"], e["n"]) for e in captured] == [
+        ("through_theirs", "warning", "req_01JOWN", 1)]
+    assert out.getvalue() == ""
+    configure_logging(stream=out, hash_key=KEY)
+    get_logger().info("ours_again")
+    assert [line["event"] for line in _lines(out)] == ["ours_again"]
+
+
+def test_json_lines_need_no_logging_library(tmp_path: Path) -> None:
+    """Issue 28 item 3: JSON lines (off a terminal) are written without importing structlog or
+    anything its console renderer brings (rich, pygments, colorama)."""
+    program = (
+        "import sys\n"
+        "from mailbox_actors.platform.logging import get_logger\n"
+        "get_logger('t').info('hello', to='bob@example.com')\n"
+        "loaded = [m for m in ('structlog', 'rich', 'pygments', 'colorama') if m in sys.modules]\n"
+        "print(loaded)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    line = json.loads(done.stderr)
+    assert line["event"] == "hello" and line["logger"] == "t"
+    assert "bob@example.com" not in done.stderr

@@ -13,10 +13,10 @@ from typing import Any
 
 import anyio
 import pytest
-import structlog
 
 import actors_for_tests as afs
 from mailbox_actors.node.control_ops import create_identity
+from mailbox_actors.platform.logging import bound_request_id, get_logger
 from mailbox_actors.platform.queues import Consumer, Message
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime, WebhookReceiver
@@ -25,7 +25,7 @@ from mailbox_actors.wire.errors import MailboxActorsError
 
 pytestmark = pytest.mark.anyio
 TENANT = afs.TENANT
-_log = structlog.get_logger("mailbox_actors.test_handler")
+_log = get_logger("mailbox_actors.test_handler")
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +65,7 @@ async def test_each_queue_delivery_has_a_request_id_its_logs_and_calls_carry(
         oid = await afs.new_scratch(rt, "s")
 
         async def handler(msg: Message) -> None:
-            bound = structlog.contextvars.get_contextvars().get("request_id")
+            bound = bound_request_id()
             _log.info("test_handler_ran", n=msg.body["n"])
             if msg.body["n"] == 2 and msg.attempts == 1:
                 raise RuntimeError("first delivery of n=2 fails")

@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
 import msgspec
-import structlog
 
 from mailbox_actors.objects import DEFAULT_OBJECTS
+from mailbox_actors.platform.logging import bound_request_id
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Actor, AlarmInfo, Call
 from mailbox_actors.runtime.migrations import Migration
@@ -166,7 +166,7 @@ class Scratch(Actor):
 
     async def alarm(self, info: AlarmInfo) -> None:
         now = self.ctx.now_ms()
-        request_id = structlog.contextvars.get_contextvars().get("request_id")
+        request_id = bound_request_id()
         ALARM_LOG.append(AlarmSeen(self.ctx.id, info.retry_count, info.is_retry, info.scheduled_ms,
                                    now, self.sql.get_alarm(), request_id))
         self.sql.transaction_sync(lambda tx: tx.exec(

@@ -15,9 +15,8 @@ import itertools
 import sqlite3
 from collections.abc import Callable, Collection
 
-import structlog
-
 from mailbox_actors.alarms.index import AlarmIndex
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.storage.errors import StorageWriteFailed
 
 __all__ = ["INDEX_RETRY_MS", "AlarmBook", "Entry", "Key"]
@@ -55,7 +54,7 @@ class AlarmBook:
 
     def __init__(self, now_ms: Callable[[], int]) -> None:
         self._now = now_ms
-        self._log = structlog.get_logger("mailbox_actors.alarms")
+        self._log = get_logger("mailbox_actors.alarms")
         self.index: AlarmIndex | None = None
         self.entries: dict[Key, Entry] = {}
         self._heap: list[tuple[int, int, Key]] = []

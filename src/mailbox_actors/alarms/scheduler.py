@@ -20,7 +20,6 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import structlog
 
 from mailbox_actors.alarms.alarm_pool import AlarmPool
 from mailbox_actors.alarms.book import AlarmBook, Entry, Key
@@ -28,6 +27,7 @@ from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
 from mailbox_actors.core.backoff import ALARM_MAX_RETRIES, alarm_retry_delay_ms
 from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.rng import Rng
 
 __all__ = ["AlarmRunner", "AlarmScheduler"]
@@ -57,7 +57,7 @@ class AlarmScheduler:
         self._rng = rng
         self.concurrency = concurrency
         self._metrics = metrics
-        self._log = structlog.get_logger("mailbox_actors.alarms")
+        self._log = get_logger("mailbox_actors.alarms")
         self._running: set[Key] = set()
         self._queue: deque[Key] = deque()
         self._workers = 0

@@ -3,9 +3,9 @@
 The benchmark's own virtual environment is usually the development one: an editable install (a
 ``.pth`` path entry), setuptools' ``distutils-precedence.pth`` (run by every interpreter start) and
 the development tools, one of which (import-linter) brings ``rich``, which structlog imports when it
-is there (about 60 ms of a node's start). An installation of the package has none of them. So the
-start figure runs its children in a fresh virtual environment (no pip, no ``.pth`` file) whose
-site-packages holds links to this package and to the distributions it requires at run time
+is there (a terminal's log lines load it; ADR 0022). An installation of the package has none of
+them. So the start figure runs its children in a fresh virtual environment (no pip, no ``.pth``
+file) whose site-packages holds links to this package and to the distributions it requires at run time
 (``Requires-Dist`` without an extra, followed transitively, those installed here), and nothing else.
 """
 

@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "mailbox_actors.platform.logging" in sys.modules:
         # Logs go to stderr, so a command's own output on stdout stays parseable; serve and
         # cluster configure their own. A command whose modules log nothing (status, id, call)
-        # never imports structlog for it.
+        # never imports the logging module for it.
         from mailbox_actors.platform.logging import configure_logging
 
         configure_logging(level="warning")

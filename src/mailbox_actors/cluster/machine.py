@@ -30,7 +30,6 @@ from typing import Any
 
 import anyio
 import msgspec
-import structlog
 
 from mailbox_actors.cluster.lease_table import (
     LeaseTable,
@@ -45,6 +44,7 @@ from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.forwarding import FORWARD_MAX_S, FORWARDED_HEADER
 from mailbox_actors.node.node import Node
 from mailbox_actors.platform.locks import DataDirLocked
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.storage.fence import SLOT_FENCE, EpochFence
 from mailbox_actors.runtime.actor import Actor
@@ -143,7 +143,7 @@ class Machine:
         self.services = services or Services()
         self.keeper = LeaseKeeper(table, settings.name, ttl_s=settings.ttl_s,
                                   renew_s=settings.renew_s, monotonic=monotonic)
-        self.log = structlog.get_logger("mailbox_actors.machine")
+        self.log = get_logger("mailbox_actors.machine")
         self.instance = uuid.uuid4().hex
         self.slot_count = 0
         self.policy = "local"

@@ -18,9 +18,8 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-import structlog
-
 from mailbox_actors.alarms.index import AlarmIndex
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.sqlite_files import damage_of, private_file
 
 __all__ = ["OpenedIndex", "finish_scan", "incomplete_marker", "mark_incomplete",
@@ -28,7 +27,7 @@ __all__ = ["OpenedIndex", "finish_scan", "incomplete_marker", "mark_incomplete",
 
 Key = tuple[str, str]
 
-_log = structlog.get_logger("mailbox_actors.node")
+_log = get_logger("mailbox_actors.node")
 
 
 class OpenedIndex:

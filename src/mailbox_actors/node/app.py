@@ -16,11 +16,11 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 import msgspec
-import structlog
 
 from mailbox_actors.node.forwarding import FORWARD_MAX_S, FORWARDED_HEADER
 from mailbox_actors.node.node import Node
 from mailbox_actors.platform.descriptors import nofile_limit
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.shared_replies import IdReply
 
@@ -61,7 +61,7 @@ class NodeApp:
         # The document, or how to make it at its first request (not at every start: it imports
         # every object's wire types and the package metadata).
         self._openapi = openapi
-        self._log = structlog.get_logger("mailbox_actors.http")
+        self._log = get_logger("mailbox_actors.http")
         self._codes: dict[int, tuple[tuple[str, str], ...]] = {}  # status -> its label, made once
         self._router = node.router
         self._ns_labels: dict[str, tuple[tuple[str, str], ...]] = {}  # namespace -> its label

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
-import structlog
 
 from mailbox_actors.alarms.book import AlarmBook
 from mailbox_actors.alarms.index import AlarmIndex
@@ -35,6 +34,7 @@ from mailbox_actors.platform.descriptors import actor_bound, nofile_limit
 from mailbox_actors.platform.dns.resolver import RESOLVER, ResolverOnFirstUse
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import DataDirLock
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
 from mailbox_actors.platform.memory import memory_bound, physical_memory
 from mailbox_actors.platform.metrics import Metrics
@@ -80,7 +80,7 @@ class Node:
         ``shared_control``: a slot of a machine (``cluster.machine``), whose calls
         to other slots go through the machine, and whose events go to the machine's control
         database and queues (opened, consumed and closed by the machine, not by this node)."""
-        self.log = structlog.get_logger("mailbox_actors.node")
+        self.log = get_logger("mailbox_actors.node")
         # OPS-4: never more open files than descriptors, nor more actors than memory holds.
         bound = memory_bound(actor_bound(settings.max_active_actors))
         if bound < settings.max_active_actors:

@@ -30,7 +30,6 @@ from email.utils import parseaddr
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from mailbox_actors.core.inbound.addresses import normalize_address
@@ -43,6 +42,7 @@ from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control.addresses import AddressBook, Recipient
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.rpc.router import LONG_DEADLINE_MS, Router
 from mailbox_actors.wire.carrier import LearnMessageId
@@ -61,7 +61,7 @@ _ENC = msgspec.json.Encoder()
 _DELIVERED = "250 2.0.0 Delivered"
 _MAILBOX = "identity_mailbox"
 _REPLY = msgspec.json.Decoder(RpcReply)
-_log = structlog.get_logger("mailbox_actors.smtp")
+_log = get_logger("mailbox_actors.smtp")
 
 
 class _NoArgs(logging.Filter):

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 import anyio
 import msgspec
-import structlog
 
 from mailbox_actors.core.post.rules import (
     AttemptOutcome,
@@ -39,6 +38,7 @@ from mailbox_actors.core.post.rules import (
     settle,
 )
 from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.rng import Rng
 from mailbox_actors.post.routes import Routes
 from mailbox_actors.wire.errors import MailboxActorsError
@@ -47,7 +47,7 @@ from mailbox_actors.wire.post import PostEnvelope
 __all__ = ["Claimed", "Deliver", "PostExecutor", "PostStore"]
 
 _JSON = msgspec.json.Decoder(dict[str, Any])
-_log = structlog.get_logger("mailbox_actors.post")
+_log = get_logger("mailbox_actors.post")
 
 
 @dataclass

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Protocol
 
 import anyio
-import structlog
 
 from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.logging import get_logger
 
 __all__ = ["DuePost", "run_forever"]
 
-_log = structlog.get_logger("mailbox_actors.post")
+_log = get_logger("mailbox_actors.post")
 
 
 class DuePost(Protocol):

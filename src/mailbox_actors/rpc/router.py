@@ -14,12 +14,12 @@ from typing import Any, Protocol, cast
 import anyio
 import anyio.lowlevel
 import msgspec
-import structlog
 
 from mailbox_actors.core.actor_ids import NAMESPACE_RE, check_id, id_from_name, id_from_random
 from mailbox_actors.core.actor_ids import namespace_key as derive_namespace_key
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import bound_context, get_logger
 from mailbox_actors.platform.rng import Rng
 from mailbox_actors.platform.services import Services
 from mailbox_actors.rpc.deadlines import (
@@ -123,7 +123,7 @@ class Router:
         self._secret = settings.id_secret.encode()
         self._ns: dict[str, Namespace] = {}
         self._calls = 0
-        self.log = structlog.get_logger("mailbox_actors.rpc")
+        self.log = get_logger("mailbox_actors.rpc")
         # Where an in-process call's envelope goes: this node's own call path, unless the
         # cluster places the id on another node (RPC-9: in-process when it lives here).
         self._placement = placement
@@ -243,7 +243,7 @@ class Router:
         it writes carries the key id, and one ``rpc_audit`` line records who did what, where and
         how it ended (ids and codes only: never content)."""
         code = "ok"
-        with structlog.contextvars.bound_contextvars(actor_key_id=env.actor_key_id):
+        with bound_context(actor_key_id=env.actor_key_id):
             try:
                 return await self.host.deliver(ns.cls, object_id, env, req)
             except MailboxActorsError as e:

@@ -94,7 +94,7 @@ class ActorContext:
 
     @property
     def log(self) -> Any:
-        """The runtime's structlog logger; never give it content or addresses (CL-5)."""
+        """The runtime's logger (``platform.logging.Logger``); never give it content or addresses (CL-5)."""
         return self._env.log
 
     @property

@@ -24,8 +24,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import structlog
-
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.storage.limits import Limits
 from mailbox_actors.platform.storage.opening import OpenedAhead, connect_ahead
 
@@ -45,7 +44,7 @@ _SAMPLE_EVERY = 256
 # max_active_actors no longer counts).
 MAX_PENDING_JOBS = 64
 
-_log = structlog.get_logger("mailbox_actors.runtime")
+_log = get_logger("mailbox_actors.runtime")
 
 
 class FileThreads:

@@ -19,12 +19,12 @@ from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
-import structlog
 
 from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
 from mailbox_actors.core.actor_ids import id_from_name
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.memory import give_back
 from mailbox_actors.platform.rng import Rng
 from mailbox_actors.platform.services import Services
@@ -77,7 +77,7 @@ class ActorHost:
         self.clock = clock
         self.ids = ids
         self.metrics = metrics
-        self.log = structlog.get_logger("mailbox_actors.runtime")
+        self.log = get_logger("mailbox_actors.runtime")
         self.watch = LoopWatch(settings.loop_block_warn_ms, metrics, self.log)  # RT-17
         self.actors_dir = settings.path / "actors"
         self.event_sink = event_sink  # read at each outbox run (TestRuntime may wrap it)

@@ -12,20 +12,15 @@ from __future__ import annotations
 from contextvars import ContextVar, Token
 from typing import Any
 
-import structlog
-
 from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.logging import LOG_REQUEST_ID
 from mailbox_actors.wire.errors import DeadlineExceeded
 
 __all__ = ["RequestScope", "ScopeHooks", "bound_request_id", "current_scope", "entered"]
 
 
-# structlog's own ContextVar for the ``request_id`` key (``merge_contextvars`` puts it on every
-# line), found once through its public API: entering a scope then sets it directly, instead of
-# ``bind_contextvars``'s keyword dict, key text and lookup on every request.
-_log_tokens = structlog.contextvars.bind_contextvars(request_id=None)
-structlog.contextvars.reset_contextvars(**_log_tokens)
-_log_request_id: ContextVar[Any] = _log_tokens["request_id"].var
+# The log lines' ``request_id`` (``platform.logging``): entering a scope sets it directly.
+_log_request_id: ContextVar[Any] = LOG_REQUEST_ID
 
 
 class RequestScope:

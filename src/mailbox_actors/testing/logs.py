@@ -1,6 +1,6 @@
 """Runtime logs into pytest's log capture (TK-4).
 
-The runtime writes structlog lines straight to a stream (never through the stdlib ``logging``
+The runtime writes its log lines straight to a stream (never through the stdlib ``logging``
 module: that is its fast path). In a test that stream is this one: each JSON line becomes a record
 of the stdlib logger ``mailbox_actors`` at the line's level, which pytest's ``caplog`` and its
 "Captured log" section show, so nothing of the runtime reaches the test's stdout or stderr.

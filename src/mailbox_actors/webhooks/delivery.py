@@ -15,7 +15,6 @@ from typing import Any
 
 import anyio
 import msgspec
-import structlog
 
 from mailbox_actors.http.client import (
     HttpConnectError,
@@ -27,7 +26,7 @@ from mailbox_actors.http.client import (
 )
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control.database import ControlDb
-from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.logging import bound_request_id, get_logger
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.platform.queues import MAX_DELAY_SECONDS, Consumer, Message, QueueService
 from mailbox_actors.platform.rng import Rng
@@ -195,7 +194,7 @@ class WebhookDeliverer:
                    SIGNATURE_HEADER: sign(secret, self._clock.now_ms() // 1000, body),
                    EVENT_ID_HEADER: job.event.id, EVENT_TYPE_HEADER: job.event.type,
                    ATTEMPT_HEADER: str(attempt + 1)}
-        request_id = structlog.contextvars.get_contextvars().get("request_id")
+        request_id = bound_request_id()
         if isinstance(request_id, str):  # the delivery's own (the queue consumer minted it)
             headers[REQUEST_ID_HEADER] = request_id
         started = anyio.current_time()

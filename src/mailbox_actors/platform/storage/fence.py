@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import structlog
-
+from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.services import ServiceKey
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
 from mailbox_actors.wire.errors import PlatformError, PlatformErrorKind
@@ -33,7 +32,7 @@ _READ = f"SELECT v FROM _ma_meta WHERE k = 'slot_epoch' /*{RUNTIME_TOKEN}*/"
 _STAMP = f"INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('slot_epoch', ?) /*{RUNTIME_TOKEN}*/"
 
 
-_log = structlog.get_logger("mailbox_actors.storage")
+_log = get_logger("mailbox_actors.storage")
 
 
 class LeaseView(Protocol):
