@@ -220,17 +220,7 @@ class Transactions(ScreenedConnection):
             self._end_explicit()
             self._undo_top(before)
             raise
-        # ``_commit_top``, written out: this runs for every transaction of every request.
-        self._depth, self._state = 0, TxState.NONE
-        self._txn_now = self._ended_by = None
-        try:
-            self._sys(self._commit)
-        except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
-            self._undo_top(before)
-            raise self._map_error(e) from e
-        if self._alarm_dirty:
-            self._alarm_dirty = False
-            self._alarm_sink.committed(self._alarm)
+        self._commit_top(before)
         return result
 
     def _begin_top(self) -> tuple[AlarmRun | None, bool]:
@@ -278,13 +268,19 @@ class Transactions(ScreenedConnection):
             run.set_in_handler = set_in_handler
 
     def _commit_top(self, before: tuple[AlarmRun | None, bool]) -> None:
-        self._end_explicit()
+        """Commit the outermost transaction (``transaction_sync``'s and ``_transaction_async``'s
+        one path). Every transaction of every request ends here: ``_end_explicit`` and
+        ``_after_commit`` are written out, not called."""
+        self._depth, self._state = 0, TxState.NONE
+        self._txn_now = self._ended_by = None
         try:
             self._sys(self._commit)
         except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
             self._undo_top(before)
             raise self._map_error(e) from e
-        self._after_commit()
+        if self._alarm_dirty:
+            self._alarm_dirty = False
+            self._alarm_sink.committed(self._alarm)
 
     async def _transaction_async(self, fn: Callable[[Self], Awaitable[T]]) -> T:
         """Run ``await fn(sql)`` in one transaction that may await (RT-16): commit when it
