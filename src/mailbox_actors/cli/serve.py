@@ -115,8 +115,10 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                         cluster_token=tokens.cluster)
     # The platform's objects (each imported at its namespace's first use) and the user's (UI-7).
     objects = served_entries(cfg.objects)
+    # Its control database and queues open once it answered (requests that need them wait).
     node = Node(cfg.runtime_settings(str(data)), peers=cluster, objects=objects,
-                progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr))
+                progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr),
+                shared_state_after_start=True)
 
     def openapi() -> bytes:  # at its first request: it describes every object, so imports them
         from mailbox_actors.rpc.openapi import openapi_json
@@ -143,6 +145,7 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
             if cfg.smtp_listen_port is not None:
                 from mailbox_actors.node.smtp_door import SmtpDoor  # aiosmtpd: only with a door
 
+                await node.shared_state_opened()  # the door resolves recipients there
                 door = SmtpDoor.for_node(app, node, tokens.cluster,
                                          max_message_bytes=cfg.inbound_max_message_bytes,
                                          catch_all=cfg.dev, journal_address=cfg.journal_address)
@@ -166,8 +169,9 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                 async with anyio.create_task_group() as tg:
                     async def stop_on_failure() -> None:
                         await node.failed.wait()
-                        print(f"{cfg.node_name}: {node.failure}; stopping so it can be restarted",
-                              file=sys.stderr, flush=True)
+                        if node.shared_state_error is None:  # else said by run() as at a start
+                            print(f"{cfg.node_name}: {node.failure}; stopping so it can be "
+                                  "restarted", file=sys.stderr, flush=True)
                         tg.cancel_scope.cancel()
 
                     tg.start_soon(stop_on_failure)
@@ -183,4 +187,6 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
                 if pool is not None:
                     await pool.aclose()
     print(f"{cfg.node_name}: stopped", flush=True)
+    if node.shared_state_error is not None:  # a damaged control file: as at a start (exit 2)
+        raise node.shared_state_error
     return 1 if node.failed.is_set() else 0

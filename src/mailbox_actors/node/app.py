@@ -65,6 +65,7 @@ class NodeApp:
         self._codes: dict[int, tuple[tuple[str, str], ...]] = {}  # status -> its label, made once
         self._router = node.router
         self._ns_labels: dict[str, tuple[tuple[str, str], ...]] = {}  # namespace -> its label
+        self._first = True  # until the first answer (the node may then open what it put off)
         m = node.metrics
         m.describe("rpc_request_duration_seconds", "Time to answer POST /rpc, by namespace",
                    "histogram")
@@ -109,6 +110,9 @@ class NodeApp:
         if code is None:
             code = self._codes[answer[0]] = (("code", str(answer[0])),)
         self.node.metrics.inc("http_responses_total", code)
+        if self._first:
+            self._first = False
+            self.node.answered()
         return answer
 
     async def _route(self, method: str, path: str, headers: Mapping[str, str],
@@ -146,6 +150,7 @@ class NodeApp:
                 return self._get_only(method) or self._auth(headers, True) or (
                     200, _ENC.encode(await self.status()), _JSON)
             if len(parts) >= 3 and parts[1] == "admin" and parts[2] in INSPECTION_ROOTS:
+                await self.node.shared_state_opened()  # the queues and tenants they read
                 allowed = self.inspection.method_for(parts)
                 if method != allowed and not (allowed == "GET" and method == "HEAD"):
                     return _not_allowed(allowed)
@@ -249,6 +254,7 @@ class NodeApp:
         return {"status": h["status"], "node": h["node"], "pid": h["pid"]}
 
     async def status(self) -> dict[str, Any]:
+        await self.node.shared_state_opened()  # the queues' depths
         s = self.node.health()
         s["cluster_nodes"] = len(self.peers) or 1
         if self.node.queues is not None:

@@ -74,12 +74,16 @@ class Node:
                  services: Services | None = None, peers: Peers | None = None,
                  placement: Placement | None = None,
                  shared_control: tuple[Any, Any] | None = None,
+                 shared_state_after_start: bool = False,
                  ) -> None:
         """``objects``: the classes served (default: the platform's, each imported at its
         namespace's first use, ``objects.deferred_objects``). ``placement`` and
         ``shared_control``: a slot of a machine (``cluster.machine``), whose calls
         to other slots go through the machine, and whose events go to the machine's control
-        database and queues (opened, consumed and closed by the machine, not by this node)."""
+        database and queues (opened, consumed and closed by the machine, not by this node).
+        ``shared_state_after_start`` (``serve``): the control database and queues in SQLite
+        files are made and opened in the background once ``start()`` returned, so the node
+        answers first; whatever needs them waits for them (``shared_state_opened``)."""
         self.log = get_logger("mailbox_actors.node")
         # OPS-4: never more open files than descriptors, nor more actors than memory holds.
         bound = memory_bound(actor_bound(settings.max_active_actors))
@@ -114,14 +118,24 @@ class Node:
             if self.mail_transport is not None:
                 services = Services({**dict(services.items()), MAIL_TRANSPORT: self.mail_transport})
                 self._own_transport = True
-        # The cluster's control database and queues: made now, opened by start().
+        # The cluster's control database and queues: made now, opened by start(); or both made
+        # and opened after start() returned, on the system clock and SQLite files alone (an
+        # unreachable PostgreSQL must stop a start with its setting's error).
         self.control_db: ControlDb | None = None
         self.queues: QueueService | None = None
         event_sink: EventSink = RecordingEventSink()
         self._shared_control: Any = None
-        shared = shared_control or shared_state(settings, clock=self.clock, ids=self.ids,
-                                                metrics=self.metrics)
-        if shared_control is not None:
+        self._shared_later = (shared_state_after_start and shared_control is None
+                              and settings.postgres is None and isinstance(self.clock, SystemClock)
+                              and settings.control_db is not None)
+        # Set once the control database and queues are open (at once when there are none).
+        self._shared_opened = anyio.Event()
+        self.shared_state_error: BaseException | None = None  # why a later open failed
+        shared = None if self._shared_later else shared_control or shared_state(
+            settings, clock=self.clock, ids=self.ids, metrics=self.metrics)
+        if self._shared_later:
+            event_sink = _SinkOnceOpen(self)
+        elif shared_control is not None:
             from mailbox_actors.webhooks.publish import ControlEventSink
             self._shared_control = shared_control[0]
             event_sink = ControlEventSink(shared_control[0], shared_control[1])
@@ -150,6 +164,10 @@ class Node:
         # Set when a background loop (alarms, eviction, a queue consumer) ended with an error:
         # the node can no longer keep its promises, so whoever runs it should stop it.
         self.failed = anyio.Event()
+        # Set at the node's first answer (``answered``) or by the first thing that needs the
+        # control database: a later open of it waits for that (``shared_state_after_start``).
+        self._shared_wanted = anyio.Event()
+        self._event_sink: EventSink | None = None  # the control's, once opened later
         # Set once every alarm is known: the index's rows read (and a scan merged, when the index
         # was incomplete). On the system clock this comes after start() returns.
         self.alarms_loaded = anyio.Event()
@@ -179,7 +197,9 @@ class Node:
             # the alarms; those due meanwhile fire late, never not at all).
             self.alarm_book.open(opened.index, {})
             self.alarm_book.scanning()
-            await self._open_control()
+            if not self._shared_later:
+                await self._open_control()
+                self._shared_opened.set()
             if (self.settings.id_secret == DEFAULT_ID_SECRET and isinstance(self.clock, SystemClock)
                     and not _warned_builtin_secret):
                 # OPS-8: anyone who reads the source can mint ids under the built-in secret. Said
@@ -194,6 +214,8 @@ class Node:
             if loops:
                 loops.append(("alarm_index_load", functools.partial(
                     self._load_alarms_in_background, opened.complete)))
+                if self._shared_later:
+                    loops.append(("shared_state_open", self._open_shared_state_later))
             else:
                 self._load_alarms(opened.complete)
             self.log.info("node_started", node=self.settings.node_name,
@@ -287,7 +309,43 @@ class Node:
         self.consumers.append(DeadLetterRecorder(self.queues, self.consumers[0].dead_letter_queue,
                                                  poll_interval_s=0.5))
 
+    def answered(self) -> None:
+        """Whoever answers for the node (the HTTP app) gave its first answer: the work put off
+        until then may take the loop."""
+        self._shared_wanted.set()
+
+    async def shared_state_opened(self) -> None:
+        """Wait until the control database and queues are open (at once when they are, or when
+        there are none). A node whose later open failed never opens them: it stops (``failed``)."""
+        if not self._shared_opened.is_set():
+            self._shared_wanted.set()  # needed now: opened now, whether answered or not
+            await self._shared_opened.wait()
+
+    async def _open_shared_state_later(self) -> None:
+        """The control database and queues, made and opened once the node answers (the first
+        answer, or a moment after start), then their consumers started like every loop."""
+        with anyio.move_on_after(_SHARED_STATE_AFTER_S):
+            await self._shared_wanted.wait()
+        shared = shared_state(self.settings, clock=self.clock, ids=self.ids, metrics=self.metrics)
+        assert shared is not None and self._tg is not None
+        self.control_db, self.queues = shared
+        try:
+            await self._open_control()
+        except Exception as e:
+            # serve re-raises it once stopped: a damaged control file exits as at a start (2).
+            self.shared_state_error = e
+            raise
+        from mailbox_actors.webhooks.publish import ControlEventSink
+
+        self._event_sink = ControlEventSink(self.control_db, self.queues)
+        self._shared_opened.set()
+        for c in self.consumers:
+            loop = self.clock.loop_for(c)
+            if loop is not None:
+                self._tg.start_soon(self._guarded, f"consumer:{c.queue}", loop)
+
     async def _events_days(self, tenant_id: str) -> int | None:
+        await self.shared_state_opened()
         control = self.control_db or self._shared_control
         if control is None:
             return None  # embedded use: the default applies
@@ -456,6 +514,29 @@ class Node:
                             "Actors with an open SQLite file")
         m.register_gauge_fn("alarms_pending", lambda: float(self.scheduler.pending_count),
                             "Alarms this node holds, evicted actors included")
+
+
+# A node whose first answer does not come opens its control database and queues this long after
+# its start anyway (webhook deliveries and dead letters wait for them).
+_SHARED_STATE_AFTER_S = 0.5
+
+
+class _SinkOnceOpen:
+    """The event sink of a node whose control database opens after its start: events published
+    meanwhile wait for it (never fail), then go to the control database's sink."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    async def publish(self, namespace: str, object_id: str, events: Sequence[Any]) -> None:
+        if not events:
+            return
+        node = self._node
+        await node.shared_state_opened()
+        assert node._event_sink is not None
+        await node._event_sink.publish(namespace, object_id, events)
 
 
 def _with_resolver(services: Services | None, settings: RuntimeSettings) -> Services:

@@ -1,0 +1,67 @@
+"""A served node answers before its control database and queues are opened (issue 28 item 3:
+``serve`` to its first answer; Q-3): ``serve`` makes and opens them once the node answered, and
+whatever needs them meanwhile waits for them, never fails (events published, the status page's
+queue depths). A damaged control file still stops ``serve`` with status 2
+(tests/ops/test_damaged_files.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import actors_for_tests as afs
+from mailbox_actors.node.app import NodeApp
+from mailbox_actors.node.node import Node
+from mailbox_actors.runtime.settings import RuntimeSettings
+from mailbox_actors.wire.events import Event
+
+pytestmark = pytest.mark.anyio
+
+
+def _node(tmp_path: Path) -> Node:
+    settings = RuntimeSettings(data_dir=str(tmp_path / "data"),
+                               control_db=str(tmp_path / "data" / "control.sqlite"),
+                               queues_db=str(tmp_path / "data" / "queues.sqlite"))
+    return Node(settings, objects=afs.ALL_OBJECTS, shared_state_after_start=True)
+
+
+async def test_the_node_answers_before_its_control_database_is_made(tmp_path: Path) -> None:
+    """Issue 28 item 3: once ``start()`` returned the node serves calls with its control
+    database and queues not even made; the status page, which shows the queues, waits for them
+    and shows them; their consumers then run like every loop."""
+    node = _node(tmp_path)
+    async with node:
+        assert (node.control_db, node.queues, node.consumers) == (None, None, [])
+        oid = await afs.new_scratch(node, "first")
+        assert await afs.scratch(node, oid, afs.Put(k="a", v="1")) == {"k": "a"}
+        app = NodeApp(node, cluster_token="c" * 32, operator_token="o" * 32)
+        status = await app.status()
+        assert "webhooks" in status["queues"]
+        assert node.control_db is not None and node.queues is not None
+        assert [c.queue for c in node.consumers][:1] == ["webhooks"]
+    assert not node.failed.is_set()
+
+
+async def test_events_published_before_the_open_wait_for_it(tmp_path: Path) -> None:
+    """EV-2, Q-3: an event published before the control database is open is not lost nor
+    refused: its publication waits for the open and the event is then in the index."""
+    node = _node(tmp_path)
+    async with node:
+        assert node.control_db is None
+        event = Event(id="evt_01JEARLY0000000000000000000", type="scratch.early", sequence=1,
+                      tenant_id=afs.TENANT, occurred_at_ms=1_700_000_000_000)
+        await node.host.event_sink.publish("scratch", "0" * 64, [event])
+        assert node.control_db is not None
+        assert [e.event_id for e in await node.control_db.events(afs.TENANT)] == [event.id]
+
+
+async def test_a_node_not_asked_to_wait_opens_them_in_its_start(tmp_path: Path) -> None:
+    """Embedded use keeps its promise: without ``shared_state_after_start`` the control database
+    and queues are open once ``start()`` returned."""
+    settings = RuntimeSettings(data_dir=str(tmp_path / "data"),
+                               control_db=str(tmp_path / "data" / "control.sqlite"),
+                               queues_db=str(tmp_path / "data" / "queues.sqlite"))
+    async with Node(settings, objects=afs.ALL_OBJECTS) as node:
+        assert node.control_db is not None and node.queues is not None
+        assert await node.queues.depth("webhooks") == 0
