@@ -118,7 +118,7 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
     # Its control database and queues open once it answered (requests that need them wait).
     node = Node(cfg.runtime_settings(str(data)), peers=cluster, objects=objects,
                 progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr),
-                shared_state_after_start=True)
+                answer_first=True)
 
     def openapi() -> bytes:  # at its first request: it describes every object, so imports them
         from mailbox_actors.rpc.openapi import openapi_json

@@ -74,16 +74,17 @@ class Node:
                  services: Services | None = None, peers: Peers | None = None,
                  placement: Placement | None = None,
                  shared_control: tuple[Any, Any] | None = None,
-                 shared_state_after_start: bool = False,
+                 answer_first: bool = False,
                  ) -> None:
         """``objects``: the classes served (default: the platform's, each imported at its
         namespace's first use, ``objects.deferred_objects``). ``placement`` and
         ``shared_control``: a slot of a machine (``cluster.machine``), whose calls
         to other slots go through the machine, and whose events go to the machine's control
         database and queues (opened, consumed and closed by the machine, not by this node).
-        ``shared_state_after_start`` (``serve``): the control database and queues in SQLite
-        files are made and opened in the background once ``start()`` returned, so the node
-        answers first; whatever needs them waits for them (``shared_state_opened``)."""
+        ``answer_first`` (``serve``): what a start can put off waits for the node's first answer
+        (``answered``, or half a second after ``start()`` returned): reading the alarm index's
+        rows, and making and opening the control database and queues (SQLite files), which
+        whatever needs them waits for (``shared_state_opened``)."""
         self.log = get_logger("mailbox_actors.node")
         # OPS-4: never more open files than descriptors, nor more actors than memory holds.
         bound = memory_bound(actor_bound(settings.max_active_actors))
@@ -125,9 +126,9 @@ class Node:
         self.queues: QueueService | None = None
         event_sink: EventSink = RecordingEventSink()
         self._shared_control: Any = None
-        self._shared_later = (shared_state_after_start and shared_control is None
-                              and settings.postgres is None and isinstance(self.clock, SystemClock)
-                              and settings.control_db is not None)
+        self._answer_first = answer_first and isinstance(self.clock, SystemClock)
+        self._shared_later = (self._answer_first and shared_control is None
+                              and settings.postgres is None and settings.control_db is not None)
         # Set once the control database and queues are open (at once when there are none).
         self._shared_opened = anyio.Event()
         self.shared_state_error: BaseException | None = None  # why a later open failed
@@ -164,8 +165,9 @@ class Node:
         # Set when a background loop (alarms, eviction, a queue consumer) ended with an error:
         # the node can no longer keep its promises, so whoever runs it should stop it.
         self.failed = anyio.Event()
-        # Set at the node's first answer (``answered``) or by the first thing that needs the
-        # control database: a later open of it waits for that (``shared_state_after_start``).
+        # Set at the node's first answer (``answered``); the second also by the first thing
+        # that needs the control database: what a start put off waits for them (answer_first).
+        self._answered = anyio.Event()
         self._shared_wanted = anyio.Event()
         self._event_sink: EventSink | None = None  # the control's, once opened later
         # Set once every alarm is known: the index's rows read (and a scan merged, when the index
@@ -312,6 +314,7 @@ class Node:
     def answered(self) -> None:
         """Whoever answers for the node (the HTTP app) gave its first answer: the work put off
         until then may take the loop."""
+        self._answered.set()
         self._shared_wanted.set()
 
     async def shared_state_opened(self) -> None:
@@ -324,7 +327,7 @@ class Node:
     async def _open_shared_state_later(self) -> None:
         """The control database and queues, made and opened once the node answers (the first
         answer, or a moment after start), then their consumers started like every loop."""
-        with anyio.move_on_after(_SHARED_STATE_AFTER_S):
+        with anyio.move_on_after(_PUT_OFF_AT_MOST_S):
             await self._shared_wanted.wait()
         shared = shared_state(self.settings, clock=self.clock, ids=self.ids, metrics=self.metrics)
         assert shared is not None and self._tg is not None
@@ -387,6 +390,9 @@ class Node:
         book = self.alarm_book
         assert book.index is not None
         path = book.index.path
+        if self._answer_first:  # the rows are read while the loop is busy answering otherwise
+            with anyio.move_on_after(_PUT_OFF_AT_MOST_S):
+                await self._answered.wait()
         try:
             rows = await anyio.to_thread.run_sync(AlarmIndex.read, path, abandon_on_cancel=True)
         except sqlite3.DatabaseError as e:  # damage the quick check did not see: scan instead
@@ -516,9 +522,9 @@ class Node:
                             "Alarms this node holds, evicted actors included")
 
 
-# A node whose first answer does not come opens its control database and queues this long after
-# its start anyway (webhook deliveries and dead letters wait for them).
-_SHARED_STATE_AFTER_S = 0.5
+# What a start put off until the node's first answer (answer_first) begins this long after the
+# start when no answer comes: the alarm index's rows, the control database and queues.
+_PUT_OFF_AT_MOST_S = 0.5
 
 
 class _SinkOnceOpen:

@@ -1,13 +1,15 @@
-"""A served node answers before its control database and queues are opened (issue 28 item 3:
-``serve`` to its first answer; Q-3): ``serve`` makes and opens them once the node answered, and
-whatever needs them meanwhile waits for them, never fails (events published, the status page's
-queue depths). A damaged control file still stops ``serve`` with status 2
-(tests/ops/test_damaged_files.py)."""
+"""A served node answers first (issue 28 items 3 and 4: ``serve`` to its first answer, restarts
+that do not grow with the data; Q-3, AL-4): ``serve`` reads its alarm index's rows, and makes and
+opens its control database and queues, once the node answered; whatever needs the control
+database meanwhile waits for it, never fails (events published, the status page's queue depths),
+and alarms due meanwhile fire late, never not at all. A damaged control file still stops ``serve``
+with status 2 (tests/ops/test_damaged_files.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 import actors_for_tests as afs
@@ -23,7 +25,7 @@ def _node(tmp_path: Path) -> Node:
     settings = RuntimeSettings(data_dir=str(tmp_path / "data"),
                                control_db=str(tmp_path / "data" / "control.sqlite"),
                                queues_db=str(tmp_path / "data" / "queues.sqlite"))
-    return Node(settings, objects=afs.ALL_OBJECTS, shared_state_after_start=True)
+    return Node(settings, objects=afs.ALL_OBJECTS, answer_first=True)
 
 
 async def test_the_node_answers_before_its_control_database_is_made(tmp_path: Path) -> None:
@@ -57,7 +59,7 @@ async def test_events_published_before_the_open_wait_for_it(tmp_path: Path) -> N
 
 
 async def test_a_node_not_asked_to_wait_opens_them_in_its_start(tmp_path: Path) -> None:
-    """Embedded use keeps its promise: without ``shared_state_after_start`` the control database
+    """Embedded use keeps its promise: without ``answer_first`` the control database
     and queues are open once ``start()`` returned."""
     settings = RuntimeSettings(data_dir=str(tmp_path / "data"),
                                control_db=str(tmp_path / "data" / "control.sqlite"),
@@ -65,3 +67,23 @@ async def test_a_node_not_asked_to_wait_opens_them_in_its_start(tmp_path: Path) 
     async with Node(settings, objects=afs.ALL_OBJECTS) as node:
         assert node.control_db is not None and node.queues is not None
         assert await node.queues.depth("webhooks") == 0
+
+
+async def test_the_alarm_index_is_read_once_the_node_answered(tmp_path: Path) -> None:
+    """AL-4, issue 28 item 4: a restarted node answering first has not read its alarm index's
+    rows when ``start()`` returns (it serves meanwhile); once it answered, every alarm of the
+    index is known again."""
+    node = _node(tmp_path)
+    async with node:
+        oid = await afs.new_scratch(node, "ticking")
+        due = node.clock.now_ms() + 60_000
+        await afs.scratch(node, oid, afs.SetAlarm(at_ms=due))
+    restarted = _node(tmp_path)
+    async with restarted:
+        assert not restarted.alarms_loaded.is_set()
+        assert restarted.alarm_book.pending_count == 0
+        restarted.answered()
+        with anyio.fail_after(30):  # a bound on a hang, not a timing
+            await restarted.alarms_loaded.wait()
+        assert restarted.alarm_book.pending_count == 1
+        assert restarted.alarm_book.entries[("scratch", oid)].at == due
