@@ -75,6 +75,7 @@ class Node:
                  placement: Placement | None = None,
                  shared_control: tuple[Any, Any] | None = None,
                  answer_first: bool = False,
+                 alarm_index_check: Callable[[AlarmIndex], str | None] | None = None,
                  ) -> None:
         """``objects``: the classes served (default: the platform's, each imported at its
         namespace's first use, ``objects.deferred_objects``). ``placement`` and
@@ -84,7 +85,8 @@ class Node:
         ``answer_first`` (``serve``): what a start can put off waits for the node's first answer
         (``answered``, or half a second after ``start()`` returned): reading the alarm index's
         rows, and making and opening the control database and queues (SQLite files), which
-        whatever needs them waits for (``shared_state_opened``)."""
+        whatever needs them waits for (``shared_state_opened``). ``alarm_index_check``: the
+        index's quick check begun ahead (``QuickCheckAhead.check``), else made at start."""
         self.log = get_logger("mailbox_actors.node")
         # OPS-4: never more open files than descriptors, nor more actors than memory holds.
         bound = memory_bound(actor_bound(settings.max_active_actors))
@@ -127,6 +129,7 @@ class Node:
         event_sink: EventSink = RecordingEventSink()
         self._shared_control: Any = None
         self._answer_first = answer_first and isinstance(self.clock, SystemClock)
+        self._index_check = alarm_index_check or AlarmIndex.quick_check
         self._shared_later = (self._answer_first and shared_control is None
                               and settings.postgres is None and settings.control_db is not None)
         # Set once the control database and queues are open (at once when there are none).
@@ -193,7 +196,7 @@ class Node:
             opened = open_alarm_index(
                 self.settings.path / "alarms.sqlite",
                 durability_full=self.settings.durability == Durability.FULL,
-                now_ms=self.clock.now_ms, say=self._say)
+                now_ms=self.clock.now_ms, say=self._say, quick_check=self._index_check)
             # The index's rows (and a scan, when it is incomplete) are read below: before serving
             # on a FakeClock, in the background on the system clock (a start does not grow with
             # the alarms; those due meanwhile fire late, never not at all).
