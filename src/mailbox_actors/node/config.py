@@ -10,8 +10,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import secrets
-import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -72,6 +70,8 @@ class NodeConfig(NodeSettings, kw_only=True, forbid_unknown_fields=True):
             need(bool(OBJECT_SPEC.fullmatch(spec)), "objects",
                  "takes package.module:Class entries")
         if self.webhook_ca_file is not None:
+            import ssl  # only then: 6 ms of a start otherwise
+
             try:
                 ssl.create_default_context(cafile=self.webhook_ca_file)
             except (OSError, ssl.SSLError) as e:
@@ -197,6 +197,8 @@ def _read_or_create(path: Path) -> str:
         if len(token) < 16:
             raise SettingsError(f"token file {path} holds fewer than 16 characters") from None
         return token
+    import secrets  # a first start only
+
     token = secrets.token_urlsafe(32)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
@@ -220,7 +222,9 @@ def ensure_tokens(cfg: NodeConfig, data_dir: Path) -> Tokens:
     operator, operator_file = pick(cfg.operator_token, cfg.operator_token_file, "operator.token")
     if len(cluster) < 16 or len(operator) < 16:
         raise SettingsError("tokens must be at least 16 characters")
-    if secrets.compare_digest(cluster, operator):
+    import hmac  # the node's app compares tokens with it too
+
+    if hmac.compare_digest(cluster, operator):
         raise SettingsError("the cluster token and the operator token must differ")
     return Tokens(cluster, operator, cluster_file, operator_file)
 
@@ -241,6 +245,8 @@ def ensure_id_secret(cfg: NodeConfig, data_dir: Path) -> tuple[str, str | None]:
         return secret, str(path)
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     legacy = (data_dir / "cluster.token").exists()
+    import secrets  # a first start only
+
     secret = DEFAULT_ID_SECRET if legacy else secrets.token_urlsafe(32)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -8,13 +8,14 @@ anything serves. Secrets are never quoted in a message.
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from mailbox_actors.runtime.settings import RuntimeSettings, SettingsError
 
 if TYPE_CHECKING:
+    import ssl
+
     from mailbox_actors.platform.clock import Clock
     from mailbox_actors.platform.mail.transport import Transport
 
@@ -52,6 +53,8 @@ def smtp_tls_context(settings: RuntimeSettings) -> ssl.SSLContext | None:
     (the system's). Host name and certificate are always checked."""
     if settings.smtp_ca_file is None:
         return None
+    import ssl  # only with a CA file: 6 ms of every start otherwise
+
     try:
         return ssl.create_default_context(cafile=settings.smtp_ca_file)
     except (OSError, ssl.SSLError) as e:

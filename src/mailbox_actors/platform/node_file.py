@@ -8,7 +8,6 @@ that died is recognised by its pid no longer running and is ignored.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -33,9 +32,11 @@ def url_for(host: str, port: int) -> str:
 
 def write_node_file(data_dir: Path, name: str, url: str, pid: int | None = None) -> None:
     """Record (replacing whole) that node ``name`` of ``data_dir`` listens at ``url``."""
+    import msgspec  # serve has it; the json module would be one more import before it listens
+
     doc = {"name": name, "url": url, "pid": os.getpid() if pid is None else pid}
     staged = data_dir / (NODE_FILE + ".tmp")
-    staged.write_text(json.dumps(doc))
+    staged.write_bytes(msgspec.json.encode(doc))
     os.replace(staged, data_dir / NODE_FILE)
 
 
@@ -58,6 +59,8 @@ def read_node_file(data_dir: Path) -> tuple[str, str] | None:
 
 
 def _read(data_dir: Path) -> dict[str, object] | None:
+    import json  # not msgspec: status, which reads this, never imports it
+
     try:
         doc = json.loads((data_dir / NODE_FILE).read_text())
     except (OSError, ValueError):
