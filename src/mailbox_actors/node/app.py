@@ -128,6 +128,8 @@ class NodeApp:
             if path == "/healthz":
                 return self._get_only(method) or (200, _ENC.encode(self.health()), _JSON)
             if path == "/metrics":
+                # Every family from the first scrape: the webhooks' too, declared once opened.
+                await self.node.shared_state_opened()
                 return self._get_only(method) or (
                     200, self.node.metrics.render_prometheus().encode(),
                     "text/plain; version=0.0.4; charset=utf-8")
