@@ -66,6 +66,24 @@ def _errors() -> str:
     for code in ErrorCode:
         out.append(f"| `{code.value}` | {code.http_status} | "
                    f"{'yes' if code.retryable else 'no'} | {code.default_fix} |")
+    out += ["", "## Which code when something is absent", "",
+            "SPEC section 5 has four not-found codes and no general one; `details.field` names "
+            "what was not found.", "",
+            "- An object not initialised or erased: its namespace's own code "
+            "(`identity_not_found` for an IdentityMailbox, `domain_not_found` for a "
+            "DomainMonitor, `tenant_not_found` for TenantQuota, Notifier and, by default, a "
+            "user's own objects).",
+            "- An Email (`email_id`, `source_id`) or a received message (`message_id`, an "
+            "attachment `part`, a thread in the console) the mailbox does not hold: "
+            "`email_not_found`.",
+            "- A Post envelope key nobody sent (`post_retry`): the producer's own code, as for the "
+            "object itself (`identity_not_found` from a mailbox); Post on the control database "
+            "answers `tenant_not_found`.",
+            "- A path no endpoint serves: `invalid_request` with `details.field` = `path` (the "
+            "node's router answers it with HTTP 404, as RPC-7 has it; an unknown inspection "
+            "endpoint and a console page with 400).",
+            "- `method_not_allowed` (405) is RPC-7's wrong-method answer, with an `allow` "
+            "header."]
     return "\n".join(out) + "\n"
 
 

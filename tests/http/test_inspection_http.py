@@ -96,9 +96,10 @@ async def test_every_inspection_parameter_is_checked(live: Live) -> None:
     assert (status, body["err"]["code"]) == (403, "permission_denied")
     missing = live.rt.id_from_name("scratch", "never")
     status, body = await live.req("GET", f"/admin/actors/scratch/{missing}", token=OPERATOR)
-    assert (status, body["err"]["code"]) == (404, "not_found")
+    assert (status, body["err"]["code"]) == (404, "tenant_not_found")  # the runtime's default
     status, body = await live.req("GET", f"{base}/nothing", token=OPERATOR)
-    assert (status, body["err"]["code"]) == (404, "not_found")
+    assert (status, body["err"]["code"]) == (400, "invalid_request")  # no such endpoint
+    assert body["err"]["details"]["field"] == "path"
 
 
 async def test_a_cluster_listing_merges_every_nodes_actors_in_id_order(tmp_path: Path) -> None:
@@ -150,7 +151,7 @@ async def test_a_cluster_listing_merges_every_nodes_actors_in_id_order(tmp_path:
 async def test_an_operator_reads_a_source_or_attachment_only_in_dev_mode(tmp_path: Path) -> None:
     """UI-2: in dev mode the operator reads a message's raw source and an attachment from the
     mailbox's file (no activation); otherwise permission_denied; a bad part or chunk is
-    invalid_request, an unknown message not_found."""
+    invalid_request, an unknown message email_not_found."""
     import base64
 
     from mailbox_actors.wire.inbound import Ingest
@@ -189,5 +190,5 @@ async def test_an_operator_reads_a_source_or_attachment_only_in_dev_mode(tmp_pat
             status, body = await get(dev, path)
             assert (status, body["err"]["code"]) == (400, "invalid_request"), (path, body)
         status, body = await get(dev, f"/admin/actors/identity_mailbox/{m}/messages/imsg_no/raw")
-        assert (status, body["err"]["code"]) == (404, "not_found")
+        assert (status, body["err"]["code"]) == (404, "email_not_found")
         assert rt.node.host.activations == before

@@ -76,7 +76,8 @@ async def test_unknown_path_404_wrong_method_405_big_body_413(live: Live) -> Non
     """Unknown paths, wrong methods and oversize bodies get their status and own code (RPC-7)."""
     qid = live.rt.id_from_name("tenant_quota", "acme")
     status, body = await live.req("GET", "/nowhere")
-    assert (status, body["err"]["code"]) == (404, "not_found")
+    assert (status, body["err"]["code"]) == (404, "invalid_request")  # RPC-7's 404, SPEC 5's code
+    assert body["err"]["details"]["field"] == "path"
     status, body = await live.req("GET", f"/rpc/tenant_quota/{qid}")
     assert (status, body["err"]["code"]) == (405, "method_not_allowed")
     status, body = await live.req("POST", "/healthz")
@@ -112,7 +113,7 @@ async def test_bad_ids_are_invalid_request_and_write_nothing(live: Live, bad_id:
     status, body = await live.req("POST", f"/rpc/tenant_quota/{bad_id}",
                                   env({"op": "init", "per_minute": 1, "per_day": 1}))
     assert status in (200, 404)
-    assert body["err"]["code"] in ("invalid_request", "not_found")
+    assert body["err"]["code"] == "invalid_request"
     assert sorted(p for p in live.rt.data_dir.rglob("*")) == before
 
 

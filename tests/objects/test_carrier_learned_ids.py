@@ -32,7 +32,7 @@ async def sent(rt: TestRuntime, mid: str, source_id: str = "s-1") -> dict[str, A
 
 async def test_learn_message_id_records_once_and_refuses_another() -> None:
     """CA-17: the provider's id is recorded (brackets optional); the same again changes nothing;
-    another is conflict; an unknown email is not_found; something not a Message-ID is
+    another is conflict; an unknown email is email_not_found; something not a Message-ID is
     invalid_request."""
     async with TestRuntime(services={MAIL_TRANSPORT: RecordingTransport()}) as rt:
         mid = await mailbox(rt)
@@ -50,7 +50,7 @@ async def test_learn_message_id_records_once_and_refuses_another() -> None:
         for bad, code in ((LearnMessageId(email_id=r["email_id"], message_id="<other@ses>"),
                            ErrorCode.CONFLICT),
                           (LearnMessageId(email_id="eml_01KDVDNA00SM3JSP5YDYFP42E8",
-                                          message_id="<x@ses>"), ErrorCode.NOT_FOUND),
+                                          message_id="<x@ses>"), ErrorCode.EMAIL_NOT_FOUND),
                           (LearnMessageId(email_id=r["email_id"], message_id="no at sign"),
                            ErrorCode.INVALID_REQUEST)):
             with pytest.raises(MailboxActorsError) as e:

@@ -125,14 +125,14 @@ async def test_reparse_all_runs_in_pages_from_the_alarm(monkeypatch: pytest.Monk
 
 
 async def test_a_deleted_or_unknown_message_is_not_reparsed() -> None:
-    """IN-8: a deleted message's source went with it: conflict; an unknown id is not_found;
+    """IN-8: a deleted message's source went with it: conflict; an unknown id is email_not_found;
     neither or both of message_id and all is invalid_request."""
     async with TestRuntime() as rt:
         m = await mailbox(rt)
         got = await ingest(rt, m, 1)
         await rt.call(NS, m, DeleteMessage(message_id=got["message_id"]), **IDS)
         for req, code in ((Reparse(message_id=got["message_id"]), ErrorCode.CONFLICT),
-                          (Reparse(message_id="imsg_nope"), ErrorCode.NOT_FOUND)):
+                          (Reparse(message_id="imsg_nope"), ErrorCode.EMAIL_NOT_FOUND)):
             with pytest.raises(MailboxActorsError) as e:
                 await rt.call(NS, m, req, **IDS)
             assert e.value.code == code

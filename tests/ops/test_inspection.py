@@ -110,7 +110,8 @@ async def test_pages_follow_their_cursor_to_the_end_in_id_order() -> None:
 async def test_a_cursor_from_elsewhere_and_bad_parameters_are_invalid_request() -> None:
     """UI-1: a cursor of another listing, another cluster (id secret) or edited is
     invalid_request; so are an unknown namespace, a malformed id, an unknown table, a limit out
-    of range; an absent actor is not_found."""
+    of range; an absent actor is its namespace's not-found code (here the default,
+    tenant_not_found)."""
     async with TestRuntime(objects=afs.ALL_OBJECTS) as rt:
         ids = [await afs.new_scratch(rt, f"n{i}") for i in range(3)]
         page = await rt.inspect.list_actors("scratch", limit=1)
@@ -141,7 +142,7 @@ async def test_a_cursor_from_elsewhere_and_bad_parameters_are_invalid_request() 
         missing = rt.id_from_name("scratch", "never-made")
         with pytest.raises(MailboxActorsError) as e:
             await rt.inspect.show_actor("scratch", missing)
-        assert e.value.code == "not_found"
+        assert e.value.code == "tenant_not_found"  # the runtime's default not_found
         assert not rt.node.host.path_for("scratch", missing).exists()
 
 

@@ -205,7 +205,7 @@ async def test_purge_locks_the_envelopes_and_removes_every_job(env: Env) -> None
         async with conn.transaction():
             with pytest.raises(MailboxActorsError) as gone:
                 await env.post.retry(conn, "p-1")
-    assert gone.value.code.value == "not_found"
+    assert gone.value.code.value == "tenant_not_found"  # PostgresPost's default not_found
 
 
 async def test_a_connection_killed_mid_transaction_sends_nothing(env: Env) -> None:

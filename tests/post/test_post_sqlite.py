@@ -225,7 +225,7 @@ async def test_retry_puts_a_dead_letter_behind_the_work_queued_now(env: Env) -> 
 
 async def test_retry_expedites_a_failed_attempt_and_leaves_queued_work_alone(env: Env) -> None:
     """PO-6: retry(key) of a settled failed attempt tries it now instead of after its backoff;
-    an unknown key is not_found."""
+    an unknown key is the producer's own not-found code (the test actor's tenant_not_found)."""
     pa.SCRIPT["k"] = ["fail"]
     await env.p(pa.Send(to="a", key="k", text="x"))
     await env.rt.run_until_idle()
@@ -235,7 +235,8 @@ async def test_retry_expedites_a_failed_attempt_and_leaves_queued_work_alone(env
     assert (await env.job("k"))["state"] == "delivered"
     with pytest.raises(MailboxActorsError) as missing:
         await env.p(pa.RetryKey(key="nope"))
-    assert missing.value.code.value == "not_found"
+    assert missing.value.code.value == "tenant_not_found"
+    assert missing.value.details == {"field": "key"}
 
 
 async def test_latest_reads_the_newest_envelope_of_one_address(env: Env) -> None:

@@ -36,9 +36,9 @@ SPEC_TABLE: dict[str, tuple[int, bool]] = {
     "timeout": (504, True),
 }
 
-# RPC-7: an unknown path is 404 and a wrong method 405, "each with an err body of its own code".
+# RPC-7: a wrong method is 405, "with an err body of its own code". (An unknown path is HTTP 404
+# with SPEC 5's invalid_request: no code of the table is for a path.)
 RPC7_CODES: dict[str, tuple[int, bool]] = {
-    "not_found": (404, False),
     "method_not_allowed": (405, False),
 }
 
@@ -46,7 +46,8 @@ _decode_body = msgspec.json.Decoder(ErrorBody)
 
 
 def test_every_code_is_in_the_spec() -> None:
-    """The enum holds exactly the codes of SPEC section 5 plus the two HTTP codes of RPC-7 (ERR)."""
+    """The enum holds exactly the codes of SPEC section 5 plus RPC-7's wrong-method code (ERR):
+    no ``not_found`` of its own."""
     assert {c.value for c in ErrorCode} == set(SPEC_TABLE) | set(RPC7_CODES)
 
 

@@ -339,7 +339,7 @@ def learn_message_id(c: CarrierState, req: LearnMessageId) -> LearnMessageIdRepl
     def run(tx: SqlStorage) -> LearnMessageIdReply:
         row = store.row_by_id(tx, req.email_id)
         if row is None:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no email with this email_id",
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no email with this email_id",
                                      details={"field": "email_id"})
         stamped = _bare(row.message_id_header)
         known = tx.exec("SELECT learned FROM email_learned_ids WHERE email_id = ?",

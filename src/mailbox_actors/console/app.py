@@ -208,8 +208,10 @@ class _Pages:
                                  err=exc.to_body())
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
-        return await self.error(request, MailboxActorsError(ErrorCode.NOT_FOUND,
-                                                            "no such page in the console"))
+        # SPEC 5 has no code for an unknown path: it is a request to correct (invalid_request).
+        return await self.error(request, MailboxActorsError(ErrorCode.INVALID_REQUEST,
+                                                            "no such page in the console",
+                                                            details={"field": "path"}))
 
     async def not_allowed(self, request: Request, exc: Exception) -> Response:
         return await self.error(request, MailboxActorsError(ErrorCode.METHOD_NOT_ALLOWED,
@@ -348,7 +350,7 @@ class _Pages:
         mid = check_id("message_id", request.path_params["message_id"])
         msg = await self.view.mailbox_call(tenant, ident, {"op": "get_message", "message_id": mid})
         if msg is None:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such message in this mailbox",
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no such message in this mailbox",
                                      details={"message_id": mid})
         # A message does not change: its page (and the frame of its body) is not refreshed.
         return await self.render(request, "message.html", tenant=tenant, ident=ident, msg=msg,
@@ -363,7 +365,7 @@ class _Pages:
         mid = check_id("message_id", request.path_params["message_id"])
         msg = await self.view.mailbox_call(tenant, ident, {"op": "get_message", "message_id": mid})
         if msg is None:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such message in this mailbox",
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no such message in this mailbox",
                                      details={"message_id": mid})
         if msg.get("html"):
             return HTMLResponse(msg["html"])
@@ -376,7 +378,7 @@ class _Pages:
         tenant, ident, mid = await self._content_of(request)
         first = await self._chunk(tenant, ident, {"op": "get_raw_message", "message_id": mid})
         if not first["kept"]:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "this message's raw source was not kept "
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "this message's raw source was not kept "
                                      "(received before raw sources were)",
                                      details={"message_id": mid})
         download = request.query_params.get("download") == "1"
@@ -411,7 +413,7 @@ class _Pages:
     async def _chunk(self, tenant: Tenant, ident: Identity, req: dict[str, Any]) -> Any:
         got = await self.view.mailbox_call(tenant, ident, req)
         if got is None:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such message (or part) in this "
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no such message (or part) in this "
                                      "mailbox", details={"message_id": req["message_id"]})
         return got
 
@@ -430,7 +432,7 @@ class _Pages:
         tid = check_id("thread_id", request.path_params["thread_id"])
         thread = await self.view.mailbox_call(tenant, ident, {"op": "get_thread", "thread_id": tid})
         if thread is None:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such thread in this mailbox",
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no such thread in this mailbox",
                                      details={"thread_id": tid})
         listed = await self.view.mailbox_call(tenant, ident, {"op": "list_messages",
                                                               "thread_id": tid, "limit": 200})
@@ -503,7 +505,8 @@ class _Pages:
         reply = await self.view.redrive(queue, message_id)
         done = reply.get("redriven") or []
         if not done:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such dead letter (already redriven?)",
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST,
+                                     "no such dead letter (already redriven?)",
                                      details={"message_id": message_id})
         return RedirectResponse(f"/queues?redriven={message_id}", status_code=303)
 

@@ -262,6 +262,7 @@ def outbox_page(cursors: CursorCodec, path: Path, namespace: str, scope: str,
 def not_found(namespace: str) -> MailboxActorsError:
     code = {"identity_mailbox": ErrorCode.IDENTITY_NOT_FOUND,
             "domain_monitor": ErrorCode.DOMAIN_NOT_FOUND,
-            "tenant_quota": ErrorCode.TENANT_NOT_FOUND}.get(namespace, ErrorCode.NOT_FOUND)
+            "tenant_quota": ErrorCode.TENANT_NOT_FOUND}.get(
+                namespace, ErrorCode.TENANT_NOT_FOUND)  # any other: the runtime's Actor default
     return MailboxActorsError(code, "no such actor: its file does not exist",
                               details={"field": "id"})

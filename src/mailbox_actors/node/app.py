@@ -160,8 +160,10 @@ class NodeApp:
                     await self.inspection.answer(parts, query, headers, body))
         except MailboxActorsError as e:
             return e.code.http_status, _ENC.encode({"err": e.to_body()}), _JSON
-        return error_response(ErrorCode.NOT_FOUND, "no such endpoint",
-                              details={"endpoints": ["/rpc/{namespace}/{object_id}", "/healthz",
+        # RPC-7's status for an unknown path (404) with SPEC 5's code for a request to correct.
+        return error_response(ErrorCode.INVALID_REQUEST, "no such endpoint", status=404,
+                              details={"field": "path",
+                                       "endpoints": ["/rpc/{namespace}/{object_id}", "/healthz",
                                                      "/metrics", "/openapi.json", "/ids/..."]})
 
     @property

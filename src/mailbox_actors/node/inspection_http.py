@@ -207,7 +207,7 @@ class InspectionRoutes:
                         else get_attachment(rows, asked))
         found = await anyio.to_thread.run_sync(read)
         if found is None:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no such message in this mailbox",
+            raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no such message in this mailbox",
                                      details={"field": "message_id"})
         return found
 
@@ -261,8 +261,9 @@ class InspectionRoutes:
 
 
 def _no_endpoint() -> MailboxActorsError:
-    return MailboxActorsError(ErrorCode.NOT_FOUND, "no such inspection endpoint", details={
-        "endpoints": ["/admin/inspect", "/admin/actors/{namespace}",
+    # SPEC 5 has no code for an unknown path: it is a request to correct (invalid_request).
+    return MailboxActorsError(ErrorCode.INVALID_REQUEST, "no such inspection endpoint", details={
+        "field": "path", "endpoints": ["/admin/inspect", "/admin/actors/{namespace}",
                       "/admin/actors/{namespace}/{id}",
                       "/admin/actors/{namespace}/{id}/rows/{table}",
                       "/admin/actors/{namespace}/{id}/kv",

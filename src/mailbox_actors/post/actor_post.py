@@ -160,7 +160,9 @@ class Post:
             raise RuntimeError("post.retry runs inside the producer's transaction_sync")
         rows = tx.exec("SELECT state FROM post_jobs WHERE key = ?", check_key(key)).all()
         if not rows:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no Post envelope has this key")
+            # The producer's own not-found code (SPEC 5: "the named record is absent").
+            raise MailboxActorsError(type(self.actor).not_found, "no Post envelope has this key",
+                                     details={"field": "key"})
         action = retry_action(JobState(rows[0][0]))
         now = tx.now_ms()
         if action is RetryAction.EXPEDITE:

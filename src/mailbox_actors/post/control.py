@@ -61,12 +61,16 @@ _RECORD = ("SELECT j.key, e.route, j.state, j.attempts, j.seq, e.address, e.even
 
 
 class ControlPost:
-    """Post whose envelopes live in the control database."""
+    """Post whose envelopes live in the control database. ``not_found``: the code an unknown key
+    is answered with (SPEC 5 has no code of Post's own: by default the control data's, a
+    tenant's)."""
 
     def __init__(self, db: ControlDb, routes: Routes, deliver: Deliver, *, clock: Clock, rng: Rng,
                  policy: RetryPolicy | None = None, producer: str = "control",
-                 attempt_deadline_ms: int = ATTEMPT_DEADLINE_MS) -> None:
+                 attempt_deadline_ms: int = ATTEMPT_DEADLINE_MS,
+                 not_found: ErrorCode = ErrorCode.TENANT_NOT_FOUND) -> None:
         self.db = db
+        self.not_found = not_found
         self.routes = routes
         self.clock = clock
         self.rng = rng
@@ -173,7 +177,8 @@ class ControlPost:
             rows = list(await conn.execute_fetchall(
                 "SELECT state FROM post_jobs WHERE key = ?", (check_key(key),)))
             if not rows:
-                raise MailboxActorsError(ErrorCode.NOT_FOUND, "no Post envelope has this key")
+                raise MailboxActorsError(self.not_found, "no Post envelope has this key",
+                                         details={"field": "key"})
             for sql, params in self.retry_statements(key):
                 await conn.execute(sql, params)
             return retry_action(JobState(rows[0][0]))

@@ -67,13 +67,15 @@ _SETTLE = ("UPDATE post_jobs SET state = %s, next_attempt_at_ms = coalesce(%s, "
            "updated_at_ms = %s WHERE seq = %s AND state = 'running'")
 
 class PostgresPost:
-    """Post whose envelopes live in PostgreSQL; ``run()`` delivers what is due."""
+    """Post whose envelopes live in PostgreSQL; ``run()`` delivers what is due. ``not_found``:
+    the code an unknown key is answered with (by default the control data's, a tenant's)."""
 
     def __init__(self, pool: AsyncConnectionPool[Any], routes: Routes, deliver: Deliver, *,
                  clock: Clock, rng: Rng, policy: RetryPolicy | None = None,
-                 producer: str = "postgres", attempt_deadline_ms: int = ATTEMPT_DEADLINE_MS
-                 ) -> None:
+                 producer: str = "postgres", attempt_deadline_ms: int = ATTEMPT_DEADLINE_MS,
+                 not_found: ErrorCode = ErrorCode.TENANT_NOT_FOUND) -> None:
         self.pool = pool
+        self.not_found = not_found
         self.routes = routes
         self.clock = clock
         self.rng = rng
@@ -130,7 +132,8 @@ class PostgresPost:
         row = await (await conn.execute("SELECT state FROM post_jobs WHERE key = %s FOR UPDATE",
                                         (key,))).fetchone()
         if locked is None or row is None:
-            raise MailboxActorsError(ErrorCode.NOT_FOUND, "no Post envelope has this key")
+            raise MailboxActorsError(self.not_found, "no Post envelope has this key",
+                                     details={"field": "key"})
         action = retry_action(JobState(row[0]))
         now = self.clock.now_ms()
         if action is RetryAction.EXPEDITE:

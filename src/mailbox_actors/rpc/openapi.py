@@ -96,7 +96,7 @@ def openapi_document(objects: Sequence[type[Actor]], version: str) -> dict[str, 
                         {"$ref": f"#/components/schemas/{cls.__name__}OkResult"},
                         {"$ref": "#/components/schemas/ErrResult"}]}}}},
                 **auth_errors,
-                "404": _err("Unknown path", ErrorCode.NOT_FOUND),
+                "404": _err("Unknown path", ErrorCode.INVALID_REQUEST),
                 "405": _err("Wrong method", ErrorCode.METHOD_NOT_ALLOWED),
                 "413": _err("Body over the limit", ErrorCode.PAYLOAD_TOO_LARGE),
             },
@@ -249,7 +249,8 @@ def _inspection_paths(components: dict[str, Any]) -> dict[str, Any]:
         responses = {"200": {"description": "JSON", "content": {"application/json": {
             "schema": schema}}}, **errors}
         if found:
-            responses["404"] = _err("No such actor (its `*_not_found` code)", ErrorCode.NOT_FOUND)
+            responses["404"] = _err("No such actor (its `*_not_found` code)",
+                                    ErrorCode.IDENTITY_NOT_FOUND)
         return {"get": {"operationId": op, "summary": summary, "parameters": params,
                         "description": "Read-only: never activates an actor nor changes its "
                         "file (UI-1, CA-10). Needs the operator token.",

@@ -49,7 +49,6 @@ class ErrorCode(enum.StrEnum):
     DOMAIN_NOT_FOUND = "domain_not_found"
     TENANT_NOT_FOUND = "tenant_not_found"
     EMAIL_NOT_FOUND = "email_not_found"
-    NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     CONFLICT = "conflict"
     PAYLOAD_TOO_LARGE = "payload_too_large"
@@ -92,9 +91,8 @@ _TABLE: dict[ErrorCode, tuple[int, bool, str]] = {
     ErrorCode.TENANT_NOT_FOUND: (
         404, False, "Initialise the tenant's object (init) before using it."),
     ErrorCode.EMAIL_NOT_FOUND: (
-        404, False, "Check the email id; it may never have been submitted to this identity."),
-    ErrorCode.NOT_FOUND: (
-        404, False, "Check the path: POST /rpc/{namespace}/{object_id}."),
+        404, False, "Check the id (details.field names it): no Email submitted to this identity "
+                    "and no message received by it has it, or it was deleted."),
     ErrorCode.METHOD_NOT_ALLOWED: (
         405, False, "Use the method the endpoint documents (see /openapi.json)."),
     ErrorCode.CONFLICT: (

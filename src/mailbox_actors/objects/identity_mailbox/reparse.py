@@ -69,7 +69,7 @@ def reparse(ctx: ActorContext, sql: SqlStorage, lim: InboundLimits, req: Reparse
             raise MailboxActorsError(ErrorCode.CONFLICT, "the message was stored before sources "
                                      "were kept: it cannot be parsed again",
                                      details={"field": "message_id"})
-        raise MailboxActorsError(ErrorCode.NOT_FOUND, "no received message with this id",
+        raise MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no received message with this id",
                                  details={"field": "message_id"})
     parsed = parse_message(raw, lim)
     def commit_one(tx: SqlStorage) -> bool:
