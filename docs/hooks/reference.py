@@ -79,9 +79,8 @@ def _errors() -> str:
             "- A Post envelope key nobody sent (`post_retry`): the producer's own code, as for the "
             "object itself (`identity_not_found` from a mailbox); Post on the control database "
             "answers `tenant_not_found`.",
-            "- A path no endpoint serves: `invalid_request` with `details.field` = `path` (the "
-            "node's router answers it with HTTP 404, as RPC-7 has it; an unknown inspection "
-            "endpoint and a console page with 400).",
+            "- A path no endpoint serves (the node's, an inspection endpoint's, a console "
+            "page's): `invalid_request` (400) with `details.field` = `path`.",
             "- `method_not_allowed` (405) is RPC-7's wrong-method answer, with an `allow` "
             "header."]
     return "\n".join(out) + "\n"

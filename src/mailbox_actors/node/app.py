@@ -160,8 +160,8 @@ class NodeApp:
                     await self.inspection.answer(parts, query, headers, body))
         except MailboxActorsError as e:
             return e.code.http_status, _ENC.encode({"err": e.to_body()}), _JSON
-        # RPC-7's status for an unknown path (404) with SPEC 5's code for a request to correct.
-        return error_response(ErrorCode.INVALID_REQUEST, "no such endpoint", status=404,
+        # SPEC 5 has no code for a path: a request to correct (its table's status, 400).
+        return error_response(ErrorCode.INVALID_REQUEST, "no such endpoint",
                               details={"field": "path",
                                        "endpoints": ["/rpc/{namespace}/{object_id}", "/healthz",
                                                      "/metrics", "/openapi.json", "/ids/..."]})
