@@ -63,3 +63,37 @@ async def test_rolled_back_events_leave_no_gap_in_the_sequence(tmp_path: Path) -
         await rt.run_in_actor("identity_mailbox", m, lambda actor, storage: storage.transaction_sync(
             lambda tx: actor.ctx.emit(tx, "identity.updated", {"n": 6})))
         assert (await _sequences(rt, m))[-1] == (7, 6)
+
+
+def _emit(n: int) -> Any:
+    return lambda actor, storage: storage.transaction_sync(
+        lambda tx: actor.ctx.emit(tx, "identity.updated", {"n": n})).sequence
+
+
+def _delete_dispatched(actor: Any, storage: SqlStorage) -> int:
+    """What an erase or the prune does: every dispatched event goes (here all of them)."""
+    def delete(tx: SqlStorage) -> int:
+        n = int(tx.exec("SELECT count(*) FROM outbox WHERE dispatched_at IS NOT NULL").one()[0])
+        tx.exec("DELETE FROM outbox WHERE dispatched_at IS NOT NULL")
+        return n
+
+    return storage.transaction_sync(delete)
+
+
+@pytest.mark.anyio
+async def test_a_sequence_is_never_taken_twice_when_dispatched_events_are_deleted(
+        tmp_path: Path) -> None:
+    """EV-1: each event's sequence is stored with it, not counted in ``_ma_meta`` per event; once
+    every event was dispatched and deleted (an erase, the prune) and the actor opens again, the
+    next event still goes on from the last sequence ever taken, never from what the file still
+    holds."""
+    async with TestRuntime(tmp_path) as rt:
+        m = rt.id_from_name("identity_mailbox", "a")
+        await rt.call("identity_mailbox", m, MailboxInit(), **IDS)  # identity.created: 1
+        assert [await rt.run_in_actor("identity_mailbox", m, _emit(n)) for n in (1, 2)] == [2, 3]
+        await rt.run_until_idle()  # the outbox run publishes and marks them dispatched
+        assert len(rt.events.events()) >= 3
+        assert await rt.run_in_actor("identity_mailbox", m, _delete_dispatched) >= 3
+    async with TestRuntime(tmp_path) as rt:  # a new connection: the sequence read from the file
+        assert await rt.run_in_actor("identity_mailbox", m, _emit(3)) == 4
+        assert (await _sequences(rt, m))[-1] == (4, 3)
