@@ -116,9 +116,8 @@ def pending(tx: SqlStorage, schedule: Callable[[str, int], None]) -> None:
     """Right after the message's INSERT in the ingest's transaction: the message is to be
     indexed; ``alarm:index`` is scheduled (``schedule(purpose, at_ms)``) unless it already is for
     the messages pending before it."""
-    idle = not tx.exec("SELECT 1 FROM search_pending LIMIT 1").all()
-    tx.exec(_PENDING_NEW)
-    if idle:
+    tx.exec(_PENDING_NEW)  # first: last_insert_rowid() is the message's until another insert
+    if len(tx.exec("SELECT seq FROM search_pending LIMIT 2").all()) == 1:  # the first queued
         schedule(INDEX_PURPOSE, tx.now_ms() + INDEX_DELAY_MS)
 
 
