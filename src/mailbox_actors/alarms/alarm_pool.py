@@ -33,7 +33,8 @@ class AlarmPool:
 
     __slots__ = ("_concurrency", "_fire", "_idle", "_queue", "_running", "_tg", "_workers")
 
-    def __init__(self, fire: Callable[[Key], Awaitable[None]], tg: anyio.abc.TaskGroup,
+    def __init__(self, fire: Callable[[float, Callable[[], float]], Awaitable[None]],
+                 tg: anyio.abc.TaskGroup,
                  concurrency: int, queue: deque[Key], running: set[Key]) -> None:
         self._fire = fire
         self._tg = tg
@@ -65,17 +66,16 @@ class AlarmPool:
         clock = loop.time
         try:
             while True:
-                turn_ends = clock() + _TURN_S
                 while queue:
-                    await fire(queue.popleft())
-                    if queue and clock() >= turn_ends:
+                    # Fires queued keys until none is left or the turn ends.
+                    await fire(clock() + _TURN_S, clock)
+                    if queue:
                         # Handlers that never suspend would otherwise hold the loop for the
                         # whole queue, starving requests, other workers and shutdown. (With
                         # none left, waiting for the next key below yields as well.) A burst
                         # runs a turn's worth of alarms between yields, not one: a loop turn
                         # per alarm was a tenth of an alarm on an open actor.
                         await asyncio.sleep(0)
-                        turn_ends = clock() + _TURN_S
                 if len(idle) >= _IDLE_KEPT:
                     return
                 woken = loop.create_future()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -46,6 +47,22 @@ class AlarmRunner(Protocol):
     def abandon_alarm(self, key: Key, fired_ms: int | None) -> int | None:
         """After the last retry; returns the alarm stored after it."""
         ...
+
+    def begin_alarm(self, key: Key, retry_count: int, now_ms: int) -> StartedAlarm | None:
+        """Start the run of an open actor's due alarm at once, if nothing makes it wait; None:
+        the wake goes through ``fire_alarm``."""
+        ...
+
+    def end_alarm(self, started: Any, error: BaseException | None) -> AlarmResult:
+        """After ``started.step`` (``error``: what it raised): what became of the alarm."""
+        ...
+
+
+class StartedAlarm(Protocol):
+    """An alarm run ``begin_alarm`` started: its step is awaited by the scheduler's worker."""
+
+    @property
+    def step(self) -> Awaitable[object]: ...
 
 
 class AlarmScheduler:
@@ -115,14 +132,58 @@ class AlarmScheduler:
             tg.start_soon(self._worker)
 
     async def _worker(self) -> None:
+        no_time = _no_time
         try:
             while self._queue:
-                await self._fire(self._queue.popleft())
+                await self._fire_queued(0.0, no_time)  # one alarm
                 # Handlers that never suspend would otherwise hold the loop for the whole queue,
                 # starving requests, other workers and shutdown.
                 await anyio.lowlevel.checkpoint()
         finally:
             self._workers -= 1
+
+    async def _fire_queued(self, until: float, clock: Callable[[], float]) -> None:
+        """Fire queued keys, one after another in this task, until none is left or ``clock()``
+        reaches ``until`` (after the first). An open actor's run is started and ended by the
+        runner around its step, awaited here (``begin_alarm``): no coroutine, scope or task of
+        its own beyond the handler's; any other wake goes the whole way (``_fire``). Each
+        outcome is recorded once its run ended, so no alarm is acknowledged before its
+        actor's transaction committed."""
+        queue, entries, runner = self._queue, self.book.entries, self._runner
+        now = self._clock.now_ms()
+        while queue:
+            key = queue.popleft()
+            e = entries.get(key)
+            started = None
+            if e is not None:
+                retry, due = e.retry, e.at
+                started = runner.begin_alarm(key, retry, now)
+            if started is None:
+                await self._fire(key)
+            else:
+                began = 0 if self.lateness_ms is None else self._clock.now_ms()
+                try:
+                    await started.step
+                except Exception as exc:
+                    result = self._ended(key, started, exc)
+                except BaseException as exc:  # cancelled: the alarm stays stored, run again later
+                    self._ended(key, started, exc)
+                    raise
+                else:
+                    result = self._ended(key, started, None)
+                self._record(key, retry, due, result, began)
+            if clock() >= until:
+                return
+
+    def _ended(self, key: Key, started: StartedAlarm, error: BaseException | None) -> AlarmResult:
+        try:
+            return self._runner.end_alarm(started, error)
+        except Exception as exc:  # the host reports failures as outcomes; this is a bug guard
+            self._log.error("alarm_fire_crashed", namespace=key[0], object_id=key[1],
+                            error=type(exc).__name__)
+            return AlarmResult(AlarmOutcome.FAILED, None)
+        finally:
+            self._running.discard(key)
 
     async def fire_now(self, key: Key) -> bool:
         """Run the key's alarm handler now, whatever its time (for tests); False if none ran."""
@@ -141,16 +202,22 @@ class AlarmScheduler:
             self._running.discard(key)
             return
         retry, due = e.retry, e.at
-        lateness = self.lateness_ms
-        started = 0 if lateness is None else self._clock.now_ms()
+        started = 0 if self.lateness_ms is None else self._clock.now_ms()
         try:
-            outcome, stored = await self._runner.fire_alarm(key, retry, force)
+            result = await self._runner.fire_alarm(key, retry, force)
         except Exception as exc:  # the host reports failures as outcomes; this is a bug guard
             self._log.error("alarm_fire_crashed", namespace=key[0], object_id=key[1],
                             error=type(exc).__name__)
-            outcome, stored = AlarmOutcome.FAILED, None
+            result = AlarmResult(AlarmOutcome.FAILED, None)
         finally:
             self._running.discard(key)
+        self._record(key, retry, due, result, started)
+
+    def _record(self, key: Key, retry: int, due: int, result: AlarmResult, started: int) -> None:
+        """What became of the key's run (it ran at ``started``, due at ``due`` after ``retry``
+        failed runs): the book, the metrics and the retries hear of it."""
+        outcome, stored = result
+        lateness = self.lateness_ms
         book = self.book
         # The heap entry this run was popped from is gone, and so is any the loop met while the
         # key ran (``take_dropped``); a time set meanwhile was pushed when it was committed. So
@@ -244,7 +311,7 @@ class AlarmScheduler:
         loop = asyncio.get_running_loop()
         book = self.book
         async with anyio.create_task_group() as tg:
-            pool = AlarmPool(self._fire, tg, self.concurrency, self._queue, self._running)
+            pool = AlarmPool(self._fire_queued, tg, self.concurrency, self._queue, self._running)
             try:
                 while True:
                     now = self._clock.now_ms()
@@ -274,6 +341,10 @@ class AlarmScheduler:
                         book.awake()
             finally:
                 pool.stop(book)
+
+
+def _no_time() -> float:
+    return 0.0
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -9,10 +9,13 @@ leaves it for the scheduler's retry. Actors that do not override ``alarm`` get t
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable
 from typing import Any
 
 from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
 from mailbox_actors.platform.clock import Clock
+from mailbox_actors.platform.storage.sql import AlarmRun
 from mailbox_actors.runtime import outbox, purposes
 from mailbox_actors.runtime.activation import Activation
 from mailbox_actors.runtime.actor import AlarmInfo, handles_alarm_itself
@@ -20,7 +23,8 @@ from mailbox_actors.runtime.scope import RequestScope
 from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import MailboxActorsError
 
-__all__ = ["ABANDONED_PURPOSE_RETRY_MS", "abandon", "not_runnable", "run"]
+__all__ = ["ABANDONED_PURPOSE_RETRY_MS", "Run", "abandon", "begin", "finish", "not_runnable", "run",
+           "settle"]
 
 ABANDONED_PURPOSE_RETRY_MS = 64_000  # a purpose whose runs were abandoned is tried again then
 
@@ -38,60 +42,87 @@ def not_runnable(act: Activation, stored: int | None, force: bool,
     return None
 
 
-async def run(act: Activation, retry_count: int, stored: int, scope: RequestScope, *,
-              clock: Clock, event_sink: outbox.EventSink, log: Any,
-              watch: LoopWatch | None = None) -> AlarmResult:
-    """Run the actor's alarm handler once (the host has admitted the run; ``stored``: the
-    alarm as stored, which ``not_runnable`` found due)."""
-    storage = act.runtime_storage
-    itself = handles_alarm_itself(act.actor)
-    ok = False
-    raised = False
-    with scope:  # entered: every log line of the run carries its request id
-        try:
-            if act.starting:
-                await act.started()  # the start hook first (RT-16); its failure is the run's
-            if act.gate._depth:  # closed: a critical section runs (``InputGate.closed``)
-                await act.gate.wait_open(None)
-        except Exception as e:
-            log.warning("alarm_run_not_started", namespace=act.namespace, object_id=act.id,
-                        error=type(e).__name__)
-            return AlarmResult(AlarmOutcome.FAILED, None)
-        alarm_run = storage.begin_alarm_run()
-        def run_purposes() -> Any:
-            # Purposes due by the fired alarm's time run, also when fire_alarm_now fires it
-            # early (TK-2: the handler runs now, whatever its time).
-            return purposes.run_due(
-                storage, act.actor, act.cls.alarm_purposes,
-                now_ms=max(clock.now_ms(), stored),
-                dispatch_outbox=lambda: outbox.dispatch(storage.sql, event_sink,
-                                                        act.namespace, act.id,
-                                                        leave_last=True),
-                still_open=lambda: not act.closed, log=log, namespace=act.namespace,
-                prune_outbox=lambda: outbox.prune_due(storage, act.ctx))
+class Run:
+    """One alarm run under way on its actor, between ``begin`` and ``settle``: ``step`` is what
+    the caller awaits (the handler, timed by the watchdog, or the purposes' default run)."""
 
-        try:
-            if itself:
-                # An override may extend the default: ``await super().alarm(info)`` runs the
-                # purposes, as the base's docstring says.
-                with purposes.offering_default_run(run_purposes):
-                    handler = act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
-                    await (handler if watch is None
-                           else watch.timed(handler, act.namespace, "alarm"))
-            else:
-                await run_purposes()
-            ok = True
-        except Exception as e:
-            raised = True
-            log.warning("alarm_handler_failed", namespace=act.namespace, object_id=act.id,
-                        retry_count=retry_count, error=type(e).__name__, reason=str(e)[:200])
-        finally:
-            storage.end_alarm_run()
+    __slots__ = ("act", "alarm_run", "itself", "offered", "retry_count", "step", "stored")
+
+    def __init__(self, act: Activation, retry_count: int, stored: int, alarm_run: AlarmRun,
+                 itself: bool, offered: purposes.offering_default_run | None,
+                 step: Awaitable[object]) -> None:
+        self.act = act
+        self.retry_count = retry_count
+        self.stored = stored
+        self.alarm_run = alarm_run
+        self.itself = itself
+        self.offered = offered
+        self.step = step
+
+
+def begin(act: Activation, retry_count: int, stored: int, *, clock: Clock,
+          event_sink: outbox.EventSink, log: Any, watch: LoopWatch | None = None) -> Run:
+    """Start the handler (inside the run's scope, the gate open, the actor started): the alarm is
+    hidden from it until ``finish``. ``stored``: the alarm as stored, which ``not_runnable``
+    found due."""
+    storage = act.runtime_storage
+    alarm_run = storage.begin_alarm_run()
+    # Purposes due by the fired alarm's time run, also when fire_alarm_now fires it early (TK-2:
+    # the handler runs now, whatever its time).
+    default = functools.partial(_run_purposes, act, stored, clock, event_sink, log)
+    if not handles_alarm_itself(act.actor):
+        return Run(act, retry_count, stored, alarm_run, False, None, default())
+    # An override may extend the default: ``await super().alarm(info)`` runs the purposes, as the
+    # base's docstring says.
+    offered = purposes.offering_default_run(default)
+    offered.__enter__()
+    try:
+        handler = act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
+    except Exception as e:  # not a coroutine function after all: the handler's failure
+        return Run(act, retry_count, stored, alarm_run, True, offered, _raising(e))
+    return Run(act, retry_count, stored, alarm_run, True, offered,
+               handler if watch is None else watch.timed(handler, act.namespace, "alarm"))
+
+
+async def _raising(error: Exception) -> None:
+    raise error
+
+
+def _run_purposes(act: Activation, stored: int, clock: Clock, event_sink: outbox.EventSink,
+                  log: Any) -> Awaitable[None]:
+    storage = act.runtime_storage
+    return purposes.run_due(
+        storage, act.actor, act.cls.alarm_purposes, now_ms=max(clock.now_ms(), stored),
+        dispatch_outbox=lambda: outbox.dispatch(storage.sql, event_sink, act.namespace, act.id,
+                                                leave_last=True),
+        still_open=lambda: not act.closed, log=log, namespace=act.namespace,
+        prune_outbox=lambda: outbox.prune_due(storage, act.ctx))
+
+
+def finish(run: Run, error: BaseException | None, log: Any) -> None:
+    """The step ended (``error``: what it raised; anything but an ``Exception`` is not the
+    handler's failure, a cancellation, and the caller re-raises it): the alarm is visible
+    again. Still inside the run's scope."""
+    if run.offered is not None:
+        run.offered.__exit__()
+    act = run.act
+    act.runtime_storage.end_alarm_run()
+    if isinstance(error, Exception):
+        log.warning("alarm_handler_failed", namespace=act.namespace, object_id=act.id,
+                    retry_count=run.retry_count, error=type(error).__name__,
+                    reason=str(error)[:200])
+
+
+def settle(run: Run, error: BaseException | None, scope: RequestScope, log: Any) -> AlarmResult:
+    """After ``finish``, outside the run's scope: commit the run's implicit writes with the fired
+    alarm's removal (fail the run if SQLite did not), and say what became of the alarm."""
+    act, stored = run.act, run.stored
     if act.closed:
         return AlarmResult(AlarmOutcome.FAILED, None)
-    set_in_handler = alarm_run.set_in_handler
-    if ok and not set_in_handler and storage.stored_alarm() == stored \
-            and storage.writes_pending:
+    storage = act.runtime_storage
+    ok = error is None
+    set_in_handler = run.alarm_run.set_in_handler
+    if ok and not set_in_handler and storage.writes_pending and storage.stored_alarm() == stored:
         # One commit per run: the fired alarm's removal joins the handler's open implicit
         # writes (workerd defers the delete the same way); if SQLite rolled them back, the
         # removal went with them and the run counts as failed below.
@@ -104,10 +135,10 @@ async def run(act: Activation, retry_count: int, stored: int, scope: RequestScop
             # SQLite rolled back what the handler wrote (and any alarm it set): a failed run,
             # retried with backoff, not a success that loses its writes.
             log.warning("alarm_handler_writes_rolled_back", namespace=act.namespace,
-                        object_id=act.id, retry_count=retry_count)
+                        object_id=act.id, retry_count=run.retry_count)
             ok = False
     now_stored = storage.stored_alarm()
-    if raised and itself and set_in_handler and now_stored is not None:
+    if error is not None and run.itself and set_in_handler and now_stored is not None:
         # The handler set a new alarm (committed) and then failed: as in workerd, the new alarm
         # replaces the retry and runs as a fresh one (retry_count 0) at its time (AL-7). (The
         # purposes' runner re-arms on failure itself: its purposes keep AL-3's retries.)
@@ -116,6 +147,37 @@ async def run(act: Activation, retry_count: int, stored: int, scope: RequestScop
         storage.clear_fired_alarm()  # the handler committed its writes itself: no second fsync
         now_stored = storage.stored_alarm()
     return AlarmResult(AlarmOutcome.DONE if ok else AlarmOutcome.FAILED, now_stored)
+
+
+async def run(act: Activation, retry_count: int, stored: int, scope: RequestScope, *,
+              clock: Clock, event_sink: outbox.EventSink, log: Any,
+              watch: LoopWatch | None = None) -> AlarmResult:
+    """Run the actor's alarm handler once, waiting for its start hook and its input gate first
+    (the host has admitted the run; ``stored``: the alarm as stored, which ``not_runnable``
+    found due)."""
+    with scope:  # entered: every log line of the run carries its request id
+        try:
+            if act.starting:
+                await act.started()  # the start hook first (RT-16); its failure is the run's
+            if act.gate.closed:  # a critical section runs
+                await act.gate.wait_open(None)
+        except Exception as e:
+            log.warning("alarm_run_not_started", namespace=act.namespace, object_id=act.id,
+                        error=type(e).__name__)
+            return AlarmResult(AlarmOutcome.FAILED, None)
+        r = begin(act, retry_count, stored, clock=clock, event_sink=event_sink, log=log,
+                  watch=watch)
+        error: BaseException | None = None
+        try:
+            await r.step
+        except BaseException as e:
+            error = e
+            finish(r, e, log)
+            if not isinstance(e, Exception):
+                raise
+        else:
+            finish(r, None, log)
+    return settle(r, error, scope, log)
 
 
 def abandon(act: Activation, fired_ms: int | None, now_ms: int) -> int | None:

@@ -49,7 +49,7 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError, Overloaded
 
-__all__ = ["ActorHost", "AlarmSinks", "MetricsSink"]
+__all__ = ["ActorHost", "AlarmSinks", "MetricsSink", "OpenAlarm"]
 
 _TRIM_AFTER_EVICTIONS = 256  # evictions between two ``memory.give_back`` (too slow for each)
 
@@ -63,6 +63,18 @@ class AlarmSinks(Protocol):
     """Where each actor's alarm changes go (the node's ``AlarmBook``)."""
 
     def sink(self, key: Key) -> AlarmSink: ...
+
+
+class OpenAlarm:
+    """An open actor's alarm run under way (``ActorHost.begin_alarm``): ``step`` is awaited by the
+    scheduler's worker, then ``ActorHost.end_alarm`` ends it."""
+
+    __slots__ = ("run", "scope", "step")
+
+    def __init__(self, run: alarm_runs.Run, scope: RequestScope) -> None:
+        self.run = run
+        self.scope = scope
+        self.step = run.step
 
 
 class ActorHost:
@@ -382,6 +394,50 @@ class ActorHost:
                                         RequestScope(self.ids.new_id("req"), None),
                                         clock=clock, event_sink=self.event_sink, log=self.log,
                                         watch=self.watch)
+        finally:
+            act.alarm_running = False
+            self._release(act)
+
+    # An open, idle actor's due alarm (most of a burst's) is run without a coroutine of its own:
+    # the scheduler's worker starts it here, awaits its step itself, and ends it here.
+    def begin_alarm(self, key: Key, retry_count: int, now_ms: int) -> OpenAlarm | None:
+        """Start the alarm run of an open actor whose stored alarm is due by ``now_ms``, if
+        nothing makes it wait (its start hook, its input gate, a run under way); None: the wake
+        goes the whole way (``fire_alarm``)."""
+        act = self._active.get(key)
+        if act is None or act.starting or act.alarm_running or act.gate.closed or self.stopping:
+            return None
+        stored = act.runtime_storage.stored_alarm()
+        if stored is None or stored > now_ms:
+            return None
+        act.alarm_running = True
+        act.pending += 1  # an alarm run is never refused by the queue bound
+        self._inflight += 1
+        scope = RequestScope(self.ids.new_id("req"), None)
+        scope.__enter__()  # every log line of the run carries its request id
+        try:
+            run = alarm_runs.begin(act, retry_count, stored, clock=self.clock,
+                                   event_sink=self.event_sink, log=self.log, watch=self.watch)
+        except BaseException:
+            scope.__exit__()
+            act.alarm_running = False
+            self._release(act)
+            raise
+        return OpenAlarm(run, scope)
+
+    def end_alarm(self, started: OpenAlarm, error: BaseException | None) -> AlarmResult:
+        """``begin_alarm``'s run after its step (``error``: what the step raised). A cancellation
+        (not an ``Exception``) ends it without an outcome: the caller re-raises it."""
+        run = started.run
+        act = run.act
+        try:
+            try:
+                alarm_runs.finish(run, error, self.log)
+            finally:
+                started.scope.__exit__()
+            if error is not None and not isinstance(error, Exception):
+                return AlarmResult(AlarmOutcome.FAILED, None)
+            return alarm_runs.settle(run, error, started.scope, self.log)
         finally:
             act.alarm_running = False
             self._release(act)
