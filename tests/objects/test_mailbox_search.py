@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from mailbox_actors.objects.identity_mailbox import search
+from mailbox_actors.objects.identity_mailbox.ingest_batch import IngestBatch
 from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import DeleteMessage, Ingest
 from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit
@@ -212,6 +214,23 @@ async def test_ingest_queues_for_the_index_and_a_search_finds_every_message_at_o
         assert queued(path) == 1
         assert ids(await find(rt, m, "kiwi")) == [late, *reversed(first)]
         assert queued(path) == 0 and "late" in terms(path)
+
+
+async def test_messages_ingested_in_one_transaction_are_each_queued_as_themselves() -> None:
+    """IN-10, IN-5: the SMTP door's batch (several ingests, one transaction) queues each message
+    under its own seq: each is found by its own words, at its turn and by a search."""
+    async with TestRuntime() as rt:
+        m = await mailbox(rt)
+        items = [Ingest(source_id=f"b{n}", raw=mail(n, subject=f"batch {word}", body=word))
+                 for n, word in enumerate(("ocelot", "serval", "caracal"))]
+        env = Envelope(v=ENVELOPE_VERSION, **IDS, request_id=rt.node.ids.new_id("req"),
+                       deadline_ms=rt.now_ms() + 60_000, req=IngestBatch(items=items))
+        answers = list(await rt.node.router.call_envelope(NS, m, env))
+        assert queued(rt.node.host.path_for(NS, m)) == 3
+        await rt.advance(search.INDEX_DELAY_MS)
+        for word, answer in zip(("ocelot", "serval", "caracal"), answers, strict=True):
+            assert ids(await find(rt, m, word)) == [answer.message_id]
+        assert ids(await find(rt, m, "batch")) == [a.message_id for a in reversed(answers)]
 
 
 async def test_a_message_still_queued_is_deleted_or_given_text_in_step_with_the_index() -> None:
