@@ -64,7 +64,8 @@ class QuickCheckAhead:
 
     def _check(self) -> None:
         try:
-            conn = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, isolation_level=None)
+            conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
+                                   isolation_level=None)
             try:
                 rows = conn.execute("PRAGMA quick_check").fetchall()
             finally:
