@@ -73,3 +73,34 @@ async def test_an_instants_alarms_are_acknowledged_each_after_its_own_commit(
         assert items_in_file(rt.node.host.path_for(*failed)) == [("x", "1")]
         assert await afs.scratch(rt, ids[1], afs.GetAlarm()) is None
         assert sched.pending(failed) is None
+
+
+@pytest.mark.anyio
+async def test_a_run_that_cannot_start_is_a_failed_run_retried_and_the_others_fire(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AL-3: if starting an open actor's run fails unexpectedly (a bug guard of the scheduler's
+    batch path), that alarm is not acknowledged: it stays stored and comes back as a retry, and
+    the other alarms of the instant still fire."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        at = rt.now_ms() + 1_000
+        ids = [await afs.new_scratch(rt, name, alarm_at=at) for name in ("a", "b")]
+        host = rt.node.host
+        begin = host.begin_alarm
+
+        def refusing(key: tuple[str, str], retry_count: int, now_ms: int) -> object:
+            if key == (NS, ids[0]) and retry_count == 0:
+                raise RuntimeError("a bug")
+            return begin(key, retry_count, now_ms)
+
+        monkeypatch.setattr(host, "begin_alarm", refusing)
+        sched = rt.node.scheduler
+        assert sched is not None
+        await rt.advance(1_000)
+        assert [s.object_id for s in afs.ALARM_LOG] == [ids[1]]
+        failed = (NS, ids[0])
+        assert await afs.scratch(rt, ids[0], afs.GetAlarm()) == at
+        retry_at = sched.pending(failed)
+        assert retry_at is not None and retry_at > at and sched.retry_count(failed) == 1
+        await rt.advance(retry_at - rt.now_ms())
+        assert [(s.object_id, s.retry_count) for s in afs.ALARM_LOG][-1] == (ids[0], 1)
+        assert await afs.scratch(rt, ids[0], afs.GetAlarm()) is None

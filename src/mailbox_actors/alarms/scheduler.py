@@ -157,7 +157,16 @@ class AlarmScheduler:
             started = None
             if e is not None:
                 retry, due = e.retry, e.at
-                started = runner.begin_alarm(key, retry, now)
+                try:
+                    started = runner.begin_alarm(key, retry, now)
+                except Exception as exc:  # a bug guard, as ``_fire``'s: a failed run, retried
+                    self._running.discard(key)
+                    self._log.error("alarm_fire_crashed", namespace=key[0], object_id=key[1],
+                                    error=type(exc).__name__)
+                    self._record(key, retry, due, AlarmResult(AlarmOutcome.FAILED, None), now)
+                    if clock() >= until:
+                        return
+                    continue
             if started is None:
                 await self._fire(key)
             else:
