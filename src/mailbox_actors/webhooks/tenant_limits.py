@@ -17,13 +17,15 @@ TENANT_FRESH_MS = 100  # how long a tenant row read for one delivery serves the 
 
 
 class _Slots:
-    """A tenant's attempts in flight in this process: when each started (anyio time)."""
+    """A tenant's attempts in flight in this process: when each started (anyio time), and the
+    event the attempts waiting for a slot wait on (made by the first of them: a tenant below its
+    cap, nearly every delivery, makes none)."""
 
     __slots__ = ("freed", "started")
 
     def __init__(self) -> None:
         self.started: dict[str, float] = {}
-        self.freed = anyio.Event()
+        self.freed: anyio.Event | None = None
 
 
 class _TenantRead:
@@ -52,14 +54,19 @@ class TenantSlots:
         """A slot for one attempt, or False if the tenant stays at its cap (its endpoint is slow)."""
         while True:
             # Looked up afresh after every wait: the last holder may have dropped the entry.
-            slots = self._by_tenant.setdefault(tenant_id, _Slots())
+            slots = self._by_tenant.get(tenant_id)
+            if slots is None:
+                slots = self._by_tenant[tenant_id] = _Slots()
             if cap is None or len(slots.started) < cap:
                 break
             wait_s = min(slots.started.values()) + SLOT_WAIT_S - anyio.current_time()
             if wait_s <= 0:
                 return False
+            freed = slots.freed
+            if freed is None:
+                freed = slots.freed = anyio.Event()
             with anyio.move_on_after(wait_s):
-                await slots.freed.wait()
+                await freed.wait()
         slots.started[key] = anyio.current_time()
         return True
 
@@ -67,8 +74,10 @@ class TenantSlots:
         slots = self._by_tenant.get(tenant_id)
         if slots is None or slots.started.pop(key, None) is None:
             return
-        slots.freed.set()
-        slots.freed = anyio.Event()
+        freed = slots.freed
+        if freed is not None:  # wake every attempt waiting; later ones wait on a new event
+            slots.freed = None
+            freed.set()
         if not slots.started:
             del self._by_tenant[tenant_id]
 
