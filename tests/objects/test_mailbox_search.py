@@ -1,8 +1,5 @@
 """Search of received mail (IN-9, IN-10): SQLite FTS5 in the actor's own file under the runtime's
-statement screening, kept in step with ingest, attachment text, deletion and erase. Ingest queues
-a message for the index (``alarm:index`` indexes the queued ones together ``INDEX_DELAY_MS``
-later) and a search indexes what is queued before it reads, so every search finds every message
-ingested before it."""
+statement screening, kept in step with ingest, attachment text, deletion and erase."""
 
 from __future__ import annotations
 
@@ -12,10 +9,7 @@ from typing import Any
 
 import pytest
 
-from mailbox_actors.objects.identity_mailbox import search
-from mailbox_actors.objects.identity_mailbox.ingest_batch import IngestBatch
 from mailbox_actors.testing import TestRuntime
-from mailbox_actors.wire.envelope import ENVELOPE_VERSION, Envelope
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.inbound import DeleteMessage, Ingest
 from mailbox_actors.wire.mailbox import MailboxErase, MailboxInit
@@ -175,7 +169,6 @@ async def test_a_deleted_message_and_an_erased_mailbox_leave_no_trace_in_the_ind
         await ingest(rt, m, 2, subject="giraffe", body="lion")
         await rt.call(NS, m, AttachmentTextReady(message_id=a, part=0, text="pangolin"), **IDS)
         path = rt.node.host.path_for(NS, m)
-        await rt.advance(search.INDEX_DELAY_MS)  # alarm:index
         assert {"zebra", "okapi", "pangolin", "giraffe", "lion"} <= terms(path)
         assert (await rt.call(NS, m, DeleteMessage(message_id=a), **IDS))["deleted"] is True
         left = terms(path)
@@ -190,67 +183,6 @@ async def test_a_deleted_message_and_an_erased_mailbox_leave_no_trace_in_the_ind
         assert b"giraffe" not in blobs and b"lion" not in blobs
 
 
-def queued(path: Path) -> int:
-    """How many messages wait for ``alarm:index``, read beside the actor."""
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-        return int(conn.execute("SELECT count(*) FROM search_pending").fetchone()[0])
-
-
-async def test_ingest_queues_for_the_index_and_a_search_finds_every_message_at_once() -> None:
-    """IN-10: ingest queues each message for the index; alarm:index indexes those that arrived
-    in its INDEX_DELAY_MS together, in one transaction (one segment); a search made before then
-    indexes the queued messages first, so it finds every message ingested before it."""
-    async with TestRuntime() as rt:
-        m = await mailbox(rt)
-        path = rt.node.host.path_for(NS, m)
-        first = [await ingest(rt, m, n, subject=f"kiwi {n}", body="fruit") for n in range(3)]
-        assert queued(path) == 3 and terms(path) == set()
-        await rt.advance(search.INDEX_DELAY_MS - 1)
-        assert queued(path) == 3
-        await rt.advance(1)
-        assert queued(path) == 0 and {"kiwi", "fruit"} <= terms(path)
-        assert segments(path)[0] == 1  # the three in one transaction
-        late = await ingest(rt, m, 3, subject="kiwi late", body="fruit")
-        assert queued(path) == 1
-        assert ids(await find(rt, m, "kiwi")) == [late, *reversed(first)]
-        assert queued(path) == 0 and "late" in terms(path)
-
-
-async def test_messages_ingested_in_one_transaction_are_each_queued_as_themselves() -> None:
-    """IN-10, IN-5: the SMTP door's batch (several ingests, one transaction) queues each message
-    under its own seq: each is found by its own words, at its turn and by a search."""
-    async with TestRuntime() as rt:
-        m = await mailbox(rt)
-        items = [Ingest(source_id=f"b{n}", raw=mail(n, subject=f"batch {word}", body=word))
-                 for n, word in enumerate(("ocelot", "serval", "caracal"))]
-        env = Envelope(v=ENVELOPE_VERSION, **IDS, request_id=rt.node.ids.new_id("req"),
-                       deadline_ms=rt.now_ms() + 60_000, req=IngestBatch(items=items))
-        answers = list(await rt.node.router.call_envelope(NS, m, env))
-        assert queued(rt.node.host.path_for(NS, m)) == 3
-        await rt.advance(search.INDEX_DELAY_MS)
-        for word, answer in zip(("ocelot", "serval", "caracal"), answers, strict=True):
-            assert ids(await find(rt, m, word)) == [answer.message_id]
-        assert ids(await find(rt, m, "batch")) == [a.message_id for a in reversed(answers)]
-
-
-async def test_a_message_still_queued_is_deleted_or_given_text_in_step_with_the_index() -> None:
-    """IN-9, IN-10: a message deleted before its turn is never indexed (no trace of it); text
-    given for a queued message's attachment is indexed with it at its turn."""
-    async with TestRuntime() as rt:
-        m = await mailbox(rt)
-        path = rt.node.host.path_for(NS, m)
-        gone = await ingest(rt, m, 1, subject="quagga", body="striped")
-        kept = await ingest(rt, m, 2, subject="scan", body="see attached", attachment=True)
-        await rt.call(NS, m, AttachmentTextReady(message_id=kept, part=0, text="tapir"), **IDS)
-        assert (await rt.call(NS, m, DeleteMessage(message_id=gone), **IDS))["deleted"] is True
-        assert queued(path) == 1
-        await rt.advance(search.INDEX_DELAY_MS)
-        left = terms(path)
-        assert {"quagga", "striped"}.isdisjoint(left) and {"scan", "tapir"} <= left
-        assert ids(await find(rt, m, "attachments:tapir")) == [kept]
-        assert ids(await find(rt, m, "quagga")) == []
-
-
 def segments(path: Path) -> tuple[int, str | None]:
     """(how many segments the index has, its automerge setting), read beside the actor."""
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
@@ -262,12 +194,13 @@ def segments(path: Path) -> tuple[int, str | None]:
 
 async def test_merges_are_bounded_and_the_index_stays_right_after_many_ingests(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """IN-10: automatic merges are off (a whole level is never merged inside one transaction);
-    each transaction that indexes does a bounded merge instead. With the bound at one page and
-    each message indexed alone (merges spread over many transactions), after 400 ingests,
-    attachment texts, reparses and deletions every word finds
+    """IN-10: automatic merges are off (a whole level is never merged inside one ingest); each
+    ingest does a bounded merge instead. With the bound at one page (merges spread over many
+    ingests), after 400 ingests, attachment texts, reparses and deletions every word finds
     exactly the messages holding it, newest first, the segments stay few, and a deleted
     message's words leave the index."""
+    from mailbox_actors.objects.identity_mailbox import search
+
     monkeypatch.setattr(search, "MERGE_PAGES", 1)
     words = [f"w{k:03d}" for k in range(60)]
     async with TestRuntime() as rt:
@@ -281,7 +214,6 @@ async def test_merges_are_bounded_and_the_index_stays_right_after_many_ingests(
             mid = await ingest(rt, m, n, subject=f"note {mine[0]}",
                                body=" ".join([*mine[1:], f"only{n}"]), attachment=n % 50 == 0)
             given.append(mid)
-            await rt.advance(search.INDEX_DELAY_MS)  # alarm:index: one segment per message
             for w in mine:
                 holds[w].insert(0, mid)
             if n % 50 == 0:

@@ -1,12 +1,11 @@
 """Search figures (PERF, SPEC section 12; IN-10): ``search_messages`` over 10,000 messages in one
 IdentityMailbox, p50 and p99 through the node's in-process RPC path.
 
-The mailbox is filled by ``ingest`` (so the FTS5 index is built as it is in use: by
-``alarm:index``, a transaction for the messages of each 50 ms) with seeded synthetic mail: a
-subject and a dozen lines drawn from a 3,000-word vocabulary, every tenth with an attachment. The
-queries go round a fixed mix: a word in every message, a mid-frequency word, a rare one, a
-phrase, a prefix, a column filter, and a word with a sender and a received-range filter; each
-answers its first page (20, newest first).
+The mailbox is filled by ``ingest`` (so the FTS5 index is built as it is in use, one message per
+transaction) with seeded synthetic mail: a subject and a dozen lines drawn from a 3,000-word
+vocabulary, every tenth with an attachment. The queries go round a fixed mix: a word in every
+message, a mid-frequency word, a rare one, a phrase, a prefix, a column filter, and a word with a
+sender and a received-range filter; each answers its first page (20, newest first).
 """
 
 from __future__ import annotations

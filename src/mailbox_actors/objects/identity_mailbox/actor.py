@@ -127,13 +127,10 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(18, sources.RAW_SCHEMA),  # UI-2: raw sources kept with their messages
         # IN-10: the index's merges bounded per ingest, never a whole level at once
         Migration(19, search.FTS_MERGE_SCHEMA),
-        # IN-10: ingest queues a message for the index; alarm:index indexes several at once
-        Migration(20, search.PENDING_SCHEMA),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick",
-                                                   "reparse": "reparse_tick",
-                                                   search.INDEX_PURPOSE: "index_tick"}
+                                                   "reparse": "reparse_tick"}
 
     def __init__(self, ctx: ActorContext) -> None:
         super().__init__(ctx)
@@ -238,13 +235,6 @@ class IdentityMailbox(Actor[MailboxRequest]):
     async def reparse_tick(self) -> None:
         """``alarm:reparse`` (IN-8): the next page of a reparse of every message."""
         reparse.run_page(self.ctx, self.sql, inbound.limits(self.inbox))
-
-    async def index_tick(self) -> None:
-        """``alarm:index`` (IN-10): the messages ingested since the last run, indexed together;
-        re-armed for now while more are pending than one transaction takes."""
-        if not self.ctx.erased and search.index_pending(self.sql):
-            self.sql.transaction_sync(
-                lambda tx: self.ctx.schedule(search.INDEX_PURPOSE, tx.now_ms()))
 
     async def dispatch_tick(self) -> None:
         """``alarm:dispatch`` (CA-4): Carrier's wake; see ``carrier/dispatch.py``."""

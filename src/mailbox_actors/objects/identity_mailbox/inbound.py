@@ -2,9 +2,9 @@
 
 ``ingest`` refuses a message over the cap, answers a replayed source id from its record (other
 bytes: ``conflict``), parses outside the transaction (in a worker thread when large), then stores
-the message, its thread, its matched waits, its ``message.received`` event (ids and sizes only)
-and its place in the search index's queue (``search.pending``) in one transaction. The schema is
-``INBOUND_SCHEMA`` then ``INBOUND_LEAN``; the wait half lives in ``waits``.
+the message, its thread, its matched waits and its ``message.received`` event (ids and sizes only)
+in one transaction. The schema is ``INBOUND_SCHEMA`` then ``INBOUND_LEAN``; the wait half lives
+in ``waits``.
 """
 
 from __future__ import annotations
@@ -194,7 +194,8 @@ def store(mb: Inbox, tx: SqlStorage, source_id: str, digest: str, size: int,
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             message_id, thread_id, p.message_id, p.from_addr, p.subject, p.date_ms, now, size,
             _ENC.encode(detail), p.text, p.html)
-    search.pending(tx, mb.ctx.schedule)  # IN-10: indexed by alarm:index, or the next search
+    tx.exec(search.INDEX_NEW, p.subject, search.body_of(p.text, p.html))  # IN-10, same commit
+    search.merge_some(tx)  # bounded: automatic merges are off
     if raw is not None:
         sources.keep_raw(tx, message_id, raw)  # UI-2: the source as received
     for idx, att in enumerate(p.attachments):
@@ -274,7 +275,6 @@ def delete_message(mb: Inbox, req: DeleteMessage) -> DeleteMessageReply:
         if not rows:
             return DeleteMessageReply(deleted=False)
         search.unindex(tx, req.message_id)  # while the row still says what was indexed
-        search.drop_pending(tx, req.message_id)  # not indexed yet: it never will be
         tx.exec("DELETE FROM attachment_chunks WHERE message_id = ?", req.message_id)
         tx.exec("DELETE FROM raw_chunks WHERE message_id = ?", req.message_id)
         tx.exec("DELETE FROM attachment_texts WHERE message_id = ?", req.message_id)

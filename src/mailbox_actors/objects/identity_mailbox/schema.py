@@ -9,7 +9,7 @@ reverse) fails there.
 from __future__ import annotations
 
 from mailbox_actors import carrier
-from mailbox_actors.objects.identity_mailbox.search import PENDING_SCHEMA, SEARCH_SCHEMA
+from mailbox_actors.objects.identity_mailbox.search import SEARCH_SCHEMA
 from mailbox_actors.objects.identity_mailbox.sources import RAW_SCHEMA
 from mailbox_actors.objects.identity_mailbox.waits import WAITS_SCHEMA
 from mailbox_actors.objects.shared_schema import RATE_WINDOWS_SCHEMA
@@ -47,7 +47,6 @@ INBOUND = (
     *RAW_SCHEMA,  # the raw sources (UI-2)
     # Search (IN-9, IN-10): attachment text and the FTS5 index (its shadow tables are FTS5's).
     *SEARCH_SCHEMA[:2],
-    *PENDING_SCHEMA,  # messages ingested, not indexed yet
 )
 
 # The mailbox's own tables: lifecycle, the roster's Post (objects/roster.py), outbound mail (the

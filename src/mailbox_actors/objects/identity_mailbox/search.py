@@ -1,5 +1,5 @@
 """Full-text search of an IdentityMailbox's received mail (IN-9, IN-10): an SQLite FTS5 index in
-the actor's own file, kept in step with the messages.
+the actor's own file, kept in step with the messages in the same transactions.
 
 ``message_search`` is a contentless FTS5 table (it stores tokens, not a second copy of the mail)
 keyed by the message's ``seq``: its columns are the subject, the body (the text part, else the
@@ -10,23 +10,13 @@ the values come from the stored row by one statement (``_VALUES``), the same at 
 ``erase`` empties the index with ``delete-all`` and a deleted message's tokens are merged away at
 once (``optimize``), so neither leaves a trace in it.
 
-Ingest does not index: it records the message's ``seq`` in ``search_pending``, in its own
-transaction, and ``alarm:index`` (``INDEX_DELAY_MS`` later, once for all the messages that arrive
-meanwhile) indexes every pending message in one transaction (``index_pending``). Each transaction
-that indexes writes a new segment and its index pages; one per several messages, not one per
-ingest, is most of what the SMTP door's ingest spent on search. A search first indexes whatever
-is pending (in its own transaction, before it reads), so it finds every message ingested before
-it, as if indexing were immediate; the alarm only keeps the pending list short when nobody
-searches. The pending row is in the ingest's transaction and the alarm is durable, so a message
-is indexed after a crash too. ``unindex`` and ``index`` leave a pending message alone (its row is
-indexed with its latest values when its turn comes); deletion drops its pending row.
-
 Merges are bounded (``MERGE_PAGES``). Each transaction that indexes adds a segment to the index;
-FTS5's automatic merging would, now and then, merge a whole level of segments inside one
-transaction (100-250 ms with the event loop held, at 10,000 messages). ``FTS_MERGE_SCHEMA`` turns
-it off (``automerge`` 0) and every transaction that indexes does a ``merge`` of at most
-``MERGE_PAGES`` pages instead (``merge_some``): a level's merge is spread over the transactions
-that follow, and the levels stay short (below ``crisismerge``, FTS5's own emergency merge).
+FTS5's automatic merging would, now and then, merge a whole level of segments inside one ingest
+(100-250 ms with the event loop held, at 10,000 messages). ``FTS_MERGE_SCHEMA`` turns it off
+(``automerge`` 0) and every transaction that indexes does a ``merge`` of at most ``MERGE_PAGES``
+pages instead (``merge_some``): a level's merge is spread over the ingests that follow, and since
+each ingest adds about a page and does up to ``MERGE_PAGES`` of merging, the levels stay short
+(below ``crisismerge``, FTS5's own emergency merge).
 
 A query FTS5 cannot parse is ``invalid_request`` with its position, found on a private in-memory
 FTS5 table before the actor's file is asked. Nothing here logs a query or a text.
@@ -37,7 +27,6 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from mailbox_actors.objects.identity_mailbox import threads
@@ -52,10 +41,9 @@ from mailbox_actors.wire.search import (
     SearchReply,
 )
 
-__all__ = ["FTS_MERGE_SCHEMA", "INDEX_DELAY_MS", "INDEX_PAGE", "INDEX_PURPOSE",
-           "MAX_ATTACHMENT_TEXT_BYTES", "MERGE_PAGES", "PENDING_SCHEMA", "SEARCH_SCHEMA",
-           "SEARCH_TABLES", "attachment_text_ready", "check_query", "drop_pending", "erase",
-           "forget", "index", "index_pending", "merge_some", "pending", "search", "unindex"]
+__all__ = ["FTS_MERGE_SCHEMA", "INDEX_NEW", "MAX_ATTACHMENT_TEXT_BYTES", "MERGE_PAGES",
+           "SEARCH_SCHEMA", "SEARCH_TABLES", "attachment_text_ready", "body_of", "check_query",
+           "erase", "forget", "index", "merge_some", "search", "unindex"]
 
 # Text of one attachment part kept for search: more is refused (limit_exceeded), never cut.
 MAX_ATTACHMENT_TEXT_BYTES = 1 << 20
@@ -82,60 +70,24 @@ FTS_MERGE_SCHEMA = (
 # message adds, so merging keeps up; a bound on the time one ingest spends merging.
 MERGE_PAGES = 16
 _MERGE = "INSERT INTO message_search (message_search, rank) VALUES ('merge', ?)"
-# A later migration: the messages ingested and not indexed yet, by seq (``pending``).
-PENDING_SCHEMA = ("CREATE TABLE search_pending (seq INTEGER PRIMARY KEY)",)
 # Erase empties these with the messages (IN-6); the index itself by ``erase``.
-SEARCH_TABLES = ("attachment_texts", "search_pending")
-
-INDEX_PURPOSE = "index"  # alarm:index indexes the pending messages (``index_pending``)
-# How long after a message arrives (with no search meanwhile) the index holds it, at most about:
-# the messages arriving meanwhile are indexed together, in one transaction.
-INDEX_DELAY_MS = 50
-INDEX_PAGE = 256  # messages one indexing transaction takes, at most (then it re-arms for now)
+SEARCH_TABLES = ("attachment_texts",)
 
 # What a message is indexed with, from its stored row: the same statement at index and unindex.
-# A message still pending is neither (``NOT IN``): its turn indexes its latest values.
 _VALUES = ("SELECT m.seq, m.subject, coalesce(m.text, m.html, ''), coalesce((SELECT "
            "group_concat(a.text, ' ') FROM (SELECT text FROM attachment_texts WHERE "
-           "message_id = m.id ORDER BY part) a), '') FROM messages m WHERE m.{key} = ? "
-           "AND m.seq NOT IN (SELECT seq FROM search_pending)")
+           "message_id = m.id ORDER BY part) a), '') FROM messages m WHERE m.{key} = ?")
 _INDEX = ("INSERT INTO message_search (rowid, subject, body, attachments) " + _VALUES)
 _UNINDEX = ("INSERT INTO message_search (message_search, rowid, subject, body, attachments) "
             + _VALUES.replace("SELECT m.seq,", "SELECT 'delete', m.seq,", 1))
-# Every pending message up to a seq, in one statement (``index_pending``).
-_INDEX_PENDING = ("INSERT INTO message_search (rowid, subject, body, attachments) "
-                  "SELECT m.seq, m.subject, coalesce(m.text, m.html, ''), coalesce((SELECT "
-                  "group_concat(a.text, ' ') FROM (SELECT text FROM attachment_texts WHERE "
-                  "message_id = m.id ORDER BY part) a), '') FROM search_pending p "
-                  "JOIN messages m ON m.seq = p.seq WHERE p.seq <= ? ORDER BY p.seq")
 # Right after a message's own INSERT (ingest): its seq is the last rowid inserted.
-_PENDING_NEW = "INSERT INTO search_pending (seq) VALUES (last_insert_rowid())"
+INDEX_NEW = ("INSERT INTO message_search (rowid, subject, body, attachments) "
+             "VALUES (last_insert_rowid(), ?, ?, '')")
 
 
-def pending(tx: SqlStorage, schedule: Callable[[str, int], None]) -> None:
-    """Right after the message's INSERT in the ingest's transaction: the message is to be
-    indexed; ``alarm:index`` is scheduled (``schedule(purpose, at_ms)``) unless it already is for
-    the messages pending before it."""
-    tx.exec(_PENDING_NEW)  # first: last_insert_rowid() is the message's until another insert
-    if len(tx.exec("SELECT seq FROM search_pending LIMIT 2").all()) == 1:  # the first queued
-        schedule(INDEX_PURPOSE, tx.now_ms() + INDEX_DELAY_MS)
-
-
-def index_pending(sql: SqlStorage, limit: int = INDEX_PAGE) -> bool:
-    """In a transaction of its own: up to ``limit`` pending messages indexed, oldest first, with
-    one bounded merge. True when more are pending."""
-    rows = sql.exec("SELECT seq FROM search_pending ORDER BY seq LIMIT ?", limit + 1).all()
-    if not rows:
-        return False
-    last = rows[min(limit, len(rows)) - 1][0]
-
-    def run(tx: SqlStorage) -> None:
-        tx.exec(_INDEX_PENDING, last)
-        tx.exec("DELETE FROM search_pending WHERE seq <= ?", last)
-        merge_some(tx)
-
-    sql.transaction_sync(run)
-    return len(rows) > limit
+def body_of(text: str | None, html: str | None) -> str:
+    """The body column a message is indexed with (``coalesce(text, html, '')`` in SQL)."""
+    return text if text is not None else html if html is not None else ""
 
 
 def index(tx: SqlStorage, message_id: str) -> None:
@@ -152,12 +104,6 @@ def merge_some(tx: SqlStorage) -> None:
 def unindex(tx: SqlStorage, message_id: str) -> None:
     """Before the message's row (or its attachment text) changes or goes."""
     tx.exec(_UNINDEX.format(key="id"), message_id)
-
-
-def drop_pending(tx: SqlStorage, message_id: str) -> None:
-    """Before a message's row goes (deletion): it is not to be indexed any more."""
-    tx.exec("DELETE FROM search_pending WHERE seq IN (SELECT seq FROM messages WHERE id = ?)",
-            message_id)
 
 
 def forget(tx: SqlStorage) -> None:
@@ -207,8 +153,6 @@ def check_query(query: str) -> None:
 
 def search(sql: SqlStorage, req: SearchMessages) -> SearchReply:
     check_query(req.query)
-    while index_pending(sql):  # every message ingested before this search is found
-        pass
     f = req.filters
     before = _cursor(req.cursor)
     where = ["message_search MATCH ?", "s.rowid < ?"]
