@@ -80,7 +80,8 @@ def _errors() -> str:
             "object itself (`identity_not_found` from a mailbox); Post on the control database "
             "answers `tenant_not_found`.",
             "- A path no endpoint serves (the node's, an inspection endpoint's, a console "
-            "page's): `invalid_request` (400) with `details.field` = `path`.",
+            "page's): HTTP 404, as RPC-7 has it, with `invalid_request` in the body (SPEC 5's "
+            "table has no code for a path) and `details.field` = `path`.",
             "- `method_not_allowed` (405) is RPC-7's wrong-method answer, with an `allow` "
             "header."]
     return "\n".join(out) + "\n"

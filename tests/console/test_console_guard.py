@@ -68,20 +68,20 @@ def test_every_action_needs_the_sessions_csrf_token(stack: Stack) -> None:
 def test_bad_input_is_refused_with_the_projects_codes(stack: Stack) -> None:
     """UI-4: ids, cursors and form fields are checked: invalid_request naming the field,
     identity_not_found / domain_not_found / email_not_found for what does not exist,
-    invalid_request for a path or dead letter that names nothing."""
+    invalid_request for a path (with RPC-7's HTTP 404) or a dead letter that names nothing."""
     s = Session(stack.dev.url)
     s.sign_in(stack.operator_token)
     iid = stack.support["id"]
     cases = [
         ("GET", "/identities/idn_nope", None, 404, "identity_not_found"),
         ("GET", "/identities/idn%3Cscript%3E", None, 400, "invalid_request"),
-        ("GET", "/identities/..%2F..%2Fetc", None, 400, "invalid_request"),
+        ("GET", "/identities/..%2F..%2Fetc", None, 404, "invalid_request"),
         ("GET", f"/identities/{iid}?cursor=%27%3Bdrop", None, 400, "invalid_request"),
         ("GET", f"/identities/{iid}/messages/imsg_0000", None, 404, "email_not_found"),
         ("GET", f"/identities/{iid}/messages/bad%20id", None, 400, "invalid_request"),
         ("GET", f"/identities/{iid}/threads/thr_0000", None, 404, "email_not_found"),
         ("GET", "/domains/dom_nope", None, 404, "domain_not_found"),
-        ("GET", "/no/such/page", None, 400, "invalid_request"),
+        ("GET", "/no/such/page", None, 404, "invalid_request"),  # RPC-7: unknown path
         ("POST", "/", {}, 405, "method_not_allowed"),
         ("POST", "/queues/webhooks/redrive", {"message_id": "qm_0000"}, 400, "invalid_request"),
         ("POST", "/queues/webhooks/redrive", {"message_id": "a b"}, 400, "invalid_request"),

@@ -159,6 +159,10 @@ class Findings:
         if status == 200:
             if code is ErrorCode.INTERNAL_ERROR:
                 self.fail(what, f"200 with internal_error (a crash inside the node): {text[:300]}")
+        elif status == 404 and code is ErrorCode.INVALID_REQUEST:
+            # RPC-7's unknown path: HTTP 404 with invalid_request (wire/errors.UnknownPath).
+            if (err.get("details") or {}).get("field") != "path":
+                self.fail(what, f"404 that names no path: {text[:300]}")
         elif code.http_status != status:
             self.fail(what, f"HTTP {status} with code {code.value}, whose status is "
                             f"{code.http_status}: {text[:300]}")

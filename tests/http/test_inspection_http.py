@@ -98,7 +98,7 @@ async def test_every_inspection_parameter_is_checked(live: Live) -> None:
     status, body = await live.req("GET", f"/admin/actors/scratch/{missing}", token=OPERATOR)
     assert (status, body["err"]["code"]) == (404, "tenant_not_found")  # the runtime's default
     status, body = await live.req("GET", f"{base}/nothing", token=OPERATOR)
-    assert (status, body["err"]["code"]) == (400, "invalid_request")  # no such endpoint
+    assert (status, body["err"]["code"]) == (404, "invalid_request")  # no such endpoint (RPC-7)
     assert body["err"]["details"]["field"] == "path"
 
 

@@ -36,8 +36,8 @@ SPEC_TABLE: dict[str, tuple[int, bool]] = {
     "timeout": (504, True),
 }
 
-# RPC-7: a wrong method is 405, "with an err body of its own code". (An unknown path is SPEC 5's
-# invalid_request, 400: no code of the table is for a path.)
+# RPC-7: a wrong method is 405, "with an err body of its own code". (An unknown path is HTTP 404
+# with SPEC 5's invalid_request: no code of the table is for a path.)
 RPC7_CODES: dict[str, tuple[int, bool]] = {
     "method_not_allowed": (405, False),
 }

@@ -40,7 +40,7 @@ from mailbox_actors.console.session import COOKIE, CSRF_FIELD, Sessions
 from mailbox_actors.console.settings import ConsoleSettings
 from mailbox_actors.wire.carrier import ResolveEmail
 from mailbox_actors.wire.control import Identity, Tenant
-from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError, UnknownPath
 
 __all__ = ["PAGE_CSP", "create_app"]
 
@@ -156,7 +156,7 @@ def _same_origin(request: Request) -> bool:
 
 
 def _json_error(e: MailboxActorsError) -> JSONResponse:
-    return JSONResponse({"err": msgspec.to_builtins(e.to_body())}, status_code=e.code.http_status)
+    return JSONResponse({"err": msgspec.to_builtins(e.to_body())}, status_code=e.http_status)
 
 
 class _Pages:
@@ -204,14 +204,12 @@ class _Pages:
         assert isinstance(exc, MailboxActorsError)
         if request.url.path.startswith("/api/"):
             return _json_error(exc)
-        return await self.render(request, "error.html", http_status=exc.code.http_status,
+        return await self.render(request, "error.html", http_status=exc.http_status,
                                  err=exc.to_body())
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
-        # SPEC 5 has no code for an unknown path: it is a request to correct (invalid_request).
-        return await self.error(request, MailboxActorsError(ErrorCode.INVALID_REQUEST,
-                                                            "no such page in the console",
-                                                            details={"field": "path"}))
+        return await self.error(request, UnknownPath("no such page in the console",
+                                                     endpoints=["/"]))
 
     async def not_allowed(self, request: Request, exc: Exception) -> Response:
         return await self.error(request, MailboxActorsError(ErrorCode.METHOD_NOT_ALLOWED,

@@ -21,7 +21,7 @@ from mailbox_actors.node.forwarding import FORWARD_MAX_S, FORWARDED_HEADER
 from mailbox_actors.node.node import Node
 from mailbox_actors.platform.descriptors import nofile_limit
 from mailbox_actors.platform.logging import get_logger
-from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
+from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError, UnknownPath
 from mailbox_actors.wire.shared_replies import IdReply
 
 # /admin/{root}/... of operator inspection (node.inspection_http, imported at its first request)
@@ -159,12 +159,10 @@ class NodeApp:
                 return self._auth(headers, True) or (
                     await self.inspection.answer(parts, query, headers, body))
         except MailboxActorsError as e:
-            return e.code.http_status, _ENC.encode({"err": e.to_body()}), _JSON
-        # SPEC 5 has no code for a path: a request to correct (its table's status, 400).
-        return error_response(ErrorCode.INVALID_REQUEST, "no such endpoint",
-                              details={"field": "path",
-                                       "endpoints": ["/rpc/{namespace}/{object_id}", "/healthz",
-                                                     "/metrics", "/openapi.json", "/ids/..."]})
+            return e.http_status, _ENC.encode({"err": e.to_body()}), _JSON
+        no_path = UnknownPath("no such endpoint", endpoints=[
+            "/rpc/{namespace}/{object_id}", "/healthz", "/metrics", "/openapi.json", "/ids/..."])
+        return no_path.http_status, _ENC.encode({"err": no_path.to_body()}), _JSON
 
     @property
     def inspection(self) -> Any:

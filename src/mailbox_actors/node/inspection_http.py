@@ -35,7 +35,13 @@ from mailbox_actors.objects.identity_mailbox.sources import (
     get_raw_message,
 )
 from mailbox_actors.platform.storage.readonly import read_only, table_exists
-from mailbox_actors.wire.errors import ErrorBody, ErrorCode, InvalidRequest, MailboxActorsError
+from mailbox_actors.wire.errors import (
+    ErrorBody,
+    ErrorCode,
+    InvalidRequest,
+    MailboxActorsError,
+    UnknownPath,
+)
 from mailbox_actors.wire.inspection import ActorsPage, NamespaceCount, NamespacesView, Redrive
 from mailbox_actors.wire.sources import GetAttachment, GetRawMessage
 
@@ -261,15 +267,11 @@ class InspectionRoutes:
 
 
 def _no_endpoint() -> MailboxActorsError:
-    # SPEC 5 has no code for an unknown path: it is a request to correct (invalid_request).
-    return MailboxActorsError(ErrorCode.INVALID_REQUEST, "no such inspection endpoint", details={
-        "field": "path", "endpoints": ["/admin/inspect", "/admin/actors/{namespace}",
-                      "/admin/actors/{namespace}/{id}",
-                      "/admin/actors/{namespace}/{id}/rows/{table}",
-                      "/admin/actors/{namespace}/{id}/kv",
-                      "/admin/actors/{namespace}/{id}/outbox",
-                      "/admin/queues/{queue}/dead-letters", "/admin/queues/{queue}/redrive",
-                      "/admin/events"]})
+    return UnknownPath("no such inspection endpoint", endpoints=[
+        "/admin/inspect", "/admin/actors/{namespace}", "/admin/actors/{namespace}/{id}",
+        "/admin/actors/{namespace}/{id}/rows/{table}", "/admin/actors/{namespace}/{id}/kv",
+        "/admin/actors/{namespace}/{id}/outbox", "/admin/queues/{queue}/dead-letters",
+        "/admin/queues/{queue}/redrive", "/admin/events"])
 
 
 def _ok(value: Any) -> Plain:

@@ -33,6 +33,7 @@ __all__ = [
     "PLATFORM_CODES",
     "PlatformError",
     "PlatformErrorKind",
+    "UnknownPath",
     "platform_code",
 ]
 
@@ -150,6 +151,11 @@ class MailboxActorsError(Exception):
     def retryable(self) -> bool:
         return self.code.retryable
 
+    @property
+    def http_status(self) -> int:
+        """The HTTP status of the answer: the code's, from the table (SPEC 5)."""
+        return self.code.http_status
+
     def to_body(self, request_id: str | None = None) -> ErrorBody:
         return ErrorBody(
             code=self.code,
@@ -172,6 +178,18 @@ class MailboxActorsError(Exception):
 class InvalidRequest(MailboxActorsError):
     def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
         super().__init__(ErrorCode.INVALID_REQUEST, message, details=details)
+
+
+class UnknownPath(InvalidRequest):
+    """A path no endpoint serves: RPC-7's HTTP 404, with SPEC 5's ``invalid_request`` in its body
+    (the table has no code for a path); ``details`` name the path field and what is served."""
+
+    def __init__(self, message: str, *, endpoints: list[str]) -> None:
+        super().__init__(message, details={"field": "path", "endpoints": endpoints})
+
+    @property
+    def http_status(self) -> int:
+        return 404
 
 
 class LimitExceeded(MailboxActorsError):
