@@ -23,6 +23,9 @@ from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, tls_context, veri
 
 clock = test_webhooks.clock  # the same fixtures as the plain-http webhook tests
 world = test_webhooks.world
+# A TLS handshake takes real time (tens of ms on a loaded machine, more): these tests are about
+# its outcome, so an attempt's timeout is far beyond it (a timeout is tested in test_webhooks.py).
+HANDSHAKE_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +67,7 @@ async def test_https_endpoint_with_a_trusted_certificate_gets_the_event(
     receiver = Receiver(clock)
     async with serving_tls(receiver, ca, "127.0.0.1") as port:
         tenant = await https_tenant(world, port)
-        world.attach(world.deliverer(ca_file=ca_file))
+        world.attach(world.deliverer(ca_file=ca_file, attempt_timeout_s=HANDSHAKE_S))
         [event] = await world.emit(tenant, 1)
         await clock.run_until_idle()
     [hit] = receiver.hits
@@ -85,7 +88,7 @@ async def test_a_certificate_not_accepted_is_never_sent_to_and_ends_dead_lettere
     async with serving_tls(receiver, ca, "127.0.0.1" if not trusted else "other.example") as port:
         tenant = await https_tenant(world, port)
         world.attach(world.deliverer(ca_file=ca_file if trusted else None,
-                                     schedule_s=(1.0, 2.0)))
+                                     schedule_s=(1.0, 2.0), attempt_timeout_s=HANDSHAKE_S))
         await world.emit(tenant, 1)
         await clock.run_until_idle()
         assert world.metrics.get("webhooks_retried_total") == 1
@@ -120,7 +123,7 @@ async def test_an_https_url_to_a_plain_http_endpoint_is_not_called_a_certificate
     port = await server.start("127.0.0.1", 0)  # plain HTTP
     try:
         tenant = await https_tenant(world, port)
-        world.attach(world.deliverer(schedule_s=()))
+        world.attach(world.deliverer(schedule_s=(), attempt_timeout_s=HANDSHAKE_S))
         await world.emit(tenant, 1)
         await clock.run_until_idle()
     finally:
