@@ -130,5 +130,4 @@ async def test_an_event_after_delete_all_starts_the_sequence_again_and_records_i
 
         before, after = await rt.run_in_actor(NS, m, steps)
         assert before > 1 and after == 1
-        # The sequence is the outbox row's; _ma_meta's event_seq is written by markings only.
-        assert _meta_in_file(path) == {"alarm:outbox": str(rt.now_ms())}
+        assert _meta_in_file(path) == {"event_seq": "1", "alarm:outbox": str(rt.now_ms())}

@@ -83,10 +83,9 @@ def _delete_dispatched(actor: Any, storage: SqlStorage) -> int:
 @pytest.mark.anyio
 async def test_a_sequence_is_never_taken_twice_when_dispatched_events_are_deleted(
         tmp_path: Path) -> None:
-    """EV-1: each event's sequence is stored with it, not counted in ``_ma_meta`` per event; once
-    every event was dispatched and deleted (an erase, the prune) and the actor opens again, the
-    next event still goes on from the last sequence ever taken, never from what the file still
-    holds."""
+    """EV-1: ``meta.event_seq`` is incremented in each event's transaction; once every event was
+    dispatched and deleted (an erase, the prune) and the actor opens again, the next event still
+    goes on from the last sequence ever taken, never from what the file still holds."""
     async with TestRuntime(tmp_path) as rt:
         m = rt.id_from_name("identity_mailbox", "a")
         await rt.call("identity_mailbox", m, MailboxInit(), **IDS)  # identity.created: 1

@@ -1,9 +1,8 @@
 """The transactional outbox (EV-1..EV-5): events leave an actor at least once and are never lost.
 
 ``append`` runs inside the state-change transaction (the context's ``emit``, which then lowers
-the alarm to now): it takes the next sequence, records ``alarm:outbox`` for now unless it is
-recorded for no later, and stores the event in the actor's ``outbox`` table undispatched: one
-write per event, the outbox row (the sequence is not also written to ``_ma_meta`` per event). The outbox alarm
+the alarm to now): it bumps ``meta.event_seq``, records ``alarm:outbox`` for now (one write)
+and stores the event in the actor's ``outbox`` table undispatched. The outbox alarm
 publishes the undispatched events through the node's ``EventSink`` (index in the control database,
 one ``webhooks`` queue message per event) and only then marks them dispatched: a crash between any
 two steps repeats the step, and consumers deduplicate on the event id.
@@ -11,10 +10,6 @@ two steps repeats the step, and consumers deduplicate on the event id.
 Events are marked dispatched in sequence order, a prefix at a time, so the undispatched ones are
 always the newest: the outbox finds them from the first undispatched sequence, which it keeps in
 memory per connection (read again after any rollback), instead of an index on ``dispatched_at``.
-The last sequence taken is the larger of the newest row's and ``_ma_meta``'s ``event_seq``, which
-each marking sets to the last sequence it marked: only dispatched events are ever deleted (the
-prune, an object's erase), so the newest event is either still a row or at most ``event_seq``, and
-a sequence is never taken twice (EV-1). It is read once per connection (again after a rollback).
 The ``outbox`` table is the runtime's, in every actor's file (``opening.OUTBOX_TABLE``, made and
 upgraded with the runtime schema, not by the object's migrations): keyed by the sequence alone,
 with no index on the event id (ids are unique by construction and never looked up), so an event
@@ -32,7 +27,6 @@ import msgspec
 from mailbox_actors.core.alarm_purposes import meta_key
 from mailbox_actors.core.durations import DAY_MS
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage, runtime_statement
-from mailbox_actors.platform.storage.runtime_known import Known
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest, LimitExceeded, MailboxActorsError
 from mailbox_actors.wire.events import Event, EventsReply
@@ -111,21 +105,6 @@ def check_event_data(data: dict[str, Any]) -> None:
 
 _INSERT = runtime_statement("INSERT INTO outbox (sequence, id, type, occurred_at_ms, body) "
                             "VALUES (?, ?, ?, ?, ?)")
-_SEQ_KEY = "event_seq"  # in _ma_meta: the last sequence a marking marked dispatched
-_LAST_TAKEN = ("SELECT (SELECT v FROM _ma_meta WHERE k = 'event_seq'), "
-               "(SELECT max(sequence) FROM outbox)")
-
-
-def _next_sequence(tx: SqlStorage, known: Known) -> int:
-    """The sequence the next event takes, counted in memory (``Known``: forgotten at any rollback)
-    from what the file says at the first event of this connection."""
-    n = known.counters.get(_SEQ_KEY)
-    if n is None:
-        stored, newest = tx._runtime_exec(_LAST_TAKEN).fetchone()
-        n = max(int(stored or 0), int(newest or 0))
-    n += 1
-    known.counters[_SEQ_KEY] = n
-    return n
 
 
 def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id: str,
@@ -140,16 +119,17 @@ def append(tx: SqlStorage, storage: RuntimeStorage, *, event_id: str, tenant_id:
     # alarm to it (``purposes.lower_alarm``). Both roll back with the state change. A purpose
     # already recorded for no later than now stands for this event too (the run it makes
     # publishes every undispatched event, and clears the purpose only when none is left).
-    known = tx._known_now()
     due = storage.known_meta(_OUTBOX_KEY)
-    if due is None or int(due) > now:
-        storage.put_meta(_OUTBOX_KEY, str(now))
-    seq = _next_sequence(tx, known)
+    if due is not None and int(due) <= now:
+        seq = storage.bump_meta("event_seq")
+    else:
+        seq = storage.bump_meta("event_seq", _OUTBOX_KEY, str(now))
     event = Event(id=event_id, type=type_, sequence=seq, tenant_id=tenant_id,
                   identity_id=identity_id, occurred_at_ms=now, data=data)
     body = _ENC.encode(event)
     storage.run(_INSERT, (seq, event_id, type_, now, body))
     # What the drain (dispatch, has_undispatched) knows without a read.
+    known = tx._known_now()
     known.last = seq
     unsent = known.unsent
     if unsent is not None:
@@ -225,8 +205,6 @@ def mark_dispatched(last: int, tx: SqlStorage) -> None:
     """Inside a transaction: every undispatched event up to sequence ``last`` was published."""
     tx.exec("UPDATE outbox SET dispatched_at = ? WHERE sequence >= ? AND sequence <= ? AND "
             "dispatched_at IS NULL", tx.now_ms(), _first_undispatched(tx), last)
-    # Dispatched events may be deleted from now on: the sequence they took stays taken.
-    RuntimeStorage(tx).put_meta(_SEQ_KEY, str(last))
     # Should this transaction roll back, the rollback empties what is known, this with it.
     known = tx._known_now()
     first = max(last + 1, _first_undispatched(tx))
