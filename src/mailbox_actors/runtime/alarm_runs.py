@@ -46,12 +46,13 @@ class Run:
     """One alarm run under way on its actor, between ``begin`` and ``settle``: ``step`` is what
     the caller awaits (the handler, timed by the watchdog, or the purposes' default run)."""
 
-    __slots__ = ("act", "alarm_run", "itself", "offered", "retry_count", "step", "stored")
+    __slots__ = ("act", "alarm_run", "itself", "offered", "retry_count", "scope", "step", "stored")
 
-    def __init__(self, act: Activation, retry_count: int, stored: int, alarm_run: AlarmRun,
-                 itself: bool, offered: purposes.offering_default_run | None,
-                 step: Awaitable[object]) -> None:
+    def __init__(self, act: Activation, retry_count: int, stored: int, scope: RequestScope,
+                 alarm_run: AlarmRun, itself: bool,
+                 offered: purposes.offering_default_run | None, step: Awaitable[object]) -> None:
         self.act = act
+        self.scope = scope
         self.retry_count = retry_count
         self.stored = stored
         self.alarm_run = alarm_run
@@ -60,10 +61,10 @@ class Run:
         self.step = step
 
 
-def begin(act: Activation, retry_count: int, stored: int, *, clock: Clock,
+def begin(act: Activation, retry_count: int, stored: int, scope: RequestScope, *, clock: Clock,
           event_sink: outbox.EventSink, log: Any, watch: LoopWatch | None = None) -> Run:
-    """Start the handler (inside the run's scope, the gate open, the actor started): the alarm is
-    hidden from it until ``finish``. ``stored``: the alarm as stored, which ``not_runnable``
+    """Start the handler (inside ``scope``, the run's, entered; the gate open, the actor started):
+    the alarm is hidden from it until ``finish``. ``stored``: the alarm as stored, which ``not_runnable``
     found due."""
     storage = act.runtime_storage
     alarm_run = storage.begin_alarm_run()
@@ -71,7 +72,7 @@ def begin(act: Activation, retry_count: int, stored: int, *, clock: Clock,
     # the handler runs now, whatever its time).
     default = functools.partial(_run_purposes, act, stored, clock, event_sink, log)
     if not handles_alarm_itself(act.actor):
-        return Run(act, retry_count, stored, alarm_run, False, None, default())
+        return Run(act, retry_count, stored, scope, alarm_run, False, None, default())
     # An override may extend the default: ``await super().alarm(info)`` runs the purposes, as the
     # base's docstring says.
     offered = purposes.offering_default_run(default)
@@ -79,8 +80,8 @@ def begin(act: Activation, retry_count: int, stored: int, *, clock: Clock,
     try:
         handler = act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
     except Exception as e:  # not a coroutine function after all: the handler's failure
-        return Run(act, retry_count, stored, alarm_run, True, offered, _raising(e))
-    return Run(act, retry_count, stored, alarm_run, True, offered,
+        return Run(act, retry_count, stored, scope, alarm_run, True, offered, _raising(e))
+    return Run(act, retry_count, stored, scope, alarm_run, True, offered,
                handler if watch is None else watch.timed(handler, act.namespace, "alarm"))
 
 
@@ -113,7 +114,7 @@ def finish(run: Run, error: BaseException | None, log: Any) -> None:
                     reason=str(error)[:200])
 
 
-def settle(run: Run, error: BaseException | None, scope: RequestScope, log: Any) -> AlarmResult:
+def settle(run: Run, error: BaseException | None, log: Any) -> AlarmResult:
     """After ``finish``, outside the run's scope: commit the run's implicit writes with the fired
     alarm's removal (fail the run if SQLite did not), and say what became of the alarm."""
     act, stored = run.act, run.stored
@@ -127,10 +128,11 @@ def settle(run: Run, error: BaseException | None, scope: RequestScope, log: Any)
         # writes (workerd defers the delete the same way); if SQLite rolled them back, the
         # removal went with them and the run counts as failed below.
         storage.sql.delete_alarm()
-    if scope.writes:  # implicit writes: commit them, and fail the run if SQLite did not
+    writes = run.scope.writes
+    if writes:  # implicit writes: commit them, and fail the run if SQLite did not
         storage.flush()
         try:
-            storage.check_writes(scope.writes)
+            storage.check_writes(writes)
         except MailboxActorsError:
             # SQLite rolled back what the handler wrote (and any alarm it set): a failed run,
             # retried with backoff, not a success that loses its writes.
@@ -165,7 +167,7 @@ async def run(act: Activation, retry_count: int, stored: int, scope: RequestScop
             log.warning("alarm_run_not_started", namespace=act.namespace, object_id=act.id,
                         error=type(e).__name__)
             return AlarmResult(AlarmOutcome.FAILED, None)
-        r = begin(act, retry_count, stored, clock=clock, event_sink=event_sink, log=log,
+        r = begin(act, retry_count, stored, scope, clock=clock, event_sink=event_sink, log=log,
                   watch=watch)
         error: BaseException | None = None
         try:
@@ -177,7 +179,7 @@ async def run(act: Activation, retry_count: int, stored: int, scope: RequestScop
                 raise
         else:
             finish(r, None, log)
-    return settle(r, error, scope, log)
+    return settle(r, error, log)
 
 
 def abandon(act: Activation, fired_ms: int | None, now_ms: int) -> int | None:

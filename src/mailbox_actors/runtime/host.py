@@ -49,7 +49,7 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.runtime.watchdog import LoopWatch
 from mailbox_actors.wire.errors import DeadlineExceeded, ErrorCode, MailboxActorsError, Overloaded
 
-__all__ = ["ActorHost", "AlarmSinks", "MetricsSink", "OpenAlarm"]
+__all__ = ["ActorHost", "AlarmSinks", "MetricsSink"]
 
 _TRIM_AFTER_EVICTIONS = 256  # evictions between two ``memory.give_back`` (too slow for each)
 
@@ -63,18 +63,6 @@ class AlarmSinks(Protocol):
     """Where each actor's alarm changes go (the node's ``AlarmBook``)."""
 
     def sink(self, key: Key) -> AlarmSink: ...
-
-
-class OpenAlarm:
-    """An open actor's alarm run under way (``ActorHost.begin_alarm``): ``step`` is awaited by the
-    scheduler's worker, then ``ActorHost.end_alarm`` ends it."""
-
-    __slots__ = ("run", "scope", "step")
-
-    def __init__(self, run: alarm_runs.Run, scope: RequestScope) -> None:
-        self.run = run
-        self.scope = scope
-        self.step = run.step
 
 
 class ActorHost:
@@ -400,7 +388,7 @@ class ActorHost:
 
     # An open, idle actor's due alarm (most of a burst's) is run without a coroutine of its own:
     # the scheduler's worker starts it here, awaits its step itself, and ends it here.
-    def begin_alarm(self, key: Key, retry_count: int, now_ms: int) -> OpenAlarm | None:
+    def begin_alarm(self, key: Key, retry_count: int, now_ms: int) -> alarm_runs.Run | None:
         """Start the alarm run of an open actor whose stored alarm is due by ``now_ms``, if
         nothing makes it wait (its start hook, its input gate, a run under way); None: the wake
         goes the whole way (``fire_alarm``)."""
@@ -416,28 +404,26 @@ class ActorHost:
         scope = RequestScope(self.ids.new_id("req"), None)
         scope.__enter__()  # every log line of the run carries its request id
         try:
-            run = alarm_runs.begin(act, retry_count, stored, clock=self.clock,
-                                   event_sink=self.event_sink, log=self.log, watch=self.watch)
+            return alarm_runs.begin(act, retry_count, stored, scope, clock=self.clock,
+                                    event_sink=self.event_sink, log=self.log, watch=self.watch)
         except BaseException:
             scope.__exit__()
             act.alarm_running = False
             self._release(act)
             raise
-        return OpenAlarm(run, scope)
 
-    def end_alarm(self, started: OpenAlarm, error: BaseException | None) -> AlarmResult:
+    def end_alarm(self, run: alarm_runs.Run, error: BaseException | None) -> AlarmResult:
         """``begin_alarm``'s run after its step (``error``: what the step raised). A cancellation
         (not an ``Exception``) ends it without an outcome: the caller re-raises it."""
-        run = started.run
         act = run.act
         try:
             try:
                 alarm_runs.finish(run, error, self.log)
             finally:
-                started.scope.__exit__()
+                run.scope.__exit__()
             if error is not None and not isinstance(error, Exception):
                 return AlarmResult(AlarmOutcome.FAILED, None)
-            return alarm_runs.settle(run, error, started.scope, self.log)
+            return alarm_runs.settle(run, error, self.log)
         finally:
             act.alarm_running = False
             self._release(act)
