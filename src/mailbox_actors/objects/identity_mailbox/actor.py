@@ -127,6 +127,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(18, sources.RAW_SCHEMA),  # UI-2: raw sources kept with their messages
         # IN-10: the index's merges bounded per ingest, never a whole level at once
         Migration(19, search.FTS_MERGE_SCHEMA),
+        # A raw source's row inline in its page, not spilled into an overflow page of its own
+        Migration(20, sources.RAW_INLINE),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick",
