@@ -183,11 +183,11 @@ async def test_a_deleted_message_and_an_erased_mailbox_leave_no_trace_in_the_ind
         assert b"giraffe" not in blobs and b"lion" not in blobs
 
 
-def segments(path: Path) -> tuple[int, str | None]:
-    """(how many segments the index has, its automerge setting), read beside the actor."""
+def segments(path: Path, setting: str = "automerge") -> tuple[int, str | None]:
+    """(how many segments the index has, its ``setting``), read beside the actor."""
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
         count = conn.execute("SELECT count(DISTINCT segid) FROM message_search_idx").fetchone()
-        auto = conn.execute("SELECT v FROM message_search_config WHERE k = 'automerge'"
+        auto = conn.execute("SELECT v FROM message_search_config WHERE k = ?", (setting,)
                             ).fetchall()
     return int(count[0]), (str(auto[0][0]) if auto else None)
 
@@ -221,6 +221,8 @@ async def test_merges_are_bounded_and_the_index_stays_right_after_many_ingests(
                                                          text=f"scanned{n}"), **IDS)
         count, auto = segments(path)  # merging kept up, a page at a time
         assert auto == "0" and count <= 8, count
+        # A level is merged at search.FTS_USERMERGE segments (fewer pages an ingest writes).
+        assert segments(path, "usermerge")[1] == str(search.FTS_USERMERGE) == "8"
         gone = given[7]
         assert (await rt.call(NS, m, DeleteMessage(message_id=gone), **IDS))["deleted"]
         for w in words:
