@@ -127,10 +127,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(18, sources.RAW_SCHEMA),  # UI-2: raw sources kept with their messages
         # IN-10: the index's merges bounded per ingest, never a whole level at once
         Migration(19, search.FTS_MERGE_SCHEMA),
-        # A raw source's row inline in its page, not spilled into an overflow page of its own
-        Migration(20, sources.RAW_INLINE),
         # IN-10: a level of the index merged at 8 segments, not 4 (fewer pages an ingest)
-        Migration(21, search.FTS_USERMERGE_SCHEMA),
+        Migration(20, search.FTS_USERMERGE_SCHEMA),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mailbox_actors import carrier
 from mailbox_actors.objects.identity_mailbox.search import SEARCH_SCHEMA
-from mailbox_actors.objects.identity_mailbox.sources import RAW_TABLE
+from mailbox_actors.objects.identity_mailbox.sources import RAW_SCHEMA
 from mailbox_actors.objects.identity_mailbox.waits import WAITS_SCHEMA
 from mailbox_actors.objects.shared_schema import RATE_WINDOWS_SCHEMA
 from mailbox_actors.post.sql import POST_TABLES
@@ -44,7 +44,7 @@ INBOUND = (
     "CREATE TABLE inbound_sources (source_id TEXT PRIMARY KEY, digest TEXT NOT NULL, "
     "message_id TEXT NOT NULL, thread_id TEXT NOT NULL, defects BLOB NOT NULL) WITHOUT ROWID",
     *WAITS_SCHEMA,
-    *RAW_TABLE,  # the raw sources (UI-2)
+    *RAW_SCHEMA,  # the raw sources (UI-2)
     # Search (IN-9, IN-10): attachment text and the FTS5 index (its shadow tables are FTS5's).
     *SEARCH_SCHEMA[:2],
 )

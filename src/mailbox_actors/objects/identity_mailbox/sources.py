@@ -18,8 +18,8 @@ from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest
 from mailbox_actors.wire.sources import AttachmentContent, GetAttachment, GetRawMessage, RawSource
 
-__all__ = ["CHUNK", "RAW_INLINE", "RAW_SCHEMA", "RAW_TABLE", "Query", "actor_rows", "file_rows",
-           "get_attachment", "get_raw_message", "keep_raw"]
+__all__ = ["CHUNK", "RAW_SCHEMA", "Query", "actor_rows", "file_rows", "get_attachment",
+           "get_raw_message", "keep_raw"]
 
 # A statement and its arguments -> its rows: the actor's storage or a read-only file connection.
 Query = Callable[..., list[Any]]
@@ -27,22 +27,6 @@ CHUNK = 1 << 20  # bytes a row and an answer hold, under the 2 MB value limit (R
 RAW_SCHEMA = (
     "CREATE TABLE raw_chunks (message_id TEXT NOT NULL, chunk INTEGER NOT NULL, "
     "data BLOB NOT NULL, PRIMARY KEY (message_id, chunk)) WITHOUT ROWID",
-)
-# The table as it is today: a rowid table (its key in an index of its own). A WITHOUT ROWID row
-# keeps at most about 1 KB of a 4 KB page inline, so a typical source (a few KB, a message of a
-# few lines already over 1 KB) spilled into overflow pages of its own: about 2.9 pages written
-# per ingest where a rowid row, inline up to about 4 KB, and its small index entry write about 2.
-RAW_TABLE = (
-    "CREATE TABLE raw_chunks (message_id TEXT NOT NULL, chunk INTEGER NOT NULL, "
-    "data BLOB NOT NULL, PRIMARY KEY (message_id, chunk))",
-)
-# A later migration: the sources kept so far moved into ``RAW_TABLE``.
-RAW_INLINE = (
-    RAW_TABLE[0].replace("raw_chunks", "raw_chunks_inline", 1),
-    "INSERT INTO raw_chunks_inline (message_id, chunk, data) "
-    "SELECT message_id, chunk, data FROM raw_chunks",
-    "DROP TABLE raw_chunks",
-    "ALTER TABLE raw_chunks_inline RENAME TO raw_chunks",
 )
 
 
