@@ -122,6 +122,19 @@ def test_arguments() -> None:
         parser.parse_args(["--only", "no_such_figure"])
 
 
+def test_a_scratch_directory_that_does_not_exist_is_refused_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--dir`` naming no directory exits 2 with a line saying so, before measuring anything
+    (not a traceback from deep inside)."""
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    missing = tmp_path / "nope"
+    args = parser.parse_args(["--quick", "--only", "state_changes_per_s", "--dir", str(missing)])
+    assert command.run(args) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert not missing.exists()
+
+
 def test_goals_and_ratios() -> None:
     """A ratio is value / limit; each goal states its sense in the target text."""
     f = figure("x", 6.0, "tx/s", goal=Goal("ratio_at_least", 0.5), limit=10.0)

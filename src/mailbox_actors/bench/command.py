@@ -174,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
     # Warnings only (the runtime's info lines would drown the progress), as readable lines among
     # the progress lines, wherever stderr goes (a terminal or a file): never JSON.
     configure_logging(json=False, level="warning")
+    if args.dir is not None and not Path(args.dir).is_dir():
+        print(f"mailbox-actors bench: --dir {args.dir!r} is not a directory (make it first)",
+              file=sys.stderr)
+        return 2
     sizes = QUICK if args.quick else FULL
     want = frozenset(args.only or ALL_FIGURES)
     progress = Progress()
