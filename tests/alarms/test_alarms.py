@@ -203,8 +203,10 @@ async def test_failing_handler_retries_with_backoff_then_is_abandoned(tmp_path: 
         oid = await afs.new_scratch(rt, "failing", alarm_at=t0 + 1_000)
         healthy = await afs.new_scratch(rt, "healthy", alarm_at=t0 + 30_000)
 
+        subject = "Quarterly secret plans"
+
         async def boom(actor: Scratch, info: AlarmInfo) -> None:
-            raise RuntimeError("handler failed")
+            raise RuntimeError(f"handler failed on {subject!r}")
 
         afs.ALARM_HOOKS[oid] = boom
         with structlog.testing.capture_logs() as logs:
@@ -212,6 +214,10 @@ async def test_failing_handler_retries_with_backoff_then_is_abandoned(tmp_path: 
         abandoned = [e for e in logs if e["event"] == "alarm_abandoned"]
         assert len(abandoned) == 1 and abandoned[0]["object_id"] == oid
         assert abandoned[0]["log_level"] == "error"
+        # Each failure is logged by its type and place, never its text (it may quote content).
+        failed = [e for e in logs if e["event"] == "alarm_handler_failed"]
+        assert len(failed) == 7 and {e["error"] for e in failed} == {"RuntimeError"}
+        assert failed[0]["at"].startswith("test_alarms.py:") and "secret" not in str(logs)
         runs = [s for s in afs.ALARM_LOG if s.object_id == oid]
         assert [s.retry_count for s in runs] == [0, 1, 2, 3, 4, 5, 6]
         assert [s.is_retry for s in runs] == [False] + [True] * 6

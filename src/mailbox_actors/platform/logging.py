@@ -338,7 +338,11 @@ def _format_exception(exc_info: Any) -> str:
         exc_info = sys.exc_info()
     if exc_info[0] is None:
         return ""
-    return "".join(traceback.format_exception(*exc_info)).rstrip("\n")
+    # The frames and the exception's type, never its text: a handler's exception may quote a
+    # subject, a body or an address (the privacy rule), so it is not logged.
+    lines = ["Traceback (most recent call last):\n", *traceback.format_tb(exc_info[2]),
+             f"{exc_info[0].__qualname__} (its text is not logged: it may quote content)"]
+    return "".join(lines).rstrip("\n")
 
 
 def get_logger(name: str | None = None) -> Logger:

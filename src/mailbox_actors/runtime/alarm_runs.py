@@ -10,7 +10,9 @@ leaves it for the scheduler's retry. Actors that do not override ``alarm`` get t
 from __future__ import annotations
 
 import functools
+import traceback
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
@@ -109,9 +111,15 @@ def finish(run: Run, error: BaseException | None, log: Any) -> None:
     act = run.act
     act.runtime_storage.end_alarm_run()
     if isinstance(error, Exception):
+        # The type and the place, never the text: a handler's exception may quote content. Our
+        # own errors' messages never do (SPEC 5), so theirs are kept with their code.
+        where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+        own = ({"code": error.code.value, "reason": error.message}
+               if isinstance(error, MailboxActorsError) else {})
         log.warning("alarm_handler_failed", namespace=act.namespace, object_id=act.id,
-                    retry_count=run.retry_count, error=type(error).__name__,
-                    reason=str(error)[:200])
+                    retry_count=run.retry_count, error=type(error).__name__, **own,
+                    at=None if where is None else
+                    f"{Path(where.filename).name}:{where.lineno} in {where.name}")
 
 
 def settle(run: Run, error: BaseException | None, log: Any) -> AlarmResult:
