@@ -334,7 +334,7 @@ def test_generated_envelopes_get_documented_answers(namespace: str, tmp_path: Pa
 
 _EMAIL = {"from": "a@acme.example", "to": ["b@example.com"], "text": "hi"}
 # Ops no RPC sequence can make succeed: a DomainMonitor's dead letter needs a state change, which
-# needs DNS answers (its post_retry answers not_found for every key it can be given here).
+# needs DNS answers (its post_retry answers domain_not_found for every key it can be given here).
 NEVER_OK: dict[str, set[str]] = {"domain_monitor": {"post_retry"}}
 _WITH_ATTACHMENT = base64.b64encode(
     b'Message-ID: <d@x>\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"'
