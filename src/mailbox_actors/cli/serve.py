@@ -143,13 +143,8 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]],
     # receiver rather than ending the process half-way with Python's default action.
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with node:
-            server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
-                                   request_timeout_s=cfg.read_timeout_s)
-            try:
-                port = await server.start(cfg.host, cfg.port)
-            except OSError as e:  # a port in use is a setting to change, not a crash to restart
-                raise SettingsError(f"cannot listen on {cfg.host}:{cfg.port}: "
-                                    f"{e.strerror or e}") from None
+            # The door first: a node answers its HTTP port (its health, for the supervisor) only
+            # once every port it serves takes connections, so a node said to be back takes mail.
             door = None
             if cfg.smtp_listen_port is not None:
                 from mailbox_actors.node.smtp_door import SmtpDoor  # aiosmtpd: only with a door
@@ -161,10 +156,18 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]],
                 try:
                     smtp_port = await door.start(cfg.host, cfg.smtp_listen_port)
                 except OSError as e:
-                    await server.stop()
                     raise SettingsError(f"cannot listen for SMTP on {cfg.host}:"
                                         f"{cfg.smtp_listen_port}: {e.strerror or e}") from None
                 print(f"{cfg.node_name}: SMTP door on {cfg.host}:{smtp_port}", flush=True)
+            server = RpcHttpServer(app, max_body_bytes=cfg.max_body_bytes,
+                                   request_timeout_s=cfg.read_timeout_s)
+            try:
+                port = await server.start(cfg.host, cfg.port)
+            except OSError as e:  # a port in use is a setting to change, not a crash to restart
+                if door is not None:
+                    await door.stop()
+                raise SettingsError(f"cannot listen on {cfg.host}:{cfg.port}: "
+                                    f"{e.strerror or e}") from None
             # Where it listens, for every command given --data (on any port, not only the default):
             # recorded before it says so, so whoever reads that line finds the file.
             write_node_file(data, cfg.node_name, url_for(cfg.host, port))
