@@ -35,10 +35,10 @@ _JSON = "application/json"
 _ENC = msgspec.json.Encoder()
 
 
-def error_response(code: ErrorCode, message: str, *, status: int | None = None,
+def error_response(code: ErrorCode, message: str, *,
                    details: dict[str, Any] | None = None) -> Plain:
     body = MailboxActorsError(code, message, details=details).to_body()
-    return (status or code.http_status), _ENC.encode({"err": body}), _JSON
+    return code.http_status, _ENC.encode({"err": body}), _JSON
 
 
 class NodeApp:
