@@ -9,7 +9,7 @@ import pytest
 
 from browser import Browser
 from cluster_proc import Cluster
-from console_stack import DOMAIN, ConsoleProc, Stack, cli, shots_dirs
+from console_stack import DOMAIN, ConsoleProc, Stack, cli, shots_dirs, text_of
 from mailbox_actors.testing.dns import LoopbackDns
 from mailbox_actors.testing.ports import free_port_block
 
@@ -55,13 +55,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def browser(stack: Stack) -> Iterator[Browser]:
     """Chromium signed in to the dev console."""
     with Browser() as b:
+        from selenium.common.exceptions import TimeoutException
         from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
 
         report = b.get(stack.dev.url + "/")  # sent to sign in
         assert report.clean, report
         b.screenshot("login", *shots_dirs())
         b.driver.find_element(By.ID, "token").send_keys(stack.operator_token)
         b.driver.find_element(By.ID, "sign-in").click()
-        assert b.driver.current_url == stack.dev.url + "/"
+        # The click returns when the form is sent, not when the 303 to "/" has been followed: a
+        # loaded machine still shows /login for a moment. Wait for the redirect; a refused token
+        # stays on /login and says so on the page.
+        home = stack.dev.url + "/"
+        try:
+            WebDriverWait(b.driver, 30, poll_frequency=0.1).until(lambda d: d.current_url == home)
+        except TimeoutException:
+            raise AssertionError(f"sign-in did not reach {home}: still at {b.driver.current_url}, "
+                                 f"page says {text_of(b.driver, 'main')!r}") from None
         yield b
 
