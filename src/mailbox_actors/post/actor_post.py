@@ -10,7 +10,6 @@ An actor makes one ``Post`` per activation (``self.post = Post(self, ROUTES)``),
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +23,6 @@ from mailbox_actors.core.post.rules import (
     RetryPolicy,
     Settlement,
     address_key,
-    canonical_json,
     retry_action,
     settle_expired,
 )
@@ -32,55 +30,29 @@ from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.post import sql as q
 from mailbox_actors.post.executor import Claimed, Deliver, PostExecutor
 from mailbox_actors.post.routes import Route, Routes
+from mailbox_actors.post.rows import (
+    CHAIN,
+    RECORD_SQL,
+    ROUND_ADDRESSES,
+    check_key,
+    check_page_limit,
+    claimed_of,
+    dead_letter_page,
+    digest,
+    envelope_values,
+    record_of,
+    settle_values,
+)
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.post import DeadLetterPage, PostDeliver, PostEnvelope, PostRecord
 
-__all__ = ["OnDelivered", "Post", "claimed_of", "record_of"]
+__all__ = ["OnDelivered", "Post"]
 
 # (tx, key, route name, receipt) inside the producer's settling transaction; raising leaves the
 # job and the hook's ledger both pending, and the attempt is retried (the receiver says duplicate).
 OnDelivered = Callable[[SqlStorage, str, str, dict[str, Any] | None], None]
 
-ROUND_ADDRESSES = 64   # addresses claimed per round
-CHAIN = 32             # jobs of one address sent one after another in a round
-_MAX_KEY = 200
-_DICT = msgspec.json.Decoder(dict[str, Any])
-_ENC = msgspec.json.Encoder()
-
-_RECORD_SQL = (
-    "SELECT j.key, e.route, j.state, j.attempts, j.seq, e.address, e.event, e.prepared, "
-    "j.next_attempt_at_ms, j.reason, j.receipt FROM post_jobs j JOIN post_envelopes e "
-    "ON e.key = j.key")
-
-
-def record_of(row: Any) -> PostRecord:
-    pending = row[2] in ("queued", "failed")
-    return PostRecord(key=row[0], route=row[1], state=row[2], attempts=row[3], seq=row[4],
-                      address=_DICT.decode(row[5]), event=_DICT.decode(row[6]),
-                      prepared=_DICT.decode(row[7]) if row[7] else None,
-                      next_attempt_at_ms=row[8] if pending else None, reason=row[9],
-                      receipt=_DICT.decode(row[10]) if row[10] else None)
-
-
-def claimed_of(r: Any, routes: Routes, lease_until_ms: int) -> Claimed:
-    """A ``CHAIN`` row (SQLite's or PostgreSQL's: the same columns) as a job not started yet."""
-    route = routes.get(r[2])
-    return Claimed(seq=r[0], key=r[1], route=r[2], kind=r[3], producer=r[4], namespace=r[5],
-                   object_name=r[6], tenant_id=r[7], identity_id=r[8], address=r[9].encode(),
-                   event=r[10].encode(), prepared=r[11].encode() if r[11] else None,
-                   attempts=r[12], lease_until_ms=lease_until_ms, runs=r[16], started=False,
-                   needs_preparation=route is not None and route.prepare is not None)
-
-
-def digest(route: str, address: dict[str, Any], event: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json([route, address, event])).hexdigest()
-
-
-def check_key(key: object) -> str:
-    if not isinstance(key, str) or not 1 <= len(key) <= _MAX_KEY:
-        raise InvalidRequest(f"a Post key is a string of 1 to {_MAX_KEY} characters")
-    return key
 
 
 class Post:
@@ -131,11 +103,9 @@ class Post:
                                          "this Post key was sent with other content",
                                          fix="Use a new key for a different event.")
             return self._record(tx, key)
-        tenant = route.tenant_of(address) if route.tenant_of else self.ctx.owner_tenant
-        identity = route.identity_of(address) if route.identity_of else None
-        tx.exec(q.ENVELOPE_INSERT, key, route.name, route.address_kind, self.producer,
-                route.namespace, route.object_name(address), tenant, identity, dg,
-                _ENC.encode(addr).decode(), _ENC.encode(ev).decode(), now)
+        tx.exec(q.ENVELOPE_INSERT, key, *envelope_values(
+            route, address, (addr, ev, dg), producer=self.producer, now=now,
+            tenant=self.ctx.owner_tenant))
         tx.exec(q.JOB_INSERT, key, address_key(route.address_kind, addr), now, now)
         self.ctx.schedule(self.purpose, now)
         return self._record(tx, key)
@@ -144,12 +114,12 @@ class Post:
         """The newest envelope staged for this recipient, or its receipt (PO-6); reads only that
         address's rows."""
         raw = msgspec.to_builtins(address)
-        rows = self.sql.exec(f"{_RECORD_SQL} WHERE j.address_key = ? ORDER BY j.seq DESC LIMIT 1",
+        rows = self.sql.exec(f"{RECORD_SQL} WHERE j.address_key = ? ORDER BY j.seq DESC LIMIT 1",
                              address_key(kind, raw)).all()
         return record_of(rows[0]) if rows else None
 
     def get(self, key: str) -> PostRecord | None:
-        rows = self.sql.exec(f"{_RECORD_SQL} WHERE j.key = ?", key).all()
+        rows = self.sql.exec(f"{RECORD_SQL} WHERE j.key = ?", key).all()
         return record_of(rows[0]) if rows else None
 
     def retry(self, tx: SqlStorage, key: str) -> RetryAction:
@@ -180,13 +150,9 @@ class Post:
     def dead_letters(self, after: str | None = None, limit: int = 32) -> DeadLetterPage:
         """Dead letters in key order, scanning at most ``limit`` jobs (1..64); continue with
         ``after=next_cursor`` until it is None. A page may hold no letter and still continue."""
-        if not 1 <= limit <= 64:
-            raise InvalidRequest("limit is 1 to 64")
-        rows = self.sql.exec(f"{_RECORD_SQL} WHERE j.key > ? ORDER BY j.key LIMIT ?",
-                             after or "", limit).all()
-        letters = [record_of(r) for r in rows if r[2] == JobState.DEAD]
-        return DeadLetterPage(letters=letters,
-                              next_cursor=rows[-1][0] if len(rows) == limit else None)
+        rows = self.sql.exec(f"{RECORD_SQL} WHERE j.key > ? ORDER BY j.key LIMIT ?",
+                             after or "", check_page_limit(limit)).all()
+        return dead_letter_page(rows, limit)
 
     async def run(self) -> int:
         """The alarm purpose: deliver everything due, then arm the wake for what is left."""
@@ -284,7 +250,6 @@ class Post:
         now = tx.now_ms()
         ok = True
         for job, s in results:
-            receipt = _ENC.encode(s.receipt).decode() if s.receipt is not None else None
             if s.state is JobState.DELIVERED and self.on_delivered is not None:
                 try:
                     tx.transaction_sync(functools.partial(self._deliver_hook, job, s))
@@ -296,8 +261,7 @@ class Post:
                     tx.exec(q.SETTLE, retry.state.value, retry.next_attempt_at_ms,
                             "on_delivered_failed", None, now, job.seq)
                     continue
-            tx.exec(q.SETTLE, s.state.value, s.next_attempt_at_ms, s.reason, receipt, now,
-                    job.seq)
+            tx.exec(q.SETTLE, *settle_values(job, s, now))
         return ok
 
     def _deliver_hook(self, job: Claimed, s: Settlement, tx: SqlStorage) -> None:
@@ -314,4 +278,4 @@ class Post:
                               deadline_ms=deadline_ms)
 
     def _record(self, tx: SqlStorage, key: str) -> PostRecord:
-        return record_of(tx.exec(f"{_RECORD_SQL} WHERE j.key = ?", key).one())
+        return record_of(tx.exec(f"{RECORD_SQL} WHERE j.key = ?", key).one())

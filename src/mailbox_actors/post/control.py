@@ -34,16 +34,21 @@ from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.rng import Rng
 from mailbox_actors.post import sql as q
-from mailbox_actors.post.actor_post import (
-    CHAIN,
-    ROUND_ADDRESSES,
-    check_key,
-    claimed_of,
-    digest,
-    record_of,
-)
 from mailbox_actors.post.executor import Claimed, Deliver, PostExecutor
 from mailbox_actors.post.routes import Route, Routes
+from mailbox_actors.post.rows import (
+    CHAIN,
+    RECORD_SQL,
+    ROUND_ADDRESSES,
+    check_key,
+    check_page_limit,
+    claimed_of,
+    dead_letter_page,
+    digest,
+    envelope_values,
+    record_of,
+    settle_values,
+)
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.post import DeadLetterPage, PostRecord
 
@@ -54,10 +59,7 @@ Statement = tuple[str, tuple[Any, ...]]
 _PLAIN_PARAMETER = re.compile(r"\?(?!\d)")
 _NUMBERED_PARAMETER = re.compile(r"\?(\d+)")
 _SQL_TEXT = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
-_ENC = msgspec.json.Encoder()
-_RECORD = ("SELECT j.key, e.route, j.state, j.attempts, j.seq, e.address, e.event, e.prepared, "
-           "j.next_attempt_at_ms, j.reason, j.receipt FROM post_jobs j JOIN post_envelopes e "
-           "ON e.key = j.key")
+
 
 
 class ControlPost:
@@ -90,12 +92,9 @@ class ControlPost:
         addr, ev = route.check_address(address), route.check_event(event)
         now = self.clock.now_ms()
         return [
-            (q.ENVELOPE_INSERT, (key, route.name, route.address_kind, self.producer,
-                                 route.namespace, route.object_name(address),
-                                 route.tenant_of(address) if route.tenant_of else None,
-                                 route.identity_of(address) if route.identity_of else None,
-                                 digest(route.name, addr, ev), _ENC.encode(addr).decode(),
-                                 _ENC.encode(ev).decode(), now)),
+            (q.ENVELOPE_INSERT, (key, *envelope_values(
+                route, address, (addr, ev, digest(route.name, addr, ev)),
+                producer=self.producer, now=now))),
             (q.JOB_INSERT, (key, address_key(route.address_kind, addr), now, now)),
         ]
 
@@ -187,22 +186,19 @@ class ControlPost:
     # ---- reading -------------------------------------------------------------------------------
 
     async def get(self, key: str) -> PostRecord | None:
-        row = await self.db.fetch_one(f"{_RECORD} WHERE j.key = ?", (key,))
+        row = await self.db.fetch_one(f"{RECORD_SQL} WHERE j.key = ?", (key,))
         return record_of(row) if row else None
 
     async def latest(self, kind: str, address: Any) -> PostRecord | None:
         akey = address_key(kind, msgspec.to_builtins(address))
         row = await self.db.fetch_one(
-            f"{_RECORD} WHERE j.address_key = ? ORDER BY j.seq DESC LIMIT 1", (akey,))
+            f"{RECORD_SQL} WHERE j.address_key = ? ORDER BY j.seq DESC LIMIT 1", (akey,))
         return record_of(row) if row else None
 
     async def dead_letters(self, after: str | None = None, limit: int = 32) -> DeadLetterPage:
-        if not 1 <= limit <= 64:
-            raise InvalidRequest("limit is 1 to 64")
-        rows = await self.db.fetch_all(f"{_RECORD} WHERE j.key > ? ORDER BY j.key LIMIT ?",
-                                       (after or "", limit))
-        return DeadLetterPage(letters=[record_of(r) for r in rows if r[2] == JobState.DEAD],
-                              next_cursor=rows[-1][0] if len(rows) == limit else None)
+        rows = await self.db.fetch_all(f"{RECORD_SQL} WHERE j.key > ? ORDER BY j.key LIMIT ?",
+                                       (after or "", check_page_limit(limit)))
+        return dead_letter_page(rows, limit)
 
     async def next_wake(self) -> int | None:
         rows = await self.db.fetch_all(q.HEADS)
@@ -260,7 +256,7 @@ class ControlPost:
         async def run(conn: aiosqlite.Connection) -> bool:
             now = self.clock.now_ms()
             for done, s in settled:
-                await conn.execute(q.SETTLE, self._settle_params(done, s, now))
+                await conn.execute(q.SETTLE, settle_values(done, s, now))
             cur = await conn.execute(q.START, (int(job.calls_next), job.lease_until_ms, now,
                                                job.seq))
             if cur.rowcount != 1:
@@ -275,14 +271,9 @@ class ControlPost:
                              ("UPDATE post_jobs SET attempts = attempts + 1 WHERE seq = ?",
                               (job.seq,))])
 
-    @staticmethod
-    def _settle_params(job: Claimed, s: Settlement, now: int) -> tuple[Any, ...]:
-        receipt = None if s.receipt is None else _ENC.encode(s.receipt).decode()
-        return (s.state.value, s.next_attempt_at_ms, s.reason, receipt, now, job.seq)
-
     async def settle(self, results: list[tuple[Claimed, Settlement | None]]) -> None:
         now = self.clock.now_ms()
-        stmts: list[Statement] = [(q.SETTLE, self._settle_params(job, s, now))
+        stmts: list[Statement] = [(q.SETTLE, settle_values(job, s, now))
                                   for job, s in results if s is not None]
         if stmts:
             await self.db.batch(stmts)

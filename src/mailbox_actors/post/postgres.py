@@ -32,26 +32,27 @@ from mailbox_actors.core.post.rules import (
 )
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.rng import Rng
-from mailbox_actors.post.actor_post import (
-    CHAIN,
-    ROUND_ADDRESSES,
-    check_key,
-    claimed_of,
-    digest,
-    record_of,
-)
 from mailbox_actors.post.executor import Claimed, Deliver, PostExecutor
 from mailbox_actors.post.routes import Route, Routes
+from mailbox_actors.post.rows import (
+    CHAIN,
+    RECORD_SQL,
+    ROUND_ADDRESSES,
+    check_key,
+    check_page_limit,
+    claimed_of,
+    dead_letter_page,
+    digest,
+    envelope_values,
+    record_of,
+    settle_values,
+)
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
 from mailbox_actors.wire.post import DeadLetterPage, PostRecord
 
 __all__ = ["PostgresPost"]
 
 _P = "('queued', 'running', 'failed')"
-_ENC = msgspec.json.Encoder()
-_RECORD = ("SELECT j.key, e.route, j.state, j.attempts, j.seq, e.address, e.event, e.prepared, "
-           "j.next_attempt_at_ms, j.reason, j.receipt FROM post_jobs j JOIN post_envelopes e "
-           "ON e.key = j.key")
 _HEADS = ("SELECT j.seq, j.state, j.next_attempt_at_ms, j.lease_until_ms, j.runs, "
           "j.address_key FROM post_jobs j JOIN (SELECT min(seq) AS s FROM post_jobs "
           f"WHERE state IN {_P} GROUP BY address_key) h ON j.seq = h.s")
@@ -111,11 +112,8 @@ class PostgresPost:
             "tenant_id, identity_id, digest, address, event, created_at_ms) VALUES (%s, %s, %s, "
             "%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET digest = CASE "
             "WHEN post_envelopes.digest = excluded.digest THEN post_envelopes.digest ELSE NULL "
-            "END", (key, route.name, route.address_kind, self.producer, route.namespace,
-                    route.object_name(address),
-                    route.tenant_of(address) if route.tenant_of else None,
-                    route.identity_of(address) if route.identity_of else None, dg,
-                    _ENC.encode(addr).decode(), _ENC.encode(ev).decode(), now))
+            "END", (key, *envelope_values(route, address, (addr, ev, dg),
+                                          producer=self.producer, now=now)))
         await conn.execute(
             "INSERT INTO post_jobs (key, address_key, state, attempts, next_attempt_at_ms, "
             "updated_at_ms) VALUES (%s, %s, 'queued', 0, %s, %s) ON CONFLICT (key) DO NOTHING",
@@ -147,22 +145,19 @@ class PostgresPost:
         return action
 
     async def get(self, key: str) -> PostRecord | None:
-        return await self._one(f"{_RECORD} WHERE j.key = %s", (key,))
+        return await self._one(f"{RECORD_SQL} WHERE j.key = %s", (key,))
 
     async def latest(self, kind: str, address: Any) -> PostRecord | None:
         akey = address_key(kind, msgspec.to_builtins(address))
-        return await self._one(f"{_RECORD} WHERE j.address_key = %s ORDER BY j.seq DESC LIMIT 1",
+        return await self._one(f"{RECORD_SQL} WHERE j.address_key = %s ORDER BY j.seq DESC LIMIT 1",
                                (akey,))
 
     async def dead_letters(self, after: str | None = None, limit: int = 32) -> DeadLetterPage:
-        if not 1 <= limit <= 64:
-            raise InvalidRequest("limit is 1 to 64")
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(
-                f"{_RECORD} WHERE j.key > %s ORDER BY j.key LIMIT %s", (after or "", limit))
-            ).fetchall()
-        return DeadLetterPage(letters=[record_of(r) for r in rows if r[2] == JobState.DEAD],
-                              next_cursor=rows[-1][0] if len(rows) == limit else None)
+                f"{RECORD_SQL} WHERE j.key > %s ORDER BY j.key LIMIT %s",
+                (after or "", check_page_limit(limit)))).fetchall()
+        return dead_letter_page(rows, limit)
 
     @staticmethod
     def purge_statements(select_sql: str, params: tuple[Any, ...] = ()
@@ -235,7 +230,7 @@ class PostgresPost:
         now = self.clock.now_ms()
         async with self.pool.connection() as conn, conn.transaction():
             for done, s in settled:
-                await conn.execute(_SETTLE, self._settle_params(done, s, now))
+                await conn.execute(_SETTLE, settle_values(done, s, now))
             cur = await conn.execute(_START, (int(job.calls_next), job.lease_until_ms, now,
                                               job.seq))
             if cur.rowcount != 1:
@@ -250,14 +245,9 @@ class PostgresPost:
             await conn.execute("UPDATE post_jobs SET attempts = attempts + 1 WHERE seq = %s",
                                (job.seq,))
 
-    @staticmethod
-    def _settle_params(job: Claimed, s: Settlement, now: int) -> tuple[Any, ...]:
-        receipt = None if s.receipt is None else _ENC.encode(s.receipt).decode()
-        return (s.state.value, s.next_attempt_at_ms, s.reason, receipt, now, job.seq)
-
     async def settle(self, results: list[tuple[Claimed, Settlement | None]]) -> None:
         now = self.clock.now_ms()
-        settles = [self._settle_params(job, s, now) for job, s in results if s is not None]
+        settles = [settle_values(job, s, now) for job, s in results if s is not None]
         if not settles:
             return
         async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
