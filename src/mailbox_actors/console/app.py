@@ -309,10 +309,6 @@ class _Pages:
                                      "dev mode on loopback", details={"field": "q"})
         if query is not None and len(query) > 1000:
             raise InvalidRequest("q must be 1..1000 characters", details={"field": "q"})
-        resolving = request.query_params.get("resolve") or None  # a record's "resolve" link
-        if resolving is not None and len(resolving) > 200:
-            raise InvalidRequest("resolve is a source id of 1..200 characters",
-                                 details={"field": "resolve"})
         status = messages = deliveries = dead = events = None
         problems: list[str] = []
         if ident.status == "active":
@@ -337,8 +333,7 @@ class _Pages:
         return await self.render(
             request, "identity.html", tenant=tenant, ident=ident, status=status,
             messages=messages, deliveries=deliveries, dead=dead, events=events, waits=waits,
-            addresses=addresses, problems=problems, query=query, resolving=resolving,
-            still=resolving is not None)  # no refresh under an operator filling the form
+            addresses=addresses, problems=problems, query=query)
 
     async def _try(self, problems: list[str], call: Awaitable[Any]) -> Any:
         """One panel's data, or None with what kept it away noted (the rest of the page shows)."""

@@ -13,10 +13,9 @@ rows (32 by default), and never more than 64 in all (the seed's bound): Post's r
 row and its Messages' rows (which its counts are made from), each counted as it is stepped; an
 Email is shown whole or left for the next page, and a page's first record is always read whole
 (at most 50 recipients: one always fits in 64). A record carries state, attempts, retry time
-and provider evidence or dead-letter reason, and an Email its submitter's source id (the key
-``resolve`` takes), never addresses, events, bodies or headers. An id with no file, or a file
-without the delivery tables, is ``uninitialized``. The caller must already have admitted an
-operator (the node's operator token).
+and provider evidence or dead-letter reason, never addresses, events, bodies or headers. An id
+with no file, or a file without the delivery tables, is ``uninitialized``. The caller must already
+have admitted an operator (the node's operator token).
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ MAX_ROWS = 64  # rows one call reads, in all (the seed: "each call scans at most
 MAX_CURSOR = 200  # the longest key: an email id is shorter, a Post key at most 200 characters
 _EMAIL_COLUMNS = ("e.email_id, e.status, e.attempts, e.next_attempt_at_ms, e.provider_message_id, "
                   "e.rejection_code, e.rejection_class, e.resolution, e.created_at_ms, "
-                  "e.updated_at_ms, e.source_id")
+                  "e.updated_at_ms")
 # The Messages in (email id, position) order after a cursor, one row per step (the primary key's
 # order on the current layout, ``email_messages_email``'s on the earlier one: no sort); an Email
 # is found by the seq its first Message names (current layout) or by its id (earlier layout).
@@ -163,7 +162,7 @@ def _email(conn: sqlite3.Connection, budget: _Budget, messages: Iterator[_Row],
                                       (email_id if earlier else seq,))))
     assert r is not None, "every Message belongs to an Email"
     return DeliveryRecord(
-        email_id=r[0], source_id=r[10], status=r[1], attempts=r[2], next_attempt_at_ms=r[3],
+        email_id=r[0], status=r[1], attempts=r[2], next_attempt_at_ms=r[3],
         provider_message_id=r[4],
         provider_rejection=None if r[5] is None else ProviderRejection(r[5], r[6] or "permanent"),
         messages=count, refused_messages=refused,

@@ -177,11 +177,9 @@ class DeliveryEventReply(msgspec.Struct, frozen=True):
 class DeliveryRecord(msgspec.Struct, frozen=True, kw_only=True, tag="email", tag_field="kind"):
     """One Email as the operator sees it (CA-10): state, attempts, retry time and provider
     evidence; never addresses, bodies or headers. ``kind`` is ``email``, beside Post's records
-    (``kind`` ``post``, PO-7) in the same scan. ``source_id`` is the submitter's key, the one
-    ``get_email``, ``cancel`` and ``resolve`` take."""
+    (``kind`` ``post``, PO-7) in the same scan."""
 
     email_id: str
-    source_id: str
     status: str
     attempts: int
     next_attempt_at_ms: int | None
