@@ -1,7 +1,9 @@
 """The SMTP door's group commit (IN-5, IN-1): messages for one mailbox whose DATA ends in the same
-turn of the event loop are ingested in one transaction, and each is answered exactly as it would
-have been alone: 250 only after the commit, 552 over the cap, a replay deduplicated, a conflict
-its own; a call that fails as a whole is answered message by message."""
+turn of the event loop, or while another session's message for it is on its way, are ingested in
+one transaction, and each is answered exactly as it would have been alone: 250 only after the
+commit, 552 over the cap, a replay deduplicated, a conflict its own; a call that fails as a whole
+is answered message by message. A message waits only for company that is coming: one on its way
+that ends otherwise (RSET, a refused DATA, the connection gone) holds nothing up."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiosmtplib
 import pytest
 
 from mailbox_actors.core.inbound.limits import InboundLimits
@@ -30,6 +33,7 @@ from mailbox_actors.wire.mailbox import MailboxErase, MailboxStatus
 TOKEN = "cluster-token-0123456789abcdef"
 NS = "identity_mailbox"
 OK = "250 2.0.0 Delivered"
+DELIVERED = "2.0.0 Delivered"  # the client's reading of OK
 TOO_BIG = "552 5.3.4 Message exceeds the mailbox's size cap"
 
 
@@ -46,6 +50,7 @@ class Door:
     smtp: SmtpDoor
     bob: Recipient
     carol: Recipient
+    port: int
 
     async def together(self, rcpt: Recipient, raws: list[bytes]) -> list[str]:
         """Each message's DATA ending in the same turn of the loop, as concurrent sessions'."""
@@ -72,7 +77,9 @@ class Door:
 
 @asynccontextmanager
 async def door(tmp_path: Path, max_message_bytes: int = 8 * 1024,
-               limits: Limits | None = None) -> AsyncIterator[Door]:
+               limits: Limits | None = None, linger_s: float = 60.0) -> AsyncIterator[Door]:
+    """The door on a loopback port. Its linger is a minute unless given: a test that passes
+    does not wait on it (a message on its way either comes or is released)."""
     kw = {} if limits is None else {"limits": limits}
     async with TestRuntime(tmp_path, control=True,
                            inbound=InboundLimits(max_message_bytes=max_message_bytes), **kw) as rt:
@@ -84,9 +91,11 @@ async def door(tmp_path: Path, max_message_bytes: int = 8 * 1024,
         bob, carol = await resolve(db, "bob@example.com"), await resolve(db, "carol@example.com")
         assert bob is not None and carol is not None
         smtp = SmtpDoor.for_node(NodeApp(rt.node, cluster_token=TOKEN, operator_token=TOKEN + "-op"), rt.node,
-                        TOKEN, max_message_bytes=rt.settings.inbound.max_message_bytes)
+                        TOKEN, max_message_bytes=rt.settings.inbound.max_message_bytes,
+                        linger_s=linger_s)
+        port = await smtp.start("127.0.0.1", 0)
         try:
-            yield Door(rt, smtp, bob, carol)
+            yield Door(rt, smtp, bob, carol, port)
         finally:
             await smtp.stop()
 
@@ -186,3 +195,81 @@ async def test_a_message_refused_part_way_through_its_writes_leaves_nothing_behi
         assert await d.one_by_one(d.bob, [big]) == refused
         status = await d.call(d.bob, MailboxStatus())
         assert status["messages"] == 1  # type: ignore[index]
+
+
+async def past_rcpt(d: Door, rcpt: str = "bob@example.com") -> aiosmtplib.SMTP:
+    """A session with its recipient accepted and its DATA not yet sent: a message on its way."""
+    client = aiosmtplib.SMTP(hostname="127.0.0.1", port=d.port, timeout=30)
+    await client.connect()
+    await client.ehlo()
+    await client.mail("alice@example.com")
+    await client.rcpt(rcpt)
+    return client
+
+
+async def send(d: Door, raw: bytes, rcpt: str = "bob@example.com") -> str:
+    client = aiosmtplib.SMTP(hostname="127.0.0.1", port=d.port, timeout=30)
+    await client.connect()
+    try:
+        errors, message = await client.sendmail("alice@example.com", [rcpt], raw)
+        assert not errors
+        return message
+    finally:
+        await client.quit()
+
+
+@pytest.mark.anyio
+async def test_a_message_waits_for_one_on_its_way_to_its_mailbox_and_shares_its_commit(
+        tmp_path: Path) -> None:
+    """IN-5: a session's message whose DATA ends while another session has a recipient of the
+    same mailbox accepted waits for that message (here past a minute's linger would fail the
+    test: it never comes to that) and both are ingested in one call, each answered 250 after
+    the shared commit; a message to another mailbox is not held by it."""
+    async with door(tmp_path) as d:
+        other = await past_rcpt(d)
+        first = asyncio.create_task(send(d, letter("first")))
+        assert await send(d, letter("to-carol"), "carol@example.com") == DELIVERED
+        assert not first.done()  # carol's message came and went; bob's waits for its company
+        await other.data(letter("second"))
+        await other.quit()
+        assert await first == DELIVERED
+        assert d.ops("ingest_batch") == 1 and d.ops("ingest") == 1  # bob's pair; carol's alone
+        assert (await d.call(d.bob, MailboxStatus()))["messages"] == 2  # type: ignore[index]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("ends", ["rset", "refused", "gone"])
+async def test_a_message_on_its_way_that_does_not_come_holds_nothing_up(
+        tmp_path: Path, ends: str) -> None:
+    """IN-5: a message on its way that ends otherwise (the session resets, its DATA is refused
+    over the size cap, its connection goes) releases the message waiting for it at once (the
+    linger is a minute): it goes alone, answered 250."""
+    async with door(tmp_path) as d:
+        other = await past_rcpt(d)
+        waiting = asyncio.create_task(send(d, letter("waiting")))
+        if ends == "rset":
+            await other.rset()
+            await other.quit()
+        elif ends == "refused":
+            with pytest.raises(aiosmtplib.SMTPResponseException) as info:
+                await other.data(letter("big", size=9 * 1024))
+            assert info.value.code == 552
+            await other.quit()
+        else:
+            other.close()
+        assert await waiting == DELIVERED
+        assert d.ops("ingest") == 1 and d.ops("ingest_batch") == 0
+        assert (await d.call(d.bob, MailboxStatus()))["messages"] == 1  # type: ignore[index]
+
+
+@pytest.mark.anyio
+async def test_a_message_waits_for_company_at_most_the_linger(tmp_path: Path) -> None:
+    """IN-5: a message on its way that neither comes nor ends (its client idles after RCPT)
+    holds a message for the same mailbox only up to the door's linger (here 10 ms); a message
+    with no company coming never waits."""
+    async with door(tmp_path, linger_s=0.01) as d:
+        idle = await past_rcpt(d)
+        assert await send(d, letter("held")) == DELIVERED
+        await idle.quit()
+        assert await send(d, letter("alone")) == DELIVERED
+        assert d.ops("ingest") == 2 and d.ops("ingest_batch") == 0

@@ -6,8 +6,10 @@ DATA is ingested into each recipient's IdentityMailbox through the router's call
 built here, not encoded: the router's id and host checks, counted as RPC) when this node owns it,
 and through the app's forwarding, exactly as RPC does, when another node does; 250 is answered
 only after every ingest committed. Over the cap: 552; an owner that cannot be reached now: 451.
-Messages for one owned mailbox whose DATA ends in the same turn of the event loop commit in one
-transaction (``smtp_batch``), each answered as it would be alone.
+Messages for one owned mailbox whose DATA ends in the same turn of the event loop, or while
+another session has a message on its way to it (its recipient accepted, DATA not yet ended; a
+wait of at most ``smtp_batch.LINGER_S``), commit in one transaction (``smtp_batch``), each
+answered as it would be alone.
 The door prepends ``Delivered-To`` (so a Bcc recipient's waits can match on ``to``) and derives the
 source id from the recipient and the bytes, so a client's retry after a lost 250 is a duplicate.
 Nothing it logs carries an address; aiosmtpd's own logger is cut to warnings without arguments.
@@ -35,7 +37,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from mailbox_actors.core.inbound.addresses import normalize_address
 from mailbox_actors.http.server import HttpApp
 from mailbox_actors.node.control_ops import create_identity
-from mailbox_actors.node.smtp_batch import Batches
+from mailbox_actors.node.smtp_batch import LINGER_S, Batches
 from mailbox_actors.node.smtp_door_session import DoorSession, smtp_server
 from mailbox_actors.objects.identity_mailbox.ingest_batch import BATCH_ITEM_MAX_BYTES, IngestBatch
 from mailbox_actors.platform.clock import Clock
@@ -102,12 +104,19 @@ class _Handler:
         targets: list[tuple[str, Recipient]] = getattr(envelope, "ma_targets", [])
         targets.append((address, found))
         envelope.ma_targets = targets  # type: ignore[attr-defined]
+        self.door.on_its_way(envelope, found)
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(rcpt_options)
         self.door.metrics.inc("smtp_rcpt_total", (("outcome", "accepted"),))
         return "250 2.1.5 Recipient ok"
 
+    def envelope_ends(self, envelope: Envelope) -> None:
+        """``DoorSession``'s call when an envelope is done with (its DATA answered, a reset, the
+        connection gone): its messages are no longer on their way to their mailboxes."""
+        self.door.not_coming(envelope)
+
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        self.door.not_coming(envelope)  # handed over now: no batch waits for it any longer
         raw = envelope.original_content
         if not isinstance(raw, bytes):
             raw = envelope.content if isinstance(envelope.content, bytes) else b""
@@ -158,7 +167,7 @@ class SmtpDoor:
                  control_db: ControlDb | None, ids: Ids, clock: Clock, metrics: Metrics,
                  owned_here: Callable[[str], bool] | None, max_message_bytes: int,
                  hostname: str = "mailbox-actors", catch_all: bool = False,
-                 journal_address: str | None = None) -> None:
+                 journal_address: str | None = None, linger_s: float = LINGER_S) -> None:
         self.app = app
         # CA-17: mail to this address is a provider's journal copy of an Email sent here.
         self.journal_address = journal_address.strip().lower() if journal_address else None
@@ -176,7 +185,8 @@ class SmtpDoor:
         self._server: asyncio.base_events.Server | None = None
         self._handler = _Handler(self)
         self._book: AddressBook | None = None
-        self._batches: Batches[Recipient] = Batches(self._alone, self._together)
+        self._batches: Batches[Recipient] = Batches(self._alone, self._together,
+                                                    linger_s=linger_s)
         self.metrics = metrics
         metrics.describe("smtp_rcpt_total", "SMTP RCPT commands by outcome", "counter")
         metrics.describe("smtp_messages_total", "SMTP DATA answers by status code", "counter")
@@ -185,7 +195,7 @@ class SmtpDoor:
     @classmethod
     def for_node(cls, app: HttpApp, node: Node, cluster_token: str, *, max_message_bytes: int,
                  hostname: str = "mailbox-actors", catch_all: bool = False,
-                 journal_address: str | None = None) -> SmtpDoor:
+                 journal_address: str | None = None, linger_s: float = LINGER_S) -> SmtpDoor:
         """The door of one node: mailboxes this node owns are ingested in process, the others
         through ``app`` (the node's HTTP application, which forwards to their owner)."""
         forwarding = node.forwarding
@@ -193,7 +203,7 @@ class SmtpDoor:
                    ids=node.ids, clock=node.clock, metrics=node.metrics,
                    owned_here=lambda mid: forwarding.elsewhere(_MAILBOX, mid) is None,
                    max_message_bytes=max_message_bytes, hostname=hostname, catch_all=catch_all,
-                   journal_address=journal_address)
+                   journal_address=journal_address, linger_s=linger_s)
 
     def is_journal(self, address: str) -> bool:
         return self.journal_address is not None and address.strip().lower() == self.journal_address
@@ -301,6 +311,23 @@ class SmtpDoor:
         if self._book is not None:
             self._book.close()
             self._book = None
+
+    def on_its_way(self, envelope: Envelope, rcpt: Recipient) -> None:
+        """RCPT accepted ``rcpt``: a message is on its way to its mailbox (a batch for it may
+        wait for it, ``smtp_batch``) until ``not_coming(envelope)``."""
+        if self.owned_here is None or not self.owned_here(rcpt.mailbox_id):
+            return  # forwarded, never batched here
+        coming: list[str] = getattr(envelope, "ma_coming", [])
+        coming.append(rcpt.mailbox_id)
+        envelope.ma_coming = coming  # type: ignore[attr-defined]
+        self._batches.expect(rcpt.mailbox_id)
+
+    def not_coming(self, envelope: Envelope) -> None:
+        """The envelope's messages are handed over, or will not come (at most once each)."""
+        coming: list[str] = getattr(envelope, "ma_coming", [])
+        envelope.ma_coming = []  # type: ignore[attr-defined]
+        for key in coming:
+            self._batches.release(key)
 
     async def deliver(self, address: str, rcpt: Recipient, raw: bytes) -> str:
         """Ingest ``raw`` into the recipient's IdentityMailbox; the SMTP reply for it."""

@@ -15,6 +15,10 @@ the DATA lines.
   with its dots unstuffed. It never reads past the end line (what follows belongs to the next
   command) and keeps at most the size limit (and a line) of a message it will refuse.
 
+It also tells its handler when an envelope ends (``envelope_ends(envelope)``, if the handler has
+one: after DATA, RSET, HELO or EHLO, or when the connection goes), which the door uses to know
+which messages are still on their way to a mailbox.
+
 The addresses and DATA are tested equal to stock aiosmtpd, replies and content, over
 hand-written and generated input sent in pieces of every size; the timer, to close a connection
 when it has been idle for the timeout and not before. The benchmark's no-op yardstick is stock
@@ -92,6 +96,21 @@ class DoorSession(SMTP):
             return
         self._timeout_cb()  # type: ignore[no-untyped-call]  # aiosmtpd's: log, close
 
+    def _set_post_data_state(self) -> None:
+        # Every envelope's end goes through here (after DATA, RSET, HELO, EHLO): the handler
+        # learns that its messages are no longer on their way (the door's batches wait for them).
+        self._envelope_ends()
+        super()._set_post_data_state()  # type: ignore[no-untyped-call]
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self._envelope_ends()
+        super().connection_lost(error)
+
+    def _envelope_ends(self) -> None:
+        ends = getattr(self.event_handler, "envelope_ends", None)
+        if ends is not None and self.envelope is not None:
+            ends(self.envelope)
+
     def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
         m = _PLAIN_ANGLE.match(arg)
         if m is None or "=?" in m.group(1):
@@ -129,11 +148,11 @@ class DoorSession(SMTP):
         if state is not _NOMINAL:
             await self.push("500 Line too long (see RFC5321 4.5.3.1.6)" if state is _TOO_LONG
                             else "552 Error: Too much mail data")
-            self._set_post_data_state()  # type: ignore[no-untyped-call]
+            self._set_post_data_state()
             return
         self.envelope.content = self.envelope.original_content = _unstuffed(data)
         status = await self._call_handler_hook("DATA")
-        self._set_post_data_state()  # type: ignore[no-untyped-call]
+        self._set_post_data_state()
         await self.push("250 OK" if status is MISSING else status)
 
     async def _read_data(self) -> tuple[bytes, str]:
