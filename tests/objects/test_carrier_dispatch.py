@@ -479,6 +479,31 @@ async def test_resolve_settles_outcome_unknown_with_evidence() -> None:
         assert types.count("email.provider_accepted") == 2 and "email.rejected" in types
 
 
+async def test_resolve_names_the_email_by_its_id_as_well() -> None:
+    """CA-12: resolve takes the ``email_id`` the delivery records show instead of the source id
+    (the operator's console knows only that one); naming both or neither is invalid_request, an
+    unknown id email_not_found."""
+    transport = RecordingTransport([OutcomeUnknown()])
+    async with runtime(transport) as rt:
+        mid = await mailbox(rt)
+        email_id = (await call(rt, mid, email("u-1")))["email_id"]
+        await rt.run_until_idle()
+        settled = await call(rt, mid, ResolveEmail(
+            email_id=email_id, outcome="rejected", code="5.1.1", evidence="ticket-44"))
+        assert (settled["status"], settled["source_id"]) == ("rejected", "u-1")
+        assert await call(rt, mid, ResolveEmail(
+            source_id="u-1", outcome="rejected", code="5.1.1", evidence="ticket-44")) == settled
+        for named in ({}, {"source_id": "u-1", "email_id": email_id}):
+            with pytest.raises(MailboxActorsError) as e:
+                await call(rt, mid, ResolveEmail(outcome="rejected", code="5.1.1",
+                                                 evidence="t", **named))
+            assert (e.value.code, e.value.details) == ("invalid_request", {"field": "source_id"})
+        with pytest.raises(MailboxActorsError) as e:
+            await call(rt, mid, ResolveEmail(email_id="eml_unknown", outcome="rejected",
+                                             code="5.1.1", evidence="t"))
+        assert e.value.code == "email_not_found"
+
+
 async def test_delivery_events_are_per_message_deduplicated_and_forward_only() -> None:
     """CA-9, CA-13: delivery events apply to one Message (by msg_ id, or by Message-ID header and
     recipient), are deduplicated on the provider's event id (or message, type and provider

@@ -75,8 +75,8 @@ def _insert_queued(keys: int) -> str:
             f"?9, ?10, 1 WHERE NOT ({full}) ON CONFLICT (source_id) DO NOTHING")
 
 
-def _not_found() -> MailboxActorsError:
-    return MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, "no email with this source_id")
+def _not_found(field: str = "source_id") -> MailboxActorsError:
+    return MailboxActorsError(ErrorCode.EMAIL_NOT_FOUND, f"no email with this {field}")
 
 
 def _message_id_header(email_id: str, from_: str) -> str:
@@ -221,6 +221,9 @@ def cancel(c: CarrierState, req: CancelEmail) -> Receipt:
 
 
 def resolve(c: CarrierState, req: ResolveEmail) -> Receipt:
+    if (req.source_id is None) == (req.email_id is None):
+        raise InvalidRequest("resolve names the email by source_id or by email_id (one of them)",
+                             details={"field": "source_id"})
     if req.outcome == "provider_accepted" and req.provider_message_id is None:
         raise InvalidRequest("provider_accepted needs provider_message_id",
                              details={"field": "provider_message_id"})
@@ -229,9 +232,10 @@ def resolve(c: CarrierState, req: ResolveEmail) -> Receipt:
     evidence = f"operator:{req.evidence}"
 
     def run(tx: SqlStorage) -> Receipt:
-        row = store.row_by_source(tx, req.source_id)
+        row = (store.row_by_source(tx, req.source_id) if req.source_id is not None
+               else store.row_by_id(tx, str(req.email_id)))
         if row is None:
-            raise _not_found()
+            raise _not_found("source_id" if req.source_id is not None else "email_id")
         if row.resolution == evidence and row.status.value == req.outcome:
             return store.receipt(tx, row)  # the same settlement again
         if row.status != EmailStatus.OUTCOME_UNKNOWN:

@@ -309,6 +309,9 @@ class _Pages:
                                      "dev mode on loopback", details={"field": "q"})
         if query is not None and len(query) > 1000:
             raise InvalidRequest("q must be 1..1000 characters", details={"field": "q"})
+        resolving = request.query_params.get("resolve") or None  # a record's "resolve…" link
+        if resolving is not None:
+            check_id("resolve", resolving)
         status = messages = deliveries = dead = events = None
         problems: list[str] = []
         if ident.status == "active":
@@ -333,7 +336,8 @@ class _Pages:
         return await self.render(
             request, "identity.html", tenant=tenant, ident=ident, status=status,
             messages=messages, deliveries=deliveries, dead=dead, events=events, waits=waits,
-            addresses=addresses, problems=problems, query=query)
+            addresses=addresses, problems=problems, query=query, resolving=resolving,
+            still=resolving is not None)  # no refresh under an operator filling the form
 
     async def _try(self, problems: list[str], call: Awaitable[Any]) -> Any:
         """One panel's data, or None with what kept it away noted (the rest of the page shows)."""
@@ -485,7 +489,8 @@ class _Pages:
         form = await self.form(request)
         tenant, ident = await self.view.identity(request.path_params["identity_id"])
         fields = {k: v.strip() for k, v in form.items()
-                  if k in ("source_id", "outcome", "provider_message_id", "code", "evidence")
+                  if k in ("email_id", "source_id", "outcome", "provider_message_id", "code",
+                           "evidence")
                   and v.strip()}
         try:
             req = msgspec.convert(fields | {"op": "resolve"}, ResolveEmail)

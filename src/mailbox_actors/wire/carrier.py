@@ -64,9 +64,11 @@ class CancelEmail(msgspec.Struct, tag="cancel", tag_field="op", forbid_unknown_f
 
 class ResolveEmail(msgspec.Struct, tag="resolve", tag_field="op", forbid_unknown_fields=True,
                    kw_only=True):
-    """An operator settles an ``outcome_unknown`` Email with evidence (CA-12)."""
+    """An operator settles an ``outcome_unknown`` Email with evidence (CA-12). The Email is named
+    by its ``source_id`` or by its ``email_id`` (the id delivery records show): exactly one."""
 
-    source_id: SourceId
+    source_id: SourceId | None = None
+    email_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     outcome: Literal["provider_accepted", "rejected"]
     provider_message_id: ShortText | None = None  # required for provider_accepted
     code: Code | None = None  # required for rejected
