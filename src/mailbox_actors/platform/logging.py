@@ -68,9 +68,11 @@ _ADDRESS_RE = re.compile(
 # Nested structures deeper than this are refused rather than walked (and a cycle cannot hang us).
 _MAX_DEPTH = 8
 
-# The request id of the request, alarm run or delivery this task serves (RT-12): on every line.
-# The request scope (runtime/scope.py) sets it directly, once per request.
-LOG_REQUEST_ID: ContextVar[str | None] = ContextVar("mailbox_actors_log_request_id", default=None)
+# The request id of the request, alarm run or delivery this task serves (RT-12): on every line,
+# as ``str()`` of what this holds. The request scope (runtime/scope.py) sets it directly, once
+# per request, to itself (its ``str`` is its id, an alarm run's minted at its first read); a
+# queue delivery sets a ``str``.
+LOG_REQUEST_ID: ContextVar[object] = ContextVar("mailbox_actors_log_request_id", default=None)
 # Other keys bound for a block of this task (``bound_context``): an audited call's actor_key_id.
 _bound: ContextVar[Mapping[str, Any]] = ContextVar("mailbox_actors_log_context",
                                                    default=MappingProxyType({}))
@@ -299,7 +301,7 @@ class Logger:
             line["logger"] = self._name
         request_id = LOG_REQUEST_ID.get()
         if request_id is not None:
-            line["request_id"] = request_id
+            line["request_id"] = str(request_id)
         line.update(_bound.get())
         line.update(self._context)
         exc_info = kw.pop("exc_info", None)
@@ -325,7 +327,7 @@ class Logger:
         logger = structlog.get_logger(logger_name=self._name) if self._name \
             else structlog.get_logger()
         request_id = LOG_REQUEST_ID.get()
-        extra = {"request_id": request_id} if request_id is not None else {}
+        extra = {"request_id": str(request_id)} if request_id is not None else {}
         getattr(logger, method)(event, **{**extra, **_bound.get(), **self._context, **kw})
 
 
@@ -352,7 +354,8 @@ def get_logger(name: str | None = None) -> Logger:
 
 def bound_request_id() -> str | None:
     """The request id this task's log lines carry, or None."""
-    return LOG_REQUEST_ID.get()
+    request_id = LOG_REQUEST_ID.get()
+    return None if request_id is None else str(request_id)
 
 
 @contextmanager

@@ -84,7 +84,7 @@ def begin(act: Activation, retry_count: int, stored: int, scope: RequestScope, *
     except Exception as e:  # not a coroutine function after all: the handler's failure
         return Run(act, retry_count, stored, scope, alarm_run, True, offered, _raising(e))
     return Run(act, retry_count, stored, scope, alarm_run, True, offered,
-               handler if watch is None else watch.timed(handler, act.namespace, "alarm"))
+               handler if watch is None else watch.start(handler, act.namespace, "alarm"))
 
 
 async def _raising(error: Exception) -> None:

@@ -379,7 +379,7 @@ class ActorHost:
         self._inflight += 1
         try:
             return await alarm_runs.run(act, retry_count, stored,
-                                        RequestScope(self.ids.new_id("req"), None),
+                                        RequestScope(None, None, self.ids),
                                         clock=clock, event_sink=self.event_sink, log=self.log,
                                         watch=self.watch)
         finally:
@@ -401,7 +401,7 @@ class ActorHost:
         act.alarm_running = True
         act.pending += 1  # an alarm run is never refused by the queue bound
         self._inflight += 1
-        scope = RequestScope(self.ids.new_id("req"), None)
+        scope = RequestScope(None, None, self.ids)
         scope.__enter__()  # every log line of the run carries its request id
         try:
             return alarm_runs.begin(act, retry_count, stored, scope, clock=self.clock,
