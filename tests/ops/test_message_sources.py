@@ -84,9 +84,14 @@ async def test_the_raw_source_goes_with_its_message_and_with_an_erase() -> None:
         first = (await rt.call(NS, m, Ingest(source_id="s1", raw=_mail(b"a")), **IDS))["message_id"]
         await rt.call(NS, m, Ingest(source_id="s2", raw=_mail(b"b").replace(
             b"report-1@", b"report-2@")), **IDS)
+        # A small source lies in its message's row, a large one in raw_chunks (sources.py).
+        large = (await rt.call(NS, m, Ingest(source_id="s3", raw=_mail(b"c" * 100_000).replace(
+            b"report-1@", b"report-3@")), **IDS))["message_id"]
+        kept = "SELECT (SELECT count(*) FROM messages WHERE raw IS NOT NULL) + " \
+               "(SELECT count(DISTINCT message_id) FROM raw_chunks)"
+        assert await rt.run_in_actor(NS, m, lambda a, _s: a.sql.exec(kept).one()[0]) == 3
         await rt.call(NS, m, DeleteMessage(message_id=first), **IDS)
-        assert await rt.run_in_actor(NS, m, lambda a, _s: a.sql.exec(
-            "SELECT count(DISTINCT message_id) FROM raw_chunks").one()[0]) == 1
+        await rt.call(NS, m, DeleteMessage(message_id=large), **IDS)
+        assert await rt.run_in_actor(NS, m, lambda a, _s: a.sql.exec(kept).one()[0]) == 1
         await rt.call(NS, m, MailboxErase(), **IDS)
-        assert await rt.run_in_actor(NS, m, lambda a, _s: a.sql.exec(
-            "SELECT count(*) FROM raw_chunks").one()[0]) == 0
+        assert await rt.run_in_actor(NS, m, lambda a, _s: a.sql.exec(kept).one()[0]) == 0

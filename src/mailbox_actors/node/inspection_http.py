@@ -33,6 +33,7 @@ from mailbox_actors.objects.identity_mailbox.sources import (
     file_rows,
     get_attachment,
     get_raw_message,
+    has_inline,
 )
 from mailbox_actors.platform.storage.readonly import read_only, table_exists
 from mailbox_actors.wire.errors import (
@@ -209,7 +210,8 @@ class InspectionRoutes:
                 if not table_exists(conn, "raw_chunks"):
                     raise InvalidRequest("this mailbox's file is of an earlier layout",
                                          details={"field": "id"})
-                return (get_raw_message(rows, asked) if isinstance(asked, GetRawMessage)
+                return (get_raw_message(rows, asked, inline_column=has_inline(rows))
+                        if isinstance(asked, GetRawMessage)
                         else get_attachment(rows, asked))
         found = await anyio.to_thread.run_sync(read)
         if found is None:

@@ -129,6 +129,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
         Migration(19, search.FTS_MERGE_SCHEMA),
         # IN-10: a level of the index merged at 8 segments, not 4 (fewer pages an ingest)
         Migration(20, search.FTS_USERMERGE_SCHEMA),
+        # UI-2: a small raw source in its message's row (a column added, no row copied)
+        Migration(21, sources.RAW_INLINE),
     )
     alarm_purposes: ClassVar[Mapping[str, str]] = {"maintenance": "maintenance",
                                                    "post": "post_tick", "dispatch": "dispatch_tick",

@@ -92,6 +92,10 @@ INBOUND_LEAN = (
 INBOUND_TABLES = ("messages", "attachment_chunks", "raw_chunks", "threads", "thread_keys",
                   "inbound_sources", *waits.WAITS_TABLES)
 
+_INSERT_MESSAGE = ("INSERT INTO messages (id, thread_id, message_id_header, from_addr, subject, "
+                   "date_ms, received_at_ms, size_bytes, detail, text, html) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_MESSAGE_RAW = _INSERT_MESSAGE.replace("html)", "html, raw)").replace("?)", "?, ?)")
 _CHUNK = 1 << 20  # attachment content per row, under the 2 MB value limit (RT-7)
 THREAD_PARSE = 256 * 1024  # parse larger messages in a worker thread: the loop serves others
 _ENC = msgspec.msgpack.Encoder()
@@ -189,15 +193,17 @@ def store(mb: Inbox, tx: SqlStorage, source_id: str, digest: str, size: int,
         to=p.to, cc=p.cc, delivered_to=p.delivered_to, headers=p.headers,
         attachments=[AttachmentView(filename=a.filename, content_type=a.content_type,
                                     size=a.size) for a in p.attachments], defects=p.defects)
-    tx.exec("INSERT INTO messages (id, thread_id, message_id_header, from_addr, subject, date_ms, "
-            "received_at_ms, size_bytes, detail, text, html) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            message_id, thread_id, p.message_id, p.from_addr, p.subject, p.date_ms, now, size,
-            _ENC.encode(detail), p.text, p.html)
+    small = sources.inline(raw)  # UI-2: the source as received, in the row when small
+    row = (message_id, thread_id, p.message_id, p.from_addr, p.subject, p.date_ms, now, size,
+           _ENC.encode(detail), p.text, p.html)
+    if small is None:
+        tx.exec(_INSERT_MESSAGE, *row)
+    else:
+        tx.exec(_INSERT_MESSAGE_RAW, *row, small)
     tx.exec(search.INDEX_NEW, p.subject, search.body_of(p.text, p.html))  # IN-10, same commit
     search.merge_some(tx)  # bounded: automatic merges are off
-    if raw is not None:
-        sources.keep_raw(tx, message_id, raw)  # UI-2: the source as received
+    if raw is not None and small is None:
+        sources.keep_raw(tx, message_id, raw)  # a large source: in raw_chunks, 1 MB a row
     for idx, att in enumerate(p.attachments):
         data = att.content or b""
         for chunk, start in enumerate(range(0, len(data), _CHUNK)):

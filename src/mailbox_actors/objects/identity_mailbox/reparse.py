@@ -22,7 +22,7 @@ import msgspec
 from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.inbound.parse import ParsedMessage, parse_message
 from mailbox_actors.core.inbound.threads import thread_keys
-from mailbox_actors.objects.identity_mailbox import search, threads
+from mailbox_actors.objects.identity_mailbox import search, sources, threads
 from mailbox_actors.objects.identity_mailbox.inbound_rows import DETAIL_ENCODER, StoredDetail
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import ErrorCode, InvalidRequest, MailboxActorsError
@@ -42,9 +42,7 @@ _ENC = msgspec.msgpack.Encoder()
 
 
 def _source(sql: SqlStorage, message_id: str) -> bytes | None:
-    rows = sql.exec("SELECT data FROM raw_chunks WHERE message_id = ? ORDER BY chunk",
-                    message_id).all()
-    return b"".join(r[0] for r in rows) if rows else None
+    return sources.raw_of(sources.actor_rows(sql), message_id)
 
 
 def reparse(ctx: ActorContext, sql: SqlStorage, lim: InboundLimits, req: Reparse) -> ReparseReply:
@@ -126,8 +124,9 @@ def run_page(ctx: ActorContext, sql: SqlStorage, lim: InboundLimits) -> None:
     if not rows or ctx.erased:
         return
     after = int(rows[0][0])
-    page = sql.exec("SELECT m.seq, m.id FROM messages m WHERE m.seq > ? AND EXISTS (SELECT 1 "
-                    "FROM raw_chunks s WHERE s.message_id = m.id) ORDER BY m.seq LIMIT ?",
+    page = sql.exec("SELECT m.seq, m.id FROM messages m WHERE m.seq > ? AND (m.raw IS NOT NULL OR "
+                    "EXISTS (SELECT 1 FROM raw_chunks s WHERE s.message_id = m.id)) "
+                    "ORDER BY m.seq LIMIT ?",
                     after, PAGE).all()
     parsed = []
     for seq, message_id in page:

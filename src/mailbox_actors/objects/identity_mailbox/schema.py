@@ -31,7 +31,7 @@ INBOUND = (
     "CREATE TABLE messages (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, "
     "thread_id TEXT NOT NULL, message_id_header TEXT, from_addr TEXT NOT NULL, "
     "subject TEXT NOT NULL, date_ms INTEGER, received_at_ms INTEGER NOT NULL, "
-    "size_bytes INTEGER NOT NULL, detail BLOB NOT NULL, text TEXT, html TEXT)",
+    "size_bytes INTEGER NOT NULL, detail BLOB NOT NULL, text TEXT, html TEXT, raw BLOB)",
     "CREATE INDEX messages_by_thread ON messages (thread_id, seq)",
     "CREATE TABLE attachment_chunks (message_id TEXT NOT NULL, idx INTEGER NOT NULL, "
     "chunk INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (message_id, idx, chunk)) "
@@ -44,7 +44,7 @@ INBOUND = (
     "CREATE TABLE inbound_sources (source_id TEXT PRIMARY KEY, digest TEXT NOT NULL, "
     "message_id TEXT NOT NULL, thread_id TEXT NOT NULL, defects BLOB NOT NULL) WITHOUT ROWID",
     *WAITS_SCHEMA,
-    *RAW_SCHEMA,  # the raw sources (UI-2)
+    *RAW_SCHEMA,  # the raw sources (UI-2) over RAW_INLINE_MAX; smaller ones in messages.raw
     # Search (IN-9, IN-10): attachment text and the FTS5 index (its shadow tables are FTS5's).
     *SEARCH_SCHEMA[:2],
 )

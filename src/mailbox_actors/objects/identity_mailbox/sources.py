@@ -1,8 +1,16 @@
 """Raw sources and attachment content of received mail (UI-2): the bytes as received, kept with
 the message in the same transaction, and both read back a chunk (1 MB) at a time.
 
-A message's raw source lives in ``raw_chunks`` (as attachments live in ``attachment_chunks``);
-deleting the message or erasing the mailbox removes it with the rest (IN-6). Messages received
+A source of up to ``RAW_INLINE_MAX`` bytes (nearly all mail) is kept in its message's own row
+(``messages.raw``, migration ``RAW_INLINE``); a larger one, and every source stored before that
+migration, in ``raw_chunks`` (as attachments live in ``attachment_chunks``), 1 MB a row.
+``raw_chunks`` is WITHOUT ROWID: its rows keep only about 1 KB in their b-tree page, so a 1-4 KB
+source spilled its rest into an overflow page of its own, and appending to an index-shaped
+b-tree rebalances three sibling pages at each split: about 3 WAL frames a message through the
+SMTP door, the largest share of an ingest's commit. In the message's row it costs the page the
+row is written to anyway. The migration only adds the column (no row is copied), so it runs on a
+mailbox at its ``max_database_bytes`` as on any other.
+Deleting the message or erasing the mailbox removes the source with the rest (IN-6). Messages received
 before this table existed answer ``kept: false``. The same reads serve the owner's ops (the actor's
 storage) and an operator in dev mode (a read-only connection to the file, ``node.inspection_http``).
 """
@@ -18,8 +26,9 @@ from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.wire.errors import InvalidRequest
 from mailbox_actors.wire.sources import AttachmentContent, GetAttachment, GetRawMessage, RawSource
 
-__all__ = ["CHUNK", "RAW_SCHEMA", "Query", "actor_rows", "file_rows", "get_attachment",
-           "get_raw_message", "keep_raw"]
+__all__ = ["CHUNK", "RAW_INLINE", "RAW_INLINE_MAX", "RAW_SCHEMA", "Query", "actor_rows",
+           "file_rows", "get_attachment", "get_raw_message", "has_inline", "inline", "keep_raw",
+           "raw_of"]
 
 # A statement and its arguments -> its rows: the actor's storage or a read-only file connection.
 Query = Callable[..., list[Any]]
@@ -28,10 +37,19 @@ RAW_SCHEMA = (
     "CREATE TABLE raw_chunks (message_id TEXT NOT NULL, chunk INTEGER NOT NULL, "
     "data BLOB NOT NULL, PRIMARY KEY (message_id, chunk)) WITHOUT ROWID",
 )
+# A later migration: small sources in their message's row (the column is added, nothing copied).
+RAW_INLINE = ("ALTER TABLE messages ADD COLUMN raw BLOB",)
+RAW_INLINE_MAX = 64 * 1024  # larger sources stay in raw_chunks: the row stays a few pages at most
+_RAW_INLINE_COLUMN = "SELECT 1 FROM pragma_table_info('messages') WHERE name = 'raw'"
+
+
+def inline(raw: bytes | None) -> bytes | None:
+    """What ``messages.raw`` holds for a source: the bytes when small, else None."""
+    return raw if raw is not None and len(raw) <= RAW_INLINE_MAX else None
 
 
 def keep_raw(tx: SqlStorage, message_id: str, raw: bytes) -> None:
-    """Inside the store's transaction: the message's bytes as received."""
+    """Inside the store's transaction: the bytes of a source ``inline`` does not hold."""
     for chunk, start in enumerate(range(0, len(raw), CHUNK)):
         tx.exec("INSERT INTO raw_chunks (message_id, chunk, data) VALUES (?, ?, ?)",
                 message_id, chunk, raw[start:start + CHUNK])
@@ -57,11 +75,32 @@ def file_rows(conn: sqlite3.Connection) -> Query:
     return lambda statement, *args: conn.execute(statement, args).fetchall()
 
 
-def get_raw_message(rows: Query, req: GetRawMessage) -> RawSource | None:
-    found = rows("SELECT size_bytes FROM messages WHERE id = ?", req.message_id)
+def has_inline(rows: Query) -> bool:
+    """Whether the file has ``messages.raw`` (a file an operator reads may predate it)."""
+    return bool(rows(_RAW_INLINE_COLUMN))
+
+
+def raw_of(rows: Query, message_id: str) -> bytes | None:
+    """The whole source as received (None: not kept), wherever it is kept."""
+    found = rows("SELECT raw FROM messages WHERE id = ?", message_id)
+    if found and found[0][0] is not None:
+        return bytes(found[0][0])
+    chunks = rows("SELECT data FROM raw_chunks WHERE message_id = ? ORDER BY chunk", message_id)
+    return b"".join(bytes(r[0]) for r in chunks) if chunks else None
+
+
+def get_raw_message(rows: Query, req: GetRawMessage, *, inline_column: bool = True
+                    ) -> RawSource | None:
+    """``inline_column``: the file has ``messages.raw`` (the actor's own file always has)."""
+    found = rows(f"SELECT size_bytes, {'raw' if inline_column else 'NULL'} FROM messages "
+                 "WHERE id = ?", req.message_id)
     if not found:
         return None
     size = int(found[0][0])
+    if found[0][1] is not None:
+        _check_chunk(req.chunk, 1)
+        return RawSource(message_id=req.message_id, kept=True, size_bytes=size, chunk=0,
+                         chunks=1, data=bytes(found[0][1]))
     data = rows("SELECT data FROM raw_chunks WHERE message_id = ? AND chunk = ?",
                 req.message_id, req.chunk)
     if not data:
