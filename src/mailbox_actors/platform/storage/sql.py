@@ -102,7 +102,7 @@ class SqlStorage(Transactions):
             raise LimitExceeded("max_bound_parameters", self.limits.max_bound_parameters,
                                 f"{len(params)} bound parameters; the limit is "
                                 f"{self.limits.max_bound_parameters}")
-        if writes:
+        if writes and self._state is not TxState.EXPLICIT:  # inside transaction_sync: nothing to do
             self._before_write()
         if len(statements) > 1:
             return self._exec_script(statements, writes, ddl, params)
@@ -256,15 +256,20 @@ class SqlStorage(Transactions):
 
     def set_alarm(self, at_ms: int) -> None:
         """Set the actor's one alarm; it commits with the surrounding transaction."""
-        if isinstance(at_ms, bool) or not isinstance(at_ms, int) or at_ms < 0:
-            raise TypeError("set_alarm takes Unix milliseconds as a non-negative int")
-        self._write_alarm(max(at_ms, self.now_ms()))  # a time in the past stores now (AL-7)
+        if type(at_ms) is not int or at_ms < 0:
+            if isinstance(at_ms, bool) or not isinstance(at_ms, int) or at_ms < 0:
+                raise TypeError("set_alarm takes Unix milliseconds as a non-negative int")
+        now = self._txn_now  # ``now_ms``, written out
+        if now is None:
+            now = self._now()
+        self._write_alarm(at_ms if at_ms > now else now)  # a time in the past stores now (AL-7)
 
     def delete_alarm(self) -> None:
         self._write_alarm(None)
 
     def _write_alarm(self, at_ms: int | None) -> None:
-        self._before_write()
+        if self._state is not TxState.EXPLICIT:  # inside transaction_sync: nothing to do
+            self._before_write()
         if at_ms is None:
             self._run_sys(_DELETE_ALARM, ())
         else:

@@ -163,7 +163,10 @@ class Transactions(ScreenedConnection):
         """``_run`` of a runtime statement (``_sys``), without a closure: the alarm's writes."""
         if self._state is TxState.ENDED:
             raise TransactionRolledBack(self._ended_by)
+        facts = self._facts
         try:
+            if facts is not None and query in facts.runtime_texts:
+                return self._conn.execute(query, params)  # ``_sys``'s first case, written out
             return self._sys(query, params)
         except sqlite3.Error as e:
             raise self._failed(e) from e
@@ -223,7 +226,11 @@ class Transactions(ScreenedConnection):
         self._hooks.before_transaction()
         if self._state is TxState.IMPLICIT:
             self._flush()
-        self._sys(self._begin)
+        facts = self._facts
+        if facts is not None and self._begin in facts.runtime_texts:
+            self._conn.execute(self._begin)  # ``_sys``'s first case, written out (every transaction)
+        else:
+            self._sys(self._begin)
         if self._fence is not None:
             self._fenced()
         self._depth, self._state = 1, TxState.EXPLICIT
@@ -267,8 +274,12 @@ class Transactions(ScreenedConnection):
         ``_after_commit`` are written out, not called."""
         self._depth, self._state = 0, TxState.NONE
         self._txn_now = self._ended_by = None
+        facts = self._facts
         try:
-            self._sys(self._commit)
+            if facts is not None and self._commit in facts.runtime_texts:
+                self._conn.execute(self._commit)  # ``_sys``'s first case, written out
+            else:
+                self._sys(self._commit)
         except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
             self._undo_top(before)
             raise self._map_error(e) from e
