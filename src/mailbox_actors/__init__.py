@@ -26,10 +26,11 @@ if TYPE_CHECKING:
     from mailbox_actors.testing import TestRuntime
     from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
-from mailbox_actors.platform.sqlite_library import configure_sqlite  # noqa: E402
+from mailbox_actors.platform.sqlite_library import configure_sqlite_before_import  # noqa: E402
 
 # Before anything imports sqlite3: SQLite reads this setting once, when it initialises (ADR 0012).
-configure_sqlite()
+# Made as _sqlite3 is imported, so a command that never opens SQLite loads no ctypes for it.
+configure_sqlite_before_import()
 
 # The distribution's version (pyproject.toml's; a test holds them equal): read here, where
 # importlib.metadata would cost every `mailbox-actors --version` about 35 ms.

@@ -25,6 +25,7 @@ TYPE_CHECKING = False  # not typing's (a third of `--version`); type checkers ta
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
+    from typing import Any
 
 __all__ = ["main"]
 
@@ -83,19 +84,51 @@ def _version() -> str:
     return __version__
 
 
-def build_parser(only: str | None = None, *, every: bool = False) -> argparse.ArgumentParser:
+def _columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` says it (``$COLUMNS``, else standard
+    output's terminal, else 80), without importing shutil: it imports zlib, bz2 and lzma, three
+    shared libraries every command would load for a number."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+def build_parser(only: str | None = None, *, every: bool = False,
+                 alone: bool = False) -> argparse.ArgumentParser:
     """The parser. Only the ``only`` subcommand's module is imported and its arguments added
     (start-up stays fast, and one subcommand's imports cannot break another); ``every`` adds
-    every subcommand's arguments (documentation and tests that read them all)."""
+    every subcommand's arguments (documentation and tests that read them all). ``alone``: the
+    ``only`` subcommand is the sole one added, for a command line that names it first (nothing
+    then reads the others: no top-level option, and no choice to list in an error)."""
     import argparse  # not at import: `--version` answers without it
 
-    parser = argparse.ArgumentParser(
+    class Formatter(argparse.HelpFormatter):
+        def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                     width: int | None = None) -> None:
+            super().__init__(prog, indent_increment, max_help_position,
+                             _columns() - 2 if width is None else width)
+
+    class Parser(argparse.ArgumentParser):  # every parser and subparser formats with Formatter
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("formatter_class", Formatter)
+            super().__init__(*args, **kwargs)
+
+    parser = Parser(
         prog="mailbox-actors",
         description="A Python runtime that emulates Cloudflare Durable Objects.")
     parser.add_argument("--version", action="version", version=f"mailbox-actors {_version()}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, add, _run, help_text) in SUBCOMMANDS.items():
+        if alone and name != only:
+            continue
         p = sub.add_parser(name, help=help_text, description=help_text)
         if every or name == only:
             getattr(importlib.import_module(module), add)(p)
@@ -104,8 +137,8 @@ def build_parser(only: str | None = None, *, every: bool = False) -> argparse.Ar
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv == ["--version"]:  # the one answer that needs no parser (argparse's help formatter
-        print(f"mailbox-actors {_version()}")  # imports shutil, and with it bz2 and lzma)
+    if argv == ["--version"]:  # the one answer that needs no parser (argparse imports gettext,
+        print(f"mailbox-actors {_version()}")  # and a parser asks for the terminal's width)
         return 0
     chosen = next((a for a in argv if not a.startswith("-")), None)
     if chosen == "serve":
@@ -115,7 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import gc
 
         gc.disable()
-    parser = build_parser(chosen if chosen in SUBCOMMANDS else None)
+    # A command named first is the only one the parser needs (its help, its errors); a top-level
+    # option before it (--help) lists them all.
+    parser = build_parser(chosen if chosen in SUBCOMMANDS else None,
+                          alone=chosen in SUBCOMMANDS and argv[0] == chosen)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)

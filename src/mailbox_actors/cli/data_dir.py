@@ -25,7 +25,7 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_postgres_argument(p: argparse.ArgumentParser) -> None:
-    from mailbox_actors.node.settings import add_postgres_arguments
+    from mailbox_actors.node.postgres_flag import add_postgres_arguments
 
     add_postgres_arguments(p, where="DATA/control.sqlite")
 

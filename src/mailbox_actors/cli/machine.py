@@ -40,7 +40,7 @@ def add_slots_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("create", "status", "drain"),
                    help="create: the cluster's slots, once; status: machines, slots, epochs and "
                         "lease ages from PostgreSQL; drain: hand a machine's slots over")
-    from mailbox_actors.node.settings import add_postgres_arguments
+    from mailbox_actors.node.postgres_flag import add_postgres_arguments
 
     add_postgres_arguments(p, where="refused: the slots live there")
     p.add_argument("--slots", type=int, default=64, help="create: slots, fixed (default 64)")

@@ -47,7 +47,7 @@ _CHUNK = 500
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="the stopped cluster's data directory")
-    from mailbox_actors.node.settings import add_postgres_arguments
+    from mailbox_actors.node.postgres_flag import add_postgres_arguments
 
     add_postgres_arguments(p, where="refused: it is the target")
 

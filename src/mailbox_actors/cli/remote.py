@@ -8,7 +8,6 @@ unreachable node, 2 a usage error.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -108,6 +107,8 @@ def run_id(args: argparse.Namespace) -> int:
 
 
 def run_call(args: argparse.Namespace) -> int:
+    import json
+
     from mailbox_actors.rpc.client import RpcError
 
     try:
@@ -150,7 +151,7 @@ def run_status(args: argparse.Namespace) -> int:
                      f"_OPERATOR_TOKEN_FILE) ({e.filename} does not exist)", 2)
     restarts: dict[str, int] = {}
     try:
-        doc = json.loads((data / "cluster.json").read_text())
+        doc = msgspec.json.decode((data / "cluster.json").read_bytes())
         nodes = [(n["name"], n["url"]) for n in doc["nodes"]]
         restarts = {n["name"]: int(n.get("restarts", 0)) for n in doc["nodes"]}
     except FileNotFoundError:
@@ -166,7 +167,8 @@ def run_status(args: argparse.Namespace) -> int:
                     status, body = await pool.request(
                         url, "GET", "/admin/status", {"authorization": f"Bearer {operator}"}, b"",
                         timeout_s=5.0)
-                    row = json.loads(body) if status == 200 else {"status": f"HTTP {status}"}
+                    row = msgspec.json.decode(body) if status == 200 else {
+                        "status": f"HTTP {status}"}
                 except (OSError, ConnectionError, TimeoutError):
                     row = {"status": "unreachable"}
                 out.append({"name": name, "url": url, "restarts": restarts.get(name, 0)} | row)
@@ -174,6 +176,8 @@ def run_status(args: argparse.Namespace) -> int:
     rows = anyio.run(go)
     queues: dict[str, Any] = next((r["queues"] for r in rows if r.get("queues")), {})
     if args.json:
+        import json
+
         print(json.dumps({"nodes": rows, "queues": queues}, indent=2))
     else:
         print(f"{'node':8} {'status':12} {'pid':>8} {'restarts':>8} {'actors':>8} {'alarms':>8}"
@@ -242,6 +246,8 @@ def add_identity_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_tenant(args: argparse.Namespace) -> int:
+    import json
+
     from mailbox_actors.wire.errors import MailboxActorsError
 
     async def go() -> Any:
@@ -263,6 +269,8 @@ def run_tenant(args: argparse.Namespace) -> int:
 
 
 def run_identity(args: argparse.Namespace) -> int:
+    import json
+
     from mailbox_actors.node.control_ops import create_identity
     from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 

@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the cluster's (or node's) data directory (default ./data)")
     p.add_argument("--url", help="a single node's URL when DATA has no cluster.json "
                    "(default http://127.0.0.1:8787)")
-    from mailbox_actors.node.settings import add_postgres_arguments
+    from mailbox_actors.node.postgres_flag import add_postgres_arguments
 
     add_postgres_arguments(p, where="DATA/control.sqlite")
     p.add_argument("--host", default="127.0.0.1", help="where the console listens "

@@ -41,6 +41,17 @@ __all__ = [
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+def _idna(text: str) -> bytes:
+    """``text.encode("idna")``: an ASCII name (every IP address, most host names) is the codec's
+    own fast path, taken here without importing the codec (and unicodedata and stringprep with
+    it) into every command that calls a node; anything else goes to the codec."""
+    if text.isascii():
+        labels = text.split(".")
+        if all(0 < len(label) < 64 for label in labels[:-1]) and len(labels[-1]) < 64:
+            return text.encode("ascii")
+    return text.encode("idna")
+
+
 class _Host:
     """The connections to one base URL."""
 
@@ -58,7 +69,7 @@ class _Host:
         default_port = _DEFAULT_PORTS[parts.scheme]
         self.port = parts.port or default_port
         host = f"[{self.host}]" if ":" in self.host else self.host
-        self.hostport = (host if self.port == default_port else f"{host}:{self.port}").encode("idna")
+        self.hostport = _idna(host if self.port == default_port else f"{host}:{self.port}")
         self.idle: list[ClientConnection] = []
         self.size = 0           # open or opening connections, idle or not
         self.waiters: deque[asyncio.Future[None]] = deque()

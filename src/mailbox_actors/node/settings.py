@@ -1,9 +1,10 @@
 """The settings of ``serve`` and ``cluster``, declared once (CL-4): each one's type, default and
 one-line description. The command-line flags, the ``MAILBOX_ACTORS_*`` variables, the TOML keys,
 ``--help`` and the settings reference page are all generated from this declaration; ``node/config``
-validates the values; ``add_postgres_arguments`` gives the commands that read the control data the
-``postgres`` setting's flag. Only msgspec and the standard library here: the cluster's supervisor and
-the light commands build their parsers from it without importing the node.
+validates the values; ``node/postgres_flag`` gives the commands that read the control data the
+``postgres`` setting's flag (its description is read from there). Only msgspec and the standard
+library here: the cluster's supervisor and the light commands build their parsers from it without
+importing the node.
 """
 
 # No ``from __future__ import annotations`` here: the settings' annotations are evaluated once,
@@ -11,14 +12,14 @@ the light commands build their parsers from it without importing the node.
 # (``declared``, msgspec's conversion, ``msgspec.structs.fields``) had each of the sixty compiled
 # from source again at every start (a tenth of ``serve``'s instructions to its first answer).
 
-import argparse
 import functools
-import os
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["ENV_PREFIX", "NodeSettings", "add_postgres_arguments", "Scope", "SettingInfo", "declared"]
+from mailbox_actors.node import postgres_flag
+
+__all__ = ["ENV_PREFIX", "NodeSettings", "Scope", "SettingInfo", "declared"]
 
 ENV_PREFIX = "MAILBOX_ACTORS_"
 
@@ -86,9 +87,8 @@ class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "the cluster's control database (default DATA/control.sqlite)")] = None
     queues_db: Annotated[str | None, _d(
         "the cluster's queue database (default DATA/queues.sqlite)")] = None
-    postgres: Annotated[str | None, _d(
-        "PostgreSQL DSN holding the control data and every queue (CL-7); without it the "
-        "SQLite files in DATA", metavar="DSN")] = None
+    postgres: Annotated[str | None, _d(postgres_flag.DESCRIPTION,
+                                       metavar=postgres_flag.METAVAR)] = None
     webhook_consumers: Annotated[int, _d("webhook deliveries in flight per node")] = 4
     webhook_ca_file: Annotated[str | None, _d(
         "PEM file of the CAs https webhook endpoints are checked against "
@@ -237,27 +237,3 @@ def declared(cls: type[msgspec.Struct] = NodeSettings) -> tuple[SettingInfo, ...
             description=meta.description or "", scope=extra["scope"], choices=extra["choices"],
             group=extra["group"], metavar=extra["metavar"]))
     return tuple(out)
-
-
-def add_postgres_arguments(p: argparse.ArgumentParser, *, where: str) -> None:
-    """``--postgres DSN`` and ``--config FILE`` for a command that reads the cluster's control data
-    (the data commands, ``console``, ``slots``, ``migrate-to-postgres``): the flag's text is the
-    ``postgres`` setting's own declaration (node/settings.py) and ``where`` says what the command
-    does without one; node/shared_state's ``postgres_from`` reads the value, by serve's
-    precedence."""
-    info = next(s for s in declared() if s.name == "postgres")
-    p.add_argument(info.flag, metavar=info.metavar or "DSN",
-                   help=f"{info.description.split(';')[0]} (default ${info.env}, then the "
-                   f"config file's {info.name} key; without any: {where})")
-    p.add_argument("--config", metavar="FILE", action=_ConfigFile,
-                   help="the TOML file the cluster runs with: its postgres key is read "
-                   "(default $MAILBOX_ACTORS_CONFIG)")
-
-
-class _ConfigFile(argparse.Action):
-    """``--config FILE`` stands for ``MAILBOX_ACTORS_CONFIG=FILE`` in this command's process."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        os.environ["MAILBOX_ACTORS_CONFIG"] = str(values)
-        setattr(namespace, self.dest, values)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
+
 from mailbox_actors.platform.processes import pid_alive
 
 __all__ = ["NODE_FILE", "read_node_file", "remove_node_file", "url_for", "write_node_file"]
@@ -32,7 +34,6 @@ def url_for(host: str, port: int) -> str:
 
 def write_node_file(data_dir: Path, name: str, url: str, pid: int | None = None) -> None:
     """Record (replacing whole) that node ``name`` of ``data_dir`` listens at ``url``."""
-    import msgspec  # serve has it; the json module would be one more import before it listens
 
     doc = {"name": name, "url": url, "pid": os.getpid() if pid is None else pid}
     staged = data_dir / (NODE_FILE + ".tmp")
@@ -59,10 +60,8 @@ def read_node_file(data_dir: Path) -> tuple[str, str] | None:
 
 
 def _read(data_dir: Path) -> dict[str, object] | None:
-    import json  # not msgspec: status, which reads this, never imports it
-
     try:
-        doc = json.loads((data_dir / NODE_FILE).read_text())
+        doc = msgspec.json.decode((data_dir / NODE_FILE).read_bytes())
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None

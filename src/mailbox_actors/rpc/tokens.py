@@ -5,10 +5,11 @@ runtime libraries' import floor)."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
+
+import msgspec
 
 __all__ = ["read_token"]
 
@@ -27,7 +28,7 @@ def read_token(data_dir: str | Path, kind: str = "cluster",
         return env[var].strip()
     files = [env[var + "_FILE"]] if env.get(var + "_FILE") else []
     try:
-        recorded = json.loads((d / "cluster.json").read_text()).get(f"{kind}_token_file")
+        recorded = msgspec.json.decode((d / "cluster.json").read_bytes()).get(f"{kind}_token_file")
         if recorded:
             files.append(recorded)
     except (OSError, ValueError):

@@ -10,7 +10,7 @@ reuse their cached, pre-authorised statements. What a statement may do is ``scre
 
 from __future__ import annotations
 
-import secrets
+import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,8 +29,10 @@ __all__ = ["RUNTIME_TOKEN", "ScreenedConnection"]
 # Carried by the text of every runtime statement; a user query containing it is refused (``_plan``),
 # so user SQL never reaches a runtime statement's cached, pre-authorised copy, in any connection.
 # That refusal is the guarantee, so one token serves the process: random only so that no honest
-# text contains it by chance, and made once rather than at every activation.
-RUNTIME_TOKEN = secrets.token_hex(8)
+# text contains it by chance, and made once rather than at every activation. os.urandom is what
+# secrets.token_hex reads; the secrets module would import hmac, hashlib (OpenSSL's start) and
+# random into every node's start for it.
+RUNTIME_TOKEN = os.urandom(8).hex()
 _BEGIN = f"BEGIN /*{RUNTIME_TOKEN}*/"
 _COMMIT = f"COMMIT /*{RUNTIME_TOKEN}*/"
 _ROLLBACK = f"ROLLBACK /*{RUNTIME_TOKEN}*/"

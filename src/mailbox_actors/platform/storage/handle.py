@@ -4,8 +4,9 @@ allocation, and keeping an actor file's write-ahead log when its connection clos
 Both are documented SQLite settings. ``SQLITE_CONFIG_PAGECACHE`` with no buffer and no lines stops
 every connection from allocating 20 pages (about 88 KB) at its first read; pages are then allocated
 one at a time as they are read, so a small actor costs what it holds. It is process-wide and must be
-set before SQLite initialises, that is before ``_sqlite3`` is imported: ``configure_sqlite`` is
-called from the package's ``__init__`` and does nothing once ``_sqlite3`` is loaded.
+set before SQLite initialises, that is before ``_sqlite3`` is imported: ``configure_sqlite`` runs
+just before that import (the package's ``__init__`` arranges it) and does nothing once
+``_sqlite3`` is loaded.
 
 ``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`` keeps the log on close instead of checkpointing it into the
 database (two fsyncs, and a new log with its own fsync at the next write). Nothing committed is
