@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiosmtplib
+import anyio
 import pytest
 
 from mailbox_actors.core.inbound.limits import InboundLimits
@@ -207,6 +208,13 @@ async def past_rcpt(d: Door, rcpt: str = "bob@example.com") -> aiosmtplib.SMTP:
     return client
 
 
+async def held(d: Door, count: int = 1) -> None:
+    """Until bob's open batch holds ``count`` messages (a condition waited for, turn by turn)."""
+    with anyio.fail_after(30):
+        while d.smtp._batches.waiting(d.bob.mailbox_id) != count:  # noqa: ASYNC110 - a turn each
+            await asyncio.sleep(0)
+
+
 async def send(d: Door, raw: bytes, rcpt: str = "bob@example.com") -> str:
     client = aiosmtplib.SMTP(hostname="127.0.0.1", port=d.port, timeout=30)
     await client.connect()
@@ -228,8 +236,9 @@ async def test_a_message_waits_for_one_on_its_way_to_its_mailbox_and_shares_its_
     async with door(tmp_path) as d:
         other = await past_rcpt(d)
         first = asyncio.create_task(send(d, letter("first")))
+        await held(d)  # its DATA ended; it waits for the message on its way
         assert await send(d, letter("to-carol"), "carol@example.com") == DELIVERED
-        assert not first.done()  # carol's message came and went; bob's waits for its company
+        assert not first.done() and d.smtp._batches.waiting(d.bob.mailbox_id) == 1
         await other.data(letter("second"))
         await other.quit()
         assert await first == DELIVERED
@@ -247,6 +256,7 @@ async def test_a_message_on_its_way_that_does_not_come_holds_nothing_up(
     async with door(tmp_path) as d:
         other = await past_rcpt(d)
         waiting = asyncio.create_task(send(d, letter("waiting")))
+        await held(d)
         if ends == "rset":
             await other.rset()
             await other.quit()

@@ -71,6 +71,10 @@ class Batches(Generic[R]):
         self._coming.pop(key, None)
         self._wake(key)
 
+    def waiting(self, key: str) -> int:
+        """How many messages ``key``'s open batch holds (not yet flushed)."""
+        return len(self._open.get(key, ()))
+
     def _wake(self, key: str) -> None:
         waker = self._wakers.pop(key, None)
         if waker is not None and not waker.done():
