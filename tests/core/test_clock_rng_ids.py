@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 
 import anyio
@@ -349,3 +350,31 @@ def test_same_seed_same_clock_same_ids() -> None:
     a = Ids(FakeClock(T0), SeededRng(9))
     b = Ids(FakeClock(T0), SeededRng(9))
     assert [a.new_id("req") for _ in range(3)] == [b.new_id("req") for _ in range(3)]
+
+
+def test_ids_minted_from_several_threads_at_once_never_repeat() -> None:
+    """RT-12: an alarm run's req_ id is minted where it is first read, which may be a worker
+    thread (a log line of a handler's blocking helper) while the loop mints others: every id is
+    unique, and each thread's ids increase. The interpreter switches threads as often as it can."""
+    ids = Ids(FakeClock(T0), SeededRng(7))  # one millisecond for all: ids step by one
+    minted: list[list[str]] = [[] for _ in range(6)]
+    start = threading.Barrier(len(minted))
+
+    def mint(out: list[str]) -> None:
+        start.wait()
+        for _ in range(5_000):
+            out.append(ids.new_id("req"))
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=mint, args=(out,)) for out in minted]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    every = [i for out in minted for i in out]
+    assert len(set(every)) == len(every) == 30_000
+    assert all(out == sorted(out) and len(set(out)) == len(out) for out in minted)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 from mailbox_actors.core.ulid import MAX_RANDOM, encode_ulid, next_ulid_parts
 from mailbox_actors.platform.clock import Clock
@@ -21,6 +22,9 @@ class Ids:
         self._rng = rng
         self._last: tuple[int, int] | None = None
         self._prefixes: set[str] = set()  # checked once: the same few prefixes recur
+        # An id may be minted off the loop (an alarm run's req_ id is minted where it is first
+        # read, a worker thread's log line included): the step from the last id is one at a time.
+        self._lock = threading.Lock()
 
     def new_id(self, prefix: str) -> str:
         if prefix not in self._prefixes:
@@ -32,10 +36,11 @@ class Ids:
         # drawn only for an id that starts a new millisecond.
         # (``core.ulid.next_in_millisecond``, inlined: this runs for every id.)
         now = self._clock.now_ms()
-        last = self._last
-        if last is not None and 0 <= now <= last[0] and last[1] < MAX_RANDOM:
-            parts = (last[0], last[1] + 1)
-        else:
-            parts = next_ulid_parts(last, now, self._rng.random_bytes(10))
-        self._last = parts
+        with self._lock:
+            last = self._last
+            if last is not None and 0 <= now <= last[0] and last[1] < MAX_RANDOM:
+                parts = (last[0], last[1] + 1)
+            else:
+                parts = next_ulid_parts(last, now, self._rng.random_bytes(10))
+            self._last = parts
         return f"{prefix}_{encode_ulid(parts[0], parts[1])}"
