@@ -589,3 +589,31 @@ def test_loop_backend_options_fall_back_to_asyncio() -> None:
     assert loop_backend_options(prefer_uvloop=False) == {}
     options = loop_backend_options()
     assert set(options) <= {"loop_factory"}
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost"])
+async def test_a_taken_address_is_refused_in_the_loops_words_and_a_free_one_serves(
+        host: str) -> None:
+    """An IP address is bound without a resolver (the server makes the socket itself), a name
+    through the loop's: either way the server answers on it, and an address already taken is
+    refused with EADDRINUSE and the words asyncio and uvloop use, which serve reports."""
+    import errno
+
+    server = RpcHttpServer(App())
+    port = await server.start(host, 0)
+    try:
+        async with await anyio.connect_tcp(host, port) as stream:
+            await stream.send(request("/x"))
+            status, _, _ = await read_response(stream)
+        assert status == 200
+        with pytest.raises(OSError) as refused:
+            await RpcHttpServer(App()).start(host, port)
+        assert refused.value.errno == errno.EADDRINUSE
+        said = refused.value.strerror or ""
+        assert said.startswith("error while attempting to bind on address (")
+        assert said.endswith("): address already in use")
+        if host != "localhost":  # a name's address is the resolver's (IPv4 or IPv6 first)
+            address = f"('::1', {port}, 0, 0)" if host == "::1" else f"('127.0.0.1', {port})"
+            assert address in said
+    finally:
+        await server.stop(grace_s=1.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from ssl import SSLContext
 from typing import Any
 
@@ -27,6 +28,33 @@ def loop_backend_options(prefer_uvloop: bool = True) -> dict[str, Any]:
             return {}
         return {"loop_factory": uvloop.new_event_loop}
     return {}
+
+
+def _bound_socket(host: str, port: int) -> socket.socket | None:
+    """For an IP address, the socket ``create_server`` would make for it, bound (address reuse on;
+    an IPv6 one takes IPv6 only), and the same error when the address is taken; None for a name.
+    Given the socket, the loop asks no resolver: uvloop would start libuv's four resolver threads
+    and import the IDNA codec to read an address that is already one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        address = socket.inet_ntop(family, socket.inet_pton(family, host))
+    except (OSError, ValueError):  # a name (or an address with a scope): the loop resolves it
+        return None
+    sockaddr: tuple[Any, ...] = (address, port) if family == socket.AF_INET else (address, port, 0, 0)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            sock.bind(sockaddr)
+        except OSError as e:  # as asyncio and uvloop say it
+            raise OSError(e.errno, f"error while attempting to bind on address {sockaddr!r}: "
+                                   f"{(e.strerror or str(e)).lower()}") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class RpcHttpServer:
@@ -75,9 +103,14 @@ class RpcHttpServer:
             raise RuntimeError("RpcHttpServer already started")
         self._loop = asyncio.get_running_loop()
         loop = self._loop
-        self._server = await loop.create_server(
-            lambda: Connection(self, loop), host, port, backlog=self._backlog, reuse_address=True,
-            ssl=ssl)
+        sock = _bound_socket(host, port)
+        if sock is not None:
+            self._server = await loop.create_server(
+                lambda: Connection(self, loop), sock=sock, backlog=self._backlog, ssl=ssl)
+        else:
+            self._server = await loop.create_server(
+                lambda: Connection(self, loop), host, port, backlog=self._backlog,
+                reuse_address=True, ssl=ssl)
         self.port = int(self._server.sockets[0].getsockname()[1])
         self._sweeper = self._loop.create_task(self._sweep())
         return self.port

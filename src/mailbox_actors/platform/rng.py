@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import threading
 from typing import Protocol, runtime_checkable
 
@@ -68,6 +67,8 @@ class SeededRng:
     """Deterministic randomness for tests: the same seed gives the same sequence."""
 
     def __init__(self, seed: int = 0) -> None:
+        import random  # tests only: a node's start does not import it
+
         self._r = random.Random(seed)
 
     def reseed(self, seed: int) -> None:

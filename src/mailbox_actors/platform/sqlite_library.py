@@ -36,11 +36,11 @@ def sqlite_library() -> Any:
     if not _lib_tried:
         _lib_tried = True
         import ctypes
-        import importlib.util
         import os
+        from importlib.machinery import PathFinder  # loaded at start; importlib.util is not
 
         try:
-            spec = importlib.util.find_spec("_sqlite3")
+            spec = PathFinder.find_spec("_sqlite3")
             origin = spec.origin if spec is not None else None
             if origin and os.path.exists(origin):
                 lib = ctypes.CDLL(origin)
