@@ -184,8 +184,8 @@ class IdentityMailbox(Actor[MailboxRequest]):
                     lambda tx: EmittedReply(id=self.ctx.emit(tx, req.type, dict(req.data)).id))
             case MailboxInit():
                 return self.sql.transaction_sync(lambda tx: self._init(tx, call))
-            case MailboxErase():
-                return self.sql.transaction_sync(self._erase)
+            case MailboxErase():  # removes content: works on a full mailbox too
+                return self.sql.transaction_freeing(self._erase)
             case SearchMessages():
                 return search.search(self.sql, req)
             case Reparse():

@@ -293,7 +293,8 @@ def delete_message(mb: Inbox, req: DeleteMessage) -> DeleteMessageReply:
                                             "thread_id": survivor})
         return DeleteMessageReply(deleted=True)
 
-    return mb.sql.transaction_sync(run)
+    # It removes content: it may use the pages kept for that, so a full mailbox makes room.
+    return mb.sql.transaction_freeing(run)
 
 
 def erase(tx: SqlStorage) -> None:

@@ -8,7 +8,15 @@ A contentless row is removed by FTS5's ``delete`` command with the values it was
 every change goes ``unindex`` (while the stored row still says what was indexed), change, ``index``;
 the values come from the stored row by one statement (``_VALUES``), the same at both ends.
 ``erase`` empties the index with ``delete-all`` and a deleted message's tokens are merged away at
-once (``optimize``), so neither leaves a trace in it.
+once (``forget``), so neither leaves a trace in it.
+
+``forget`` merges every segment of the index into one, as FTS5's ``optimize`` does (only a merge
+into the oldest segment drops the delete markers, which name the message's words and its seq),
+but in steps of ``MERGE_PAGES`` pages (``merge`` with a negative count): after each step FTS5
+frees the input pages already read, so the merge needs a few dozen free pages where ``optimize``
+wrote the whole index anew before freeing the old one, and a mailbox at its size limit can still
+delete (``max_database_bytes``'s reserve, ``transaction_freeing``). Its cost still grows with the
+index: it rewrites all of it.
 
 Merges are bounded (``MERGE_PAGES``). Each transaction that indexes adds a segment to the index;
 FTS5's automatic merging would, now and then, merge a whole level of segments inside one ingest
@@ -117,8 +125,12 @@ def unindex(tx: SqlStorage, message_id: str) -> None:
 
 
 def forget(tx: SqlStorage) -> None:
-    """After a message was unindexed and deleted: merge its tokens away (no trace of it left)."""
-    tx.exec("INSERT INTO message_search (message_search) VALUES ('optimize')")
+    """After a message was unindexed and its rows deleted (their pages feed the merge): every
+    segment merged into one in bounded steps, so neither its tokens nor the delete markers naming
+    them are left. A step that found nothing to merge writes fewer than 2 rows (FTS5's own test
+    for a merge that did no work)."""
+    while tx.exec(_MERGE, -MERGE_PAGES).rows_written >= 2:
+        pass
 
 
 def erase(tx: SqlStorage) -> None:

@@ -29,8 +29,9 @@ from mailbox_actors.platform.storage.hooks import (
     TransactionHooks,
 )
 from mailbox_actors.platform.storage.known import SchemaFacts
-from mailbox_actors.platform.storage.limits import Limits
+from mailbox_actors.platform.storage.limits import Limits, page_limits
 from mailbox_actors.platform.storage.runtime_known import UNKNOWN, Known
+from mailbox_actors.wire.errors import LimitExceeded
 
 if TYPE_CHECKING:
     from mailbox_actors.platform.storage.fence import EpochFence
@@ -44,6 +45,9 @@ _NOT_IN_RUN: tuple[AlarmRun | None, bool] = (None, False)  # a transaction outsi
 T = TypeVar("T")
 R = TypeVar("R")
 
+
+_PAGE_COUNT = f"PRAGMA page_count /*{RUNTIME_TOKEN}*/"
+_FREELIST_COUNT = f"PRAGMA freelist_count /*{RUNTIME_TOKEN}*/"
 
 _NOT_SYNCHRONOUS = ("transaction_sync takes a synchronous function, not a coroutine function (or "
                     "one returning a coroutine): no await may happen inside a transaction")
@@ -98,6 +102,12 @@ class Transactions(ScreenedConnection):
     # transaction of this activation has passed it yet.
     _fence: EpochFence | None
     _fence_first: bool
+    # Whether the file has more pages than ordinary writes may fill (``page_limits``): only a
+    # freeing transaction grows it so far, and then an ordinary commit checks the pages in use
+    # (``_within_cap``). None: not looked at yet in this activation (at its first transaction).
+    _past_cap: bool | None
+    _freeing: bool  # a ``transaction_freeing`` runs: it may fill the reserve
+    _used_at_begin: int  # pages in use when the transaction began (while ``_past_cap``)
 
     def __init__(self, conn: sqlite3.Connection, path: str | Path, limits: Limits,
                  facts: SchemaFacts | None, now_ms: Callable[[], int],
@@ -123,6 +133,9 @@ class Transactions(ScreenedConnection):
         self._known = UNKNOWN  # made at the runtime's first look (``_known_now``)
         self._fence = None  # set by the opener on many machines (``fence``)
         self._fence_first = True
+        self._past_cap = None
+        self._freeing = False
+        self._used_at_begin = 0
 
     def _stored(self) -> int | None:
         """The stored alarm, read from the file at its first use in this activation."""
@@ -220,6 +233,49 @@ class Transactions(ScreenedConnection):
         self._commit_top(before)
         return result
 
+    def transaction_freeing(self, fn: Callable[[Self], T]) -> T:
+        """``transaction_sync`` for a transaction that makes room (a deleted message, an erase):
+        it may fill the pages kept under ``max_database_bytes`` for that (``page_limits``), so
+        a file ordinary writes filled can still delete, and what it frees serves ordinary writes
+        again. The file never grows past ``max_database_bytes``. Runtime objects call it only
+        where the transaction removes content; nested in another transaction it is a savepoint
+        under that transaction's limit."""
+        if self._depth:
+            return self._savepoint(fn)
+        if self._state is TxState.IMPLICIT:  # writes before it commit under the ordinary limit
+            self._flush()
+        cap, hard = page_limits(self.limits)
+        self._sys(f"PRAGMA max_page_count = {hard} /*{self._token}*/")
+        self._freeing = True
+        try:
+            return self.transaction_sync(fn)
+        finally:
+            self._freeing = False
+            self._past_cap = None
+            self._sys(f"PRAGMA max_page_count = {cap} /*{self._token}*/")
+
+    def _pages_in_use(self) -> None:
+        """At a transaction's start while the file may have more pages than ordinary writes may
+        fill (a freeing transaction grew it; looked at once an activation): the pages in use,
+        which its commit may not grow past the cap (``_within_cap``)."""
+        cap = page_limits(self.limits)[0]
+        pages = self._sys(_PAGE_COUNT).fetchone()[0]
+        self._past_cap = pages > cap
+        if pages > cap:
+            self._used_at_begin = pages - self._sys(_FREELIST_COUNT).fetchone()[0]
+
+    def _within_cap(self) -> None:
+        """Before an ordinary commit on a file past the cap: SQLite hands a write the free
+        pages past it, so a transaction that leaves more pages in use than it found, and more
+        than the cap, is ``limit_exceeded``, as if the file could not grow. One that deletes
+        (or writes in place) commits."""
+        cap = page_limits(self.limits)[0]
+        used = self._sys(_PAGE_COUNT).fetchone()[0] - self._sys(_FREELIST_COUNT).fetchone()[0]
+        if used > cap and used > self._used_at_begin:
+            raise LimitExceeded("max_database_bytes", self.limits.max_database_bytes,
+                                "SQLite limit max_database_bytes="
+                                f"{self.limits.max_database_bytes} exceeded")
+
     def _begin_top(self) -> tuple[AlarmRun | None, bool]:
         """BEGIN an outermost transaction; returns the alarm run it is part of and whether its
         handler had set an alarm before it, which a rollback restores (it undoes a set_alarm)."""
@@ -233,6 +289,8 @@ class Transactions(ScreenedConnection):
             self._sys(self._begin)
         if self._fence is not None:
             self._fenced()
+        if self._past_cap is not False:
+            self._pages_in_use()
         self._depth, self._state = 1, TxState.EXPLICIT
         self._txn_now = self._now()
         run = self._alarm_run
@@ -276,6 +334,8 @@ class Transactions(ScreenedConnection):
         self._txn_now = self._ended_by = None
         facts = self._facts
         try:
+            if self._past_cap and not self._freeing:
+                self._within_cap()
             if facts is not None and self._commit in facts.runtime_texts:
                 self._conn.execute(self._commit)  # ``_sys``'s first case, written out
             else:
@@ -283,6 +343,9 @@ class Transactions(ScreenedConnection):
         except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
             self._undo_top(before)
             raise self._map_error(e) from e
+        except LimitExceeded:  # more pages in use than ordinary writes may fill
+            self._undo_top(before)
+            raise
         if self._alarm_dirty:
             self._alarm_dirty = False
             self._alarm_sink.committed(self._alarm)
@@ -370,6 +433,8 @@ class Transactions(ScreenedConnection):
         self._sys(self._begin)
         if self._fence is not None:
             self._fenced()
+        if self._past_cap is not False:
+            self._pages_in_use()
         self._state = TxState.IMPLICIT
         self._gen += 1
         if len(self._lost) > 1000:  # only the transactions of requests still running matter
@@ -390,13 +455,17 @@ class Transactions(ScreenedConnection):
             self._reload_alarm()
             return
         try:
+            if self._past_cap:
+                self._within_cap()
             self._sys(self._commit)
-        except sqlite3.Error as e:
+        except (sqlite3.Error, LimitExceeded) as e:
             self._lost.add(self._gen)
             self._rolled_back()
             if self._conn.in_transaction:
                 self._sys(self._rollback)
             self._reload_alarm()
+            if isinstance(e, LimitExceeded):
+                raise
             raise self._map_error(e) from e
         self._after_commit()
 
