@@ -259,10 +259,13 @@ class Transactions(ScreenedConnection):
         fill (a freeing transaction grew it; looked at once an activation): the pages in use,
         which its commit may not grow past the cap (``_within_cap``)."""
         cap = page_limits(self.limits)[0]
-        pages = self._sys(_PAGE_COUNT).fetchone()[0]
+        try:
+            pages = self._sys(_PAGE_COUNT).fetchone()[0]
+            if pages > cap:
+                self._used_at_begin = pages - self._sys(_FREELIST_COUNT).fetchone()[0]
+        except sqlite3.Error:  # a damaged file: its own statements will say so; looked at again
+            return
         self._past_cap = pages > cap
-        if pages > cap:
-            self._used_at_begin = pages - self._sys(_FREELIST_COUNT).fetchone()[0]
 
     def _within_cap(self) -> None:
         """Before an ordinary commit on a file past the cap: SQLite hands a write the free
