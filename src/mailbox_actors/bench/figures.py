@@ -37,6 +37,7 @@ FIGURES: tuple[str, ...] = (
     "node_start_to_first_answer_ms",
     "bare_interpreter_start_ms",
     "runtime_libraries_start_ms",
+    "runtime_libraries_run_ms",
     "node_start_in_this_venv_ms",
     "cli_version_ms",
     "cli_help_ms",
