@@ -49,6 +49,8 @@ R = TypeVar("R")
 _PAGE_COUNT = f"PRAGMA page_count /*{RUNTIME_TOKEN}*/"
 _FREELIST_COUNT = f"PRAGMA freelist_count /*{RUNTIME_TOKEN}*/"
 
+_CAP_TEXTS: dict[Limits, str] = {}  # ``_cap_pragma``'s, per limits
+
 _NOT_SYNCHRONOUS = ("transaction_sync takes a synchronous function, not a coroutine function (or "
                     "one returning a coroutine): no await may happen inside a transaction")
 
@@ -104,7 +106,7 @@ class Transactions(ScreenedConnection):
     _fence_first: bool
     # Whether the file has more pages than ordinary writes may fill (``page_limits``): only a
     # freeing transaction grows it so far, and then an ordinary commit checks the pages in use
-    # (``_within_cap``). None: not looked at yet in this activation (at its first transaction).
+    # (``_within_cap``). None: the activation's first transaction sets the limit and looks.
     _past_cap: bool | None
     _freeing: bool  # a ``transaction_freeing`` runs: it may fill the reserve
     _used_at_begin: int  # pages in use when the transaction began (while ``_past_cap``)
@@ -245,27 +247,40 @@ class Transactions(ScreenedConnection):
         if self._state is TxState.IMPLICIT:  # writes before it commit under the ordinary limit
             self._flush()
         cap, hard = page_limits(self.limits)
-        self._sys(f"PRAGMA max_page_count = {hard} /*{self._token}*/")
+        self._sys(f"PRAGMA max_page_count = {hard} /*{self._token}*/").fetchone()
         self._freeing = True
         try:
             return self.transaction_sync(fn)
         finally:
             self._freeing = False
-            self._past_cap = None
-            self._sys(f"PRAGMA max_page_count = {cap} /*{self._token}*/")
+            self._past_cap = self._sys(self._cap_pragma()).fetchone()[0] > cap
 
     def _pages_in_use(self) -> None:
-        """At a transaction's start while the file may have more pages than ordinary writes may
-        fill (a freeing transaction grew it; looked at once an activation): the pages in use,
-        which its commit may not grow past the cap (``_within_cap``)."""
-        cap = page_limits(self.limits)[0]
+        """At a transaction's start, BEGIN run. The first of an activation sets the file's
+        ordinary limit (``PRAGMA max_page_count``, which answers the limit in force: the file's
+        own pages when it has more, which only a freeing transaction makes). While the file has
+        more pages than the limit: the pages in use, which the commit may not grow past it
+        (``_within_cap``). A failure here rolls the BEGIN back."""
         try:
-            pages = self._sys(_PAGE_COUNT).fetchone()[0]
-            if pages > cap:
-                self._used_at_begin = pages - self._sys(_FREELIST_COUNT).fetchone()[0]
-        except sqlite3.Error:  # a damaged file: its own statements will say so; looked at again
-            return
-        self._past_cap = pages > cap
+            if self._past_cap is None and not self._freeing:
+                self._past_cap = self._sys(self._cap_pragma()).fetchone()[0] > \
+                    page_limits(self.limits)[0]
+            if self._past_cap:
+                self._used_at_begin = self._sys(_PAGE_COUNT).fetchone()[0] - \
+                    self._sys(_FREELIST_COUNT).fetchone()[0]
+        except BaseException:
+            if self._conn.in_transaction:
+                self._sys(self._rollback)
+            raise
+
+    def _cap_pragma(self) -> str:
+        """The statement setting the ordinary limit, made once per ``Limits``."""
+        text = _CAP_TEXTS.get(self.limits)
+        if text is None:
+            text = f"PRAGMA max_page_count = {page_limits(self.limits)[0]} /*{self._token}*/"
+            if len(_CAP_TEXTS) < 64:
+                _CAP_TEXTS[self.limits] = text
+        return text
 
     def _within_cap(self) -> None:
         """Before an ordinary commit on a file past the cap: SQLite hands a write the free
