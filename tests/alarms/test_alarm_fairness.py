@@ -58,13 +58,13 @@ async def test_a_request_arriving_during_a_burst_is_served_within_a_turn_or_two(
     behind every worker's turn: more than a hundred alarms."""
     clock = MovableClock()
     node = Node(RuntimeSettings(data_dir=str(tmp_path)), clock=clock, objects=afs.ALL_OBJECTS)
+    assert node.scheduler is not None and node.scheduler.concurrency == 32
+    node.scheduler.turn_clock = _turn_clock  # read when the real-time loop starts its pool
     await node.start()
     try:
-        assert node.scheduler is not None and node.scheduler.concurrency == 32
         due = clock.now_ms() + 86_400_000
         oids = [await afs.new_scratch(node, f"t{i}", alarm_at=due) for i in range(BURST)]
         reader = await afs.new_scratch(node, "reader")
-        node.scheduler.turn_clock = _turn_clock
         arrived, all_fired = anyio.Event(), anyio.Event()
         served_after: list[int] = []
 

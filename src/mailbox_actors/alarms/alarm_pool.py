@@ -8,7 +8,7 @@ group's, so a node stop cancels them as it cancels the loop (an alarm run cut at
 stored and runs again: AL-3's at least once).
 
 **Turns, shared by the whole pool.** A burst of due alarms must not starve requests (issue 28):
-the pool as a whole runs alarms for at most one turn (``TURN_S`` of the loop's time) and then lets
+the pool as a whole runs alarms for at most one turn (``TURN_S`` of the loop thread's CPU) and then lets
 the loop go round once (its I/O polled, its timers and every task already ready run) before the
 next turn opens. A turn is the pool's, not a worker's: with a turn each, a request became ready
 behind every worker's turn (32 of 2 ms: 64 ms a step of the request, measured 89 ms p99 against
@@ -24,6 +24,7 @@ against the turn it opened in, so requests come first and alarms still run at le
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -37,13 +38,19 @@ __all__ = ["TURN_S", "AlarmPool"]
 # so a burst at a large ``alarm_concurrency`` does not leave thousands of tasks behind.
 _IDLE_KEPT = 32
 # How long the pool runs alarms before the loop goes round once (requests wait about this long,
-# plus the alarm under way, for the loop to look at them).
+# plus the alarm under way, for the loop to look at them): this much of the loop thread's CPU, or
+# _WALL_TURNS times as much of the clock's when the thread waits meanwhile (the machine gave the
+# CPU to another process, the disk held a read). By CPU alone an alarm waiting for the disk would
+# hold the turn; by the clock alone a loaded machine cut turns to an alarm or two, and the turn's
+# cost, two rounds of the loop, grew to a tenth of a burst's alarms/s.
 TURN_S = 0.0005
+_WALL_TURNS = 4
 
 
 class AlarmPool:
     """Workers draining the scheduler's queue of due keys (``hand_out`` adds to it), in turns the
-    whole pool shares; ``clock`` (the loop's time by default) measures the turns."""
+    whole pool shares; ``clock`` measures the turns (by default the loop thread's CPU, or a
+    quarter of the clock's time when that is more)."""
 
     __slots__ = ("_check_at", "_clock", "_concurrency", "_fire", "_idle", "_loop", "_next_turn",
                  "_queue", "_running", "_tg", "_turn_ends", "_waiting", "_workers")
@@ -58,7 +65,7 @@ class AlarmPool:
         self._queue = queue
         self._running = running
         self._loop = asyncio.get_running_loop()
-        self._clock = self._loop.time if clock is None else clock
+        self._clock = _turn_clock(self._loop) if clock is None else clock
         self._idle: list[asyncio.Future[None]] = []  # one per worker waiting for a key
         self._waiting: deque[asyncio.Future[None]] = deque()  # workers waiting for a turn
         self._workers = 0  # started and not ended, idle and waiting ones included
@@ -98,29 +105,42 @@ class AlarmPool:
         """After the steps of the workers just woken: if the turn is still open with keys queued,
         every worker that ran it is waiting inside an alarm; one more takes the turn on."""
         self._check_at = None
+        if not self._queue:
+            self._release_waiting()
+        elif self._clock() < self._turn_ends and not self._hand_turn():
+            self._more()
+
+    def _open_turn(self) -> None:
+        """The loop went round since the last turn ended: a new one, for the first waiting
+        worker, woken whatever the time now (it runs one alarm at least: a check of the clock
+        here could find the turn over already on a loaded machine, and wake nobody, for good).
+        Whatever else the loop runs from here counts against the turn."""
+        self._next_turn = None
+        if not self._queue:
+            self._release_waiting()
+            return
+        self._turn_ends = self._clock() + TURN_S
+        if not self._hand_turn():
+            self._more()
+
+    def _hand_turn(self) -> bool:
+        """Wake the first worker waiting for a turn (a look follows its step); False: none."""
         waiting = self._waiting
-        if not self._queue:  # drained: workers waiting for a turn wait for keys instead
-            while waiting:
-                woken = waiting.popleft()
-                if not woken.done():
-                    woken.set_result(None)
-            return
-        if self._clock() >= self._turn_ends:
-            return
         while waiting:
             woken = waiting.popleft()
             if not woken.done():
                 woken.set_result(None)
                 self._look()
-                return
-        self._more()
+                return True
+        return False
 
-    def _open_turn(self) -> None:
-        """The loop went round since the last turn ended: a new one, for the first waiting
-        worker. (Whatever else the loop runs from here counts against it.)"""
-        self._next_turn = None
-        self._turn_ends = self._clock() + TURN_S
-        self._check()
+    def _release_waiting(self) -> None:
+        """The queue is drained: workers waiting for a turn wait for keys instead."""
+        waiting = self._waiting
+        while waiting:
+            woken = waiting.popleft()
+            if not woken.done():
+                woken.set_result(None)
 
     async def _wait_turn(self) -> None:
         woken = self._loop.create_future()
@@ -147,6 +167,9 @@ class AlarmPool:
                         await fire(ends, clock)
                     else:
                         await self._wait_turn()
+                        if queue:  # this worker's turn: one alarm at least, even if the
+                            # loop's other work (or a loaded machine) used the turn up
+                            await fire(self._turn_ends, clock)
                 if len(idle) >= _IDLE_KEPT:
                     return
                 woken = loop.create_future()
@@ -176,3 +199,16 @@ class AlarmPool:
         self._next_turn = self._check_at = None
         self._idle.clear()
         self._waiting.clear()
+
+
+def _turn_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """Seconds of the loop thread's CPU since now, or of the loop's clock over ``_WALL_TURNS``
+    when that is more (the thread waited meanwhile)."""
+    wall0, cpu0, thread_time = loop.time(), time.thread_time(), time.thread_time
+    wall = loop.time
+
+    def clock() -> float:
+        return max((wall() - wall0) / _WALL_TURNS, thread_time() - cpu0)
+
+    return clock
+
