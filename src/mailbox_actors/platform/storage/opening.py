@@ -26,8 +26,9 @@ from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.known import KnownSchema
-from mailbox_actors.platform.storage.limits import Durability, Limits
+from mailbox_actors.platform.storage.limits import Durability, Limits, page_limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
+from mailbox_actors.platform.storage.transactions import PAST_CAP_KEY
 
 __all__ = ["CACHED_STATEMENTS", "LAYOUT_QUERY", "OUTBOX_TABLE", "RUNTIME_TABLES", "OpenedAhead",
            "SchemaLayout", "StorageUnavailable", "connect_ahead", "fresh_layout",
@@ -134,9 +135,9 @@ def _settings_script(durability: str, limits: Limits) -> str:
         # A busy actor's page cache stays within the memory budget max_active_actors is
         # derived from (platform/memory.py); pages past it are read again from the OS cache.
         f"PRAGMA cache_size = -{PAGE_CACHE_KIB}; "
-        # max_page_count is set by the first transaction, which reads what it answers
-        # (``Transactions._pages_in_use``): ordinary writes stop short of max_database_bytes.
-        f"PRAGMA synchronous = {'FULL' if durability == Durability.FULL else 'NORMAL'};")
+        f"PRAGMA synchronous = {'FULL' if durability == Durability.FULL else 'NORMAL'}; "
+        # Ordinary writes stop short of the limit: the rest is for deletions (``page_limits``).
+        f"PRAGMA max_page_count = {page_limits(limits)[0]};")
 
 
 class OpenedAhead(NamedTuple):
@@ -367,6 +368,8 @@ def open_actor_storage(path: str | Path, *, create: bool, durability: str, limit
             storage = SqlStorage(conn, path, limits, now_ms, hooks, alarm_sink,
                                  (first[0],) if alarm else None,
                                  None if known is None else known.facts(meta))
+            if meta_keys and PAST_CAP_KEY not in meta:  # the first read brings it, if set
+                storage._past_cap = False
         # Closing keeps the write-ahead log for the next open (ADR 0012): no checkpoint, no fsync
         # (``close_connection`` sets it then).
         storage.keeps_wal = True

@@ -36,7 +36,7 @@ from mailbox_actors.wire.errors import LimitExceeded
 if TYPE_CHECKING:
     from mailbox_actors.platform.storage.fence import EpochFence
 
-__all__ = ["AlarmRun", "Transactions", "TxState"]
+__all__ = ["PAST_CAP_KEY", "AlarmRun", "Transactions", "TxState"]
 
 _NO_HOOKS = NoTransactionHooks()  # a storage opened alone: no request, no scheduler
 _NO_SINK = NoAlarmSink()
@@ -49,7 +49,14 @@ R = TypeVar("R")
 _PAGE_COUNT = f"PRAGMA page_count /*{RUNTIME_TOKEN}*/"
 _FREELIST_COUNT = f"PRAGMA freelist_count /*{RUNTIME_TOKEN}*/"
 
-_CAP_TEXTS: dict[Limits, str] = {}  # ``_cap_pragma``'s, per limits
+# A runtime meta key (``_ma_meta``): the file has more pages than ordinary writes may fill, which
+# only a freeing transaction makes so (and for good: a file never shrinks). It sorts after every
+# other key, so the runtime's first read at an open (every key from the least it asks for) brings
+# it; without it the opener knows the file is within the limit (``_past_cap`` False) and no
+# activation pays a statement for it.
+PAST_CAP_KEY = "~past_cap"
+_MARK_PAST_CAP = (f"INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('{PAST_CAP_KEY}', '1') "
+                  f"/*{RUNTIME_TOKEN}*/")
 
 _NOT_SYNCHRONOUS = ("transaction_sync takes a synchronous function, not a coroutine function (or "
                     "one returning a coroutine): no await may happen inside a transaction")
@@ -106,7 +113,7 @@ class Transactions(ScreenedConnection):
     _fence_first: bool
     # Whether the file has more pages than ordinary writes may fill (``page_limits``): only a
     # freeing transaction grows it so far, and then an ordinary commit checks the pages in use
-    # (``_within_cap``). None: the activation's first transaction sets the limit and looks.
+    # (``_within_cap``). None: not known; the next transaction looks (``_pages_in_use``).
     _past_cap: bool | None
     _freeing: bool  # a ``transaction_freeing`` runs: it may fill the reserve
     _used_at_begin: int  # pages in use when the transaction began (while ``_past_cap``)
@@ -241,46 +248,45 @@ class Transactions(ScreenedConnection):
         a file ordinary writes filled can still delete, and what it frees serves ordinary writes
         again. The file never grows past ``max_database_bytes``. Runtime objects call it only
         where the transaction removes content; nested in another transaction it is a savepoint
-        under that transaction's limit."""
+        under that transaction's limit. When it leaves the file with more pages than ordinary
+        writes may fill, the file says so (``PAST_CAP_KEY``, read with the runtime's first read
+        at every open), so every later activation counts the pages in use at its commits."""
         if self._depth:
             return self._savepoint(fn)
         if self._state is TxState.IMPLICIT:  # writes before it commit under the ordinary limit
             self._flush()
         cap, hard = page_limits(self.limits)
+
+        def run(tx: Self) -> T:
+            result = fn(tx)
+            if self._sys(_PAGE_COUNT).fetchone()[0] > cap:
+                self._sys(_MARK_PAST_CAP)
+            return result
+
         self._sys(f"PRAGMA max_page_count = {hard} /*{self._token}*/").fetchone()
         self._freeing = True
         try:
-            return self.transaction_sync(fn)
+            return self.transaction_sync(run)
         finally:
             self._freeing = False
-            self._past_cap = self._sys(self._cap_pragma()).fetchone()[0] > cap
+            self._past_cap = None  # looked at again by the next transaction
+            self._sys(f"PRAGMA max_page_count = {cap} /*{self._token}*/").fetchone()
 
     def _pages_in_use(self) -> None:
-        """At a transaction's start, BEGIN run. The first of an activation sets the file's
-        ordinary limit (``PRAGMA max_page_count``, which answers the limit in force: the file's
-        own pages when it has more, which only a freeing transaction makes). While the file has
-        more pages than the limit: the pages in use, which the commit may not grow past it
-        (``_within_cap``). A failure here rolls the BEGIN back."""
+        """At a transaction's start, BEGIN run, while the file may have more pages than ordinary
+        writes may fill (the opener found ``PAST_CAP_KEY``, or a freeing transaction ran): the
+        pages in use, which the commit may not grow past the limit (``_within_cap``). A failure
+        here rolls the BEGIN back."""
         try:
-            if self._past_cap is None and not self._freeing:
-                self._past_cap = self._sys(self._cap_pragma()).fetchone()[0] > \
-                    page_limits(self.limits)[0]
-            if self._past_cap:
-                self._used_at_begin = self._sys(_PAGE_COUNT).fetchone()[0] - \
-                    self._sys(_FREELIST_COUNT).fetchone()[0]
+            cap = page_limits(self.limits)[0]
+            pages = self._sys(_PAGE_COUNT).fetchone()[0]
+            self._past_cap = pages > cap
+            if pages > cap:
+                self._used_at_begin = pages - self._sys(_FREELIST_COUNT).fetchone()[0]
         except BaseException:
             if self._conn.in_transaction:
                 self._sys(self._rollback)
             raise
-
-    def _cap_pragma(self) -> str:
-        """The statement setting the ordinary limit, made once per ``Limits``."""
-        text = _CAP_TEXTS.get(self.limits)
-        if text is None:
-            text = f"PRAGMA max_page_count = {page_limits(self.limits)[0]} /*{self._token}*/"
-            if len(_CAP_TEXTS) < 64:
-                _CAP_TEXTS[self.limits] = text
-        return text
 
     def _within_cap(self) -> None:
         """Before an ordinary commit on a file past the cap: SQLite hands a write the free
