@@ -55,10 +55,17 @@ async def _population(data: Path, n: int, progress: Progress) -> list[str]:
     async with Node(RuntimeSettings(data_dir=str(tpl))) as node:
         oid = node.id_from_name(_NS, "template")
         await node.call(_NS, oid, QuotaInit(per_minute=5, per_day=10), tenant_id="ten_bench")
+        # init's alarm is due at once: run it here (it sets the next a day on), or every link
+        # would carry a due alarm and the inspected node would fire them all into one inode.
+        await node.fire_alarm_now(_NS, oid)
         source = node.host.path_for(_NS, oid)
     with sqlite3.connect(source) as conn:  # the log folded in: one file to copy
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        due = conn.execute("SELECT at_ms FROM _ma_alarm").fetchall()
     conn.close()
+    if due and due[0][0] <= time.time() * 1000 + 3_600_000:
+        raise RuntimeError("the inspection population's template has a due alarm: its links "
+                           "would all fire it")
     target = Node(RuntimeSettings(data_dir=str(data)))  # not started: its paths only
     ids = [target.id_from_name(_NS, f"tenant-{i}") for i in range(n)]
     # Links to the one file (``bench.population``): the figures only read them.
