@@ -164,6 +164,9 @@ class AlarmPool:
                     if clock() < ends:
                         # Queued keys until none is left or the turn ends (at least one: a
                         # worker that resumes inside an alarm finishes it whatever the time).
+                        # If it waits inside one with the turn still open, the look after its
+                        # step gets another worker onto the turn.
+                        self._look()
                         await fire(ends, clock)
                     else:
                         await self._wait_turn()
