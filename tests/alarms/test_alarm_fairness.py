@@ -9,6 +9,7 @@ turn is exactly ``PER_TURN`` alarms. What is asserted is a count of alarms, neve
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import anyio
@@ -93,3 +94,42 @@ async def test_a_request_arriving_during_a_burst_is_served_within_a_turn_or_two(
         assert node.scheduler.fired == BURST
     finally:
         await node.stop()
+
+
+def test_a_burst_on_evicted_actors_fires_under_plain_asyncio_run(tmp_path: Path) -> None:
+    """AL-5, the embedded runtime: a program that runs the node under ``asyncio.run`` (not
+    anyio's) gets its alarms too. When every running worker waits inside an alarm (evicted
+    actors' files opened in threads), the pool starts another from a loop callback, where anyio
+    cannot tell its backend by a task: the worker is started from a task of its own, so no
+    callback fails and every alarm fires once."""
+    failures: list[str] = []
+
+    async def main() -> int:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _loop, context: failures.append(str(context.get("message"))))
+        clock = MovableClock()
+        node = Node(RuntimeSettings(data_dir=str(tmp_path), max_active_actors=4), clock=clock,
+                    objects=afs.ALL_OBJECTS)
+        await node.start()
+        try:
+            due = clock.now_ms() + 86_400_000
+            oids = [await afs.new_scratch(node, f"t{i}", alarm_at=due) for i in range(BURST)]
+            all_fired = asyncio.Event()
+
+            async def count(actor: Scratch, info: AlarmInfo) -> None:
+                if len(afs.ALARM_LOG) == BURST:
+                    all_fired.set()
+
+            for oid in oids:
+                afs.ALARM_HOOKS[oid] = count
+            clock.offset_ms = 86_400_000 + 1
+            assert node.scheduler is not None
+            node.scheduler.book.wake_if_before(0)  # the loop looks now
+            await asyncio.wait_for(all_fired.wait(), GUARD_S)
+            assert sorted(seen.object_id for seen in afs.ALARM_LOG) == sorted(oids)
+            return node.scheduler.fired
+        finally:
+            await node.stop()
+
+    assert asyncio.run(main()) == BURST
+    assert failures == []

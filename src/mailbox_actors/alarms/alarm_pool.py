@@ -53,7 +53,7 @@ class AlarmPool:
     quarter of the clock's time when that is more)."""
 
     __slots__ = ("_check_at", "_clock", "_concurrency", "_fire", "_idle", "_loop", "_next_turn",
-                 "_queue", "_running", "_tg", "_turn_ends", "_waiting", "_workers")
+                 "_queue", "_running", "_starting", "_tg", "_turn_ends", "_waiting", "_workers")
 
     def __init__(self, fire: Callable[[float, Callable[[], float]], Awaitable[None]],
                  tg: anyio.abc.TaskGroup,
@@ -67,6 +67,7 @@ class AlarmPool:
         self._loop = asyncio.get_running_loop()
         self._clock = _turn_clock(self._loop) if clock is None else clock
         self._idle: list[asyncio.Future[None]] = []  # one per worker waiting for a key
+        self._starting: set[asyncio.Task[None]] = set()  # workers asked for by a loop callback
         self._waiting: deque[asyncio.Future[None]] = deque()  # workers waiting for a turn
         self._workers = 0  # started and not ended, idle and waiting ones included
         self._turn_ends = 0.0  # the current turn's end (by ``clock``); past: no turn open
@@ -93,9 +94,23 @@ class AlarmPool:
             if self._workers >= self._concurrency:
                 return False
             self._workers += 1
-            self._tg.start_soon(self._worker)
+            if asyncio.current_task(self._loop) is None:
+                # A loop callback (``_check``, ``_open_turn``): anyio tells its backend by the
+                # running task (under a plain ``asyncio.run`` there is no other sign), so the
+                # worker is started from a task of its own.
+                starter = self._loop.create_task(self._start_worker())
+                self._starting.add(starter)
+                starter.add_done_callback(self._starting.discard)
+            else:
+                self._tg.start_soon(self._worker)
         self._look()
         return True
+
+    async def _start_worker(self) -> None:
+        try:
+            self._tg.start_soon(self._worker)
+        except RuntimeError:  # the loop's task group ended meanwhile (a node stopping)
+            self._workers -= 1
 
     def _look(self) -> None:
         if self._check_at is None:
@@ -199,6 +214,8 @@ class AlarmPool:
         for handle in (self._next_turn, self._check_at):
             if handle is not None:
                 handle.cancel()
+        for starter in self._starting:
+            starter.cancel()
         self._next_turn = self._check_at = None
         self._idle.clear()
         self._waiting.clear()
