@@ -160,6 +160,8 @@ class AlarmScheduler:
             started = None
             if e is not None:
                 retry, due = e.retry, e.at
+                # The run starts here: begin_alarm runs the handler's first step already.
+                began = 0 if self.lateness_ms is None else self._clock.now_ms()
                 try:
                     started = runner.begin_alarm(key, retry, now)
                 except Exception as exc:  # a bug guard, as ``_fire``'s: a failed run, retried
@@ -173,7 +175,6 @@ class AlarmScheduler:
             if started is None:
                 await self._fire(key)
             else:
-                began = 0 if self.lateness_ms is None else self._clock.now_ms()
                 try:
                     await started.step
                 except Exception as exc:
