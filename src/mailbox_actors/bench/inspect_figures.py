@@ -75,6 +75,20 @@ async def _population(data: Path, n: int, progress: Progress) -> list[str]:
     return sorted(ids)
 
 
+async def _settle(node: Node, mailbox_id: str) -> None:
+    """Run the mailbox's due alarm now (its first Post attempt, the roster's letter, which on a
+    loaded machine may still be due after the ingest) and refuse to measure while any alarm
+    falls due within the minute: one that woke an evicted actor inside the measured window
+    would count as an inspection's activation."""
+    await node.fire_alarm_now("identity_mailbox", mailbox_id)
+    scheduler = node.scheduler
+    assert scheduler is not None
+    due = scheduler.next_due_ms()
+    if due is not None and due <= node.clock.now_ms() + 60_000:
+        raise RuntimeError(f"an alarm is due in {due - node.clock.now_ms()} ms: the inspection "
+                           "figures would count its activation")
+
+
 async def _timed(app: NodeApp, paths: list[str]) -> list[float]:
     times = []
     for path in paths:
@@ -110,6 +124,7 @@ async def inspect_figures(work: Path, sizes: Sizes, progress: Progress, _want: f
                 request_id=node.ids.new_id("req"), actor_key_id=None,
                 deadline_ms=node.clock.now_ms() + 600_000, req=IngestBatch(items=items)))
             progress.tick("inspect: {:,}/{:,} messages", start + len(items), messages)
+        await _settle(node, mid)
         node.host.evict_all_idle()
         cursors = app.inspection.inspector.cursors
         scope = f"identity_mailbox/{mid}/messages"
