@@ -140,3 +140,38 @@ async def test_a_call_with_an_actor_key_id_is_audited(
     assert inside["actor_key_id"] == "key_ops_7"
     [mismatch] = _lines(caplog, "rpc_owner_mismatch")
     assert mismatch["actor_key_id"] == "key_other"
+
+
+def test_a_lazily_minted_request_id_is_one_id_for_every_thread_reading_it_first() -> None:
+    """RT-12: an alarm run's req_ id is minted at its first read; threads reading it first at
+    the same moment (a handler's blocking helpers logging) all get the one id the run keeps."""
+    import sys
+    import threading
+
+    from mailbox_actors.platform.clock import FakeClock
+    from mailbox_actors.platform.ids import Ids
+    from mailbox_actors.platform.rng import SeededRng
+    from mailbox_actors.runtime.scope import RequestScope
+
+    ids = Ids(FakeClock(1_767_225_600_000), SeededRng(3))
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(200):
+            scope = RequestScope(None, None, ids)
+            seen: list[str] = []
+            start = threading.Barrier(4)
+
+            def read(scope: RequestScope = scope, seen: list[str] = seen,
+                     start: threading.Barrier = start) -> None:
+                start.wait()
+                seen.append(scope.request_id)
+
+            threads = [threading.Thread(target=read) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(set(seen)) == 1 and seen[0] == scope.request_id
+    finally:
+        sys.setswitchinterval(switch)

@@ -14,6 +14,7 @@ burst never read it, and minting one was a tenth of such a run.
 
 from __future__ import annotations
 
+import threading
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from mailbox_actors.platform.ids import Ids
 
 __all__ = ["RequestScope", "ScopeHooks", "bound_request_id", "current_scope", "entered"]
+
+_FIRST_READ = threading.Lock()  # a scope's lazily minted id is set once
 
 
 # What this task serves: a ``RequestScope`` (entered by the host), a request id a host service
@@ -54,7 +57,11 @@ class RequestScope:
         rid = self._id
         if rid is None:
             assert self._ids is not None
-            rid = self._id = self._ids.new_id("req")
+            minted = self._ids.new_id("req")
+            with _FIRST_READ:  # two threads reading it first at once: one id, the same for both
+                rid = self._id
+                if rid is None:
+                    rid = self._id = minted
         return rid
 
     def __str__(self) -> str:  # what a log line written inside the scope carries
