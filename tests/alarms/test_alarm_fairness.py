@@ -133,3 +133,40 @@ def test_a_burst_on_evicted_actors_fires_under_plain_asyncio_run(tmp_path: Path)
 
     assert asyncio.run(main()) == BURST
     assert failures == []
+
+
+@pytest.mark.anyio
+async def test_a_turn_already_over_when_it_opens_still_runs_an_alarm(tmp_path: Path) -> None:
+    """AL-5 on a loaded machine: the loop thread may be preempted between a turn's opening and
+    its first look at the clock, so the turn is over before any alarm ran. The worker woken for
+    it runs one alarm anyway; without that nobody was woken and the queue stayed unserved for
+    good. The turn clock here jumps past a whole turn at every read."""
+    jumps = [0.0]
+
+    def jumping() -> float:
+        jumps[0] += 2 * TURN_S
+        return jumps[0]
+
+    clock = MovableClock()
+    node = Node(RuntimeSettings(data_dir=str(tmp_path)), clock=clock, objects=afs.ALL_OBJECTS)
+    assert node.scheduler is not None
+    node.scheduler.turn_clock = jumping
+    await node.start()
+    try:
+        due = clock.now_ms() + 86_400_000
+        oids = [await afs.new_scratch(node, f"t{i}", alarm_at=due) for i in range(40)]
+        all_fired = anyio.Event()
+
+        async def count(actor: Scratch, info: AlarmInfo) -> None:
+            if len(afs.ALARM_LOG) == len(oids):
+                all_fired.set()
+
+        for oid in oids:
+            afs.ALARM_HOOKS[oid] = count
+        clock.offset_ms = 86_400_000 + 1
+        node.scheduler.book.wake_if_before(0)
+        with anyio.fail_after(GUARD_S):
+            await all_fired.wait()
+        assert sorted(seen.object_id for seen in afs.ALARM_LOG) == sorted(oids)
+    finally:
+        await node.stop()
