@@ -104,7 +104,7 @@ class Batches(Generic[R]):
         deadline = loop.time() + self._linger_s
         while self._coming.get(key) and self._open.get(key) is waiting:
             left = deadline - loop.time()
-            if left <= 0:
+            if left <= 0 or not self._linger_s:  # past the deadline, or the door is draining
                 return
             waker: asyncio.Future[None] = loop.create_future()
             self._wakers[key] = waker
