@@ -183,6 +183,29 @@ async def test_a_deleted_message_and_an_erased_mailbox_leave_no_trace_in_the_ind
         assert b"giraffe" not in blobs and b"lion" not in blobs
 
 
+async def test_a_deleted_message_and_an_erased_mailbox_leave_no_copy_in_the_files() -> None:
+    """RPC-4, IN-6: what delete_message and erase remove is not in the raw bytes of the actor's
+    database file or its WAL afterwards (zeroed free pages, the WAL truncated), while what a
+    delete keeps is."""
+    async with TestRuntime() as rt:
+        m = await mailbox(rt)
+        a = await ingest(rt, m, 1, subject="qqwombat", body="qqnarwhal " * 40, attachment=True)
+        await ingest(rt, m, 2, subject="qqbison", body="qqmarmot " * 40)
+        await rt.call(NS, m, AttachmentTextReady(message_id=a, part=0, text="qqtapir"), **IDS)
+        path = rt.node.host.path_for(NS, m)
+
+        def copies(word: str) -> int:
+            return sum(p.read_bytes().count(word.encode())
+                       for p in (Path(path), Path(f"{path}-wal")) if p.exists())
+
+        assert all(copies(w) for w in ("qqwombat", "qqnarwhal", "qqtapir", "qqbison"))
+        await rt.call(NS, m, DeleteMessage(message_id=a), **IDS)
+        assert [copies(w) for w in ("qqwombat", "qqnarwhal", "qqtapir")] == [0, 0, 0]
+        assert copies("qqbison") and copies("qqmarmot")
+        await rt.call(NS, m, MailboxErase(), **IDS)
+        assert [copies(w) for w in ("qqbison", "qqmarmot")] == [0, 0]
+
+
 def segments(path: Path, setting: str = "automerge") -> tuple[int, str | None]:
     """(how many segments the index has, its ``setting``), read beside the actor."""
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:

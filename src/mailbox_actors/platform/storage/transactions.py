@@ -48,6 +48,12 @@ R = TypeVar("R")
 
 _PAGE_COUNT = f"PRAGMA page_count /*{RUNTIME_TOKEN}*/"
 _FREELIST_COUNT = f"PRAGMA freelist_count /*{RUNTIME_TOKEN}*/"
+# A freeing transaction removes content: SQLite overwrites what it frees with zeros while it runs,
+# and after its commit the WAL's frames, older copies of the removed pages, are checkpointed into
+# the file and the WAL truncated. Nothing removed stays readable in either file.
+_SECURE_DELETE = f"PRAGMA secure_delete = %d /*{RUNTIME_TOKEN}*/"
+_SECURE_DELETE_IS = f"PRAGMA secure_delete /*{RUNTIME_TOKEN}*/"
+_TRUNCATE_WAL = f"PRAGMA wal_checkpoint(TRUNCATE) /*{RUNTIME_TOKEN}*/"
 
 # A runtime meta key (``_ma_meta``): the file has more pages than ordinary writes may fill, which
 # only a freeing transaction makes so (and for good: a file never shrinks). It sorts after every
@@ -250,9 +256,20 @@ class Transactions(ScreenedConnection):
         where the transaction removes content; nested in another transaction it is a savepoint
         under that transaction's limit. When it leaves the file with more pages than ordinary
         writes may fill, the file says so (``PAST_CAP_KEY``, read with the runtime's first read
-        at every open), so every later activation counts the pages in use at its commits."""
-        if self._depth:
-            return self._savepoint(fn)
+        at every open), so every later activation counts the pages in use at its commits.
+        What it removes leaves no copy in the file's free pages or in its WAL (RPC-4, IN-6):
+        freed pages are overwritten with zeros, and after the commit the WAL is checkpointed
+        and truncated (``_TRUNCATE_WAL``; a reader holding an older snapshot, which only a
+        process reading the file beside the runtime can, keeps its frames until the next
+        freeing transaction). Nested in another transaction, its freed pages are zeroed and
+        the WAL is left as the outer transaction leaves it."""
+        was = self._sys(_SECURE_DELETE_IS).fetchone()[0]  # builds differ (Debian's is on)
+        if self._depth:  # its freed pages are zeroed; the outer transaction's WAL is kept
+            self._sys(_SECURE_DELETE % 1).fetchone()
+            try:
+                return self._savepoint(fn)
+            finally:
+                self._sys(_SECURE_DELETE % was).fetchone()
         if self._state is TxState.IMPLICIT:  # writes before it commit under the ordinary limit
             self._flush()
         cap, hard = page_limits(self.limits)
@@ -264,13 +281,17 @@ class Transactions(ScreenedConnection):
             return result
 
         self._sys(f"PRAGMA max_page_count = {hard} /*{self._token}*/").fetchone()
+        self._sys(_SECURE_DELETE % 1).fetchone()
         self._freeing = True
         try:
-            return self.transaction_sync(run)
+            result = self.transaction_sync(run)
         finally:
             self._freeing = False
             self._past_cap = None  # looked at again by the next transaction
             self._sys(f"PRAGMA max_page_count = {cap} /*{self._token}*/").fetchone()
+            self._sys(_SECURE_DELETE % was).fetchone()
+        self._sys(_TRUNCATE_WAL).fetchall()
+        return result
 
     def _pages_in_use(self) -> None:
         """At a transaction's start, BEGIN run, while the file may have more pages than ordinary
