@@ -276,8 +276,11 @@ class SqlStorage(Transactions):
             # Earlier-than-indexed alarms reach the node's index before this commits (AL-4).
             self._alarm_sink.before_commit(at_ms)
             # The row is there while an alarm is known stored (in this transaction too: a
-            # rollback reads it again): moved by an UPDATE, cheaper than REPLACE's delete+insert.
-            if self._alarm_unread or self._alarm is None or \
+            # rollback reads it again), and usually when none was read yet (a request's
+            # activation does not read it): moved by an UPDATE, whose text is then prepared on
+            # this connection for the alarm's own re-arm too (REPLACE's prepare costs ~26 K
+            # instructions more, its run the same); inserted when no row is known or found.
+            if (self._alarm is None and not self._alarm_unread) or \
                     self._run_sys(_MOVE_ALARM, (at_ms,)).rowcount != 1:
                 self._run_sys(_INSERT_ALARM, (at_ms,))
         if self._alarm_run is not None:
