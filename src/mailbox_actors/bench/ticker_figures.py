@@ -10,11 +10,13 @@ created by ``init`` calls and its file copied for the others; a node start then 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import math
+import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -25,6 +27,7 @@ from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, 
 from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
 from mailbox_actors.bench.request_stream import PAUSE_S, request_stream
 from mailbox_actors.node import Node
+from mailbox_actors.node.loop_stalls import LoopStalls
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.platform.storage.handle import keep_wal_on_close
 from mailbox_actors.runtime.settings import RuntimeSettings
@@ -209,12 +212,15 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
                 await node.alarms_loaded.wait()  # idle: the index loaded, nothing due
                 phases: list[list[float]] = [stream[1]]
                 tg.start_soon(request_stream, node, TENANT, phases, ended)
-                await anyio.sleep(_IDLE_STREAM_S)
+                with _stalls_recorded("idle"):
+                    await anyio.sleep(_IDLE_STREAM_S)
                 phases.append(stream[0])
                 clock.offset_ms = past - _real_ms()
                 sched.book.wake_if_before(0)  # the loop looks now, not at its next wait's end
             t0, before, opened = time.perf_counter(), sched.fired, node.host.activations
-            t1, done = await _wait_fired(node, n, sizes.alarm_phase_s, progress, "throughput")
+            with _stalls_recorded("burst" if stream is not None else "throughput"):
+                t1, done = await _wait_fired(node, n, sizes.alarm_phase_s, progress,
+                                             "throughput")
             ended.set()
         fired = sched.fired - before
         activations = node.host.activations - opened
@@ -222,6 +228,20 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
         await node.stop()
         BenchTicker.yield_after = None
     return fired / (t1 - t0), fired, done, activations
+
+
+@contextlib.contextmanager
+def _stalls_recorded(phase: str) -> Iterator[None]:
+    """The loop's stalls over 1 ms appended to the file ``MAILBOX_ACTORS_LOOP_STALLS`` names
+    (JSON lines, ``node/loop_stalls.py``), when it names one; else nothing is watched."""
+    path = os.environ.get("MAILBOX_ACTORS_LOOP_STALLS")
+    if not path:
+        yield
+        return
+    stalls = LoopStalls()
+    with stalls.watching():
+        yield
+    stalls.write(Path(path), phase=phase, callbacks=stalls.callbacks)
 
 
 def raw_alarm_write(path: Path) -> None:

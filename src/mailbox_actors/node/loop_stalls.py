@@ -1,0 +1,181 @@
+"""A record of the event loop's stalls: each piece of work it ran whole for longer than a threshold,
+and what it was (a debugging instrument; issue 28's request latency during an alarm burst).
+
+A request waits for whatever holds the loop thread when it arrives: one callback (a task's step
+runs from one ``await`` to the next), the collector's pass inside it, or the wait to get the
+interpreter back from another thread after the loop's poll. ``LoopStalls.watching()`` times each of
+those on the running loop and keeps the ones over ``threshold_s`` as ``Stall`` rows: how long, how
+much of it the loop thread's CPU and how much the cyclic collector, and what ran (a task's
+coroutine, where its step resumed and where it next waited; a plain callback's name).
+
+It wraps asyncio's ``Handle._run`` and the loop selector's ``select`` while it watches, so it works
+on asyncio's own loop only (not uvloop's), and it costs about a microsecond a callback: a measuring
+aid, never on in a served node. ``bench`` writes the burst's stalls to the file named by
+``MAILBOX_ACTORS_LOOP_STALLS`` (``bench/ticker_figures.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import CoroutineType, FrameType, GeneratorType
+from typing import Any
+
+__all__ = ["LoopStalls", "Stall", "summary"]
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """One piece of work the loop ran whole: ``kind`` is ``callback`` (a task's step or a plain
+    callback), ``poll`` (the loop's poll for I/O that was to return at once and took long: the
+    wait for the interpreter's lock or for a CPU) or ``gc`` (a collector's pass, also counted in
+    the callback it ran in)."""
+
+    at_s: float  # when it began, seconds after watching began
+    kind: str
+    wall_ms: float
+    cpu_ms: float  # the loop thread's CPU meanwhile (the rest: preempted, or waiting for the GIL)
+    gc_ms: float  # the collector's passes inside it
+    what: str
+
+
+class LoopStalls:
+    """Stalls of the loop ``watching()`` runs on, over ``threshold_s``; ``stalls`` in order."""
+
+    def __init__(self, threshold_s: float = 0.001, *,
+                 clock: Callable[[], float] = time.perf_counter,
+                 cpu: Callable[[], float] = time.thread_time) -> None:
+        self.threshold_s = threshold_s
+        self.stalls: list[Stall] = []
+        self.callbacks = 0  # callbacks run while watching
+        self._clock = clock
+        self._cpu = cpu
+        self._began = 0.0
+        self._gc_ms = 0.0  # the collector's time since the running callback began
+        self._gc_at = 0.0
+
+    @contextmanager
+    def watching(self) -> Iterator[LoopStalls]:
+        """Record the running loop's stalls until the block ends."""
+        loop = asyncio.get_running_loop()
+        selector = getattr(loop, "_selector", None)
+        if selector is None:
+            raise RuntimeError("LoopStalls watches asyncio's own event loop only")
+        handle_run = asyncio.Handle._run
+        select = selector.select
+        own_select = "select" in vars(selector)  # set on the instance before: put it back
+        me, clock, cpu = self, self._clock, self._cpu
+        threshold = self.threshold_s
+
+        def timed_run(handle: asyncio.Handle) -> None:
+            me._gc_ms = 0.0
+            t, c = clock(), cpu()
+            before = _describe(handle)
+            try:
+                handle_run(handle)
+            finally:
+                me.callbacks += 1
+                wall = clock() - t
+                if wall > threshold:
+                    me._add(t, "callback", wall, cpu() - c, me._gc_ms, before, handle)
+
+        def timed_select(timeout: float | None = None) -> Any:
+            t, c = clock(), cpu()
+            events = select(timeout)
+            wall = clock() - t
+            if timeout is not None and wall > threshold + timeout:
+                me._add(t, "poll", wall, cpu() - c, 0.0,
+                        f"poll for I/O with a timeout of {timeout * 1000:.2f} ms", None)
+            return events
+
+        self._began = clock()
+        asyncio.Handle._run = timed_run  # type: ignore[method-assign,assignment]
+        selector.select = timed_select
+        gc.callbacks.append(self._on_gc)
+        try:
+            yield self
+        finally:
+            gc.callbacks.remove(self._on_gc)
+            if own_select:
+                selector.select = select
+            else:
+                del selector.select
+            asyncio.Handle._run = handle_run  # type: ignore[method-assign]
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        now = self._clock()
+        if phase == "start":
+            self._gc_at = now
+            return
+        took = now - self._gc_at
+        self._gc_ms += took * 1000
+        if took > self.threshold_s:
+            self.stalls.append(Stall(
+                round(self._gc_at - self._began, 6), "gc", round(took * 1000, 3), 0.0,
+                round(took * 1000, 3), f"generation {info.get('generation')} pass, "
+                f"{info.get('collected', 0)} collected"))
+
+    def _add(self, t: float, kind: str, wall: float, cpu: float, gc_ms: float, before: str,
+             handle: asyncio.Handle | None) -> None:
+        what = before if handle is None else f"{before}; then {_describe(handle, after=True)}"
+        self.stalls.append(Stall(round(t - self._began, 6), kind, round(wall * 1000, 3),
+                                 round(cpu * 1000, 3), round(gc_ms, 3), what))
+
+    def write(self, path: Path, **labels: object) -> None:
+        """Append the stalls to ``path`` as JSON lines, each with ``labels``."""
+        with path.open("a") as f:
+            for s in self.stalls:
+                f.write(json.dumps(labels | asdict(s)) + "\n")
+
+
+def summary(stalls: list[Stall], top: int = 12) -> list[tuple[str, int, float, float]]:
+    """(kind and what, with places' line numbers left out: count, total ms, max ms) by total."""
+    groups: dict[str, list[float]] = {}
+    for s in stalls:
+        key = f"{s.kind}: {re.sub(r':[0-9]+', '', s.what)}"
+        groups.setdefault(key, []).append(s.wall_ms)
+    rows = [(k, len(v), round(sum(v), 1), max(v)) for k, v in groups.items()]
+    return sorted(rows, key=lambda r: -r[2])[:top]
+
+
+def _describe(handle: asyncio.Handle, after: bool = False) -> str:
+    callback = handle._callback  # type: ignore[attr-defined]
+    task = getattr(callback, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        coro = task.get_coro()
+        if task.done():
+            return f"task {_name(coro)} done"
+        where = _innermost(coro)
+        return f"{'waits at' if after else 'task'} {'' if after else _name(coro) + ' from '}{where}"
+    return "" if after else f"callback {getattr(callback, '__qualname__', repr(callback))}"
+
+
+def _name(coro: object) -> str:
+    return str(getattr(coro, "__qualname__", type(coro).__name__))
+
+
+def _innermost(coro: object) -> str:
+    """Where the coroutine's chain of awaits ends: the innermost frame still suspended."""
+    frame: FrameType | None = None
+    seen = 0
+    while coro is not None and seen < 64:
+        seen += 1
+        f = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if f is not None:
+            frame = f
+        if isinstance(coro, CoroutineType):
+            coro = coro.cr_await
+        elif isinstance(coro, GeneratorType):
+            coro = coro.gi_yieldfrom
+        else:
+            break
+    if frame is None:
+        return "?"
+    return f"{frame.f_code.co_qualname} {Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
