@@ -80,6 +80,9 @@ class AlarmScheduler:
         self._workers = 0
         self._last_flush = 0
         self.fired = 0
+        # Alarms fired whose ``alarms_fired_total`` is not yet added (``_report_fired``): a
+        # burst's runs add theirs once a turn, per namespace, not once an alarm.
+        self._unreported: dict[str, int] = {}
         self.retried = 0
         self.abandoned = 0
         self.lateness_ms: list[int] | None = None  # the benchmark collects here when set
@@ -151,42 +154,46 @@ class AlarmScheduler:
         runner around its step, awaited here (``begin_alarm``): no coroutine, scope or task of
         its own beyond the handler's; any other wake goes the whole way (``_fire``). Each
         outcome is recorded once its run ended, so no alarm is acknowledged before its
-        actor's transaction committed."""
+        actor's transaction committed; ``alarms_fired_total`` hears of them at the end."""
         queue, entries, runner = self._queue, self.book.entries, self._runner
         now = self._clock.now_ms()
-        while queue:
-            key = queue.popleft()
-            e = entries.get(key)
-            started = None
-            if e is not None:
-                retry, due = e.retry, e.at
-                # The run starts here: begin_alarm runs the handler's first step already.
-                began = 0 if self.lateness_ms is None else self._clock.now_ms()
-                try:
-                    started = runner.begin_alarm(key, retry, now)
-                except Exception as exc:  # a bug guard, as ``_fire``'s: a failed run, retried
-                    self._running.discard(key)
-                    self._log.error("alarm_fire_crashed", namespace=key[0], object_id=key[1],
-                                    error=type(exc).__name__)
-                    self._record(key, retry, due, AlarmResult(AlarmOutcome.FAILED, None), now)
-                    if clock() >= until:
-                        return
-                    continue
-            if started is None:
-                await self._fire(key)
-            else:
-                try:
-                    await started.step
-                except Exception as exc:
-                    result = self._ended(key, started, exc)
-                except BaseException as exc:  # cancelled: the alarm stays stored, run again later
-                    self._ended(key, started, exc)
-                    raise
+        try:
+            while queue:
+                key = queue.popleft()
+                e = entries.get(key)
+                started = None
+                if e is not None:
+                    retry, due = e.retry, e.at
+                    # The run starts here: begin_alarm runs the handler's first step already.
+                    began = 0 if self.lateness_ms is None else self._clock.now_ms()
+                    try:
+                        started = runner.begin_alarm(key, retry, now)
+                    except Exception as exc:  # a bug guard, as ``_fire``'s: a failed run, retried
+                        self._running.discard(key)
+                        self._log.error("alarm_fire_crashed", namespace=key[0], object_id=key[1],
+                                        error=type(exc).__name__)
+                        self._record(key, retry, due, AlarmResult(AlarmOutcome.FAILED, None), now)
+                        if clock() >= until:
+                            return
+                        continue
+                if started is None:
+                    await self._fire(key)
                 else:
-                    result = self._ended(key, started, None)
-                self._record(key, retry, due, result, began)
-            if clock() >= until:
-                return
+                    try:
+                        await started.step
+                    except Exception as exc:
+                        result = self._ended(key, started, exc)
+                    except BaseException as exc:  # cancelled: the alarm stays stored, run again
+                        self._ended(key, started, exc)
+                        raise
+                    else:
+                        result = self._ended(key, started, None)
+                    self._record(key, retry, due, result, began)
+                if clock() >= until:
+                    return
+        finally:
+            if self._unreported:  # once a turn, not once an alarm
+                self._report_fired()
 
     def _ended(self, key: Key, started: StartedAlarm, error: BaseException | None) -> AlarmResult:
         try:
@@ -225,6 +232,8 @@ class AlarmScheduler:
         finally:
             self._running.discard(key)
         self._record(key, retry, due, result, started)
+        if self._unreported:
+            self._report_fired()
 
     def _record(self, key: Key, retry: int, due: int, result: AlarmResult, started: int) -> None:
         """What became of the key's run (it ran at ``started``, due at ``due`` after ``retry``
@@ -240,7 +249,8 @@ class AlarmScheduler:
         e = book.entries.get(key)
         if outcome is AlarmOutcome.DONE:
             self.fired += 1
-            self._metrics.inc("alarms_fired_total", (("namespace", key[0]),))
+            unreported = self._unreported
+            unreported[key[0]] = unreported.get(key[0], 0) + 1
             if lateness is not None:
                 lateness.append(started - due)
             if e is not None:
@@ -276,6 +286,12 @@ class AlarmScheduler:
         if e is not None:
             # Due before the real-time loop looks again (it skipped this key while it ran): wake it.
             book.wake_if_before(e.at)
+
+    def _report_fired(self) -> None:
+        """Add the alarms fired since the last report to ``alarms_fired_total``."""
+        unreported, self._unreported = self._unreported, {}
+        for namespace, count in unreported.items():
+            self._metrics.inc("alarms_fired_total", (("namespace", namespace),), count)
 
     def _retry(self, key: Key, e: Entry | None, retry: int, stored: int | None) -> None:
         nxt = retry + 1
