@@ -27,6 +27,8 @@ from mailbox_actors.platform.storage.wipe import is_empty, remove_files
 
 __all__ = ["RuntimeStorage", "runtime_statement"]
 
+_IMPLICIT = TxState.IMPLICIT  # a global: Python 3.11's EnumType reads members by attribute slowly
+
 
 def runtime_statement(query: str) -> str:
     """``query`` as a runtime statement's text for ``RuntimeStorage.run`` (made once, at import):
@@ -194,7 +196,7 @@ class RuntimeStorage:
     @property
     def writes_pending(self) -> bool:
         """Whether an implicit transaction is open (writes that the next flush commits)."""
-        return self.sql._state is TxState.IMPLICIT
+        return self.sql._state is _IMPLICIT
 
     def check_writes(self, generations: Sequence[int]) -> None:
         """Raise if SQLite rolled back an implicit transaction these writes went into (never
@@ -217,7 +219,7 @@ class RuntimeStorage:
         remove = False
         try:
             if sql._depth == 0:
-                if sql._state is TxState.IMPLICIT:
+                if sql._state is _IMPLICIT:
                     sql._flush()
                 remove = sql.wiped and is_empty(lambda q: sql._sys(f"{q} /*{sql._token}*/"))
         finally:

@@ -35,6 +35,12 @@ from mailbox_actors.platform.storage.transactions import AlarmRun, Transactions,
 from mailbox_actors.platform.storage.wipe import wipe_statements
 from mailbox_actors.wire.errors import LimitExceeded
 
+# Python 3.11's ``EnumType`` defines ``__getattr__``, so reading a member as ``Enum.MEMBER`` in a
+# function takes the slow attribute path (about 850 instructions, against a global's few dozen;
+# ten such reads were 8.5 K instructions an alarm of a burst). Hot paths read these names, as in
+# ``transactions``.
+_ENDED, _EXPLICIT = TxState.ENDED, TxState.EXPLICIT
+
 __all__ = ["RUNTIME_SCHEMA_VERSION", "AlarmRun", "Durability", "Limits", "SqlCursor", "SqlStorage",
            "StatementRefused", "StorageCorrupt", "StorageWriteFailed", "TransactionRolledBack",
            "TxState"]
@@ -102,7 +108,7 @@ class SqlStorage(Transactions):
             raise LimitExceeded("max_bound_parameters", self.limits.max_bound_parameters,
                                 f"{len(params)} bound parameters; the limit is "
                                 f"{self.limits.max_bound_parameters}")
-        if writes and self._state is not TxState.EXPLICIT:  # inside transaction_sync: nothing to do
+        if writes and self._state is not _EXPLICIT:  # inside transaction_sync: nothing to do
             self._before_write()
         if len(statements) > 1:
             return self._exec_script(statements, writes, ddl, params)
@@ -119,7 +125,7 @@ class SqlStorage(Transactions):
             self._counter.adopt(query, known[0], per_row)
         # A statement run before (its write shape and index count known): ``_run`` inlined, the
         # rows written from the cached count, the rows read only when asked for (``SqlCursor``).
-        if self._state is TxState.ENDED:
+        if self._state is _ENDED:
             raise TransactionRolledBack(self._ended_by)
         conn = self._conn
         before = conn.total_changes
@@ -268,7 +274,7 @@ class SqlStorage(Transactions):
         self._write_alarm(None)
 
     def _write_alarm(self, at_ms: int | None) -> None:
-        if self._state is not TxState.EXPLICIT:  # inside transaction_sync: nothing to do
+        if self._state is not _EXPLICIT:  # inside transaction_sync: nothing to do
             self._before_write()
         if at_ms is None:
             self._run_sys(_DELETE_ALARM, ())

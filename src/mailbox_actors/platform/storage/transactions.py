@@ -78,6 +78,12 @@ class TxState(enum.Enum):
     #                        statement and the commit raise TransactionRolledBack
 
 
+# Python 3.11's ``EnumType`` defines ``__getattr__``, so reading a member as ``Enum.MEMBER`` in a
+# function takes the slow attribute path (about 850 instructions, against a global's few dozen;
+# ten such reads were 8.5 K instructions an alarm of a burst). Hot paths read these names.
+_NONE, _IMPLICIT, _EXPLICIT, _ENDED = TxState.NONE, TxState.IMPLICIT, TxState.EXPLICIT, TxState.ENDED
+
+
 class AlarmRun:
     """While the alarm handler runs: ``get_alarm()`` is None (AL-3) and the storage notes whether
     the handler set the alarm (then the host must keep it)."""
@@ -132,7 +138,7 @@ class Transactions(ScreenedConnection):
         self._now = now_ms
         self._hooks = hooks or _NO_HOOKS
         self._alarm_sink = alarm_sink or _NO_SINK
-        self._state = TxState.NONE
+        self._state = _NONE
         self._depth = 0
         self._ended_by = None
         self._txn_now = None
@@ -170,17 +176,17 @@ class Transactions(ScreenedConnection):
         """A write is about to run: refuse it inside a transaction SQLite already ended; outside
         transaction_sync, join (or open) the implicit transaction and tell the request."""
         state = self._state
-        if state is TxState.EXPLICIT:
+        if state is _EXPLICIT:
             return
-        if state is TxState.ENDED:
+        if state is _ENDED:
             raise TransactionRolledBack(self._ended_by)
-        if state is TxState.NONE:
+        if state is _NONE:
             self._open_implicit()
         self._hooks.joined_implicit(self._gen)
 
     def _run(self, statement: Callable[[], R]) -> R:
         """Run one statement; if SQLite ended the whole transaction with it, remember that."""
-        if self._state is TxState.ENDED:
+        if self._state is _ENDED:
             raise TransactionRolledBack(self._ended_by)
         try:
             return statement()
@@ -189,7 +195,7 @@ class Transactions(ScreenedConnection):
 
     def _run_sys(self, query: str, params: Sequence[object]) -> sqlite3.Cursor:
         """``_run`` of a runtime statement (``_sys``), without a closure: the alarm's writes."""
-        if self._state is TxState.ENDED:
+        if self._state is _ENDED:
             raise TransactionRolledBack(self._ended_by)
         facts = self._facts
         try:
@@ -205,10 +211,10 @@ class Transactions(ScreenedConnection):
         mapped = self._map_error(e)
         if not self._conn.in_transaction:  # disk full, OR ROLLBACK, RAISE(ROLLBACK)
             self._rolled_back()
-            if self._state is TxState.EXPLICIT:
-                self._state, self._ended_by = TxState.ENDED, mapped
-            elif self._state is TxState.IMPLICIT:
-                self._state = TxState.NONE
+            if self._state is _EXPLICIT:
+                self._state, self._ended_by = _ENDED, mapped
+            elif self._state is _IMPLICIT:
+                self._state = _NONE
                 self._lost.add(self._gen)
                 self._reload_alarm()
         return mapped
@@ -239,7 +245,7 @@ class Transactions(ScreenedConnection):
             if isinstance(result, CoroutineType):
                 result.close()
                 raise TypeError(_NOT_SYNCHRONOUS)
-            if self._state is TxState.ENDED:  # fn went on after SQLite ended the transaction
+            if self._state is _ENDED:  # fn went on after SQLite ended the transaction
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._end_explicit()
@@ -270,7 +276,7 @@ class Transactions(ScreenedConnection):
                 return self._savepoint(fn)
             finally:
                 self._sys(_SECURE_DELETE % was).fetchone()
-        if self._state is TxState.IMPLICIT:  # writes before it commit under the ordinary limit
+        if self._state is _IMPLICIT:  # writes before it commit under the ordinary limit
             self._flush()
         cap, hard = page_limits(self.limits)
 
@@ -325,7 +331,7 @@ class Transactions(ScreenedConnection):
         """BEGIN an outermost transaction; returns the alarm run it is part of and whether its
         handler had set an alarm before it, which a rollback restores (it undoes a set_alarm)."""
         self._hooks.before_transaction()
-        if self._state is TxState.IMPLICIT:
+        if self._state is _IMPLICIT:
             self._flush()
         facts = self._facts
         if facts is not None and self._begin in facts.runtime_texts:
@@ -336,7 +342,7 @@ class Transactions(ScreenedConnection):
             self._fenced()
         if self._past_cap is not False:
             self._pages_in_use()
-        self._depth, self._state = 1, TxState.EXPLICIT
+        self._depth, self._state = 1, _EXPLICIT
         self._txn_now = self._now()
         run = self._alarm_run
         return _NOT_IN_RUN if run is None else (run, run.set_in_handler)
@@ -375,7 +381,7 @@ class Transactions(ScreenedConnection):
         """Commit the outermost transaction (``transaction_sync``'s and ``_transaction_async``'s
         one path). Every transaction of every request ends here: ``_end_explicit`` and
         ``_after_commit`` are written out, not called."""
-        self._depth, self._state = 0, TxState.NONE
+        self._depth, self._state = 0, _NONE
         self._txn_now = self._ended_by = None
         facts = self._facts
         try:
@@ -404,7 +410,7 @@ class Transactions(ScreenedConnection):
         before = self._begin_top()
         try:
             result = await fn(self)
-            if self._state is TxState.ENDED:
+            if self._state is _ENDED:
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._end_explicit()
@@ -419,7 +425,7 @@ class Transactions(ScreenedConnection):
         self._depth += 1
         try:
             result = await fn(self)
-            if self._state is TxState.ENDED:
+            if self._state is _ENDED:
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._depth -= 1
@@ -435,7 +441,7 @@ class Transactions(ScreenedConnection):
         return result
 
     def _end_explicit(self) -> None:
-        self._depth, self._state = 0, TxState.NONE
+        self._depth, self._state = 0, _NONE
         self._txn_now = None
         self._ended_by = None
 
@@ -454,7 +460,7 @@ class Transactions(ScreenedConnection):
         set_in_handler = run is not None and run.set_in_handler
         try:
             result = self._call(fn)
-            if self._state is TxState.ENDED:  # the whole transaction is gone, not just this part
+            if self._state is _ENDED:  # the whole transaction is gone, not just this part
                 raise TransactionRolledBack(self._ended_by)
         except BaseException:
             self._depth -= 1
@@ -480,7 +486,7 @@ class Transactions(ScreenedConnection):
             self._fenced()
         if self._past_cap is not False:
             self._pages_in_use()
-        self._state = TxState.IMPLICIT
+        self._state = _IMPLICIT
         self._gen += 1
         if len(self._lost) > 1000:  # only the transactions of requests still running matter
             self._lost = {g for g in self._lost if g > self._gen - 1000}
@@ -491,9 +497,9 @@ class Transactions(ScreenedConnection):
 
     def _flush(self) -> None:
         """Commit the implicit transaction, if one is open (the output gate)."""
-        if self._state is not TxState.IMPLICIT:
+        if self._state is not _IMPLICIT:
             return
-        self._state = TxState.NONE
+        self._state = _NONE
         if not self._conn.in_transaction:  # SQLite rolled it back itself
             self._rolled_back()
             self._lost.add(self._gen)
