@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -180,6 +181,39 @@ def _measure(work: Path, want: tuple[str, ...]) -> tuple[list[Figure], list[str]
     import anyio
 
     return anyio.run(command.measure, work, TINY, frozenset(want), Progress(enabled=False))
+
+
+def test_each_group_is_measured_in_a_fresh_process_of_its_own(tmp_path: Path) -> None:
+    """PERF: a group measures the same alone (--only) or after the others: each runs in a process
+    of its own (never the bench's, never an earlier group's), which its progress line names."""
+    import anyio
+
+    said = io.StringIO()
+    figures, errors = anyio.run(
+        command.measure, tmp_path, TINY,
+        frozenset({"state_changes_per_s", "raw_sqlite_tx_per_s", "cold_activation_us"}),
+        Progress(said))
+    assert errors == []
+    assert [f.figure for f in figures] == ["state_changes_per_s", "raw_sqlite_tx_per_s",
+                                           "cold_activation_us"]
+    done = re.findall(r"bench: (\w+) done in [0-9.]+ s \(process (\d+)\)", said.getvalue())
+    assert [group for group, _ in done] == ["state", "cold"]
+    pids = {int(pid) for _, pid in done}
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def test_a_group_whose_process_ends_without_figures_is_an_error_of_that_group(
+        tmp_path: Path) -> None:
+    """A group's process that ends without its outcome (here: a group it does not know) is
+    reported as that group's error, with how the process ended; the bench itself goes on."""
+    import anyio
+
+    from mailbox_actors.bench.group_process import run_group
+
+    figures, errors, pid = anyio.run(run_group, "no_such_group", tmp_path, TINY,
+                                     frozenset(FIGURES), Progress(enabled=False))
+    assert figures == [] and pid != os.getpid()
+    assert errors == ["no_such_group: its process ended without figures (exit status 1)"]
 
 
 def test_every_figure_belongs_to_one_group() -> None:

@@ -1,7 +1,8 @@
 """``mailbox-actors bench``: the performance figures of SPEC section 12, each beside its limit.
 
-Runs the figure groups in a scratch directory and prints one line per figure (a table, or JSON lines
-with ``--json``); progress goes to stderr. A missed target is a result, not a failure: the exit
+Runs the figure groups one after another, each in a fresh process of its own (``group_process``), in
+a scratch directory, and prints one line per figure (a table, or JSON lines with ``--json``);
+progress goes to stderr. A missed target is a result, not a failure: the exit
 status is 1 only when a measurement could not be made.
 """
 
@@ -24,6 +25,7 @@ from mailbox_actors.bench.carrier_figures import CARRIER_FIGURES, carrier_figure
 from mailbox_actors.bench.dns_figures import DNS_FIGURES, dns_figures
 from mailbox_actors.bench.event_figures import EVENT_FIGURES, event_figures
 from mailbox_actors.bench.figures import FIGURES, FULL, QUICK, Figure, Progress, Sizes
+from mailbox_actors.bench.group_process import run_group
 from mailbox_actors.bench.http_figures import HTTP_FIGURES, http_figures
 from mailbox_actors.bench.inbound_figures import INBOUND_FIGURES, inbound_figures
 from mailbox_actors.bench.inspect_figures import INSPECT_FIGURES, inspect_figures
@@ -111,7 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='one JSON object per line: {"figure", "value", "unit", "limit", '
                              '"ratio", "target", "pass", "note"}')
     parser.add_argument("--only", nargs="+", metavar="FIGURE", choices=ALL_FIGURES,
-                        help="measure only these figures (choices: %(choices)s)")
+                        help="measure only these figures (their groups run as in a whole run, "
+                             "each in a fresh process of its own; choices: %(choices)s)")
     parser.add_argument("--dir", metavar="DIR",
                         help="make the scratch directory under DIR (default: the system's "
                              "temporary directory); it is removed afterwards")
@@ -119,23 +122,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def measure(work: Path, sizes: Sizes, want: frozenset[str], progress: Progress,
                   ) -> tuple[list[Figure], list[str]]:
-    """Every wanted figure, in ``ALL_FIGURES`` order, and the errors of groups that failed."""
+    """Every wanted figure, in ``ALL_FIGURES`` order, and the errors of groups that failed. Each
+    group is measured in a fresh process of its own, one after another."""
     got: dict[str, Figure] = {}
     errors: list[str] = []
-    for group, (names, fn) in GROUPS.items():
+    for group, (names, _measure) in GROUPS.items():
         if not want & set(names):
             continue
         started = time.perf_counter()
-        try:
-            for f in await fn(work / group, sizes, progress, want, errors):
-                got[f.figure] = f
-        except Exception as e:  # one broken group must not hide the others' figures
-            errors.append(f"{group}: {type(e).__name__}: {e}")
-            progress.say(f"{group} failed: {type(e).__name__}: {e}")
+        # In a fresh process (group_process): what an earlier group left in this one (its heap,
+        # the collector's state, threads, descriptors) is no part of what this group measures.
+        found, failed, pid = await run_group(group, work / group, sizes, want, progress)
+        for f in found:
+            got[f.figure] = f
+        errors += failed
         # Its files go now, between groups (never while one measures), so the run's disk use
         # is one group's at a time.
         await anyio.to_thread.run_sync(shutil.rmtree, work / group, True)
-        progress.say(f"bench: {group} done in {time.perf_counter() - started:.1f} s")
+        progress.say(f"bench: {group} done in {time.perf_counter() - started:.1f} s "
+                     f"(process {pid})")
     return [got[name] for name in ALL_FIGURES if name in want and name in got], errors
 
 

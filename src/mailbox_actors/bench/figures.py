@@ -171,11 +171,14 @@ class Progress:
     """Progress lines on stderr (stdout carries only results). ``tick`` speaks at most once a
     second, so it may be called from loops that are not timed."""
 
-    def __init__(self, stream: TextIO | None = None, *, enabled: bool = True) -> None:
+    def __init__(self, stream: TextIO | None = None, *, enabled: bool = True,
+                 started: float | None = None) -> None:
         self._stream = stream
         self.enabled = enabled
-        self._t0 = time.perf_counter()
-        self._last = self._t0
+        # Lines count from ``started`` (a ``time.perf_counter`` reading, the same clock in every
+        # process of the machine: a group's process continues the bench's count).
+        self.started = time.perf_counter() if started is None else started
+        self._last = time.perf_counter()
 
     def say(self, text: str) -> None:
         if not self.enabled:
@@ -183,7 +186,7 @@ class Progress:
         now = time.perf_counter()
         self._last = now
         stream = self._stream if self._stream is not None else sys.stderr
-        print(f"[{now - self._t0:6.1f}s] {text}", file=stream, flush=True)
+        print(f"[{now - self.started:6.1f}s] {text}", file=stream, flush=True)
 
     def tick(self, template: str, *args: object) -> None:
         """``say(template.format(*args))``, unless something was said less than a second ago."""
