@@ -196,10 +196,33 @@ def test_each_group_is_measured_in_a_fresh_process_of_its_own(tmp_path: Path) ->
     assert errors == []
     assert [f.figure for f in figures] == ["state_changes_per_s", "raw_sqlite_tx_per_s",
                                            "cold_activation_us"]
-    done = re.findall(r"bench: (\w+) done in [0-9.]+ s \(process (\d+)\)", said.getvalue())
+    done = re.findall(r"bench: (\w+) done in [0-9.]+ s \(process (\d+);", said.getvalue())
     assert [group for group, _ in done] == ["state", "cold"]
     pids = {int(pid) for _, pid in done}
     assert len(pids) == 2 and os.getpid() not in pids
+    # Each figure says how busy the rest of the machine kept its CPUs while its group ran.
+    assert all(re.search(r"other processes kept [0-9.]+ of the machine's \d+ CPUs busy",
+                         f.note or "") for f in figures)
+
+
+def test_the_cpus_other_processes_kept_busy_are_the_machines_busy_time_less_the_benchs() -> None:
+    """A group's share of the machine: the machine's busy CPU time over the group less the bench's
+    own (its process and the processes it waited for), per second of the group; never below 0
+    nor above the machine's CPUs; nothing said where the machine's time is not reported."""
+    from mailbox_actors.bench.cpu_share import CpuShare
+
+    readings = {"busy": 100.0, "own": 7.0, "t": 50.0}
+    share = CpuShare(busy=lambda: readings["busy"], own=lambda: readings["own"],
+                     clock=lambda: readings["t"], cpus=2)
+    readings.update(busy=130.0, own=17.0, t=60.0)  # 30 CPU-s busy in 10 s, 10 of them ours
+    assert share.others() == 2.0
+    assert share.text(2.0) == "other processes kept 2.0 of the machine's 2 CPUs busy meanwhile"
+    readings.update(busy=131.0, own=40.0)  # our children's time reported late: not negative
+    assert share.others() == 0.0
+    readings.update(busy=200.0, own=40.0, t=70.0)  # jiffies rounding: never above the machine
+    assert share.others() == 2.0
+    blind = CpuShare(busy=lambda: None, own=lambda: 0.0, clock=lambda: 1.0, cpus=2)
+    assert blind.others() is None and blind.text(None) is None
 
 
 def test_a_group_whose_process_ends_without_figures_is_an_error_of_that_group(

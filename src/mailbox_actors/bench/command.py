@@ -22,6 +22,7 @@ import msgspec
 
 from mailbox_actors.bench.burst_figures import BURST_FIGURES, burst_figures
 from mailbox_actors.bench.carrier_figures import CARRIER_FIGURES, carrier_figures
+from mailbox_actors.bench.cpu_share import CpuShare
 from mailbox_actors.bench.dns_figures import DNS_FIGURES, dns_figures
 from mailbox_actors.bench.event_figures import EVENT_FIGURES, event_figures
 from mailbox_actors.bench.figures import FIGURES, FULL, QUICK, Figure, Progress, Sizes
@@ -130,17 +131,22 @@ async def measure(work: Path, sizes: Sizes, want: frozenset[str], progress: Prog
         if not want & set(names):
             continue
         started = time.perf_counter()
+        share = CpuShare()
         # In a fresh process (group_process): what an earlier group left in this one (its heap,
         # the collector's state, threads, descriptors) is no part of what this group measures.
         found, failed, pid = await run_group(group, work / group, sizes, want, progress)
+        # What else ran on the machine meanwhile goes with each figure (cpu_share).
+        busy = share.text(share.others())
         for f in found:
+            if busy is not None:
+                f.note = busy if f.note is None else f"{f.note}; {busy}"
             got[f.figure] = f
         errors += failed
         # Its files go now, between groups (never while one measures), so the run's disk use
         # is one group's at a time.
         await anyio.to_thread.run_sync(shutil.rmtree, work / group, True)
         progress.say(f"bench: {group} done in {time.perf_counter() - started:.1f} s "
-                     f"(process {pid})")
+                     f"(process {pid}{'' if busy is None else '; ' + busy})")
     return [got[name] for name in ALL_FIGURES if name in want and name in got], errors
 
 
