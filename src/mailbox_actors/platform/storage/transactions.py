@@ -54,6 +54,8 @@ _FREELIST_COUNT = f"PRAGMA freelist_count /*{RUNTIME_TOKEN}*/"
 _SECURE_DELETE = f"PRAGMA secure_delete = %d /*{RUNTIME_TOKEN}*/"
 _SECURE_DELETE_IS = f"PRAGMA secure_delete /*{RUNTIME_TOKEN}*/"
 _TRUNCATE_WAL = f"PRAGMA wal_checkpoint(TRUNCATE) /*{RUNTIME_TOKEN}*/"
+_BUSY_TIMEOUT = f"PRAGMA busy_timeout = %d /*{RUNTIME_TOKEN}*/"
+_BUSY_TIMEOUT_IS = f"PRAGMA busy_timeout /*{RUNTIME_TOKEN}*/"
 
 # A runtime meta key (``_ma_meta``): the file has more pages than ordinary writes may fill, which
 # only a freeing transaction makes so (and for good: a file never shrinks). It sorts after every
@@ -265,10 +267,9 @@ class Transactions(ScreenedConnection):
         at every open), so every later activation counts the pages in use at its commits.
         What it removes leaves no copy in the file's free pages or in its WAL (RPC-4, IN-6):
         freed pages are overwritten with zeros, and after the commit the WAL is checkpointed
-        and truncated (``_TRUNCATE_WAL``; a reader holding an older snapshot, which only a
-        process reading the file beside the runtime can, keeps its frames until the next
-        freeing transaction). Nested in another transaction, its freed pages are zeroed and
-        the WAL is left as the outer transaction leaves it."""
+        and truncated (``_truncate_wal``; a reader holding an older snapshot keeps the frames
+        it needs until the next freeing transaction). Nested in another transaction, its
+        freed pages are zeroed and the WAL is left as the outer transaction leaves it."""
         was = self._sys(_SECURE_DELETE_IS).fetchone()[0]  # builds differ (Debian's is on)
         if self._depth:  # its freed pages are zeroed; the outer transaction's WAL is kept
             self._sys(_SECURE_DELETE % 1).fetchone()
@@ -296,8 +297,24 @@ class Transactions(ScreenedConnection):
             self._past_cap = None  # looked at again by the next transaction
             self._sys(f"PRAGMA max_page_count = {cap} /*{self._token}*/").fetchone()
             self._sys(_SECURE_DELETE % was).fetchone()
-        self._sys(_TRUNCATE_WAL).fetchall()
+        self._truncate_wal()
         return result
+
+    def _truncate_wal(self) -> None:
+        """After a freeing transaction's commit: its WAL's frames checkpointed into the file and
+        the WAL truncated, without waiting. A reader holding an older snapshot (the runtime's
+        inspection reads, a backup beside it) keeps the frames it needs: the checkpoint answers
+        busy at once instead of holding the loop for the busy timeout, and the next freeing
+        transaction takes them. A checkpoint that fails (a full disk) leaves the commit as it
+        is: the delete stands, the frames wait as well."""
+        waited = self._sys(_BUSY_TIMEOUT_IS).fetchone()[0]
+        self._sys(_BUSY_TIMEOUT % 0).fetchall()
+        try:
+            self._sys(_TRUNCATE_WAL).fetchall()
+        except sqlite3.Error:
+            pass  # the frames wait for the next freeing transaction, as with a reader
+        finally:
+            self._sys(_BUSY_TIMEOUT % waited).fetchall()
 
     def _pages_in_use(self) -> None:
         """At a transaction's start, BEGIN run, while the file may have more pages than ordinary
