@@ -44,12 +44,14 @@ CLAIM_AHEAD = 16
 
 
 class _Looks:
-    """When a consumer without a hand-off next reads the file (anyio time)."""
+    """When a consumer without a hand-off next reads the file (anyio time), and which consumer
+    waits for that time (``Handoff`` has both too, for the running consumers it serves)."""
 
-    __slots__ = ("look_at",)
+    __slots__ = ("look_at", "looker")
 
     def __init__(self) -> None:
         self.look_at = 0.0
+        self.looker: object | None = None
 
 
 def _invalid(message: str, field: str) -> MailboxActorsError:
@@ -95,6 +97,7 @@ class Consumer:
         self.running = False  # in run(): woken by on_visible (QueueWatcher)
         self.waiting = False  # in run(), idle: waiting for a wake or its next look
         self._look = True  # run(): whether the file may have news (a send, a poll interval passed)
+        self._looks: _Looks | Handoff | None = None  # run(): shared with its siblings (a hand-off)
         service.watch(queue, self)
 
     # ---- waking --------------------------------------------------------------------------------
@@ -193,7 +196,14 @@ class Consumer:
         # When the file is next read (anyio time): shared through the hand-off by the running
         # consumers of this queue in this process, so together they read it once per poll
         # interval. Only reading the file moves it: a hand-off wake must not put the read off.
-        looks = handoff if handoff is not None else _Looks()
+        looks = self._looks = handoff if handoff is not None else _Looks()
+        try:
+            await self._consume(handoff, acks, looks)
+        finally:
+            self._let_go(looks)
+
+    async def _consume(self, handoff: Handoff | None, acks: AckBehind,
+                       looks: _Looks | Handoff) -> None:
         found = True  # whether the last claim found messages: then claim again at once
         while True:
             # A new event only once the last one was set: one not set yet still catches every
@@ -203,6 +213,7 @@ class Consumer:
             wait_s = self.poll_interval_s
             try:
                 if handoff is not None and len(handoff):
+                    self._let_go(looks)
                     batch, stale = handoff.take(self.max_batch_size, self._clock.now_ms())
                     if stale:
                         await self._give_back(stale)
@@ -229,7 +240,12 @@ class Consumer:
             self.waiting = True
             try:
                 if not self.max_batch_timeout_ms:
-                    with anyio.move_on_at(looks.look_at):
+                    # One consumer of the queue in this process waits for the next look (it
+                    # keeps that while it only looks); the others wait for a wake, with no timer
+                    # of their own: an idle node wakes once a poll interval, not once a consumer.
+                    if looks.looker is None:
+                        looks.looker = self
+                    with anyio.move_on_at(looks.look_at if looks.looker is self else math.inf):
                         await self._wake.wait()
                 else:
                     with anyio.move_on_after(wait_s):
@@ -262,6 +278,7 @@ class Consumer:
                     batch = batch[:self.max_batch_size]
                 elif self._service.notified:  # more may be waiting: one more sibling looks
                     self._service.wake_idle(self.queue, self._clock.now_ms(), but=self)
+                self._let_go(looks)
                 await self._handle_batch(batch, acks)
                 return True
             due = await self._service.next_visible_ms(self.queue)
@@ -274,6 +291,18 @@ class Consumer:
         if due is not None:  # a delayed message, or a lease that lapses, before the next poll
             looks.look_at = min(looks.look_at, now_rt + (due - now) / 1000)
         return False
+
+    def _let_go(self, looks: _Looks | Handoff) -> None:
+        """Before handling a batch (or at the end): the next look is another's to wait for. One
+        sibling waiting without a timer is woken to take it (with work under way, not idle); if
+        none waits, the next to wait takes it."""
+        if looks.looker is not self:
+            return
+        looks.looker = None
+        for w in list(self._service._watchers.get(self.queue, ())):
+            if isinstance(w, Consumer) and w is not self and w.waiting and w._looks is looks:
+                w._wake_for_handoff()
+                return
 
     async def _give_back(self, messages: Sequence[Message]) -> None:
         """Make messages this consumer took but will not handle visible to every consumer."""

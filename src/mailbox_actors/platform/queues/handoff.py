@@ -36,6 +36,7 @@ class Handoff:
         "_held",
         "dead_letter_queue",
         "look_at",
+        "looker",
         "max_retries",
         "queue",
         "room",
@@ -52,6 +53,7 @@ class Handoff:
         self.room = room
         self.wakers: list[Callable[[], None]] = []  # one per running consumer
         self.look_at = 0.0  # when the running consumers next read the queue file (anyio time)
+        self.looker: object | None = None  # the one of them that waits for that time (Consumer)
         self._held: deque[tuple[int, Message]] = deque()  # (held since, message), oldest first
 
     @property

@@ -1,0 +1,99 @@
+"""An idle node sleeps between its looks at a queue (Q-1): the running consumers of one queue in a
+process share its poll (one reads the file each poll interval), and ONE of them waits for that
+time; the others arm no timer and wait for a wake. Counted, not timed: timers the event loop arms
+per look at the file, while the consumers idle on a real clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mailbox_actors.platform.clock import SystemClock
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.queues import Consumer, Message, QueueService
+from mailbox_actors.platform.rng import SeededRng
+
+CONSUMERS = 4  # a node's webhook consumers (webhook_consumers' default)
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """The asyncio loop, counting the timers armed (``call_later`` goes through ``call_at``)."""
+
+    timers = 0
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any,
+                context: Any = None) -> asyncio.TimerHandle:
+        self.timers += 1
+        return super().call_at(when, callback, *args, context=context)
+
+
+def _looks_and_timers(path: Path, looks_wanted: int, *, message: bool = False
+                      ) -> tuple[int, int, list[int]]:
+    """Run CONSUMERS consumers of one queue idle until the file was read ``looks_wanted`` more
+    times after a first 5; (looks, timers armed meanwhile, messages handled)."""
+    handled: list[int] = []
+
+    async def main() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, CountingLoop)
+        clock = SystemClock()
+        async with QueueService(path, clock=clock, ids=Ids(clock, SeededRng(1))) as service:
+            read = service.next_visible_ms
+            looks = 0
+            marks: dict[int, int] = {}
+            enough = anyio.Event()
+
+            async def counted(queue: str) -> int | None:
+                nonlocal looks
+                looks += 1
+                if looks in (5, 5 + looks_wanted):
+                    marks[looks] = loop.timers
+                    if looks == 5 + looks_wanted:
+                        enough.set()
+                return await read(queue)
+
+            service.next_visible_ms = counted  # type: ignore[method-assign]
+
+            async def handle(msg: Message) -> None:
+                handled.append(msg.body["n"])
+
+            consumers = [Consumer(service, "jobs", handle, max_batch_size=1,
+                                  max_batch_timeout_s=0, poll_interval_s=0.005)
+                         for _ in range(CONSUMERS)]
+            async with anyio.create_task_group() as tg:
+                for c in consumers:
+                    tg.start_soon(c.run)
+                if message:  # one handled first: the next look is then someone else's to wait for
+                    await service.send("jobs", {"v": 1, "kind": "t", "n": 1})
+                await enough.wait()
+                tg.cancel_scope.cancel()
+            return looks_wanted, marks[5 + looks_wanted] - marks[5]
+
+    looks, timers = anyio.run(main, backend="asyncio",
+                              backend_options={"loop_factory": CountingLoop})
+    return looks, timers, handled
+
+
+def test_the_consumers_of_an_idle_queue_arm_one_timer_per_look_not_one_each(
+        tmp_path: Path) -> None:
+    """Four idle consumers of one queue: the file is read once per poll interval and the loop is
+    woken once for it (before: every consumer armed its own timer for the same look, four and
+    more wakeups a poll interval on an idle node)."""
+    looks, timers, _ = _looks_and_timers(tmp_path / "queues.sqlite", 40)
+    assert looks == 40
+    assert timers <= looks + looks // 4  # one a look (before: 4 and more); room for a stray one
+
+
+def test_after_a_message_the_next_look_is_still_waited_for_by_one_consumer(
+        tmp_path: Path) -> None:
+    """The consumer that handled a message lets another wait for the next look: the queue is
+    still read every poll interval (a send from another process is still found), with one timer
+    a look."""
+    looks, timers, handled = _looks_and_timers(tmp_path / "queues.sqlite", 40, message=True)
+    assert handled == [1]
+    assert looks == 40 and timers <= looks + looks // 4
