@@ -51,9 +51,11 @@ class AlarmRunner(Protocol):
         """After the last retry; returns the alarm stored after it."""
         ...
 
-    def begin_alarm(self, key: Key, retry_count: int, now_ms: int) -> StartedAlarm | None:
+    def begin_alarm(self, key: Key, retry_count: int,
+                    now_ms: int) -> StartedAlarm | AlarmResult | None:
         """Start the run of an open actor's due alarm at once, if nothing makes it wait; None:
-        the wake goes through ``fire_alarm``."""
+        the wake goes through ``fire_alarm``. An ``AlarmResult``: the run is over already (it
+        ended in its first step, its writes committed), and this is its outcome."""
         ...
 
     def end_alarm(self, started: Any, error: BaseException | None) -> AlarmResult:
@@ -181,6 +183,9 @@ class AlarmScheduler:
                         continue
                 if started is None:
                     await self._fire(key)
+                elif isinstance(started, AlarmResult):  # over already: committed, settled
+                    self._running.discard(key)
+                    self._record(key, retry, due, started, began)
                 else:
                     try:
                         await started.step

@@ -22,11 +22,11 @@ from mailbox_actors.runtime import outbox, purposes
 from mailbox_actors.runtime.activation import Activation
 from mailbox_actors.runtime.actor import AlarmInfo, handles_alarm_itself
 from mailbox_actors.runtime.scope import RequestScope
-from mailbox_actors.runtime.watchdog import LoopWatch
+from mailbox_actors.runtime.watchdog import ENDED, LoopWatch
 from mailbox_actors.wire.errors import MailboxActorsError
 
 __all__ = ["ABANDONED_PURPOSE_RETRY_MS", "Run", "abandon", "begin", "finish", "not_runnable", "run",
-           "settle"]
+           "settle", "start"]
 
 ABANDONED_PURPOSE_RETRY_MS = 64_000  # a purpose whose runs were abandoned is tried again then
 # Read as globals at every run's end: Python 3.11's ``EnumType`` makes ``AlarmOutcome.DONE``
@@ -64,6 +64,48 @@ class Run:
         self.itself = itself
         self.offered = offered
         self.step = step
+
+
+def start(act: Activation, retry_count: int, stored: int, scope: RequestScope, *, clock: Clock,
+          event_sink: outbox.EventSink, log: Any, watch: LoopWatch) -> Run | AlarmResult:
+    """An open actor's run, started at once (the gate open, the actor started, the run admitted):
+    ``scope`` is entered and the handler's first step runs, as ``begin`` does (its steps written
+    out here for a handler of the actor's own: a call and a ``Run`` fewer an alarm). A handler
+    that ended in that step, having set its alarm in its own transaction and written nothing
+    outside one (a burst's usual run), leaves nothing to commit and nothing to clear: it is
+    finished and settled here, the scope left, and its outcome returned (what ``finish`` and
+    ``settle`` would say, without their calls). Otherwise the ``Run``, its scope still entered,
+    for the caller to await, then ``finish``, leave the scope, and ``settle``."""
+    if not handles_alarm_itself(act.actor):
+        scope.__enter__()
+        try:
+            return begin(act, retry_count, stored, scope, clock=clock, event_sink=event_sink,
+                         log=log, watch=watch)
+        except BaseException:
+            scope.__exit__()
+            raise
+    storage = act.runtime_storage
+    alarm_run = storage.begin_alarm_run()
+    offered = purposes.offering_default_run(
+        functools.partial(_run_purposes, act, stored, clock, event_sink, log))
+    scope.__enter__()  # every log line of the run carries its request id
+    offered.__enter__()
+    try:
+        handler = act.actor.alarm(AlarmInfo(retry_count, retry_count > 0, stored))
+    except Exception as e:  # not a coroutine function after all: the handler's failure
+        return Run(act, retry_count, stored, scope, alarm_run, True, offered, _raising(e))
+    except BaseException:
+        offered.__exit__()
+        storage.end_alarm_run()
+        scope.__exit__()
+        raise
+    step = watch.start(handler, act.namespace, "alarm")
+    if step is ENDED and alarm_run.set_in_handler and not scope.writes and not act.closed:
+        offered.__exit__()
+        storage.end_alarm_run()
+        scope.__exit__()
+        return AlarmResult(_DONE, storage.stored_alarm())
+    return Run(act, retry_count, stored, scope, alarm_run, True, offered, step)
 
 
 def begin(act: Activation, retry_count: int, stored: int, scope: RequestScope, *, clock: Clock,

@@ -387,11 +387,14 @@ class ActorHost:
             self._release(act)
 
     # An open, idle actor's due alarm (most of a burst's) is run without a coroutine of its own:
-    # the scheduler's worker starts it here, awaits its step itself, and ends it here.
-    def begin_alarm(self, key: Key, retry_count: int, now_ms: int) -> alarm_runs.Run | None:
+    # the scheduler's worker starts it here, awaits its step itself, and ends it here (a handler
+    # that ended in its first step, the usual, is ended at once).
+    def begin_alarm(self, key: Key, retry_count: int,
+                    now_ms: int) -> alarm_runs.Run | AlarmResult | None:
         """Start the alarm run of an open actor whose stored alarm is due by ``now_ms``, if
         nothing makes it wait (its start hook, its input gate, a run under way); None: the wake
-        goes the whole way (``fire_alarm``)."""
+        goes the whole way (``fire_alarm``). A run that ended in its first step with nothing to
+        commit is over already: its outcome (``alarm_runs.start``)."""
         act = self._active.get(key)
         if act is None or act.starting or act.alarm_running or act.gate.closed or self.stopping:
             return None
@@ -401,16 +404,18 @@ class ActorHost:
         act.alarm_running = True
         act.pending += 1  # an alarm run is never refused by the queue bound
         self._inflight += 1
-        scope = RequestScope(None, None, self.ids)
-        scope.__enter__()  # every log line of the run carries its request id
         try:
-            return alarm_runs.begin(act, retry_count, stored, scope, clock=self.clock,
-                                    event_sink=self.event_sink, log=self.log, watch=self.watch)
+            started = alarm_runs.start(act, retry_count, stored, RequestScope(None, None, self.ids),
+                                       clock=self.clock, event_sink=self.event_sink, log=self.log,
+                                       watch=self.watch)
         except BaseException:
-            scope.__exit__()
             act.alarm_running = False
             self._release(act)
             raise
+        if isinstance(started, AlarmResult):
+            act.alarm_running = False
+            self._release(act)
+        return started
 
     def end_alarm(self, run: alarm_runs.Run, error: BaseException | None) -> AlarmResult:
         """``begin_alarm``'s run after its step (``error``: what the step raised). A cancellation

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, TypeVar
 
-__all__ = ["LoopWatch", "op_of"]
+__all__ = ["ENDED", "LoopWatch", "op_of"]
 
 T = TypeVar("T")
 _now = time.perf_counter
@@ -161,3 +161,6 @@ class _Timed(Generator[Any, Any, T]):
 
 
 _DONE = _DoneStep(None)  # most handlers return None: one awaitable for all of them
+# What ``LoopWatch.start`` returns for a coroutine that returned None in its first step: its caller
+# may skip the await (``alarm_runs.start`` settles such a run at once).
+ENDED: Awaitable[Any] = _DONE
