@@ -20,6 +20,7 @@ import asyncio
 import gc
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,7 +60,8 @@ class LoopStalls:
         self._cpu = cpu
         self._began = 0.0
         self._gc_ms = 0.0  # the collector's time since the running callback began
-        self._gc_at = 0.0
+        self._gc_at = self._gc_cpu = 0.0
+        self._thread = 0  # the loop's
 
     @contextmanager
     def watching(self) -> Iterator[LoopStalls]:
@@ -96,6 +98,7 @@ class LoopStalls:
             return events
 
         self._began = clock()
+        self._thread = threading.get_ident()
         asyncio.Handle._run = timed_run  # type: ignore[method-assign,assignment]
         selector.select = timed_select
         gc.callbacks.append(self._on_gc)
@@ -110,17 +113,19 @@ class LoopStalls:
             asyncio.Handle._run = handle_run  # type: ignore[method-assign]
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
-        now = self._clock()
+        now, cpu = self._clock(), self._cpu()
         if phase == "start":
-            self._gc_at = now
+            self._gc_at, self._gc_cpu = now, cpu
             return
         took = now - self._gc_at
         self._gc_ms += took * 1000
         if took > self.threshold_s:
             self.stalls.append(Stall(
-                round(self._gc_at - self._began, 6), "gc", round(took * 1000, 3), 0.0,
-                round(took * 1000, 3), f"generation {info.get('generation')} pass, "
-                f"{info.get('collected', 0)} collected"))
+                round(self._gc_at - self._began, 6), "gc", round(took * 1000, 3),
+                round((cpu - self._gc_cpu) * 1000, 3), round(took * 1000, 3),
+                f"generation {info.get('generation')} pass, {info.get('collected', 0)} collected"
+                + ("" if threading.get_ident() == self._thread else
+                   f", in thread {threading.current_thread().name} (the loop waits for the GIL)")))
 
     def _add(self, t: float, kind: str, wall: float, cpu: float, gc_ms: float, before: str,
              handle: asyncio.Handle | None) -> None:
