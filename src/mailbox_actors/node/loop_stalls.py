@@ -9,8 +9,9 @@ much of it the loop thread's CPU and how much the cyclic collector, and what ran
 coroutine, where its step resumed and where it next waited; a plain callback's name).
 
 It wraps asyncio's ``Handle._run`` and the loop selector's ``select`` while it watches, so it works
-on asyncio's own loop only (not uvloop's), and it costs about a microsecond a callback: a measuring
-aid, never on in a served node. ``bench`` writes the burst's stalls to the file named by
+on asyncio's own loop only (not uvloop's), and it costs about 3-4 microseconds of CPU a callback
+(a bare task step of 3 us takes 6-7 us watched; what ran is only formatted for a stall): a
+measuring aid, never on in a served node, and figures measured with it on are slowed by it. ``bench`` writes the burst's stalls to the file named by
 ``MAILBOX_ACTORS_LOOP_STALLS`` (``bench/ticker_figures.py``).
 """
 
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import CoroutineType, FrameType, GeneratorType
+from types import CodeType, CoroutineType, FrameType, GeneratorType
 from typing import Any
 
 __all__ = ["LoopStalls", "Stall", "summary"]
@@ -79,14 +80,14 @@ class LoopStalls:
         def timed_run(handle: asyncio.Handle) -> None:
             me._gc_ms = 0.0
             t, c = clock(), cpu()
-            before = _describe(handle)
+            before = _site(handle)
             try:
                 handle_run(handle)
             finally:
                 me.callbacks += 1
                 wall = clock() - t
                 if wall > threshold:
-                    me._add(t, "callback", wall, cpu() - c, me._gc_ms, before, handle)
+                    me._add(t, "callback", wall, cpu() - c, me._gc_ms, _what(before, handle))
 
         def timed_select(timeout: float | None = None) -> Any:
             t, c = clock(), cpu()
@@ -94,7 +95,7 @@ class LoopStalls:
             wall = clock() - t
             if timeout is not None and wall > threshold + timeout:
                 me._add(t, "poll", wall, cpu() - c, 0.0,
-                        f"poll for I/O with a timeout of {timeout * 1000:.2f} ms", None)
+                        f"poll for I/O with a timeout of {timeout * 1000:.2f} ms")
             return events
 
         self._began = clock()
@@ -127,9 +128,8 @@ class LoopStalls:
                 + ("" if threading.get_ident() == self._thread else
                    f", in thread {threading.current_thread().name} (the loop waits for the GIL)")))
 
-    def _add(self, t: float, kind: str, wall: float, cpu: float, gc_ms: float, before: str,
-             handle: asyncio.Handle | None) -> None:
-        what = before if handle is None else f"{before}; then {_describe(handle, after=True)}"
+    def _add(self, t: float, kind: str, wall: float, cpu: float, gc_ms: float, what: str,
+             ) -> None:
         self.stalls.append(Stall(round(t - self._began, 6), kind, round(wall * 1000, 3),
                                  round(cpu * 1000, 3), round(gc_ms, 3), what))
 
@@ -150,23 +150,45 @@ def summary(stalls: list[Stall], top: int = 12) -> list[tuple[str, int, float, f
     return sorted(rows, key=lambda r: -r[2])[:top]
 
 
-def _describe(handle: asyncio.Handle, after: bool = False) -> str:
+Site = tuple[object, CodeType | None, int]  # (a task's coroutine or a callback, code, line)
+
+
+def _site(handle: asyncio.Handle) -> Site:
+    """What the handle runs and where, kept unformatted (formatted only for a stall)."""
     callback = handle._callback  # type: ignore[attr-defined]
     task = getattr(callback, "__self__", None)
     if isinstance(task, asyncio.Task):
         coro = task.get_coro()
-        if task.done():
-            return f"task {_name(coro)} done"
-        where = _innermost(coro)
-        return f"{'waits at' if after else 'task'} {'' if after else _name(coro) + ' from '}{where}"
-    return "" if after else f"callback {getattr(callback, '__qualname__', repr(callback))}"
+        frame = _innermost(coro)
+        return (coro, None, 0) if frame is None else (coro, frame.f_code, frame.f_lineno)
+    return callback, None, 0
+
+
+def _what(before: Site, handle: asyncio.Handle | None) -> str:
+    """'task C from where its step resumed; then waits at where it next waited' (or done), or
+    'callback F'."""
+    runs, code, line = before
+    if not isinstance(runs, (CoroutineType, GeneratorType)):
+        return f"callback {getattr(runs, '__qualname__', repr(runs))}"
+    text = f"task {_name(runs)} from {_place(code, line)}"
+    if handle is None:
+        return text
+    task = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+    if isinstance(task, asyncio.Task) and task.done():
+        return f"{text}; then task {_name(runs)} done"
+    _, code, line = _site(handle)
+    return f"{text}; then waits at {_place(code, line)}"
+
+
+def _place(code: CodeType | None, line: int) -> str:
+    return "?" if code is None else f"{code.co_qualname} {Path(code.co_filename).name}:{line}"
 
 
 def _name(coro: object) -> str:
     return str(getattr(coro, "__qualname__", type(coro).__name__))
 
 
-def _innermost(coro: object) -> str:
+def _innermost(coro: object) -> FrameType | None:
     """Where the coroutine's chain of awaits ends: the innermost frame still suspended."""
     frame: FrameType | None = None
     seen = 0
@@ -181,6 +203,4 @@ def _innermost(coro: object) -> str:
             coro = coro.gi_yieldfrom
         else:
             break
-    if frame is None:
-        return "?"
-    return f"{frame.f_code.co_qualname} {Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
+    return frame
