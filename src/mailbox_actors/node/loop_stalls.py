@@ -11,8 +11,9 @@ coroutine, where its step resumed and where it next waited; a plain callback's n
 It wraps asyncio's ``Handle._run`` and the loop selector's ``select`` while it watches, so it works
 on asyncio's own loop only (not uvloop's), and it costs about 3-4 microseconds of CPU a callback
 (a bare task step of 3 us takes 6-7 us watched; what ran is only formatted for a stall): a
-measuring aid, never on in a served node, and figures measured with it on are slowed by it. ``bench`` writes the burst's stalls to the file named by
-``MAILBOX_ACTORS_LOOP_STALLS`` (``bench/ticker_figures.py``).
+measuring aid, never on in a served node, and figures measured with it on are slowed by it.
+``bench`` writes the burst's stalls to the file named by ``MAILBOX_ACTORS_LOOP_STALLS``
+(``bench/ticker_figures.py``).
 """
 
 from __future__ import annotations
