@@ -6,9 +6,11 @@ Both are where an alarm on an evicted actor waits for the disk (the log's recove
 SQLite releases the GIL meanwhile, so the event loop goes on with other alarms and requests. The
 threads touch no actor state: a connection opened ahead is the loop's once delivered (or closed,
 when nobody waits for it any more), and only a connection that no activation holds is closed
-behind. Each job costs the loop one queue put, and an open one ``call_soon_threadsafe``: a
-fraction of ``anyio.to_thread``'s limiter and cancel scope, which cost the loop about as much as
-the open saved it.
+behind. Each job costs the loop one queue put, and opens one ``call_soon_threadsafe`` for as many
+as finish while the loop has not yet taken the last ones (``_Deliveries``: each call wakes the loop
+through its socket, a send that hands the thread's GIL over once more): a fraction of
+``anyio.to_thread``'s limiter and cancel scope, which cost the loop about as much as the open saved
+it.
 
 Opening ahead is used only while it pays (``ahead_pays``): while opens made on the loop wait for
 the disk (``AHEAD_PAYS_WAIT_S``), timed every ``_SAMPLE_EVERY`` opens with the threads drained;
@@ -63,6 +65,7 @@ class FileThreads:
         self._opens = 0
         self._sampling = False  # opens stay on the loop until the threads drained and one is timed
         self._busy = 0  # jobs queued or running
+        self._deliveries: _Deliveries | None = None  # opens handed back to the loop
 
     @property
     def enabled(self) -> bool:
@@ -111,7 +114,10 @@ class FileThreads:
         this loop. Not after ``stop`` (the caller opens on the loop then)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[OpenedAhead | None] = loop.create_future()
-        self._put(functools.partial(_open, loop, fut, path, durability, limits, meta_keys))
+        deliveries = self._deliveries
+        if deliveries is None or deliveries.loop is not loop:
+            deliveries = self._deliveries = _Deliveries(loop)
+        self._put(functools.partial(_open, deliveries, fut, path, durability, limits, meta_keys))
         return fut
 
     def close_behind(self, close: Callable[[], None]) -> bool:
@@ -142,17 +148,46 @@ def _work(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
             _log.error("actor_close_failed", error=type(e).__name__)
 
 
-def _open(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[OpenedAhead | None],
+class _Deliveries:
+    """Opens made ahead on their way to the loop: the first that finishes while none is waiting
+    schedules the loop's ``_take`` (one ``call_soon_threadsafe``); those that finish before the
+    loop ran it go with it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[tuple[asyncio.Future[OpenedAhead | None], OpenedAhead | None]] = []
+
+    def put(self, fut: asyncio.Future[OpenedAhead | None], opened: OpenedAhead | None) -> None:
+        """From a worker thread: ``opened`` (or None) for ``fut``'s waiter."""
+        with self._lock:
+            self._ready.append((fut, opened))
+            if len(self._ready) > 1:  # the loop's _take is scheduled already
+                return
+        try:
+            self.loop.call_soon_threadsafe(self._take)
+        except RuntimeError:  # the loop is closed: nobody will take them
+            for _fut, made in self._taken():
+                if made is not None:
+                    made.conn.close()
+
+    def _taken(self) -> list[tuple[asyncio.Future[OpenedAhead | None], OpenedAhead | None]]:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        return ready
+
+    def _take(self) -> None:
+        for fut, opened in self._taken():
+            _deliver(fut, opened)
+
+
+def _open(deliveries: _Deliveries, fut: asyncio.Future[OpenedAhead | None],
           path: Path, durability: str, limits: Limits, meta_keys: tuple[str, ...]) -> None:
     opened = None
     try:
         opened = connect_ahead(path, durability, limits, meta_keys)
     finally:  # whatever happened, the alarm waiting for it goes on (None: the loop opens)
-        try:
-            loop.call_soon_threadsafe(_deliver, fut, opened)
-        except RuntimeError:  # the loop is closed: nobody will take it
-            if opened is not None:
-                opened.conn.close()
+        deliveries.put(fut, opened)
 
 
 def _deliver(fut: asyncio.Future[OpenedAhead | None], opened: OpenedAhead | None) -> None:
