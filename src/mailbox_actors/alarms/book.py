@@ -236,11 +236,20 @@ class AlarmBook:
             return True
         return False
 
-    def flush_index(self) -> None:
-        """Write the lazy (later-or-deleted) changes to the index in one transaction."""
+    def flush_index(self, at_most: int | None = None) -> bool:
+        """Write the lazy (later-or-deleted) changes to the index in one transaction: all of
+        them, or the ``at_most`` first (the real-time loop writes a burst's in pieces, each a
+        short hold of the loop: they only move entries later or delete them, so the rest can
+        wait for the next piece). True: some are left to write (and the index took these)."""
         if not self._lazy or self.index is None:
-            return
-        changes, self._lazy = self._lazy, {}
+            return False
+        if at_most is None or len(self._lazy) <= at_most:
+            changes, self._lazy = self._lazy, {}
+        else:
+            lazy = self._lazy
+            changes = {key: lazy[key] for key in itertools.islice(lazy, at_most)}
+            for key in changes:
+                del lazy[key]
         try:
             self.index.apply(changes)
         except (sqlite3.Error, OSError) as exc:
@@ -253,7 +262,7 @@ class AlarmBook:
             self._index_failing = True
             self._lazy = changes | self._lazy
             self.retry_flush_at = self._now() + INDEX_RETRY_MS
-            return
+            return False
         if self._index_failing:
             self._index_failing = False
             self._log.info("alarm_index_write_recovered", changes=len(changes))
@@ -262,6 +271,7 @@ class AlarmBook:
                 self._indexed.pop(key, None)
             else:
                 self._indexed[key] = at
+        return bool(self._lazy)
 
     def next_due_ms(self, running: Collection[Key]) -> int | None:
         heap = self._heap
