@@ -23,8 +23,8 @@ from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.sqlite_files import damage_of, private_file
 
-__all__ = ["OpenedIndex", "QuickCheckAhead", "finish_scan", "incomplete_marker",
-           "mark_incomplete", "open_alarm_index"]
+__all__ = ["IndexCheckpoints", "OpenedIndex", "QuickCheckAhead", "finish_scan",
+           "incomplete_marker", "mark_incomplete", "open_alarm_index"]
 
 Key = tuple[str, str]
 
@@ -88,6 +88,71 @@ class QuickCheckAhead:
         return self._answer[0]
 
 
+class IndexCheckpoints:
+    """The index's log copied into its file on a thread of its own, on its own connection
+    (``AlarmIndex(checkpoints=...)``), never by the event loop's commits: a checkpoint copies up
+    to SQLite's 1,000 pages and syncs (9-44 ms measured during a burst's lazy writes, every ~1.5
+    s), and SQLite releases the GIL while it does, so the loop serves meanwhile.
+
+    After every ``every_rows`` rows committed the thread is woken for one passive checkpoint (it
+    waits for nobody: what a reader still needs is copied at the next). It is started at the
+    first, so an idle node has no thread and no timer; ``close`` ends it. What is committed is
+    durable by the log as before (``synchronous``); a crash before a checkpoint loses nothing."""
+
+    def __init__(self, path: Path, *, every_rows: int = 1_000) -> None:
+        self.path = path
+        self.every_rows = every_rows
+        self.done = 0  # checkpoints made (read by tests)
+        self._rows = 0
+        self._wake = threading.Event()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    def written(self, rows: int) -> None:
+        self._rows += rows
+        if self._rows < self.every_rows or self._closing:
+            return
+        self._rows = 0
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="alarm-index-checkpoints",
+                                            daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
+                               isolation_level=None)
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._closing:
+                    return
+                self.checkpoint(conn)
+        finally:
+            conn.close()
+
+    def checkpoint(self, conn: sqlite3.Connection) -> None:
+        """One passive checkpoint on ``conn`` (the thread's); a failure (a full disk) is said
+        once and tried again at the next wake (the log only grows meanwhile)."""
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as e:
+            if not self._failing:
+                _log.warning("alarm_index_checkpoint_failed", error=type(e).__name__)
+            self._failing = True
+            return
+        self._failing = False
+        self.done += 1
+
+
 def open_alarm_index(path: Path, *, durability_full: bool, now_ms: Callable[[], int],
                      say: Callable[[str], None],
                      quick_check: Callable[[AlarmIndex], str | None] = AlarmIndex.quick_check,
@@ -102,7 +167,8 @@ def open_alarm_index(path: Path, *, durability_full: bool, now_ms: Callable[[], 
     if not path.exists() or marker.exists():  # first start, deleted, set aside, or a scan cut
         return _incomplete(path, marker, durability_full, say)
     try:
-        index = AlarmIndex(path, durability_full=durability_full)
+        index = AlarmIndex(path, durability_full=durability_full,
+                           checkpoints=IndexCheckpoints(path))
         problem = quick_check(index)  # C only, no rows made: about 18 ms for 100,000 alarms
         if problem is None:
             return OpenedIndex(index, True)
@@ -121,7 +187,7 @@ def _incomplete(path: Path, marker: Path, durability_full: bool,
     mark_incomplete(path)  # before the index: an index without its marker is trusted whole
     say("the alarm index is being rebuilt from the actor files; serving meanwhile (alarms due "
         "before it is done fire late)")
-    index = AlarmIndex(path, durability_full=durability_full)
+    index = AlarmIndex(path, durability_full=durability_full, checkpoints=IndexCheckpoints(path))
     return OpenedIndex(index, False)
 
 
