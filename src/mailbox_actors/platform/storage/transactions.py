@@ -102,6 +102,7 @@ class Transactions(ScreenedConnection):
     # Its one row (CHECK (id = 1)): no WHERE to prepare (``opening._first_read``).
     _alarm_sql = f"SELECT at_ms FROM _ma_alarm /*{RUNTIME_TOKEN}*/"
 
+    _own: sqlite3.Cursor  # runs the runtime's row-less statements (``__init__``)
     _now: Callable[[], int]
     _hooks: TransactionHooks
     _alarm_sink: AlarmSink
@@ -137,6 +138,12 @@ class Transactions(ScreenedConnection):
                  hooks: TransactionHooks | None, alarm_sink: AlarmSink | None,
                  alarm: tuple[int | None] | None) -> None:
         super().__init__(conn, path, limits, facts)
+        # The cursor of the runtime's own statements that return no rows (BEGIN, COMMIT, the
+        # alarm row's writes): ``Connection.execute`` makes a cursor for each, and leaves a weak
+        # reference to it in the connection's list until 200 more were made there; on a burst's
+        # open actors those piled up as the collector's young objects (about one collection in
+        # a hundred alarms) besides the cursor's own making.
+        self._own = conn.cursor()
         self._now = now_ms
         self._hooks = hooks or _NO_HOOKS
         self._alarm_sink = alarm_sink or _NO_SINK
@@ -202,7 +209,7 @@ class Transactions(ScreenedConnection):
         facts = self._facts
         try:
             if facts is not None and query in facts.runtime_texts:
-                return self._conn.execute(query, params)  # ``_sys``'s first case, written out
+                return self._own.execute(query, params)  # ``_sys``'s first case, written out
             return self._sys(query, params)
         except sqlite3.Error as e:
             raise self._failed(e) from e
@@ -352,7 +359,7 @@ class Transactions(ScreenedConnection):
             self._flush()
         facts = self._facts
         if facts is not None and self._begin in facts.runtime_texts:
-            self._conn.execute(self._begin)  # ``_sys``'s first case, written out (every transaction)
+            self._own.execute(self._begin)  # ``_sys``'s first case, written out (every transaction)
         else:
             self._sys(self._begin)
         if self._fence is not None:
@@ -405,7 +412,7 @@ class Transactions(ScreenedConnection):
             if self._past_cap and not self._freeing:
                 self._within_cap()
             if facts is not None and self._commit in facts.runtime_texts:
-                self._conn.execute(self._commit)  # ``_sys``'s first case, written out
+                self._own.execute(self._commit)  # ``_sys``'s first case, written out
             else:
                 self._sys(self._commit)
         except sqlite3.Error as e:  # a full disk refuses the commit (OPS-3): nothing was stored
