@@ -101,9 +101,9 @@ class ActorHost:
         self.activations = 0
         self.evictions = 0
         self._evicted_since_trim = 0
-        # Evicted actors' files opened ahead of their alarms (AlarmHost), and closed behind.
+        # Evicted actors' files opened ahead of their alarms (AlarmHost), and every evicted
+        # actor's file closed behind.
         self._files = FileThreads(settings.file_threads)
-        self._made_ahead: set[Key] = set()  # open actors whose connection a thread made
         # Keys a thread is opening ahead: False once the loop opened or closed that file itself
         # meanwhile, when the connection made ahead may be to a file since deleted (AlarmHost).
         self._opening: dict[Key, bool] = {}
@@ -178,8 +178,6 @@ class ActorHost:
             raise StorageCorrupt(type(e).__name__) from e
         act.last_used_ms = self.clock.now_ms()
         self._active[key] = act
-        if ahead is not None:
-            self._made_ahead.add(key)
         self.activations += 1
         if len(self._active) > self.settings.max_active_actors:
             self._enforce_bound(keep=act)  # never the activation we are about to use
@@ -251,8 +249,9 @@ class ActorHost:
 
     # ---- eviction (RT-9) -------------------------------------------------------------------
 
-    def evict(self, act: Activation) -> None:
-        """Close the actor's file and drop it from memory; its alarm stays with the scheduler."""
+    def evict(self, act: Activation, behind: bool = True) -> None:
+        """Close the actor's file and drop it from memory; its alarm stays with the scheduler.
+        ``behind``: the close may run in a worker thread (False: here, before this returns)."""
         if act.closed:
             return
         act.closed = True
@@ -262,11 +261,9 @@ class ActorHost:
         key = act.key
         if key in self._opening:
             self._opening[key] = False
-        ahead = key in self._made_ahead
-        self._made_ahead.discard(key)
         try:
-            # A connection a thread made may be closed by one (FileThreads), off the loop.
-            act.runtime_storage.close(self._files.close_behind if ahead else None)
+            # Closed by a worker thread (FileThreads) while one is free, off the loop.
+            act.runtime_storage.close(self._files.close_behind if behind else None)
         except Exception as e:  # a close failure must not take the node down
             self.log.error("actor_close_failed", namespace=act.namespace, object_id=act.id,
                            error=type(e).__name__)
@@ -300,10 +297,12 @@ class ActorHost:
     def _evict_all(self, victims: list[Activation], trim: bool) -> int:
         # Nothing of theirs may still be referenced when the allocator gives its free pages back
         # (``give_back``): neither the list nor a loop variable keeps an evicted actor.
+        # Before a trim every close is made here: a connection still waiting for a thread
+        # would keep its memory past the allocator's give-back.
         count = len(victims)
         victims.reverse()
         while victims:
-            self.evict(victims.pop())
+            self.evict(victims.pop(), behind=not trim)
         if trim or self._evicted_since_trim >= _TRIM_AFTER_EVICTIONS:
             self._evicted_since_trim = 0
             give_back(collect=trim)
