@@ -225,6 +225,26 @@ def test_the_cpus_other_processes_kept_busy_are_the_machines_busy_time_less_the_
     assert blind.others() is None and blind.text(None) is None
 
 
+@pytest.mark.slow
+def test_evicted_alarms_are_fired_on_a_population_no_other_phase_fired(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """PERF: alarms_fired_per_s measures the population its note describes (every alarm overdue
+    at node start), as an --only run does: the overload phase, which fires most of a population,
+    runs in a group of its own on a population of its own, never before the throughput phase."""
+    import anyio
+
+    said = io.StringIO()
+    figures, errors = anyio.run(
+        command.measure, tmp_path, TINY,
+        frozenset({"alarms_fired_per_s", "alarm_lateness_overload_p99_ms"}), Progress(said))
+    assert errors == []
+    assert [f.figure for f in figures] == ["alarms_fired_per_s", "alarm_lateness_overload_p99_ms"]
+    done = re.findall(r"bench: (\w+) done in", said.getvalue())
+    assert done == ["tickers", "overload"]
+    children = capfd.readouterr().err  # the groups' own progress lines, in the order they ran
+    assert children.index("alarms: throughput") < children.index("alarms: lateness")
+
+
 def test_a_group_whose_process_ends_without_figures_is_an_error_of_that_group(
         tmp_path: Path) -> None:
     """A group's process that ends without its outcome (here: a group it does not know) is
