@@ -40,8 +40,8 @@ from mailbox_actors.platform.sqlite_library import (
 if TYPE_CHECKING:
     import sqlite3
 
-__all__ = ["WAL_KEEP_BYTES", "close_connection", "configure_sqlite", "exec_script",
-           "keep_wal_on_close", "page_cache_configured", "shed_caches"]
+__all__ = ["WAL_KEEP_BYTES", "close_connection", "configure_sqlite", "keep_wal_on_close",
+           "page_cache_configured", "shed_caches"]
 
 # Re-exported: the library lookup and the process-wide setting live in platform.sqlite_library.
 
@@ -58,7 +58,6 @@ _OP_NO_CKPT = ctypes.c_int(_DBCONFIG_NO_CKPT_ON_CLOSE)
 _LRU_CACHE = type(functools.lru_cache(maxsize=1)(int))
 _cache_at: int | None = None  # where the statement cache is among a connection's referents
 _release: Any = None  # sqlite3_db_release_memory, with its prototype
-_exec: Any = None  # sqlite3_exec, with its prototype
 
 
 def _handle(conn: sqlite3.Connection, path: str | Path) -> int | None:
@@ -98,26 +97,6 @@ def keep_wal_on_close(conn: sqlite3.Connection, path: str | Path, keep: bool = T
     rc = sqlite_library().sqlite3_db_config(ctypes.c_void_p(handle), _OP_NO_CKPT,
                                             _KEEP if keep else _NO_KEEP, None)
     return bool(rc == 0)
-
-
-def exec_script(conn: sqlite3.Connection, path: str | Path, script: bytes) -> int | None:
-    """Run ``script`` (statements whose rows nobody reads: PRAGMAs) on ``conn`` in one call into
-    SQLite (``sqlite3_exec``), which ctypes makes with the GIL released once for the whole of it,
-    where ``executescript`` takes the GIL back after every statement (in a worker thread each
-    taking waits for the event loop's Python to let it go). Returns SQLite's result code (0:
-    done), or None when the connection's handle is not provably its file's: the caller runs the
-    script with ``executescript`` then."""
-    global _exec
-    handle = _handle(conn, path)
-    if handle is None:
-        return None
-    if _exec is None:
-        run = sqlite_library().sqlite3_exec
-        run.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
-                        ctypes.c_void_p]
-        run.restype = ctypes.c_int
-        _exec = run
-    return int(_exec(handle, script, None, None, None))
 
 
 def shed_caches(conn: sqlite3.Connection, path: str | Path, cached_statements: int) -> None:

@@ -19,14 +19,11 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import quote_from_bytes
 
-import msgspec
-
 from mailbox_actors.platform.memory import PAGE_CACHE_KIB
 from mailbox_actors.platform.sqlite_files import create_whole, examine
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
-from mailbox_actors.platform.storage.handle import exec_script
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.known import KnownSchema
 from mailbox_actors.platform.storage.limits import Durability, Limits, page_limits
@@ -161,64 +158,24 @@ def connect_ahead(path: Path, durability: str, limits: Limits,
     releases the GIL meanwhile). No ``examine`` here (its four system calls each hand the GIL
     over once more): None when the file is absent, damaged, refusing now or of another runtime
     schema, and the open on the loop examines it as always, upgrades it or reports why. It only
-    reads, as that open would.
-
-    Each call into SQLite hands the GIL back and takes it again, and while the event loop runs
-    Python a worker thread waits for each taking; so the open makes few (8 where statement by
-    statement made about 20): the settings in one ``sqlite3_exec`` (``exec_script``), one row
-    for the alarm and the meta, then the version (``PRAGMA user_version``: the table-valued
-    ``pragma_user_version`` in the same row would cost SQLite about 90 K instructions more)."""
-    name = os.fspath(path.absolute())
+    reads, as that open would."""
     try:
-        conn = sqlite3.connect(_file_uri(name), uri=True, isolation_level=None,
-                               cached_statements=CACHED_STATEMENTS, check_same_thread=False)
+        conn = sqlite3.connect(_file_uri(os.fspath(path.absolute())), uri=True,
+                               isolation_level=None, cached_statements=CACHED_STATEMENTS,
+                               check_same_thread=False)
     except sqlite3.Error:
         return None
     try:
-        script = _setup(durability, limits)[0]
-        done = exec_script(conn, name, _encoded(script))
-        if done is None:
-            conn.executescript(script)
-        elif done != 0:  # locked, damaged: the loop's open says why
+        first = _first_read(conn, meta_keys)
+        if first is None or \
+                conn.execute("PRAGMA user_version").fetchone()[0] != RUNTIME_SCHEMA_VERSION:
             conn.close()
             return None
-        row = conn.execute(_ahead_query(meta_keys)).fetchone()
-        if conn.execute("PRAGMA user_version").fetchone()[0] != RUNTIME_SCHEMA_VERSION:
-            conn.close()
-            return None
-        meta = _META_DECODER.decode(row[1]) if row[1] is not None else {}
-    except (sqlite3.Error, msgspec.DecodeError):
+        conn.executescript(_setup(durability, limits)[0])
+    except sqlite3.Error:
         conn.close()
         return None
-    return OpenedAhead(conn, (row[0], meta))
-
-
-_META_DECODER = msgspec.json.Decoder(dict[str, str])
-_AHEAD_SCRIPTS: dict[str, bytes] = {}
-_AHEAD_QUERIES: dict[tuple[str, ...], str] = {}
-
-
-def _encoded(settings: str) -> bytes:
-    made = _AHEAD_SCRIPTS.get(settings)
-    if made is None:
-        made = settings.encode()
-        if len(_AHEAD_SCRIPTS) < 64:
-            _AHEAD_SCRIPTS[settings] = made
-    return made
-
-
-def _ahead_query(meta_keys: tuple[str, ...]) -> str:
-    """``_first_read``'s alarm and meta as one row: (the alarm, the meta keys from the least of
-    ``meta_keys`` on as a JSON object); a row at a time costs a worker thread a GIL taking
-    each. A file without the runtime's tables fails it (the caller gives None)."""
-    query = _AHEAD_QUERIES.get(meta_keys)
-    if query is None:
-        meta = (f"(SELECT json_group_object(k, v) FROM _ma_meta WHERE k >= "
-                f"{_quoted(min(meta_keys))})") if meta_keys else "NULL"
-        query = f"SELECT (SELECT at_ms FROM _ma_alarm), {meta} /*{RUNTIME_TOKEN}*/"
-        if len(_AHEAD_QUERIES) < 64:
-            _AHEAD_QUERIES[meta_keys] = query
-    return query
+    return OpenedAhead(conn, first)
 
 
 def _meta_query(keys: Sequence[str]) -> str:
