@@ -245,6 +245,36 @@ def test_evicted_alarms_are_fired_on_a_population_no_other_phase_fired(
     assert children.index("alarms: throughput") < children.index("alarms: lateness")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_groups_process_stops_through_its_own_cleanup_when_the_bench_is_gone(
+        tmp_path: Path) -> None:
+    """A group's process whose bench is gone (its stdin, the bench's pipe, at its end) is
+    interrupted, so its own cleanup stops what it started, rather than killed outright."""
+    import subprocess
+    import sys
+
+    import msgspec
+
+    from mailbox_actors.bench.figures import QUICK
+    from mailbox_actors.bench.group_process import Job
+
+    job = Job(group="state", work=str(tmp_path / "state"), sizes=QUICK,
+              want=["state_changes_per_s"], progress=True, started=0.0)
+    with subprocess.Popen(
+            [sys.executable, "-m", "mailbox_actors.bench.group_process",
+             msgspec.json.encode(job).decode()],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        for line in proc.stderr:  # measuring: its first round is under way
+            if b"round" in line or b"interleaved" in line:
+                break
+        proc.stdin.close()  # as when the bench dies
+        assert proc.wait(timeout=90) == -signal.SIGINT  # KeyboardInterrupt: not SIGTERM's end
+        assert proc.stdout.read() == b""  # no outcome: the bench is gone
+        proc.stderr.read()
+
+
 def test_a_group_whose_process_ends_without_figures_is_an_error_of_that_group(
         tmp_path: Path) -> None:
     """A group's process that ends without its outcome (here: a group it does not know) is

@@ -35,7 +35,8 @@ class CountingLoop(asyncio.SelectorEventLoop):
 def _looks_and_timers(path: Path, looks_wanted: int, *, message: bool = False
                       ) -> tuple[int, int, list[int]]:
     """Run CONSUMERS consumers of one queue idle until the file was read ``looks_wanted`` more
-    times after a first 5; (looks, timers armed meanwhile, messages handled)."""
+    times after a first 5 (failing if the looks stop); (those looks, timers armed meanwhile,
+    messages handled)."""
     handled: list[int] = []
 
     async def main() -> tuple[int, int]:
@@ -70,7 +71,10 @@ def _looks_and_timers(path: Path, looks_wanted: int, *, message: bool = False
                     tg.start_soon(c.run)
                 if message:  # one handled first: the next look is then someone else's to wait for
                     await service.send("jobs", {"v": 1, "kind": "t", "n": 1})
-                await enough.wait()
+                # A bound, not a timing: 45 looks take a quarter of a second; if nobody looked
+                # any more, this says so instead of hanging.
+                with anyio.fail_after(60):
+                    await enough.wait()
                 tg.cancel_scope.cancel()
             return looks_wanted, marks[5 + looks_wanted] - marks[5]
 
@@ -84,8 +88,7 @@ def test_the_consumers_of_an_idle_queue_arm_one_timer_per_look_not_one_each(
     """Four idle consumers of one queue: the file is read once per poll interval and the loop is
     woken once for it (before: every consumer armed its own timer for the same look, four and
     more wakeups a poll interval on an idle node)."""
-    looks, timers, _ = _looks_and_timers(tmp_path / "queues.sqlite", 40)
-    assert looks == 40
+    looks, timers, _ = _looks_and_timers(tmp_path / "queues.sqlite", 40)  # fails if looks stop
     assert timers <= looks + looks // 4  # one a look (before: 4 and more); room for a stray one
 
 
@@ -96,4 +99,4 @@ def test_after_a_message_the_next_look_is_still_waited_for_by_one_consumer(
     a look."""
     looks, timers, handled = _looks_and_timers(tmp_path / "queues.sqlite", 40, message=True)
     assert handled == [1]
-    assert looks == 40 and timers <= looks + looks // 4
+    assert timers <= looks + looks // 4

@@ -8,15 +8,18 @@ before it has ended and its files are gone; a group measures the same whether it
 (``--only``) or after all the others. The child writes its progress to the bench's stderr, and its
 figures and errors, as one JSON object, to a descriptor of its own (its stdout, which it points at
 stderr for anything else that prints). It dies with the bench: it reads its stdin, a pipe the bench
-holds, and stops at its end, however the bench ended.
+holds, and stops at its end, however the bench ended: interrupted first (what it started is
+stopped by its own cleanup), ended outright if that takes longer than ``_CLEANUP_S``.
 """
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import anyio
@@ -66,6 +69,11 @@ async def run_group(group: str, work: Path, sizes: Sizes, want: frozenset[str],
     return outcome.figures, outcome.errors, proc.pid
 
 
+# After the bench is gone, how long the group may take to stop what it started (its servers,
+# its nodes: the ``finally`` blocks an interruption runs) before it is ended outright.
+_CLEANUP_S = 30.0
+
+
 def _die_with_the_bench() -> None:
     def watch() -> None:
         try:
@@ -73,6 +81,8 @@ def _die_with_the_bench() -> None:
                 pass  # the bench never writes
         except OSError:
             pass
+        _thread.interrupt_main()  # KeyboardInterrupt in the group: anyio cancels, cleanups run
+        time.sleep(_CLEANUP_S)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="bench-lifeline", daemon=True).start()
