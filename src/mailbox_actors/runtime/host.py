@@ -249,9 +249,12 @@ class ActorHost:
 
     # ---- eviction (RT-9) -------------------------------------------------------------------
 
-    def evict(self, act: Activation, behind: bool = True) -> None:
+    def evict(self, act: Activation, behind: bool = False) -> None:
         """Close the actor's file and drop it from memory; its alarm stays with the scheduler.
-        ``behind``: the close may run in a worker thread (False: here, before this returns)."""
+        ``behind``: the close may run in a worker thread (False: here, before this returns).
+        Only for an idle actor (the idle sweep, the bound on open actors): a reset one may still
+        have a request or alarm run suspended in it, whose next statement must fail on the
+        closed connection, not run (and commit) on one still waiting for its thread."""
         if act.closed:
             return
         act.closed = True
@@ -280,7 +283,7 @@ class ActorHost:
         if excess > 0:
             soon = self.clock.now_ms() + self.settings.idle_ms
             for act in bound_victims(self._active.values(), excess, keep, soon):
-                self.evict(act)
+                self.evict(act, behind=True)  # idle: nothing suspended in it
 
     def evict_idle(self, now_ms: int) -> int:
         """Evict actors idle for ``idle_ms`` but those due within it (``eviction``); how many."""
@@ -297,8 +300,9 @@ class ActorHost:
     def _evict_all(self, victims: list[Activation], trim: bool) -> int:
         # Nothing of theirs may still be referenced when the allocator gives its free pages back
         # (``give_back``): neither the list nor a loop variable keeps an evicted actor.
-        # Before a trim every close is made here: a connection still waiting for a thread
-        # would keep its memory past the allocator's give-back.
+        # Idle actors (nothing suspended in them) may be closed behind; before a trim every
+        # close is made here: a connection still waiting for a thread would keep its memory
+        # past the allocator's give-back.
         count = len(victims)
         victims.reverse()
         while victims:
