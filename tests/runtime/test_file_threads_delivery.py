@@ -6,7 +6,6 @@ one whose waiter gave up is closed rather than left open.
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
 import pytest
@@ -76,26 +75,3 @@ async def test_an_open_whose_waiter_gave_up_is_closed(tmp_path: Path) -> None:
 def _held(path: Path) -> list[Path]:
     """This process's descriptors on ``path`` (its log and -shm included)."""
     return [p for p in Path("/proc/self/fd").iterdir() if str(path) in str(p.resolve())]
-
-
-@pytest.mark.anyio
-async def test_a_close_behind_leaves_the_threads_idle_for_timing_an_open(tmp_path: Path) -> None:
-    """AL-4: while only closes behind are queued or running, an open on the loop may be timed
-    (the threads hold no open that would share the GIL with it: each eviction hands a close
-    over, so waiting for none would time no open); an open made ahead makes them busy."""
-    [path] = _actor_files(tmp_path, 1)
-    gate = threading.Event()
-    files = FileThreads(1)
-    try:
-        assert files.close_behind(gate.wait)  # a close, held in the thread
-        assert files.idle
-        fut = files.open(path, Durability.NORMAL, Limits(), META_KEYS)
-        assert not files.idle
-    finally:
-        gate.set()
-        files.stop()
-        files.join(30.0)
-    opened = await fut
-    assert opened is not None
-    opened.conn.close()
-    assert files.idle

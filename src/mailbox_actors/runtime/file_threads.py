@@ -66,20 +66,18 @@ class FileThreads:
         self._opens = 0
         self._sampling = False  # opens stay on the loop until the threads drained and one is timed
         self._busy = 0  # jobs queued or running
-        self._opening = 0  # of them, opens
         self._deliveries: _Deliveries | None = None  # opens handed back to the loop
 
     @property
     def enabled(self) -> bool:
         return self._threads > 0 and not self.stopped
 
-    def _run(self, job: Callable[[], None], opening: bool) -> None:
+    def _run(self, job: Callable[[], None]) -> None:
         try:
             job()
         finally:
             with self._lock:
                 self._busy -= 1
-                self._opening -= opening
 
     def ahead_pays(self) -> bool:
         """Whether to open the next evicted actor's file ahead (``enabled`` assumed): while opens
@@ -93,26 +91,23 @@ class FileThreads:
 
     @property
     def idle(self) -> bool:
-        """No open queued or running: an open on the loop now can be timed (``opened_on_loop``).
-        Closes behind may be running (each eviction hands one over, so the threads are seldom
-        empty of them; a close takes the GIL three times, an open's waits are the disk's)."""
-        return self._opening == 0
+        """No job queued or running: an open on the loop now can be timed (``opened_on_loop``)."""
+        return self._busy == 0
 
     def opened_on_loop(self, wall_s: float, cpu_s: float) -> None:
         """An open made on the loop while ``idle`` took ``wall_s``, ``cpu_s`` of it on the CPU."""
         self._wait_s += (max(0.0, wall_s - cpu_s) - self._wait_s) / 2
         self._sampling = False
 
-    def _put(self, job: Callable[[], None], opening: bool = False) -> None:
+    def _put(self, job: Callable[[], None]) -> None:
         with self._lock:
             self._busy += 1
-            self._opening += opening
         if len(self._running) < self._threads:
             thread = threading.Thread(target=_work, args=(self._jobs,), daemon=True,
                                       name="mailbox-actors-files")
             thread.start()
             self._running.append(thread)
-        self._jobs.put(functools.partial(self._run, job, opening))
+        self._jobs.put(functools.partial(self._run, job))
 
     def open(self, path: Path, durability: str, limits: Limits,
              meta_keys: tuple[str, ...]) -> asyncio.Future[OpenedAhead | None]:
@@ -123,8 +118,7 @@ class FileThreads:
         deliveries = self._deliveries
         if deliveries is None or deliveries.loop is not loop:
             deliveries = self._deliveries = _Deliveries(loop)
-        self._put(functools.partial(_open, deliveries, fut, path, durability, limits, meta_keys),
-                  opening=True)
+        self._put(functools.partial(_open, deliveries, fut, path, durability, limits, meta_keys))
         return fut
 
     def close_behind(self, close: Callable[[], None]) -> bool:
