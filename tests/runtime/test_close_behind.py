@@ -1,7 +1,6 @@
-"""Every evicted actor's file is closed behind its eviction in a worker thread (RT-9, RT-11,
-OPS-4), whether a request or an alarm opened it: the loop does not wait for the close, the actor
-can be opened again while its old connection still waits to close, and nothing is held once the
-node stopped.
+"""A connection a worker thread made for an alarm is closed behind only an idle actor's eviction
+(RT-9, RT-10, RT-16): a reset actor's file is closed at once, so a request still suspended in it
+cannot write on a connection waiting for its thread.
 """
 
 from __future__ import annotations
@@ -17,6 +16,9 @@ import pytest
 
 import actors_for_tests as afs
 from actors_for_tests import Scratch
+from mailbox_actors.platform.storage.limits import Durability, Limits
+from mailbox_actors.platform.storage.opening import connect_ahead
+from mailbox_actors.runtime.activation import META_KEYS
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.errors import MailboxActorsError
@@ -34,53 +36,20 @@ def _descriptors_on(path: Path) -> int:
 
 
 @pytest.mark.anyio
-async def test_an_actor_a_request_opened_is_closed_behind_and_can_open_again_meanwhile(
-        tmp_path: Path) -> None:
-    """RT-9, OPS-4: an actor opened by a request is closed by a worker thread once evicted; held
-    in that thread (its close not yet run), a request opens the actor again on a connection of
-    its own and writes; the old connection's close then leaves the new one working, and after
-    the node's stop nothing is held on the file."""
-    gate = threading.Event()
-    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=1) as rt:
-        host = rt.node.host
-        oid = await afs.new_scratch(rt, "behind")
-        await rt.call("scratch", oid, afs.Put(k="k", v="one"), tenant_id=afs.TENANT)
-        path = host.path_for("scratch", oid)
-        files = host._files
-        handed: list[bool] = []
-        real = files.close_behind
-
-        def held_close(close: Callable[[], None]) -> bool:
-            def after_gate() -> None:
-                gate.wait()
-                close()
-            handed.append(real(after_gate))
-            return handed[-1]
-
-        files.close_behind = held_close  # type: ignore[method-assign]
-        try:
-            host.evict_idle(rt.now_ms() + host.settings.idle_ms + 1)  # the idle sweep
-            assert handed == [True]  # the close went to the thread, which waits at the gate
-            assert not host.is_active("scratch", oid)
-            await rt.call("scratch", oid, afs.Put(k="k", v="two"), tenant_id=afs.TENANT)
-        finally:
-            gate.set()
-        files.close_behind = real  # type: ignore[method-assign]
-        assert await rt.call("scratch", oid, afs.Get(k="k"), tenant_id=afs.TENANT) == "two"
-        host.evict_all_idle()  # a mass eviction (then a trim): closed on the loop
-    assert _descriptors_on(path) == 0  # the stop waited for the closes queued before it
-
-
-@pytest.mark.anyio
 async def test_a_request_suspended_in_a_reset_actor_writes_nothing(tmp_path: Path) -> None:
-    """RT-10, RT-16: when an actor is reset (``ctx.abort``) while another request is suspended in
-    it, its file is closed at once, not handed to a worker thread (here: held, as when they are
-    busy): the suspended request's write then fails and nothing of it is stored, and it is
-    answered as reset."""
+    """RT-10, RT-16: when an actor whose connection a worker thread made (an alarm's open ahead)
+    is reset (``ctx.abort``) while another request is suspended in it, its file is closed at
+    once, not handed to a thread (here: held, as when they are busy): the suspended request's
+    write then fails, nothing of it is stored, and it is answered as reset."""
     gate = threading.Event()
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=1) as rt:
         host = rt.node.host
         oid = await afs.new_scratch(rt, "reset")
+        host.evict_all_idle()
+        ahead = connect_ahead(host.path_for("scratch", oid), Durability.NORMAL, Limits(),
+                              META_KEYS)
+        assert ahead is not None
+        assert host.activate(afs.Scratch, oid, create=False, ahead=ahead) is not None
         files = host._files
         real = files.close_behind
 

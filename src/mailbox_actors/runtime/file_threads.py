@@ -1,6 +1,5 @@
 """Worker threads for actor files (RT-9, AL-4): an evicted actor's file opened ahead of its alarm
-(``opening.connect_ahead``), and an evicted actor's connection closed behind its eviction (every
-actor connection is made for any thread, ``check_same_thread`` off; only the loop uses it before).
+(``opening.connect_ahead``) and a connection made that way closed behind its eviction.
 
 Both are where an alarm on an evicted actor waits for the disk (the log's recovery into a new
 ``-shm``, the reads; the close's unmapping and, for a log past its bound, the checkpoint), and

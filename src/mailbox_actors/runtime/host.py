@@ -101,9 +101,9 @@ class ActorHost:
         self.activations = 0
         self.evictions = 0
         self._evicted_since_trim = 0
-        # Evicted actors' files opened ahead of their alarms (AlarmHost), and every evicted
-        # actor's file closed behind.
+        # Evicted actors' files opened ahead of their alarms (AlarmHost), and closed behind.
         self._files = FileThreads(settings.file_threads)
+        self._made_ahead: set[Key] = set()  # open actors whose connection a thread made
         # Keys a thread is opening ahead: False once the loop opened or closed that file itself
         # meanwhile, when the connection made ahead may be to a file since deleted (AlarmHost).
         self._opening: dict[Key, bool] = {}
@@ -178,6 +178,8 @@ class ActorHost:
             raise StorageCorrupt(type(e).__name__) from e
         act.last_used_ms = self.clock.now_ms()
         self._active[key] = act
+        if ahead is not None:
+            self._made_ahead.add(key)
         self.activations += 1
         if len(self._active) > self.settings.max_active_actors:
             self._enforce_bound(keep=act)  # never the activation we are about to use
@@ -251,7 +253,8 @@ class ActorHost:
 
     def evict(self, act: Activation, behind: bool = False) -> None:
         """Close the actor's file and drop it from memory; its alarm stays with the scheduler.
-        ``behind``: the close may run in a worker thread (False: here, before this returns).
+        ``behind``: a connection a thread made may be closed by one (False: here, before this
+        returns).
         Only for an idle actor (the idle sweep, the bound on open actors): a reset one may still
         have a request or alarm run suspended in it, whose next statement must fail on the
         closed connection, not run (and commit) on one still waiting for its thread."""
@@ -264,9 +267,11 @@ class ActorHost:
         key = act.key
         if key in self._opening:
             self._opening[key] = False
+        ahead = key in self._made_ahead
+        self._made_ahead.discard(key)
         try:
-            # Closed by a worker thread (FileThreads) while one is free, off the loop.
-            act.runtime_storage.close(self._files.close_behind if behind else None)
+            # A connection a thread made may be closed by one (FileThreads), off the loop.
+            act.runtime_storage.close(self._files.close_behind if behind and ahead else None)
         except Exception as e:  # a close failure must not take the node down
             self.log.error("actor_close_failed", namespace=act.namespace, object_id=act.id,
                            error=type(e).__name__)

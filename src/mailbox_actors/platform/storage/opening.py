@@ -118,10 +118,8 @@ def _connect(path: str | Path, create: bool, durability: str,
     if damage is not None:
         raise StorageCorrupt(damage)
     try:
-        # Used by the loop alone; made for any thread so that a worker thread may close it
-        # after its eviction (``RuntimeStorage.close``'s ``behind``).
         return sqlite3.connect(_file_uri(name), uri=True, isolation_level=None,
-                               cached_statements=CACHED_STATEMENTS, check_same_thread=False), made
+                               cached_statements=CACHED_STATEMENTS), made
     except sqlite3.OperationalError as e:
         if not os.path.exists(name):
             return None, False  # no such object: the caller answers *_not_found
