@@ -74,6 +74,12 @@ async def run_group(group: str, work: Path, sizes: Sizes, want: frozenset[str],
 _CLEANUP_S = 30.0
 
 
+# Set when the bench is gone: the group's outcome has no reader, so the process ends by the
+# interruption even where the group's code finished its round meanwhile (or a cancellation it
+# was given landed where it was not taken), never with an outcome and exit status 0.
+_BENCH_GONE = threading.Event()
+
+
 def _die_with_the_bench() -> None:
     def watch() -> None:
         try:
@@ -81,6 +87,7 @@ def _die_with_the_bench() -> None:
                 pass  # the bench never writes
         except OSError:
             pass
+        _BENCH_GONE.set()
         _thread.interrupt_main()  # KeyboardInterrupt in the group: anyio cancels, cleanups run
         time.sleep(_CLEANUP_S)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -106,6 +113,8 @@ def _main(text: str) -> None:
         errors.append(f"{job.group}: {type(e).__name__}: {e}")
         progress.say(f"{job.group} failed: {type(e).__name__}: {e}")
         figures = []
+    if _BENCH_GONE.is_set():
+        raise KeyboardInterrupt  # as the interruption would have ended it: no outcome
     result.write(msgspec.json.encode(Outcome(figures=figures, errors=errors)))
     result.flush()
 
