@@ -51,6 +51,22 @@ def _turn_clock() -> float:
     return len(afs.ALARM_LOG) * TURN_S / PER_TURN
 
 
+async def _due_together(node: Node, clock: MovableClock, n: int) -> tuple[list[str], anyio.Event]:
+    """``n`` Scratch actors with their alarms at one instant a day ahead, each counted as it
+    fires; (their ids, an event set once every one fired)."""
+    due = clock.now_ms() + 86_400_000
+    oids = [await afs.new_scratch(node, f"t{i}", alarm_at=due) for i in range(n)]
+    all_fired = anyio.Event()
+
+    async def count(actor: Scratch, info: AlarmInfo) -> None:
+        if len(afs.ALARM_LOG) == len(oids):
+            all_fired.set()
+
+    for oid in oids:
+        afs.ALARM_HOOKS[oid] = count
+    return oids, all_fired
+
+
 @pytest.mark.anyio
 async def test_a_request_arriving_during_a_burst_is_served_within_a_turn_or_two(
         tmp_path: Path) -> None:
@@ -155,16 +171,7 @@ async def test_a_turn_already_over_when_it_opens_still_runs_an_alarm(tmp_path: P
     node.scheduler.turn_clock = jumping
     await node.start()
     try:
-        due = clock.now_ms() + 86_400_000
-        oids = [await afs.new_scratch(node, f"t{i}", alarm_at=due) for i in range(40)]
-        all_fired = anyio.Event()
-
-        async def count(actor: Scratch, info: AlarmInfo) -> None:
-            if len(afs.ALARM_LOG) == len(oids):
-                all_fired.set()
-
-        for oid in oids:
-            afs.ALARM_HOOKS[oid] = count
+        oids, all_fired = await _due_together(node, clock, 40)
         clock.offset_ms = 86_400_000 + 1
         node.scheduler.book.wake_if_before(0)
         with anyio.fail_after(GUARD_S):
@@ -245,16 +252,7 @@ async def test_a_burst_collects_the_young_generation_between_turns(tmp_path: Pat
     node.scheduler.turn_clock = _turn_clock
     await node.start()
     try:
-        due = clock.now_ms() + 86_400_000
-        oids = [await afs.new_scratch(node, f"t{i}", alarm_at=due) for i in range(40)]
-        all_fired = anyio.Event()
-
-        async def count(actor: Scratch, info: AlarmInfo) -> None:
-            if len(afs.ALARM_LOG) == len(oids):
-                all_fired.set()
-
-        for oid in oids:
-            afs.ALARM_HOOKS[oid] = count
+        _, all_fired = await _due_together(node, clock, 40)
         enabled = gc.isenabled()
         gc.disable()
         gc.callbacks.append(seen)
