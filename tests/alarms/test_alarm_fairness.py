@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -51,6 +52,16 @@ def _turn_clock() -> float:
     return len(afs.ALARM_LOG) * TURN_S / PER_TURN
 
 
+async def _started(tmp_path: Path, turn_clock: Callable[[], float]) -> tuple[Node, MovableClock]:
+    """A node on a movable clock, its pool's turns measured by ``turn_clock``, started."""
+    clock = MovableClock()
+    node = Node(RuntimeSettings(data_dir=str(tmp_path)), clock=clock, objects=afs.ALL_OBJECTS)
+    assert node.scheduler is not None
+    node.scheduler.turn_clock = turn_clock  # read when the real-time loop starts its pool
+    await node.start()
+    return node, clock
+
+
 async def _due_together(node: Node, clock: MovableClock, n: int) -> tuple[list[str], anyio.Event]:
     """``n`` Scratch actors with their alarms at one instant a day ahead, each counted as it
     fires; (their ids, an event set once every one fired)."""
@@ -75,11 +86,8 @@ async def test_a_request_arriving_during_a_burst_is_served_within_a_turn_or_two(
     after at most two more turns of alarms (a turn is 4 alarms here), long before the burst
     ends; every alarm still fires once. With a turn per worker (the pool before) it waited
     behind every worker's turn: more than a hundred alarms."""
-    clock = MovableClock()
-    node = Node(RuntimeSettings(data_dir=str(tmp_path)), clock=clock, objects=afs.ALL_OBJECTS)
+    node, clock = await _started(tmp_path, _turn_clock)
     assert node.scheduler is not None and node.scheduler.concurrency == 32
-    node.scheduler.turn_clock = _turn_clock  # read when the real-time loop starts its pool
-    await node.start()
     try:
         due = clock.now_ms() + 86_400_000
         oids = [await afs.new_scratch(node, f"t{i}", alarm_at=due) for i in range(BURST)]
@@ -165,11 +173,8 @@ async def test_a_turn_already_over_when_it_opens_still_runs_an_alarm(tmp_path: P
         jumps[0] += 2 * TURN_S
         return jumps[0]
 
-    clock = MovableClock()
-    node = Node(RuntimeSettings(data_dir=str(tmp_path)), clock=clock, objects=afs.ALL_OBJECTS)
+    node, clock = await _started(tmp_path, jumping)
     assert node.scheduler is not None
-    node.scheduler.turn_clock = jumping
-    await node.start()
     try:
         oids, all_fired = await _due_together(node, clock, 40)
         clock.offset_ms = 86_400_000 + 1
@@ -189,11 +194,8 @@ async def test_a_request_read_from_a_socket_during_a_turn_runs_before_the_next_t
     next turn runs any alarm: after the turn it arrived in (a turn is 4 alarms here), not one
     later. With the turn opened in the poll's own round, the worker's wake-up was queued before
     the request's and the request waited a whole turn more."""
-    clock = MovableClock()
-    node = Node(RuntimeSettings(data_dir=str(tmp_path)), clock=clock, objects=afs.ALL_OBJECTS)
+    node, clock = await _started(tmp_path, _turn_clock)
     assert node.scheduler is not None
-    node.scheduler.turn_clock = _turn_clock
-    await node.start()
     ours, theirs = socket.socketpair()
     try:
         due = clock.now_ms() + 86_400_000
@@ -246,11 +248,8 @@ async def test_a_burst_collects_the_young_generation_between_turns(tmp_path: Pat
         if phase == "start":
             passes.append(info["generation"])
 
-    clock = MovableClock()
-    node = Node(RuntimeSettings(data_dir=str(tmp_path)), clock=clock, objects=afs.ALL_OBJECTS)
+    node, clock = await _started(tmp_path, _turn_clock)
     assert node.scheduler is not None
-    node.scheduler.turn_clock = _turn_clock
-    await node.start()
     try:
         _, all_fired = await _due_together(node, clock, 40)
         enabled = gc.isenabled()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import CoroutineType
 from typing import TYPE_CHECKING, Self, TypeVar
@@ -51,11 +52,7 @@ _FREELIST_COUNT = f"PRAGMA freelist_count /*{RUNTIME_TOKEN}*/"
 # A freeing transaction removes content: SQLite overwrites what it frees with zeros while it runs,
 # and after its commit the WAL's frames, older copies of the removed pages, are checkpointed into
 # the file and the WAL truncated. Nothing removed stays readable in either file.
-_SECURE_DELETE = f"PRAGMA secure_delete = %d /*{RUNTIME_TOKEN}*/"
-_SECURE_DELETE_IS = f"PRAGMA secure_delete /*{RUNTIME_TOKEN}*/"
 _TRUNCATE_WAL = f"PRAGMA wal_checkpoint(TRUNCATE) /*{RUNTIME_TOKEN}*/"
-_BUSY_TIMEOUT = f"PRAGMA busy_timeout = %d /*{RUNTIME_TOKEN}*/"
-_BUSY_TIMEOUT_IS = f"PRAGMA busy_timeout /*{RUNTIME_TOKEN}*/"
 
 # A runtime meta key (``_ma_meta``): the file has more pages than ordinary writes may fill, which
 # only a freeing transaction makes so (and for good: a file never shrinks). It sorts after every
@@ -277,13 +274,9 @@ class Transactions(ScreenedConnection):
         and truncated (``_truncate_wal``; a reader holding an older snapshot keeps the frames
         it needs until the next freeing transaction). Nested in another transaction, its
         freed pages are zeroed and the WAL is left as the outer transaction leaves it."""
-        was = self._sys(_SECURE_DELETE_IS).fetchone()[0]  # builds differ (Debian's is on)
         if self._depth:  # its freed pages are zeroed; the outer transaction's WAL is kept
-            self._sys(_SECURE_DELETE % 1).fetchone()
-            try:
+            with self._pragma_while("secure_delete", 1):
                 return self._savepoint(fn)
-            finally:
-                self._sys(_SECURE_DELETE % was).fetchone()
         if self._state is _IMPLICIT:  # writes before it commit under the ordinary limit
             self._flush()
         cap, hard = page_limits(self.limits)
@@ -295,15 +288,14 @@ class Transactions(ScreenedConnection):
             return result
 
         self._sys(f"PRAGMA max_page_count = {hard} /*{self._token}*/").fetchone()
-        self._sys(_SECURE_DELETE % 1).fetchone()
         self._freeing = True
         try:
-            result = self.transaction_sync(run)
+            with self._pragma_while("secure_delete", 1):
+                result = self.transaction_sync(run)
         finally:
             self._freeing = False
             self._past_cap = None  # looked at again by the next transaction
             self._sys(f"PRAGMA max_page_count = {cap} /*{self._token}*/").fetchone()
-            self._sys(_SECURE_DELETE % was).fetchone()
         self._truncate_wal()
         return result
 
@@ -314,14 +306,22 @@ class Transactions(ScreenedConnection):
         busy at once instead of holding the loop for the busy timeout, and the next freeing
         transaction takes them. A checkpoint that fails (a full disk) leaves the commit as it
         is: the delete stands, the frames wait as well."""
-        waited = self._sys(_BUSY_TIMEOUT_IS).fetchone()[0]
-        self._sys(_BUSY_TIMEOUT % 0).fetchall()
+        with self._pragma_while("busy_timeout", 0):
+            try:
+                self._sys(_TRUNCATE_WAL).fetchall()
+            except sqlite3.Error:
+                pass  # the frames wait for the next freeing transaction, as with a reader
+
+    @contextmanager
+    def _pragma_while(self, name: str, value: int) -> Iterator[None]:
+        """The connection's setting ``name`` at ``value`` while the block runs, its own value
+        back after (SQLite builds differ in defaults: Debian's zeroes freed pages always)."""
+        was = self._sys(f"PRAGMA {name} /*{RUNTIME_TOKEN}*/").fetchone()[0]
+        self._sys(f"PRAGMA {name} = {value} /*{RUNTIME_TOKEN}*/").fetchall()
         try:
-            self._sys(_TRUNCATE_WAL).fetchall()
-        except sqlite3.Error:
-            pass  # the frames wait for the next freeing transaction, as with a reader
+            yield
         finally:
-            self._sys(_BUSY_TIMEOUT % waited).fetchall()
+            self._sys(f"PRAGMA {name} = {was} /*{RUNTIME_TOKEN}*/").fetchall()
 
     def _pages_in_use(self) -> None:
         """At a transaction's start, BEGIN run, while the file may have more pages than ordinary
