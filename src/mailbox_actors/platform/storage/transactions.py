@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -99,7 +100,6 @@ class Transactions(ScreenedConnection):
     # Its one row (CHECK (id = 1)): no WHERE to prepare (``opening._first_read``).
     _alarm_sql = f"SELECT at_ms FROM _ma_alarm /*{RUNTIME_TOKEN}*/"
 
-    _own: sqlite3.Cursor  # runs the runtime's row-less statements (``__init__``)
     _now: Callable[[], int]
     _hooks: TransactionHooks
     _alarm_sink: AlarmSink
@@ -135,12 +135,6 @@ class Transactions(ScreenedConnection):
                  hooks: TransactionHooks | None, alarm_sink: AlarmSink | None,
                  alarm: tuple[int | None] | None) -> None:
         super().__init__(conn, path, limits, facts)
-        # The cursor of the runtime's own statements that return no rows (BEGIN, COMMIT, the
-        # alarm row's writes): ``Connection.execute`` makes a cursor for each, and leaves a weak
-        # reference to it in the connection's list until 200 more were made there; on a burst's
-        # open actors those piled up as the collector's young objects (about one collection in
-        # a hundred alarms) besides the cursor's own making.
-        self._own = conn.cursor()
         self._now = now_ms
         self._hooks = hooks or _NO_HOOKS
         self._alarm_sink = alarm_sink or _NO_SINK
@@ -163,6 +157,18 @@ class Transactions(ScreenedConnection):
         self._past_cap = None
         self._freeing = False
         self._used_at_begin = 0
+
+    @functools.cached_property
+    def _own(self) -> sqlite3.Cursor:
+        """The cursor of the runtime's own statements that return no rows (BEGIN, COMMIT, the
+        alarm row's writes), made at the first of them and kept: ``Connection.execute`` makes a
+        cursor for each, and leaves a weak reference to it in the connection's list until 200
+        more were made there; on a burst's open actors those piled up as the collector's young
+        objects (about one collection in a hundred alarms) besides the cursor's own making. An
+        activation that only reads (most requests' actors) never makes it: a cursor is about
+        240 B an open actor (memory_per_active_actor_bytes). Once made, it is read from the
+        instance's dict like any field."""
+        return self._conn.cursor()
 
     def _stored(self) -> int | None:
         """The stored alarm, read from the file at its first use in this activation."""
