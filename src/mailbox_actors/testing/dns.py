@@ -278,8 +278,8 @@ def _exit(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mailbox_actors.testing.dns [--zone FILE] [--port N]``: serve until stdin closes
-    or SIGTERM; prints ``PORT <n>`` once listening (for ``make run`` and the benchmark)."""
+    """``python -m mailbox_actors.testing.dns [--zone FILE] [--port N]``: serve until stdin closes,
+    SIGTERM or SIGINT; prints ``PORT <n>`` once listening (for ``make run`` and the benchmark)."""
     p = argparse.ArgumentParser(prog="python -m mailbox_actors.testing.dns")
     p.add_argument("--zone", help="JSON zone file (see load_zone)")
     p.add_argument("--port", type=int, default=0)
@@ -290,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         load_zone(server, a.zone)
         threading.Thread(target=_follow_zone, args=(server, a.zone, stop), daemon=True).start()
     signal.signal(signal.SIGTERM, _exit)
+    # Ctrl-C in a terminal reaches the whole process group, this server with ``make run``'s
+    # nodes: it ends as on SIGTERM (status 0, no traceback) while its parent stops in order.
+    signal.signal(signal.SIGINT, _exit)
     with server:
         print(f"PORT {server.port}", flush=True)
         try:
