@@ -15,6 +15,8 @@ import pytest
 from mailbox_actors.bench.actors import BenchTicker, TickInit, TickRead, ticker_name
 from mailbox_actors.bench.memory_figures import sqlite_heap_fn
 from mailbox_actors.node import Node
+from mailbox_actors.platform.storage.opening import connect_ahead
+from mailbox_actors.runtime.activation import META_KEYS
 from mailbox_actors.runtime.settings import RuntimeSettings
 
 COUNT = 16
@@ -104,3 +106,47 @@ async def test_an_open_actors_storage_keeps_a_small_instance_dict(tmp_path: Path
         fields = vars(storage)
         assert len(fields) < 30, sorted(fields)
         assert not {"_conn", "path", "limits", "_plans", "made", "keeps_wal"} & fields.keys()
+
+
+@pytest.mark.anyio
+async def test_an_actor_opened_ahead_holds_the_sqlite_heap_of_a_bare_connection(
+        tmp_path: Path) -> None:
+    """Section 12 (memory per active actor), RT-9, AL-4: actors whose files a worker thread
+    opened ahead of their alarms (``connect_ahead``: the first read made there, and what it left
+    cached shed there) grow SQLite's heap, once activated, by no more than as many bare
+    connections after the same read (within 10%); each then runs its alarm handler's write."""
+    heap = sqlite_heap_fn()
+    if heap is None:
+        pytest.skip("sqlite3_memory_used of the module's SQLite is not reachable here")
+    settings = RuntimeSettings(data_dir=str(tmp_path), max_active_actors=COUNT + 4,
+                               idle_ms=3_600_000)
+    async with Node(settings, objects=(BenchTicker,)) as node:
+        host = node.host
+        oids = [node.id_from_name(NS, ticker_name(i)) for i in range(COUNT + 1)]
+        for oid in oids:
+            await node.call(NS, oid, TickInit(alarm_at_ms=node.clock.now_ms() + 86_400_000),
+                            tenant_id="t_mem")
+        host.evict_all_idle()
+        paths = [host.path_for(NS, oid) for oid in oids]
+        durability, limits = host.settings.durability, host.settings.limits
+        warm = connect_ahead(paths[0], durability, limits, META_KEYS)  # the path's first use
+        assert host.activate(BenchTicker, oids[0], create=False, ahead=warm) is not None
+        before = heap()
+        for oid, path in zip(oids[1:], paths[1:], strict=True):
+            ahead = connect_ahead(path, durability, limits, META_KEYS)
+            assert ahead is not None
+            assert host.activate(BenchTicker, oid, create=False, ahead=ahead) is not None
+        runtime = heap() - before
+        for oid in oids[1:]:  # what was shed is read or prepared again when needed
+            assert await node.fire_alarm_now(NS, oid)
+            assert await node.call(NS, oid, TickRead(), tenant_id="t_mem") == 1
+    before = heap()
+    bare = []
+    for path in paths[1:]:
+        conn = sqlite3.connect(path, isolation_level=None)
+        assert conn.execute("SELECT fired FROM ticks WHERE id = 1").fetchall() == [(1,)]
+        bare.append(conn)
+    bare_heap = heap() - before
+    for conn in bare:
+        conn.close()
+    assert runtime <= bare_heap * 1.1, (runtime / COUNT, bare_heap / COUNT)

@@ -212,7 +212,10 @@ class Opener:
             ctx = ActorContext(namespace=self.namespace, object_id=object_id, storage=storage,
                                owner=owner, gate=gate, schema_version=version, env=self._env)
             act = Activation(self, object_id, storage, owner, gate, ctx)
-            storage.shed_caches()  # the meta, migration and alarm reads are done
+            if ahead is None or not storage.schema_known:
+                # The meta, migration and alarm reads are done. A connection made ahead shed
+                # its caches in its thread, and only a migration would have read since.
+                storage.shed_caches()
             return act
         except BaseException:
             storage.close()

@@ -24,6 +24,7 @@ from mailbox_actors.platform.sqlite_files import create_whole, examine
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
+from mailbox_actors.platform.storage.handle import shed_caches
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.known import KnownSchema
 from mailbox_actors.platform.storage.limits import Durability, Limits, page_limits
@@ -141,7 +142,8 @@ def _settings_script(durability: str, limits: Limits) -> str:
 
 
 class OpenedAhead(NamedTuple):
-    """A connection ``connect_ahead`` made, with the file's first read done (alarm, meta)."""
+    """A connection ``connect_ahead`` made, with the file's first read done (alarm, meta) and
+    what that read left cached shed."""
 
     conn: sqlite3.Connection
     first: tuple[int | None, dict[str, str]]
@@ -153,10 +155,12 @@ def connect_ahead(path: Path, durability: str, limits: Limits,
     (``ahead``) to finish on the event loop: the file opened, its write-ahead log recovered into
     a new ``-shm``, its schema read, the runtime's first read and version check done and the
     open-time settings made, which is where an evicted actor's open waits for the disk (SQLite
-    releases the GIL meanwhile). No ``examine`` here (its four system calls each hand the GIL
-    over once more): None when the file is absent, damaged, refusing now or of another runtime
-    schema, and the open on the loop examines it as always, upgrades it or reports why. It only
-    reads, as that open would."""
+    releases the GIL meanwhile). What those reads left cached (pages, statements) is shed here
+    too (``shed_caches``, as the loop's open does when it is done): on the loop each statement's
+    finalize and the ctypes call are as many points where a waiting thread takes the GIL. No
+    ``examine`` here (its four system calls each hand the GIL over once more): None when the file
+    is absent, damaged, refusing now or of another runtime schema, and the open on the loop
+    examines it as always, upgrades it or reports why. It only reads, as that open would."""
     try:
         conn = sqlite3.connect(_file_uri(os.fspath(path.absolute())), uri=True,
                                isolation_level=None, cached_statements=CACHED_STATEMENTS,
@@ -170,6 +174,7 @@ def connect_ahead(path: Path, durability: str, limits: Limits,
             conn.close()
             return None
         conn.executescript(_setup(durability, limits)[0])
+        shed_caches(conn, path, CACHED_STATEMENTS)
     except sqlite3.Error:
         conn.close()
         return None
