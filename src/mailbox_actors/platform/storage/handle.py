@@ -58,6 +58,19 @@ _OP_NO_CKPT = ctypes.c_int(_DBCONFIG_NO_CKPT_ON_CLOSE)
 _LRU_CACHE = type(functools.lru_cache(maxsize=1)(int))
 _cache_at: int | None = None  # where the statement cache is among a connection's referents
 _release: Any = None  # sqlite3_db_release_memory, with its prototype
+_held: Any = None  # the SQLite library's functions called with the GIL held (``_holding_gil``)
+
+
+def _holding_gil() -> Any:
+    """The SQLite library as ``ctypes.PyDLL`` sees it: its functions keep the GIL while they run.
+    For the short calls made here (a setting, the release of an idle connection's pages) that is
+    cheaper than ``CDLL``'s release and retaking, each a point where a file thread takes the GIL
+    and the event loop waits for it back (ADR 0017)."""
+    global _held
+    if _held is None:
+        lib = sqlite_library()
+        _held = ctypes.PyDLL(lib._name, handle=lib._handle)
+    return _held
 
 
 def _handle(conn: sqlite3.Connection, path: str | Path) -> int | None:
@@ -94,8 +107,8 @@ def keep_wal_on_close(conn: sqlite3.Connection, path: str | Path, keep: bool = T
     if not handle:
         return False
     # No pointer for the setting's new value: SQLITE_OK says the setting is known and made.
-    rc = sqlite_library().sqlite3_db_config(ctypes.c_void_p(handle), _OP_NO_CKPT,
-                                            _KEEP if keep else _NO_KEEP, None)
+    rc = _holding_gil().sqlite3_db_config(ctypes.c_void_p(handle), _OP_NO_CKPT,
+                                          _KEEP if keep else _NO_KEEP, None)
     return bool(rc == 0)
 
 
@@ -112,7 +125,7 @@ def shed_caches(conn: sqlite3.Connection, path: str | Path, cached_statements: i
     handle = _handle(conn, path)
     if handle is not None:
         if _release is None:
-            _release = sqlite_library().sqlite3_db_release_memory
+            _release = _holding_gil().sqlite3_db_release_memory
             _release.argtypes, _release.restype = [ctypes.c_void_p], ctypes.c_int
         _release(handle)
     refs = gc.get_referents(conn)
