@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -52,10 +52,12 @@ def _turn_clock() -> float:
     return len(afs.ALARM_LOG) * TURN_S / PER_TURN
 
 
-async def _started(tmp_path: Path, turn_clock: Callable[[], float]) -> tuple[Node, MovableClock]:
+async def _started(tmp_path: Path, turn_clock: Callable[[], float],
+                   max_active_actors: int = 10_000) -> tuple[Node, MovableClock]:
     """A node on a movable clock, its pool's turns measured by ``turn_clock``, started."""
     clock = MovableClock()
-    node = Node(RuntimeSettings(data_dir=str(tmp_path)), clock=clock, objects=afs.ALL_OBJECTS)
+    node = Node(RuntimeSettings(data_dir=str(tmp_path), max_active_actors=max_active_actors),
+                clock=clock, objects=afs.ALL_OBJECTS)
     assert node.scheduler is not None
     node.scheduler.turn_clock = turn_clock  # read when the real-time loop starts its pool
     await node.start()
@@ -265,5 +267,82 @@ async def test_a_burst_collects_the_young_generation_between_turns(tmp_path: Pat
             if enabled:
                 gc.enable()
         assert passes and set(passes) == {0}, passes
+    finally:
+        await node.stop()
+
+
+async def _served_after_alarm(node: Node, clock: MovableClock, arrive: Callable[[], None],
+                              request_ready: Callable[[], Awaitable[None]]) -> list[int]:
+    """A burst of ``BURST`` Scratch actors; ``arrive()`` is called in the handler of the
+    ``ARRIVES_AFTER``-th alarm, and a request that waited for ``request_ready()`` then reads
+    another actor: how many alarms had run when it was answered."""
+    assert node.scheduler is not None
+    oids, all_fired = await _due_together(node, clock, BURST)
+    reader = await afs.new_scratch(node, "reader")
+    served_after: list[int] = []
+
+    async def count(actor: Scratch, info: AlarmInfo) -> None:
+        if len(afs.ALARM_LOG) == ARRIVES_AFTER:
+            arrive()
+        if len(afs.ALARM_LOG) == BURST:
+            all_fired.set()
+
+    for oid in oids:
+        afs.ALARM_HOOKS[oid] = count
+
+    async def request() -> None:
+        await request_ready()
+        await afs.scratch(node, reader, afs.GetAlarm())
+        served_after.append(len(afs.ALARM_LOG))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(request)
+        clock.offset_ms = 86_400_000 + 1
+        node.scheduler.book.wake_if_before(0)
+        with anyio.fail_after(GUARD_S):
+            await all_fired.wait()
+    assert sorted(seen.object_id for seen in afs.ALARM_LOG) == sorted(oids)
+    assert node.scheduler.fired == BURST
+    return served_after
+
+
+@pytest.mark.anyio
+async def test_a_request_arriving_on_a_socket_during_a_turn_is_served_before_the_next_alarm(
+        tmp_path: Path) -> None:
+    """Issue 28 ("a burst of due alarms does not starve requests"), AL-5: requests come before
+    alarms. A request whose bytes arrive on a socket while an alarm of a turn runs ends the turn
+    there (the pool looks between alarms whether anything else waits for the loop), and it is
+    answered before the next alarm starts, though the turn had three more alarms' time left.
+    Before, it waited for the rest of the turn."""
+    node, clock = await _started(tmp_path, _turn_clock)
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    try:
+        served_after = await _served_after_alarm(
+            node, clock, lambda: theirs.send(b"r") and None,
+            lambda: asyncio.get_running_loop().sock_recv(ours, 1))
+        assert served_after == [ARRIVES_AFTER]
+    finally:
+        ours.close()
+        theirs.close()
+        await node.stop()
+
+
+@pytest.mark.anyio
+async def test_alarms_whose_files_were_opened_in_threads_wait_for_a_request_first(
+        tmp_path: Path) -> None:
+    """Issue 28, AL-4, AL-5: in a burst on evicted actors, each alarm's file is opened ahead in
+    a worker thread; an alarm whose open is done waits for a turn before its activation on the
+    loop. So a request that becomes ready while alarms run is answered before any other alarm
+    starts, however many opens finished meanwhile. Before, every alarm whose open had finished
+    went on at once, in the loop round ahead of the request."""
+    node, clock = await _started(tmp_path, _turn_clock, max_active_actors=4)
+    arrived = anyio.Event()
+    try:
+        assert node.host.settings.file_threads > 0
+        node.host.evict_all_idle()
+        served_after = await _served_after_alarm(node, clock, arrived.set, arrived.wait)
+        assert served_after == [ARRIVES_AFTER]
+        assert node.host.activations >= BURST  # every alarm opened its evicted actor
     finally:
         await node.stop()

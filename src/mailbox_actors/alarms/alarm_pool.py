@@ -15,10 +15,10 @@ behind every worker's turn (32 of 2 ms: 64 ms a step of the request, measured 89
 0.27 ms idle). Within a turn one worker runs queued alarms back to back (a loop step per alarm
 was a tenth of an alarm on an open actor); when it suspends inside an alarm (its actor's file
 opened in a thread, a handler awaiting I/O), another worker goes on with the turn (``_check``),
-so alarms that wait still overlap up to ``concurrency``. What a request waits for is one turn,
-plus the ends of alarms that were suspended and resumed meanwhile (each finishes its run: an
-alarm is never cut between its handler and its commit). Work the loop does besides alarms counts
-against the turn it opened in, so requests come first and alarms still run at least one a turn.
+so alarms that wait still overlap up to ``concurrency``. What a request waits for is the alarm
+under way when it arrived (an alarm is never cut between its handler and its commit; see
+"Requests first"). Work the loop does besides alarms counts against the turn it opened in, and
+alarms still run at least one a turn.
 
 **A turn opens two rounds of the loop after the last one ended.** The first round polls for I/O:
 a request's bytes that arrived during the turn are read there, which wakes the request's task for
@@ -27,6 +27,16 @@ whose step runs first. Opened one round after (the poll's own round), the worker
 queued before the request's, and every request read during a turn waited a whole turn more: the
 stream's median during a burst was 1.6 ms against 0.23 idle (issue 28, measured with
 ``node/loop_stalls.py``).
+
+**Requests first.** Between two alarms of a turn the pool looks whether anything else waits for
+the loop (``_others_ready``: a handle ready besides its own look, a timer due, a descriptor ready
+besides the loop's self-pipe); if so the turn is over there, whatever its time left, and the next
+turn's opening waits, a round at a time, until nothing else is ready (or the loop's other work
+has used a turn's time since: alarms are never starved either). An alarm that waited outside the
+loop (an evicted actor's file opened in a thread) takes a turn before its activation
+(``take_turn``, the runner's ``turn``): opens finishing together used to resume together, in one
+round ahead of a request (5-25 activations, up to 10 ms, measured). The look reads asyncio's
+private queues; on another loop (uvloop) turns end by the clock alone.
 
 **The young generation is collected between turns** (``YOUNG_EVERY_S``): CPython starts a young
 pass when allocations outnumber deallocations by 700, and in a burst on evicted actors every
@@ -40,6 +50,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
+import select
+import selectors
+import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -70,9 +84,9 @@ class AlarmPool:
     whole pool shares; ``clock`` measures the turns (by default the loop thread's CPU, or a
     quarter of the clock's time when that is more)."""
 
-    __slots__ = ("_check_at", "_clock", "_concurrency", "_fire", "_idle", "_loop", "_next_turn",
-                 "_queue", "_running", "_starting", "_tg", "_turn_ends", "_waiting", "_workers",
-                 "_young_at")
+    __slots__ = ("_check_at", "_clock", "_concurrency", "_ended_at", "_fire", "_idle", "_loop",
+                 "_next_turn", "_others_ready", "_queue", "_resuming", "_running", "_starting",
+                 "_tg", "_turn_ends", "_waiting", "_workers", "_young_at")
 
     def __init__(self, fire: Callable[[float, Callable[[], float]], Awaitable[None]],
                  tg: anyio.abc.TaskGroup,
@@ -87,13 +101,20 @@ class AlarmPool:
         self._clock = _turn_clock(self._loop) if clock is None else clock
         self._idle: list[asyncio.Future[None]] = []  # one per worker waiting for a key
         self._starting: set[asyncio.Task[None]] = set()  # workers asked for by a loop callback
-        self._waiting: deque[asyncio.Future[None]] = deque()  # workers waiting for a turn
+        # Workers waiting for a turn, each woken with True for a turn just opened (it runs one
+        # alarm at least), False to take an open turn on if it still is, or to go idle.
+        self._waiting: deque[asyncio.Future[bool]] = deque()
+        # Alarms that waited outside the loop (a file opened in a thread), waiting for a turn to
+        # go on: handed the turn before the workers that would start new ones.
+        self._resuming: deque[asyncio.Future[bool]] = deque()
         self._workers = 0  # started and not ended, idle and waiting ones included
         self._turn_ends = 0.0  # the current turn's end (by ``clock``); past: no turn open
         self._next_turn: asyncio.Handle | None = None  # the next turn's opening (or the poll's
         # round before it), once scheduled
         self._check_at: asyncio.Handle | None = None  # a look after the running worker's step
         self._young_at = 0.0  # the loop's time of the next young collection (at a turn's opening)
+        self._ended_at = 0.0  # ``clock`` when the last turn ended (the loop's round began)
+        self._others_ready = _others_ready(self._loop, self)
 
     def hand_out(self, keys: list[Key]) -> None:
         """Queue due keys (in order) and get a worker onto them (the turn's own ``_check`` adds
@@ -138,46 +159,66 @@ class AlarmPool:
             self._check_at = self._loop.call_soon(self._check)
 
     def _check(self) -> None:
-        """After the steps of the workers just woken: if the turn is still open with keys queued,
-        every worker that ran it is waiting inside an alarm; one more takes the turn on."""
+        """After the steps of the workers just woken: if the turn is still open, every worker
+        that ran it is done or waiting inside an alarm; an alarm waiting to resume, or one more
+        worker for the keys queued, takes the turn on. If it is over with alarms waiting for
+        the next, that one is on its way."""
         self._check_at = None
         if not self._queue:
             self._release_waiting()
-        elif self._clock() < self._turn_ends and not self._hand_turn():
-            self._more()
+        if self._turn_clock() < self._turn_ends:
+            if not self._hand_turn() and self._queue:
+                self._more()
+        elif (self._resuming or self._waiting) and self._next_turn is None:
+            self._next_turn = self._loop.call_soon(self._after_poll)
+
+    def _turn_clock(self) -> float:
+        """``clock``, or infinity once anything else waits for the loop (requests first: the
+        turn is over)."""
+        others = self._others_ready
+        return math.inf if others is not None and others() else self._clock()
 
     def _after_poll(self) -> None:
         """One round of the loop since the last turn ended, its I/O polled: the tasks that it
         woke (a request's, its bytes read) run in the next round, and the turn opens there
         behind them."""
+        self._ended_at = self._clock()
         self._next_turn = self._loop.call_soon(self._open_turn)
 
     def _open_turn(self) -> None:
-        """The loop went round since the last turn ended: a new one, for the first waiting
-        worker, woken whatever the time now (it runs one alarm at least: a check of the clock
-        here could find the turn over already on a loaded machine, and wake nobody, for good).
-        Whatever else the loop runs from here counts against the turn."""
+        """The loop went round since the last turn ended: a new one, for the first alarm waiting
+        to resume or the first waiting worker, woken whatever the time now (it runs one alarm at
+        least: a check of the clock here could find the turn over already on a loaded machine,
+        and wake nobody, for good). While anything else is ready to run, the opening waits a
+        round more (requests first), for at most a turn's time of the clock; whatever else the
+        loop runs from here counts against the turn."""
         self._next_turn = None
         if not self._queue:
             self._release_waiting()
+            if not self._resuming:
+                return
+        others = self._others_ready
+        if others is not None and others() and self._clock() < self._ended_at + TURN_S:
+            self._next_turn = self._loop.call_soon(self._open_turn)
             return
         now = self._loop.time()
         if now >= self._young_at:
             self._young_at = now + YOUNG_EVERY_S
             gc.collect(0)
         self._turn_ends = self._clock() + TURN_S
-        if not self._hand_turn():
+        if not self._hand_turn(True) and self._queue:
             self._more()
 
-    def _hand_turn(self) -> bool:
-        """Wake the first worker waiting for a turn (a look follows its step); False: none."""
-        waiting = self._waiting
-        while waiting:
-            woken = waiting.popleft()
-            if not woken.done():
-                woken.set_result(None)
-                self._look()
-                return True
+    def _hand_turn(self, opened: bool = False) -> bool:
+        """Wake the first alarm waiting to resume, else the first worker waiting for a turn (a
+        look follows its step), told whether the turn was ``opened`` for it; False: none."""
+        for waiting in (self._resuming, self._waiting):
+            while waiting:
+                woken = waiting.popleft()
+                if not woken.done():
+                    woken.set_result(opened)
+                    self._look()
+                    return True
         return False
 
     def _release_waiting(self) -> None:
@@ -186,23 +227,36 @@ class AlarmPool:
         while waiting:
             woken = waiting.popleft()
             if not woken.done():
-                woken.set_result(None)
+                woken.set_result(False)
 
-    async def _wait_turn(self) -> None:
-        woken = self._loop.create_future()
-        self._waiting.append(woken)
+    async def take_turn(self) -> None:
+        """Called by an alarm that waited outside the loop (its actor's file opened in a thread)
+        before it goes on with its work on the loop: it waits for a turn, unless one is open and
+        nothing else waits for the loop. Without it, every alarm whose open had finished ran on
+        in one round of the loop, a request behind them all (5-25 activations, up to 10 ms)."""
+        while self._turn_clock() >= self._turn_ends:
+            if await self._wait_turn(self._resuming):
+                return
+
+    async def _wait_turn(self, waiting: deque[asyncio.Future[bool]] | None = None) -> bool:
+        """Wait in ``waiting`` (the workers', by default) until woken; True: for a turn just
+        opened."""
+        if waiting is None:
+            waiting = self._waiting
+        woken: asyncio.Future[bool] = self._loop.create_future()
+        waiting.append(woken)
         if self._next_turn is None:
             self._next_turn = self._loop.call_soon(self._after_poll)
         try:
-            await woken
+            return await woken
         except BaseException:
-            if woken in self._waiting:
-                self._waiting.remove(woken)
+            if woken in waiting:
+                waiting.remove(woken)
             raise
 
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
-        queue, idle, fire, clock = self._queue, self._idle, self._fire, self._clock
+        queue, idle, fire, clock = self._queue, self._idle, self._fire, self._turn_clock
         try:
             while True:
                 while queue:
@@ -214,11 +268,11 @@ class AlarmPool:
                         # step gets another worker onto the turn.
                         self._look()
                         await fire(ends, clock)
-                    else:
-                        await self._wait_turn()
-                        if queue:  # this worker's turn: one alarm at least, even if the
-                            # loop's other work (or a loaded machine) used the turn up
-                            await fire(self._turn_ends, clock)
+                    elif await self._wait_turn() and queue:
+                        # A turn opened for this worker: one alarm at least, even if the loop's
+                        # other work (or a loaded machine) used the turn up. (Handed an open
+                        # turn on, it looks at the clock first, as above.)
+                        await fire(self._turn_ends, clock)
                 if len(idle) >= _IDLE_KEPT:
                     return
                 woken = loop.create_future()
@@ -250,6 +304,7 @@ class AlarmPool:
         self._next_turn = self._check_at = None
         self._idle.clear()
         self._waiting.clear()
+        self._resuming.clear()
 
 
 def _turn_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
@@ -263,3 +318,46 @@ def _turn_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
 
     return clock
 
+
+
+def _others_ready(loop: asyncio.AbstractEventLoop, pool: AlarmPool) -> Callable[[], bool] | None:
+    """Whether anything but the pool waits for the loop to run it: a handle ready (the pool's
+    own look aside), a timer due, or a descriptor ready to read or write (the loop's self-pipe,
+    which threads write to hand back their work, aside). None where the loop is not asyncio's
+    own selector loop (uvloop): its queue cannot be seen, and turns end by the clock alone.
+
+    It reads asyncio's private ``_ready``, ``_scheduled``, ``_selector`` and ``_ssock``
+    (Python 3.11), each checked here once; the selector is polled with a zero timeout, which
+    consumes nothing (asyncio registers level-triggered)."""
+    ready = getattr(loop, "_ready", None)
+    timers = getattr(loop, "_scheduled", None)
+    selector = getattr(loop, "_selector", None)
+    ssock: socket.socket | None = getattr(loop, "_ssock", None)
+    if (not isinstance(ready, deque) or not isinstance(timers, list)
+            or not isinstance(selector, selectors.BaseSelector)):
+        return None
+    own_fd = ssock.fileno() if isinstance(ssock, socket.socket) else -1
+    epoll = getattr(selector, "_selector", None)
+    now = loop.time
+    io_ready: Callable[[], bool]
+    if isinstance(selector, selectors.EpollSelector) and isinstance(epoll, select.epoll):
+        poll = epoll.poll
+
+        def io_ready() -> bool:
+            events = poll(0, 2)  # two at most: one of them not the self-pipe, if two
+            return len(events) > 1 or (len(events) == 1 and events[0][0] != own_fd)
+    else:
+        peek = selector.select
+
+        def io_ready() -> bool:
+            return any(key.fd != own_fd for key, _ in peek(0))
+
+    def others_ready() -> bool:
+        n = len(ready)
+        if n > 1 or (n == 1 and ready[0] is not pool._check_at):
+            return True
+        if timers and timers[0].when() <= now():
+            return True
+        return io_ready()
+
+    return others_ready

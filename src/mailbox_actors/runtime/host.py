@@ -13,7 +13,7 @@ import functools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -359,10 +359,11 @@ class ActorHost:
     # opens overlap; the open is finished on the loop (``activate``). Nothing is written in the
     # thread, so a crash there loses nothing.
 
-    async def fire_alarm(self, key: Key, retry_count: int,
-                         force: bool = False) -> AlarmResult:
+    async def fire_alarm(self, key: Key, retry_count: int, force: bool = False,
+                         turn: Callable[[], Awaitable[None]] | None = None) -> AlarmResult:
         """Run an actor's alarm handler if its stored alarm is due, or at once when ``force``
-        (AL-3, AL-4)."""
+        (AL-3, AL-4). ``turn``: awaited once an evicted actor's file was opened in a thread,
+        before its activation on the loop (the scheduler's pool: requests come first)."""
         cls = self._classes.get(key[0])
         if cls is None:
             return AlarmResult(AlarmOutcome.UNKNOWN, None)
@@ -371,7 +372,7 @@ class ActorHost:
         act = self._active.get(key)
         if act is None:  # evicted: open it, ahead in a thread while that pays
             files = self._files
-            opened = (await self._open_ahead(cls, key) if files.enabled and files.ahead_pays()
+            opened = (await self._open_ahead(cls, key, turn) if files.enabled and files.ahead_pays()
                       else self._open_on_loop(cls, key))
             if isinstance(opened, AlarmResult):
                 return opened
@@ -463,14 +464,23 @@ class ActorHost:
                 files.opened_on_loop(time.perf_counter() - timed[0], time.thread_time() - timed[1])
 
 
-    async def _open_ahead(self, cls: type[Actor[Any]], key: Key) -> Activation | AlarmResult:
-        """``_open_on_loop`` with the file's connection made ahead in a worker thread; BUSY when
-        the node stops meanwhile."""
+    async def _open_ahead(self, cls: type[Actor[Any]], key: Key,
+                          turn: Callable[[], Awaitable[None]] | None = None,
+                          ) -> Activation | AlarmResult:
+        """``_open_on_loop`` with the file's connection made ahead in a worker thread, then
+        ``turn`` awaited (the file is still watched meanwhile); BUSY when the node stops
+        meanwhile."""
         path = self.path_for(*key)  # once: activate() is given it
         self._opening[key] = True
         try:
             ahead = await self._files.open(path, self.settings.durability, self.settings.limits,
                                            META_KEYS)
+            if turn is not None and ahead is not None:
+                try:
+                    await turn()
+                except BaseException:
+                    ahead.conn.close()  # cancelled (a node stop): nobody takes it any more
+                    raise
         finally:
             fresh = self._opening.pop(key, False)
         # No await from here to activate(): the connection is the activation's, or closed.
