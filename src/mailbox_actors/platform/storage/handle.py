@@ -57,7 +57,7 @@ _KEEP, _NO_KEEP = ctypes.c_int(1), ctypes.c_int(0)
 _OP_NO_CKPT = ctypes.c_int(_DBCONFIG_NO_CKPT_ON_CLOSE)
 _LRU_CACHE = type(functools.lru_cache(maxsize=1)(int))
 _cache_at: int | None = None  # where the statement cache is among a connection's referents
-_release: Any = None  # sqlite3_db_release_memory, with its prototype
+_release: Any = None  # sqlite3_db_release_memory, with its prototype, keeping the GIL
 _held: Any = None  # the SQLite library's functions called with the GIL held (``_holding_gil``)
 
 
@@ -124,10 +124,13 @@ def shed_caches(conn: sqlite3.Connection, path: str | Path, cached_statements: i
     global _cache_at, _release
     handle = _handle(conn, path)
     if handle is not None:
-        if _release is None:
-            _release = _holding_gil().sqlite3_db_release_memory
-            _release.argtypes, _release.restype = [ctypes.c_void_p], ctypes.c_int
-        _release(handle)
+        release = _release
+        if release is None:
+            # Made whole with its prototype before it is published: file threads call this too.
+            release = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(
+                ("sqlite3_db_release_memory", _holding_gil()))
+            _release = release
+        release(handle)
     refs = gc.get_referents(conn)
     at = _cache_at
     if at is not None and at < len(refs) and type(refs[at]) is _LRU_CACHE:
