@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 
 import actors_for_tests as afs
 from actors_for_tests import Scratch
-from mailbox_actors.alarms.alarm_pool import TURN_S
+from mailbox_actors.alarms.alarm_pool import TURN_S, AlarmPool
 from mailbox_actors.node import Node
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.runtime.actor import AlarmInfo
@@ -346,3 +347,31 @@ async def test_alarms_whose_files_were_opened_in_threads_wait_for_a_request_firs
         assert node.host.activations >= BURST  # every alarm opened its evicted actor
     finally:
         await node.stop()
+
+
+@pytest.mark.anyio
+async def test_work_that_takes_a_turn_waits_for_a_request_ready_to_run(tmp_path: Path) -> None:
+    """Issue 28, AL-5: what takes a turn of the pool outside its workers (a piece of the alarm
+    index's writes, an alarm resuming after its file's open in a thread) waits until every
+    task ready to run has run: a request of several loop steps, each ready at once, is answered
+    first. (The pool's clock stands still here, so only readiness decides.)"""
+    order: list[str] = []
+
+    async def no_alarms(until: float, clock: Callable[[], float]) -> None:
+        raise AssertionError("no alarm is queued")
+
+    async with anyio.create_task_group() as tg:
+        pool = AlarmPool(no_alarms, tg, 4, deque(), set(), clock=lambda: 0.0)
+
+        async def index_writes() -> None:
+            await pool.take_turn()
+            order.append("index writes")
+
+        async def request() -> None:
+            for _ in range(5):  # each step queues the next at once
+                await asyncio.sleep(0)
+            order.append("request")
+
+        tg.start_soon(index_writes)
+        tg.start_soon(request)
+    assert order == ["request", "index writes"]
