@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import anyio
 import pytest
 
 import actors_for_tests as afs
@@ -56,6 +57,33 @@ async def test_an_alarm_on_an_evicted_actor_runs_once_on_one_connection(tmp_path
         assert fired == 1
         host.evict_all_idle()  # its connection is closed behind, in a thread
     assert _descriptors_on(path) == 0  # the node's stop waited for it
+
+
+@pytest.mark.anyio
+async def test_an_alarm_cancelled_while_it_waits_for_its_turn_leaves_no_connection(
+        tmp_path: Path) -> None:
+    """AL-4, RT-11, issue 28: an evicted actor's file opened ahead for its alarm waits for the
+    scheduler's turn before its activation; cancelled there (a node stopping), the connection
+    made ahead is closed, the actor is not activated and its alarm did not run."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
+        host = rt.node.host
+        oid = await afs.new_scratch(rt, "evicted", alarm_at=rt.now_ms() + 5_000)
+        host.evict_all_idle()
+        path = host.path_for("scratch", oid)
+        waiting = anyio.Event()
+
+        async def turn() -> None:  # a turn that never comes
+            waiting.set()
+            await anyio.sleep_forever()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.fire_alarm, ("scratch", oid), 0, True, turn)
+            await waiting.wait()
+            assert _descriptors_on(path) == 3  # the connection made ahead, waiting
+            tg.cancel_scope.cancel()
+        assert _descriptors_on(path) == 0
+        assert not host.is_active("scratch", oid)
+        assert afs.ALARM_LOG == []
 
 
 @pytest.mark.anyio
