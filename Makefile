@@ -51,7 +51,7 @@ test: lint docs
 bench: venv
 	$(BIN)/mailbox-actors bench --quick
 
-# The same burst and start workload on workerd and Miniflare beside ours (issue 28), 3 alternating
+# The same burst, cold-object and start workloads on workerd and Miniflare beside ours (issue 28), 3 alternating
 # rounds: installs the pinned peers with npm into ~/.cache/mailbox-actors-peers (outside the
 # repository) on first use. docs/performance/benchmark.md says what it measures.
 peers: venv

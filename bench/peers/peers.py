@@ -14,10 +14,20 @@ side alike):
   by ``GET /init``, which also sets each one's alarm to one instant T; every alarm handler is one
   SQLite write. Fired/s is N over (the last handler's start - T), lateness is each handler's start
   - T (``Date.now()`` in the handler, read back after the burst);
+- each peer again, on cold objects (``--cold N``, 3,000 by default; 0 leaves it out): N tickers
+  made with their alarm at one instant T, the peer stopped before T, and started again on the same
+  storage after it, so every alarm is overdue at start on an object that is not in memory (ours'
+  ``alarms_fired_per_s``: evicted actors, all overdue at node start). Fired/s is N over (the last
+  handler's start - the restarted peer's spawn): both peers fire the overdue alarms before they
+  answer a first request, after a phase that grows with N, so the whole way from the spawn is
+  what a restart costs them (ours' figure counts from the node's start, its process start
+  aside). ``cold_first_alarm_ms`` is the first handler's start after the spawn. The handlers'
+  times are read back once the peer's processes have used no CPU for a second;
 - ours: ``mailbox-actors bench --quick --json --only`` the burst figures (the same N, 1,000, in
-  its quick sizes) and the start figures, as the benchmark measures them; and start to first
-  answer as the peers' (``serve`` on a fresh data directory, spawn to an object call answered:
-  ``/healthz`` polled every 2 ms, then a TenantQuota's ``init`` through the HTTP API).
+  its quick sizes), the evicted actors' alarm figures (20,000 actors, at most 1,000 open) and the
+  start figures, as the benchmark measures them; and start to first answer as the peers'
+  (``serve`` on a fresh data directory, spawn to an object call answered: ``/healthz`` polled
+  every 2 ms, then a TenantQuota's ``init`` through the HTTP API).
 
 ``--starts-only`` measures the starts alone (a minute, no bursts and no bench run).
 
@@ -54,12 +64,15 @@ WORKERD_VERSION = "1.20261123.1"
 MINIFLARE_VERSION = "4.20260730.0"  # runs its own workerd, 1.20260730.1 (its exact dependency)
 PEERS = ("workerd", "miniflare")
 OURS_FIGURES = ("alarm_burst_per_s", "alarm_burst_lateness_p99_ms", "raw_burst_tx_per_s",
+                "alarms_fired_per_s", "raw_open_write_close_per_s",
                 "serve_start_to_first_answer_ms", "runtime_libraries_start_ms")
 # (figure in the table, unit, what the peers report it as); the peers' names are ours.
 TABLE = (("alarm_burst_per_s", "alarms/s"), ("alarm_burst_per_raw", "ratio"),
          ("alarm_burst_lateness_p99_ms", "ms"),
+         ("cold_alarms_per_s", "alarms/s"), ("cold_alarms_per_raw", "ratio"),
+         ("cold_first_alarm_ms", "ms"),
          ("start_to_first_answer_ms", "ms"), ("serve_start_to_first_answer_ms", "ms"),
-         ("raw_burst_tx_per_s", "tx/s"),
+         ("raw_burst_tx_per_s", "tx/s"), ("raw_open_write_close_per_s", "tx/s"),
          ("runtime_libraries_start_ms", "ms"))
 _POLL_S = 0.002
 
@@ -219,8 +232,74 @@ def burst(port: int, n: int, lead_ms: int) -> tuple[float, list[int]]:
     return n / (max(max(lateness), 1) / 1000), lateness
 
 
+def _group_cpu_s(pgid: int) -> float:
+    """CPU seconds used so far by the processes of group ``pgid`` (a peer and its children)."""
+    ticks = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cold_burst(peer: str, modules: Path, work: Path, n: int, lead_ms: int,
+               ) -> tuple[float, float]:
+    """N tickers with their alarm at one instant T, the peer stopped before T and started again
+    on the same storage after it: every alarm overdue at start on an object not in memory.
+    (fired/s: N over the last handler's start - the spawn; the first handler's start - the
+    spawn, in ms)."""
+    storage = Path(tempfile.mkdtemp(prefix=f"{peer}-cold-", dir=work))
+    try:
+        port, spawned = free_port(), time.perf_counter()
+        proc = spawn(peer, modules, port, storage)
+        try:
+            first_answer_ms(proc, spawned, port)
+            t = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda i: get(port, f"/init?i={i}&at=0"), range(n)))
+            at = time.time_ns() // 1_000_000 + lead_ms + int((time.perf_counter() - t) * 1500)
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda i: get(port, f"/init?i={i}&at={at}"), range(n)))
+            if time.time_ns() // 1_000_000 > at - 100:
+                raise RuntimeError(f"touching {n:,} objects took longer than the lead "
+                                   f"({lead_ms} ms): give a larger --lead-ms")
+        finally:
+            stop(proc)  # before T: nothing fired, nothing stays in memory
+        time.sleep(max(0.0, (at - time.time_ns() // 1_000_000) / 1000) + 0.5)
+        port, spawned, spawned_ms = free_port(), time.perf_counter(), time.time_ns() / 1e6
+        proc = spawn(peer, modules, port, storage)
+        try:
+            first_answer_ms(proc, spawned, port)
+            # The burst is over once the peer's processes used no CPU for a second: reading the
+            # objects back sooner would touch (open) those still waiting for their alarm.
+            used, still, deadline = -1.0, time.perf_counter(), time.perf_counter() + 300
+            while time.perf_counter() - still < 1.0:
+                time.sleep(0.1)
+                now_used = _group_cpu_s(proc.pid)
+                if now_used != used:
+                    used, still = now_used, time.perf_counter()
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("the peer was still busy 300 s after its restart")
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                rows = list(pool.map(lambda i: get(port, f"/read?i={i}"), range(n)))
+        finally:
+            stop(proc)
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+    fired = [int(row["last_ms"]) for row in rows if row["fired"] >= 1]
+    if len(fired) < n:
+        raise RuntimeError(f"{len(fired)} of {n} overdue alarms fired after the restart")
+    return n / (max(max(fired) - spawned_ms, 1) / 1000), min(fired) - spawned_ms
+
+
 def run_peer(peer: str, modules: Path, work: Path, n: int, starts: int, lead_ms: int,
-             starts_only: bool) -> dict[str, float]:
+             starts_only: bool, cold_n: int = 0) -> dict[str, float]:
     """One round of one peer: ``starts`` starts (the first one's process then takes the burst)."""
     start_ms: list[float] = []
     rate, lateness = 0.0, [0]
@@ -238,9 +317,12 @@ def run_peer(peer: str, modules: Path, work: Path, n: int, starts: int, lead_ms:
             shutil.rmtree(storage, ignore_errors=True)
     if starts_only:
         return {"start_to_first_answer_ms": median(start_ms)}
-    return {"alarm_burst_per_s": rate,
-            "alarm_burst_lateness_p99_ms": percentile(lateness, 99),
-            "start_to_first_answer_ms": median(start_ms)}
+    got = {"alarm_burst_per_s": rate, "alarm_burst_lateness_p99_ms": percentile(lateness, 99),
+           "start_to_first_answer_ms": median(start_ms)}
+    if cold_n:
+        got["cold_alarms_per_s"], got["cold_first_alarm_ms"] = cold_burst(peer, modules, work,
+                                                                         cold_n, lead_ms)
+    return got
 
 
 # ---- ours --------------------------------------------------------------------------------------
@@ -318,7 +400,8 @@ def run_ours(python: Path, work: Path, starts: int, starts_only: bool) -> dict[s
     if proc.returncode != 0:
         raise RuntimeError(f"mailbox-actors bench failed ({proc.returncode}): "
                            f"{err.decode(errors='replace')[-1500:]}")
-    return {**parse_ours(out.decode().splitlines()), "start_to_first_answer_ms": ms}
+    got = parse_ours(out.decode().splitlines())
+    return {**got, "cold_alarms_per_s": got["alarms_fired_per_s"], "start_to_first_answer_ms": ms}
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -326,12 +409,17 @@ def run_ours(python: Path, work: Path, starts: int, starts_only: bool) -> dict[s
 def summarize(rounds: list[dict[str, dict[str, float]]]) -> list[dict[str, Any]]:
     """Medians over the rounds: one row per figure, each side's value (None where a side does
     not measure it) and ours/workerd. ``alarm_burst_per_raw`` is each side's fire rate over raw
-    ``sqlite3``'s rate in the same round (ours' ``raw_burst_tx_per_s``), where ours ran."""
+    ``sqlite3``'s rate in the same round (ours' ``raw_burst_tx_per_s``), where ours ran;
+    ``cold_alarms_per_raw`` each side's rate on cold objects over raw ``sqlite3``'s open, write
+    and close (ours' ``raw_open_write_close_per_s``)."""
     for r in rounds:
         raw = r.get("ours", {}).get("raw_burst_tx_per_s")
+        raw_cycle = r.get("ours", {}).get("raw_open_write_close_per_s")
         for side in r:
-            if raw:
+            if raw and "alarm_burst_per_s" in r[side]:
                 r[side]["alarm_burst_per_raw"] = r[side]["alarm_burst_per_s"] / raw
+            if raw_cycle and "cold_alarms_per_s" in r[side]:
+                r[side]["cold_alarms_per_raw"] = r[side]["cold_alarms_per_s"] / raw_cycle
     rows = []
     for name, unit in TABLE:
         row: dict[str, Any] = {"figure": name, "unit": unit}
@@ -362,6 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1000,
                         help="objects in a peer's burst (ours: its --quick size, 1,000)")
     parser.add_argument("--starts", type=int, default=3, help="peer starts timed per round")
+    parser.add_argument("--cold", type=int, default=3000, metavar="N",
+                        help="objects in a peer's burst on cold objects (their alarms overdue "
+                             "when the peer starts again; ours: alarms_fired_per_s, 20,000 "
+                             "actors); 0: none")
     parser.add_argument("--lead-ms", type=int, default=1000,
                         help="how far ahead the burst's instant is set, beyond 1.5x the "
                              "time making the population took (touching N objects must end "
@@ -377,8 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the interpreter that has mailbox-actors (default: .venv)")
     args = parser.parse_args(argv)
     try:
-        if args.rounds < 1 or args.n < 1 or args.starts < 1:
-            raise CannotRun("--rounds, --n and --starts must be at least 1")
+        if args.rounds < 1 or args.n < 1 or args.starts < 1 or args.cold < 0:
+            raise CannotRun("--rounds, --n and --starts must be at least 1, --cold at least 0")
         if not args.peers_only and not args.python.exists():
             raise CannotRun(f"{args.python} does not exist: run `make venv` first")
         cache = cache_dir()
@@ -400,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      "node": subprocess.run(["node", "--version"],
                                                             capture_output=True,
                                                             text=True).stdout.strip(),
-                                     "n": args.n, "rounds": args.rounds, "started": stamp,
+                                     "n": args.n, "cold": args.cold, "rounds": args.rounds,
+                                     "started": stamp,
                                      "dir": tmp, "load_before": load}}) + "\n")
         for r in range(args.rounds):
             got: dict[str, dict[str, float]] = {}
@@ -412,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     got[side] = (run_ours(args.python, Path(tmp), args.starts, args.starts_only)
                                  if side == "ours" else
                                  run_peer(side, modules, Path(tmp), args.n, args.starts,
-                                          args.lead_ms, args.starts_only))
+                                          args.lead_ms, args.starts_only, args.cold))
                 except RuntimeError as e:
                     print(f"peers: {side} failed: {e}", file=sys.stderr)
                     return 1

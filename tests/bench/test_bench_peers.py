@@ -49,13 +49,19 @@ def test_tabulates_medians_and_the_ratio_to_raw() -> None:
     peers = _driver()
     rounds = [{"ours": {"alarm_burst_per_s": 2000.0 * k, "raw_burst_tx_per_s": 8000.0,
                         "alarm_burst_lateness_p99_ms": 100.0, "start_to_first_answer_ms": 500.0,
-                        "runtime_libraries_start_ms": 300.0},
+                        "runtime_libraries_start_ms": 300.0, "cold_alarms_per_s": 1200.0,
+                        "raw_open_write_close_per_s": 4000.0},
                "workerd": {"alarm_burst_per_s": 1000.0 * k, "alarm_burst_lateness_p99_ms": 50.0,
-                           "start_to_first_answer_ms": 50.0}} for k in (1, 2, 3)]
+                           "start_to_first_answer_ms": 50.0, "cold_alarms_per_s": 400.0 * k}}
+              for k in (1, 2, 3)]
     rows = {r["figure"]: r for r in peers.summarize(rounds)}
     assert rows["alarm_burst_per_s"]["ours"] == 4000.0
     assert rows["alarm_burst_per_s"]["ratio"] == 2.0
     assert rows["alarm_burst_per_raw"]["workerd"] == 0.25
+    # On cold objects each side's rate is set beside raw open, write and close of ours' round.
+    assert rows["cold_alarms_per_s"]["ratio"] == 1.5
+    assert rows["cold_alarms_per_raw"]["ours"] == 0.3
+    assert rows["cold_alarms_per_raw"]["workerd"] == 0.2
     assert rows["start_to_first_answer_ms"]["miniflare"] is None
     table = peers.format_table(list(rows.values()))
     assert table.splitlines()[0].split() == ["figure", "unit", "ours", "workerd", "Miniflare",
