@@ -177,6 +177,17 @@ def test_id_from_name_is_deterministic() -> None:
     assert check_id(MAILBOX, a) is None
 
 
+def test_ids_are_the_ones_files_on_disk_were_named_by() -> None:
+    """A namespace's key and its ids never change from one version to the next: every actor's
+    file is named by its id (RT-1). Values computed by the code of session 13."""
+    key = namespace_key("identity_mailbox", b"secret-0123456789abcdef")
+    assert key.hex() == "c566180e53a97a675206daf1d09ae62d70290e2ffd901530c1967f71348f57ec"
+    assert id_from_name(key, "idn_alice") == (
+        "351d2562b85f06030489f1e50aa122343b94e1b8c5578e82ac463e827a97ff17")
+    assert id_from_random(key, bytes(range(16))) == (
+        "000102030405060708090a0b0c0d0e0f38198fd468f9188799437bf6c2b78774")
+
+
 def test_id_from_name_differs_by_name_and_namespace() -> None:
     """Different names, or the same name in another namespace, give different ids (RT-1)."""
     assert id_from_name(MAILBOX, "a") != id_from_name(MAILBOX, "b")
