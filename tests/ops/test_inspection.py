@@ -107,6 +107,31 @@ async def test_pages_follow_their_cursor_to_the_end_in_id_order() -> None:
         assert got == [f"k{i:02}" for i in range(12)]
 
 
+async def test_a_page_shows_each_actor_its_own_meta_read_or_remembered() -> None:
+    """UI-1: a page's files are read several at once; each actor is listed with its own owner,
+    on the first listing (read), the second (remembered) and after its file changed (read
+    again), and none of it activates an actor."""
+    async with TestRuntime(objects=afs.ALL_OBJECTS) as rt:
+        owners = {}
+        for i in range(12):
+            oid, tenant = rt.id_from_name("scratch", f"m{i}"), f"t_owner{i % 4}"
+            await rt.call("scratch", oid, afs.Init(), tenant_id=tenant)
+            owners[oid] = tenant
+        rt.node.host.evict_all_idle()
+        activations = rt.node.host.activations
+        for _ in range(2):
+            page = await rt.inspect.list_actors("scratch", limit=20)
+            assert {a.id: a.tenant for a in page.actors} == owners
+        changed = sorted(owners)[5]
+        await rt.call("scratch", changed, afs.Put(k="k", v="v"), tenant_id=owners[changed])
+        rt.node.host.evict_all_idle()
+        activations += 1
+        page = await rt.inspect.list_actors("scratch", limit=20)
+        assert {a.id: a.tenant for a in page.actors} == owners
+        assert all(a.schema_version == 1 for a in page.actors)
+        assert rt.node.host.activations == activations
+
+
 async def test_a_cursor_from_elsewhere_and_bad_parameters_are_invalid_request() -> None:
     """UI-1: a cursor of another listing, another cluster (id secret) or edited is
     invalid_request; so are an unknown namespace, a malformed id, an unknown table, a limit out
