@@ -109,6 +109,10 @@ async def test_sigkill_under_load_loses_no_acknowledged_write_and_applies_none_t
                     assert e.code.value in ("unavailable", "timeout"), e
                     await anyio.sleep(0.01)  # pace retries against a dead node; not a wait
                 if n == 30 and w == 0:
+                    # The supervisor is held (SIGSTOP) until the probe below has seen the outage:
+                    # it restarts a dead node at once, within a new interpreter's start.
+                    os.kill(cluster.proc.pid, signal.SIGSTOP)
+                    held.set()
                     os.kill(victim["pid"], signal.SIGKILL)
                     killed.set()
 
@@ -118,23 +122,30 @@ async def test_sigkill_under_load_loses_no_acknowledged_write_and_applies_none_t
             await killed.wait()
             # While the victim is down its actors answer unavailable. The writers' retries may
             # outlast a restart that is quick (a quarter of a second), so one call without
-            # retries is made the moment the process is gone, before the supervisor's new one
-            # can have started (an interpreter's start at the least).
-            await anyio.to_thread.run_sync(_wait_dead, victim["pid"])
-            t = next(t for t in tenants if owners[t] == victim["url"])
-            async with Client.from_data_dir(cluster.data, max_attempts=1) as once:
-                try:
-                    await once.call("tenant_quota", ids[t], QuotaUsage(), tenant_id=t)
-                    probed.append("answered")
-                except RpcError as e:
-                    probed.append(e.code.value)
+            # retries is made once the process is gone, the supervisor held meanwhile.
+            try:
+                await anyio.to_thread.run_sync(_wait_dead, victim["pid"])
+                t = next(t for t in tenants if owners[t] == victim["url"])
+                async with Client.from_data_dir(cluster.data, max_attempts=1) as once:
+                    try:
+                        await once.call("tenant_quota", ids[t], QuotaUsage(), tenant_id=t)
+                        probed.append("answered")
+                    except RpcError as e:
+                        probed.append(e.code.value)
+            finally:
+                os.kill(cluster.proc.pid, signal.SIGCONT)
             await anyio.to_thread.run_sync(cluster.wait_for, f"{victim['name']} back")
             back.set()
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(watcher)
-            for w in range(8):
-                tg.start_soon(writer, w)
+        held = anyio.Event()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watcher)
+                for w in range(8):
+                    tg.start_soon(writer, w)
+        finally:
+            if held.is_set():  # whatever failed, the supervisor runs again
+                os.kill(cluster.proc.pid, signal.SIGCONT)
 
         assert probed == ["unavailable"], "the killed node's actors should answer unavailable"
         new_pid = next(n for n in cluster.nodes() if n["name"] == victim["name"])["pid"]
