@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,29 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 
 COUNT = 16
 NS = BenchTicker.namespace
+
+
+async def _still_read_and_written(node: Node, oids: list[str]) -> None:
+    """What was shed is read or prepared again when needed: each actor runs its alarm's write
+    and reads it back."""
+    for oid in oids:
+        assert await node.fire_alarm_now(NS, oid)
+        assert await node.call(NS, oid, TickRead(), tenant_id="t_mem") == 1
+
+
+def _assert_within_bare(runtime: int, paths: list[Path], heap: Callable[[], int]) -> None:
+    """``runtime`` (the SQLite heap the open actors grew) is within 10% of what bare connections
+    to ``paths`` grow after the same read."""
+    before = heap()
+    bare = []
+    for path in paths:
+        conn = sqlite3.connect(path, isolation_level=None)
+        assert conn.execute("SELECT fired FROM ticks WHERE id = 1").fetchall() == [(1,)]
+        bare.append(conn)
+    bare_heap = heap() - before
+    for conn in bare:
+        conn.close()
+    assert runtime <= bare_heap * 1.1, (runtime / COUNT, bare_heap / COUNT)
 
 
 @pytest.mark.anyio
@@ -46,19 +70,8 @@ async def test_an_open_actor_holds_the_sqlite_heap_of_a_bare_connection(tmp_path
         runtime = heap() - before
         assert node.host.active_count == COUNT
         paths = [node.host.path_for(NS, oid) for oid in oids[1:]]
-        for oid in oids[1:]:  # what was shed is read or prepared again when needed
-            assert await node.fire_alarm_now(NS, oid)
-            assert await node.call(NS, oid, TickRead(), tenant_id="t_mem") == 1
-    before = heap()
-    bare = []
-    for path in paths:
-        conn = sqlite3.connect(path, isolation_level=None)
-        assert conn.execute("SELECT fired FROM ticks WHERE id = 1").fetchall() == [(1,)]
-        bare.append(conn)
-    bare_heap = heap() - before
-    for conn in bare:
-        conn.close()
-    assert runtime <= bare_heap * 1.1, (runtime / COUNT, bare_heap / COUNT)
+        await _still_read_and_written(node, oids[1:])
+    _assert_within_bare(runtime, paths, heap)
 
 
 @pytest.mark.anyio
@@ -137,16 +150,5 @@ async def test_an_actor_opened_ahead_holds_the_sqlite_heap_of_a_bare_connection(
             assert ahead is not None
             assert host.activate(BenchTicker, oid, create=False, ahead=ahead) is not None
         runtime = heap() - before
-        for oid in oids[1:]:  # what was shed is read or prepared again when needed
-            assert await node.fire_alarm_now(NS, oid)
-            assert await node.call(NS, oid, TickRead(), tenant_id="t_mem") == 1
-    before = heap()
-    bare = []
-    for path in paths[1:]:
-        conn = sqlite3.connect(path, isolation_level=None)
-        assert conn.execute("SELECT fired FROM ticks WHERE id = 1").fetchall() == [(1,)]
-        bare.append(conn)
-    bare_heap = heap() - before
-    for conn in bare:
-        conn.close()
-    assert runtime <= bare_heap * 1.1, (runtime / COUNT, bare_heap / COUNT)
+        await _still_read_and_written(node, oids[1:])
+    _assert_within_bare(runtime, paths[1:], heap)
