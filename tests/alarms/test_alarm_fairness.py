@@ -201,19 +201,13 @@ async def test_without_the_look_a_request_read_during_a_turn_waits_for_that_turn
     turn more."""
     monkeypatch.setattr(alarm_pool, "_others_ready", lambda loop, pool: None)
     node, clock = await _started(tmp_path, _turn_clock)
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)
     try:
-        served_after = await _served_after_alarm(
-            node, clock, lambda: theirs.send(b"r") and None,
-            lambda: asyncio.get_running_loop().sock_recv(ours, 1))
+        served_after = await _served_after_socket_request(node, clock)
         # The 10th alarm runs in the turn of alarms 9-12: served before the 13th runs (one more
         # for a turn's end that the float clock puts an alarm later).
         turn_end = -(-ARRIVES_AFTER // PER_TURN) * PER_TURN
         assert served_after and served_after[0] <= turn_end + 1, served_after
     finally:
-        ours.close()
-        theirs.close()
         await node.stop()
 
 
@@ -285,6 +279,19 @@ async def _served_after_alarm(node: Node, clock: MovableClock, arrive: Callable[
     return served_after
 
 
+async def _served_after_socket_request(node: Node, clock: MovableClock) -> list[int]:
+    """``_served_after_alarm`` with the request's bytes arriving on a socket, as a client's do."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    try:
+        return await _served_after_alarm(
+            node, clock, lambda: theirs.send(b"r") and None,
+            lambda: asyncio.get_running_loop().sock_recv(ours, 1))
+    finally:
+        ours.close()
+        theirs.close()
+
+
 @pytest.mark.anyio
 async def test_a_request_arriving_on_a_socket_during_a_turn_is_served_before_the_next_alarm(
         tmp_path: Path) -> None:
@@ -294,16 +301,9 @@ async def test_a_request_arriving_on_a_socket_during_a_turn_is_served_before_the
     answered before the next alarm starts, though the turn had three more alarms' time left.
     Before, it waited for the rest of the turn."""
     node, clock = await _started(tmp_path, _turn_clock)
-    ours, theirs = socket.socketpair()
-    ours.setblocking(False)
     try:
-        served_after = await _served_after_alarm(
-            node, clock, lambda: theirs.send(b"r") and None,
-            lambda: asyncio.get_running_loop().sock_recv(ours, 1))
-        assert served_after == [ARRIVES_AFTER]
+        assert await _served_after_socket_request(node, clock) == [ARRIVES_AFTER]
     finally:
-        ours.close()
-        theirs.close()
         await node.stop()
 
 

@@ -24,6 +24,16 @@ COUNT = 16
 NS = BenchTicker.namespace
 
 
+def _heap_and_settings(tmp_path: Path) -> tuple[Callable[[], int], RuntimeSettings]:
+    """SQLite's heap in use (skipped where this SQLite does not say it), and a node's settings
+    that keep every actor of the test open."""
+    heap = sqlite_heap_fn()
+    if heap is None:
+        pytest.skip("sqlite3_memory_used of the module's SQLite is not reachable here")
+    return heap, RuntimeSettings(data_dir=str(tmp_path), max_active_actors=COUNT + 4,
+                                 idle_ms=3_600_000)
+
+
 async def _still_read_and_written(node: Node, oids: list[str]) -> None:
     """What was shed is read or prepared again when needed: each actor runs its alarm's write
     and reads it back."""
@@ -52,11 +62,7 @@ async def test_an_open_actor_holds_the_sqlite_heap_of_a_bare_connection(tmp_path
     """Section 12 (memory per active actor), RT-9: 16 actors opened by a read and kept open grow
     SQLite's heap by no more than 16 bare connections to the same files after the same read
     (within 10%); each then runs its alarm handler's write and reads it back."""
-    heap = sqlite_heap_fn()
-    if heap is None:
-        pytest.skip("sqlite3_memory_used of the module's SQLite is not reachable here")
-    settings = RuntimeSettings(data_dir=str(tmp_path), max_active_actors=COUNT + 4,
-                               idle_ms=3_600_000)
+    heap, settings = _heap_and_settings(tmp_path)
     async with Node(settings, objects=(BenchTicker,)) as node:
         oids = [node.id_from_name(NS, ticker_name(i)) for i in range(COUNT + 1)]
         for oid in oids:
@@ -128,11 +134,7 @@ async def test_an_actor_opened_ahead_holds_the_sqlite_heap_of_a_bare_connection(
     opened ahead of their alarms (``connect_ahead``: the first read made there, and what it left
     cached shed there) grow SQLite's heap, once activated, by no more than as many bare
     connections after the same read (within 10%); each then runs its alarm handler's write."""
-    heap = sqlite_heap_fn()
-    if heap is None:
-        pytest.skip("sqlite3_memory_used of the module's SQLite is not reachable here")
-    settings = RuntimeSettings(data_dir=str(tmp_path), max_active_actors=COUNT + 4,
-                               idle_ms=3_600_000)
+    heap, settings = _heap_and_settings(tmp_path)
     async with Node(settings, objects=(BenchTicker,)) as node:
         host = node.host
         oids = [node.id_from_name(NS, ticker_name(i)) for i in range(COUNT + 1)]
