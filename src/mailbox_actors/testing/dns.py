@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -293,10 +294,20 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C in a terminal reaches the whole process group, this server with ``make run``'s
     # nodes: it ends as on SIGTERM (status 0, no traceback) while its parent stops in order.
     signal.signal(signal.SIGINT, _exit)
+    # A blocking read of stdin would miss a signal that lands just before it (the handler only
+    # runs between the interpreter's steps): the signal's wake-up byte ends the wait instead.
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
     with server:
         print(f"PORT {server.port}", flush=True)
         try:
-            sys.stdin.read()  # until the parent closes our stdin, or dies
+            while True:  # until the parent closes our stdin, or dies; or a signal's handler exits
+                ready, _, _ = select.select([sys.stdin, woken], [], [])
+                if woken in ready:
+                    os.read(woken, 64)  # the handler runs at the next step
+                if sys.stdin in ready and not os.read(sys.stdin.fileno(), 4096):
+                    break
         except (ValueError, OSError):
             pass
         finally:
