@@ -201,12 +201,12 @@ def first_answer_ms(proc: subprocess.Popen[bytes], spawned: float, port: int) ->
             time.sleep(_POLL_S)
 
 
-def burst(port: int, n: int, lead_ms: int) -> tuple[float, list[int]]:
-    """N tickers touched once each with their alarm at one instant; (fired/s, lateness ms)."""
+def made_with_alarm(port: int, n: int, lead_ms: int) -> int:
+    """N tickers made, then touched once each with their alarm at one instant, ahead by
+    ``lead_ms`` and 1.5x the time the making took (the touches are writes too); the instant."""
     t = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the population, as ours makes it
         list(pool.map(lambda i: get(port, f"/init?i={i}&at=0"), range(n)))
-    # The touches are writes (the alarm) as the population's were: give them 1.5x that time.
     lead_ms += int((time.perf_counter() - t) * 1500)
     at = time.time_ns() // 1_000_000 + lead_ms
     with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the burst's touch, once each
@@ -214,6 +214,12 @@ def burst(port: int, n: int, lead_ms: int) -> tuple[float, list[int]]:
     if time.time_ns() // 1_000_000 > at - 100:
         raise RuntimeError(f"touching {n:,} objects took longer than the lead ({lead_ms} ms): "
                            "give a larger --lead-ms")
+    return at
+
+
+def burst(port: int, n: int, lead_ms: int) -> tuple[float, list[int]]:
+    """N tickers touched once each with their alarm at one instant; (fired/s, lateness ms)."""
+    at = made_with_alarm(port, n, lead_ms)
     time.sleep((at - time.time_ns() // 1_000_000) / 1000 + 0.5)
     last: dict[int, int] = {}
     deadline = time.perf_counter() + 120
@@ -260,15 +266,7 @@ def cold_burst(peer: str, modules: Path, work: Path, n: int, lead_ms: int,
         proc = spawn(peer, modules, port, storage)
         try:
             first_answer_ms(proc, spawned, port)
-            t = time.perf_counter()
-            with concurrent.futures.ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda i: get(port, f"/init?i={i}&at=0"), range(n)))
-            at = time.time_ns() // 1_000_000 + lead_ms + int((time.perf_counter() - t) * 1500)
-            with concurrent.futures.ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda i: get(port, f"/init?i={i}&at={at}"), range(n)))
-            if time.time_ns() // 1_000_000 > at - 100:
-                raise RuntimeError(f"touching {n:,} objects took longer than the lead "
-                                   f"({lead_ms} ms): give a larger --lead-ms")
+            at = made_with_alarm(port, n, lead_ms)
         finally:
             stop(proc)  # before T: nothing fired, nothing stays in memory
         time.sleep(max(0.0, (at - time.time_ns() // 1_000_000) / 1000) + 0.5)

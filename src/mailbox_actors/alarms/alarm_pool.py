@@ -319,7 +319,6 @@ def _turn_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     return clock
 
 
-
 def _others_ready(loop: asyncio.AbstractEventLoop, pool: AlarmPool) -> Callable[[], bool] | None:
     """Whether anything but the pool waits for the loop to run it: a handle ready (the pool's
     own look aside), a timer due, or a descriptor ready to read or write (the loop's self-pipe,

@@ -102,7 +102,7 @@ class AlarmScheduler:
         # What the real-time loop's pool measures its turns by (None: the loop's time); a test
         # makes a turn a number of alarms with it.
         self.turn_clock: Callable[[], float] | None = None
-        # The real-time loop's pool's ``resume`` while it runs: what an alarm that waited
+        # The real-time loop's pool's ``take_turn`` while it runs: what an alarm that waited
         # outside the loop awaits before going on (``AlarmRunner.fire_alarm``'s ``turn``).
         self._turn: Callable[[], Awaitable[None]] | None = None
 

@@ -72,13 +72,15 @@ def check_limit(limit: int | None, field: str = "limit") -> int:
 
 
 class _Listed:
-    """One listed file: its id, size, the signature its remembered meta holds for, the meta."""
+    """One listed file: its id, path, size, the signature its remembered meta holds for, the
+    meta."""
 
-    __slots__ = ("meta", "oid", "signature", "size")
+    __slots__ = ("meta", "oid", "path", "signature", "size")
 
-    def __init__(self, oid: str, size: int, signature: tuple[int, int, int, int],
+    def __init__(self, oid: str, path: Path, size: int, signature: tuple[int, int, int, int],
                  meta: dict[str, str] | None) -> None:
         self.oid = oid
+        self.path = path
         self.size = size
         self.signature = signature
         self.meta = meta
@@ -245,14 +247,14 @@ class Inspector:
                 signature = (size, mtime_ns, -1, -1)
             known = self._metas.get((namespace, oid))
             meta = known[1] if known is not None and known[0] == signature else None
-            out.append(_Listed(oid, size, signature, meta))
+            out.append(_Listed(oid, path, size, signature, meta))
         return out
 
     async def _read_metas(self, namespace: str, page: list[_Listed]) -> None:
         """The metas of ``page`` not remembered, read from the files ``_META_READERS`` at a time:
         each is an open of a WAL file (its shared-memory file made and mapped) and two reads,
-        waits SQLite and the kernel take without the GIL, so a page of files no listing read yet
-        takes about half the time it took one after another. Remembered here, on the loop."""
+        waits SQLite and the kernel take without the GIL (a page of 50 files no listing read yet:
+        p50 35-36 ms against 40-44 one after another, quiet). Remembered here, on the loop."""
         limiter = self._meta_readers
         if limiter is None:
             limiter = self._meta_readers = anyio.CapacityLimiter(_META_READERS)
@@ -261,9 +263,8 @@ class Inspector:
                 self._metas.move_to_end((namespace, f.oid))
 
         async def read(f: _Listed) -> None:
-            path = self._host.path_for(namespace, f.oid)
             try:
-                meta = await anyio.to_thread.run_sync(read_meta, path, limiter=limiter)
+                meta = await anyio.to_thread.run_sync(read_meta, f.path, limiter=limiter)
             except MailboxActorsError:
                 f.meta = {}  # damaged or busy: listed with what the node knows, read again
                 return
