@@ -7,6 +7,7 @@ timer), and what is checked is where they went and that the caller process ends 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -14,7 +15,13 @@ import anyio
 import pytest
 
 from mailbox_actors.bench.actors import BenchTicker, TickInit, ticker_name
-from mailbox_actors.bench.request_stream import request_stream
+from mailbox_actors.bench.request_stream import (
+    LOOP_ENV,
+    on_loop,
+    request_stream,
+    served_loop_name,
+)
+from mailbox_actors.http.server import loop_backend_options
 from mailbox_actors.node import Node
 from mailbox_actors.runtime.settings import RuntimeSettings
 
@@ -41,6 +48,26 @@ async def test_an_outside_caller_fills_each_phase_and_ends_with_the_stream(tmp_p
     """Issue 28's request stream: the caller's reads of ticker 0 answer, each timed (a positive
     number of milliseconds) into the phase that was last when it was answered; once the stream
     is stopped no request is counted any more and the caller's process has exited."""
+    await _two_phases(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_the_stream_runs_on_the_loop_serve_runs_a_node_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28's figure is measured where users run a node (ADR 0023): ``on_loop`` runs the
+    measurement on the loop ``serve`` uses (uvloop where importable), in a thread of its own,
+    and the stream and its caller process work there as on asyncio's loop; ``bench
+    --stream-loop asyncio`` keeps it on asyncio's."""
+    monkeypatch.delenv(LOOP_ENV, raising=False)
+    loop = served_loop_name()
+    assert loop == ("uvloop" if loop_backend_options() else "asyncio")
+    assert await on_loop(loop, _two_phases, tmp_path) == loop
+    monkeypatch.setenv(LOOP_ENV, "asyncio")  # bench --stream-loop asyncio
+    assert served_loop_name() == "asyncio"
+
+
+async def _two_phases(tmp_path: Path) -> str:
+    """A node with ticker 0 and the stream into two phases, checked; the running loop's kind."""
     node = Node(RuntimeSettings(data_dir=str(tmp_path)), objects=(BenchTicker,))
     await node.start()
     try:
@@ -64,6 +91,8 @@ async def test_an_outside_caller_fills_each_phase_and_ends_with_the_stream(tmp_p
         assert set(_children()) <= children_before  # the caller has exited (and was waited for)
     finally:
         await node.stop()
+    module = type(asyncio.get_running_loop()).__module__
+    return "uvloop" if module.startswith("uvloop") else "asyncio"
 
 
 def _children() -> list[int]:

@@ -9,6 +9,7 @@ status is 1 only when a measurement could not be made.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from mailbox_actors.bench.inspect_figures import INSPECT_FIGURES, inspect_figure
 from mailbox_actors.bench.machines_figures import MACHINES_FIGURES, machines_figures
 from mailbox_actors.bench.post_figures import POST_FIGURES, post_figures
 from mailbox_actors.bench.postgres_figures import POSTGRES_FIGURES, postgres_figures
+from mailbox_actors.bench.request_stream import LOOP_ENV
 from mailbox_actors.bench.restart_figures import RESTART_FIGURES, restart_figures
 from mailbox_actors.bench.runtime_figures import cold_activation, state_changes
 from mailbox_actors.bench.search_figures import SEARCH_FIGURES, search_figures
@@ -134,6 +136,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="+", metavar="FIGURE", choices=ALL_FIGURES,
                         help="measure only these figures (their groups run as in a whole run, "
                              "each in a fresh process of its own; choices: %(choices)s)")
+    parser.add_argument("--stream-loop", choices=("served", "asyncio"), default="served",
+                        help="the loop of the alarm burst with a request stream "
+                             "(request_p99_during_alarm_burst_ms, request_p99_idle_ms and "
+                             "alarms_fired_per_s): the one serve runs a node on (uvloop where "
+                             "importable; the default), or asyncio's own, as records before "
+                             "session 15 measured them")
     parser.add_argument("--dir", metavar="DIR",
                         help="make the scratch directory under DIR (default: the system's "
                              "temporary directory); it is removed afterwards")
@@ -208,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     sizes = QUICK if args.quick else FULL
+    if args.stream_loop == "asyncio":
+        os.environ[LOOP_ENV] = "asyncio"  # read in the group's process (ticker_figures)
     want = frozenset(args.only or ALL_FIGURES)
     progress = Progress()
     progress.say(f"bench: {sizes.name} run of {len(want)} figure(s)")

@@ -11,24 +11,45 @@ for the GIL, which no network client does.)
 
 ``phases`` is a list of lists: each answer's milliseconds go into the last one, so a measurement
 switches phase by appending a list, with the same caller, node and actor throughout.
+
+``on_loop`` runs a measurement on the loop a served node runs on (``serve`` and ``machine``:
+uvloop where it is importable, ``http.server.loop_backend_options``), in a thread of its own while
+the bench's own loop (asyncio's) waits: the pool's look at what else waits for the loop is the
+loop's own (ADR 0023), so the figure is measured where users run it. ``LOOP_ENV`` set to
+"asyncio" keeps it on asyncio's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
+from anyio.from_thread import start_blocking_portal
 
 from mailbox_actors.bench.actors import BenchTicker, TickRead, ticker_name
+from mailbox_actors.http.server import loop_backend_options
 from mailbox_actors.node import Node
 
-__all__ = ["PAUSE_S", "request_stream"]
+__all__ = ["IDLE_STREAM_S", "LOOP_ENV", "PAUSE_S", "on_loop", "request_stream",
+           "served_loop_name"]
 
 PAUSE_S = 0.002  # the caller's pause between an answer and its next request
+# The idle phase's length: about 2,600 requests at PAUSE_S. Over 2 s (about 900) the idle p99,
+# the 9th slowest request, moved by half from run to run.
+IDLE_STREAM_S = 6.0
+
+# Set to "asyncio" (``bench --stream-loop asyncio``), the stream's phase runs on asyncio's own
+# loop, in the bench's thread, as before session 15 (to compare with earlier records).
+LOOP_ENV = "MAILBOX_ACTORS_BENCH_LOOP"
+
+T = TypeVar("T")
 
 _STAMP = struct.Struct("d")
 # The caller: send the time, read the answer's time, pause, again; ends when the node closes.
@@ -85,3 +106,22 @@ async def request_stream(node: Node, tenant_id: str, phases: list[list[float]],
         if caller.returncode is None:
             caller.kill()
             await caller.wait()
+
+
+async def on_loop(loop: str, fn: Callable[..., Awaitable[T]], *args: object) -> T:
+    """``fn(*args)`` run to its end on ``loop`` (``served_loop_name``): "asyncio" in the caller's
+    own loop, "uvloop" on a loop of that kind in a thread of its own (the caller's loop waits
+    meanwhile, its thread asleep); cancelled with the caller (a bench interrupted), it is
+    cancelled there, and its cleanup has run when this returns."""
+    if loop == "asyncio":
+        return await fn(*args)
+    with start_blocking_portal("asyncio", loop_backend_options(), name="served-loop") as portal:
+        return await asyncio.wrap_future(portal.start_task_soon(fn, *args))
+
+
+def served_loop_name() -> str:
+    """The loop a served node runs on (``serve``, ``machine``): "uvloop" where it is importable,
+    else "asyncio"; "asyncio" too when ``LOOP_ENV`` says so."""
+    if os.environ.get(LOOP_ENV) == "asyncio" or not loop_backend_options():
+        return "asyncio"
+    return "uvloop"

@@ -25,7 +25,13 @@ import msgspec
 from mailbox_actors.bench.actors import REARM_MS, BenchTicker, TickInit, ticker_name
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
 from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
-from mailbox_actors.bench.request_stream import PAUSE_S, request_stream
+from mailbox_actors.bench.request_stream import (
+    IDLE_STREAM_S,
+    PAUSE_S,
+    on_loop,
+    request_stream,
+    served_loop_name,
+)
 from mailbox_actors.node import Node
 from mailbox_actors.node.loop_stalls import LoopStalls
 from mailbox_actors.platform.clock import SystemClock
@@ -187,16 +193,12 @@ async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
     return lateness, fired, done
 
 
-# The request stream's idle phase: before the burst, on the same node, nothing due.
-_IDLE_STREAM_S = 2.0
-
-
 async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
                       stream: tuple[list[float], list[float]] | None = None,
                       ) -> tuple[float, int, bool, int]:
     """Every alarm overdue at once; returns (fired/s, fired, all fired, activations). Without
     ``stream`` they are overdue when the node starts. With it, an outside caller's requests
-    (``request_stream``) run first for ``_IDLE_STREAM_S`` on the started node with nothing due
+    (``request_stream``) run first for ``IDLE_STREAM_S`` on the started node with nothing due
     (their latencies into ``stream[1]``), then the node's clock moves past every alarm and the
     same caller's requests go on while the burst fires (into ``stream[0]``)."""
     n = sizes.alarm_actors
@@ -219,7 +221,7 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
                 phases: list[list[float]] = [stream[1]]
                 tg.start_soon(request_stream, node, TENANT, phases, ended)
                 with _stalls_recorded("idle"):
-                    await anyio.sleep(_IDLE_STREAM_S)
+                    await anyio.sleep(IDLE_STREAM_S)
                 phases.append(stream[0])
                 clock.offset_ms = past - _real_ms()
                 sched.book.wake_if_before(0)  # the loop looks now, not at its next wait's end
@@ -357,7 +359,11 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
     single = _raw_rates(paths[:quarter], progress)
     pooled = _raw_rates(paths[quarter:half], progress, threads)
     stream: tuple[list[float], list[float]] = ([], [])
-    per_s, fired, done, activations = await _throughput(data, first, sizes, progress, stream)
+    # On the loop a served node runs on (uvloop), where the pool's look is that loop's own;
+    # on asyncio's while the loop's stalls are recorded (LoopStalls watches that loop only).
+    loop = "asyncio" if os.environ.get("MAILBOX_ACTORS_LOOP_STALLS") else served_loop_name()
+    per_s, fired, done, activations = await on_loop(loop, _throughput, data, first, sizes,
+                                                    progress, stream)
     single += _raw_rates(paths[half:half + quarter], progress)
     pooled += _raw_rates(paths[half + quarter:], progress, threads)
     raw = max(median(single), median(pooled))
@@ -365,11 +371,11 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
     return [
         figure("alarms_fired_per_s", per_s, "alarms/s", goal=Goal("ratio_at_least", 0.6),
                limit=raw,
-               note=f"{scale}, all overdue at node start; at most {sizes.max_active:,} open"
-                    f"{cut}; limit = raw open + write + close of evicted actors' files, the "
-                    f"better of one file at a time and {threads} at once (the node opens and "
-                    f"closes files in up to {threads} worker threads, file_threads, its commits "
-                    "on the event loop)"),
+               note=f"{scale}, all overdue at once, the node on {loop}'s loop; at most "
+                    f"{sizes.max_active:,} open{cut}; limit = raw open + write + close of "
+                    f"evicted actors' files, the better of one file at a time and {threads} at "
+                    f"once (the node opens and closes files in up to {threads} worker threads, "
+                    "file_threads, its commits on the event loop)"),
         figure("raw_open_write_close_per_s", raw, "tx/s",
                note=f"the better of two medians of chunks over {len(paths):,} actor files: "
                     f"one thread {median(single):,.0f}/s ({len(single)} chunks), {threads} "
@@ -380,12 +386,13 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
                     "not locking_mode=EXCLUSIVE, which the runtime cannot use (ADR 0012)"),
         figure("request_p99_during_alarm_burst_ms", percentile(stream[0], 99), "ms",
                goal=Goal("ratio_at_most", 3), limit=percentile(stream[1], 99),
-               note=f"an outside caller (a process of its own, over a socket pair) reading one "
+               note=f"the node on {loop}'s loop (as serve runs it); an outside caller (a process "
+                    f"of its own, over a socket pair) reading one "
                     f"actor, one request after another with {PAUSE_S * 1000:g} ms between, each "
                     f"timed from its sending to its answer, while the {scale} fire "
                     f"({len(stream[0]):,} requests, p50 {percentile(stream[0], 50):.2f} ms, max "
                     f"{max(stream[0], default=math.nan):.1f} ms); the limit is the same caller's "
-                    f"p99 on the same node in the {_IDLE_STREAM_S:g} s before, nothing due "
+                    f"p99 on the same node in the {IDLE_STREAM_S:g} s before, nothing due "
                     f"({len(stream[1]):,} requests, p50 {percentile(stream[1], 50):.2f} ms)"),
         figure("request_p99_idle_ms", percentile(stream[1], 99), "ms",
                note="the request stream's p99 with no alarm due (the limit above)"),
