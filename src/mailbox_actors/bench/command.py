@@ -216,8 +216,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     sizes = QUICK if args.quick else FULL
-    if args.stream_loop == "asyncio":
-        os.environ[LOOP_ENV] = "asyncio"  # read in the group's process (ticker_figures)
+    # Read in the group's process (ticker_figures), set either way: a variable left in the shell
+    # does not choose for the flag.
+    os.environ[LOOP_ENV] = args.stream_loop
     want = frozenset(args.only or ALL_FIGURES)
     progress = Progress()
     progress.say(f"bench: {sizes.name} run of {len(want)} figure(s)")

@@ -45,8 +45,9 @@ PAUSE_S = 0.002  # the caller's pause between an answer and its next request
 # the 9th slowest request, moved by half from run to run.
 IDLE_STREAM_S = 6.0
 
-# Set to "asyncio" (``bench --stream-loop asyncio``), the stream's phase runs on asyncio's own
-# loop, in the bench's thread, as before session 15 (to compare with earlier records).
+# ``bench --stream-loop``'s choice, for its groups' processes: "asyncio", the stream's phase
+# runs on asyncio's own loop, in the bench's thread, as before session 15 (to compare with
+# earlier records); "served" (or unset), on the loop ``serve`` runs a node on.
 LOOP_ENV = "MAILBOX_ACTORS_BENCH_LOOP"
 
 T = TypeVar("T")
