@@ -15,6 +15,7 @@ import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -23,6 +24,7 @@ import actors_for_tests as afs
 from actors_for_tests import Scratch
 from mailbox_actors.alarms import alarm_pool
 from mailbox_actors.alarms.alarm_pool import TURN_S, AlarmPool
+from mailbox_actors.alarms.book import AlarmBook
 from mailbox_actors.node import Node
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.runtime.actor import AlarmInfo
@@ -42,6 +44,20 @@ class MovableClock(SystemClock):
 
     def now_ms(self) -> int:
         return super().now_ms() + self.offset_ms
+
+
+try:
+    import uvloop  # noqa: F401
+    _LOOPS = [("asyncio", {}), ("asyncio", {"use_uvloop": True})]
+except ImportError:  # uvloop is optional: the node falls back to asyncio's own loop
+    _LOOPS = [("asyncio", {})]
+
+
+@pytest.fixture(params=_LOOPS, ids=[("uvloop" if o else "asyncio") for _, o in _LOOPS])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """Both loops a node runs on: asyncio's, and uvloop's, which ``serve`` and ``machine`` use
+    (ADR 0023)."""
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True)
@@ -353,3 +369,35 @@ async def test_work_that_takes_a_turn_waits_for_a_request_ready_to_run(tmp_path:
         tg.start_soon(index_writes)
         tg.start_soon(request)
     assert order == ["request", "index writes"]
+
+
+@pytest.mark.anyio
+async def test_the_look_sees_a_request_waiting_on_a_socket_and_leaves_it_to_the_loop() -> None:
+    """Issue 28, ADR 0023, on both loops (uvloop's is the one ``serve`` runs): the pool's look
+    between two alarms finds nothing else waiting for the loop while nothing is, and a request
+    as soon as its bytes wait on a socket the loop watches; looking consumes nothing, the loop
+    still reads them. On uvloop the look was missing (turns ended by the clock alone)."""
+
+    async def no_alarms(until: float, clock: Callable[[], float]) -> None:
+        raise AssertionError("no alarm is queued")
+
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    try:
+        async with anyio.create_task_group() as tg:
+            pool = AlarmPool(no_alarms, tg, 4, deque(), set(), clock=lambda: 0.0)
+            look = pool._others_ready
+            assert look is not None
+            received = loop.create_task(loop.sock_recv(ours, 1))  # the loop watches ``ours``
+            for _ in range(3):  # the task's first step, the loop's next poll, and one more
+                await asyncio.sleep(0)
+            assert not look()
+            theirs.send(b"r")
+            assert look()
+            assert await received == b"r"
+            assert not look()
+            pool.stop(AlarmBook(lambda: 0))
+    finally:
+        ours.close()
+        theirs.close()

@@ -35,8 +35,11 @@ turn's opening waits, a round at a time, until nothing else is ready (or the loo
 has used a turn's time since: alarms are never starved either). An alarm that waited outside the
 loop (an evicted actor's file opened in a thread) takes a turn before its activation
 (``take_turn``, the runner's ``turn``): opens finishing together used to resume together, in one
-round ahead of a request (5-25 activations, up to 10 ms, measured). The look reads asyncio's
-private queues; on another loop (uvloop) turns end by the clock alone.
+round ahead of a request (5-25 activations, up to 10 ms, measured). The look reads the loop's
+private queues, asyncio's or uvloop's (``_others_ready``); on any other loop turns end by the
+clock alone. On uvloop the rounds fall the same way: libuv polls after the round's ready
+handles, and a request's bytes read there wake its task behind the poll's round (``_after_poll``),
+ahead of the turn's opening a round later.
 
 **The young generation is collected between turns** (``YOUNG_EVERY_S``): CPython starts a young
 pass when allocations outnumber deallocations by 700, and in a burst on evicted actors every
@@ -51,12 +54,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import os
 import select
 import selectors
 import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 import anyio.abc
 
@@ -84,9 +89,10 @@ class AlarmPool:
     whole pool shares; ``clock`` measures the turns (by default the loop thread's CPU, or a
     quarter of the clock's time when that is more)."""
 
-    __slots__ = ("_check_at", "_clock", "_concurrency", "_ended_at", "_fire", "_idle", "_loop",
-                 "_next_turn", "_others_ready", "_queue", "_resuming", "_running", "_starting",
-                 "_tg", "_turn_ends", "_waiting", "_workers", "_young_at")
+    __slots__ = ("_check_at", "_clock", "_close_look", "_concurrency", "_ended_at", "_fire",
+                 "_idle", "_loop", "_next_turn", "_others_ready", "_queue", "_resuming",
+                 "_running", "_starting", "_tg", "_turn_ends", "_waiting", "_workers",
+                 "_young_at")
 
     def __init__(self, fire: Callable[[float, Callable[[], float]], Awaitable[None]],
                  tg: anyio.abc.TaskGroup,
@@ -114,7 +120,9 @@ class AlarmPool:
         self._check_at: asyncio.Handle | None = None  # a look after the running worker's step
         self._young_at = 0.0  # the loop's time of the next young collection (at a turn's opening)
         self._ended_at = 0.0  # ``clock`` when the last turn ended (the loop's round began)
-        self._others_ready = _others_ready(self._loop, self)
+        look = _others_ready(self._loop, self)
+        self._others_ready: Callable[[], bool] | None = None if look is None else look[0]
+        self._close_look = _nothing if look is None else look[1]
 
     def hand_out(self, keys: list[Key]) -> None:
         """Queue due keys (in order) and get a worker onto them (the turn's own ``_check`` adds
@@ -302,6 +310,8 @@ class AlarmPool:
         for starter in self._starting:
             starter.cancel()
         self._next_turn = self._check_at = None
+        self._others_ready = None  # turns end by the clock from here (workers being cancelled)
+        self._close_look()
         self._idle.clear()
         self._waiting.clear()
         self._resuming.clear()
@@ -319,15 +329,42 @@ def _turn_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     return clock
 
 
-def _others_ready(loop: asyncio.AbstractEventLoop, pool: AlarmPool) -> Callable[[], bool] | None:
-    """Whether anything but the pool waits for the loop to run it: a handle ready (the pool's
-    own look aside), a timer due, or a descriptor ready to read or write (the loop's self-pipe,
-    which threads write to hand back their work, aside). None where the loop is not asyncio's
-    own selector loop (uvloop): its queue cannot be seen, and turns end by the clock alone.
+class _Look(NamedTuple):
+    """What the pool reads to see whether anything else waits for the loop: its queue of ready
+    handles, whether a timer is due, and whether a descriptor is ready (other than the loop's
+    own wake-up by threads); ``close`` lets go of what the look holds open."""
 
-    It reads asyncio's private ``_ready``, ``_scheduled``, ``_selector`` and ``_ssock``
-    (Python 3.11), each checked here once; the selector is polled with a zero timeout, which
-    consumes nothing (asyncio registers level-triggered)."""
+    ready: deque[object]
+    timer_due: Callable[[], bool]
+    io_ready: Callable[[], bool]
+    close: Callable[[], None]
+
+
+def _others_ready(loop: asyncio.AbstractEventLoop, pool: AlarmPool,
+                  ) -> tuple[Callable[[], bool], Callable[[], None]] | None:
+    """Whether anything but the pool waits for the loop to run it: a handle ready (the pool's
+    own look aside), a timer due, or a descriptor ready to read or write (the loop's wake-up by
+    threads aside: what a thread hands back is in the ready queue already); and how to close
+    the look. None where the loop is neither asyncio's selector loop nor uvloop's, or does not
+    look as expected: turns then end by the clock alone."""
+    look = _asyncio_look(loop) or _uvloop_look(loop)
+    if look is None:
+        return None
+    ready, timer_due, io_ready = look.ready, look.timer_due, look.io_ready
+
+    def others_ready() -> bool:
+        n = len(ready)
+        if n > 1 or (n == 1 and ready[0] is not pool._check_at):
+            return True
+        return timer_due() or io_ready()
+
+    return others_ready, look.close
+
+
+def _asyncio_look(loop: asyncio.AbstractEventLoop) -> _Look | None:
+    """asyncio's selector loop: its private ``_ready``, ``_scheduled``, ``_selector`` and
+    ``_ssock`` (Python 3.11), each checked here once; the selector is polled with a zero
+    timeout, which consumes nothing (asyncio registers level-triggered)."""
     ready = getattr(loop, "_ready", None)
     timers = getattr(loop, "_scheduled", None)
     selector = getattr(loop, "_selector", None)
@@ -338,25 +375,89 @@ def _others_ready(loop: asyncio.AbstractEventLoop, pool: AlarmPool) -> Callable[
     own_fd = ssock.fileno() if isinstance(ssock, socket.socket) else -1
     epoll = getattr(selector, "_selector", None)
     now = loop.time
+
+    def timer_due() -> bool:
+        return bool(timers) and timers[0].when() <= now()
+
     io_ready: Callable[[], bool]
     if isinstance(selector, selectors.EpollSelector) and isinstance(epoll, select.epoll):
-        poll = epoll.poll
-
-        def io_ready() -> bool:
-            events = poll(0, 2)  # two at most: one of them not the self-pipe, if two
-            return len(events) > 1 or (len(events) == 1 and events[0][0] != own_fd)
+        io_ready = _epoll_ready(epoll, frozenset((own_fd,)))
     else:
         peek = selector.select
 
         def io_ready() -> bool:
             return any(key.fd != own_fd for key, _ in peek(0))
 
-    def others_ready() -> bool:
-        n = len(ready)
-        if n > 1 or (n == 1 and ready[0] is not pool._check_at):
-            return True
-        if timers and timers[0].when() <= now():
-            return True
-        return io_ready()
+    return _Look(ready, timer_due, io_ready, _nothing)
 
-    return others_ready
+
+def _uvloop_look(loop: asyncio.AbstractEventLoop) -> _Look | None:
+    """uvloop's loop (Linux): its ready queue is a private field of the compiled loop, found as
+    the one deque among the loop's references (``gc.get_referents``) and checked to be the
+    queue by a handle scheduled into it; the descriptors by libuv's epoll set
+    (``_get_backend_id``), polled through a duplicate with a zero timeout, which consumes nothing
+    because libuv registers level-triggered (checked here in the set's ``/proc`` listing: a
+    registration edge-triggered or one-shot, and there is no look). The loop's wake-up by
+    threads, libuv's eventfd, is left aside as asyncio's self-pipe is. Timers are libuv's and
+    cannot be seen: a due one runs at the start of the loop's next round, after the turn under
+    way."""
+    backend = getattr(loop, "_get_backend_id", None)
+    if backend is None or not hasattr(select, "epoll"):
+        return None
+    queues = [ref for ref in gc.get_referents(loop) if type(ref) is deque]
+    if len(queues) != 1:
+        return None
+    ready: deque[object] = queues[0]
+    probe = loop.call_soon(_nothing)
+    probe.cancel()
+    if not ready or ready[-1] is not probe:
+        return None
+    epfd = backend()
+    registered = _epoll_registrations(epfd)
+    if registered is None or any(events & _NOT_LEVEL for events in registered.values()):
+        return None
+    wake_fds = frozenset(fd for fd in registered if _is_eventfd(fd))
+    epoll = select.epoll.fromfd(os.dup(epfd))
+    return _Look(ready, _never, _epoll_ready(epoll, wake_fds), epoll.close)
+
+
+# Flags that would make a look at the epoll set consume what it sees.
+_NOT_LEVEL = getattr(select, "EPOLLET", 1 << 31) | getattr(select, "EPOLLONESHOT", 1 << 30)
+
+
+def _epoll_registrations(epfd: int) -> dict[int, int] | None:
+    """The descriptors in the epoll set ``epfd`` and their registered events (Linux's
+    ``/proc/self/fdinfo``), or None where that cannot be read."""
+    try:
+        with open(f"/proc/self/fdinfo/{epfd}") as f:
+            lines = [line.split() for line in f if line.startswith("tfd:")]
+        return {int(parts[1]): int(parts[3], 16) for parts in lines}
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _is_eventfd(fd: int) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"
+    except OSError:
+        return False
+
+
+def _epoll_ready(epoll: select.epoll, own_fds: frozenset[int]) -> Callable[[], bool]:
+    """Whether a descriptor in ``epoll`` besides ``own_fds`` is ready: a zero-timeout poll."""
+    poll = epoll.poll
+
+    def io_ready() -> bool:
+        # At most one event more than the loop's own descriptors: one of them is another's.
+        events = poll(0, len(own_fds) + 1)
+        return any(fd not in own_fds for fd, _ in events)
+
+    return io_ready
+
+
+def _never() -> bool:
+    return False
+
+
+def _nothing() -> None:
+    pass
