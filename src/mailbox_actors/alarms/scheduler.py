@@ -112,6 +112,10 @@ class AlarmScheduler:
     def pending_count(self) -> int:
         return self.book.pending_count
 
+    def queued(self) -> int:
+        """Due alarms handed out and waiting for a worker (a burst's rest)."""
+        return len(self._queue)
+
     def pending(self, key: Key) -> int | None:
         e = self.book.entries.get(key)
         return None if e is None else e.at

@@ -117,8 +117,9 @@ def _upgraded(storage: RuntimeStorage, tx: SqlStorage, stamp: bool, source: str)
 class Activation:
     """A live actor: its object, context, storage, gate and owner, and what the host counts."""
 
-    __slots__ = ("actor", "alarm_running", "closed", "cls", "ctx", "gate", "id", "key",
-                 "last_used_ms", "namespace", "owner", "pending", "runtime_storage", "starting")
+    __slots__ = ("actor", "alarm_only", "alarm_running", "closed", "cls", "ctx", "gate", "id",
+                 "key", "last_used_ms", "namespace", "owner", "pending", "runtime_storage",
+                 "starting")
 
     def __init__(self, opener: Opener, object_id: str, storage: RuntimeStorage, owner: Owner,
                  gate: InputGate, ctx: ActorContext) -> None:
@@ -134,6 +135,9 @@ class Activation:
         self.pending = 0  # requests and alarm runs admitted and not finished (RT-10)
         self.alarm_running = False
         self.closed = False
+        # Opened for an alarm and no request admitted since (the host closes such an actor after
+        # its run while other alarms wait: ``ActorHost.fire_alarm``).
+        self.alarm_only = False
         self.last_used_ms = 0
         self.starting = opener.starts  # its start hook is to run
 

@@ -10,10 +10,11 @@ from collections.abc import Iterable
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
 from mailbox_actors.runtime.activation import Activation
 
-__all__ = ["bound_victims", "idle_victims"]
+__all__ = ["bound_victims", "due_soon", "idle_victims"]
 
 
-def _due_soon(act: Activation, soon_ms: int) -> bool:
+def due_soon(act: Activation, soon_ms: int) -> bool:
+    """The actor's stored alarm is due by ``soon_ms`` (it would be opened again for it)."""
     try:
         alarm = act.runtime_storage.stored_alarm()
     except (StorageCorrupt, StorageUnavailable):
@@ -36,7 +37,7 @@ def idle_victims(by_last_use: Iterable[Activation], now_ms: int, idle_ms: int,
         if act.last_used_ms > cutoff:
             break  # ordered by last use: the rest are younger
         if act.idle:
-            (kept if _due_soon(act, soon) else victims).append(act)
+            (kept if due_soon(act, soon) else victims).append(act)
     return victims, kept
 
 
@@ -44,14 +45,14 @@ def bound_victims(by_last_use: Iterable[Activation], excess: int, keep: Activati
                   soon_ms: int) -> list[Activation]:
     """Up to ``excess`` idle actors, least recently used first, those due by ``soon_ms`` last."""
     victims: list[Activation] = []
-    due_soon: list[Activation] = []
+    due: list[Activation] = []
     for act in by_last_use:
         if act is keep or not act.idle:
             continue
-        if _due_soon(act, soon_ms):
-            due_soon.append(act)
+        if due_soon(act, soon_ms):
+            due.append(act)
             continue
         victims.append(act)
         if len(victims) >= excess:
             break
-    return (victims + due_soon)[:excess]
+    return (victims + due)[:excess]
