@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from actors_for_tests import TENANT, Dump, Init, Put, Scratch
+import actors_for_tests as afs
+from actors_for_tests import TENANT, Dump, Init, Put, Run, Scratch
 from mailbox_actors.node.node import Node
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.platform.services import Services
@@ -114,3 +116,51 @@ async def test_cl10_nothing_commits_once_the_lease_no_longer_serves(tmp_path: Pa
         lease.ok = True  # renewed at the same epoch (CL-17): writes go through again
         await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
         assert (await node.call("scratch", oid, Dump(), tenant_id=TENANT))["keys"] == ["x"]
+
+
+async def test_cl11_a_stamp_that_rolled_back_is_written_again_by_the_next_transaction(
+        tmp_path: Path) -> None:
+    """CL-11: the fence reads the file again after a transaction that stamped it, so a stamp
+    undone by its transaction's rollback is written by the next one: an older holder of the
+    slot (a paused process) can never find its own epoch there and commit after a newer one."""
+
+    async def put_then_fail(actor: Any, call: Any, arg: Any) -> None:
+        def fail(tx: Any) -> None:
+            tx.exec("INSERT INTO items (k, v) VALUES ('lost', '1')")
+            raise RuntimeError("the transaction fails after the stamp")
+        actor.sql.transaction_sync(fail)
+
+    afs.HOOKS["put_then_fail"] = put_then_fail
+    lease = Lease(2, 6)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "r")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        path = node.host.path_for("scratch", oid)
+        node.host.evict_all_idle()
+        lease.epoch = 7  # the slot was taken again (a restart): a new epoch
+        with pytest.raises(MailboxActorsError):
+            await node.call("scratch", oid, Run(hook="put_then_fail"), tenant_id=TENANT)
+        assert _stamp(path) == "6"  # the stamp went with the rollback
+        await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        assert _stamp(path) == "7"
+
+
+async def test_cl11_after_delete_all_the_next_write_reads_the_file_again(tmp_path: Path) -> None:
+    """CL-11: ``delete_all`` removes the stamp with the rest of ``_ma_meta``; a write after it in
+    the same activation is not let through on what the fence saw before (no other connection
+    touched the file, so its data version did not move): the fence reads the file again."""
+
+    async def wipe_then_write(actor: Any, call: Any, arg: Any) -> str | None:
+        actor.sql.delete_all()
+        actor.sql.transaction_sync(lambda tx: tx.exec("CREATE TABLE after_wipe (x)"))
+        rows = actor.sql._sys("SELECT v FROM _ma_meta WHERE k = 'slot_epoch'").fetchall()
+        return str(rows[0][0]) if rows else None
+
+    afs.HOOKS["wipe_then_write"] = wipe_then_write
+    lease = Lease(5, 3)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "w")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        assert await node.call("scratch", oid, Run(hook="wipe_then_write"),
+                               tenant_id=TENANT) == "3"

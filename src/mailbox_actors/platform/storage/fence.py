@@ -13,6 +13,12 @@ connection after that snapshot makes this one's write fail), and:
 - at a later write, refuses when the file carries a newer epoch than its own (another machine
   took the slot and wrote): ``unavailable``, and the host resets the actor.
 
+The file is read only when it may have changed under the actor: a transaction first reads the
+file's data version (``PRAGMA data_version``, which moves when another connection commits to the
+file, never for this connection's own commits); while it is where the last look found the lease's
+epoch stamped, and this connection undid nothing since, the stamp still stands and the fence only
+asks the lease (``Transactions._fenced``).
+
 Outside machine mode a storage has no fence and pays one attribute test per transaction.
 """
 
@@ -25,10 +31,12 @@ from mailbox_actors.platform.services import ServiceKey
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
 from mailbox_actors.wire.errors import PlatformError, PlatformErrorKind
 
-__all__ = ["EPOCH_KEY", "SLOT_FENCE", "EpochFence", "LeaseView", "StaleEpoch"]
+__all__ = ["DATA_VERSION", "EPOCH_KEY", "SLOT_FENCE", "EpochFence", "LeaseView", "StaleEpoch"]
 
 EPOCH_KEY = "slot_epoch"  # in _ma_meta
 _READ = f"SELECT v FROM _ma_meta WHERE k = 'slot_epoch' /*{RUNTIME_TOKEN}*/"
+# Read by the transaction on its own connection (``Transactions._fenced``), in its snapshot.
+DATA_VERSION = f"PRAGMA data_version /*{RUNTIME_TOKEN}*/"
 _STAMP = f"INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('slot_epoch', ?) /*{RUNTIME_TOKEN}*/"
 
 
@@ -67,18 +75,26 @@ class EpochFence:
         self.lease = lease
         self.checks = checks
 
-    def check(self, tx: ScreenedConnection, first: bool) -> None:
-        """Called by the transaction (``transactions.Transactions``) on its own connection right
-        after BEGIN; ``first``: no write of this activation has committed yet. Raises to refuse
-        the transaction (the caller rolls the BEGIN back)."""
-        if not self.checks:
-            return
+    def serve(self) -> None:
+        """Refuse (``unavailable``, naming slot and epoch) unless the lease lets the slot be
+        served now: its monotonic deadline lies ahead and it was not lost. Every transaction
+        asks, whether or not it reads the file (``check``)."""
         lease = self.lease
-        if not lease.serving():
+        if self.checks and not lease.serving():
             raise PlatformError(
                 PlatformErrorKind.UNAVAILABLE, "slot_fence", "lease_lost",
                 f"slot {lease.slot} is not served here now (lease epoch {lease.epoch} expired "
                 "or lost)", details={"slot": lease.slot, "epoch": lease.epoch})
+
+    def check(self, tx: ScreenedConnection, first: bool) -> None:
+        """Called by the transaction (``transactions.Transactions``) on its own connection right
+        after BEGIN, when the file may have changed since it last looked; ``first``: no
+        transaction of this activation passed the fence yet. Raises to refuse the transaction
+        (the caller rolls the BEGIN back)."""
+        self.serve()
+        if not self.checks:
+            return
+        lease = self.lease
         # Straight to the connection, as the runtime (``_sys_mode``): never through the screening
         # of texts unknown to the file's schema, whose authorizer swap would expire every
         # prepared statement of the connection at each transaction.
