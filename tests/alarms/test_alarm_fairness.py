@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import socket
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -401,3 +403,49 @@ async def test_the_look_sees_a_request_waiting_on_a_socket_and_leaves_it_to_the_
     finally:
         ours.close()
         theirs.close()
+
+
+@pytest.mark.anyio
+async def test_the_look_leaves_aside_the_loops_wake_up_by_threads() -> None:
+    """ADR 0023, on both loops: the loop's own wake-up by threads (asyncio's self-pipe, libuv's
+    eventfd on uvloop) is not something waiting for the loop: what a thread hands back is a
+    handle in the ready queue, seen there. Without it aside, a wake-up left unread after its
+    handle ran ended turns for nothing (in a burst, every open finished in a thread)."""
+
+    async def no_alarms(until: float, clock: Callable[[], float]) -> None:
+        raise AssertionError("no alarm is queued")
+
+    loop = asyncio.get_running_loop()
+    async with anyio.create_task_group() as tg:
+        pool = AlarmPool(no_alarms, tg, 4, deque(), set(), clock=lambda: 0.0)
+        look = pool._others_ready
+        assert look is not None
+        for _ in range(3):  # the pool's start settles (uvloop: its cancelled probe handle)
+            await asyncio.sleep(0)
+        assert not look()
+        _wake_without_work(loop)
+        assert not look()
+        await asyncio.sleep(0)  # the loop reads its wake-up
+        handed = loop.create_future()
+        thread = threading.Thread(target=loop.call_soon_threadsafe,
+                                  args=(handed.set_result, None))
+        thread.start()
+        thread.join()  # a moment's block of the loop, so that it has not run the hand-back yet
+        assert look()  # a thread's hand-back is seen, in the ready queue
+        await handed
+        pool.stop(AlarmBook(lambda: 0))
+
+
+def _wake_without_work(loop: asyncio.AbstractEventLoop) -> None:
+    """Wake ``loop`` as a thread's hand-back does, with nothing handed: a byte into asyncio's
+    self-pipe, or a count into the eventfd libuv's wake-ups go through (found in the loop's
+    epoll set)."""
+    backend = getattr(loop, "_get_backend_id", None)
+    if backend is None:
+        loop._write_to_self()  # type: ignore[attr-defined]
+        return
+    with open(f"/proc/self/fdinfo/{backend()}") as f:
+        fds = [int(line.split()[1]) for line in f if line.startswith("tfd:")]
+    eventfds = [fd for fd in fds if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"]
+    assert len(eventfds) == 1, eventfds
+    os.eventfd_write(eventfds[0], 1)
