@@ -48,9 +48,11 @@ class MovableClock(SystemClock):
         return super().now_ms() + self.offset_ms
 
 
+_FACTORIES: list[Callable[[], asyncio.AbstractEventLoop] | None] = [None]  # None: asyncio's
 try:
-    import uvloop  # noqa: F401
+    import uvloop
     _LOOPS = [("asyncio", {}), ("asyncio", {"use_uvloop": True})]
+    _FACTORIES.append(uvloop.new_event_loop)
 except ImportError:  # uvloop is optional: the node falls back to asyncio's own loop
     _LOOPS = [("asyncio", {})]
 
@@ -449,3 +451,32 @@ def _wake_without_work(loop: asyncio.AbstractEventLoop) -> None:
     eventfds = [fd for fd in fds if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"]
     assert len(eventfds) == 1, eventfds
     os.eventfd_write(eventfds[0], 1)
+
+
+@pytest.mark.parametrize("loop_factory", _FACTORIES,
+                         ids=["asyncio", "uvloop"][:len(_FACTORIES)])
+def test_a_pool_made_in_the_loops_first_round_leaves_its_wake_up_aside(
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None) -> None:
+    """ADR 0023: a pool made in the loop's very first round, before its first poll (libuv adds
+    its wake-up's eventfd to the epoll set only there), still leaves the loop's wake-up by
+    threads aside once it is registered: it is told on sight. Before, it was looked for only
+    when the pool started, and every thread's hand-back would have ended the turn."""
+
+    async def no_alarms(until: float, clock: Callable[[], float]) -> None:
+        raise AssertionError("no alarm is queued")
+
+    async def first_round() -> tuple[bool, bool]:
+        async with anyio.create_task_group() as tg:
+            pool = AlarmPool(no_alarms, tg, 4, deque(), set(), clock=lambda: 0.0)
+            look = pool._others_ready
+            assert look is not None
+            for _ in range(3):  # the loop polls: libuv registers what it was given
+                await asyncio.sleep(0)
+            idle = look()
+            _wake_without_work(asyncio.get_running_loop())
+            woken = look()
+            pool.stop(AlarmBook(lambda: 0))
+        return idle, woken
+
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        assert runner.run(first_round()) == (False, False)

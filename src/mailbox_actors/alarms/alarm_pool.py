@@ -416,9 +416,11 @@ def _uvloop_look(loop: asyncio.AbstractEventLoop) -> _Look | None:
     registered = _epoll_registrations(epfd)
     if registered is None or any(events & _NOT_LEVEL for events in registered.values()):
         return None
+    # libuv adds a descriptor to the set at its next poll: a pool made in the loop's first
+    # round finds the wake-up's eventfd not there yet, so one ready later is told on sight.
     wake_fds = frozenset(fd for fd in registered if _is_eventfd(fd))
     epoll = select.epoll.fromfd(os.dup(epfd))
-    return _Look(ready, _never, _epoll_ready(epoll, wake_fds), epoll.close)
+    return _Look(ready, _never, _epoll_ready(epoll, wake_fds, _is_eventfd), epoll.close)
 
 
 # Flags that would make a look at the epoll set consume what it sees.
@@ -443,14 +445,20 @@ def _is_eventfd(fd: int) -> bool:
         return False
 
 
-def _epoll_ready(epoll: select.epoll, own_fds: frozenset[int]) -> Callable[[], bool]:
-    """Whether a descriptor in ``epoll`` besides ``own_fds`` is ready: a zero-timeout poll."""
+def _epoll_ready(epoll: select.epoll, own_fds: frozenset[int],
+                 own_on_sight: Callable[[int], bool] | None = None) -> Callable[[], bool]:
+    """Whether a descriptor in ``epoll`` besides the loop's own is ready: a zero-timeout poll.
+    The loop's own are ``own_fds`` and those ``own_on_sight`` says are (asked only of a
+    descriptor found ready, so only when something is)."""
     poll = epoll.poll
+    # A few events more than the loop's own descriptors: one of them is another's.
+    most = len(own_fds) + 4
 
     def io_ready() -> bool:
-        # At most one event more than the loop's own descriptors: one of them is another's.
-        events = poll(0, len(own_fds) + 1)
-        return any(fd not in own_fds for fd, _ in events)
+        for fd, _ in poll(0, most):
+            if fd not in own_fds and (own_on_sight is None or not own_on_sight(fd)):
+                return True
+        return False
 
     return io_ready
 
