@@ -49,10 +49,12 @@ class AlarmRunner(Protocol):
     """Who runs a wake (the host)."""
 
     async def fire_alarm(self, key: Key, retry_count: int, force: bool = False,
-                         turn: Callable[[], Awaitable[None]] | None = None) -> AlarmResult:
+                         turn: Callable[[], Awaitable[None]] | None = None,
+                         more_due: Callable[[], bool] | None = None) -> AlarmResult:
         """Run the key's wake the whole way. ``turn``: awaited after any wait outside the loop
         (an evicted actor's file opened in a thread), before the run's work on the loop goes
-        on (the real-time loop's pool: its turns)."""
+        on (the real-time loop's pool: its turns). ``more_due``: whether other due alarms wait
+        for a worker when the run ends (a burst's rest)."""
         ...
 
     def abandon_alarm(self, key: Key, fired_ms: int | None) -> int | None:
@@ -112,9 +114,9 @@ class AlarmScheduler:
     def pending_count(self) -> int:
         return self.book.pending_count
 
-    def queued(self) -> int:
-        """Due alarms handed out and waiting for a worker (a burst's rest)."""
-        return len(self._queue)
+    def _more_due(self) -> bool:
+        """Due alarms handed out wait for a worker (a burst's rest): the wakes' ``more_due``."""
+        return bool(self._queue)
 
     def pending(self, key: Key) -> int | None:
         e = self.book.entries.get(key)
@@ -197,7 +199,7 @@ class AlarmScheduler:
                             return
                         continue
                 if started is None:
-                    await self._fire(key, turn=self._turn)
+                    await self._fire(key, turn=self._turn, more_due=self._more_due)
                 elif isinstance(started, AlarmResult):  # over already: committed, settled
                     self._running.discard(key)
                     self._record(key, retry, due, started, began)
@@ -240,7 +242,8 @@ class AlarmScheduler:
         return self.fired + self.retried + self.abandoned > before
 
     async def _fire(self, key: Key, force: bool = False,
-                    turn: Callable[[], Awaitable[None]] | None = None) -> None:
+                    turn: Callable[[], Awaitable[None]] | None = None,
+                    more_due: Callable[[], bool] | None = None) -> None:
         e = self.book.entries.get(key)
         if e is None:
             self._running.discard(key)
@@ -248,7 +251,7 @@ class AlarmScheduler:
         retry, due = e.retry, e.at
         started = 0 if self.lateness_ms is None else self._clock.now_ms()
         try:
-            result = await self._runner.fire_alarm(key, retry, force, turn)
+            result = await self._runner.fire_alarm(key, retry, force, turn, more_due)
         except Exception as exc:  # the host reports failures as outcomes; this is a bug guard
             self._log.error("alarm_fire_crashed", namespace=key[0], object_id=key[1],
                             error=type(exc).__name__)

@@ -161,7 +161,6 @@ class Node:
         self.scheduler = AlarmScheduler(self.alarm_book, self.host, clock=self.clock,
                                         rng=self.rng, concurrency=settings.alarm_concurrency,
                                         metrics=self.metrics)
-        self.host.alarms_queued = self.scheduler.queued
         self.webhooks: Any = None  # a WebhookDeliverer once the control database is open
         self.consumers: list[Any] = []
         self._tg: anyio.abc.TaskGroup | None = None

@@ -54,10 +54,6 @@ __all__ = ["ActorHost", "AlarmSinks", "MetricsSink"]
 _TRIM_AFTER_EVICTIONS = 256  # evictions between two ``memory.give_back`` (too slow for each)
 
 
-def _none_queued() -> int:
-    return 0
-
-
 class MetricsSink(Protocol):
     def inc(self, name: str, labels: tuple[tuple[str, str], ...] = (), value: float = 1) -> None:
         ...
@@ -111,9 +107,6 @@ class ActorHost:
         # Keys a thread is opening ahead: False once the loop opened or closed that file itself
         # meanwhile, when the connection made ahead may be to a file since deleted (AlarmHost).
         self._opening: dict[Key, bool] = {}
-        # How many due alarms wait for a worker (the node gives the scheduler's count): while
-        # any do, an actor opened for its alarm alone is closed after its run (``fire_alarm``).
-        self.alarms_queued: Callable[[], int] = _none_queued
 
     # ---- registration and placement --------------------------------------------------------
 
@@ -368,10 +361,13 @@ class ActorHost:
     # thread, so a crash there loses nothing.
 
     async def fire_alarm(self, key: Key, retry_count: int, force: bool = False,
-                         turn: Callable[[], Awaitable[None]] | None = None) -> AlarmResult:
+                         turn: Callable[[], Awaitable[None]] | None = None,
+                         more_due: Callable[[], bool] | None = None) -> AlarmResult:
         """Run an actor's alarm handler if its stored alarm is due, or at once when ``force``
         (AL-3, AL-4). ``turn``: awaited once an evicted actor's file was opened in a thread,
-        before its activation on the loop (the scheduler's pool: requests come first)."""
+        before its activation on the loop (the scheduler's pool: requests come first).
+        ``more_due``: whether other due alarms wait when the run ends (the scheduler's queue);
+        while they do, an actor opened for this alarm alone is closed after its run."""
         cls = self._classes.get(key[0])
         if cls is None:
             return AlarmResult(AlarmOutcome.UNKNOWN, None)
@@ -403,9 +399,9 @@ class ActorHost:
             act.alarm_running = False
             self._release(act)
             if act.alarm_only:
-                self._after_alarm_only(act)
+                self._after_alarm_only(act, more_due)
 
-    def _after_alarm_only(self, act: Activation) -> None:
+    def _after_alarm_only(self, act: Activation, more_due: Callable[[], bool] | None) -> None:
         """An actor opened for its alarm, with no request since, after the run: closed at once
         while other due alarms wait (a burst), unless busy again or due again within ``idle_ms``.
         Kept open, it would be evicted as the least recently used a thousand activations later;
@@ -413,7 +409,7 @@ class ActorHost:
         every open file's entry under a process-wide mutex at each open: 2,000 entries at 1,000
         open actors). One open and one close per alarm either way."""
         act.alarm_only = False
-        if act.closed or not act.idle or self.stopping or self.alarms_queued() <= 0:
+        if act.closed or not act.idle or self.stopping or more_due is None or not more_due():
             return
         if due_soon(act, self.clock.now_ms() + self.settings.idle_ms):
             return
