@@ -164,3 +164,134 @@ async def test_cl11_after_delete_all_the_next_write_reads_the_file_again(tmp_pat
         await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
         assert await node.call("scratch", oid, Run(hook="wipe_then_write"),
                                tenant_id=TENANT) == "3"
+
+
+def _newer_holder_writes(path: Path, epoch: int) -> None:
+    """Another machine took the slot and wrote the file through shared storage."""
+    with sqlite3.connect(path) as other:
+        other.execute("UPDATE _ma_meta SET v = ? WHERE k = 'slot_epoch'", (str(epoch),))
+        other.execute("INSERT OR REPLACE INTO items (k, v) VALUES ('new', 'holder')")
+
+
+async def test_cl11_a_read_only_transaction_after_a_newer_holder_is_refused(tmp_path: Path) -> None:
+    """CL-11: a transaction that only reads is fenced too: after a newer holder wrote the file,
+    what it read there is not answered (``unavailable``) and the actor is reset."""
+
+    async def read_in_tx(actor: Any, call: Any, arg: Any) -> list[str]:
+        return actor.sql.transaction_sync(
+            lambda tx: [r[0] for r in tx.exec("SELECT k FROM items ORDER BY k")])
+
+    afs.HOOKS["read_in_tx"] = read_in_tx
+    lease = Lease(2, 4)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "ro")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        assert await node.call("scratch", oid, Run(hook="read_in_tx"), tenant_id=TENANT) == ["x"]
+        _newer_holder_writes(node.host.path_for("scratch", oid), 5)
+        with pytest.raises(MailboxActorsError) as e:
+            await node.call("scratch", oid, Run(hook="read_in_tx"), tenant_id=TENANT)
+        assert e.value.code == ErrorCode.UNAVAILABLE
+        assert e.value.details == {"slot": 2, "epoch": 4}
+        assert not node.host.is_active("scratch", oid)
+
+
+@pytest.mark.parametrize("awaiting", [False, True])
+async def test_cl11_a_newer_holder_between_two_transactions_of_one_request_is_refused(
+        tmp_path: Path, awaiting: bool) -> None:
+    """CL-11: a newer holder writing between two transactions of the same activation (nothing
+    undone in between: only the file can tell) refuses the second, explicit or awaiting
+    (``ctx.transaction``); nothing of it commits."""
+
+    async def write_newer_write(actor: Any, call: Any, arg: Any) -> None:
+        actor.sql.transaction_sync(lambda tx: tx.exec("INSERT INTO items (k, v) VALUES ('a', '1')"))
+        _newer_holder_writes(arg, 9)
+        if not awaiting:
+            actor.sql.transaction_sync(
+                lambda tx: tx.exec("INSERT INTO items (k, v) VALUES ('b', 'old')"))
+            return
+
+        async def second(tx: Any) -> None:
+            tx.exec("INSERT INTO items (k, v) VALUES ('b', 'old')")
+        await actor.ctx.transaction(second)
+
+    afs.HOOKS["write_newer_write"] = write_newer_write
+    lease = Lease(6, 8)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "between")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        path = node.host.path_for("scratch", oid)
+        with pytest.raises(MailboxActorsError) as e:
+            await node.call("scratch", oid, Run(hook="write_newer_write", arg=str(path)),
+                            tenant_id=TENANT)
+        assert e.value.code == ErrorCode.UNAVAILABLE
+        assert e.value.details == {"slot": 6, "epoch": 8}
+        assert not node.host.is_active("scratch", oid)
+        with sqlite3.connect(path) as conn:
+            assert [r[0] for r in conn.execute("SELECT k FROM items ORDER BY k")] == ["a", "new"]
+        assert _stamp(path) == "9"
+
+
+async def test_cl11_a_wipe_that_meets_another_commit_does_not_stamp_the_file_again(
+        tmp_path: Path) -> None:
+    """CL-11, RT-15: when another connection committed to the file (here without touching the
+    stamp) just before ``delete_all``, the fence reads the stamp again and lets the wipe
+    through (the stamp was the lease's); the stamp the wipe removed is not written back (the
+    file is as one never created)."""
+
+    async def commit_then_wipe(actor: Any, call: Any, arg: Any) -> None:
+        with sqlite3.connect(arg) as other:
+            other.execute("INSERT INTO items (k, v) VALUES ('other', 'commit')")
+        actor.sql.delete_all()
+
+    afs.HOOKS["commit_then_wipe"] = commit_then_wipe
+    lease = Lease(1, 3)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "wipe")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        path = node.host.path_for("scratch", oid)
+        await node.call("scratch", oid, Run(hook="commit_then_wipe", arg=str(path)),
+                        tenant_id=TENANT)
+        assert not path.exists() or _stamp(path) is None
+
+
+async def test_cl11_another_commit_that_keeps_the_stamp_lets_writes_through(
+        tmp_path: Path) -> None:
+    """CL-11: a commit by another connection that leaves the lease's epoch stamped (a tool on
+    the same host) makes the fence read the stamp, which lets the write through, and the
+    writes after it too."""
+    lease = Lease(0, 2)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "keep")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        path = node.host.path_for("scratch", oid)
+        for i, tx in enumerate((True, False, True)):
+            with sqlite3.connect(path) as other:
+                other.execute("INSERT OR REPLACE INTO items (k, v) VALUES (?, 'tool')", (f"t{i}",))
+            await node.call("scratch", oid, Put(k=f"x{i}", v="1", tx=tx), tenant_id=TENANT)
+            await node.call("scratch", oid, Put(k=f"y{i}", v="1", tx=tx), tenant_id=TENANT)
+        assert _stamp(path) == "2"
+        assert len((await node.call("scratch", oid, Dump(), tenant_id=TENANT))["keys"]) == 9
+
+
+async def test_cl11_a_delete_all_inside_a_transaction_is_stamped_again_by_the_next_write(
+        tmp_path: Path) -> None:
+    """CL-11: ``delete_all`` nested in a transaction removes the stamp in it; the fence does not
+    take the stamp for standing after that transaction's commit, so the next write of the
+    activation stamps the lease's epoch again."""
+
+    async def wipe_in_tx_then_write(actor: Any, call: Any, arg: Any) -> str | None:
+        actor.sql.transaction_sync(lambda tx: tx.delete_all())
+        actor.sql.transaction_sync(lambda tx: tx.exec("CREATE TABLE after_wipe (x)"))
+        rows = actor.sql._sys("SELECT v FROM _ma_meta WHERE k = 'slot_epoch'").fetchall()
+        return str(rows[0][0]) if rows else None
+
+    afs.HOOKS["wipe_in_tx_then_write"] = wipe_in_tx_then_write
+    lease = Lease(5, 3)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "wt")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        assert await node.call("scratch", oid, Run(hook="wipe_in_tx_then_write"),
+                               tenant_id=TENANT) == "3"
