@@ -2,8 +2,10 @@
 
 On many machines an actor's file may be reached by a new slot holder while an old one still runs
 (a paused process, a partition). Every transaction of a fenced storage, right after its BEGIN,
-reads the epoch stamped in the file, in the transaction's own snapshot (WAL: a commit by another
-connection after that snapshot makes this one's write fail), and:
+asks the lease and reads the file's data version, which opens the transaction's own snapshot
+(WAL: a commit by another connection after that snapshot makes this one's write fail). When
+another connection committed to the file since the last look, or this one rolled back or wiped,
+it reads the epoch stamped in the file in that snapshot (``Transactions._fenced``), and:
 
 - refuses when the lease no longer lets the slot be served (``unavailable`` naming slot and
   epoch): the monotonic lease deadline passed;
