@@ -145,13 +145,19 @@ async def test_cl11_a_stamp_that_rolled_back_is_written_again_by_the_next_transa
         assert _stamp(path) == "7"
 
 
-async def test_cl11_after_delete_all_the_next_write_reads_the_file_again(tmp_path: Path) -> None:
-    """CL-11: ``delete_all`` removes the stamp with the rest of ``_ma_meta``; a write after it in
-    the same activation is not let through on what the fence saw before (no other connection
-    touched the file, so its data version did not move): the fence reads the file again."""
+@pytest.mark.parametrize("nested", [False, True])
+async def test_cl11_after_delete_all_the_next_write_reads_the_file_again(tmp_path: Path,
+                                                                         nested: bool) -> None:
+    """CL-11: ``delete_all`` removes the stamp with the rest of ``_ma_meta``, alone or nested in a
+    transaction; a write after it in the same activation is not let through on what the fence
+    saw before (no other connection touched the file, so its data version did not move): the
+    fence reads the file again and stamps the lease's epoch again."""
 
     async def wipe_then_write(actor: Any, call: Any, arg: Any) -> str | None:
-        actor.sql.delete_all()
+        if nested:
+            actor.sql.transaction_sync(lambda tx: tx.delete_all())
+        else:
+            actor.sql.delete_all()
         actor.sql.transaction_sync(lambda tx: tx.exec("CREATE TABLE after_wipe (x)"))
         rows = actor.sql._sys("SELECT v FROM _ma_meta WHERE k = 'slot_epoch'").fetchall()
         return str(rows[0][0]) if rows else None
@@ -273,25 +279,3 @@ async def test_cl11_another_commit_that_keeps_the_stamp_lets_writes_through(
             await node.call("scratch", oid, Put(k=f"y{i}", v="1", tx=tx), tenant_id=TENANT)
         assert _stamp(path) == "2"
         assert len((await node.call("scratch", oid, Dump(), tenant_id=TENANT))["keys"]) == 9
-
-
-async def test_cl11_a_delete_all_inside_a_transaction_is_stamped_again_by_the_next_write(
-        tmp_path: Path) -> None:
-    """CL-11: ``delete_all`` nested in a transaction removes the stamp in it; the fence does not
-    take the stamp for standing after that transaction's commit, so the next write of the
-    activation stamps the lease's epoch again."""
-
-    async def wipe_in_tx_then_write(actor: Any, call: Any, arg: Any) -> str | None:
-        actor.sql.transaction_sync(lambda tx: tx.delete_all())
-        actor.sql.transaction_sync(lambda tx: tx.exec("CREATE TABLE after_wipe (x)"))
-        rows = actor.sql._sys("SELECT v FROM _ma_meta WHERE k = 'slot_epoch'").fetchall()
-        return str(rows[0][0]) if rows else None
-
-    afs.HOOKS["wipe_in_tx_then_write"] = wipe_in_tx_then_write
-    lease = Lease(5, 3)
-    async with _node(tmp_path, lease) as node:
-        oid = node.id_from_name("scratch", "wt")
-        await node.call("scratch", oid, Init(), tenant_id=TENANT)
-        await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
-        assert await node.call("scratch", oid, Run(hook="wipe_in_tx_then_write"),
-                               tenant_id=TENANT) == "3"
