@@ -139,7 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream-loop", choices=("served", "asyncio"), default="served",
                         help="the loop of the alarm burst with a request stream "
                              "(request_p99_during_alarm_burst_ms, request_p99_idle_ms and "
-                             "alarms_fired_per_s): the one serve runs a node on (uvloop where "
+                             "alarms_fired_per_s) and of the lateness paced at 0.7 of that "
+                             "capacity (alarm_lateness_p99_ms): the one serve runs a node on "
+                             "(uvloop where "
                              "importable; the default), or asyncio's own, as records before "
                              "session 15 measured them")
     parser.add_argument("--dir", metavar="DIR",
