@@ -63,8 +63,10 @@ def _looks_and_timers(path: Path, looks_wanted: int, *, message: bool = False
             async def handle(msg: Message) -> None:
                 handled.append(msg.body["n"])
 
+            # No slowing down while idle here: every look waits the poll interval.
             consumers = [Consumer(service, "jobs", handle, max_batch_size=1,
-                                  max_batch_timeout_s=0, poll_interval_s=0.005)
+                                  max_batch_timeout_s=0, poll_interval_s=0.005,
+                                  idle_poll_s=0.005)
                          for _ in range(CONSUMERS)]
             async with anyio.create_task_group() as tg:
                 for c in consumers:
@@ -100,3 +102,66 @@ def test_after_a_message_the_next_look_is_still_waited_for_by_one_consumer(
     looks, timers, handled = _looks_and_timers(tmp_path / "queues.sqlite", 40, message=True)
     assert handled == [1]
     assert timers <= looks + looks // 4
+
+
+POLL_S, IDLE_S = 0.01, 0.08
+
+
+def test_an_idle_queue_is_read_less_often_until_a_message_is_found(tmp_path: Path) -> None:
+    """Each look at an idle queue that finds nothing doubles the wait for the next, up to
+    ``idle_poll_s`` (an idle node reads its queue file about once a second, not 20 times); a
+    message another process sends is still found, and the look after it waits the poll interval
+    again. Read from the deadline each look sets, bracketed by the loop's time just before and
+    just after it is set, not from how long the looks took."""
+    path = tmp_path / "queues.sqlite"
+    handled: list[int] = []
+
+    async def main() -> tuple[list[tuple[float, float]], int]:
+        loop = asyncio.get_running_loop()
+        clock = SystemClock()
+        waits: list[tuple[float, float]] = []  # (shortest, longest) the wait set can be
+        marks: list[int] = []  # how many looks had set a wait when the message was handled
+        async with QueueService(path, clock=clock, ids=Ids(clock, SeededRng(1))) as service, \
+                QueueService(path, clock=clock, ids=Ids(clock, SeededRng(2))) as other:
+            read = service.next_visible_ms
+            idle, done = anyio.Event(), anyio.Event()
+
+            async def handle(msg: Message) -> None:
+                handled.append(msg.body["n"])
+                marks.append(len(waits))
+
+            consumer = Consumer(service, "jobs", handle, max_batch_size=1, max_batch_timeout_s=0,
+                                poll_interval_s=POLL_S, idle_poll_s=IDLE_S)
+
+            async def counted(queue: str) -> int | None:
+                found = await read(queue)
+                before = anyio.current_time()
+
+                def wait_set() -> None:  # runs once the look set its deadline and waits
+                    assert consumer._looks is not None
+                    at = consumer._looks.look_at
+                    waits.append((at - anyio.current_time(), at - before))
+                    if len(waits) == 8:
+                        idle.set()
+                    if marks and len(waits) == marks[0] + 2:
+                        done.set()
+                loop.call_soon(wait_set)
+                return found
+
+            service.next_visible_ms = counted  # type: ignore[method-assign]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(consumer.run)
+                with anyio.fail_after(60):  # a bound, not a timing: the looks take about 0.7 s
+                    await idle.wait()
+                    await other.send("jobs", {"v": 1, "kind": "t", "n": 1})  # not announced here
+                    await done.wait()
+                tg.cancel_scope.cancel()
+        return waits, marks[0]
+
+    waits, mark = anyio.run(main, backend="asyncio")
+    assert handled == [1]
+    doubled = [0.01, 0.02, 0.04, 0.08, 0.08, 0.08, 0.08, 0.08]
+    assert all(low - 1e-6 <= want <= high + 1e-6 for want, (low, high) in zip(doubled, waits[:8],
+                                                                             strict=True)), waits
+    low, high = waits[mark]  # the look after the message
+    assert low - 1e-6 <= POLL_S <= high + 1e-6, waits

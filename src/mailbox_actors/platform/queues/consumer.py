@@ -35,6 +35,13 @@ _MAX_ROUNDS = 100_000
 # for any consumer of the cluster.
 _HANDOFF_ROOM = 512
 NOTIFIED_POLL_S = 1.0  # an idle consumer's own look at a queue whose store notifies
+# Where nothing announces other processes' sends (SQLite), each look at the file that finds
+# nothing doubles the wait for the next, from the poll interval up to this; whatever is found or
+# handed over brings it back to the poll interval. An idle node then reads the file about once a
+# second instead of 20 times (80 wake-ups a second), and a send from another process after a
+# quiet spell waits at most this long: this process's own sends are handed over or announced at
+# once, so that is only other nodes' overflow, retries' delays (known, not polled for) aside.
+IDLE_POLL_S = 1.0
 # Where a claim is a round trip to a server (PostgreSQL), a running consumer with a hand-off
 # claims a batch for itself and one for each idle sibling in this process, up to this many
 # messages, and hands the siblings theirs (leased, as sent messages are): a backlog costs one
@@ -47,11 +54,12 @@ class _Looks:
     """When a consumer without a hand-off next reads the file (anyio time), and which consumer
     waits for that time (``Handoff`` has both too, for the running consumers it serves)."""
 
-    __slots__ = ("look_at", "looker")
+    __slots__ = ("look_at", "looker", "quiet")
 
     def __init__(self) -> None:
         self.look_at = 0.0
         self.looker: object | None = None
+        self.quiet = 0  # looks in a row that found nothing
 
 
 def _invalid(message: str, field: str) -> MailboxActorsError:
@@ -66,13 +74,15 @@ class Consumer:
                  max_batch_size: int = 10, max_batch_timeout_s: float = 5.0,
                  max_retries: int | None = 3, visibility_ms: int = 30_000,
                  dead_letter_queue: str | None = None, poll_interval_s: float = 0.02,
-                 retry_delay_s: float = 0.0) -> None:
+                 retry_delay_s: float = 0.0, idle_poll_s: float = IDLE_POLL_S) -> None:
         self.queue = check_queue_name(queue)
         self.max_batch_size = check_batch_size(max_batch_size)
         if not math.isfinite(max_batch_timeout_s) or max_batch_timeout_s < 0:
             raise _invalid("max_batch_timeout_s must be >= 0", "max_batch_timeout_s")
         if not poll_interval_s > 0:
             raise _invalid("poll_interval_s must be > 0", "poll_interval_s")
+        if not math.isfinite(idle_poll_s) or idle_poll_s <= 0:
+            raise _invalid("idle_poll_s must be > 0", "idle_poll_s")
         # The service checks these on every receive; checking here reports them at start-up.
         self.dead_letter_queue = service._policy(queue, max_retries, dead_letter_queue).dead_letter_queue
         if isinstance(visibility_ms, bool) or not isinstance(visibility_ms, int) \
@@ -87,6 +97,7 @@ class Consumer:
         # one announces (a lease lapsing on a machine that died), so it need not be frequent.
         self.poll_interval_s = max(poll_interval_s, NOTIFIED_POLL_S) if service.notified \
             else poll_interval_s
+        self.idle_poll_s = max(self.poll_interval_s, idle_poll_s)
         self.handled = 0
         self._service = service
         self._clock: Clock = service.clock
@@ -162,8 +173,9 @@ class Consumer:
     # ---- the real-clock loop -------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Consume until cancelled: poll every ``poll_interval_s`` (other processes' sends), or at
-        once when woken by a send through this service. Without a batch timeout, messages this
+        """Consume until cancelled: look at the queue every ``poll_interval_s`` (other processes'
+        sends), less often while the looks find nothing (up to ``idle_poll_s``), or at once when
+        woken by a send through this service. Without a batch timeout, messages this
         process sends to the queue are handed straight to its running consumers
         (``queue_handoff``)."""
         handoff = None
@@ -213,6 +225,7 @@ class Consumer:
             wait_s = self.poll_interval_s
             try:
                 if handoff is not None and len(handoff):
+                    looks.quiet = 0
                     self._let_go(looks)
                     batch, stale = handoff.take(self.max_batch_size, self._clock.now_ms())
                     if stale:
@@ -273,6 +286,7 @@ class Consumer:
             batch = await self._receive(
                 max(self.max_batch_size, min(CLAIM_AHEAD, self.max_batch_size * (1 + idle))))
             if batch:
+                looks.quiet = 0
                 if isinstance(looks, Handoff) and len(batch) > self.max_batch_size:
                     looks.put(self._clock.now_ms(), batch[self.max_batch_size:])
                     batch = batch[:self.max_batch_size]
@@ -287,7 +301,9 @@ class Consumer:
             # Visible but not claimed: those the claim dead-lettered. Look again at once.
             looks.look_at = now_rt
             return False
-        looks.look_at = now_rt + self.poll_interval_s
+        looks.look_at = now_rt + min(self.poll_interval_s * 2 ** min(looks.quiet, 20),
+                                     self.idle_poll_s)
+        looks.quiet += 1
         if due is not None:  # a delayed message, or a lease that lapses, before the next poll
             looks.look_at = min(looks.look_at, now_rt + (due - now) / 1000)
         return False

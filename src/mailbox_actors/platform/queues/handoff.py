@@ -39,6 +39,7 @@ class Handoff:
         "looker",
         "max_retries",
         "queue",
+        "quiet",
         "room",
         "visibility_ms",
         "wakers",
@@ -54,6 +55,7 @@ class Handoff:
         self.wakers: list[Callable[[], None]] = []  # one per running consumer
         self.look_at = 0.0  # when the running consumers next read the queue file (anyio time)
         self.looker: object | None = None  # the one of them that waits for that time (Consumer)
+        self.quiet = 0  # their looks in a row that found nothing (Consumer: the next is later)
         self._held: deque[tuple[int, Message]] = deque()  # (held since, message), oldest first
 
     @property
