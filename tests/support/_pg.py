@@ -28,13 +28,22 @@ def find_binaries() -> tuple[Path | None, str]:
     return postgres_binaries()
 
 
+# What a test's server may skip: flushing its files to the disk (fsync). Everything it writes
+# still reaches the kernel before a commit is answered (synchronous_commit stays on), so a
+# server or a client killed with SIGKILL, or a restart, loses nothing a test can see; only the
+# machine's own crash could, which no test makes. With fsync on, a session's server spent up to
+# a minute in its shutdown checkpoint on a busy disk, and every commit waited for the disk.
+TEST_SETTINGS = {"fsync": "off"}
+
+
 class PgServer(LocalPostgres):
     """A ``LocalPostgres`` on a free port (below the ephemeral range: not taken before the
-    server binds it)."""
+    server binds it), with ``TEST_SETTINGS``."""
 
     def __init__(self, bindir: Path, *, listen: Sequence[str] = ("127.0.0.1",),
                  trust_nets: Sequence[str] = ()) -> None:
-        super().__init__(bindir, free_port(), listen=listen, trust_nets=trust_nets)
+        super().__init__(bindir, free_port(), listen=listen, trust_nets=trust_nets,
+                         settings=TEST_SETTINGS)
 
 
 @contextmanager
