@@ -40,12 +40,13 @@ def test_make_run_postgres_keeps_the_shared_state_in_its_own_server_and_stops_it
     """CL-7: run_cluster.py --postgres local starts PostgreSQL (its port and pid printed), the
     cluster comes up on it with the example's mail traffic flowing, the tenants, identities and
     indexed events are rows of that server's database (no control.sqlite is written), and at the
-    end the run exits 0 having stopped the server by its pid."""
+    end (Ctrl-C, the way ``make run-postgres``, which runs until then, is stopped) the run exits 0
+    having stopped the server by its pid."""
     port, smtp, console = free_port_block(2), free_port_block(2), free_port()
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "examples" / "run_cluster.py"), "--data", str(tmp_path),
          "--nodes", "2", "--port", str(port), "--smtp-port", str(smtp), "--console-port",
-         str(console), "--seconds", "20", "--postgres", "local"],
+         str(console), "--postgres", "local"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ,
                                                                "PYTHONUNBUFFERED": "1"})
     lines = Lines(proc)
@@ -63,6 +64,7 @@ def test_make_run_postgres_keeps_the_shared_state_in_its_own_server_and_stops_it
                 "(SELECT count(*) FROM event_index)").fetchone() or (0, 0, 0)
         assert tenants > 0 and identities > 0 and events > 0
         assert not (tmp_path / "control.sqlite").exists()
+        proc.send_signal(signal.SIGINT)  # by its pid, as Ctrl-C: it stops what it started
         lines.until("run: PostgreSQL stopped", timeout_s=90)
         assert proc.wait(timeout=30) == 0
         assert not _alive(pg_pid)
