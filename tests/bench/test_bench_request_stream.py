@@ -1,8 +1,11 @@
 """The outside caller of ``request_p99_during_alarm_burst_ms`` (``bench.request_stream``): a process
-of its own whose requests are timed from their sending, into the phase current at each answer.
+of its own whose requests are timed from their sending, into the phase current at each answer;
+and the figure's phases (``bench.ticker_figures``): the burst alarms_fired_per_s measures, then
+idle and burst windows of as many requests each, interleaved.
 
 Nothing here asserts a speed: the stream runs until each phase has its requests (an event, not a
-timer), and what is checked is where they went and that the caller process ends with the stream.
+timer), and what is checked is where they went, what ran meanwhile, and that the caller process
+ends with the stream.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mailbox_actors.bench import ticker_figures
 from mailbox_actors.bench.actors import BenchTicker, TickInit, ticker_name
+from mailbox_actors.bench.figures import TINY, Progress
 from mailbox_actors.bench.request_stream import (
     LOOP_ENV,
+    Window,
     on_loop,
     request_stream,
     served_loop_name,
@@ -28,19 +34,6 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 GUARD_S = 60  # only against a hang
 PER_PHASE = 20
 TENANT = "t_bench"
-
-
-class _Counted(list[float]):
-    """A phase's latencies that sets ``full`` at PER_PHASE of them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.full = anyio.Event()
-
-    def append(self, ms: float) -> None:
-        super().append(ms)
-        if len(self) >= PER_PHASE:
-            self.full.set()
 
 
 @pytest.mark.anyio
@@ -74,7 +67,7 @@ async def _two_phases(tmp_path: Path) -> str:
         oid = node.id_from_name(BenchTicker.namespace, ticker_name(0))
         await node.call(BenchTicker.namespace, oid, TickInit(alarm_at_ms=2**50), tenant_id=TENANT)
         children_before = set(_children())
-        first, second = _Counted(), _Counted()
+        first, second = Window(PER_PHASE), Window(PER_PHASE)
         phases: list[list[float]] = [first]
         stop = anyio.Event()
         with anyio.fail_after(GUARD_S):
@@ -103,3 +96,60 @@ def _children() -> list[int]:
             return [int(pid) for pid in f.read().split()]
     except OSError:
         return []
+
+
+class _Watched(Window):
+    """A window of the figure's phases that notes the last alarm commit (``BenchTicker``'s) and
+    how many alarms wait at the gate, when it is made and when it is full."""
+
+    def __init__(self, size: int, made: list[_Watched]) -> None:
+        super().__init__(size)
+        self.commit_before = BenchTicker.last_commit
+        self.held_before = _held()
+        self.commit_when_full: float | None = None
+        self.held_when_full: int | None = None
+        made.append(self)
+
+    def append(self, ms: float) -> None:
+        super().append(ms)
+        if self.commit_when_full is None and self.full.is_set():
+            self.commit_when_full = BenchTicker.last_commit
+            self.held_when_full = _held()
+
+
+def _held() -> int | None:
+    return None if BenchTicker.held is None else len(BenchTicker.held)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_idle_and_burst_windows_alternate_after_the_measured_burst(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28's figure compares idle and burst windows of as many requests each, interleaved,
+    on a node of their own after the burst alarms_fired_per_s measures (which ran whole, every
+    alarm fired, as before):
+    no alarm commits, and none more reaches the gate (an open, a run), while an idle window is
+    counted (the burst is held at the bench actor's gate, before its write; the stream's actor
+    has no alarm due), alarms commit in the burst windows, each side
+    holds rounds x window requests, and no alarm is left held once the phase is over."""
+    made: list[_Watched] = []
+    monkeypatch.setattr(ticker_figures, "Window", lambda size: _Watched(size, made))
+    monkeypatch.setattr(ticker_figures, "IDLE_STREAM_S", 0.2)
+    progress = Progress(enabled=False)
+    data, first = await ticker_figures.make_population(tmp_path, TINY, progress)
+    stream = ticker_figures._Stream([], [], [], [])
+    with anyio.fail_after(GUARD_S):
+        per_s, fired, done, activations = await ticker_figures._throughput(
+            data, first, TINY, progress, stream)
+        assert done and fired == TINY.alarm_actors and per_s > 0 and activations > 0
+        assert stream.before and not made  # no window in the measured burst's phase
+        await ticker_figures._windows(data, first, TINY, progress, stream)
+    size, rounds = TINY.stream_window, TINY.stream_rounds
+    assert len(stream.idle) == len(stream.burst) == rounds * size
+    assert len(made) == 2 * rounds
+    idle, burst = made[0::2], made[1::2]
+    assert all(w.commit_when_full == w.commit_before for w in idle)
+    assert all(w.held_before is not None and w.held_when_full == w.held_before for w in idle)
+    assert any(w.commit_when_full is not None and w.commit_when_full > w.commit_before
+               for w in burst)
+    assert BenchTicker.held is None

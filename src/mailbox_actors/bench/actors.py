@@ -7,6 +7,7 @@ benchmark and is never registered by a real node.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, ClassVar
 
@@ -71,7 +72,17 @@ class BenchTicker(Actor):
     # time.perf_counter() when the last alarm's transaction committed (the burst figure's end).
     last_commit: ClassVar[float] = 0.0
 
+    # The bench's pause of a burst (``ticker_figures``' interleaved windows): while ``held`` is a
+    # list, an alarm handler waits in it, before its write, until the bench resolves its future.
+    # None, the default: no pause.
+    held: ClassVar[list[asyncio.Future[None]] | None] = None
+
     async def alarm(self, info: AlarmInfo) -> None:
+        held = BenchTicker.held
+        if held is not None:
+            waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            held.append(waiting)
+            await waiting  # cancelled (the node stopping): before the write, no trace
         if BenchTicker.yield_after is not None and time.perf_counter() >= BenchTicker.yield_after:
             await anyio.lowlevel.checkpoint()  # before the write: a cancelled run leaves no trace
 

@@ -10,7 +10,10 @@ it, and the call itself rarely waits again. And a caller on a thread of this pro
 for the GIL, which no network client does.)
 
 ``phases`` is a list of lists: each answer's milliseconds go into the last one, so a measurement
-switches phase by appending a list, with the same caller, node and actor throughout.
+switches phase by appending a list, with the same caller, node and actor throughout. A ``Window``
+is such a list that says when it holds a given number of requests: windows of the same size, idle
+and during a burst, interleaved, compare the two over the same number of requests and the same
+stretch of the machine's load (``ticker_figures``).
 
 ``on_loop`` runs a measurement on the loop a served node runs on (``serve`` and ``machine``:
 uvloop where it is importable, ``http.server.loop_backend_options``), in a thread of its own while
@@ -37,7 +40,7 @@ from mailbox_actors.bench.actors import BenchTicker, TickRead, ticker_name
 from mailbox_actors.http.server import loop_backend_options
 from mailbox_actors.node import Node
 
-__all__ = ["IDLE_STREAM_S", "LOOP_ENV", "PAUSE_S", "on_loop", "request_stream",
+__all__ = ["IDLE_STREAM_S", "LOOP_ENV", "PAUSE_S", "Window", "on_loop", "request_stream",
            "served_loop_name"]
 
 PAUSE_S = 0.002  # the caller's pause between an answer and its next request
@@ -72,6 +75,21 @@ while True:
         sys.exit(0)
     time.sleep(pause)
 """
+
+
+class Window(list[float]):
+    """A phase's milliseconds that sets ``full`` once it holds ``size`` of them (made on the loop
+    that serves the stream)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.full = anyio.Event()
+
+    def append(self, ms: float) -> None:
+        super().append(ms)
+        if len(self) >= self.size:
+            self.full.set()
 
 
 async def request_stream(node: Node, tenant_id: str, phases: list[list[float]],
