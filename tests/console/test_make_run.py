@@ -32,7 +32,7 @@ def test_make_run_prints_the_console_and_shows_its_dev_traffic(tmp_path: Path) -
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "examples" / "run_cluster.py"), "--data", str(tmp_path),
          "--nodes", "2", "--port", str(port), "--smtp-port", str(smtp), "--console-port",
-         str(console), "--seconds", "25"],
+         str(console), "--seconds", "12"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[str] = queue.Queue()
     printed: list[str] = []  # every line, in order (the queue's are taken as they come)
