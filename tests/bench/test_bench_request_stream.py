@@ -134,7 +134,6 @@ async def test_idle_and_burst_windows_alternate_after_the_measured_burst(
     holds rounds x window requests, and no alarm is left held once the phase is over."""
     made: list[_Watched] = []
     monkeypatch.setattr(ticker_figures, "Window", lambda size: _Watched(size, made))
-    monkeypatch.setattr(ticker_figures, "IDLE_STREAM_S", 0.2)
     progress = Progress(enabled=False)
     data, first = await ticker_figures.make_population(tmp_path, TINY, progress)
     stream = ticker_figures._Stream([], [], [], [])

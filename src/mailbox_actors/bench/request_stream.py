@@ -40,13 +40,10 @@ from mailbox_actors.bench.actors import BenchTicker, TickRead, ticker_name
 from mailbox_actors.http.server import loop_backend_options
 from mailbox_actors.node import Node
 
-__all__ = ["IDLE_STREAM_S", "LOOP_ENV", "PAUSE_S", "Window", "on_loop", "request_stream",
+__all__ = ["LOOP_ENV", "PAUSE_S", "Window", "on_loop", "request_stream",
            "served_loop_name"]
 
 PAUSE_S = 0.002  # the caller's pause between an answer and its next request
-# The idle phase's length: about 2,600 requests at PAUSE_S. Over 2 s (about 900) the idle p99,
-# the 9th slowest request, moved by half from run to run.
-IDLE_STREAM_S = 6.0
 
 # ``bench --stream-loop``'s choice, for its groups' processes: "asyncio", the stream's phase
 # runs on asyncio's own loop, in the bench's thread, as before session 15 (to compare with

@@ -29,7 +29,6 @@ from mailbox_actors.bench.actors import REARM_MS, BenchTicker, TickInit, ticker_
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
 from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
 from mailbox_actors.bench.request_stream import (
-    IDLE_STREAM_S,
     PAUSE_S,
     Window,
     on_loop,
@@ -199,7 +198,7 @@ async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
 
 class _Stream(NamedTuple):
     """The request stream's milliseconds: ``before`` the burst alarms_fired_per_s measures
-    (``IDLE_STREAM_S``, nothing due) and during it (``continuous``); ``idle`` and ``burst``,
+    (``sizes.stream_idle_s``, nothing due) and during it (``continuous``); ``idle`` and ``burst``,
     the interleaved windows on a node of their own (``_windows``), the figure's."""
 
     before: list[float]
@@ -212,7 +211,7 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
                       stream: _Stream | None = None) -> tuple[float, int, bool, int]:
     """Every alarm overdue at once; returns (fired/s, fired, all fired, activations), read when
     the burst's phase ends. Without ``stream`` they are overdue when the node starts. With it,
-    an outside caller's requests (``request_stream``) run first for ``IDLE_STREAM_S`` on the
+    an outside caller's requests (``request_stream``) run first for ``sizes.stream_idle_s`` on the
     started node with nothing due (into ``stream.before``), then the node's clock moves past
     every alarm and the same caller's requests go on while the burst fires (into
     ``stream.continuous``)."""
@@ -236,7 +235,7 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
                 phases: list[list[float]] = [stream.before]
                 tg.start_soon(request_stream, node, TENANT, phases, ended)
                 with _stalls_recorded("idle"):
-                    await anyio.sleep(IDLE_STREAM_S)
+                    await anyio.sleep(sizes.stream_idle_s)
                 phases.append(stream.continuous)
                 clock.offset_ms = past - _real_ms()
                 sched.book.wake_if_before(0)  # the loop looks now, not at its next wait's end
@@ -549,7 +548,7 @@ async def _stream_figures(data: Path, first: int, sizes: Sizes, progress: Progre
                     f"the p99 was "
                     f"{percentile(stream.continuous, 99):.2f} ms ({len(stream.continuous):,} "
                     f"requests) against {percentile(stream.before, 99):.2f} ms in the "
-                    f"{IDLE_STREAM_S:g} s before it ({len(stream.before):,})"),
+                    f"{sizes.stream_idle_s:g} s before it ({len(stream.before):,})"),
         figure("request_p99_idle_ms", percentile(stream.idle, 99), "ms",
                note="the request stream's p99 with no alarm due, in the idle windows between "
                     "the burst windows (the limit above)"),
