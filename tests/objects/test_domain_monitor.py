@@ -388,6 +388,13 @@ async def test_a_pending_domain_whose_dns_never_answers_is_not_failed_at_72_hour
         assert st["next_check_ms"] is not None
         for name in (DOMAIN, f"_dmarc.{DOMAIN}", f"s1._domainkey.{DOMAIN}"):
             dns.heal(name)  # the names now answer NXDOMAIN: a definite failure
-        await rt.advance(6 * HOUR)
-        assert (await status(rt, mid))["state"] == "failed"
+        # On a loaded machine a healed answer can still miss the 20 ms timeout: that check read
+        # no definite failure (a question timed out), so the domain rightly stays pending for it.
+        for _ in range(20):
+            await rt.advance(6 * HOUR)
+            st = await status(rt, mid)
+            if st["state"] != "pending":
+                break
+            assert "dns_timeout" in set(codes(st).values()), st
+        assert st["state"] == "failed"
         assert events(rt)[-1] == ("domain.failed", {"state": "failed", "previous_state": "pending"})
