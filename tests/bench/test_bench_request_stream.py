@@ -148,7 +148,8 @@ async def test_idle_and_burst_windows_alternate_after_the_measured_burst(
     assert len(made) == 2 * rounds
     idle, burst = made[0::2], made[1::2]
     assert all(w.commit_when_full == w.commit_before for w in idle)
-    assert all(w.held_before is not None and w.held_when_full == w.held_before for w in idle)
+    assert all(w.held_before is not None and w.held_when_full == w.held_before for w in idle), \
+        [(w.held_before, w.held_when_full, w.commit_before, w.commit_when_full) for w in made]
     assert any(w.commit_when_full is not None and w.commit_when_full > w.commit_before
                for w in burst)
     assert BenchTicker.held is None
