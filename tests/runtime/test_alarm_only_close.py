@@ -6,6 +6,7 @@ or whose next alarm is near, stays open.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import anyio
@@ -101,3 +102,30 @@ async def test_an_open_actor_stays_open_after_its_alarm(tmp_path: Path) -> None:
         assert [s.object_id for s in afs.ALARM_LOG] == [first, *rest]
         assert host.is_active("scratch", first)
         assert not host.is_active("scratch", rest[0])
+
+
+def _cached_statements(act: object) -> int:
+    """How many prepared statements the activation's connection keeps (CPython's cache)."""
+    conn = act.runtime_storage.sql._conn  # type: ignore[attr-defined]
+    caches = [r for r in gc.get_referents(conn) if hasattr(r, "cache_info")]
+    assert len(caches) == 1
+    return int(caches[0].cache_info().currsize)
+
+
+@pytest.mark.anyio
+async def test_an_actor_left_open_after_its_alarm_has_shed_its_caches(tmp_path: Path) -> None:
+    """ADR 0015, 0017: an actor opened on the loop for its alarm sheds what its open and its run
+    left cached once the run ended and it stays open (the last of a burst, or a wake that was not
+    due); one closed right after its run (the others) frees it all with its connection."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, alarm_concurrency=1) as rt:
+        host = rt.node.host
+        oids = await _evicted_scratches(rt, 3, rt.now_ms() + 5_000)
+        await rt.advance(5_000)
+        kept = [key for key in host.active_keys() if key[1] in oids]
+        assert kept == [("scratch", afs.ALARM_LOG[-1].object_id)]
+        assert _cached_statements(host._active[kept[0]]) == 0
+        # A wake for an alarm not due yet: the actor stays open, shed all the same.
+        later = await afs.new_scratch(rt, "later", alarm_at=rt.now_ms() + 60_000)
+        host.evict_all_idle()
+        assert (await host.fire_alarm(("scratch", later), 0)).outcome.name == "LATER"
+        assert _cached_statements(host._active[("scratch", later)]) == 0

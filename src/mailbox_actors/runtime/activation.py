@@ -188,11 +188,13 @@ class Opener:
 
     def open(self, object_id: str, path: str | Path, create: bool, alarm_sink: AlarmSink,
              on_reset: Callable[[], None], ahead: OpenedAhead | None = None,
-             alarm: bool = True) -> Activation | None:
+             alarm: bool = True, shed: bool = True) -> Activation | None:
         """Open the actor's file and build its activation (None: no such object and not
         ``create``). Whatever fails after the file opened closes it again. ``ahead``: the file's
         connection made ahead (``opening.connect_ahead``, with ``META_KEYS``). ``alarm``: read
-        the stored alarm now (an alarm's activation); a request's reads it at its first use."""
+        the stored alarm now (an alarm's activation); a request's reads it at its first use.
+        ``shed``: free what opening left cached now (False: the caller sheds it later, if the
+        actor stays open: ``ActorHost.fire_alarm``)."""
         settings = self._settings
         clock = self._clock
         opened = open_actor_storage(path, create=create, durability=settings.durability,
@@ -216,7 +218,7 @@ class Opener:
             ctx = ActorContext(namespace=self.namespace, object_id=object_id, storage=storage,
                                owner=owner, gate=gate, schema_version=version, env=self._env)
             act = Activation(self, object_id, storage, owner, gate, ctx)
-            if ahead is None or not storage.schema_known:
+            if shed and (ahead is None or not storage.schema_known):
                 # The meta, migration and alarm reads are done. A connection made ahead shed
                 # its caches in its thread, and only a migration would have read since.
                 storage.shed_caches()

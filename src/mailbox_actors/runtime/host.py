@@ -143,10 +143,13 @@ class ActorHost:
 
     def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
                  ahead: OpenedAhead | None = None,
-                 path: Path | None = None, alarm: bool = True) -> Activation | None:
+                 path: Path | None = None, alarm: bool = True,
+                 shed: bool = True) -> Activation | None:
         """Return the live activation, opening the file when needed (None: no such object);
         ``ahead``: the file's connection made ahead (``opening.connect_ahead``), used or closed;
-        ``alarm``: read the stored alarm at open (False for a request, which rarely needs it)."""
+        ``alarm``: read the stored alarm at open (False for a request, which rarely needs it);
+        ``shed``: False, the caller sheds the open's caches if the actor stays open
+        (``Opener.open``)."""
         key = (cls.namespace, object_id)
         act = self._active.get(key)
         if act is not None:
@@ -162,7 +165,7 @@ class ActorHost:
         file = self.paths.file_for(cls.namespace, object_id) if path is None else path
         try:
             act = opener.open(object_id, file, create, self._alarm_sinks.sink(key),
-                              functools.partial(self._reset, key), ahead, alarm)
+                              functools.partial(self._reset, key), ahead, alarm, shed)
             if act is None:
                 return None
         except MailboxActorsError as e:
@@ -374,10 +377,16 @@ class ActorHost:
         if self.stopping:
             return AlarmResult(AlarmOutcome.BUSY, None)
         act = self._active.get(key)
+        # An actor opened here on the loop sheds what its open left cached only if it stays
+        # open after the wake: one closed right after its run (a burst's) frees it all anyway.
+        unshed = False
         if act is None:  # evicted: open it, ahead in a thread while that pays
             files = self._files
-            opened = (await self._open_ahead(cls, key, turn) if files.enabled and files.ahead_pays()
-                      else self._open_on_loop(cls, key))
+            if files.enabled and files.ahead_pays():
+                opened = await self._open_ahead(cls, key, turn)
+            else:
+                opened = self._open_on_loop(cls, key)
+                unshed = True
             if isinstance(opened, AlarmResult):
                 return opened
             act = opened
@@ -385,6 +394,8 @@ class ActorHost:
         stored = act.runtime_storage.stored_alarm()
         skip = alarm_runs.not_runnable(act, stored, force, clock.now_ms())
         if skip is not None:
+            if unshed and not act.closed:
+                act.runtime_storage.shed_caches()
             return skip
         assert stored is not None, "not_runnable let through a wake without an alarm"
         act.alarm_running = True
@@ -400,6 +411,8 @@ class ActorHost:
             self._release(act)
             if act.alarm_only:
                 self._after_alarm_only(act, more_due)
+            if unshed and not act.closed:
+                act.runtime_storage.shed_caches()
 
     def _after_alarm_only(self, act: Activation, more_due: Callable[[], bool] | None) -> None:
         """An actor opened for its alarm, with no request since, after the run: closed at once
@@ -478,7 +491,7 @@ class ActorHost:
         # Does the disk make an open on the loop wait? (Timed while the threads are idle.)
         timed = (time.perf_counter(), time.thread_time()) if files.enabled and files.idle else None
         try:
-            return self._activated(cls, key, None, None)
+            return self._activated(cls, key, None, None, shed=False)
         finally:
             if timed is not None:
                 files.opened_on_loop(time.perf_counter() - timed[0], time.thread_time() - timed[1])
@@ -515,10 +528,10 @@ class ActorHost:
 
 
     def _activated(self, cls: type[Actor[Any]], key: Key, ahead: OpenedAhead | None,
-                       path: Path | None) -> Activation | AlarmResult:
+                   path: Path | None, shed: bool = True) -> Activation | AlarmResult:
         opened = key not in self._active  # else a request activated it while a thread opened
         try:
-            act = self.activate(cls, key[1], create=False, ahead=ahead, path=path)
+            act = self.activate(cls, key[1], create=False, ahead=ahead, path=path, shed=shed)
         except MailboxActorsError:
             return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
         if act is None:

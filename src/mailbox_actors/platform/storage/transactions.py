@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import functools
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import CoroutineType
-from typing import Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
 from mailbox_actors.platform.storage.errors import (
@@ -80,6 +79,29 @@ class TxState(enum.Enum):
 # function takes the slow attribute path (about 850 instructions, against a global's few dozen;
 # ten such reads were 8.5 K instructions an alarm of a burst). Hot paths read these names.
 _NONE, _IMPLICIT, _EXPLICIT, _ENDED = TxState.NONE, TxState.IMPLICIT, TxState.EXPLICIT, TxState.ENDED
+
+
+class _made_at_first_read(Generic[R]):  # a decorator's name, as cached_property
+    """``functools.cached_property`` without its lock: the value is made at the first read and
+    kept in the instance's dict, which shadows this (a non-data descriptor) from then on. Python
+    3.11's ``cached_property`` takes an ``RLock`` at that first read, about 60 bytecodes and two
+    C calls at every activation's first transaction; nothing here is shared between threads
+    (a connection is used by the event loop only)."""
+
+    __slots__ = ("_make", "_name")
+
+    def __init__(self, make: Callable[[Any], R]) -> None:
+        self._make = make
+        self._name = make.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> R:
+        if instance is None:  # read on the class: the descriptor itself
+            return self  # type: ignore[return-value]
+        value = instance.__dict__[self._name] = self._make(instance)
+        return value
 
 
 class AlarmRun:
@@ -157,14 +179,14 @@ class Transactions(ScreenedConnection):
         self._freeing = False
         self._used_at_begin = 0
 
-    @functools.cached_property
+    @_made_at_first_read
     def _fence_reads(self) -> sqlite3.Cursor:
         """The cursor of the fence's data-version read (``_fenced``), on many machines only:
         its own, so the read leaves BEGIN's statement on ``_own`` as it is (resetting that
         first cost about 1.2 K instructions a transaction)."""
         return self._conn.cursor()
 
-    @functools.cached_property
+    @_made_at_first_read
     def _own(self) -> sqlite3.Cursor:
         """The cursor of the runtime's own statements that return no rows (BEGIN, COMMIT, the
         alarm row's writes), made at the first of them and kept: ``Connection.execute`` makes a
