@@ -368,7 +368,8 @@ class ActorHost:
                          more_due: Callable[[], bool] | None = None) -> AlarmResult:
         """Run an actor's alarm handler if its stored alarm is due, or at once when ``force``
         (AL-3, AL-4). ``turn``: awaited once an evicted actor's file was opened in a thread,
-        before its activation on the loop (the scheduler's pool: requests come first).
+        before its activation on the loop, or opened on the loop, before its run (the
+        scheduler's pool: requests come first).
         ``more_due``: whether other due alarms wait when the run ends (the scheduler's queue);
         while they do, an actor opened for this alarm alone is closed after its run."""
         cls = self._classes.get(key[0])
@@ -387,6 +388,14 @@ class ActorHost:
             else:
                 opened = self._open_on_loop(cls, key)
                 unshed = True
+                if turn is not None and not isinstance(opened, AlarmResult):
+                    # The open and the run are two pieces of the loop's work: a request that
+                    # came during the open goes between them (requests first, ADR 0023).
+                    await turn()
+                    if self.stopping:
+                        return AlarmResult(AlarmOutcome.BUSY, None)
+                    if opened.closed:  # evicted or reset meanwhile: open it again
+                        return await self.fire_alarm(key, retry_count, force, turn, more_due)
             if isinstance(opened, AlarmResult):
                 return opened
             act = opened
