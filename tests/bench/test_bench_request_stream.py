@@ -136,7 +136,7 @@ async def test_idle_and_burst_windows_alternate_after_the_measured_burst(
     monkeypatch.setattr(ticker_figures, "Window", lambda size: _Watched(size, made))
     progress = Progress(enabled=False)
     data, first = await ticker_figures.make_population(tmp_path, TINY, progress)
-    stream = ticker_figures._Stream([], [], [], [])
+    stream = ticker_figures._Stream([], [], [], [], [])
     with anyio.fail_after(GUARD_S):
         per_s, fired, done, activations = await ticker_figures._throughput(
             data, first, TINY, progress, stream)
@@ -153,3 +153,27 @@ async def test_idle_and_burst_windows_alternate_after_the_measured_burst(
     assert any(w.commit_when_full is not None and w.commit_when_full > w.commit_before
                for w in burst)
     assert BenchTicker.held is None
+
+
+@pytest.mark.anyio
+async def test_the_limit_is_the_lower_of_the_idle_windows_and_the_idle_phase(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28's limit is never one the burst raised: the lower of the idle windows' p99 and
+    the p99 of the idle phase before the measured burst (a node of its own, nothing held), each
+    printed in the note, with what the windows flagged (a burst run dry)."""
+
+    async def windows(data: Path, first: int, sizes: object, progress: object,
+                      stream: ticker_figures._Stream) -> None:
+        stream.idle.extend([0.2] * 100)
+        stream.burst.extend([0.5] * 100)
+        stream.flags.append("the burst ran out of alarms in burst window 2")
+
+    monkeypatch.setattr(ticker_figures, "_windows", windows)
+    monkeypatch.setenv(LOOP_ENV, "asyncio")
+    for before, limit in ((0.1, 0.1), (0.3, 0.2)):
+        stream = ticker_figures._Stream([before] * 100, [1.0] * 100, [], [], [])
+        burst, idle = await ticker_figures._stream_figures(
+            tmp_path, 0, TINY, Progress(enabled=False), "tiny", stream)
+        assert burst.limit == idle.value == limit and burst.value == 0.5
+        assert f"({before:.2f} ms)" in (burst.note or "") and "p99 0.20 ms" in (burst.note or "")
+        assert "ran out of alarms in burst window 2" in (burst.note or "")
