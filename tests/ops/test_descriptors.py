@@ -42,7 +42,8 @@ async def test_a_low_descriptor_limit_is_raised_and_bounds_actors_without_resets
         tmp_path: Path) -> None:
     """OPS-4: started with soft 128 / hard 256 descriptors, the node runs with 256; it opens no
     more actors than that leaves room for; 800 new actors (15 times that) created over 16
-    connections all get an HTTP answer, each ok or retryable; the node stays up, stops cleanly."""
+    connections all get an HTTP answer, each ok or retryable, and each refused one is created
+    when asked again; the node stays up, stops cleanly."""
     data, port = tmp_path / "node", _port()
     proc = subprocess.Popen(  # noqa: ASYNC220 - the node under test, stopped below by pid
         [sys.executable, "-m", "mailbox_actors", "serve", "--data", str(data), "--port",
@@ -54,23 +55,34 @@ async def test_a_low_descriptor_limit_is_raised_and_bounds_actors_without_resets
         outcomes: dict[str, int] = {}
         async with Client.from_data_dir(data, url=f"http://127.0.0.1:{port}",
                                         max_attempts=1) as client:
+            async def create_one(name: str) -> str:
+                try:
+                    oid = await client.id_from_name("tenant_quota", name)
+                    await client.call("tenant_quota", oid,
+                                      QuotaInit(per_minute=10, per_day=100), tenant_id=name)
+                    key = "ok"
+                except RpcError as e:
+                    key = e.code.value if "cannot reach" not in e.message else "no answer"
+                outcomes[key] = outcomes.get(key, 0) + 1
+                return key
+
+            refused: list[str] = []
+
             async def create(worker: int) -> None:
                 for n in range(worker, ACTORS, 16):
-                    name = f"t{n}"
-                    try:
-                        oid = await client.id_from_name("tenant_quota", name)
-                        await client.call("tenant_quota", oid,
-                                          QuotaInit(per_minute=10, per_day=100), tenant_id=name)
-                        key = "ok"
-                    except RpcError as e:
-                        key = e.code.value if "cannot reach" not in e.message else "no answer"
-                    outcomes[key] = outcomes.get(key, 0) + 1
+                    if await create_one(f"t{n}") != "ok":
+                        refused.append(f"t{n}")
 
             async with anyio.create_task_group() as tg:
                 for w in range(16):
                     tg.start_soon(create, w)
+            # What the bound refused is created when asked again: it defers work, never refuses
+            # it for good. How much the burst had refused depends on the machine's load (133 of
+            # 800 at load 8, a few at rest), so that share is not a test of the node.
+            for _ in range(20):
+                refused = [name for name in refused if await create_one(name) != "ok"]
+            assert refused == [], (refused, outcomes)
         assert set(outcomes) <= {"ok", "overloaded", "unavailable"}, outcomes
-        assert outcomes.get("ok", 0) >= ACTORS * 0.9, outcomes
         operator = (data / "operator.token").read_text().strip()
         async with HttpPool() as pool:
             status, body = await pool.request(
