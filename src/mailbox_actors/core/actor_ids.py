@@ -10,7 +10,8 @@ from __future__ import annotations
 import hmac
 import re
 
-__all__ = ["NAMESPACE_RE", "check_id", "id_from_name", "id_from_random", "namespace_key"]
+__all__ = ["NAMESPACE_RE", "check_id", "has_id_form", "id_from_name", "id_from_random",
+           "namespace_key"]
 
 NAMESPACE_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -36,6 +37,11 @@ def id_from_random(key: bytes, random16: bytes) -> str:
     if len(random16) != 16:
         raise ValueError("random16 must be 16 bytes")
     return _seal(key, random16)
+
+
+def has_id_form(s: object) -> bool:
+    """Whether ``s`` is 64 lowercase hex digits (what ``check_id`` checks before the HMAC)."""
+    return isinstance(s, str) and _HEX64.fullmatch(s) is not None
 
 
 def check_id(key: bytes, s: object) -> str | None:

@@ -144,12 +144,13 @@ class ActorHost:
     def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
                  ahead: OpenedAhead | None = None,
                  path: Path | None = None, alarm: bool = True,
-                 shed: bool = True) -> Activation | None:
+                 shed: bool = True, own: bool = False) -> Activation | None:
         """Return the live activation, opening the file when needed (None: no such object);
         ``ahead``: the file's connection made ahead (``opening.connect_ahead``), used or closed;
         ``alarm``: read the stored alarm at open (False for a request, which rarely needs it);
         ``shed``: False, the caller sheds the open's caches if the actor stays open
-        (``Opener.open``)."""
+        (``Opener.open``); ``own``: the id is an alarm's key, which the node recorded itself
+        (its form is checked, not its HMAC: ``ActorPaths.check_own``)."""
         key = (cls.namespace, object_id)
         act = self._active.get(key)
         if act is not None:
@@ -162,7 +163,7 @@ class ActorHost:
         if opener is None or opener.cls is not cls:
             opener = self._openers[cls.namespace] = Opener(
                 cls, self.settings, self.clock, self._hooks, self._env, self.metrics, self.log)
-        file = self.paths.file_for(cls.namespace, object_id) if path is None else path
+        file = self.paths.file_for(cls.namespace, object_id, own) if path is None else path
         try:
             act = opener.open(object_id, file, create, self._alarm_sinks.sink(key),
                               functools.partial(self._reset, key), ahead, alarm, shed)
@@ -490,7 +491,7 @@ class ActorHost:
         cls = self._classes.get(key[0])
         if cls is None:
             return None
-        act = self.activate(cls, key[1], create=False)
+        act = self.activate(cls, key[1], create=False, own=True)
         return None if act is None else alarm_runs.abandon(act, fired_ms, self.clock.now_ms())
 
     def _open_on_loop(self, cls: type[Actor[Any]], key: Key) -> Activation | AlarmResult:
@@ -512,7 +513,7 @@ class ActorHost:
         """``_open_on_loop`` with the file's connection made ahead in a worker thread, then
         ``turn`` awaited (the file is still watched meanwhile); BUSY when the node stops
         meanwhile."""
-        path = self.path_for(*key)  # once: activate() is given it
+        path = self.paths.path_for(*key, own=True)  # once: activate() is given it
         self._opening[key] = True
         try:
             ahead = await self._files.open(path, self.settings.durability, self.settings.limits,
@@ -540,7 +541,8 @@ class ActorHost:
                    path: Path | None, shed: bool = True) -> Activation | AlarmResult:
         opened = key not in self._active  # else a request activated it while a thread opened
         try:
-            act = self.activate(cls, key[1], create=False, ahead=ahead, path=path, shed=shed)
+            act = self.activate(cls, key[1], create=False, ahead=ahead, path=path, shed=shed,
+                                own=True)
         except MailboxActorsError:
             return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
         if act is None:

@@ -3,7 +3,9 @@ for an id of that namespace.
 
 An id is checked once (its HMAC under the namespace's key) and remembered in a bounded set that
 the router shares (``verified``): a call checked at the door does not pay the digest again when
-its actor is opened, and an alarm's actor pays it once per set's life.
+its actor is opened. An id the node recorded itself (an alarm's key: its alarm index, or a scan
+of its own actor files; never a client's) is checked for its form alone (``own``): 64 lowercase
+hex digits, nothing a path could escape by.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mailbox_actors.core.actor_ids import check_id
+from mailbox_actors.core.actor_ids import check_id, has_id_form
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 
 __all__ = ["VERIFIED_MAX", "ActorPaths"]
@@ -54,9 +56,22 @@ class ActorPaths:
             verified.clear()
         verified.add(object_id)
 
-    def path_for(self, namespace: str, object_id: str) -> Path:
+    def check_own(self, object_id: str) -> None:
+        """Raise ``invalid_request`` unless ``object_id`` has an id's form: for an id the node
+        recorded itself (an alarm's key), whose HMAC was checked when the actor first wrote its
+        alarm; an index or a file name altered since may name another file of the data dir,
+        never one outside it (a burst paid the HMAC once an alarm: the verified set holds
+        ``VERIFIED_MAX`` ids)."""
+        if not has_id_form(object_id):
+            raise MailboxActorsError(ErrorCode.INVALID_REQUEST,
+                                     "object id must be 64 lowercase hex digits")
+
+    def path_for(self, namespace: str, object_id: str, own: bool = False) -> Path:
         # Only a checked id makes a path: 64 lowercase hex digits, nothing a path could escape by.
-        self.check(namespace, object_id)
+        if own:
+            self.check_own(object_id)
+        else:
+            self.check(namespace, object_id)
         at = (namespace, object_id[:2])
         directory = self._dirs.get(at)
         if directory is None:  # at most 256 per namespace
@@ -64,11 +79,14 @@ class ActorPaths:
         name = f"{object_id}.sqlite"
         return directory / name if _CHILD is None else _CHILD(directory, name)
 
-    def file_for(self, namespace: str, object_id: str) -> str:
+    def file_for(self, namespace: str, object_id: str, own: bool = False) -> str:
         """``path_for`` as an absolute path text, the form the actor's file is opened by: no
         pathlib object made and formatted again at every activation (an open's path was about
-        a tenth of its Python work)."""
-        self.check(namespace, object_id)
+        a tenth of its Python work). ``own``: the node recorded the id itself (``check_own``)."""
+        if own:
+            self.check_own(object_id)
+        else:
+            self.check(namespace, object_id)
         at = (namespace, object_id[:2])
         directory = self._files.get(at)
         if directory is None:  # at most 256 per namespace
