@@ -284,11 +284,8 @@ async def _windows(data: Path, first: int, sizes: Sizes, progress: Progress,
 # How long the alarms under way when the burst is held are given to reach the gate (and the
 # index writes they leave to be written) before an idle window starts, at most.
 _SETTLE_S = 5.0
-# Then a quiet gap before the idle window, counted nowhere: the pages the burst wrote are
-# written back (``os.sync``, in a thread) and what else it left (closes behind in file
-# threads) has at least this long to fade. Without the sync the kernel wrote them back during
-# the idle window: its p99 read 1.7-1.9x the idle phase's before the burst in 2 quick runs,
-# 0.7-0.8x with it in 2 others (loaded machine).
+# Then a quiet gap before the idle window, counted nowhere: what the burst left to the machine
+# (closes behind in file threads, the kernel writing its pages back) has that long to fade.
 _QUIET_S = 0.5
 _WINDOW_GUARD_S = 300.0  # a window's requests answered within this, or the phase failed
 
@@ -302,9 +299,8 @@ async def _interleaved(node: Node, clock: ShiftedClock, first: int, phases: list
     each burst window. Idle and burst windows alternate, a second or so each, so both see the
     same stretch of the machine's load: a reference taken in the seconds before the burst
     alone moved by 3x from run to run on a shared machine. An idle window starts once the
-    alarms under way reached the gate and the index writes they left are written, the pages
-    the burst wrote are on disk, and ``_QUIET_S`` after (requests answered meanwhile are
-    counted nowhere). The stream's own
+    alarms under way reached the gate and the index writes they left are written, and
+    ``_QUIET_S`` after (requests answered meanwhile are counted nowhere). The stream's own
     actor has no alarm due here: a request to an actor whose handler is held would wait for
     the gate."""
     sched = node.scheduler
@@ -329,9 +325,7 @@ async def _interleaved(node: Node, clock: ShiftedClock, first: int, phases: list
                 stream.flags.append(f"round {r + 1}: {len(held)} alarms held after "
                                     f"{_SETTLE_S:g} s, fewer than under way")
                 progress.say(f"alarms: request stream: {stream.flags[-1]}")
-            quiet = time.perf_counter() + _QUIET_S
-            await anyio.to_thread.run_sync(os.sync)
-            await anyio.sleep(max(0.0, quiet - time.perf_counter()))
+            await anyio.sleep(_QUIET_S)
             idle = Window(size)
             phases.append(idle)
             with anyio.fail_after(_WINDOW_GUARD_S):
@@ -572,9 +566,8 @@ async def _stream_figures(data: Path, first: int, sizes: Sizes, progress: Progre
                     f"{sizes.stream_window:,} requests ({len(stream.burst):,}, p50 "
                     f"{percentile(stream.burst, 50):.2f} ms, max "
                     f"{max(stream.burst, default=math.nan):.1f} ms), each after an idle window "
-                    f"of as many on the same node, the burst held at the bench actor's gate, "
-                    f"its pages written back and {_QUIET_S:g} s let pass ({len(stream.idle):,} "
-                    f"requests, p99 "
+                    f"of as many on the same node, the burst held at the bench actor's gate "
+                    f"and {_QUIET_S:g} s let pass ({len(stream.idle):,} requests, p99 "
                     f"{windows:.2f} ms, p50 {percentile(stream.idle, 50):.2f} ms, max "
                     f"{max(stream.idle, default=math.nan):.1f} ms); the limit is the lower of "
                     f"that p99 and the p99 of {len(stream.before):,} requests in the "
