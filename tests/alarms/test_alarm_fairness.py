@@ -213,6 +213,57 @@ async def test_a_turn_already_over_when_it_opens_still_runs_an_alarm(tmp_path: P
 
 
 @pytest.mark.anyio
+async def test_handlers_that_wait_on_another_service_still_run_up_to_the_concurrency(
+        tmp_path: Path) -> None:
+    """AL-5: when every alarm under way waits inside its handler (another service's answer), the
+    next turns still start workers for the keys queued, up to ``alarm_concurrency``: before, a
+    turn over with no worker waiting for the next left the pool at what one turn had started
+    (here one, by a turn clock that jumps past a turn at every read) until a handler returned."""
+    jumps = [0.0]
+
+    def jumping() -> float:
+        jumps[0] += 2 * TURN_S
+        return jumps[0]
+
+    node, clock = await _started(tmp_path, jumping)
+    assert node.scheduler is not None
+    concurrency = node.settings.alarm_concurrency
+    entered: list[str] = []
+    answer = anyio.Event()
+    full = anyio.Event()
+    try:
+        oids, _ = await _due_together(node, clock, 3 * concurrency)
+        returned: list[str] = []
+        all_returned = anyio.Event()
+
+        async def waits_for_the_service(actor: Scratch, info: AlarmInfo) -> None:
+            entered.append(actor.ctx.id)
+            if len(entered) == concurrency:
+                full.set()
+            await answer.wait()
+            returned.append(actor.ctx.id)
+            if len(returned) == len(oids):
+                all_returned.set()
+
+        for oid in oids:
+            afs.ALARM_HOOKS[oid] = waits_for_the_service
+        clock.offset_ms = 86_400_000 + 1
+        node.scheduler.book.wake_if_before(0)
+        with anyio.fail_after(GUARD_S):
+            await full.wait()
+        for _ in range(20):  # more rounds of the loop: no more than the concurrency go in
+            await asyncio.sleep(0)
+        assert len(entered) == concurrency
+        answer.set()
+        with anyio.fail_after(GUARD_S):
+            await all_returned.wait()
+        assert sorted(entered) == sorted(oids)
+    finally:
+        answer.set()
+        await node.stop()
+
+
+@pytest.mark.anyio
 async def test_without_the_look_a_request_read_during_a_turn_waits_for_that_turn_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 28, AL-5, on a loop whose queues the pool cannot see (uvloop, ADR 0023): turns end
