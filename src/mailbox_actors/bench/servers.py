@@ -192,8 +192,11 @@ async def stop_spawned(sp: Spawned, *, grace_s: float = 20.0) -> list[str]:
             except ProcessLookupError:
                 pass
             await sp.proc.wait()
-    # The supervisor waits for its nodes before it exits, so any still here were left behind.
-    with anyio.move_on_after(2):
+    # The supervisor waits for its nodes before it exits, so any still here were left behind,
+    # unless it died first (SIGKILL): then its nodes were told by their death signal (SIGTERM)
+    # and are stopping as gracefully as it would have stopped them, which takes its grace too
+    # (2 s was too short on a loaded machine: a node still stopping was reported as left).
+    with anyio.move_on_after(grace_s):
         while any(pid_alive(p) for p in sp.node_pids):  # noqa: ASYNC110 - other processes' pids
             await anyio.sleep(0.05)
     left = [p for p in sp.node_pids if pid_alive(p)]
