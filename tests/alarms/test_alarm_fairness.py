@@ -74,6 +74,17 @@ def _turn_clock() -> float:
     return len(afs.ALARM_LOG) * TURN_S / PER_TURN
 
 
+def _jumping_clock() -> Callable[[], float]:
+    """A turn clock that jumps past a whole turn at every read (a loaded machine at its worst:
+    every turn is over at its first look)."""
+    jumps = [0.0]
+
+    def jumping() -> float:
+        jumps[0] += 2 * TURN_S
+        return jumps[0]
+    return jumping
+
+
 async def _started(tmp_path: Path, turn_clock: Callable[[], float],
                    max_active_actors: int = 10_000, file_threads: int = 4,
                    ) -> tuple[Node, MovableClock]:
@@ -193,13 +204,7 @@ async def test_a_turn_already_over_when_it_opens_still_runs_an_alarm(tmp_path: P
     its first look at the clock, so the turn is over before any alarm ran. The worker woken for
     it runs one alarm anyway; without that nobody was woken and the queue stayed unserved for
     good. The turn clock here jumps past a whole turn at every read."""
-    jumps = [0.0]
-
-    def jumping() -> float:
-        jumps[0] += 2 * TURN_S
-        return jumps[0]
-
-    node, clock = await _started(tmp_path, jumping)
+    node, clock = await _started(tmp_path, _jumping_clock())
     assert node.scheduler is not None
     try:
         oids, all_fired = await _due_together(node, clock, 40)
@@ -219,13 +224,7 @@ async def test_handlers_that_wait_on_another_service_still_run_up_to_the_concurr
     next turns still start workers for the keys queued, up to ``alarm_concurrency``: before, a
     turn over with no worker waiting for the next left the pool at what one turn had started
     (here one, by a turn clock that jumps past a turn at every read) until a handler returned."""
-    jumps = [0.0]
-
-    def jumping() -> float:
-        jumps[0] += 2 * TURN_S
-        return jumps[0]
-
-    node, clock = await _started(tmp_path, jumping)
+    node, clock = await _started(tmp_path, _jumping_clock())
     assert node.scheduler is not None
     concurrency = node.settings.alarm_concurrency
     entered: list[str] = []
