@@ -164,15 +164,21 @@ async def _wait_fired(node: Node, target: int, cap_s: float, progress: Progress,
         BenchTicker.yield_after = 0.0  # from now on, so that stopping the node cancels promptly
 
 
+async def _started(data: Path, sizes: Sizes, now_ms: int) -> tuple[Node, ShiftedClock]:
+    """A node on the population, started, its clock reading ``now_ms`` at this moment."""
+    clock = ShiftedClock(now_ms - _real_ms())
+    node = Node(_settings(data, sizes), clock=clock, objects=(BenchTicker,))
+    await node.start()
+    return node, clock
+
+
 async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
                     ) -> tuple[list[int], int, bool]:
     """Alarms arriving at ``rate``/s in real time; returns (lateness ms, fired, all fired)."""
     n, rate = sizes.alarm_actors, sizes.alarm_rate
     progress.say(f"alarms: lateness, {n:,} alarms arriving at {rate:,}/s "
                  f"(stops {sizes.alarm_phase_s:g} s after the last is due)")
-    clock = ShiftedClock(first - 3_600_000 - _real_ms())  # nothing due while the node starts
-    node = Node(_settings(data, sizes), clock=clock, objects=(BenchTicker,))
-    await node.start()
+    node, clock = await _started(data, sizes, first - 3_600_000)  # nothing due yet
     try:
         sched = node.scheduler
         assert sched is not None
@@ -224,9 +230,7 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
     # Past every alarm (first ones and those re-armed in the lateness phase); what fires here
     # re-arms a day after this clock, so no actor fires twice.
     past = first + 2 * REARM_MS
-    clock = ShiftedClock((past if stream is None else first - 3_600_000) - _real_ms())
-    node = Node(_settings(data, sizes), clock=clock, objects=(BenchTicker,))
-    await node.start()
+    node, clock = await _started(data, sizes, past if stream is None else first - 3_600_000)
     try:
         sched = node.scheduler
         assert sched is not None
@@ -262,9 +266,7 @@ async def _windows(data: Path, first: int, sizes: Sizes, progress: Progress,
     on the same files after the burst, as before)."""
     progress.say(f"alarms: request stream, {sizes.stream_rounds} rounds of an idle and a "
                  f"burst window of {sizes.stream_window:,} requests each")
-    clock = ShiftedClock(first - 3_600_000 - _real_ms())  # nothing due while the node starts
-    node = Node(_settings(data, sizes), clock=clock, objects=(BenchTicker,))
-    await node.start()
+    node, clock = await _started(data, sizes, first - 3_600_000)  # nothing due yet
     try:
         await node.alarms_loaded.wait()
         async with anyio.create_task_group() as tg:
