@@ -43,8 +43,9 @@ def test_links_share_a_few_copies_and_a_write_is_found(tmp_path: Path,
 def test_a_population_with_logs_reads_each_actor_with_its_last_commits(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``log``, each file has the template's log beside it, as a sleeping actor keeps the
-    log of its last commits: a read-only reader of any link sees the commits only the log holds.
-    A template without a log is refused, not linked without one."""
+    log of its last commits: a read-only reader of any link sees the commits only the log holds,
+    and a write to a log is found like one to a file. A template without a log is refused, not
+    linked without one."""
     monkeypatch.setattr(population, "LINKS_PER_SOURCE", 2)
     template = tmp_path / "template.sqlite"
     conn = sqlite3.connect(template, isolation_level=None)
@@ -64,6 +65,12 @@ def test_a_population_with_logs_reads_each_actor_with_its_last_commits(
         with read_only(p) as reader:
             assert reader is not None
             assert reader.execute("SELECT v FROM t").fetchall() == [("in the log only",)]
+    stamp = pop.stamp()
+    pop.check_unwritten(stamp)
+    with open(f"{paths[3]}-wal", "ab") as f:  # a write to one link's log is a write to them all
+        f.write(b"y")
+    with pytest.raises(RuntimeError, match="was written"):
+        pop.check_unwritten(stamp)
     bare = tmp_path / "bare.sqlite"
     sqlite3.connect(bare).close()
     with pytest.raises(RuntimeError, match="no log"):

@@ -49,8 +49,9 @@ def _letter(n: int) -> bytes:
             f"body of message {n}\r\n").encode()
 
 
-async def _population(data: Path, n: int, progress: Progress) -> list[str]:
-    """``n`` TenantQuota files under ``data`` (links to one), their ids."""
+async def _population(data: Path, n: int, progress: Progress,
+                      ) -> tuple[LinkedPopulation, list[str]]:
+    """``n`` TenantQuota files under ``data`` (links to one, each with its log), their ids."""
     tpl = data.parent / f"{data.name}-template"
     async with Node(RuntimeSettings(data_dir=str(tpl))) as node:
         oid = node.id_from_name(_NS, "template")
@@ -71,10 +72,10 @@ async def _population(data: Path, n: int, progress: Progress) -> list[str]:
     target = Node(RuntimeSettings(data_dir=str(data)))  # not started: its paths only
     ids = [target.id_from_name(_NS, f"tenant-{i}") for i in range(n)]
     # Links to the one file (``bench.population``): the figures only read them.
-    LinkedPopulation(source, data.parent / f"{data.name}-sources", log=True).link(
-        (target.host.path_for(_NS, oid) for oid in ids), n, progress)
+    population = LinkedPopulation(source, data.parent / f"{data.name}-sources", log=True)
+    population.link((target.host.path_for(_NS, oid) for oid in ids), n, progress)
     shutil.rmtree(tpl)
-    return sorted(ids)
+    return population, sorted(ids)
 
 
 async def _settle(node: Node, mailbox_id: str) -> None:
@@ -109,7 +110,8 @@ async def inspect_figures(work: Path, sizes: Sizes, progress: Progress, _want: f
     rng = random.Random(20261206)
     data = work / "inspect-node"
     progress.say(f"inspect: {actors:,} actor files, then {messages:,} messages in one mailbox")
-    ids = await _population(data, actors, progress)
+    population, ids = await _population(data, actors, progress)
+    stamp = population.stamp()
     async with Node(RuntimeSettings(data_dir=str(data))) as node:
         app = NodeApp(node, cluster_token="bench-cluster-token-0123456789",
                       operator_token=_OPERATOR)
@@ -149,6 +151,8 @@ async def inspect_figures(work: Path, sizes: Sizes, progress: Progress, _want: f
         counted = {c["namespace"]: c["actors"] for c in _DEC.decode(body)["namespaces"]}
         if counted.get(_NS) != actors:
             raise RuntimeError(f"the overview counted {counted.get(_NS)} of {actors} actors")
+    # Reading never writes: a write through one link would have changed every actor listed.
+    population.check_unwritten(stamp)
     note = (f"{actors:,} evicted actors on disk and {messages:,} messages in one mailbox; "
             f"{SAMPLES} requests each through the node's HTTP application in process (routing, "
             "token, JSON), pages of 50 at cursors anywhere")

@@ -67,8 +67,9 @@ class LinkedPopulation:
         return n
 
     def stamp(self) -> list[tuple[int, int]]:
-        """The copies' modification times and sizes (for ``check_unwritten``)."""
-        return [(st.st_mtime_ns, st.st_size) for st in (c.stat() for c in self._copies)]
+        """The copies' modification times and sizes, their logs' too (for ``check_unwritten``)."""
+        files = [p for c in self._copies for p in ((c, Path(f"{c}-wal")) if self.log else (c,))]
+        return [(st.st_mtime_ns, st.st_size) for st in (p.stat() for p in files)]
 
     def check_unwritten(self, before: list[tuple[int, int]]) -> None:
         """Raise unless no actor file was written since ``before`` (``stamp``)."""
