@@ -119,14 +119,18 @@ async def node_url(tmp_path: Path) -> AsyncIterator[str]:
 async def test_status_asks_a_node_with_only_what_it_uses(tmp_path: Path, node_url: str) -> None:
     """PERF (section 12), CL-3: ``status`` of a running node prints its row and exits 0, having
     loaded neither the serving stack nor what it never uses (ctypes and SQLite, shutil and its
-    compressors, the IDNA codec, the json module, the settings' declaration); ``--json`` prints
-    the same through the json module."""
+    compressors, the IDNA codec, the json module, the settings' declaration, the event loop and
+    the pooled HTTP client: it asks each node one GET in turn); ``--json`` prints the same
+    through the json module."""
     env = os.environ | {"MAILBOX_ACTORS_OPERATOR_TOKEN": OPERATOR}
     argv = ("status", "--data", str(tmp_path / "none"), "--url", node_url)
     status, modules = await anyio.to_thread.run_sync(lambda: _imports(*argv, env=env))
     assert status == 0
     assert _loaded(modules, SERVING) == POSTGRES_FLAG
     assert _loaded(modules, NEEDLESS) == []
+    # One GET a node, in turn, on a blocking socket: no event loop, no pooled client, no TLS.
+    assert _loaded(modules, ("asyncio", "anyio", "mailbox_actors.http", "mailbox_actors.rpc.client",
+                             "ssl")) == []
     done = await anyio.run_process([sys.executable, "-m", "mailbox_actors", *argv, "--json"],
                                    env=env, check=False)
     assert done.returncode == 0, done.stderr

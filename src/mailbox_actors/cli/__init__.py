@@ -36,7 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str, str]] = {
                 "run a local cluster of node processes (restarts nodes that die)"),
     "stop": ("mailbox_actors.cli.stop", "add_arguments", "run",
              "stop the cluster (or node) running on a data directory"),
-    "status": ("mailbox_actors.cli.remote", "add_status_arguments", "run_status",
+    "status": ("mailbox_actors.cli.status", "add_status_arguments", "run_status",
                "show nodes, pids, restarts, active actors and pending alarms"),
     "id": ("mailbox_actors.cli.remote", "add_id_arguments", "run_id",
            "print the object id for a name"),

@@ -1,4 +1,4 @@
-"""Operator commands over the network (CL-3): ``status``, ``id`` and ``call``.
+"""Operator commands over the network (CL-3): ``id`` and ``call`` (``status`` is ``cli.status``'s).
 
 Each reads the cluster description and tokens from the data directory (or takes a URL), talks to
 the nodes through the project's client, and prints. Exit status: 0 ok, 1 an ``err`` result or an
@@ -23,24 +23,16 @@ from mailbox_actors.cli.data_dir import (
     open_control_db,
 )
 from mailbox_actors.cli.secrets import SecretError, add_webhook_secret_arguments, webhook_secret
-from mailbox_actors.http.client import HttpPool
 from mailbox_actors.platform.locks import lock_holder
-from mailbox_actors.platform.node_file import read_node_file
-from mailbox_actors.rpc.tokens import read_token
 
 if TYPE_CHECKING:  # the client (ids, clock, wire types) is imported by the commands that call
     from mailbox_actors.rpc.client import Client
 
 __all__ = ["add_call_arguments", "add_id_arguments", "add_identity_arguments",
-           "add_openapi_arguments", "add_status_arguments", "add_tenant_arguments", "run_call",
-           "run_id", "run_identity", "run_openapi", "run_status", "run_tenant"]
+           "add_openapi_arguments", "add_tenant_arguments", "run_call", "run_id",
+           "run_identity", "run_openapi", "run_tenant"]
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def add_status_arguments(p: argparse.ArgumentParser) -> None:
-    add_target_arguments(p)
-    p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def add_id_arguments(p: argparse.ArgumentParser) -> None:
@@ -136,63 +128,6 @@ def run_call(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps({"ok": result}))
     return 0
-
-
-def run_status(args: argparse.Namespace) -> int:
-    data = Path(args.data)
-    running = lock_holder(data) is not None
-    if not running and not args.url:
-        return _fail("status", f"no cluster is running on {data} (start one with "
-                     f"'mailbox-actors cluster --data {data}')", 1)
-    try:
-        operator = read_token(data, "operator")
-    except FileNotFoundError as e:
-        return _fail("status", f"no operator token: set MAILBOX_ACTORS_OPERATOR_TOKEN (or "
-                     f"_OPERATOR_TOKEN_FILE) ({e.filename} does not exist)", 2)
-    restarts: dict[str, int] = {}
-    try:
-        doc = msgspec.json.decode((data / "cluster.json").read_bytes())
-        nodes = [(n["name"], n["url"]) for n in doc["nodes"]]
-        restarts = {n["name"]: int(n.get("restarts", 0)) for n in doc["nodes"]}
-    except FileNotFoundError:
-        # A single node records where it listens (any port); --url overrides it.
-        nodes = [("node-0", args.url) if args.url else read_node_file(data)
-                 or ("node-0", "http://127.0.0.1:8787")]
-
-    async def go() -> list[dict[str, Any]]:
-        out = []
-        async with HttpPool() as pool:
-            for name, url in nodes:
-                try:
-                    status, body = await pool.request(
-                        url, "GET", "/admin/status", {"authorization": f"Bearer {operator}"}, b"",
-                        timeout_s=5.0)
-                    row = msgspec.json.decode(body) if status == 200 else {
-                        "status": f"HTTP {status}"}
-                except (OSError, ConnectionError, TimeoutError):
-                    row = {"status": "unreachable"}
-                out.append({"name": name, "url": url, "restarts": restarts.get(name, 0)} | row)
-        return out
-    rows = anyio.run(go)
-    queues: dict[str, Any] = next((r["queues"] for r in rows if r.get("queues")), {})
-    if args.json:
-        import json
-
-        print(json.dumps({"nodes": rows, "queues": queues}, indent=2))
-    else:
-        print(f"{'node':8} {'status':12} {'pid':>8} {'restarts':>8} {'actors':>8} {'alarms':>8}"
-              "  url")
-        for r in rows:
-            print(f"{r['name']:8} {r.get('status', '?'):12} {r.get('pid', '-')!s:>8} "
-                  f"{r['restarts']:>8} "
-                  f"{r.get('actors_active', '-')!s:>8} {r.get('alarms_pending', '-')!s:>8}  "
-                  f"{r['url']}")
-        if queues:
-            print(f"\n{'queue':16} {'ready':>8} {'delayed':>8} {'in flight':>10} {'dead':>8}")
-            for name, q in sorted(queues.items()):
-                print(f"{name:16} {q.get('ready', 0):>8} {q.get('delayed', 0):>8} "
-                      f"{q.get('in_flight', 0):>10} {q.get('dead_letters', 0):>8}")
-    return 0 if all(r.get("status") == "ok" for r in rows) else 1
 
 
 def add_openapi_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,117 @@
+"""``status``'s one-shot GET (``cli.status.get``): HTTP/1.1 on a blocking socket, framed by
+httptools as the pooled client's answers are; what it does with an answer sent in chunks, one cut
+short, one malformed, a node that never answers, and a URL that is not a node's."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from mailbox_actors.cli.status import get
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, list[bytes], list[bytes]]]:
+    """A loopback server answering each connection with the next reply in ``replies`` (bytes
+    sent as given, then the connection closed; ``b""``: never answers until the test ends); what
+    each connection sent lands in ``requests``."""
+    replies: list[bytes] = []
+    requests: list[bytes] = []
+    done = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            if done.is_set():
+                conn.close()
+                return
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+                requests.append(head)
+                reply = replies.pop(0)
+                if reply:
+                    conn.sendall(reply)
+                else:
+                    done.wait()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", replies, requests
+    finally:
+        done.set()
+        socket.create_connection(listener.getsockname()).close()  # wakes its accept
+        thread.join(timeout=10)
+        listener.close()
+
+
+def test_an_answer_with_a_length_and_the_request_sent(
+        server: tuple[str, list[bytes], list[bytes]]) -> None:
+    url, replies, requests = server
+    replies.append(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 12\r\n"
+                   b"\r\n{\"ok\": true}extra")
+    assert get(url, "/admin/status", {"authorization": "Bearer t"}, 10.0) == (200, b'{"ok": true}')
+    port = url.rsplit(":", 1)[1]
+    assert requests == [f"GET /admin/status HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+                        "authorization: Bearer t\r\ncontent-length: 0\r\n\r\n".encode()]
+
+
+def test_an_answer_in_chunks_and_an_error_status(
+        server: tuple[str, list[bytes], list[bytes]]) -> None:
+    url, replies, _ = server
+    replies.append(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                   b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n")
+    replies.append(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n")
+    assert get(url, "/", {}, 10.0) == (200, b"abcdefg")
+    assert get(url, "/", {}, 10.0) == (401, b"")
+
+
+@pytest.mark.parametrize("reply", [
+    b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",  # closed before the whole body
+    b"not HTTP at all\r\n\r\n",
+])
+def test_an_answer_cut_short_or_malformed_is_a_connection_error(
+        server: tuple[str, list[bytes], list[bytes]], reply: bytes) -> None:
+    url, replies, _ = server
+    replies.append(reply)
+    with pytest.raises(ConnectionError):
+        get(url, "/", {}, 10.0)
+
+
+def test_a_node_that_never_answers_is_a_timeout(
+        server: tuple[str, list[bytes], list[bytes]]) -> None:
+    url, replies, _ = server
+    replies.append(b"")
+    with pytest.raises(TimeoutError):
+        get(url, "/", {}, 0.2)
+
+
+def test_nothing_listening_is_an_os_error() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+    with pytest.raises(OSError):
+        get(f"http://127.0.0.1:{port}", "/", {}, 10.0)
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1:1", "http://127.0.0.1:1/path", "127.0.0.1:1",
+                                 "http://127.0.0.1:port"])
+def test_a_url_that_is_not_a_nodes_is_refused(url: str) -> None:
+    with pytest.raises(ValueError):
+        get(url, "/", {}, 10.0)
+
+
+def test_a_header_that_would_split_the_request_is_refused() -> None:
+    with pytest.raises(ValueError):
+        get("http://127.0.0.1:1", "/", {"authorization": "Bearer t\r\nx: y"}, 10.0)
