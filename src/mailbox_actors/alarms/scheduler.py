@@ -170,13 +170,15 @@ class AlarmScheduler:
         finally:
             self._workers -= 1
 
-    async def _fire_queued(self, until: float, clock: Callable[[], float]) -> None:
+    async def _fire_queued(self, until: float, clock: Callable[[], float]) -> bool:
         """Fire queued keys, one after another in this task, until none is left or ``clock()``
-        reaches ``until`` (after the first). An open actor's run is started and ended by the
-        runner around its step, awaited here (``begin_alarm``): no coroutine, scope or task of
-        its own beyond the handler's; any other wake goes the whole way (``_fire``). Each
-        outcome is recorded once its run ended, so no alarm is acknowledged before its
-        actor's transaction committed; ``alarms_fired_total`` hears of them at the end."""
+        reaches ``until`` (after the first); True: it stopped there, at a look of ``clock``
+        that found the time used (the pool's worker does not look again). An open actor's run
+        is started and ended by the runner around its step, awaited here (``begin_alarm``): no
+        coroutine, scope or task of its own beyond the handler's; any other wake goes the whole
+        way (``_fire``). Each outcome is recorded once its run ended, so no alarm is
+        acknowledged before its actor's transaction committed; ``alarms_fired_total`` hears of
+        them at the end."""
         queue, entries, runner = self._queue, self.book.entries, self._runner
         now = self._clock.now_ms()
         try:
@@ -196,7 +198,7 @@ class AlarmScheduler:
                                         error=type(exc).__name__)
                         self._record(key, retry, due, AlarmResult(AlarmOutcome.FAILED, None), now)
                         if clock() >= until:
-                            return
+                            return True
                         continue
                 if started is None:
                     await self._fire(key, turn=self._turn, more_due=self._more_due)
@@ -215,7 +217,8 @@ class AlarmScheduler:
                         result = self._ended(key, started, None)
                     self._record(key, retry, due, result, began)
                 if clock() >= until:
-                    return
+                    return True
+            return False
         finally:
             if self._unreported:  # once a turn, not once an alarm
                 self._report_fired()
