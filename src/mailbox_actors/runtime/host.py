@@ -499,12 +499,12 @@ class ActorHost:
         GONE (no such actor), UNAVAILABLE (its file cannot be opened now)."""
         files = self._files
         # Does the disk make an open on the loop wait? (Timed while the threads are idle.)
-        timed = (time.perf_counter(), time.thread_time()) if files.enabled and files.idle else None
+        timed = (time.perf_counter(), files.busy_s()) if files.enabled and files.idle else None
         try:
             return self._activated(cls, key, None, None, shed=False)
         finally:
             if timed is not None:
-                files.opened_on_loop(time.perf_counter() - timed[0], time.thread_time() - timed[1])
+                files.opened_on_loop(time.perf_counter() - timed[0], files.busy_s() - timed[1])
 
 
     async def _open_ahead(self, cls: type[Actor[Any]], key: Key,
