@@ -304,6 +304,13 @@ class AlarmScheduler:
             self._log.warning("alarm_actor_unavailable", namespace=key[0], object_id=key[1],
                               retry_in_ms=_UNAVAILABLE_RETRY_MS)
             book.put(key, at, 0 if e is None else e.retry)
+        elif outcome is AlarmOutcome.MALFORMED:
+            # A key that is no id (a damaged index row) names no file, now or later: dropped
+            # from the book and the index, said once. Not the key itself: it is no id, and
+            # could hold anything.
+            self._log.warning("alarm_key_dropped", namespace=key[0], reason="not an id's form")
+            self._metrics.inc("alarms_dropped_total", (("namespace", key[0]),))
+            book.forget(key)
         elif outcome is AlarmOutcome.UNKNOWN:
             # This node does not serve the namespace (started without it): the index keeps the
             # alarm for a node that does.
