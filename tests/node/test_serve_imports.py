@@ -14,15 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-# The platform's objects and what only they use; what a start without peers, a config file or an
-# /openapi.json request never needs.
+# The platform's objects and what only they use; what a start without peers, a config file, a mail
+# transport or an /openapi.json request never needs.
 NOT_AT_START = ("mailbox_actors.objects.identity_mailbox", "mailbox_actors.objects.domain_monitor",
                 "mailbox_actors.objects.tenant_quota", "mailbox_actors.objects.notifier",
                 "mailbox_actors.objects.delivery_inspection", "mailbox_actors.carrier",
                 "mailbox_actors.post", "mailbox_actors.core.inbound.parse",
                 "mailbox_actors.core.dns.checks", "email", "mailbox_actors.rpc.openapi",
                 "tomllib", "mailbox_actors.node.inspection", "mailbox_actors.node.smtp_door",
-                "aiosmtpd")
+                "aiosmtpd", "mailbox_actors.platform.mail", "mailbox_actors.wire.transport")
 # Logging to a terminal: serve off one (its output a pipe here) writes JSON lines itself. rich is
 # installed in the development environment (import-linter brings it), as in many users' own, and
 # structlog's __init__ imports its console renderer, which imports rich, pygments and colorama.

@@ -109,11 +109,15 @@ def build_parser(only: str | None = None, *, every: bool = False,
     then reads the others: no top-level option, and no choice to list in an error)."""
     import argparse  # not at import: `--version` answers without it
 
+    # Found once a parser: argparse makes a formatter at every argument added (serve has sixty),
+    # and off a terminal each asking would be a system call and an exception.
+    columns = _columns() - 2
+
     class Formatter(argparse.HelpFormatter):
         def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                      width: int | None = None) -> None:
             super().__init__(prog, indent_increment, max_help_position,
-                             _columns() - 2 if width is None else width)
+                             columns if width is None else width)
 
     class Parser(argparse.ArgumentParser):  # every parser and subparser formats with Formatter
         def __init__(self, *args: Any, **kwargs: Any) -> None:

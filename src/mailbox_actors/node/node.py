@@ -35,7 +35,6 @@ from mailbox_actors.platform.dns.resolver import RESOLVER, ResolverOnFirstUse
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.locks import DataDirLock
 from mailbox_actors.platform.logging import get_logger
-from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT, Transport
 from mailbox_actors.platform.memory import memory_bound, physical_memory
 from mailbox_actors.platform.metrics import Metrics
 from mailbox_actors.platform.process_metrics import register_process_metrics
@@ -55,6 +54,7 @@ from mailbox_actors.runtime.settings import (
 
 if TYPE_CHECKING:  # what a node without a control database or a transport never imports
     from mailbox_actors.platform.control.database import ControlDb
+    from mailbox_actors.platform.mail.transport import Transport
     from mailbox_actors.platform.queues import QueueService
     from mailbox_actors.wire.carrier import InspectionPage
 
@@ -114,13 +114,20 @@ class Node:
         # The mail transport (CA-14): a caller's own (a test's fake) is kept; else the settings'
         # (none: no transport, mail stays queued). The node closes only the one it built.
         services = services or Services()
-        self.mail_transport: Transport | None = services.get(MAIL_TRANSPORT)
+        self.mail_transport: Transport | None = None
         self._own_transport = False
-        if self.mail_transport is None:
-            self.mail_transport = transport_from_settings(settings, self.clock)
-            if self.mail_transport is not None:
-                services = Services({**dict(services.items()), MAIL_TRANSPORT: self.mail_transport})
-                self._own_transport = True
+        if services.items() or settings.transport != "none":
+            # The transport's key (and the wire types its module declares) only where there may
+            # be one: a node with no services given and no transport loads none of it.
+            from mailbox_actors.platform.mail.transport import MAIL_TRANSPORT
+
+            self.mail_transport = services.get(MAIL_TRANSPORT)
+            if self.mail_transport is None:
+                self.mail_transport = transport_from_settings(settings, self.clock)
+                if self.mail_transport is not None:
+                    services = Services({**dict(services.items()),
+                                         MAIL_TRANSPORT: self.mail_transport})
+                    self._own_transport = True
         # The cluster's control database and queues: made now, opened by start(); or both made
         # and opened after start() returned, on the system clock and SQLite files alone (an
         # unreachable PostgreSQL must stop a start with its setting's error).
@@ -509,8 +516,6 @@ class Node:
         m.describe("alarms_fired_total", "Alarm handlers that completed", "counter", ns)
         m.describe("alarm_retries_total", "Alarm handler failures scheduled for retry", "counter", ns)
         m.describe("alarms_abandoned_total", "Alarms given up after six retries", "counter", ns)
-        m.describe("alarms_dropped_total", "Alarm index rows dropped because their key is no "
-                   "actor id (a damaged index)", "counter", ns)
         m.describe("actor_loop_blocked_total", "Handler steps that held the event loop longer "
                    "than loop_block_warn_ms (RT-17), by namespace and op", "counter",
                    ("namespace", "op"))

@@ -222,7 +222,9 @@ def declared(cls: type[msgspec.Struct] = NodeSettings) -> tuple[SettingInfo, ...
     import types
     import typing
 
-    hints = typing.get_type_hints(cls, include_extras=True)
+    # The class's own annotations are the evaluated objects (no postponed annotations here):
+    # typing.get_type_hints would only walk them again through its evaluation (a tenth of this).
+    hints = cls.__annotations__
     out = []
     for field in msgspec.structs.fields(cls):
         hint = hints[field.name]
