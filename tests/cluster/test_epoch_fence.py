@@ -27,14 +27,16 @@ pytestmark = pytest.mark.anyio
 class Lease:
     def __init__(self, slot: int, epoch: int) -> None:
         self.slot, self.epoch, self.ok = slot, epoch, True
+        self.asked = 0
 
     def serving(self) -> bool:
+        self.asked += 1
         return self.ok
 
 
-def _node(tmp_path: Path, lease: Lease) -> Node:
+def _node(tmp_path: Path, lease: Lease, *, checks: bool = True) -> Node:
     return Node(RuntimeSettings(data_dir=str(tmp_path)), clock=FakeClock(), objects=[Scratch],
-                services=Services({SLOT_FENCE: EpochFence(lease)}))
+                services=Services({SLOT_FENCE: EpochFence(lease, checks=checks)}))
 
 
 def _stamp(path: Path) -> str | None:
@@ -116,6 +118,44 @@ async def test_cl10_nothing_commits_once_the_lease_no_longer_serves(tmp_path: Pa
         lease.ok = True  # renewed at the same epoch (CL-17): writes go through again
         await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
         assert (await node.call("scratch", oid, Dump(), tenant_id=TENANT))["keys"] == ["x"]
+
+
+@pytest.mark.parametrize("tx", [True, False])
+async def test_cl10_every_transaction_asks_the_lease_while_the_stamp_stands(
+        tmp_path: Path, tx: bool) -> None:
+    """CL-10: once the stamp was seen, a transaction reads no stamp (the file's data version did
+    not move) but still asks the lease, every one, explicit or implicit: a lease lost between
+    two writes refuses the second, with nothing of it committed."""
+    lease = Lease(2, 6)
+    async with _node(tmp_path, lease) as node:
+        oid = node.id_from_name("scratch", "ask")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        for i in range(5):
+            before = lease.asked
+            await node.call("scratch", oid, Put(k=f"k{i}", v="1", tx=tx), tenant_id=TENANT)
+            assert lease.asked > before
+        lease.ok = False
+        with pytest.raises(MailboxActorsError) as e:
+            await node.call("scratch", oid, Put(k="late", v="1", tx=tx), tenant_id=TENANT)
+        assert e.value.code == ErrorCode.UNAVAILABLE
+        assert e.value.details == {"slot": 2, "epoch": 6}
+        lease.ok = True
+        keys = (await node.call("scratch", oid, Dump(), tenant_id=TENANT))["keys"]
+        assert "late" not in keys and len(keys) == 5
+
+
+async def test_cl11_without_checks_nothing_is_stamped_or_refused(tmp_path: Path) -> None:
+    """The fence with ``checks=False`` (the fault test's run without it): a lost lease refuses
+    nothing and the file is never stamped."""
+    lease = Lease(1, 9)
+    async with _node(tmp_path, lease, checks=False) as node:
+        oid = node.id_from_name("scratch", "off")
+        await node.call("scratch", oid, Init(), tenant_id=TENANT)
+        lease.ok = False
+        await node.call("scratch", oid, Put(k="x", v="1"), tenant_id=TENANT)
+        await node.call("scratch", oid, Put(k="y", v="1", tx=False), tenant_id=TENANT)
+        assert _stamp(node.host.path_for("scratch", oid)) is None
+        assert lease.asked == 0
 
 
 async def test_cl11_a_stamp_that_rolled_back_is_written_again_by_the_next_transaction(

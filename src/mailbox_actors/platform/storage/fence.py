@@ -26,6 +26,7 @@ Outside machine mode a storage has no fence and pays one attribute test per tran
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from mailbox_actors.platform.logging import get_logger
@@ -43,6 +44,10 @@ _STAMP = f"INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('slot_epoch', ?) /*{RU
 
 
 _log = get_logger("mailbox_actors.storage")
+
+
+def _always() -> bool:
+    return True
 
 
 class LeaseView(Protocol):
@@ -68,7 +73,7 @@ class StaleEpoch(PlatformError):
 class EpochFence:
     """One slot's fence, shared by every actor storage of the slot's node."""
 
-    __slots__ = ("checks", "lease")
+    __slots__ = ("checks", "lease", "serving")
 
     def __init__(self, lease: LeaseView, *, checks: bool = True) -> None:
         """``checks=False`` (tests only: the fault test's run without the fence): the lease is
@@ -76,6 +81,9 @@ class EpochFence:
         refused."""
         self.lease = lease
         self.checks = checks
+        # What a transaction asks when the file's stamp still stands (``Transactions._fenced``):
+        # the lease's own ``serving``, one call; ``serve`` refuses when it answers False.
+        self.serving: Callable[[], bool] = lease.serving if checks else _always
 
     def serve(self) -> None:
         """Refuse (``unavailable``, naming slot and epoch) unless the lease lets the slot be

@@ -139,11 +139,14 @@ class Transactions(ScreenedConnection):
     # learnt of the file (``_known``) holds while this has not moved since.
     _undone: int
     _known: Known
-    # The slot's fence on many machines (``fence``), None elsewhere. ``_fence_seen``: None until
-    # a transaction of this activation passed it; then ``(_undone, data version)`` at the last
-    # transaction that read the file's stamp (``_fenced``).
+    # The slot's fence on many machines (``fence``), None elsewhere. ``_fence_version``: None
+    # until a transaction of this activation passed it; then the file's data version at the last
+    # transaction that read the file's stamp, and ``_fence_undone`` what ``_undone`` was then
+    # (``_fenced``). ``_fence_reads``: the cursor of the data-version read, made at the first.
     _fence: EpochFence | None
-    _fence_seen: tuple[int, int] | None
+    _fence_version: int | None
+    _fence_undone: int
+    _fence_reads: sqlite3.Cursor | None
     # Whether the file has more pages than ordinary writes may fill (``page_limits``): only a
     # freeing transaction grows it so far, and then an ordinary commit checks the pages in use
     # (``_within_cap``). None: not known; the next transaction looks (``_pages_in_use``).
@@ -174,17 +177,12 @@ class Transactions(ScreenedConnection):
         self._undone = 0
         self._known = UNKNOWN  # made at the runtime's first look (``_known_now``)
         self._fence = None  # set by the opener on many machines (``fence``)
-        self._fence_seen = None
+        self._fence_version = None
+        self._fence_undone = 0
+        self._fence_reads = None
         self._past_cap = None
         self._freeing = False
         self._used_at_begin = 0
-
-    @_made_at_first_read
-    def _fence_reads(self) -> sqlite3.Cursor:
-        """The cursor of the fence's data-version read (``_fenced``), on many machines only:
-        its own, so the read leaves BEGIN's statement on ``_own`` as it is (resetting that
-        first cost about 1.2 K instructions a transaction)."""
-        return self._conn.cursor()
 
     @_made_at_first_read
     def _own(self) -> sqlite3.Cursor:
@@ -412,23 +410,28 @@ class Transactions(ScreenedConnection):
         ``_undone`` are where they were at the last transaction that read the stamp, no other
         connection committed to the file since, and this one neither rolled back (a stamp it
         wrote then went) nor ran ``delete_all`` (which removes the stamp): the lease's epoch
-        is still stamped there, and only the lease is asked (``EpochFence.serve``). Otherwise
-        the fence reads the stamp in this snapshot, and writes it if it is older
-        (``EpochFence.check``)."""
+        is still stamped there, and only the lease is asked (``EpochFence.serving``).
+        Otherwise the fence reads the stamp in this snapshot, and writes it if it is older
+        (``EpochFence.check``).
+
+        The read's cursor is its own, so it leaves BEGIN's statement on ``_own`` as it is
+        (resetting that cost about 1.2 K instructions a transaction), and is kept in a plain
+        field: a descriptor's lookup cost about 1 K more. The read needs no ``_sys_mode``:
+        ``PRAGMA data_version`` is on the allowlist, so the authorizer, if on, passes it when
+        SQLite prepares it again."""
         fence = self._fence
         assert fence is not None
-        seen = self._fence_seen
         try:
-            self._sys_mode = True  # as ``_sys_screened``: the authorizer may be on
-            try:
-                version = self._fence_reads.execute(DATA_VERSION).fetchone()[0]
-            finally:
-                self._sys_mode = False
-            if seen is not None and seen[1] == version and seen[0] == self._undone:
-                fence.serve()
+            reads = self._fence_reads
+            if reads is None:
+                reads = self._fence_reads = self._conn.cursor()
+            version = reads.execute(DATA_VERSION).fetchone()[0]
+            if version == self._fence_version and self._undone == self._fence_undone:
+                if not fence.serving():
+                    fence.serve()  # refuses, naming slot and epoch
             else:
-                fence.check(self, seen is None)
-                self._fence_seen = (self._undone, version)
+                fence.check(self, self._fence_version is None)
+                self._fence_version, self._fence_undone = version, self._undone
         except BaseException:
             if self._conn.in_transaction:
                 self._sys(self._rollback)

@@ -1,0 +1,51 @@
+"""Q-1, CL-7: on PostgreSQL an idle consumer's back-off (its looks slowing to ``idle_poll_s``
+while they find nothing, b071dd3) never delays a message another process sends: the send's
+NOTIFY wakes it at once, however long it has been quiet. Its own looks here are an hour apart,
+so only the notification can bring it the message."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from mailbox_actors.platform.clock import FakeClock
+from mailbox_actors.platform.ids import Ids
+from mailbox_actors.platform.postgres.database import PgDatabase
+from mailbox_actors.platform.queues import Consumer, Message
+from mailbox_actors.platform.queues.postgres import queues_on
+from mailbox_actors.platform.rng import SeededRng
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+async def test_a_quiet_consumer_is_woken_by_another_process_s_send(pg_dsn: str) -> None:
+    clock = FakeClock()
+    mine = queues_on(PgDatabase(pg_dsn), clock=clock, ids=Ids(clock, SeededRng(1)))
+    other = queues_on(PgDatabase(pg_dsn), clock=clock, ids=Ids(clock, SeededRng(2)))
+    got: list[int] = []
+    arrived = anyio.Event()
+
+    async def handler(msg: Message) -> None:
+        got.append(msg.body["n"])
+        arrived.set()
+
+    async with mine, other:
+        assert mine.notified
+        consumer = Consumer(mine, "webhooks", handler, max_batch_size=1, max_batch_timeout_s=0,
+                            poll_interval_s=3_600, idle_poll_s=3_600)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consumer.run)
+            with anyio.fail_after(10):  # bounds, not speed checks
+                while not consumer.waiting:  # noqa: ASYNC110 - it looks once first
+                    await anyio.sleep(0.01)
+            looks = consumer._looks
+            assert looks is not None
+            looks.quiet = 20  # as after a long quiet spell: the next own look is far off
+            assert looks.look_at - anyio.current_time() > 60
+            for n in range(3):
+                arrived = anyio.Event()
+                await other.send("webhooks", {"v": 1, "kind": "t", "n": n})
+                with anyio.fail_after(10):
+                    await arrived.wait()
+            assert got == [0, 1, 2]
+            tg.cancel_scope.cancel()
