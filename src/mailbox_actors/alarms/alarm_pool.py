@@ -97,7 +97,7 @@ class AlarmPool:
                  "_running", "_starting", "_tg", "_turn_ends", "_waiting", "_workers",
                  "_young_at")
 
-    def __init__(self, fire: Callable[[float, Callable[[], float]], Awaitable[None]],
+    def __init__(self, fire: Callable[[float, Callable[[], float]], Awaitable[bool]],
                  tg: anyio.abc.TaskGroup,
                  concurrency: int, queue: deque[Key], running: set[Key],
                  clock: Callable[[], float] | None = None) -> None:
@@ -279,20 +279,25 @@ class AlarmPool:
         queue, idle, fire, clock = self._queue, self._idle, self._fire, self._turn_clock
         try:
             while True:
+                over = False  # ``fire`` ended at a look that found the turn over
                 while queue:
                     ends = self._turn_ends
-                    if clock() < ends:
+                    if not over and clock() < ends:
                         # Queued keys until none is left or the turn ends (at least one: a
                         # worker that resumes inside an alarm finishes it whatever the time).
                         # If it waits inside one with the turn still open, the look after its
                         # step gets another worker onto the turn.
                         self._look()
-                        await fire(ends, clock)
-                    elif await self._wait_turn() and queue:
-                        # A turn opened for this worker: one alarm at least, even if the loop's
-                        # other work (or a loaded machine) used the turn up. (Handed an open
-                        # turn on, it looks at the clock first, as above.)
-                        await fire(self._turn_ends, clock)
+                        over = await fire(ends, clock)
+                    else:
+                        # Over: no look again (fire's was the last thing this task did, and
+                        # time and what waits for the loop only grow meanwhile).
+                        over = False
+                        if await self._wait_turn() and queue:
+                            # A turn opened for this worker: one alarm at least, even if the
+                            # loop's other work (or a loaded machine) used the turn up. (Handed
+                            # an open turn on, it looks at the clock first, as above.)
+                            over = await fire(self._turn_ends, clock)
                 if len(idle) >= _IDLE_KEPT:
                     return
                 woken = loop.create_future()

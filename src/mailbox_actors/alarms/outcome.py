@@ -18,6 +18,7 @@ class AlarmOutcome(enum.Enum):
     BUSY = "busy"                # a run of this actor's alarm is under way, or the node stops
     UNAVAILABLE = "unavailable"  # the actor's file cannot be opened now: look again later
     UNKNOWN = "unknown"          # this node does not serve the namespace
+    MALFORMED = "malformed"      # the key is no id (a damaged index row): it never will be one
 
 
 class AlarmResult(NamedTuple):

@@ -170,13 +170,15 @@ class AlarmScheduler:
         finally:
             self._workers -= 1
 
-    async def _fire_queued(self, until: float, clock: Callable[[], float]) -> None:
+    async def _fire_queued(self, until: float, clock: Callable[[], float]) -> bool:
         """Fire queued keys, one after another in this task, until none is left or ``clock()``
-        reaches ``until`` (after the first). An open actor's run is started and ended by the
-        runner around its step, awaited here (``begin_alarm``): no coroutine, scope or task of
-        its own beyond the handler's; any other wake goes the whole way (``_fire``). Each
-        outcome is recorded once its run ended, so no alarm is acknowledged before its
-        actor's transaction committed; ``alarms_fired_total`` hears of them at the end."""
+        reaches ``until`` (after the first); True: it stopped there, at a look of ``clock``
+        that found the time used (the pool's worker does not look again). An open actor's run
+        is started and ended by the runner around its step, awaited here (``begin_alarm``): no
+        coroutine, scope or task of its own beyond the handler's; any other wake goes the whole
+        way (``_fire``). Each outcome is recorded once its run ended, so no alarm is
+        acknowledged before its actor's transaction committed; ``alarms_fired_total`` hears of
+        them at the end."""
         queue, entries, runner = self._queue, self.book.entries, self._runner
         now = self._clock.now_ms()
         try:
@@ -196,7 +198,7 @@ class AlarmScheduler:
                                         error=type(exc).__name__)
                         self._record(key, retry, due, AlarmResult(AlarmOutcome.FAILED, None), now)
                         if clock() >= until:
-                            return
+                            return True
                         continue
                 if started is None:
                     await self._fire(key, turn=self._turn, more_due=self._more_due)
@@ -215,7 +217,8 @@ class AlarmScheduler:
                         result = self._ended(key, started, None)
                     self._record(key, retry, due, result, began)
                 if clock() >= until:
-                    return
+                    return True
+            return False
         finally:
             if self._unreported:  # once a turn, not once an alarm
                 self._report_fired()
@@ -301,6 +304,13 @@ class AlarmScheduler:
             self._log.warning("alarm_actor_unavailable", namespace=key[0], object_id=key[1],
                               retry_in_ms=_UNAVAILABLE_RETRY_MS)
             book.put(key, at, 0 if e is None else e.retry)
+        elif outcome is AlarmOutcome.MALFORMED:
+            # A key that is no id (a damaged index row) names no file, now or later: dropped
+            # from the book and the index, said once. Not the key itself: it is no id, and
+            # could hold anything.
+            self._log.warning("alarm_key_dropped", namespace=key[0], reason="not an id's form")
+            self._metrics.inc("alarms_dropped_total", (("namespace", key[0]),))
+            book.forget(key)
         elif outcome is AlarmOutcome.UNKNOWN:
             # This node does not serve the namespace (started without it): the index keeps the
             # alarm for a node that does.

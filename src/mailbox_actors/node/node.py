@@ -516,6 +516,8 @@ class Node:
         m.describe("alarms_fired_total", "Alarm handlers that completed", "counter", ns)
         m.describe("alarm_retries_total", "Alarm handler failures scheduled for retry", "counter", ns)
         m.describe("alarms_abandoned_total", "Alarms given up after six retries", "counter", ns)
+        m.describe("alarms_dropped_total", "Alarm index rows dropped because their key is no "
+                   "actor id (a damaged index)", "counter", ns)
         m.describe("actor_loop_blocked_total", "Handler steps that held the event loop longer "
                    "than loop_block_warn_ms (RT-17), by namespace and op", "counter",
                    ("namespace", "op"))

@@ -21,7 +21,7 @@ import anyio
 import anyio.to_thread
 
 from mailbox_actors.alarms.outcome import AlarmOutcome, AlarmResult
-from mailbox_actors.core.actor_ids import id_from_name
+from mailbox_actors.core.actor_ids import has_id_form, id_from_name
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
@@ -499,12 +499,12 @@ class ActorHost:
         GONE (no such actor), UNAVAILABLE (its file cannot be opened now)."""
         files = self._files
         # Does the disk make an open on the loop wait? (Timed while the threads are idle.)
-        timed = (time.perf_counter(), time.thread_time()) if files.enabled and files.idle else None
+        timed = (time.perf_counter(), files.busy_s()) if files.enabled and files.idle else None
         try:
             return self._activated(cls, key, None, None, shed=False)
         finally:
             if timed is not None:
-                files.opened_on_loop(time.perf_counter() - timed[0], time.thread_time() - timed[1])
+                files.opened_on_loop(time.perf_counter() - timed[0], files.busy_s() - timed[1])
 
 
     async def _open_ahead(self, cls: type[Actor[Any]], key: Key,
@@ -513,7 +513,10 @@ class ActorHost:
         """``_open_on_loop`` with the file's connection made ahead in a worker thread, then
         ``turn`` awaited (the file is still watched meanwhile); BUSY when the node stops
         meanwhile."""
-        path = self.paths.path_for(*key, own=True)  # once: activate() is given it
+        try:
+            path = self.paths.path_for(*key, own=True)  # once: activate() is given it
+        except MailboxActorsError:
+            return AlarmResult(AlarmOutcome.MALFORMED, None)
         self._opening[key] = True
         try:
             ahead = await self._files.open(path, self.settings.durability, self.settings.limits,
@@ -544,7 +547,9 @@ class ActorHost:
             act = self.activate(cls, key[1], create=False, ahead=ahead, path=path, shed=shed,
                                 own=True)
         except MailboxActorsError:
-            return AlarmResult(AlarmOutcome.UNAVAILABLE, None)
+            # A key that is no id's form can never open a file: dropped, not looked at again.
+            outcome = AlarmOutcome.UNAVAILABLE if has_id_form(key[1]) else AlarmOutcome.MALFORMED
+            return AlarmResult(outcome, None)
         if act is None:
             return AlarmResult(AlarmOutcome.GONE, None)
         act.alarm_only = opened
