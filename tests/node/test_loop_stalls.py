@@ -54,6 +54,38 @@ async def test_a_long_step_is_recorded_with_its_task_and_a_short_one_is_not(tmp_
         "callback: task _holds_the_loop from __sleep0 tasks.py; then waits at __sleep0 tasks.py", 1, 4.0)
 
 
+async def test_a_stall_says_how_long_the_loop_thread_waited_for_a_cpu() -> None:
+    """A stall's wall time splits into the loop thread's CPU, its wait in the run queue for a
+    CPU (``queued_ms``) and the rest, blocked: a step that ran 1 ms, waited 2 ms for a CPU and
+    1 ms for the interpreter's lock is recorded with each part."""
+    clock, cpu, queued = _Clock(), _Clock(), _Clock()
+    stalls = LoopStalls(0.001, clock=clock, cpu=cpu, queued=queued)
+
+    async def preempted() -> None:
+        await asyncio.sleep(0)
+        clock.now += 0.004
+        cpu.now += 0.001
+        queued.now += 0.002
+        await asyncio.sleep(0)
+
+    with stalls.watching():
+        await asyncio.create_task(preempted())
+    stall, = (s for s in stalls.stalls if s.kind == "callback")
+    assert (stall.wall_ms, stall.cpu_ms, stall.queued_ms) == (4.0, 1.0, 2.0)
+
+
+async def test_a_step_that_ends_the_watching_is_recorded_whole() -> None:
+    """The step that leaves the ``watching()`` block (and may start another) is still timed
+    at its end, with the run-queue wait read from the system until the block ended."""
+    outer = LoopStalls(0.0)
+    with outer.watching():
+        await asyncio.sleep(0)
+    # The step that left the block ended inside the record's timed run: no error, and the loop
+    # runs its callbacks as before.
+    await asyncio.sleep(0)
+    assert all(s.queued_ms >= 0 for s in outer.stalls)
+
+
 async def test_a_plain_callback_and_a_collector_pass_are_named(tmp_path: Path) -> None:
     """A loop callback that holds the loop is named by its function; a collector's pass inside
     it is recorded on its own (with its generation) and counted in the callback's gc time."""

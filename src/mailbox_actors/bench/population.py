@@ -27,11 +27,18 @@ LINKS_PER_SOURCE = 50_000  # below ext4's 65,000 links per inode, with room
 
 class LinkedPopulation:
     """Actor files at ``paths``, each a hard link to a copy of ``template`` kept in ``sources``
-    (a directory of this population's own, on the same file system)."""
+    (a directory of this population's own, on the same file system). With ``log``, the
+    template's log (``-wal``) is linked beside each file as its own: a sleeping actor keeps the
+    log of its last commits (up to ``WAL_KEEP_BYTES``, ``close_connection``), and a reader of
+    its file reads that log too."""
 
-    def __init__(self, template: Path, sources: Path) -> None:
+    def __init__(self, template: Path, sources: Path, *, log: bool = False) -> None:
         self.template = template
         self.sources = sources
+        self.log = log
+        if log and not (os.path.exists(f"{template}-wal")
+                        and os.path.getsize(f"{template}-wal")):
+            raise RuntimeError(f"the template {template.name} has no log to link")
         self._copies: list[Path] = []
         self.count = 0
 
@@ -45,19 +52,24 @@ class LinkedPopulation:
             if n % LINKS_PER_SOURCE == 0:
                 copy = self.sources / f"{len(self._copies)}.sqlite"
                 shutil.copyfile(self.template, copy)
+                if self.log:
+                    shutil.copyfile(f"{self.template}-wal", f"{copy}-wal")
                 self._copies.append(copy)
             if dest.parent not in made:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 made.add(dest.parent)
             os.link(self._copies[-1], dest)
+            if self.log:
+                os.link(f"{self._copies[-1]}-wal", f"{dest}-wal")
             n += 1
             progress.tick("  linked {:,}/{:,} actor files", n, total)
         self.count += n
         return n
 
     def stamp(self) -> list[tuple[int, int]]:
-        """The copies' modification times and sizes (for ``check_unwritten``)."""
-        return [(st.st_mtime_ns, st.st_size) for st in (c.stat() for c in self._copies)]
+        """The copies' modification times and sizes, their logs' too (for ``check_unwritten``)."""
+        files = [p for c in self._copies for p in ((c, Path(f"{c}-wal")) if self.log else (c,))]
+        return [(st.st_mtime_ns, st.st_size) for st in (p.stat() for p in files)]
 
     def check_unwritten(self, before: list[tuple[int, int]]) -> None:
         """Raise unless no actor file was written since ``before`` (``stamp``)."""

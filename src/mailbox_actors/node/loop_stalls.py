@@ -6,12 +6,17 @@ runs from one ``await`` to the next), the collector's pass inside it, or the wai
 interpreter back from another thread after the loop's poll. ``LoopStalls.watching()`` times each of
 those on the running loop and keeps the ones over ``threshold_s`` as ``Stall`` rows: how long, how
 much of it the loop thread's CPU and how much the cyclic collector, and what ran (a task's
-coroutine, where its step resumed and where it next waited; a plain callback's name).
+coroutine, where its step resumed and where it next waited; a plain callback's name). A stall's
+wall time splits into the loop thread's CPU, its wait for a CPU the system gave to another thread
+or process (``queued_ms``, Linux's schedstat), and the rest: the thread blocked, waiting for the
+interpreter's lock held by another thread of the process (a file thread's Python), for the disk or
+for a lock.
 
 It wraps asyncio's ``Handle._run`` and the loop selector's ``select`` while it watches, so it works
-on asyncio's own loop only (not uvloop's), and it costs about 3-4 microseconds of CPU a callback
-(a bare task step of 3 us takes 6-7 us watched; what ran is only formatted for a stall): a
-measuring aid, never on in a served node, and figures measured with it on are slowed by it.
+on asyncio's own loop only (not uvloop's), and it costs about 5 microseconds of CPU a callback
+(a bare task step of 1.9 us takes 7.2 us watched, 4.5 us without the run-queue reads; what ran
+is only formatted for a stall): a measuring aid, never on in a served node, and figures measured
+with it on are slowed by it.
 ``bench`` writes the burst's stalls to the file named by ``MAILBOX_ACTORS_LOOP_STALLS``
 (``bench/ticker_figures.py``).
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import re
 import threading
 import time
@@ -44,9 +50,12 @@ class Stall:
     at_s: float  # when it began, seconds after watching began
     kind: str
     wall_ms: float
-    cpu_ms: float  # the loop thread's CPU meanwhile (the rest: preempted, or waiting for the GIL)
+    cpu_ms: float  # the loop thread's CPU meanwhile
     gc_ms: float  # the collector's passes inside it
     what: str
+    # The loop thread's wait for a CPU meanwhile (runnable, the CPUs busy with other work); the
+    # rest of ``wall_ms`` past this and ``cpu_ms``: blocked (the GIL, the disk, a lock).
+    queued_ms: float = 0.0
 
 
 class LoopStalls:
@@ -54,12 +63,14 @@ class LoopStalls:
 
     def __init__(self, threshold_s: float = 0.001, *,
                  clock: Callable[[], float] = time.perf_counter,
-                 cpu: Callable[[], float] = time.thread_time) -> None:
+                 cpu: Callable[[], float] = time.thread_time,
+                 queued: Callable[[], float] | None = None) -> None:
         self.threshold_s = threshold_s
         self.stalls: list[Stall] = []
         self.callbacks = 0  # callbacks run while watching
         self._clock = clock
         self._cpu = cpu
+        self._queued = queued  # None: the watching thread's, from its schedstat
         self._began = 0.0
         self._gc_ms = 0.0  # the collector's time since the running callback began
         self._gc_at = self._gc_cpu = 0.0
@@ -76,11 +87,13 @@ class LoopStalls:
         select = selector.select
         own_select = "select" in vars(selector)  # set on the instance before: put it back
         me, clock, cpu = self, self._clock, self._cpu
+        queued, close_queued = (self._queued, _nothing) if self._queued is not None \
+            else _queued_clock()
         threshold = self.threshold_s
 
         def timed_run(handle: asyncio.Handle) -> None:
             me._gc_ms = 0.0
-            t, c = clock(), cpu()
+            t, c, q = clock(), cpu(), queued()
             before = _site(handle)
             try:
                 handle_run(handle)
@@ -88,15 +101,16 @@ class LoopStalls:
                 me.callbacks += 1
                 wall = clock() - t
                 if wall > threshold:
-                    me._add(t, "callback", wall, cpu() - c, me._gc_ms, _what(before, handle))
+                    me._add(t, "callback", wall, cpu() - c, me._gc_ms, _what(before, handle),
+                            queued() - q)
 
         def timed_select(timeout: float | None = None) -> Any:
-            t, c = clock(), cpu()
+            t, c, q = clock(), cpu(), queued()
             events = select(timeout)
             wall = clock() - t
             if timeout is not None and wall > threshold + timeout:
                 me._add(t, "poll", wall, cpu() - c, 0.0,
-                        f"poll for I/O with a timeout of {timeout * 1000:.2f} ms")
+                        f"poll for I/O with a timeout of {timeout * 1000:.2f} ms", queued() - q)
             return events
 
         self._began = clock()
@@ -113,6 +127,7 @@ class LoopStalls:
             else:
                 del selector.select
             asyncio.Handle._run = handle_run  # type: ignore[method-assign]
+            close_queued()
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         now, cpu = self._clock(), self._cpu()
@@ -130,9 +145,10 @@ class LoopStalls:
                    f", in thread {threading.current_thread().name} (the loop waits for the GIL)")))
 
     def _add(self, t: float, kind: str, wall: float, cpu: float, gc_ms: float, what: str,
-             ) -> None:
+             queued: float = 0.0) -> None:
         self.stalls.append(Stall(round(t - self._began, 6), kind, round(wall * 1000, 3),
-                                 round(cpu * 1000, 3), round(gc_ms, 3), what))
+                                 round(cpu * 1000, 3), round(gc_ms, 3), what,
+                                 round(queued * 1000, 3)))
 
     def write(self, path: Path, **labels: object) -> None:
         """Append the stalls to ``path`` as JSON lines, each with ``labels``."""
@@ -149,6 +165,39 @@ def summary(stalls: list[Stall], top: int = 12) -> list[tuple[str, int, float, f
         groups.setdefault(key, []).append(s.wall_ms)
     rows = [(k, len(v), round(sum(v), 1), max(v)) for k, v in groups.items()]
     return sorted(rows, key=lambda r: -r[2])[:top]
+
+
+def _queued_clock() -> tuple[Callable[[], float], Callable[[], None]]:
+    """Seconds the calling thread has waited for a CPU while runnable (Linux's
+    ``/proc/thread-self/schedstat``, read again at each call: about a microsecond), and how to
+    close it (the value at the close is kept: a callback that ends the watching reads it once
+    more at its end); zero where the system does not report it."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        int(os.pread(fd, 64, 0).split()[1])
+    except (OSError, ValueError, IndexError):
+        return _zero, _nothing
+    pread = os.pread
+    last: list[float] = []  # once closed: the value then
+
+    def queued() -> float:
+        if last:
+            return last[0]
+        return int(pread(fd, 64, 0).split()[1]) / 1e9
+
+    def close() -> None:
+        last.append(queued())
+        os.close(fd)
+
+    return queued, close
+
+
+def _zero() -> float:
+    return 0.0
+
+
+def _nothing() -> None:
+    pass
 
 
 Site = tuple[object, CodeType | None, int]  # (a task's coroutine or a callback, code, line)
