@@ -151,6 +151,11 @@ class Sizes(msgspec.Struct, frozen=True, kw_only=True):
     burst_actors: int
     # Actors on disk for the restart figures, named 0, 10k and 100k (a tiny run uses fewer).
     restart_actors: tuple[int, int, int] = (0, 10_000, 100_000)
+    # Rounds of the start, command-line and restart figures (fresh processes of 70-150 ms, each
+    # figure a median against the libraries' start measured alternating with it): one start's
+    # time swings by a tenth from one to the next here, so a median of 7 moved their ratios by as
+    # much as their margins between one run and the pairs after it.
+    start_rounds: int = 15
     # The request stream's p99 during a burst against idle (issue 28): rounds of an idle window
     # and a burst window, each of this many requests, interleaved so both see the same machine.
     stream_rounds: int = 6
@@ -171,7 +176,7 @@ FULL = Sizes(name="full", rounds=9, state_calls=10_000, cold_actors=3_000, cold_
 TINY = Sizes(name="tiny", rounds=2, state_calls=30, cold_actors=8, cold_rows=3,
              alarm_actors=200, alarm_rate=10_000, paced_alarm_s=0.5, alarm_batch_ms=1,
              alarm_lead_ms=300, alarm_phase_s=20, raw_alarm_sample=20, memory_active=20,
-             max_active=50, burst_actors=20, restart_actors=(0, 10, 20),
+             max_active=50, burst_actors=20, restart_actors=(0, 10, 20), start_rounds=2,
              stream_rounds=2, stream_window=20, stream_idle_s=0.2)
 
 

@@ -103,7 +103,7 @@ async def restart_figures(work: Path, sizes: Sizes, progress: Progress) -> list[
     stamps = [p.stamp() for p in populations]
     # As many rounds as the start figures take: their floor is this figure's limit, and a median
     # of 3 moved it by a fifth between the two groups of one quiet run (66 and 81 ms).
-    rounds = sizes.rounds
+    rounds = sizes.start_rounds
     progress.say(f"restart: {rounds} rounds of serve started on each, after a clean stop and "
                  "after SIGKILL, alternating with the runtime libraries' start")
     sides: list[tuple[str, Callable[..., float], tuple[object, ...]]] = [

@@ -143,9 +143,10 @@ def timed_serve(python: str, data: Path, env: dict[str, str]) -> float:
 async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Figure]:
     data = str(work / "node")
     python = await anyio.to_thread.run_sync(installed_python, work / "installed")
-    progress.say(f"start: {sizes.rounds} node starts to a first answer, {sizes.rounds} bare "
-                 f"interpreter starts and {sizes.rounds} of its libraries alone, as installed "
-                 f"({python}), and {sizes.rounds} node and bare starts in {sys.executable}, "
+    rounds = sizes.start_rounds
+    progress.say(f"start: {rounds} node starts to a first answer, {rounds} bare "
+                 f"interpreter starts and {rounds} of its libraries alone, as installed "
+                 f"({python}), and {rounds} node and bare starts in {sys.executable}, "
                  "alternating")
     env = _env(work)
     # The node the command line's sides talk to, and the quota its `call` side reads.
@@ -173,7 +174,7 @@ async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Fi
         for fn, args in timed:
             await anyio.to_thread.run_sync(fn, *args)
         ms: list[list[float]] = [[] for _ in timed]
-        for r in range(sizes.rounds):
+        for r in range(rounds):
             for i in range(len(timed)):
                 side = (i + r) % len(timed)  # each side takes every place in the order in turn
                 fn, args = timed[side]
@@ -182,7 +183,7 @@ async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Fi
         await anyio.to_thread.run_sync(_stop, served)
     (node_ms, bare_ms, floor_ms, run_ms, here_node_ms, here_bare_ms, version_ms, help_ms,
      status_ms, id_ms, call_ms, serve_ms) = (median(m) for m in ms)
-    note = (f"median of {sizes.rounds} fresh processes per side, alternating; spawn to first "
+    note = (f"median of {rounds} fresh processes per side, alternating; spawn to first "
             "line; bytecode compiled beforehand, as installed")
     installed = "; in an installation's environment: this package and its runtime dependencies only"
     # A command is timed to its exit, so its limit is the libraries' floor timed the same way
