@@ -1,16 +1,23 @@
 """``status``'s one-shot GET (``cli.status.get``): HTTP/1.1 on a blocking socket, framed by
 httptools as the pooled client's answers are; what it does with an answer sent in chunks, one cut
-short, one malformed, a node that never answers, and a URL that is not a node's."""
+short, one malformed, a node that never answers, and a URL that is not a node's; and ``status``
+over a cluster one of whose nodes is unreachable."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from mailbox_actors.cli.status import get
+from mailbox_actors.platform.locks import DataDirLock
 
 
 @pytest.fixture
@@ -115,3 +122,33 @@ def test_a_url_that_is_not_a_nodes_is_refused(url: str) -> None:
 def test_a_header_that_would_split_the_request_is_refused() -> None:
     with pytest.raises(ValueError):
         get("http://127.0.0.1:1", "/", {"authorization": "Bearer t\r\nx: y"}, 10.0)
+
+
+def test_status_lists_each_node_of_the_cluster_and_says_which_is_unreachable(
+        tmp_path: Path, server: tuple[str, list[bytes], list[bytes]]) -> None:
+    """CL-3: ``status`` asks every node cluster.json lists, in turn: one that answers is its
+    row, one that refuses the connection is "unreachable", and the exit status is then 1."""
+    url, replies, requests = server
+    body = json.dumps({"status": "ok", "pid": 4242, "actors_active": 3, "alarms_pending": 2,
+                       "queues": {"webhooks": {"ready": 1}}}).encode()
+    replies.append(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                   b"\r\n%s" % (len(body), body))
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        refused = f"http://127.0.0.1:{s.getsockname()[1]}"
+    (tmp_path / "cluster.json").write_text(json.dumps({"nodes": [
+        {"name": "node-0", "url": url, "restarts": 2}, {"name": "node-1", "url": refused}]}))
+    lock = DataDirLock(tmp_path)
+    lock.acquire()  # a supervisor holds the directory
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mailbox_actors", "status", "--data", str(tmp_path), "--json"],
+            capture_output=True, text=True, timeout=60,
+            env=os.environ | {"MAILBOX_ACTORS_OPERATOR_TOKEN": "op"})
+    finally:
+        lock.release()
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert [(n["name"], n["status"], n["restarts"]) for n in doc["nodes"]] == [
+        ("node-0", "ok", 2), ("node-1", "unreachable", 0)]
+    assert doc["nodes"][0]["pid"] == 4242 and doc["queues"] == {"webhooks": {"ready": 1}}
+    assert b"authorization: Bearer op\r\n" in requests[0]
