@@ -111,3 +111,14 @@ def test_every_command_that_takes_postgres_describes_it_from_the_one_declaration
         assert action.help is not None and said in action.help, name
         assert postgres.env in action.help or name in ("serve", "cluster", "machine"), name
         assert "--config" in p._option_string_actions, name
+
+
+def test_declared_reads_a_direct_structs_own_fields_only() -> None:
+    """CL-4: ``declared`` reads a class's own annotations (no ``typing.get_type_hints`` walk at
+    every start), so a subclass, whose base's fields it would miss, is refused, not half read."""
+
+    class More(NodeSettings, kw_only=True):
+        extra: int = 0
+
+    with pytest.raises(TypeError):
+        declared(More)

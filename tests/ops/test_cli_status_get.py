@@ -66,6 +66,8 @@ def server() -> Iterator[tuple[str, list[bytes], list[bytes]]]:
 
 def test_an_answer_with_a_length_and_the_request_sent(
         server: tuple[str, list[bytes], list[bytes]]) -> None:
+    """CL-3: a framed answer is read to its length (bytes after it are not), and the request
+    is one GET with its host, the headers given and no body."""
     url, replies, requests = server
     replies.append(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 12\r\n"
                    b"\r\n{\"ok\": true}extra")
@@ -77,6 +79,7 @@ def test_an_answer_with_a_length_and_the_request_sent(
 
 def test_an_answer_in_chunks_and_an_error_status(
         server: tuple[str, list[bytes], list[bytes]]) -> None:
+    """CL-3: an answer sent in chunks is joined; an error status is answered as it came."""
     url, replies, _ = server
     replies.append(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
                    b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n")
@@ -91,6 +94,7 @@ def test_an_answer_in_chunks_and_an_error_status(
 ])
 def test_an_answer_cut_short_or_malformed_is_a_connection_error(
         server: tuple[str, list[bytes], list[bytes]], reply: bytes) -> None:
+    """CL-3: an answer cut short or not HTTP is a ConnectionError (the node's row: unreachable)."""
     url, replies, _ = server
     replies.append(reply)
     with pytest.raises(ConnectionError):
@@ -99,6 +103,7 @@ def test_an_answer_cut_short_or_malformed_is_a_connection_error(
 
 def test_a_node_that_never_answers_is_a_timeout(
         server: tuple[str, list[bytes], list[bytes]]) -> None:
+    """CL-3: a node that takes the connection and never answers is a TimeoutError in time."""
     url, replies, _ = server
     replies.append(b"")
     with pytest.raises(TimeoutError):
@@ -106,6 +111,7 @@ def test_a_node_that_never_answers_is_a_timeout(
 
 
 def test_nothing_listening_is_an_os_error() -> None:
+    """CL-3: a refused connection is an OSError (the node's row: unreachable)."""
     with socket.create_server(("127.0.0.1", 0)) as s:
         port = s.getsockname()[1]
     with pytest.raises(OSError):
@@ -115,11 +121,13 @@ def test_nothing_listening_is_an_os_error() -> None:
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1:1", "http://127.0.0.1:1/path", "127.0.0.1:1",
                                  "http://127.0.0.1:port"])
 def test_a_url_that_is_not_a_nodes_is_refused(url: str) -> None:
+    """CL-3: a URL that is not http(s)://host[:port] is refused before any connection."""
     with pytest.raises(ValueError):
         get(url, "/", {}, 10.0)
 
 
 def test_a_header_that_would_split_the_request_is_refused() -> None:
+    """CL-3: a header value holding CR or LF is refused (no header injection)."""
     with pytest.raises(ValueError):
         get("http://127.0.0.1:1", "/", {"authorization": "Bearer t\r\nx: y"}, 10.0)
 
@@ -152,3 +160,26 @@ def test_status_lists_each_node_of_the_cluster_and_says_which_is_unreachable(
         ("node-0", "ok", 2), ("node-1", "unreachable", 0)]
     assert doc["nodes"][0]["pid"] == 4242 and doc["queues"] == {"webhooks": {"ready": 1}}
     assert b"authorization: Bearer op\r\n" in requests[0]
+
+
+def test_status_says_which_node_answered_badly(
+        tmp_path: Path, server: tuple[str, list[bytes], list[bytes]]) -> None:
+    """CL-3: a node address answering 200 with something other than a JSON object (another
+    service on the port) is that node's row, "bad answer", and one answering an error status is
+    "HTTP <status>"; the other rows are printed and the exit status is 1."""
+    url, replies, _ = server
+    replies.append(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\n<html>")
+    replies.append(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n")
+    (tmp_path / "cluster.json").write_text(json.dumps({"nodes": [
+        {"name": "node-0", "url": url}, {"name": "node-1", "url": url}]}))
+    lock = DataDirLock(tmp_path)
+    lock.acquire()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mailbox_actors", "status", "--data", str(tmp_path), "--json"],
+            capture_output=True, text=True, timeout=60,
+            env=os.environ | {"MAILBOX_ACTORS_OPERATOR_TOKEN": "op"})
+    finally:
+        lock.release()
+    assert done.returncode == 1, done.stderr
+    assert [n["status"] for n in json.loads(done.stdout)["nodes"]] == ["bad answer", "HTTP 401"]

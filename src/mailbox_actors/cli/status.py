@@ -4,8 +4,9 @@ It asks each node one ``GET`` in turn, so it needs no event loop: it speaks HTTP
 blocking socket (``get``, responses parsed by httptools, as the project's pooled client does) and
 imports neither asyncio, anyio nor the pooled client (PERF, section 12: ``status`` within 1.2x of
 the runtime libraries' import floor, which is those libraries; a command that imported them would
-start at the floor). Exit status: 0 every node answered ok, 1 one did not or nothing runs on the
-directory, 2 no operator token.
+start at the floor). Exit status: 0 every node answered ok, 1 one did not (unreachable, an HTTP
+error, a bad answer) or nothing runs on the directory, 2 no operator token or a node's URL that
+cannot be asked.
 """
 
 from __future__ import annotations
@@ -134,11 +135,18 @@ def run_status(args: argparse.Namespace) -> int:
         try:
             status, body = get(url, "/admin/status", {"authorization": f"Bearer {operator}"},
                                _TIMEOUT_S)
-            row = msgspec.json.decode(body) if status == 200 else {"status": f"HTTP {status}"}
         except OSError:  # refused, reset, timed out, an SSL failure, a malformed answer
-            row = {"status": "unreachable"}
+            row: dict[str, Any] = {"status": "unreachable"}
         except ValueError as e:  # a URL that cannot be asked
-            return _fail(str(e), 2)
+            return _fail(f"{name}: {e}", 2)
+        else:
+            row = {"status": f"HTTP {status}"}
+            if status == 200:
+                try:
+                    found = msgspec.json.decode(body)
+                except msgspec.DecodeError:  # another service on the port, an HTML page
+                    found = None
+                row = found if isinstance(found, dict) else {"status": "bad answer"}
         rows.append({"name": name, "url": url, "restarts": restarts.get(name, 0)} | row)
     queues: dict[str, Any] = next((r["queues"] for r in rows if r.get("queues")), {})
     if args.json:

@@ -224,6 +224,9 @@ def declared(cls: type[msgspec.Struct] = NodeSettings) -> tuple[SettingInfo, ...
 
     # The class's own annotations are the evaluated objects (no postponed annotations here):
     # typing.get_type_hints would only walk them again through its evaluation (a tenth of this).
+    # Its own only: a subclass's base fields would be missing, so none is allowed.
+    if cls.__mro__[1] is not msgspec.Struct:
+        raise TypeError(f"{cls.__name__}: declared() reads a direct msgspec.Struct's fields only")
     hints = cls.__annotations__
     out = []
     for field in msgspec.structs.fields(cls):
