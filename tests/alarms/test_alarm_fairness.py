@@ -25,6 +25,7 @@ import pytest
 import actors_for_tests as afs
 from actors_for_tests import Scratch
 from mailbox_actors.alarms import alarm_pool
+from mailbox_actors.alarms import scheduler as scheduler_module
 from mailbox_actors.alarms.alarm_pool import TURN_S, AlarmPool
 from mailbox_actors.alarms.book import AlarmBook
 from mailbox_actors.node import Node
@@ -565,3 +566,39 @@ def test_a_pool_made_in_the_loops_first_round_leaves_its_wake_up_aside(
 
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         assert runner.run(first_round()) == (False, False)
+
+
+@pytest.mark.anyio
+async def test_a_burst_is_handed_to_the_pool_a_piece_a_round_of_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 ("a burst of 100,000 due alarms does not starve requests"), AL-5: the real-time
+    loop hands the due keys to the pool at most HAND_OUT_AT_ONCE at a time, a round of the loop
+    between pieces, so what is ready on the loop runs before the burst's last piece is handed
+    out (at once, checking and queueing 100,000 keys held the loop 50 ms); every alarm fires
+    once, in the book's order."""
+    monkeypatch.setattr(scheduler_module, "HAND_OUT_AT_ONCE", 16)
+    node, clock = await _started(tmp_path, _turn_clock)
+    assert node.scheduler is not None
+    pieces: list[int] = []
+    ready_ran_at: list[int] = []  # how many keys were handed out when the ready callback ran
+    hand_out = AlarmPool.hand_out
+
+    def counted(pool: AlarmPool, keys: list[Any]) -> None:
+        if not pieces:  # something becomes ready on the loop as the burst begins
+            asyncio.get_running_loop().call_soon(lambda: ready_ran_at.append(sum(pieces)))
+        pieces.append(len(keys))
+        hand_out(pool, keys)
+
+    monkeypatch.setattr(AlarmPool, "hand_out", counted)
+    try:
+        oids, all_fired = await _due_together(node, clock, BURST)
+        clock.offset_ms = 86_400_000 + 1
+        node.scheduler.book.wake_if_before(0)
+        with anyio.fail_after(GUARD_S):
+            await all_fired.wait()
+        assert sum(pieces) == BURST and max(pieces) <= 16 and len(pieces) >= BURST // 16
+        assert ready_ran_at and ready_ran_at[0] < BURST, (ready_ran_at, pieces)
+        assert sorted(seen.object_id for seen in afs.ALARM_LOG) == sorted(oids)
+        assert node.scheduler.fired == BURST
+    finally:
+        await node.stop()
