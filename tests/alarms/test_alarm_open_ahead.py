@@ -6,6 +6,7 @@ activated meanwhile keeps its own connection, and a missing or damaged file is l
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import anyio
@@ -157,6 +158,28 @@ def test_files_are_opened_ahead_only_while_opens_on_the_loop_wait_for_the_disk()
     files.opened_on_loop(wall_s=0.0090, busy_s=0.0004)
     assert files.ahead_pays()
     assert not FileThreads(0).enabled
+
+
+def test_an_opens_own_cpu_time_is_never_taken_for_the_disks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """AL-5, RT-9: the loop thread's time on a CPU is the thread's CPU clock, and only the run
+    queue's wait comes from schedstat: its own CPU field moves only at a tick or a switch, and
+    missed up to a tick (4 ms) of an open's own CPU, which then read as waiting for the disk and
+    could turn opening ahead on (review R3). Fed a schedstat whose CPU field lags, busy_s reads
+    the CPU clock and the queue's wait alone."""
+    files = FileThreads(4)
+    files.busy_s()  # the descriptor opened
+    assert files._schedstat is not None and files._schedstat >= 0  # Linux's schedstat
+    cpu = [1.000]
+    monkeypatch.setattr(time, "thread_time", lambda: cpu[0])
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: b"900000000 250000000 7\n")
+    before = files.busy_s()
+    cpu[0] += 0.004  # 4 ms on a CPU that the lagging field has not seen
+    assert files.busy_s() - before == pytest.approx(0.004)
+    assert before == pytest.approx(1.000 + 0.250)
+    monkeypatch.undo()
+    files.stop()
+    files.join(5.0)
 
 
 def test_an_opens_wait_excludes_the_time_the_loop_thread_was_queued_for_a_cpu() -> None:

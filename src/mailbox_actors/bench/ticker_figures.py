@@ -521,6 +521,12 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
     threads = _settings(data, sizes).file_threads
     single = _raw_rates(paths[:quarter], progress)
     pooled = _raw_rates(paths[quarter:half], progress, threads)
+    # What the raw cycle just wrote (a -shm rebuilt and a log for each of its files, cheaper to
+    # open again while not yet written back) is written now: the burst fires the lowest tickers
+    # first, the same files this half opened, and would open them in that cheaper state, which
+    # no sleeping actor's file is in (session 17's review, R5). The second half's files are
+    # beyond the burst's reach, so nothing of the runtime's run is in them.
+    os.sync()
     loop = _alarm_loop()
     per_s, fired, done, activations = await on_loop(loop, _throughput, data, first, sizes,
                                                     progress, stream)

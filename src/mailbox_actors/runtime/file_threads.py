@@ -102,10 +102,13 @@ class FileThreads:
         return self._busy == 0
 
     def busy_s(self) -> float:
-        """Seconds the calling thread (the loop's) has been on a CPU or waiting in the run queue
-        for one (``/proc/thread-self/schedstat``, read with one ``pread`` of a descriptor kept
-        open), or on a CPU alone where that is not readable: what an open's wall time less this
-        is, the open waited for the disk."""
+        """Seconds the calling thread (the loop's) has been on a CPU (``time.thread_time``) or
+        waiting in the run queue for one (the second field of ``/proc/thread-self/schedstat``,
+        read with one ``pread`` of a descriptor kept open; none where that is not readable):
+        what an open's wall time less this is, the open waited for the disk. Not schedstat's
+        first field for the CPU: the kernel adds the running slice to it only at a tick or a
+        switch, so it misses up to a tick (4 ms) of the open's own CPU (session 17's review, R3),
+        where the run queue's wait is added whole when the thread gets its CPU."""
         fd = self._schedstat
         if fd is None:
             try:
@@ -114,8 +117,7 @@ class FileThreads:
                 fd = -1
             self._schedstat = fd
         if fd >= 0:
-            on_cpu, queued = os.pread(fd, 64, 0).split()[:2]
-            return (int(on_cpu) + int(queued)) / 1e9
+            return time.thread_time() + int(os.pread(fd, 64, 0).split()[1]) / 1e9
         return time.thread_time()
 
     def opened_on_loop(self, wall_s: float, busy_s: float) -> None:
