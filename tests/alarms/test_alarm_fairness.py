@@ -575,7 +575,7 @@ async def test_a_burst_is_handed_to_the_pool_a_piece_a_round_of_the_loop(
     loop hands the due keys to the pool at most HAND_OUT_AT_ONCE at a time, a round of the loop
     between pieces, so what is ready on the loop runs before the burst's last piece is handed
     out (at once, checking and queueing 100,000 keys held the loop 50 ms); every alarm fires
-    once, in the book's order."""
+    once (the pieces' order is test_alarm_book_order's)."""
     monkeypatch.setattr(scheduler_module, "HAND_OUT_AT_ONCE", 16)
     node, clock = await _started(tmp_path, _turn_clock)
     assert node.scheduler is not None
