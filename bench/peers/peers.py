@@ -269,6 +269,10 @@ def cold_burst(peer: str, modules: Path, work: Path, n: int, lead_ms: int,
             at = made_with_alarm(port, n, lead_ms)
         finally:
             stop(proc)  # before T: nothing fired, nothing stays in memory
+        # Written to disk before the restart, as a sleeping object's storage is and as ours'
+        # population is before its burst (session 17): a restart just after the objects were
+        # made would open files whose pages had not been written back yet, a cheaper state.
+        os.sync()
         time.sleep(max(0.0, (at - time.time_ns() // 1_000_000) / 1000) + 0.5)
         port, spawned, spawned_ms = free_port(), time.perf_counter(), time.time_ns() / 1e6
         proc = spawn(peer, modules, port, storage)
