@@ -132,6 +132,20 @@ def test_a_header_that_would_split_the_request_is_refused() -> None:
         get("http://127.0.0.1:1", "/", {"authorization": "Bearer t\r\nx: y"}, 10.0)
 
 
+
+def _status_json(data: Path) -> subprocess.CompletedProcess[str]:
+    """``status --json`` on ``data`` in a process of its own, the directory held as a supervisor
+    holds it."""
+    lock = DataDirLock(data)
+    lock.acquire()
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "mailbox_actors", "status", "--data", str(data), "--json"],
+            capture_output=True, text=True, timeout=60,
+            env=os.environ | {"MAILBOX_ACTORS_OPERATOR_TOKEN": "op"})
+    finally:
+        lock.release()
+
 def test_status_lists_each_node_of_the_cluster_and_says_which_is_unreachable(
         tmp_path: Path, server: tuple[str, list[bytes], list[bytes]]) -> None:
     """CL-3: ``status`` asks every node cluster.json lists, in turn: one that answers is its
@@ -145,15 +159,7 @@ def test_status_lists_each_node_of_the_cluster_and_says_which_is_unreachable(
         refused = f"http://127.0.0.1:{s.getsockname()[1]}"
     (tmp_path / "cluster.json").write_text(json.dumps({"nodes": [
         {"name": "node-0", "url": url, "restarts": 2}, {"name": "node-1", "url": refused}]}))
-    lock = DataDirLock(tmp_path)
-    lock.acquire()  # a supervisor holds the directory
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "mailbox_actors", "status", "--data", str(tmp_path), "--json"],
-            capture_output=True, text=True, timeout=60,
-            env=os.environ | {"MAILBOX_ACTORS_OPERATOR_TOKEN": "op"})
-    finally:
-        lock.release()
+    done = _status_json(tmp_path)
     assert done.returncode == 1, done.stderr
     doc = json.loads(done.stdout)
     assert [(n["name"], n["status"], n["restarts"]) for n in doc["nodes"]] == [
@@ -172,14 +178,6 @@ def test_status_says_which_node_answered_badly(
     replies.append(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n")
     (tmp_path / "cluster.json").write_text(json.dumps({"nodes": [
         {"name": "node-0", "url": url}, {"name": "node-1", "url": url}]}))
-    lock = DataDirLock(tmp_path)
-    lock.acquire()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "mailbox_actors", "status", "--data", str(tmp_path), "--json"],
-            capture_output=True, text=True, timeout=60,
-            env=os.environ | {"MAILBOX_ACTORS_OPERATOR_TOKEN": "op"})
-    finally:
-        lock.release()
+    done = _status_json(tmp_path)
     assert done.returncode == 1, done.stderr
     assert [n["status"] for n in json.loads(done.stdout)["nodes"]] == ["bad answer", "HTTP 401"]
