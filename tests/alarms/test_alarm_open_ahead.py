@@ -169,7 +169,7 @@ def test_an_opens_own_cpu_time_is_never_taken_for_the_disks(
     the CPU clock and the queue's wait alone."""
     files = FileThreads(4)
     files.busy_s()  # the descriptor opened
-    assert files._schedstat is not None and files._schedstat >= 0  # Linux's schedstat
+    assert files._run_queue is not None and files._run_queue.fd >= 0  # Linux's schedstat
     cpu = [1.000]
     monkeypatch.setattr(time, "thread_time", lambda: cpu[0])
     monkeypatch.setattr(os, "pread", lambda fd, n, at: b"900000000 250000000 7\n")
@@ -189,12 +189,12 @@ def test_an_opens_wait_excludes_the_time_the_loop_thread_was_queued_for_a_cpu() 
     files = FileThreads(4)
     readings = [files.busy_s() for _ in range(100)]
     assert readings == sorted(readings) and readings[0] > 0
-    fd = files._schedstat
-    assert fd is not None
+    assert files._run_queue is not None
+    fd = files._run_queue.fd
     if fd >= 0:
         assert os.readlink(f"/proc/self/fd/{fd}").endswith("/schedstat")
     files.stop()
     files.join(5.0)
-    if fd is not None and fd >= 0:
+    if fd >= 0:
         assert not os.path.exists(f"/proc/self/fd/{fd}") or \
             not os.readlink(f"/proc/self/fd/{fd}").endswith("/schedstat")

@@ -279,35 +279,28 @@ class AlarmBook:
         return bool(self._lazy)
 
     def next_due_ms(self, running: Collection[Key]) -> int | None:
-        rest = self._due
-        while rest:  # a burst's rest (``pop_due``'s limit): due already
-            at, _, key = rest[-1]
-            e = self.entries.get(key)
-            if e is None or e.at != at:
-                rest.pop()
-                continue
-            if key in running:
-                rest.pop()
-                self._dropped.add(key)
-                continue
-            heap_at = self._heap_due_ms(running)
-            return at if heap_at is None else min(at, heap_at)
-        return self._heap_due_ms(running)
+        """When the first live entry is due: a burst's rest (``pop_due``'s limit, due already)
+        or the heap's; the entries before it, stale or running, are dropped on the way."""
+        rest, heap = self._due, self._heap
+        while rest and self._passed(rest[-1], running):
+            rest.pop()
+        while heap and self._passed(heap[0], running):
+            heapq.heappop(heap)
+        if rest:
+            return rest[-1][0] if not heap else min(rest[-1][0], heap[0][0])
+        return heap[0][0] if heap else None
 
-    def _heap_due_ms(self, running: Collection[Key]) -> int | None:
-        heap = self._heap
-        while heap:
-            at, _, key = heap[0]
-            e = self.entries.get(key)
-            if e is None or e.at != at:
-                heapq.heappop(heap)
-                continue
-            if key in running:
-                heapq.heappop(heap)
-                self._dropped.add(key)
-                continue
-            return at
-        return None
+    def _passed(self, entry: tuple[int, int, Key], running: Collection[Key]) -> bool:
+        """Whether ``entry`` will not fire: stale (its key moved or deleted since), or its key's
+        alarm is running (noted: the scheduler pushes the key again when the run ends)."""
+        at, _, key = entry
+        e = self.entries.get(key)
+        if e is None or e.at != at:
+            return True
+        if key in running:
+            self._dropped.add(key)
+            return True
+        return False
 
     def pop_due(self, now: int, running: Collection[Key], limit: int | None = None,
                 ) -> list[Key]:

@@ -38,6 +38,7 @@ from mailbox_actors.bench.request_stream import (
 from mailbox_actors.node import Node
 from mailbox_actors.node.loop_stalls import LoopStalls
 from mailbox_actors.platform.clock import SystemClock
+from mailbox_actors.platform.run_queue import run_queue_wait_s
 from mailbox_actors.platform.storage.handle import keep_wal_on_close
 from mailbox_actors.runtime.settings import RuntimeSettings
 
@@ -485,10 +486,11 @@ async def _lateness_waited(data: Path, first: int, sizes: Sizes, progress: Progr
                            ) -> tuple[list[int], int, bool, float | None]:
     """``_lateness``, and how long the thread it ran on waited for a CPU meanwhile (None where
     that is not reported)."""
-    waited = _cpu_wait_ms()
+    waited = run_queue_wait_s()
     lateness, fired, done = await _lateness(data, first, sizes, progress)
-    after = _cpu_wait_ms()
-    return lateness, fired, done, None if waited is None or after is None else after - waited
+    after = run_queue_wait_s()
+    return lateness, fired, done, None if waited is None or after is None else \
+        (after - waited) * 1000
 
 
 def _alarm_loop() -> str:
@@ -496,16 +498,6 @@ def _alarm_loop() -> str:
     on (uvloop), where the pool's look is that loop's own; asyncio's while the loop's stalls are
     recorded (LoopStalls watches that loop only)."""
     return "asyncio" if os.environ.get("MAILBOX_ACTORS_LOOP_STALLS") else served_loop_name()
-
-
-def _cpu_wait_ms() -> float | None:
-    """How long this thread has been runnable but waiting for a CPU (Linux's schedstat), or
-    None where that is not reported."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1]) / 1e6
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Progress,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import re
 import threading
 import time
@@ -36,6 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import CodeType, CoroutineType, FrameType, GeneratorType
 from typing import Any
+
+from mailbox_actors.platform.run_queue import RunQueueClock
 
 __all__ = ["LoopStalls", "Stall", "summary"]
 
@@ -87,8 +88,9 @@ class LoopStalls:
         select = selector.select
         own_select = "select" in vars(selector)  # set on the instance before: put it back
         me, clock, cpu = self, self._clock, self._cpu
-        queued, close_queued = (self._queued, _nothing) if self._queued is not None \
-            else _queued_clock()
+        own_queued = RunQueueClock() if self._queued is None else None
+        queued = self._queued or own_queued
+        assert queued is not None
         threshold = self.threshold_s
 
         def timed_run(handle: asyncio.Handle) -> None:
@@ -127,7 +129,8 @@ class LoopStalls:
             else:
                 del selector.select
             asyncio.Handle._run = handle_run  # type: ignore[method-assign]
-            close_queued()
+            if own_queued is not None:
+                own_queued.close()  # a callback that ends the watching reads it once more
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         now, cpu = self._clock(), self._cpu()
@@ -165,39 +168,6 @@ def summary(stalls: list[Stall], top: int = 12) -> list[tuple[str, int, float, f
         groups.setdefault(key, []).append(s.wall_ms)
     rows = [(k, len(v), round(sum(v), 1), max(v)) for k, v in groups.items()]
     return sorted(rows, key=lambda r: -r[2])[:top]
-
-
-def _queued_clock() -> tuple[Callable[[], float], Callable[[], None]]:
-    """Seconds the calling thread has waited for a CPU while runnable (Linux's
-    ``/proc/thread-self/schedstat``, read again at each call: about a microsecond), and how to
-    close it (the value at the close is kept: a callback that ends the watching reads it once
-    more at its end); zero where the system does not report it."""
-    try:
-        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        int(os.pread(fd, 64, 0).split()[1])
-    except (OSError, ValueError, IndexError):
-        return _zero, _nothing
-    pread = os.pread
-    last: list[float] = []  # once closed: the value then
-
-    def queued() -> float:
-        if last:
-            return last[0]
-        return int(pread(fd, 64, 0).split()[1]) / 1e9
-
-    def close() -> None:
-        last.append(queued())
-        os.close(fd)
-
-    return queued, close
-
-
-def _zero() -> float:
-    return 0.0
-
-
-def _nothing() -> None:
-    pass
 
 
 Site = tuple[object, CodeType | None, int]  # (a task's coroutine or a callback, code, line)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import queue
 import threading
 import time
@@ -32,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mailbox_actors.platform.logging import get_logger
+from mailbox_actors.platform.run_queue import RunQueueClock
 from mailbox_actors.platform.storage.limits import Limits
 from mailbox_actors.platform.storage.opening import OpenedAhead, connect_ahead
 
@@ -71,9 +71,8 @@ class FileThreads:
         self._sampling = False  # opens stay on the loop until the threads drained and one is timed
         self._busy = 0  # jobs queued or running
         self._deliveries: _Deliveries | None = None  # opens handed back to the loop
-        # The schedstat of the thread that first timed an open (the loop's): None, not opened
-        # yet; -1, not readable here (``busy_s`` is the thread's CPU time then).
-        self._schedstat: int | None = None
+        # The run-queue wait of the thread that first timed an open (the loop's): made then.
+        self._run_queue: RunQueueClock | None = None
 
     @property
     def enabled(self) -> bool:
@@ -103,22 +102,12 @@ class FileThreads:
 
     def busy_s(self) -> float:
         """Seconds the calling thread (the loop's) has been on a CPU (``time.thread_time``) or
-        waiting in the run queue for one (the second field of ``/proc/thread-self/schedstat``,
-        read with one ``pread`` of a descriptor kept open; none where that is not readable):
-        what an open's wall time less this is, the open waited for the disk. Not schedstat's
-        first field for the CPU: the kernel adds the running slice to it only at a tick or a
-        switch, so it misses up to a tick (4 ms) of the open's own CPU (session 17's review, R3),
-        where the run queue's wait is added whole when the thread gets its CPU."""
-        fd = self._schedstat
-        if fd is None:
-            try:
-                fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                fd = -1
-            self._schedstat = fd
-        if fd >= 0:
-            return time.thread_time() + int(os.pread(fd, 64, 0).split()[1]) / 1e9
-        return time.thread_time()
+        waiting in the run queue for one (``platform.run_queue``; none where not reported):
+        what an open's wall time less this is, the open waited for the disk."""
+        run_queue = self._run_queue
+        if run_queue is None:
+            run_queue = self._run_queue = RunQueueClock()
+        return time.thread_time() + run_queue()
 
     def opened_on_loop(self, wall_s: float, busy_s: float) -> None:
         """An open made on the loop while ``idle`` took ``wall_s``, ``busy_s`` of it on a CPU or
@@ -159,9 +148,8 @@ class FileThreads:
     def stop(self) -> None:
         """Every job queued runs, then the threads end; ``join`` waits for them."""
         self.stopped = True
-        fd, self._schedstat = self._schedstat, -1
-        if fd is not None and fd >= 0:
-            os.close(fd)
+        if self._run_queue is not None:
+            self._run_queue.close()
         for _ in self._running:
             self._jobs.put(None)
 
