@@ -34,10 +34,14 @@ from mailbox_actors.platform.rng import Rng
 __all__ = ["HAND_OUT_AT_ONCE", "AlarmRunner", "AlarmScheduler"]
 
 _LAZY_FLUSH_MS = 200
-# The lazy index changes written in one piece of the loop's work at most (about 12 us of the loop
+# The lazy index changes written in one piece of the loop's work at most (about 10 us of the loop
 # thread each; the rest in the next piece, a loop round later): a burst's 200 ms of re-armed
 # alarms were one transaction of 1.7 ms (CPU p50 in the quick burst figure), a request's wait.
-_FLUSH_AT_ONCE = 32
+# Pieces of 32 held the loop 0.28-0.45 ms (p50, burst windows, session 18): as long as an evicted
+# actor's whole open, the longest piece a request waited for; 16 are about half (AlarmIndex.apply
+# on 20,000 entries: 32 changes 0.16 ms p50, 16 0.10, 8 0.05; 5.0, 6.0 and 6.4 us a change, so
+# about 1 us more an alarm than 32).
+_FLUSH_AT_ONCE = 16
 # Due keys the real-time loop hands to the pool a round of the loop. All at once, 100,000 due keys
 # held the loop about 50 ms in one step (36 ms to take them from the book, then queueing; 20,000
 # held it 30 ms at load); in pieces the first takes 10 ms (the heap split once), the others 0.4.
