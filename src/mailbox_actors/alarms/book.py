@@ -79,6 +79,9 @@ class AlarmBook:
         # While a scan of the actor files rebuilds the index (``scanning``): the keys whose alarm
         # changed meanwhile, whose truth is then newer than what the scan read.
         self._touched: set[Key] | None = None
+        # The real-time loop's, while it runs: told of a key whose commit left its alarm due
+        # already (a request's event for the outbox), to run it at once (``AlarmScheduler``).
+        self.on_due_now: Callable[[Key], None] | None = None
 
     def open(self, index: AlarmIndex, alarms: dict[Key, int]) -> None:
         """Start-up: the opened index and every alarm it (or a scan) knows, overdue ones
@@ -210,6 +213,9 @@ class AlarmBook:
         self.push(at, key)
         if self._indexed.get(key) != at:
             self._lazy[key] = at
+        due_now = self.on_due_now
+        if due_now is not None and at <= self._now():
+            due_now(key)
         if at < self._looks_at:
             self.wake_if_before(at)
 
