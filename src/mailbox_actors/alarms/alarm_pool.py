@@ -286,7 +286,12 @@ class AlarmPool:
                         # Queued keys until none is left or the turn ends (at least one: a
                         # worker that resumes inside an alarm finishes it whatever the time).
                         # If it waits inside one with the turn still open, the look after its
-                        # step gets another worker onto the turn.
+                        # step gets another worker onto the turn. ``fire`` looks at the clock
+                        # against the ``ends`` it was given: if it waited inside an alarm while
+                        # that turn ended and the next opened for another worker, it finds its
+                        # own turn over (unless requests ended that turn early, before its time)
+                        # and waits for a turn of its own rather than taking the open one on,
+                        # which leaves the loop to requests sooner (review O5, session 17).
                         self._look()
                         over = await fire(ends, clock)
                     else:
