@@ -36,6 +36,7 @@ from mailbox_actors.platform.sqlite_library import (
     page_cache_configured,
     sqlite_library,
 )
+from mailbox_actors.platform.storage.wal_index import closed, key
 
 if TYPE_CHECKING:
     import sqlite3
@@ -145,9 +146,10 @@ def shed_caches(conn: sqlite3.Connection, path: str | Path, cached_statements: i
 
 
 def close_connection(conn: sqlite3.Connection, path: str | Path, *, keep_wal: bool) -> None:
-    """Close ``conn``. With ``keep_wal`` and a log of at most ``WAL_KEEP_BYTES`` the log stays for
-    the next open (set here, at the only moment it matters, so opening pays nothing for it);
-    otherwise SQLite's close checkpoints it into the database, as by default."""
+    """Close ``conn`` (a connection ``opening`` made, counted in ``wal_index``). With ``keep_wal``
+    and a log of at most ``WAL_KEEP_BYTES`` the log stays for the next open (set here, at the
+    only moment it matters, so opening pays nothing for it); otherwise SQLite's close
+    checkpoints it into the database, as by default."""
     if keep_wal:
         try:
             # The log's name as a string: the path's own is kept by pathlib once made (at
@@ -158,3 +160,6 @@ def close_connection(conn: sqlite3.Connection, path: str | Path, *, keep_wal: bo
         if small:
             keep_wal_on_close(conn, path)
     conn.close()
+    # The log stays; its index is emptied when this was the file's last connection, so that the
+    # next open finds nothing written back to truncate (``wal_index``).
+    closed(key(path))

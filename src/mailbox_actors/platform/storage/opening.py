@@ -30,6 +30,7 @@ from mailbox_actors.platform.storage.known import KnownSchema
 from mailbox_actors.platform.storage.limits import Durability, Limits, page_limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 from mailbox_actors.platform.storage.transactions import PAST_CAP_KEY
+from mailbox_actors.platform.storage.wal_index import closed, key, opening
 
 __all__ = ["CACHED_STATEMENTS", "LAYOUT_QUERY", "OUTBOX_TABLE", "RUNTIME_TABLES", "OpenedAhead",
            "SchemaLayout", "StorageUnavailable", "connect_ahead", "fresh_layout",
@@ -118,10 +119,13 @@ def _connect(path: str | Path, create: bool, durability: str,
         damage, made = None, True
     if damage is not None:
         raise StorageCorrupt(damage)
+    counted = key(name)
+    opening(counted)  # counted before it exists: ``wal_index`` never empties an index under it
     try:
         return sqlite3.connect(_file_uri(name), uri=True, isolation_level=None,
                                cached_statements=CACHED_STATEMENTS), made
     except sqlite3.OperationalError as e:
+        closed(counted)
         if not os.path.exists(name):
             return None, False  # no such object: the caller answers *_not_found
         raise StorageUnavailable(type(e).__name__) from e
@@ -148,6 +152,11 @@ class OpenedAhead(NamedTuple):
     conn: sqlite3.Connection
     first: tuple[int | None, dict[str, str]]
 
+    def close(self, path: Path) -> None:
+        """Close the connection unused (its count given back, ``wal_index``: a plain
+        ``conn.close()`` leaves the file's index as SQLite leaves it from then on)."""
+        _close(self.conn, key(path))
+
 
 def connect_ahead(path: Path, durability: str, limits: Limits,
                   meta_keys: tuple[str, ...]) -> OpenedAhead | None:
@@ -161,24 +170,34 @@ def connect_ahead(path: Path, durability: str, limits: Limits,
     ``examine`` here (its four system calls each hand the GIL over once more): None when the file
     is absent, damaged, refusing now or of another runtime schema, and the open on the loop
     examines it as always, upgrades it or reports why. It only reads, as that open would."""
+    name = os.fspath(path.absolute())
+    counted = key(name)
+    opening(counted)  # given back by the connection's close (``handle.close_connection``)
     try:
-        conn = sqlite3.connect(_file_uri(os.fspath(path.absolute())), uri=True,
+        conn = sqlite3.connect(_file_uri(name), uri=True,
                                isolation_level=None, cached_statements=CACHED_STATEMENTS,
                                check_same_thread=False)
     except sqlite3.Error:
+        closed(counted)
         return None
     try:
         first = _first_read(conn, meta_keys)
         if first is None or \
                 conn.execute("PRAGMA user_version").fetchone()[0] != RUNTIME_SCHEMA_VERSION:
-            conn.close()
+            _close(conn, counted)
             return None
         conn.executescript(_setup(durability, limits)[0])
         shed_caches(conn, path, CACHED_STATEMENTS)
     except sqlite3.Error:
-        conn.close()
+        _close(conn, counted)
         return None
     return OpenedAhead(conn, first)
+
+
+def _close(conn: sqlite3.Connection, counted: str) -> None:
+    """Close a connection that an open gave up on (its count given back, ``wal_index``)."""
+    conn.close()
+    closed(counted)
 
 
 def _meta_query(keys: Sequence[str]) -> str:
@@ -381,7 +400,7 @@ def open_actor_storage(path: str | Path, *, create: bool, durability: str, limit
         storage.made = made
         return storage, meta
     except BaseException as e:
-        conn.close()  # never leave a descriptor behind for the garbage collector
+        _close(conn, key(path))  # never leave a descriptor behind for the garbage collector
         if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
             raise StorageUnavailable(type(e).__name__) from e
         if isinstance(e, sqlite3.DatabaseError):

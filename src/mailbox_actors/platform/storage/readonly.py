@@ -14,6 +14,7 @@ from pathlib import Path
 from mailbox_actors.platform.storage.errors import StorageCorrupt
 from mailbox_actors.platform.storage.handle import keep_wal_on_close
 from mailbox_actors.platform.storage.opening import StorageUnavailable
+from mailbox_actors.platform.storage.wal_index import closed, key, opening
 
 __all__ = ["read_only", "table_exists"]
 
@@ -21,10 +22,13 @@ __all__ = ["read_only", "table_exists"]
 @contextmanager
 def read_only(path: Path) -> Iterator[sqlite3.Connection | None]:
     """A read-only connection to ``path``, or None when there is no such file."""
+    counted = key(path)
+    opening(counted)  # counted before it exists: ``wal_index`` never empties an index under it
     try:
         conn = sqlite3.connect(path.absolute().as_uri() + "?mode=rw", uri=True,
                                isolation_level=None)
     except sqlite3.OperationalError as e:
+        closed(counted)
         if not path.exists():
             yield None
             return
@@ -41,6 +45,9 @@ def read_only(path: Path) -> Iterator[sqlite3.Connection | None]:
         raise StorageCorrupt(type(e).__name__) from e
     finally:
         conn.close()
+        # The last connection here: the index this read rebuilt is emptied before it is
+        # written back (``wal_index``), unless another process's connection has it mapped.
+        closed(counted)
 
 
 def table_exists(conn: sqlite3.Connection, name: str) -> bool:

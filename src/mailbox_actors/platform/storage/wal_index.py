@@ -1,0 +1,130 @@
+"""The write-ahead log's index (the ``-shm`` file) of a sleeping actor's file: emptied when the
+file's last connection closes, so that the next open does not pay to empty it (ADR 0012).
+
+A file closes keeping its log (``handle.close_connection``), and SQLite's close then leaves the
+32 KB index beside it too. The kernel writes that back within 30 s, allocating its blocks. The
+next connection to map the index finds no other holder of its DMS byte, so it truncates the
+index to 3 bytes and rebuilds it from the log. On a written-back index that truncate frees its
+blocks: on a file system mounted with ``discard`` it waits for the discard, 0.15-0.4 ms and up to
+a few ms on a busy disk. The raw open, write and close cycle on such files ran 1.9-4x slower
+than on files whose index was not yet written back (session 18's probe and review s17 O10).
+
+So when the last connection of this process to a file closes, ``closed`` truncates the index to
+3 bytes itself, as SQLite's next first opener would, while its pages are still unallocated (a
+connection lives a few milliseconds in an alarm's cycle). Nothing is ever written back or
+discarded, and the next open's own truncate finds 3 bytes. The database and its log are never
+touched, so no committed write can be lost here, whenever the process dies: an index of 32 KB
+or of 3 bytes is opened by the same rule.
+
+The truncate must never happen under a connection that has the index mapped:
+
+- **Other processes** (an operator's inspector, the ``sqlite3`` shell): every connection that
+  has the index mapped holds a shared lock on its DMS byte (SQLite's unix VFS). ``closed`` takes
+  a write lock on that byte as an open file description lock (``F_OFD_SETLK``), which conflicts
+  with every POSIX lock, this process's too. It is granted only when no connection anywhere has
+  the index mapped; an opener that comes meanwhile finds it held, gets ``SQLITE_BUSY`` and
+  retries. Not granted: the index is left as it is.
+- **This process**: closing any descriptor of a file drops every POSIX lock the process holds on
+  it (SQLite's documented way to corrupt a database), so ``closed`` opens the index only when no
+  other connection of this process has the file open. Every connection this process makes to an
+  actor file is counted here (``opening`` registers it before ``sqlite3.connect``;
+  ``handle.close_connection``, ``OpenedAhead.close`` and ``readonly.read_only`` call ``closed``):
+  **a connection to an actor file made elsewhere in the process is outside this contract** and
+  must not be. The count's check and the truncate are one step for that file: a connection to
+  it waits in ``opening`` meanwhile. A count that is never given back (a connection closed
+  another way) only keeps that file's index as SQLite leaves it. A file with hard links is left
+  alone: SQLite keeps one index per inode, named after the first path it was opened by, so
+  another name's connection may have this one.
+
+Linux only (open file description locks, Linux 3.15); elsewhere the index stays as SQLite
+leaves it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import threading
+from pathlib import Path
+
+__all__ = ["INDEX_KEPT_BYTES", "closed", "key", "opening"]
+
+INDEX_KEPT_BYTES = 3  # what SQLite's first opener truncates the index to (never 0: ext4's
+# auto_da_alloc writes a file truncated to 0 back at its next close, which costs more than this)
+_DMS_BYTE = 128  # UNIX_SHM_DMS: UNIX_SHM_BASE (120) + SQLITE_SHM_NLOCK (8), os_unix.c
+
+if sys.platform == "linux":
+    import fcntl
+
+    _OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
+    # struct flock (l_type, l_whence, l_start, l_len, l_pid and its padding); l_pid must be 0.
+    _WRITE_DMS = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, _DMS_BYTE, 1, 0)
+else:  # pragma: no cover - the project runs on Linux
+    _OFD_SETLK = None
+
+_open_here: dict[str, int] = {}  # connections of this process open on each file, by ``key``
+_emptying: set[str] = set()  # files whose index ``closed`` is emptying now
+_changed = threading.Condition()  # guards both; notified when a file's emptying ends
+
+
+def key(path: str | Path) -> str:
+    """The name a file's connections are counted under."""
+    return os.path.abspath(path)
+
+
+def opening(name: str) -> None:
+    """A connection to the file ``name`` (``key``) is about to be made: call before
+    ``sqlite3.connect``, and ``closed`` once it is closed (or was never made). Waits while that
+    file's index is being emptied (one ``ftruncate``); other files' connections never wait."""
+    with _changed:
+        while name in _emptying:
+            _changed.wait()
+        _open_here[name] = _open_here.get(name, 0) + 1
+
+
+def closed(name: str) -> bool:
+    """A connection ``opening`` counted is closed: when it was the last of this process on the
+    file, empty the file's index unless a connection of another process has it mapped. True
+    when the index was emptied (or there was none). A name never counted is left alone."""
+    with _changed:
+        left = _open_here.get(name, 0)
+        if left != 1:
+            if left > 1:
+                _open_here[name] = left - 1
+            return False  # others of this process have it open (or it was never counted)
+        del _open_here[name]
+        setlk = _OFD_SETLK
+        if setlk is None:
+            return False
+        _emptying.add(name)  # no connection of this process to it until the index is done
+    try:
+        return _empty(name, setlk)
+    finally:
+        with _changed:
+            _emptying.discard(name)
+            _changed.notify_all()
+
+
+def _empty(name: str, setlk: int) -> bool:
+    """Truncate ``name``'s index to ``INDEX_KEPT_BYTES`` under a write lock on its DMS byte;
+    False when someone holds that byte (has the index mapped) or the file has other names."""
+    try:
+        if os.stat(name).st_nlink != 1:
+            return False
+        fd = os.open(name + "-shm", os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return True  # no index (SQLite's own close removed it, or the file was removed)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.fcntl(fd, setlk, _WRITE_DMS)
+        except OSError:
+            return False  # mapped by a connection of another process: it is theirs
+        os.ftruncate(fd, INDEX_KEPT_BYTES)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # the lock goes with it
