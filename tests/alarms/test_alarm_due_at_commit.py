@@ -20,9 +20,11 @@ import actors_for_tests as afs
 from actors_for_tests import Scratch
 from mailbox_actors.alarms import scheduler as scheduler_module
 from mailbox_actors.alarms.alarm_pool import AlarmPool
-from mailbox_actors.alarms.book import Key
+from mailbox_actors.alarms.book import AlarmBook, Key
+from mailbox_actors.alarms.scheduler import AlarmScheduler
 from mailbox_actors.node import Node
 from mailbox_actors.platform.clock import SystemClock
+from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.runtime.actor import AlarmInfo
 from mailbox_actors.runtime.settings import RuntimeSettings
 
@@ -119,3 +121,36 @@ async def test_a_run_that_ends_due_again_runs_again_then_goes_back_to_the_turns(
         assert ours[0] == 1 + scheduler_module._SOON_CHAIN
     finally:
         await node.stop()
+
+
+
+class _Held:
+    """A runner whose wakes never end (until cancelled)."""
+
+    def begin_alarm(self, key: Key, retry_count: int, now_ms: int) -> None:
+        return None
+
+    async def fire_alarm(self, *args: object, **kwargs: object) -> None:
+        await anyio.sleep_forever()
+
+
+@pytest.mark.anyio
+async def test_a_stop_right_after_a_commits_run_was_asked_leaves_its_key_to_the_book() -> None:
+    """The real-time loop stopped right after a commit made an alarm due, whether or not the task
+    of its run had a step (one cancelled before its first never reaches ``_fire``'s clean-up):
+    the key is not left marked running, and its entry is in the book's heap, for a loop started
+    again to fire."""
+    clock = SystemClock()
+    book = AlarmBook(clock.now_ms)
+    sched = AlarmScheduler(book, _Held(), clock=clock, rng=SystemRng(), concurrency=4,  # type: ignore[arg-type]
+                           metrics=None)
+    key = ("scratch", "a")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sched._run)
+        while book.on_due_now is None:
+            await anyio.lowlevel.checkpoint()
+        book.committed(key, clock.now_ms())  # what a request's commit tells the book
+        assert key in sched._running  # its run's task is started, not yet run
+        tg.cancel_scope.cancel()
+    assert sched._running == set()
+    assert book.next_due_ms(set()) is not None

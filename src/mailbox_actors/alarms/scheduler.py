@@ -132,8 +132,10 @@ class AlarmScheduler:
         # outside the loop awaits before going on (``AlarmRunner.fire_alarm``'s ``turn``).
         self._turn: Callable[[], Awaitable[None]] | None = None
         # While the real-time loop runs: its task group, for the runs a commit made due
-        # (``_run_soon``).
+        # (``_run_soon``), and their keys until their run was recorded (a run cancelled at a
+        # stop, before its first step or within, is handed back to the book by ``_run``).
         self._soon_tg: anyio.abc.TaskGroup | None = None
+        self._soon_keys: set[Key] = set()
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -270,10 +272,12 @@ class AlarmScheduler:
         if tg is None or key in running or len(running) >= self.concurrency:
             return
         running.add(key)
+        self._soon_keys.add(key)
         tg.start_soon(self._soon_fire, key, chain)
 
     async def _soon_fire(self, key: Key, chain: int) -> None:
         done = await self._fire(key)
+        self._soon_keys.discard(key)  # not when cancelled: then ``_run`` hands it back
         e = self.book.entries.get(key)
         if done and chain < _SOON_CHAIN and e is not None and e.at <= self._clock.now_ms():
             self._run_soon(key, chain + 1)  # events emitted while it ran: publish them now too
@@ -421,6 +425,20 @@ class AlarmScheduler:
             gc.unfreeze()
 
     async def _run(self) -> None:
+        try:
+            await self._run_loop()
+        finally:
+            # Runs a commit made due that the stop cancelled (before their first step or within):
+            # their keys are not running, and fire from the book again (a loop started anew
+            # finds them in its heap).
+            for key in self._soon_keys:
+                self._running.discard(key)
+                e = self.book.entries.get(key)
+                if e is not None:
+                    self.book.push(e.at, key)
+            self._soon_keys.clear()
+
+    async def _run_loop(self) -> None:
         loop = asyncio.get_running_loop()
         book = self.book
         async with anyio.create_task_group() as tg:
