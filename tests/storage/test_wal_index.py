@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -161,6 +162,15 @@ _OPENER = textwrap.dedent("""
 """)
 
 
+# nanosleep and clock_nanosleep (SQLite's back-off sleeps through usleep)
+_SLEEPS = {"35", "230"} if platform.machine() == "x86_64" else {"101", "115"}
+
+
+def _syscall(pid: int) -> str:
+    """The system call ``pid`` is in, as /proc/PID/syscall gives its number."""
+    return Path(f"/proc/{pid}/syscall").read_text().split(" ")[0].strip()
+
+
 def test_an_opener_meanwhile_retries_and_then_reads_the_file_whole(tmp_path: Path) -> None:
     """The lock ``wal_index`` empties the index under (a write lock on its DMS byte) is what
     SQLite's opener checks: one that finds it held retries (SQLite's own back-off, no busy
@@ -176,8 +186,10 @@ def test_an_opener_meanwhile_retries_and_then_reads_the_file_whole(tmp_path: Pat
                                 stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         assert proc.stdout.readline() == "reading\n"
+        while _syscall(proc.pid) not in _SLEEPS:  # until it waits in SQLite's back-off
+            time.sleep(0)
     finally:
-        os.close(fd)  # released while the opener reads (or retries)
+        os.close(fd)  # released while the opener retries
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
     assert out.split() == ["0", "1", "2"]
@@ -247,6 +259,22 @@ def test_sigkill_at_any_point_of_the_cycle_loses_no_acknowledged_write(
     assert sizes <= {wal_index.INDEX_KEPT_BYTES, _FULL_INDEX}
 
 
+class _Time:
+    """``time`` as ``wal_index`` sees it: a monotonic clock the test sets, and a sleep that says
+    it was called (a connection waiting for an index to be emptied) before it sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept = threading.Event()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.set()
+        time.sleep(seconds)
+
+
 def test_no_connection_of_this_process_to_the_file_is_made_while_its_index_is_emptied(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The count's check and the emptying are one step for the file: ``opening`` (which every
@@ -256,8 +284,11 @@ def test_no_connection_of_this_process_to_the_file_is_made_while_its_index_is_em
     path = tmp_path / "a.sqlite"
     _cycle(path, 1)
     name = wal_index.key(path)
+    clock = _Time()
+    monkeypatch.setattr(wal_index, "time", clock)
     registered = threading.Event()
     waited: list[bool] = []
+    threads: list[threading.Thread] = []
     empty = wal_index._empty
 
     def register() -> None:
@@ -270,28 +301,47 @@ def test_no_connection_of_this_process_to_the_file_is_made_while_its_index_is_em
         other = wal_index.key(tmp_path / "other.sqlite")
         wal_index.opening(other)  # a connection to another file: at once
         assert wal_index.closed(other)  # (no such file: nothing to empty)
+        assert not clock.slept.is_set()
         opener = threading.Thread(target=register)
         opener.start()
-        while not wal_index._changed._waiters:  # type: ignore[attr-defined]
-            time.sleep(0)  # until the opener waits (no time is waited for: a yield)
-        waited.append(not registered.is_set() and name not in wal_index._open_here)
-        done = empty(emptied, setlk)
         threads.append(opener)
-        return done
+        clock.slept.wait()  # the opener found the index being emptied and waits
+        waited.append(not registered.is_set() and name not in wal_index._open_here)
+        return empty(emptied, setlk)
 
-    threads: list[threading.Thread] = []
     monkeypatch.setattr(wal_index, "_empty", watched)
     _cycle(path, 2)
     threads[0].join()
     assert waited == [True]
     assert registered.is_set() and wal_index._open_here.get(name) == 1
     assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
-    monkeypatch.undo()
+    monkeypatch.setattr(wal_index, "_empty", empty)
     assert wal_index.closed(name)  # the opener's count given back: the last, so emptied
     assert name not in wal_index._open_here
     os.truncate(f"{path}-shm", _FULL_INDEX)
     assert not wal_index.closed(name)  # a name not counted is never touched
     assert _index_size(path) == _FULL_INDEX
+
+
+def test_an_index_mapped_past_its_writeback_is_left_for_the_next_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file whose index this process had mapped for ``FRESH_S`` or longer (written back by
+    now: its truncate would wait for a discard) is closed as SQLite closes it; the next open
+    truncates and rebuilds the index and reads every write."""
+    path = tmp_path / "a.sqlite"
+    clock = _Time()
+    monkeypatch.setattr(wal_index, "time", clock)
+    sql = open_storage(path, create=True, durability=Durability.NORMAL, limits=Limits(),
+                       now_ms=lambda: 0)
+    assert sql is not None
+    sql.exec("CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
+    sql.exec("INSERT INTO t (v) VALUES (0)")
+    clock.now = wal_index.FRESH_S
+    RuntimeStorage(sql).close()
+    assert _index_size(path) == _FULL_INDEX
+    _cycle(path, 1)  # a short one again: emptied
+    assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
+    assert _values(path) == [0, 1]
 
 
 def test_without_open_file_description_locks_the_index_stays_as_sqlite_leaves_it(

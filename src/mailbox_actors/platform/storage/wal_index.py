@@ -11,7 +11,8 @@ than on files whose index was not yet written back (session 18's probe and revie
 
 So when the last connection of this process to a file closes, ``closed`` truncates the index to
 3 bytes itself, as SQLite's next first opener would, while its pages are still unallocated (a
-connection lives a few milliseconds in an alarm's cycle). Nothing is ever written back or
+connection lives a few milliseconds in an alarm's cycle; one that lived past ``FRESH_S`` leaves
+its index as SQLite does, for the next open to truncate). Nothing is ever written back or
 discarded, and the next open's own truncate finds 3 bytes. The database and its log are never
 touched, so no committed write can be lost here, whenever the process dies: an index of 32 KB
 or of 3 bytes is opened by the same rule.
@@ -46,9 +47,10 @@ import os
 import struct
 import sys
 import threading
+import time
 from pathlib import Path
 
-__all__ = ["INDEX_KEPT_BYTES", "closed", "key", "opening"]
+__all__ = ["FRESH_S", "INDEX_KEPT_BYTES", "closed", "key", "opening"]
 
 INDEX_KEPT_BYTES = 3  # what SQLite's first opener truncates the index to (never 0: ext4's
 # auto_da_alloc writes a file truncated to 0 back at its next close, which costs more than this)
@@ -63,13 +65,25 @@ if sys.platform == "linux":
 else:  # pragma: no cover - the project runs on Linux
     _OFD_SETLK = None
 
+# An index mapped longer than this has likely been written back (the kernel writes dirty pages
+# back after 30 s, dirty_expire_centisecs): truncating it frees blocks and waits for their
+# discard, which its next open would pay instead; that open may never come, or come in a worker
+# thread, where the close may be on the event loop. Such an index is left as SQLite leaves it.
+FRESH_S = 20.0
+_EMPTYING_POLL_S = 0.0002  # how often a connection to a file whose index is emptied looks again
+
 _open_here: dict[str, int] = {}  # connections of this process open on each file, by ``key``
+_since: dict[str, float] = {}  # when this process's first connection still open to it opened
 _emptying: set[str] = set()  # files whose index ``closed`` is emptying now
-_changed = threading.Condition()  # guards both; notified when a file's emptying ends
+_guard = threading.Lock()  # the three above
 
 
 def key(path: str | Path) -> str:
-    """The name a file's connections are counted under."""
+    """The name a file's connections are counted under: its absolute, normalized path text
+    (every path of an actor file in the node derives from one data directory)."""
+    if type(path) is str and path[:1] == "/" and path[-1:] != "/" and "/." not in path \
+            and "//" not in path:
+        return path  # already so (the host's ``file_for``): abspath costs 6 K instructions
     return os.path.abspath(path)
 
 
@@ -77,33 +91,39 @@ def opening(name: str) -> None:
     """A connection to the file ``name`` (``key``) is about to be made: call before
     ``sqlite3.connect``, and ``closed`` once it is closed (or was never made). Waits while that
     file's index is being emptied (one ``ftruncate``); other files' connections never wait."""
-    with _changed:
-        while name in _emptying:
-            _changed.wait()
-        _open_here[name] = _open_here.get(name, 0) + 1
+    while True:
+        with _guard:
+            if name not in _emptying:
+                held = _open_here.get(name, 0)
+                _open_here[name] = held + 1
+                if not held:
+                    _since[name] = time.monotonic()
+                return
+        time.sleep(_EMPTYING_POLL_S)  # rare: reopened while its last close empties the index
 
 
 def closed(name: str) -> bool:
     """A connection ``opening`` counted is closed: when it was the last of this process on the
-    file, empty the file's index unless a connection of another process has it mapped. True
-    when the index was emptied (or there was none). A name never counted is left alone."""
-    with _changed:
-        left = _open_here.get(name, 0)
-        if left != 1:
-            if left > 1:
-                _open_here[name] = left - 1
+    file, and the file's index was mapped for less than ``FRESH_S``, empty the index unless a
+    connection of another process has it mapped. True when the index was emptied (or there was
+    none). A name never counted is left alone."""
+    with _guard:
+        held = _open_here.get(name, 0)
+        if held != 1:
+            if held > 1:
+                _open_here[name] = held - 1
             return False  # others of this process have it open (or it was never counted)
         del _open_here[name]
+        since = _since.pop(name)
         setlk = _OFD_SETLK
-        if setlk is None:
+        if setlk is None or time.monotonic() - since >= FRESH_S:
             return False
         _emptying.add(name)  # no connection of this process to it until the index is done
     try:
         return _empty(name, setlk)
     finally:
-        with _changed:
+        with _guard:
             _emptying.discard(name)
-            _changed.notify_all()
 
 
 def _empty(name: str, setlk: int) -> bool:
