@@ -1,7 +1,7 @@
-"""An alarm a request's commit leaves due already runs at once, outside the pool's turns (the
-scheduler's ``_run_soon``): a request's event reaches the outbox's publish without waiting for
-turns that a steady request stream opens only every few rounds of the loop (session 18: the
-PostgreSQL events figure's p99 was that wait).
+"""AL-2, AL-3, EV-1, EV-2: an alarm a request's commit leaves due already runs at once, outside
+the pool's turns (the scheduler's ``_run_soon``): a request's event reaches the outbox's publish
+without waiting for turns that a steady request stream opens only every few rounds of the loop
+(session 18: the PostgreSQL events figure's p99 was that wait).
 
 These run a node on the real clock (``TestRuntime`` steps a fake one, which fires through
 ``run_due``): every wait is on an event the actors set, under a generous guard against a hang,
@@ -67,7 +67,7 @@ def handed_out(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Key, int]]:
 @pytest.mark.anyio
 async def test_an_alarm_a_request_makes_due_runs_without_the_pool(
         tmp_path: Path, handed_out: list[tuple[Key, int]]) -> None:
-    """A request that sets its actor's alarm for now: the alarm runs once, started from the
+    """AL-2: a request that sets its actor's alarm for now: the alarm runs once, started from the
     commit, never handed to the pool; the actor's alarm is cleared after."""
     node = await _started(Node(RuntimeSettings(data_dir=str(tmp_path)), objects=afs.ALL_OBJECTS))
     try:
@@ -95,7 +95,7 @@ async def test_an_alarm_a_request_makes_due_runs_without_the_pool(
 @pytest.mark.anyio
 async def test_a_run_that_ends_due_again_runs_again_then_goes_back_to_the_turns(
         tmp_path: Path, handed_out: list[tuple[Key, int]]) -> None:
-    """A run started from a commit that ends with its alarm due again (events emitted while it
+    """AL-3: a run started from a commit that ends with its alarm due again (events emitted while it
     ran; here a handler that sets it for now) is run again at once, ``_SOON_CHAIN`` times in a
     row; the run after those is the pool's, as any alarm's: a handler that re-arms for now at
     every run does not hold the loop outside the turns."""
@@ -136,10 +136,10 @@ class _Held:
 
 @pytest.mark.anyio
 async def test_a_stop_right_after_a_commits_run_was_asked_leaves_its_key_to_the_book() -> None:
-    """The real-time loop stopped right after a commit made an alarm due, whether or not the task
-    of its run had a step (one cancelled before its first never reaches ``_fire``'s clean-up):
-    the key is not left marked running, and its entry is in the book's heap, for a loop started
-    again to fire."""
+    """AL-3 (at least once): the real-time loop stopped right after a commit made an alarm due,
+    whether or not the task of its run had a step (one cancelled before its first never reaches
+    ``_fire``'s clean-up): the key is not left marked running, and its entry is in the book's
+    heap, for a loop started again to fire."""
     clock = SystemClock()
     book = AlarmBook(clock.now_ms)
     sched = AlarmScheduler(book, _Held(), clock=clock, rng=SystemRng(), concurrency=4,  # type: ignore[arg-type]
