@@ -388,8 +388,9 @@ class ActorHost:
                 opened = await self._open_ahead(cls, key, turn)
             else:
                 opened = self._open_on_loop(cls, key)
-                unshed = True
-                if turn is not None and not isinstance(opened, AlarmResult):
+                if isinstance(opened, AlarmResult):
+                    return opened
+                if turn is not None:
                     # The open and the run are two pieces of the loop's work: a request that
                     # came during the open goes between them (requests first, ADR 0023).
                     await turn()
@@ -397,6 +398,11 @@ class ActorHost:
                         return AlarmResult(AlarmOutcome.BUSY, None)
                     if opened.closed:  # evicted or reset meanwhile: open it again
                         return await self.fire_alarm(key, retry_count, force, turn, more_due)
+                if not force:
+                    alone = await self._run_alone(opened, retry_count, more_due)
+                    if alone is not None:
+                        return alone
+                unshed = True
             if isinstance(opened, AlarmResult):
                 return opened
             act = opened
@@ -423,6 +429,37 @@ class ActorHost:
                 self._after_alarm_only(act, more_due)
             if unshed and not act.closed:
                 act.runtime_storage.shed_caches()
+
+    async def _run_alone(self, act: Activation, retry_count: int,
+                         more_due: Callable[[], bool] | None) -> AlarmResult | None:
+        """The alarm run of an actor this wake opened on the loop, the way an open actor's is
+        run (``begin_alarm``: the handler's first step at once, no coroutine or scope of the
+        host's own for the run; a handler that ended there with its alarm set in its own
+        transaction is settled at once): a burst's evicted alarm is an open, that one step and
+        a close. None: it is not for this way (its start hook is to run, its input gate is
+        closed, its alarm is not due or a run is under way: the whole way, ``fire_alarm``'s).
+        After the run as after ``fire_alarm``'s: closed while other alarms wait and no request
+        reached it (``_after_alarm_only``), else its open's caches shed. The outcome is
+        returned, and so recorded, only after the run's commit and the close."""
+        started = self.begin_alarm(act.key, retry_count, self.clock.now_ms())
+        if started is None:
+            return None
+        if isinstance(started, AlarmResult):
+            result = started
+        else:
+            error: BaseException | None = None
+            try:
+                await started.step
+            except BaseException as e:
+                error = e
+            result = self.end_alarm(started, error)
+            if error is not None and not isinstance(error, Exception):
+                raise error  # cancelled (a node stop): the alarm stays stored, run again
+        if act.alarm_only:
+            self._after_alarm_only(act, more_due)
+        if not act.closed:
+            act.runtime_storage.shed_caches()
+        return result
 
     def _after_alarm_only(self, act: Activation, more_due: Callable[[], bool] | None) -> None:
         """An actor opened for its alarm, with no request since, after the run: closed at once
