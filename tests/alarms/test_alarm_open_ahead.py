@@ -22,6 +22,12 @@ from mailbox_actors.testing import TestRuntime
 from old_layout import table_rows, to_previous_layout
 
 
+def _opening_ahead(rt: TestRuntime) -> None:
+    """The node's opens on the loop seen waiting for the disk: it opens files ahead (a node
+    starts opening on the loop)."""
+    rt.node.host._files.opened_on_loop(wall_s=0.010, busy_s=0.0)
+
+
 def _descriptors_on(path: Path) -> int:
     """Descriptors this process holds on ``path``, its ``-wal`` and its ``-shm``."""
     fd_dir = Path("/proc/self/fd")
@@ -43,6 +49,7 @@ async def test_an_alarm_on_an_evicted_actor_runs_once_on_one_connection(tmp_path
     thread, and the node's stop waits for it: nothing is held after."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
         host = rt.node.host
+        _opening_ahead(rt)
         oid = await afs.new_scratch(rt, "evicted", alarm_at=rt.now_ms() + 5_000)
         host.evict_all_idle()
         path = host.path_for("scratch", oid)
@@ -68,6 +75,7 @@ async def test_an_alarm_cancelled_while_it_waits_for_its_turn_leaves_no_connecti
     made ahead is closed, the actor is not activated and its alarm did not run."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
         host = rt.node.host
+        _opening_ahead(rt)
         oid = await afs.new_scratch(rt, "evicted", alarm_at=rt.now_ms() + 5_000)
         host.evict_all_idle()
         path = host.path_for("scratch", oid)
@@ -144,10 +152,16 @@ async def test_an_evicted_actor_of_the_previous_layout_is_upgraded_by_its_alarm(
 def test_files_are_opened_ahead_only_while_opens_on_the_loop_wait_for_the_disk() -> None:
     """AL-5, RT-9: a node opens evicted actors' files ahead (in threads) while its opens on the
     loop wait for the disk, and on the loop once they stop waiting (a quiet disk, where the
-    threads' hand-offs would cost more than they save); it starts opening ahead."""
+    threads' hand-offs would cost more than they save). It starts on the loop, its first open
+    timed; on the loop one open in eight is timed (a timing is four system calls)."""
     files = FileThreads(4)
     assert files.enabled and files.idle
-    assert files.ahead_pays()
+    assert not files.ahead_pays() and files.timing  # the first open: on the loop, timed
+    timings = []
+    for _ in range(16):
+        assert not files.ahead_pays()
+        timings.append(files.timing)
+    assert timings.count(True) == 2 and timings[7]  # the 9th open and the 17th
     files.opened_on_loop(wall_s=0.0004, busy_s=0.0004)  # waited for nothing
     files.opened_on_loop(wall_s=0.0005, busy_s=0.0004)
     assert not any(files.ahead_pays() for _ in range(1000))
@@ -155,6 +169,7 @@ def test_files_are_opened_ahead_only_while_opens_on_the_loop_wait_for_the_disk()
     pays = [files.ahead_pays() for _ in range(256)]
     # Ahead until a sample is due, then on the loop until an open there is timed again.
     assert pays[0] and not pays[-1] and pays == sorted(pays, reverse=True)
+    assert files.timing  # the sample's opens on the loop are timed
     files.opened_on_loop(wall_s=0.0090, busy_s=0.0004)
     assert files.ahead_pays()
     assert not FileThreads(0).enabled

@@ -58,6 +58,7 @@ async def test_an_actor_deleted_while_its_alarm_opened_it_ahead_is_not_revived(
     monkeypatch.setattr(file_threads, "connect_ahead", gate)
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
         host = rt.node.host
+        host._files.opened_on_loop(wall_s=0.010, busy_s=0.0)  # opens wait: it opens ahead
         oid = await afs.new_scratch(rt, "victim", alarm_at=rt.now_ms() + 5_000)
         path = host.path_for("scratch", oid)
         host.evict_all_idle()
@@ -86,6 +87,7 @@ async def test_an_actor_evicted_while_its_alarm_opened_it_ahead_runs_its_alarm_o
     monkeypatch.setattr(file_threads, "connect_ahead", gate)
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
         host = rt.node.host
+        host._files.opened_on_loop(wall_s=0.010, busy_s=0.0)  # opens wait: it opens ahead
         oid = await afs.new_scratch(rt, "moved", alarm_at=rt.now_ms() + 5_000)
         host.evict_all_idle()
         afs.ALARM_LOG.clear()

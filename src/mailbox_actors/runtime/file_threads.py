@@ -14,10 +14,16 @@ it.
 
 Opening ahead is used only while it pays (``ahead_pays``): while opens made on the loop wait for
 the disk (``AHEAD_PAYS_WAIT_S``), timed every ``_SAMPLE_EVERY`` opens with the threads drained;
-on a quiet disk every open is made, and timed, on the loop. What an open waited is its wall time
-less the loop thread's time on a CPU and queued for one (Linux's schedstat, ``busy_s``): on a
-machine whose CPUs are busy with other processes, the run queue's wait is not the disk's, and
-counted as such it turned opening ahead on for 90% of a burst's opens (session 17).
+on a quiet disk every open is made on the loop, and one in ``_TIME_EVERY`` timed (a timing is
+four system calls, ``busy_s`` twice). A node starts on the loop, its first open timed: a node
+restarted into a burst of due alarms found opening ahead on until 256 opens and a drained
+sample said otherwise, and on a quiet disk those opens' GIL hand-offs held the loop (session 17:
+the first burst window's loop blocked 178 ms against 62-95 ms in the others).
+
+What an open waited is its wall time less the loop thread's time on a CPU and queued for one
+(Linux's schedstat, ``busy_s``): on a machine whose CPUs are busy with other processes, the run
+queue's wait is not the disk's, and counted as such it turned opening ahead on for 90% of a
+burst's opens (session 17).
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ AHEAD_PAYS_WAIT_S = 0.002
 # While opening ahead, every this many opens the threads are let drain and one open is made on the
 # loop and timed (with no thread holding the GIL meanwhile, its waits are the disk's).
 _SAMPLE_EVERY = 256
+# While opening on the loop, one open in this many is timed, the first included: a disk that
+# starts making opens wait turns opening ahead on within as many opens (a few milliseconds).
+_TIME_EVERY = 8
 
 # Jobs queued or running at most when a close is handed over: past it the loop closes the file
 # itself, so that the connections waiting for a thread stay few (each holds three descriptors that
@@ -65,10 +74,13 @@ class FileThreads:
         self._lock = threading.Lock()
         self.stopped = False
         # How long opens on the loop waited lately (a moving average; it starts as if they
-        # waited, so a node opens ahead until its own opens say the disk is quiet).
-        self._wait_s = 1.5 * AHEAD_PAYS_WAIT_S
+        # waited for nothing, so a node opens on the loop until its own opens say otherwise).
+        self._wait_s = 0.0
         self._opens = 0
         self._sampling = False  # opens stay on the loop until the threads drained and one is timed
+        # Whether the open ``ahead_pays`` just sent to the loop is to be timed (while the threads
+        # are ``idle``: ``opened_on_loop``).
+        self.timing = True
         self._busy = 0  # jobs queued or running
         self._deliveries: _Deliveries | None = None  # opens handed back to the loop
         # The run-queue wait of the thread that first timed an open (the loop's): made then.
@@ -90,7 +102,9 @@ class FileThreads:
         on the loop wait for the disk, but for a sample every ``_SAMPLE_EVERY`` opens."""
         self._opens += 1
         if self._wait_s < AHEAD_PAYS_WAIT_S:
+            self.timing = self._opens % _TIME_EVERY == 1
             return False
+        self.timing = True
         if self._opens % _SAMPLE_EVERY == 0:
             self._sampling = True
         return not self._sampling

@@ -535,8 +535,10 @@ class ActorHost:
         """Activate an evicted actor for its alarm on the loop, or the outcome that ends the wake:
         GONE (no such actor), UNAVAILABLE (its file cannot be opened now)."""
         files = self._files
-        # Does the disk make an open on the loop wait? (Timed while the threads are idle.)
-        timed = (time.perf_counter(), files.busy_s()) if files.enabled and files.idle else None
+        # Does the disk make an open on the loop wait? (Timed while the threads are idle, when
+        # ``ahead_pays`` asked for it.)
+        timed = (time.perf_counter(), files.busy_s()) \
+            if files.enabled and files.timing and files.idle else None
         try:
             return self._activated(cls, key, None, None, shed=False)
         finally:
