@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 import actors_for_tests as afs
+from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.opening import connect_ahead
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION
@@ -72,7 +73,8 @@ async def test_an_alarm_cancelled_while_it_waits_for_its_turn_leaves_no_connecti
         tmp_path: Path) -> None:
     """AL-4, RT-11, issue 28: an evicted actor's file opened ahead for its alarm waits for the
     scheduler's turn before its activation; cancelled there (a node stopping), the connection
-    made ahead is closed, the actor is not activated and its alarm did not run."""
+    made ahead is closed (and counted closed, ``wal_index``), the actor is not activated and
+    its alarm did not run."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=4) as rt:
         host = rt.node.host
         _opening_ahead(rt)
@@ -93,6 +95,9 @@ async def test_an_alarm_cancelled_while_it_waits_for_its_turn_leaves_no_connecti
         assert _descriptors_on(path) == 0
         assert not host.is_active("scratch", oid)
         assert afs.ALARM_LOG == []
+        # The connection nobody took was counted closed (``wal_index``: else the file's index
+        # would never be emptied again in this process).
+        assert wal_index.key(path) not in wal_index._open_here
 
 
 @pytest.mark.anyio

@@ -181,6 +181,11 @@ def _work(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
             _log.error("actor_close_failed", error=type(e).__name__)
 
 
+# An open made ahead on its way to the loop: its waiter, the connection (None: the loop opens),
+# and the file it is for (a connection nobody takes any more is closed with it: ``wal_index``).
+_Ready = tuple[asyncio.Future[OpenedAhead | None], OpenedAhead | None, Path]
+
+
 class _Deliveries:
     """Opens made ahead on their way to the loop: the first that finishes while none is waiting
     schedules the loop's ``_take`` (one ``call_soon_threadsafe``); those that finish before the
@@ -189,29 +194,30 @@ class _Deliveries:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._lock = threading.Lock()
-        self._ready: list[tuple[asyncio.Future[OpenedAhead | None], OpenedAhead | None]] = []
+        self._ready: list[_Ready] = []
 
-    def put(self, fut: asyncio.Future[OpenedAhead | None], opened: OpenedAhead | None) -> None:
-        """From a worker thread: ``opened`` (or None) for ``fut``'s waiter."""
+    def put(self, fut: asyncio.Future[OpenedAhead | None], opened: OpenedAhead | None,
+            path: Path) -> None:
+        """From a worker thread: ``opened`` (or None), made for ``path``, for ``fut``'s waiter."""
         with self._lock:
-            self._ready.append((fut, opened))
+            self._ready.append((fut, opened, path))
             if len(self._ready) > 1:  # the loop's _take is scheduled already
                 return
         try:
             self.loop.call_soon_threadsafe(self._take)
         except RuntimeError:  # the loop is closed: nobody will take them
-            for _fut, made in self._taken():
+            for _fut, made, made_for in self._taken():
                 if made is not None:
-                    made.conn.close()
+                    made.close(made_for)
 
-    def _taken(self) -> list[tuple[asyncio.Future[OpenedAhead | None], OpenedAhead | None]]:
+    def _taken(self) -> list[_Ready]:
         with self._lock:
             ready, self._ready = self._ready, []
         return ready
 
     def _take(self) -> None:
-        for fut, opened in self._taken():
-            _deliver(fut, opened)
+        for fut, opened, path in self._taken():
+            _deliver(fut, opened, path)
 
 
 def _open(deliveries: _Deliveries, fut: asyncio.Future[OpenedAhead | None],
@@ -220,11 +226,12 @@ def _open(deliveries: _Deliveries, fut: asyncio.Future[OpenedAhead | None],
     try:
         opened = connect_ahead(path, durability, limits, meta_keys)
     finally:  # whatever happened, the alarm waiting for it goes on (None: the loop opens)
-        deliveries.put(fut, opened)
+        deliveries.put(fut, opened, path)
 
 
-def _deliver(fut: asyncio.Future[OpenedAhead | None], opened: OpenedAhead | None) -> None:
+def _deliver(fut: asyncio.Future[OpenedAhead | None], opened: OpenedAhead | None,
+             path: Path) -> None:
     if not fut.cancelled():
         fut.set_result(opened)
     elif opened is not None:
-        opened.conn.close()
+        opened.close(path)  # its file's count given back (``wal_index``)

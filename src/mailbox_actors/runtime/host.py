@@ -155,7 +155,8 @@ class ActorHost:
         act = self._active.get(key)
         if act is not None:
             if ahead is not None:  # activated meanwhile (a request): the one made ahead goes
-                ahead.conn.close()
+                ahead.close(path if path is not None else
+                            Path(self.paths.file_for(cls.namespace, object_id, own)))
             return act
         if ahead is None and key in self._opening:
             self._opening[key] = False
@@ -564,7 +565,7 @@ class ActorHost:
                 try:
                     await turn()
                 except BaseException:
-                    ahead.conn.close()  # cancelled (a node stop): nobody takes it any more
+                    ahead.close(path)  # cancelled (a node stop): nobody takes it any more
                     raise
         finally:
             fresh = self._opening.pop(key, False)
@@ -572,7 +573,7 @@ class ActorHost:
         if ahead is not None and (self.stopping or not fresh):
             # Opened or closed on the loop meanwhile (a request, an eviction, a delete_all): the
             # file under this connection may be one since removed, so it goes unused.
-            ahead.conn.close()
+            ahead.close(path)
             ahead = None
         if self.stopping:
             return AlarmResult(AlarmOutcome.BUSY, None)
