@@ -22,6 +22,7 @@ from mailbox_actors.platform.storage.known import (
     schema_source,
 )
 from mailbox_actors.platform.storage.opening import (
+    Connected,
     OpenedAhead,
     SchemaLayout,
     fresh_layout,
@@ -188,10 +189,12 @@ class Opener:
 
     def open(self, object_id: str, path: str | Path, create: bool, alarm_sink: AlarmSink,
              on_reset: Callable[[], None], ahead: OpenedAhead | None = None,
-             alarm: bool = True, shed: bool = True) -> Activation | None:
+             alarm: bool = True, shed: bool = True,
+             connected: Connected | None = None) -> Activation | None:
         """Open the actor's file and build its activation (None: no such object and not
         ``create``). Whatever fails after the file opened closes it again. ``ahead``: the file's
-        connection made ahead (``opening.connect_ahead``, with ``META_KEYS``). ``alarm``: read
+        connection made ahead (``opening.connect_ahead``, with ``META_KEYS``); ``connected``: the
+        open's first step made (``opening.connect_recovered``). ``alarm``: read
         the stored alarm now (an alarm's activation); a request's reads it at its first use.
         ``shed``: free what opening left cached now (False: the caller sheds it later, if the
         actor stays open: ``ActorHost.fire_alarm``)."""
@@ -201,7 +204,7 @@ class Opener:
                                     limits=settings.limits, now_ms=self._now_ms,
                                     hooks=self._hooks, alarm_sink=alarm_sink,
                                     meta_keys=META_KEYS, ahead=ahead, alarm=alarm,
-                                    known=self.newest)
+                                    known=self.newest, connected=connected)
         if opened is None:
             return None
         sql, meta = opened  # the meta keys come with the file's first read

@@ -32,7 +32,7 @@ from mailbox_actors.platform.sqlite_files import is_disk_full
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteFailed
 from mailbox_actors.platform.storage.fence import StaleEpoch
 from mailbox_actors.platform.storage.hooks import AlarmSink
-from mailbox_actors.platform.storage.opening import OpenedAhead
+from mailbox_actors.platform.storage.opening import Connected, OpenedAhead, connect_recovered
 from mailbox_actors.runtime import alarm_runs
 from mailbox_actors.runtime.activation import META_KEYS, Activation, Key, Opener
 from mailbox_actors.runtime.actor import Actor, Call
@@ -144,9 +144,12 @@ class ActorHost:
     def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
                  ahead: OpenedAhead | None = None,
                  path: Path | None = None, alarm: bool = True,
-                 shed: bool = True, own: bool = False) -> Activation | None:
+                 shed: bool = True, own: bool = False,
+                 connected: Connected | None = None) -> Activation | None:
         """Return the live activation, opening the file when needed (None: no such object);
         ``ahead``: the file's connection made ahead (``opening.connect_ahead``), used or closed;
+        ``connected``: the open's first step made on the loop (``opening.connect_recovered``), used
+        or closed;
         ``alarm``: read the stored alarm at open (False for a request, which rarely needs it);
         ``shed``: False, the caller sheds the open's caches if the actor stays open
         (``Opener.open``); ``own``: the id is an alarm's key, which the node recorded itself
@@ -154,9 +157,13 @@ class ActorHost:
         key = (cls.namespace, object_id)
         act = self._active.get(key)
         if act is not None:
-            if ahead is not None:  # activated meanwhile (a request): the one made ahead goes
+            # Activated meanwhile (a request): the connection made ahead, or by an open's first
+            # step, goes.
+            if ahead is not None:
                 ahead.close(path if path is not None else
                             Path(self.paths.file_for(cls.namespace, object_id, own)))
+            if connected is not None:
+                connected.close(self.paths.file_for(cls.namespace, object_id, own))
             return act
         if ahead is None and key in self._opening:
             self._opening[key] = False
@@ -167,7 +174,7 @@ class ActorHost:
         file = self.paths.file_for(cls.namespace, object_id, own) if path is None else path
         try:
             act = opener.open(object_id, file, create, self._alarm_sinks.sink(key),
-                              functools.partial(self._reset, key), ahead, alarm, shed)
+                              functools.partial(self._reset, key), ahead, alarm, shed, connected)
             if act is None:
                 return None
         except MailboxActorsError as e:
@@ -388,7 +395,7 @@ class ActorHost:
             if files.enabled and files.ahead_pays():
                 opened = await self._open_ahead(cls, key, turn)
             else:
-                opened = self._open_on_loop(cls, key)
+                opened = await self._open_on_loop(cls, key, turn)
                 if isinstance(opened, AlarmResult):
                     return opened
                 if turn is not None:
@@ -532,20 +539,63 @@ class ActorHost:
         act = self.activate(cls, key[1], create=False, own=True)
         return None if act is None else alarm_runs.abandon(act, fired_ms, self.clock.now_ms())
 
-    def _open_on_loop(self, cls: type[Actor[Any]], key: Key) -> Activation | AlarmResult:
+    async def _open_on_loop(self, cls: type[Actor[Any]], key: Key,
+                            turn: Callable[[], Awaitable[None]] | None = None,
+                            ) -> Activation | AlarmResult:
         """Activate an evicted actor for its alarm on the loop, or the outcome that ends the wake:
-        GONE (no such actor), UNAVAILABLE (its file cannot be opened now)."""
+        GONE (no such actor), UNAVAILABLE (its file cannot be opened now), BUSY (the node stops
+        meanwhile). Two steps about as long, with ``turn`` awaited between (requests first, ADR
+        0023): the file connected and its version read, where SQLite rebuilds its ``-shm`` index
+        from the log (``opening.connect_recovered``); then the rest of the open and the
+        activation. In one step, a request that came during the open waited for all of it (the
+        longest piece of the loop's work in a burst on evicted actors, measured). A first step
+        that finds anything unusual (no file, damage, a refusal) leaves the file to the whole
+        open in one step, which reports it as always."""
         files = self._files
-        # Does the disk make an open on the loop wait? (Timed while the threads are idle, when
-        # ``ahead_pays`` asked for it.)
-        timed = (time.perf_counter(), files.busy_s()) \
-            if files.enabled and files.timing and files.idle else None
+        # Does the disk make an open on the loop wait? Its steps timed while the threads are
+        # idle, when ``ahead_pays`` asked for it (the wait for the turn between them is not the
+        # open's): ``wall`` and, of it, ``busy`` on a CPU or queued for one.
+        sample = files.enabled and files.timing and files.idle
+        wall = busy = 0.0
+        if sample:
+            began, was = time.perf_counter(), files.busy_s()
+        connected = None
+        if turn is not None:
+            try:
+                file = self.paths.file_for(*key, own=True)
+                connected = connect_recovered(file, self.settings.durability)
+            except MailboxActorsError:
+                pass
+        if connected is not None:
+            if sample:
+                wall, busy = time.perf_counter() - began, files.busy_s() - was
+            assert turn is not None
+            self._opening[key] = True
+            try:
+                await turn()
+            except BaseException:
+                connected.close(file)  # cancelled (a node stop): nobody takes it any more
+                raise
+            finally:
+                fresh = self._opening.pop(key, False)
+            if self.stopping or not fresh:
+                # Opened or closed on the loop meanwhile (a request, an eviction, a
+                # delete_all): the file under this connection may be one since removed.
+                connected.close(file)
+                connected = None
+                if self.stopping:
+                    return AlarmResult(AlarmOutcome.BUSY, None)
+            sample = sample and files.idle
+            if sample:
+                began, was = time.perf_counter(), files.busy_s()
         try:
-            return self._activated(cls, key, None, None, shed=False)
+            # The rest of the open; or, after a first step that found anything unusual, the
+            # whole open in one step.
+            return self._activated(cls, key, None, None, shed=False, connected=connected)
         finally:
-            if timed is not None:
-                files.opened_on_loop(time.perf_counter() - timed[0], files.busy_s() - timed[1])
-
+            if sample:
+                files.opened_on_loop(wall + time.perf_counter() - began,
+                                     busy + files.busy_s() - was)
 
     async def _open_ahead(self, cls: type[Actor[Any]], key: Key,
                           turn: Callable[[], Awaitable[None]] | None = None,
@@ -581,11 +631,12 @@ class ActorHost:
 
 
     def _activated(self, cls: type[Actor[Any]], key: Key, ahead: OpenedAhead | None,
-                   path: Path | None, shed: bool = True) -> Activation | AlarmResult:
+                   path: Path | None, shed: bool = True,
+                   connected: Connected | None = None) -> Activation | AlarmResult:
         opened = key not in self._active  # else a request activated it while a thread opened
         try:
             act = self.activate(cls, key[1], create=False, ahead=ahead, path=path, shed=shed,
-                                own=True)
+                                own=True, connected=connected)
         except MailboxActorsError:
             # A key that is no id's form can never open a file: dropped, not looked at again.
             outcome = AlarmOutcome.UNAVAILABLE if has_id_form(key[1]) else AlarmOutcome.MALFORMED

@@ -32,8 +32,9 @@ from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStora
 from mailbox_actors.platform.storage.transactions import PAST_CAP_KEY
 from mailbox_actors.platform.storage.wal_index import closed, key, opening
 
-__all__ = ["CACHED_STATEMENTS", "LAYOUT_QUERY", "OUTBOX_TABLE", "RUNTIME_TABLES", "OpenedAhead",
-           "SchemaLayout", "StorageUnavailable", "connect_ahead", "fresh_layout",
+__all__ = ["CACHED_STATEMENTS", "LAYOUT_QUERY", "OUTBOX_TABLE", "RUNTIME_TABLES", "Connected",
+           "OpenedAhead", "SchemaLayout", "StorageUnavailable", "connect_ahead",
+           "connect_recovered", "fresh_layout",
            "open_actor_storage", "open_storage", "schema_layout", "schema_text"]
 
 # Prepared statements kept per connection (LRU): each costs a few KB of SQLite heap, so a large
@@ -200,6 +201,43 @@ def _close(conn: sqlite3.Connection, counted: str) -> None:
     closed(counted)
 
 
+class Connected(NamedTuple):
+    """An existing actor file's connection made on the event loop by ``connect_recovered``, with
+    its runtime schema version read: the first of an open's two steps."""
+
+    conn: sqlite3.Connection
+    version: int
+
+    def close(self, path: str | Path) -> None:
+        """Close the connection unused (its count given back, ``wal_index``)."""
+        _close(self.conn, key(path))
+
+
+def connect_recovered(path: str | Path, durability: str) -> Connected | None:
+    """The first step of an existing actor file's open on the event loop: the file examined and
+    connected, and its runtime schema version read. That read is the file's first, where SQLite
+    rebuilds the ``-shm`` index from the write-ahead log (most of an evicted actor's open), so the
+    rest (``open_actor_storage`` with ``connected``: the first read of the meta and alarm, the
+    settings, the storage) is a step about as long: a caller on the loop lets other work run
+    between the two (the host: requests first, ADR 0023). None: no such file. Raises as
+    ``open_actor_storage`` does; closes the connection if it does."""
+    try:
+        conn, _made = _connect(path, False, durability)
+    except sqlite3.OperationalError as e:
+        raise StorageUnavailable(type(e).__name__) from e
+    if conn is None:
+        return None
+    try:
+        return Connected(conn, conn.execute("PRAGMA user_version").fetchone()[0])
+    except BaseException as e:
+        _close(conn, key(path))
+        if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
+            raise StorageUnavailable(type(e).__name__) from e
+        if isinstance(e, sqlite3.DatabaseError):
+            raise StorageCorrupt(type(e).__name__) from e
+        raise
+
+
 def _meta_query(keys: Sequence[str]) -> str:
     """The runtime meta ``keys`` (written into the text, as ``RuntimeStorage.meta`` does)."""
     quoted = ", ".join("'" + k.replace("'", "''") + "'" for k in keys) or "NULL"
@@ -356,17 +394,21 @@ def open_actor_storage(path: str | Path, *, create: bool, durability: str, limit
                        now_ms: Callable[[], int], hooks: TransactionHooks | None = None,
                        alarm_sink: AlarmSink | None = None, meta_keys: tuple[str, ...] = (),
                        ahead: OpenedAhead | None = None, alarm: bool = True,
-                       known: KnownSchema | None = None,
+                       known: KnownSchema | None = None, connected: Connected | None = None,
                        ) -> tuple[SqlStorage, dict[str, str]] | None:
     """``open_storage``, and the stored values of the runtime meta ``meta_keys`` (absent ones left
     out; other runtime keys between them may be there too), read with the file's version (and
     its alarm, when ``alarm``; otherwise it is read at its first use) in its first statement.
     ``ahead``: the file's connection made by ``connect_ahead`` (first read, version check and
-    settings done), finished here (closed if this fails). ``known``: the schema the file has
-    when its meta says so (``known``): then its storage is made knowing it, with no authorizer."""
+    settings done), finished here (closed if this fails). ``connected``: the file's connection
+    and version from ``connect_recovered`` (the open's first step), finished here the same way.
+    ``known``: the schema the file has when its meta says so (``known``): then its storage is
+    made knowing it, with no authorizer."""
     made = False
     if ahead is not None:
         conn: sqlite3.Connection | None = ahead.conn
+    elif connected is not None:
+        conn = connected.conn
     else:
         try:
             conn, made = _connect(path, create, durability)
@@ -380,7 +422,8 @@ def open_actor_storage(path: str | Path, *, create: bool, durability: str, limit
         if ahead is not None:
             first, alarm = ahead.first, True
         else:
-            first = _prepare(conn, meta_keys, script, alarm)
+            first = _prepare(conn, meta_keys, script, alarm,
+                             None if connected is None else connected.version)
         conn.row_factory = sqlite3.Row  # for the actor's code (the runtime's rows were tuples)
         list(map(conn.setlimit, kinds, values))
         if first is None:  # upgraded from an earlier runtime schema just now: read again
@@ -409,24 +452,27 @@ def open_actor_storage(path: str | Path, *, create: bool, durability: str, limit
 
 
 def _prepare(conn: sqlite3.Connection, meta_keys: tuple[str, ...], script: str,
-             alarm: bool) -> tuple[int | None, dict[str, str]] | None:
-    """The open on the loop, after the connect: the first read, the version check (and the
-    upgrade from an earlier runtime schema), the open-time settings. Returns the first read, or None when
-    it is to be made again from the upgraded layout."""
-    try:
-        first = _first_read(conn, meta_keys, alarm)
-    except sqlite3.OperationalError:
-        # A newer runtime's layout may not fit this read: its version says so (corrupt for
-        # this code, not a retryable unavailable); checked only then, off the common path.
-        _check_version(conn.execute("PRAGMA user_version").fetchone()[0])
-        raise
-    # A plain PRAGMA, not pragma_user_version in the first read: that table-valued function
-    # is a virtual table SQLite builds (parsing its declaration) on every connection.
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+             alarm: bool, version: int | None = None,
+             ) -> tuple[int | None, dict[str, str]] | None:
+    """The open on the loop, after the connect: the version check (and the upgrade from an
+    earlier runtime schema), the first read, the open-time settings. ``version``: read already
+    (``connect_recovered``). Returns the first read, or None when it is to be made from the
+    upgraded layout (by the caller).
+
+    The version is the file's first statement: a plain PRAGMA, not pragma_user_version in the
+    first read (that table-valued function is a virtual table SQLite builds, parsing its
+    declaration, on every connection); whichever read comes first is where SQLite rebuilds the
+    ``-shm`` index from the log (most of an evicted actor's open), and the version is checked
+    before any runtime table is named, so a newer or an earlier layout never fails the read."""
+    if version is None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
     _check_version(version)
+    first: tuple[int | None, dict[str, str]] | None
     if version < RUNTIME_SCHEMA_VERSION:
         _upgrade(conn, version)
-        first = None  # read again by the caller, from the upgraded layout
+        first = None  # read by the caller, from the upgraded layout
+    else:
+        first = _first_read(conn, meta_keys, alarm)
     conn.executescript(script)
     return first
 

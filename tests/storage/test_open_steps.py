@@ -1,0 +1,89 @@
+"""An actor file opened in two steps (RT-2, RT-13, RT-14; issue 28's requests first): the first
+(``connect_recovered``) examines and connects the file and reads its runtime schema version, the
+file's first read; ``open_actor_storage`` with ``connected`` finishes it with the same meta, alarm
+and upgrades as the open in one step, and the first step reports a missing or damaged file as
+that open does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import actors_for_tests as afs
+from mailbox_actors.platform.storage import wal_index
+from mailbox_actors.platform.storage.errors import StorageCorrupt
+from mailbox_actors.platform.storage.limits import Durability, Limits
+from mailbox_actors.platform.storage.opening import connect_recovered, open_actor_storage
+from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION
+from mailbox_actors.runtime.activation import META_KEYS
+from mailbox_actors.testing import TestRuntime
+from old_layout import to_previous_layout
+
+pytestmark = pytest.mark.anyio
+
+
+async def _scratch_file(tmp_path: Path) -> tuple[Path, int]:
+    """A Scratch actor's file with its alarm a minute ahead, its node stopped; and the alarm."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        at = rt.now_ms() + 60_000
+        oid = await afs.new_scratch(rt, "steps", alarm_at=at)
+        path = rt.node.host.path_for("scratch", oid)
+    return path, at
+
+
+def _open(path: Path, connected: object = None) -> tuple[int | None, dict[str, str], bool]:
+    """The stored alarm, meta and ``upgraded`` of an open (in one step, or finishing
+    ``connected``), the file closed again."""
+    opened = open_actor_storage(path, create=False, durability=Durability.NORMAL,
+                                limits=Limits(), now_ms=lambda: 0, meta_keys=META_KEYS,
+                                connected=connected)  # type: ignore[arg-type]
+    assert opened is not None
+    storage, meta = RuntimeStorage(opened[0]), opened[1]
+    try:
+        return storage.stored_alarm(), meta, opened[0].upgraded
+    finally:
+        storage.close()
+
+
+async def test_the_two_steps_open_a_file_as_one_step_does(tmp_path: Path) -> None:
+    """RT-2: the first step reads the current runtime schema version; finished, the open has the
+    same alarm and meta as the open in one step."""
+    path, at = await _scratch_file(tmp_path)
+    connected = connect_recovered(path, Durability.NORMAL)
+    assert connected is not None
+    assert connected.version == RUNTIME_SCHEMA_VERSION
+    assert _open(path, connected) == _open(path)
+    assert _open(path)[0] == at
+    unused = connect_recovered(path, Durability.NORMAL)
+    assert unused is not None
+    unused.close(path)  # a first step given up: its count given back
+    assert wal_index.key(path) not in wal_index._open_here
+
+
+async def test_a_file_of_the_earlier_layout_is_upgraded_by_the_second_step(
+        tmp_path: Path) -> None:
+    """RT-14: a file of runtime schema 1 is read as version 1 by the first step and upgraded
+    by the second, its alarm kept."""
+    path, at = await _scratch_file(tmp_path)
+    to_previous_layout(path)
+    connected = connect_recovered(path, Durability.NORMAL)
+    assert connected is not None and connected.version == 1
+    alarm, _meta, upgraded = _open(path, connected)
+    assert upgraded
+    assert alarm == at
+
+
+def test_no_file_is_none_and_a_damaged_one_is_corrupt(tmp_path: Path) -> None:
+    """RT-13, REL-4: the first step finds no object where no file is (and leaves none behind),
+    and reports a file that is no database as corrupt, as the open in one step does."""
+    missing = tmp_path / "missing.sqlite"
+    assert connect_recovered(missing, Durability.NORMAL) is None
+    assert not missing.exists()
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"not a database " * 400)
+    with pytest.raises(StorageCorrupt):
+        connect_recovered(damaged, Durability.NORMAL)
+    assert wal_index.key(damaged) not in wal_index._open_here
