@@ -355,3 +355,33 @@ def test_without_open_file_description_locks_the_index_stays_as_sqlite_leaves_it
         assert _index_size(path) == _FULL_INDEX
     assert _values(path) == [0, 1, 2]
     assert wal_index.key(path) not in wal_index._open_here
+
+
+def _db_lock_of_this_process(path: Path) -> str | None:
+    """The POSIX lock this process holds on the database's shared range, as /proc/locks lists
+    it (a WAL connection holds it shared for its life)."""
+    st = os.stat(path)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in Path("/proc/locks").read_text().splitlines():
+        f = line.split()
+        if f[1] == "POSIX" and f[4] == str(os.getpid()) and f[5] == inode and \
+                f[6] == str(0x40000002):
+            return f[3]
+    return None
+
+
+def test_an_open_beside_a_reader_of_this_process_keeps_its_lock_on_the_database(
+        tmp_path: Path) -> None:
+    """Opening a file that another connection of this process has open does not open and close a
+    descriptor of the database (the header check, ``examine``): that would drop the reader's
+    shared lock on it, which tells other processes the file is in use (review s18 O1)."""
+    path = tmp_path / "a.sqlite"
+    _cycle(path, 1)
+    with read_only(path) as conn:
+        assert conn is not None
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+        assert _db_lock_of_this_process(path) == "READ"
+        _cycle(path, 2)
+        assert _db_lock_of_this_process(path) == "READ"
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 2
+    assert _values(path) == [1, 2]

@@ -30,7 +30,7 @@ from mailbox_actors.platform.storage.known import KnownSchema
 from mailbox_actors.platform.storage.limits import Durability, Limits, page_limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 from mailbox_actors.platform.storage.transactions import PAST_CAP_KEY
-from mailbox_actors.platform.storage.wal_index import closed, key, opening
+from mailbox_actors.platform.storage.wal_index import closed, held_here, key, opening
 
 __all__ = ["CACHED_STATEMENTS", "LAYOUT_QUERY", "OUTBOX_TABLE", "RUNTIME_TABLES", "Connected",
            "OpenedAhead", "SchemaLayout", "StorageUnavailable", "connect_ahead",
@@ -111,18 +111,24 @@ def _connect(path: str | Path, create: bool, durability: str,
     ``path``: an absolute path text (the host's), or a Path."""
     name = path if isinstance(path, str) else os.fspath(path.absolute())
     made = False
-    try:
-        damage = examine(name)  # the header check and "does it exist" in one look
-    except FileNotFoundError:
-        if not create:
-            return None, False  # no such object: the caller answers *_not_found
-        _create(Path(name), durability)
-        damage, made = None, True
-    if damage is not None:
-        raise StorageCorrupt(damage)
     counted = key(name)
     opening(counted)  # counted before it exists: ``wal_index`` never empties an index under it
     try:
+        # ``examine`` opens and closes a descriptor of the database: closing it would drop the
+        # POSIX locks another connection of this process holds on it (an inspector's shared
+        # lock), so it looks only at a file no other connection here has open (review s18 O1).
+        # One that has is there, and its header SQLite checks at the first read anyway.
+        if not held_here(counted):
+            try:
+                damage = examine(name)  # the header check and "does it exist" in one look
+            except FileNotFoundError:
+                if not create:
+                    closed(counted)
+                    return None, False  # no such object: the caller answers *_not_found
+                _create(Path(name), durability)
+                damage, made = None, True
+            if damage is not None:
+                raise StorageCorrupt(damage)
         return sqlite3.connect(_file_uri(name), uri=True, isolation_level=None,
                                cached_statements=CACHED_STATEMENTS), made
     except sqlite3.OperationalError as e:
@@ -130,6 +136,9 @@ def _connect(path: str | Path, create: bool, durability: str,
         if not os.path.exists(name):
             return None, False  # no such object: the caller answers *_not_found
         raise StorageUnavailable(type(e).__name__) from e
+    except BaseException:
+        closed(counted)
+        raise
 
 
 def _settings_script(durability: str, limits: Limits) -> str:

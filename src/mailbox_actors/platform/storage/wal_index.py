@@ -50,7 +50,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["FRESH_S", "INDEX_KEPT_BYTES", "closed", "key", "opening"]
+__all__ = ["FRESH_S", "INDEX_KEPT_BYTES", "closed", "held_here", "key", "opening"]
 
 INDEX_KEPT_BYTES = 3  # what SQLite's first opener truncates the index to (never 0: ext4's
 # auto_da_alloc writes a file truncated to 0 back at its next close, which costs more than this)
@@ -100,6 +100,12 @@ def opening(name: str) -> None:
                     _since[name] = time.monotonic()
                 return
         time.sleep(_EMPTYING_POLL_S)  # rare: reopened while its last close empties the index
+
+
+def held_here(name: str) -> bool:
+    """Whether a connection of this process other than the caller's (counted by ``opening``
+    already) has the file open: then no descriptor of it may be opened and closed here."""
+    return _open_here.get(name, 0) > 1
 
 
 def closed(name: str) -> bool:
