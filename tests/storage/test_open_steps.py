@@ -50,7 +50,8 @@ def _open(path: Path, connected: object = None) -> tuple[int | None, dict[str, s
 
 async def test_the_two_steps_open_a_file_as_one_step_does(tmp_path: Path) -> None:
     """RT-2: the first step reads the current runtime schema version; finished, the open has the
-    same alarm and meta as the open in one step."""
+    same alarm and meta as the open in one step; given up, it is closed as an actor is (ADR
+    0012: the log kept for the next open)."""
     path, at = await _scratch_file(tmp_path)
     connected = connect_recovered(path, Durability.NORMAL)
     assert connected is not None
@@ -59,8 +60,9 @@ async def test_the_two_steps_open_a_file_as_one_step_does(tmp_path: Path) -> Non
     assert _open(path)[0] == at
     unused = connect_recovered(path, Durability.NORMAL)
     assert unused is not None
-    unused.close(path)  # a first step given up: its count given back
+    unused.close(path)  # a first step given up: closed as an actor is, its count given back
     assert wal_index.key(path) not in wal_index._open_here
+    assert path.with_name(path.name + "-wal").exists()  # the log kept, not checkpointed away
 
 
 async def test_a_file_of_the_earlier_layout_is_upgraded_by_the_second_step(

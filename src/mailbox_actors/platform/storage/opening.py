@@ -24,7 +24,7 @@ from mailbox_actors.platform.sqlite_files import create_whole, examine
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
-from mailbox_actors.platform.storage.handle import shed_caches
+from mailbox_actors.platform.storage.handle import close_connection, shed_caches
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.known import KnownSchema
 from mailbox_actors.platform.storage.limits import Durability, Limits, page_limits
@@ -218,8 +218,10 @@ class Connected(NamedTuple):
     version: int
 
     def close(self, path: str | Path) -> None:
-        """Close the connection unused (its count given back, ``wal_index``)."""
-        _close(self.conn, key(path))
+        """Close the connection unused, as an actor's is closed (``close_connection``: the log
+        kept, the count given back). A plain close that is the file's last would checkpoint the
+        log into the file and delete it, with syncs, on the loop (review O11)."""
+        close_connection(self.conn, path, keep_wal=True)
 
 
 def connect_recovered(path: str | Path, durability: str) -> Connected | None:
