@@ -25,7 +25,7 @@ import pytest
 
 from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.limits import Durability, Limits
-from mailbox_actors.platform.storage.opening import open_storage
+from mailbox_actors.platform.storage.opening import connect_ahead, open_storage
 from mailbox_actors.platform.storage.readonly import read_only
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 
@@ -209,7 +209,7 @@ _WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from mailbox_actors.platform.storage.limits import Limits
-    from mailbox_actors.platform.storage.opening import open_storage
+    from mailbox_actors.platform.storage.opening import connect_ahead, open_storage
     from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 
     path, first, durability = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -385,3 +385,18 @@ def test_an_open_beside_a_reader_of_this_process_keeps_its_lock_on_the_database(
         assert _db_lock_of_this_process(path) == "READ"
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 2
     assert _values(path) == [1, 2]
+
+
+def test_a_connection_made_ahead_and_not_used_closes_keeping_its_log(tmp_path: Path) -> None:
+    """ADR 0012, 0017: a file's connection made ahead in a worker thread and closed unused (its
+    actor activated meanwhile, a node stopping) closes as an evicted actor's does: the log kept
+    for the next open, no checkpoint, its count given back and its index emptied."""
+    path = tmp_path / "a.sqlite"
+    _cycle(path, 1)
+    opened = connect_ahead(path, Durability.NORMAL, Limits(), ())
+    assert opened is not None
+    opened.close(path)
+    assert os.path.getsize(f"{path}-wal") > 0
+    assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
+    assert wal_index.key(path) not in wal_index._open_here
+    assert _values(path) == [1]

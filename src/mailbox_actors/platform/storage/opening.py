@@ -205,9 +205,10 @@ def connect_ahead(path: Path, durability: str, limits: Limits,
 
 
 def _close(conn: sqlite3.Connection, counted: str) -> None:
-    """Close a connection that an open gave up on (its count given back, ``wal_index``)."""
-    conn.close()
-    closed(counted)
+    """Close a connection an open gave up on, or made and did not use, as an evicted actor's
+    closes: the log kept (ADR 0012; SQLite's own close would checkpoint it, with its fsyncs),
+    its count given back and its index emptied (``wal_index``)."""
+    close_connection(conn, counted, keep_wal=True)
 
 
 class Connected(NamedTuple):
