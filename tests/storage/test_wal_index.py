@@ -400,3 +400,45 @@ def test_a_connection_made_ahead_and_not_used_closes_keeping_its_log(tmp_path: P
     assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
     assert wal_index.key(path) not in wal_index._open_here
     assert _values(path) == [1]
+
+
+_UNCOUNTED = textwrap.dedent("""
+    import sqlite3, sys
+    from pathlib import Path
+    from mailbox_actors.platform.storage.limits import Durability, Limits
+    from mailbox_actors.platform.storage.opening import open_storage
+    from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+
+    path = Path(sys.argv[1])
+
+    def cycle(value):
+        sql = open_storage(path, create=True, durability=Durability.NORMAL, limits=Limits(),
+                           now_ms=lambda: 0)
+        sql.exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
+        sql.exec("INSERT INTO t (v) VALUES (?)", value)
+        RuntimeStorage(sql).close()
+
+    cycle(1)
+    own = sqlite3.connect(path)  # not through storage: not counted
+    assert own.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+    for n in range(2, 6):
+        cycle(n)
+        # A truncated index under this mapping would end the process with SIGBUS here.
+        assert own.execute("SELECT count(*) FROM t").fetchone()[0] == n
+    print(path.with_name(path.name + "-shm").stat().st_size)
+    own.close()
+""")
+
+
+def test_an_uncounted_connection_of_this_process_keeps_its_index(tmp_path: Path) -> None:
+    """RT-2, CA-10: a program's own sqlite3 connection to an actor file (a test reading what an
+    actor stored), which the storage does not count, keeps its index through any number of the
+    actor's opens and closes: the first close is refused its lock and the file is never emptied
+    again by this process, though that refusal's descriptor close dropped the uncounted
+    connection's lock (a test run crashed with SIGBUS before). Run in a process of its own, so
+    a SIGBUS fails this test rather than ending the suite."""
+    path = tmp_path / "a.sqlite"
+    done = subprocess.run([sys.executable, "-c", _UNCOUNTED, str(path)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert int(done.stdout) == _FULL_INDEX  # left as SQLite leaves it, never emptied under it

@@ -36,6 +36,15 @@ The truncate must never happen under a connection that has the index mapped:
   another way) only keeps that file's index as SQLite leaves it. A file with hard links is left
   alone: SQLite keeps one index per inode, named after the first path it was opened by, so
   another name's connection may have this one.
+- **A connection of this process that is not counted** (a test's or an embedding program's own
+  ``sqlite3.connect`` to an actor file) holds the same shared lock, so the first close after it
+  mapped the index is refused too; but that attempt's ``os.close`` of its descriptor drops the
+  process's POSIX locks on the index, the uncounted connection's with them, so a later attempt
+  would be granted and truncate the index under its mapping (SIGBUS at its next access: a test
+  run crashed so in session 18). So when a refusal finds a lock of this process on the DMS
+  byte (``/proc/locks``, read only then: a refusal is rare), the file is never emptied again by
+  this process (``_kept``): the first refusal is always the one that drops the lock. A refusal
+  by other processes' locks alone drops nothing of ours and keeps nothing.
 
 Linux only (open file description locks, Linux 3.15); elsewhere the index stays as SQLite
 leaves it.
@@ -75,7 +84,8 @@ _EMPTYING_POLL_S = 0.0002  # how often a connection to a file whose index is emp
 _open_here: dict[str, int] = {}  # connections of this process open on each file, by ``key``
 _since: dict[str, float] = {}  # when this process's first connection still open to it opened
 _emptying: set[str] = set()  # files whose index ``closed`` is emptying now
-_guard = threading.Lock()  # the three above
+_kept: set[str] = set()  # files whose index someone else had mapped once: never emptied here
+_guard = threading.Lock()  # the four above
 
 
 def key(path: str | Path) -> str:
@@ -122,7 +132,7 @@ def closed(name: str) -> bool:
         del _open_here[name]
         since = _since.pop(name)
         setlk = _OFD_SETLK
-        if setlk is None or time.monotonic() - since >= FRESH_S:
+        if setlk is None or name in _kept or time.monotonic() - since >= FRESH_S:
             return False
         _emptying.add(name)  # no connection of this process to it until the index is done
     try:
@@ -130,6 +140,21 @@ def closed(name: str) -> bool:
     finally:
         with _guard:
             _emptying.discard(name)
+
+
+def _locked_here(fd: int) -> bool:
+    """Whether this process holds a POSIX lock on the DMS byte of the index open as ``fd``
+    (``/proc/locks``; when it cannot be read, assume so)."""
+    try:
+        st = os.fstat(fd)
+        with open("/proc/locks", encoding="ascii") as locks:
+            text = locks.read()
+    except OSError:
+        return True
+    inode = f":{st.st_ino} {_DMS_BYTE} "
+    pid = f" {os.getpid()} "
+    return any(pid in line and inode in line and line.split()[1] == "POSIX"
+               for line in text.splitlines())
 
 
 def _empty(name: str, setlk: int) -> bool:
@@ -147,7 +172,12 @@ def _empty(name: str, setlk: int) -> bool:
         try:
             fcntl.fcntl(fd, setlk, _WRITE_DMS)
         except OSError:
-            return False  # mapped by a connection of another process: it is theirs
+            # Mapped by someone else: another process's connection, or an uncounted one of this
+            # process whose lock the close below drops: then never again for this file (above).
+            if _locked_here(fd):
+                with _guard:
+                    _kept.add(name)
+            return False
         os.ftruncate(fd, INDEX_KEPT_BYTES)
         return True
     except OSError:
