@@ -4,8 +4,6 @@ writes SQLite rolled back keeps its alarm, retried, while the others of the same
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,23 +12,6 @@ import actors_for_tests as afs
 from mailbox_actors.testing import TestRuntime
 
 NS = "scratch"
-
-
-def items_in_file(path: Path) -> list[tuple[str, str]]:
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        return conn.execute("SELECT k, v FROM items ORDER BY k").fetchall()
-
-
-async def _writes_implicitly(actor: afs.Scratch, info: object) -> None:
-    actor.sql.exec("INSERT INTO items (k, v) VALUES ('x', '1')")  # no transaction: implicit
-
-
-async def _writes_then_loses_them(actor: afs.Scratch, info: object) -> None:
-    actor.sql.exec("INSERT INTO items (k, v) VALUES ('x', '1')")
-    # OR ROLLBACK: the conflict makes SQLite roll back the whole implicit transaction, the
-    # first insert with it; the handler swallows the error and returns as if all went well.
-    with contextlib.suppress(sqlite3.IntegrityError):
-        actor.sql.exec("INSERT OR ROLLBACK INTO items (k, v) VALUES ('x', '2')")
 
 
 @pytest.mark.anyio
@@ -44,9 +25,9 @@ async def test_an_instants_alarms_are_acknowledged_each_after_its_own_commit(
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
         at = rt.now_ms() + 1_000
         ids = [await afs.new_scratch(rt, name, alarm_at=at) for name in ("a", "b", "c")]
-        afs.ALARM_HOOKS[ids[0]] = _writes_implicitly
-        afs.ALARM_HOOKS[ids[1]] = _writes_then_loses_them
-        afs.ALARM_HOOKS[ids[2]] = _writes_implicitly
+        afs.ALARM_HOOKS[ids[0]] = afs.writes_implicitly
+        afs.ALARM_HOOKS[ids[1]] = afs.writes_then_loses_them
+        afs.ALARM_HOOKS[ids[2]] = afs.writes_implicitly
         sched = rt.node.scheduler
         assert sched is not None
         await rt.advance(1_000)
@@ -56,21 +37,21 @@ async def test_an_instants_alarms_are_acknowledged_each_after_its_own_commit(
         sched.flush_index()
         indexed = index.load()
         for oid in (ids[0], ids[2]):
-            assert items_in_file(rt.node.host.path_for(NS, oid)) == [("x", "1")]
+            assert afs.items_in_file(rt.node.host.path_for(NS, oid)) == [("x", "1")]
             assert await afs.scratch(rt, oid, afs.GetAlarm()) is None
             assert sched.pending((NS, oid)) is None
             assert (NS, oid) not in indexed
         failed = (NS, ids[1])
-        assert items_in_file(rt.node.host.path_for(*failed)) == []
+        assert afs.items_in_file(rt.node.host.path_for(*failed)) == []
         assert await afs.scratch(rt, ids[1], afs.GetAlarm()) == at
         retry_at = sched.pending(failed)
         assert retry_at is not None and retry_at > at and sched.retry_count(failed) == 1
         assert indexed.get(failed) == at  # the index may only be early: it keeps the alarm
 
-        afs.ALARM_HOOKS[ids[1]] = _writes_implicitly  # the retry goes well
+        afs.ALARM_HOOKS[ids[1]] = afs.writes_implicitly  # the retry goes well
         await rt.advance(retry_at - rt.now_ms())
         assert [(s.object_id, s.retry_count) for s in afs.ALARM_LOG][-1] == (ids[1], 1)
-        assert items_in_file(rt.node.host.path_for(*failed)) == [("x", "1")]
+        assert afs.items_in_file(rt.node.host.path_for(*failed)) == [("x", "1")]
         assert await afs.scratch(rt, ids[1], afs.GetAlarm()) is None
         assert sched.pending(failed) is None
 

@@ -7,8 +7,6 @@ keeps it open, and the actors opened for their alarm alone are closed after thei
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +18,6 @@ from mailbox_actors.runtime import alarm_runs
 from mailbox_actors.testing import TestRuntime
 
 NS = "scratch"
-
-
-def _items_in_file(path: Path) -> list[tuple[str, str]]:
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        return conn.execute("SELECT k, v FROM items ORDER BY k").fetchall()
-
-
-async def _writes_implicitly(actor: afs.Scratch, _info: object) -> None:
-    actor.sql.exec("INSERT INTO items (k, v) VALUES ('x', '1')")  # no transaction: implicit
-
-
-async def _writes_then_loses_them(actor: afs.Scratch, _info: object) -> None:
-    actor.sql.exec("INSERT INTO items (k, v) VALUES ('x', '1')")
-    # OR ROLLBACK: SQLite rolls back the whole implicit transaction, the first insert with it;
-    # the handler swallows the error and returns as if all went well.
-    with contextlib.suppress(sqlite3.IntegrityError):
-        actor.sql.exec("INSERT OR ROLLBACK INTO items (k, v) VALUES ('x', '2')")
 
 
 def _only_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,9 +44,9 @@ async def test_evicted_actors_alarms_are_acknowledged_each_after_its_own_commit(
         assert sched is not None
         at = rt.now_ms() + 1_000
         ids = [await afs.new_scratch(rt, name, alarm_at=at) for name in ("a", "b", "c")]
-        afs.ALARM_HOOKS[ids[0]] = _writes_implicitly
-        afs.ALARM_HOOKS[ids[1]] = _writes_then_loses_them
-        afs.ALARM_HOOKS[ids[2]] = _writes_implicitly
+        afs.ALARM_HOOKS[ids[0]] = afs.writes_implicitly
+        afs.ALARM_HOOKS[ids[1]] = afs.writes_then_loses_them
+        afs.ALARM_HOOKS[ids[2]] = afs.writes_implicitly
         host.evict_all_idle()
         activations = host.activations
         await rt.advance(1_000)
@@ -75,19 +56,19 @@ async def test_evicted_actors_alarms_are_acknowledged_each_after_its_own_commit(
         # kept for the retry, is due within idle_ms).
         assert {key[1] for key in host.active_keys()} == {afs.ALARM_LOG[-1].object_id, ids[1]}
         for oid in (ids[0], ids[2]):
-            assert _items_in_file(host.path_for(NS, oid)) == [("x", "1")]
+            assert afs.items_in_file(host.path_for(NS, oid)) == [("x", "1")]
             assert sched.pending((NS, oid)) is None
         failed = (NS, ids[1])
-        assert _items_in_file(host.path_for(*failed)) == []
+        assert afs.items_in_file(host.path_for(*failed)) == []
         retry_at = sched.pending(failed)
         assert retry_at is not None and retry_at > at and sched.retry_count(failed) == 1
         assert await afs.scratch(rt, ids[1], afs.GetAlarm()) == at
 
-        afs.ALARM_HOOKS[ids[1]] = _writes_implicitly  # the retry goes well
+        afs.ALARM_HOOKS[ids[1]] = afs.writes_implicitly  # the retry goes well
         host.evict_all_idle()
         await rt.advance(retry_at - rt.now_ms())
         assert [(s.object_id, s.retry_count) for s in afs.ALARM_LOG][-1] == (ids[1], 1)
-        assert _items_in_file(host.path_for(*failed)) == [("x", "1")]
+        assert afs.items_in_file(host.path_for(*failed)) == [("x", "1")]
         assert sched.pending(failed) is None
 
 

@@ -11,8 +11,11 @@ Module state (hooks and logs) is per process; tests clear it with ``reset_state(
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import msgspec
@@ -348,3 +351,27 @@ def exec_outcomes(actor: Scratch, queries: tuple[str, ...]) -> list[str]:
         except MailboxActorsError as e:
             out.append(e.code.value)
     return out
+
+
+# Alarm hooks of the acknowledgement tests (an alarm is acknowledged only after its own commit),
+# for an actor open at its alarm and for one opened for its alarm alone.
+
+
+def items_in_file(path: Path) -> list[tuple[str, str]]:
+    """A Scratch actor's ``items`` as its file holds them (read-only, beside the runtime)."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        return conn.execute("SELECT k, v FROM items ORDER BY k").fetchall()
+
+
+async def writes_implicitly(actor: Scratch, _info: object) -> None:
+    """An alarm hook writing one row with no transaction of its own (an implicit one)."""
+    actor.sql.exec("INSERT INTO items (k, v) VALUES ('x', '1')")
+
+
+async def writes_then_loses_them(actor: Scratch, _info: object) -> None:
+    """An alarm hook whose writes SQLite rolls back while the handler returns as if all went
+    well: the conflict of OR ROLLBACK rolls back the whole implicit transaction, the first insert
+    with it, and the handler swallows the error."""
+    actor.sql.exec("INSERT INTO items (k, v) VALUES ('x', '1')")
+    with contextlib.suppress(sqlite3.IntegrityError):
+        actor.sql.exec("INSERT OR ROLLBACK INTO items (k, v) VALUES ('x', '2')")

@@ -233,10 +233,7 @@ def connect_recovered(path: str | Path, durability: str) -> Connected | None:
     settings, the storage) is a step about as long: a caller on the loop lets other work run
     between the two (the host: requests first, ADR 0023). None: no such file. Raises as
     ``open_actor_storage`` does; closes the connection if it does."""
-    try:
-        conn, _made = _connect(path, False, durability)
-    except sqlite3.OperationalError as e:
-        raise StorageUnavailable(type(e).__name__) from e
+    conn, _made = _connect(path, False, durability)  # raises StorageUnavailable itself
     if conn is None:
         return None
     try:
@@ -422,10 +419,7 @@ def open_actor_storage(path: str | Path, *, create: bool, durability: str, limit
     elif connected is not None:
         conn = connected.conn
     else:
-        try:
-            conn, made = _connect(path, create, durability)
-        except sqlite3.OperationalError as e:
-            raise StorageUnavailable(type(e).__name__) from e
+        conn, made = _connect(path, create, durability)  # raises StorageUnavailable itself
     if conn is None:
         return None
     try:
