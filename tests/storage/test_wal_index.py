@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from mailbox_actors.platform.storage import opening as opening_module
 from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.opening import connect_ahead, open_storage
@@ -32,6 +33,15 @@ from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="open file description locks")
 
 _FULL_INDEX = 32 * 1024  # one region of SQLite's WAL index, as a mapped index has it
+
+
+@pytest.fixture(autouse=True)
+def _emptying() -> Iterator[None]:
+    """These tests' process empties indexes as ``serve``'s does (``serve`` switches it on at its
+    start); the default, off, is test_wal_index_processes.py's."""
+    wal_index.empty_indexes_at_close()
+    yield
+    wal_index.empty_indexes_at_close(False)
 
 
 def _cycle(path: Path, value: int, durability: str = Durability.NORMAL) -> None:
@@ -211,7 +221,9 @@ _WRITER = textwrap.dedent("""
     from mailbox_actors.platform.storage.limits import Limits
     from mailbox_actors.platform.storage.opening import connect_ahead, open_storage
     from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+    from mailbox_actors.platform.storage.wal_index import empty_indexes_at_close
 
+    empty_indexes_at_close()  # as serve
     path, first, durability = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     n = first
     while True:  # open, write, close, acknowledge: as an alarm on a sleeping actor, until killed
@@ -323,6 +335,43 @@ def test_no_connection_of_this_process_to_the_file_is_made_while_its_index_is_em
     assert _index_size(path) == _FULL_INDEX
 
 
+def test_no_connection_of_this_process_to_the_file_is_made_while_its_header_is_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review s18 O13: the first opener's header check (``examine``, which opens and closes a
+    descriptor of the database: its close drops every POSIX lock of the process on the file) and
+    another thread's connection to that file are never at once: that opener waits in ``opening``
+    until the check is done, then connects and reads."""
+    path = tmp_path / "a.sqlite"
+    _cycle(path, 1)
+    clock = _Time()
+    monkeypatch.setattr(wal_index, "time", clock)
+    real = opening_module.examine
+    connected = threading.Event()
+    seen: list[str] = []
+    threads: list[threading.Thread] = []
+
+    def read() -> None:
+        with read_only(path) as conn:
+            assert conn is not None
+            connected.set()
+            seen.append(f"read {conn.execute('SELECT count(*) FROM t').fetchone()[0]}")
+
+    def watched(name: str) -> str | None:
+        reader = threading.Thread(target=read)
+        reader.start()
+        threads.append(reader)
+        while not (clock.slept.is_set() or connected.is_set()):
+            time.sleep(0)
+        seen.append("connected during the check" if connected.is_set() else "waited")
+        return real(name)
+
+    monkeypatch.setattr(opening_module, "examine", watched)
+    _cycle(path, 2)
+    threads[0].join()
+    assert seen in (["waited", "read 1"], ["waited", "read 2"])
+    assert wal_index.key(path) not in wal_index._open_here
+
+
 def test_an_index_mapped_past_its_writeback_is_left_for_the_next_open(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file whose index this process had mapped for ``FRESH_S`` or longer (written back by
@@ -408,7 +457,9 @@ _UNCOUNTED = textwrap.dedent("""
     from mailbox_actors.platform.storage.limits import Durability, Limits
     from mailbox_actors.platform.storage.opening import open_storage
     from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+    from mailbox_actors.platform.storage.wal_index import empty_indexes_at_close
 
+    empty_indexes_at_close()  # as serve: its guard for a connection it does not count
     path = Path(sys.argv[1])
 
     def cycle(value):

@@ -104,6 +104,12 @@ def _main(text: str) -> None:
     from mailbox_actors.platform.logging import configure_logging
 
     configure_logging(json=False, level="warning")  # as the bench's own process (command.run)
+    # The nodes measured here empty a sleeping actor's -shm at its last close, as serve's do
+    # (ADR 0012). The raw sides' own connections to actor files are not counted: each opens
+    # and closes with no await between, and a close that finds one keeps that file's index.
+    from mailbox_actors.platform.storage.wal_index import empty_indexes_at_close
+
+    empty_indexes_at_close()
     progress = Progress(enabled=job.progress, started=job.started)
     _, fn = GROUPS[job.group]
     errors: list[str] = []

@@ -101,10 +101,12 @@ def run(args: argparse.Namespace) -> int:
     from mailbox_actors.http.server import loop_backend_options
     from mailbox_actors.node.config import load_config
     from mailbox_actors.platform.descriptors import raise_nofile_limit
+    from mailbox_actors.platform.storage.wal_index import empty_indexes_at_close
     from mailbox_actors.runtime.settings import SettingsError
 
     stop_with_supervisor()  # as serve: a supervised machine never outlives its supervisor (OPS-1)
     raise_nofile_limit()
+    empty_indexes_at_close()  # as serve: every connection to an actor file here is counted
     try:
         cfg = load_config(flags_of(args), os.environ, args.config)
         if not cfg.postgres:

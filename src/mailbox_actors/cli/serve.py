@@ -44,6 +44,11 @@ def package_version() -> str:
 def run(args: argparse.Namespace) -> int:
     stop_with_supervisor()  # a node of a cluster never outlives its supervisor (OPS-1)
     raise_nofile_limit()  # OPS-4: all the descriptors we may have; Node bounds its actors by it
+    # Every connection to an actor file in this process is the node's own (counted): a sleeping
+    # actor's -shm may be emptied at its last close (ADR 0012; off in an embedding program).
+    from mailbox_actors.platform.storage.wal_index import empty_indexes_at_close
+
+    empty_indexes_at_close()
     try:
         cfg = load_config(flags_of(args), os.environ, args.config)
         peers = parse_peers(args.peers) if args.peers else []

@@ -30,7 +30,7 @@ from mailbox_actors.platform.storage.known import KnownSchema
 from mailbox_actors.platform.storage.limits import Durability, Limits, page_limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 from mailbox_actors.platform.storage.transactions import PAST_CAP_KEY
-from mailbox_actors.platform.storage.wal_index import closed, held_here, key, opening
+from mailbox_actors.platform.storage.wal_index import closed, examined, key, opening
 
 __all__ = ["CACHED_STATEMENTS", "LAYOUT_QUERY", "OUTBOX_TABLE", "RUNTIME_TABLES", "Connected",
            "OpenedAhead", "SchemaLayout", "StorageUnavailable", "connect_ahead",
@@ -112,16 +112,23 @@ def _connect(path: str | Path, create: bool, durability: str,
     name = path if isinstance(path, str) else os.fspath(path.absolute())
     made = False
     counted = key(name)
-    opening(counted)  # counted before it exists: ``wal_index`` never empties an index under it
+    # Counted before it exists: ``wal_index`` never empties an index under it. ``examine`` opens
+    # and closes a descriptor of the database: closing it would drop the POSIX locks another
+    # connection of this process holds on it (an inspector's shared lock), so it looks only at
+    # a file no other connection here has open (review s18 O1), and the file's other openers
+    # wait until it is done (s18 O13). One that is open is there, and its header SQLite checks
+    # at the first read anyway.
+    first = opening(counted, examine=True)
     try:
-        # ``examine`` opens and closes a descriptor of the database: closing it would drop the
-        # POSIX locks another connection of this process holds on it (an inspector's shared
-        # lock), so it looks only at a file no other connection here has open (review s18 O1).
-        # One that has is there, and its header SQLite checks at the first read anyway.
-        if not held_here(counted):
+        if first:
+            missing = False
             try:
                 damage = examine(name)  # the header check and "does it exist" in one look
             except FileNotFoundError:
+                damage, missing = None, True
+            finally:
+                examined(counted)
+            if missing:
                 if not create:
                     closed(counted)
                     return None, False  # no such object: the caller answers *_not_found

@@ -1,5 +1,6 @@
 """The write-ahead log's index (the ``-shm`` file) of a sleeping actor's file: emptied when the
-file's last connection closes, so that the next open does not pay to empty it (ADR 0012).
+file's last connection closes, in a process that switched it on (``serve``, ``machine``: below),
+so that the next open does not pay to empty it (ADR 0012).
 
 A file closes keeping its log (``handle.close_connection``), and SQLite's close then leaves the
 32 KB index beside it too. The kernel writes that back within 30 s, allocating its blocks. The
@@ -32,10 +33,11 @@ The truncate must never happen under a connection that has the index mapped:
   ``handle.close_connection``, ``OpenedAhead.close`` and ``readonly.read_only`` call ``closed``):
   **a connection to an actor file made elsewhere in the process is outside this contract** and
   must not be. The count's check and the truncate are one step for that file: a connection to
-  it waits in ``opening`` meanwhile. A count that is never given back (a connection closed
-  another way) only keeps that file's index as SQLite leaves it. A file with hard links is left
-  alone: SQLite keeps one index per inode, named after the first path it was opened by, so
-  another name's connection may have this one.
+  it waits in ``opening`` meanwhile, as it does while the file's first opener checks the
+  database's header (``examine``, another descriptor opened and closed). A count that is never
+  given back (a connection closed another way) only keeps that file's index as SQLite leaves
+  it. A file with hard links is left alone: SQLite keeps one index per inode, named after the
+  first path it was opened by, so another name's connection may have this one.
 - **A connection of this process that is not counted** (a test's or an embedding program's own
   ``sqlite3.connect`` to an actor file) holds the same shared lock, so the first close after it
   mapped the index is refused too; but that attempt's ``os.close`` of its descriptor drops the
@@ -45,6 +47,15 @@ The truncate must never happen under a connection that has the index mapped:
   byte (``/proc/locks``, read only then: a refusal is rare), the file is never emptied again by
   this process (``_kept``): the first refusal is always the one that drops the lock. A refusal
   by other processes' locks alone drops nothing of ours and keeps nothing.
+
+So the emptying is **off unless the process switches it on** (``empty_indexes_at_close``), and
+only a process whose every connection to actor files goes through ``platform/storage`` may:
+``mailbox-actors serve`` and ``machine`` do at their start, and the benchmark's group processes
+(their nodes measure what ``serve`` does). A program that embeds a node (``Node``, ``TestRuntime``,
+a test calling ``serve()`` in its own process) keeps SQLite's own behaviour, where the guard above
+is not enough: after the first refusal its uncounted connection holds no lock on the DMS byte, so
+another process's first open of that file would rebuild the index under its mapping. Off, a close
+never opens the index at all; the counting goes on (the opens use it: ``opening``).
 
 Linux only (open file description locks, Linux 3.15); elsewhere the index stays as SQLite
 leaves it.
@@ -59,7 +70,8 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["FRESH_S", "INDEX_KEPT_BYTES", "closed", "held_here", "key", "opening"]
+__all__ = ["FRESH_S", "INDEX_KEPT_BYTES", "closed", "empty_indexes_at_close", "emptying_on",
+           "examined", "key", "opening"]
 
 INDEX_KEPT_BYTES = 3  # what SQLite's first opener truncates the index to (never 0: ext4's
 # auto_da_alloc writes a file truncated to 0 back at its next close, which costs more than this)
@@ -81,11 +93,28 @@ else:  # pragma: no cover - the project runs on Linux
 FRESH_S = 20.0
 _EMPTYING_POLL_S = 0.0002  # how often a connection to a file whose index is emptied looks again
 
+_on = False  # ``empty_indexes_at_close``: off in a process that did not switch it on
 _open_here: dict[str, int] = {}  # connections of this process open on each file, by ``key``
 _since: dict[str, float] = {}  # when this process's first connection still open to it opened
-_emptying: set[str] = set()  # files whose index ``closed`` is emptying now
+# Files a descriptor of which this process opens and closes outside SQLite now: the index
+# emptied (``closed``), the database's header checked (``opening`` with ``examine``).
+_busy: set[str] = set()
 _kept: set[str] = set()  # files whose index someone else had mapped once: never emptied here
 _guard = threading.Lock()  # the four above
+
+
+def empty_indexes_at_close(on: bool = True) -> None:
+    """Switch the emptying on (or off again) for this process. Only a process that makes every
+    connection to actor files through ``platform/storage`` switches it on: ``serve`` and
+    ``machine`` do, at their start. Off (the default) the indexes stay as SQLite leaves them, and
+    a connection this module does not count is never put at risk (the module's docstring)."""
+    global _on
+    _on = on
+
+
+def emptying_on() -> bool:
+    """Whether this process empties its files' indexes at their last close."""
+    return _on
 
 
 def key(path: str | Path) -> str:
@@ -97,32 +126,40 @@ def key(path: str | Path) -> str:
     return os.path.abspath(path)
 
 
-def opening(name: str) -> None:
+def opening(name: str, examine: bool = False) -> bool:
     """A connection to the file ``name`` (``key``) is about to be made: call before
-    ``sqlite3.connect``, and ``closed`` once it is closed (or was never made). Waits while that
-    file's index is being emptied (one ``ftruncate``); other files' connections never wait."""
+    ``sqlite3.connect``, and ``closed`` once it is closed (or was never made). True when no
+    other connection of this process has the file open: only then may the caller open and close
+    a descriptor of it (closing one would drop the others' POSIX locks). With ``examine`` the
+    first caller does (the header check), and calls ``examined`` after, the file's other openers
+    waiting meanwhile. Waits while the file's index is being emptied or its header checked (a few
+    system calls); other files' connections never wait."""
     while True:
         with _guard:
-            if name not in _emptying:
+            if name not in _busy:
                 held = _open_here.get(name, 0)
                 _open_here[name] = held + 1
                 if not held:
                     _since[name] = time.monotonic()
-                return
-        time.sleep(_EMPTYING_POLL_S)  # rare: reopened while its last close empties the index
+                    if examine:
+                        _busy.add(name)
+                return not held
+        time.sleep(_EMPTYING_POLL_S)  # rare: two connections to one file made at once
 
 
-def held_here(name: str) -> bool:
-    """Whether a connection of this process other than the caller's (counted by ``opening``
-    already) has the file open: then no descriptor of it may be opened and closed here."""
-    return _open_here.get(name, 0) > 1
+def examined(name: str) -> None:
+    """The first opener's header check of ``name`` (``opening`` with ``examine``) is done: its
+    descriptor closed, so the file's other connections may be made."""
+    with _guard:
+        _busy.discard(name)
 
 
 def closed(name: str) -> bool:
     """A connection ``opening`` counted is closed: when it was the last of this process on the
-    file, and the file's index was mapped for less than ``FRESH_S``, empty the index unless a
-    connection of another process has it mapped. True when the index was emptied (or there was
-    none). A name never counted is left alone."""
+    file, the emptying is on (``empty_indexes_at_close``) and the file's index was mapped for
+    less than ``FRESH_S``, empty the index unless a connection of another process has it
+    mapped. True when the index was emptied (or there was none). A name never counted is left
+    alone."""
     with _guard:
         held = _open_here.get(name, 0)
         if held != 1:
@@ -132,14 +169,14 @@ def closed(name: str) -> bool:
         del _open_here[name]
         since = _since.pop(name)
         setlk = _OFD_SETLK
-        if setlk is None or name in _kept or time.monotonic() - since >= FRESH_S:
+        if not _on or setlk is None or name in _kept or time.monotonic() - since >= FRESH_S:
             return False
-        _emptying.add(name)  # no connection of this process to it until the index is done
+        _busy.add(name)  # no connection of this process to it until the index is done
     try:
         return _empty(name, setlk)
     finally:
         with _guard:
-            _emptying.discard(name)
+            _busy.discard(name)
 
 
 def _locked_here(fd: int) -> bool:
