@@ -8,12 +8,11 @@ from inside ``anyio.run``, which no node start can go below. They alternate, eac
 
 The command line's figures (PERF, section 12) run beside them in the same alternation, each a
 fresh process timed from spawn to its exit: ``--version``, ``--help``, and ``status``, ``id`` and
-``call`` against a node that ``serve`` runs for them in the same environment; and ``serve`` itself,
-from spawn to the first answer of ``/healthz`` once it says it listens (0 actors on disk; the
-restart figures take it further). ``serve``'s limit is the runtime libraries' start (the floor, to
-its first line); a command's is the same program timed as the commands are, spawn to exit
+``call`` against a node that ``serve`` runs for them in the same environment. A command's limit is
+the runtime libraries' floor program timed as the commands are, spawn to exit
 (``runtime_libraries_run_ms``: the interpreter's exit is in both), its ratio to the start's first
-line said in its note.
+line said in its note. ``serve`` itself (``serve_start_to_first_answer_ms``) is timed with the
+restart figures (``restart_figures``), beside the same floor as they are, since session 19.
 
 The sides run in the environment an installation of the package has (``start_install``: this
 package and its runtime dependencies, no development tools, no ``.pth`` file), because that is what
@@ -46,8 +45,7 @@ from mailbox_actors.bench.start_install import installed_python
 
 __all__ = ["START_FIGURES", "start_figures"]
 
-CLI_FIGURES = ("cli_version_ms", "cli_help_ms", "cli_status_ms", "cli_id_ms", "cli_call_ms",
-               "serve_start_to_first_answer_ms")
+CLI_FIGURES = ("cli_version_ms", "cli_help_ms", "cli_status_ms", "cli_id_ms", "cli_call_ms")
 START_FIGURES = ("node_start_to_first_answer_ms", "bare_interpreter_start_ms",
                  "runtime_libraries_start_ms", "runtime_libraries_run_ms",
                  "node_start_in_this_venv_ms", *CLI_FIGURES)
@@ -166,8 +164,7 @@ async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Fi
             (_timed, ([python, *_FLOOR], env)), (_timed_exit, ([python, *_FLOOR], env)),
             (_timed, ([sys.executable, *_NODE, data], env)),
             (_timed, ([sys.executable, *_BARE], env)),
-            *((_timed_exit, (argv, env)) for argv in cli),
-            (timed_serve, (python, work / "serve", env))]
+            *((_timed_exit, (argv, env)) for argv in cli)]
         # The actor, compiled bytecode (each environment's own paths) and warm OS caches, every
         # side.
         await anyio.to_thread.run_sync(_timed, [python, *_NODE, data, "init"], env)
@@ -182,7 +179,7 @@ async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Fi
     finally:
         await anyio.to_thread.run_sync(_stop, served)
     (node_ms, bare_ms, floor_ms, run_ms, here_node_ms, here_bare_ms, version_ms, help_ms,
-     status_ms, id_ms, call_ms, serve_ms) = (median(m) for m in ms)
+     status_ms, id_ms, call_ms) = (median(m) for m in ms)
     note = (f"median of {rounds} fresh processes per side, alternating; spawn to first "
             "line; bytecode compiled beforehand, as installed")
     installed = "; in an installation's environment: this package and its runtime dependencies only"
@@ -227,9 +224,4 @@ async def start_figures(work: Path, sizes: Sizes, progress: Progress) -> list[Fi
             "`status` of a node serving in that environment"),
         command("cli_id_ms", id_ms, None, "`id` asked of that node"),
         command("cli_call_ms", call_ms, None, "`call` of a TenantQuota's usage on that node"),
-        figure("serve_start_to_first_answer_ms", serve_ms, "ms",
-               goal=Goal("ratio_at_most", 1.5), limit=floor_ms,
-               note=note + installed + "; `serve` on a data directory with 0 actors, from spawn "
-                                       "to /healthz answered after it says it listens; the limit "
-                                       "is the runtime libraries' start"),
     ]
