@@ -4,6 +4,8 @@ once."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -15,6 +17,25 @@ from mailbox_actors.platform.queues.postgres import queues_on
 from mailbox_actors.platform.rng import SeededRng
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+class _Watched(Consumer):
+    """A consumer that tells the test when it first waits idle (``waiting`` set True by its
+    ``run``), instead of the test polling the flag."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.went_idle = anyio.Event()
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def waiting(self) -> bool:
+        return self._waiting
+
+    @waiting.setter
+    def waiting(self, value: bool) -> None:
+        self._waiting = value
+        if value:
+            self.went_idle.set()
 
 
 async def test_a_quiet_consumer_is_woken_by_another_process_s_send(pg_dsn: str) -> None:
@@ -33,13 +54,12 @@ async def test_a_quiet_consumer_is_woken_by_another_process_s_send(pg_dsn: str) 
 
     async with mine, other:
         assert mine.notified
-        consumer = Consumer(mine, "webhooks", handler, max_batch_size=1, max_batch_timeout_s=0,
+        consumer = _Watched(mine, "webhooks", handler, max_batch_size=1, max_batch_timeout_s=0,
                             poll_interval_s=3_600, idle_poll_s=3_600)
         async with anyio.create_task_group() as tg:
             tg.start_soon(consumer.run)
             with anyio.fail_after(10):  # bounds, not speed checks
-                while not consumer.waiting:  # noqa: ASYNC110 - it looks once first
-                    await anyio.sleep(0.01)
+                await consumer.went_idle.wait()  # it looks once first
             looks = consumer._looks
             assert looks is not None
             assert looks.look_at - anyio.current_time() > 60  # its next own look is far off
