@@ -89,7 +89,7 @@ class NodeSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "the cluster's queue database (default DATA/queues.sqlite)")] = None
     postgres: Annotated[str | None, _d(postgres_flag.DESCRIPTION,
                                        metavar=postgres_flag.METAVAR)] = None
-    webhook_consumers: Annotated[int, _d("webhook deliveries in flight per node")] = 4
+    webhook_consumers: Annotated[int, _d("webhook deliveries in flight per node")] = 8
     webhook_ca_file: Annotated[str | None, _d(
         "PEM file of the CAs https webhook endpoints are checked against "
         "(default: the system's)")] = None

@@ -64,7 +64,7 @@ class RuntimeSettings(msgspec.Struct, kw_only=True, frozen=True):
     queues_db: str | None = None
     # CL-7: a PostgreSQL DSN; then the control data and the queues live there, not in the files.
     postgres: str | None = None
-    webhook_consumers: int = 4
+    webhook_consumers: int = 8  # a tenant may have all but one in flight (node/settings.py)
     webhook_ca_file: str | None = None  # PEM CAs for https webhooks (None: the system's)
     # DomainMonitor (DM-1, DM-3): how DNS is asked, and the state machine's hysteresis and pace.
     dns: DnsSettings = DnsSettings()

@@ -124,10 +124,16 @@ class WebhookDeliverer:
                                  ("reason",) if name == "webhooks_skipped_total" else ())
             metrics.describe("webhook_attempt_seconds", "Webhook POST durations", "histogram")
 
-    def consumers(self, *, count: int = 4, max_batch_size: int = 1,
+    def consumers(self, *, count: int = 8, max_batch_size: int = 1,
                   poll_interval_s: float = 0.05) -> list[Consumer]:
         """``count`` competing consumers of the ``webhooks`` queue. One message per batch by default,
-        so a slow endpoint never holds another tenant's message in its batch; no batch timeout."""
+        so a slow endpoint never holds another tenant's message in its batch; no batch timeout.
+
+        ``count`` is the node's ``webhook_consumers`` (8 by default, 4 before session 19): a
+        tenant may have all but one of them in flight. Each attempt holds its consumer for the
+        endpoint's answer, so a tenant's events per second on a node are at most that cap over
+        its endpoint's answer time; with 3 (4 consumers) the consumers, not the pipeline before
+        them, were the wait in the tail of commit-to-webhook (stage marks, session 19)."""
         if count < 1:
             raise ValueError("count must be >= 1")
         if self.max_in_flight_per_tenant is None:
