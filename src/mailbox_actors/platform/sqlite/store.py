@@ -1,15 +1,13 @@
 """The shared SQLite file as a ``SharedStore`` (Q-3): statements and transactions go to the
-file's one connection (``shared_file``); a transaction's ``tx`` is aiosqlite's connection itself."""
+file's one connection (``shared_file``); a transaction's ``tx`` is that connection."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-import aiosqlite
-
 from mailbox_actors.platform.shared_store import SQLITE, Dialect, Tx
-from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
+from mailbox_actors.platform.sqlite.shared_file import SharedConnection, SharedSqliteFile
 
 __all__ = ["SqliteStore", "SqliteTx"]
 
@@ -48,11 +46,11 @@ class SqliteStore:
 
 
 class SqliteTx:
-    """aiosqlite's connection as a ``Tx``."""
+    """The file's connection as a ``Tx``."""
 
     __slots__ = ("conn",)
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: SharedConnection) -> None:
         self.conn = conn
 
     async def execute_fetchall(self, sql: str, parameters: Sequence[Any] = (), /
