@@ -43,6 +43,7 @@ from mailbox_actors.webhooks.delivery import (
     verify,
 )
 from mailbox_actors.webhooks.publish import ControlEventSink
+from mailbox_actors.webhooks.tenant_limits import TenantSlots
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.events import Event
 
@@ -421,6 +422,36 @@ async def test_slow_endpoint_does_not_block_other_tenants(world: World, clock: F
     assert world.metrics.get("webhooks_deferred_total") >= 1
     stats = (await world.queues.stats())["webhooks"]
     assert (stats["in_flight"], stats["delayed"], stats["ready"]) == (3, 5, 0)  # nothing of A lost
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("busy_s", "deferred_ms"), [(0.3, 300), (50.0, 10_000)],
+                         ids=["busy-a-moment", "hung"])
+async def test_a_deferral_lasts_about_as_long_as_the_tenant_has_been_busy(
+        world: World, clock: FakeClock, busy_s: float, deferred_ms: int) -> None:
+    """Q-4: a tenant at its in-flight cap whose oldest attempt has run 0.3 s has its next event
+    deferred 0.3 s, and one whose attempt has run past the attempt timeout (a hung endpoint) the
+    attempt timeout, 10 s; the event is re-sent unchanged (still attempt 1) and then delivered."""
+    receiver = Receiver(clock)
+    async with serving(receiver) as port:
+        tenant = await world.tenant(port)
+        deliverer = world.deliverer(attempt_timeout_s=10.0)
+        now = 100.0  # the slots' time (anyio's in a node), set by hand here
+        deliverer._slots = TenantSlots(now=lambda: now)
+        world.attach(deliverer)  # 2 consumers: a tenant may have 1 attempt in flight
+        assert await deliverer._slots.take(tenant, "held", deliverer.max_in_flight_per_tenant)
+        now += busy_s
+        await world.emit(tenant, 1)
+        await clock.run_until_idle()
+        assert world.metrics.get("webhooks_deferred_total") == 1 and receiver.hits == []
+        deliverer._slots.free(tenant, "held")
+        await clock.advance(deferred_ms - 1)
+        assert receiver.hits == []
+        await clock.advance(1)
+    assert [(h.at_ms, h.headers["x-mailbox-actors-delivery-attempt"]) for h in receiver.hits] == [
+        (T0 + deferred_ms, "1")]
+    assert world.metrics.get("webhooks_retried_total") == 0
+    assert world.metrics.get("webhooks_delivered_total") == 1
 
 
 @pytest.mark.anyio

@@ -41,7 +41,7 @@ from mailbox_actors.webhooks.signature import (
     verify,
 )
 from mailbox_actors.webhooks.targets import Refused, decode_job, target_of, tls_context
-from mailbox_actors.webhooks.tenant_limits import TenantReads, TenantSlots
+from mailbox_actors.webhooks.tenant_limits import SLOT_WAIT_S, TenantReads, TenantSlots
 from mailbox_actors.wire.events import WebhookMessage
 
 __all__ = [
@@ -59,8 +59,6 @@ DEFAULT_SCHEDULE_S: tuple[float, ...] = (1, 5, 30, 120, 600, 1800, 3600)
 
 _log = get_logger("mailbox_actors.webhooks")
 _encode = msgspec.json.Encoder().encode
-# A tenant at its in-flight cap waits this long (real time) for a slot before its message is
-# deferred; a fast endpoint frees one within milliseconds, a slow one does not.
 
 
 # ---- delivery ------------------------------------------------------------------------------------
@@ -73,7 +71,8 @@ class WebhookDeliverer:
     ``jitter_fraction`` of it; after ``len(schedule_s)`` retries the message is dead-lettered.
     At most ``max_in_flight_per_tenant`` attempts per tenant run at once (default: one fewer than
     the consumers), so a slow endpoint leaves a consumer free for everyone else; a message over
-    that cap is deferred (re-sent unchanged after ``attempt_timeout_s``), not counted as an attempt.
+    that cap is deferred (re-sent unchanged after about as long as the tenant's oldest attempt in
+    flight has run, at most ``attempt_timeout_s``: ``_defer``), not counted as an attempt.
     https endpoints are verified against the system's CAs, or only ``ca_file``'s when given.
     """
 
@@ -176,7 +175,7 @@ class WebhookDeliverer:
             await self._give_up(msg, ids, str(exc))
             return
         if not await self._slots.take(job.tenant_id, msg.id, self.max_in_flight_per_tenant):
-            await self._defer(msg, ids)
+            await self._defer(msg, ids, job.tenant_id)
             return
         try:
             outcome = await self._post(base_url, path, job, tenant.webhook_secret, attempt)
@@ -239,8 +238,23 @@ class WebhookDeliverer:
         self._inc("webhooks_retried_total")
         _log.warning("webhook_attempt_failed", outcome=outcome, retry_in_s=delay_s, **ids)
 
-    async def _defer(self, msg: Message, ids: dict[str, Any]) -> None:
-        delay_s = round(self.attempt_timeout_s * (1 + self.jitter_fraction * self._rng.random()), 3)
+    async def _defer(self, msg: Message, ids: dict[str, Any], tenant_id: str) -> None:
+        """Re-send the message unchanged (not an attempt) after about as long as the tenant's
+        oldest attempt in flight has already run, at least ``SLOT_WAIT_S``, at most the attempt
+        timeout, plus the jitter. That age is what this node knows of the endpoint's answer time
+        now (a lower bound); a flat attempt timeout sent an event of an endpoint busy for a
+        quarter second (a loaded node) 10 s late (commit-to-webhook p99 11.9 s, session 19).
+        Looked at again after its age, the same attempt is twice as old, so a message deferred
+        again and again waits 0.25, 0.5, 1, 2, 4, 8, then 10 s: an endpoint slow for a moment
+        delays its events about as long again as it was slow (a doubling, not a guess of how
+        long it will stay slow), and one that hangs gets the timeout's deferral, as before, once
+        its attempts have run that long (they end then and free their slots). The cost is with
+        the hung endpoint: its waiting events climb that ladder again with each new set of
+        attempts, about six re-sends each an attempt timeout instead of one (queue writes, never
+        attempts). Less than ``SLOT_WAIT_S`` would re-send faster than a delivery waits for a
+        slot; more than the timeout would wait past every attempt's end."""
+        busy_s = min(self.attempt_timeout_s, max(SLOT_WAIT_S, self._slots.busy_s(tenant_id)))
+        delay_s = round(busy_s * (1 + self.jitter_fraction * self._rng.random()), 3)
         await self._queues.send(WEBHOOKS_QUEUE, dict(msg.body), delay_seconds=delay_s)
         await msg.ack()
         self._inc("webhooks_deferred_total")

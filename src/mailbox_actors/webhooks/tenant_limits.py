@@ -4,6 +4,8 @@ read of the tenant's row for concurrent deliveries (single flight)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 
 from mailbox_actors.platform.clock import Clock
@@ -12,6 +14,8 @@ from mailbox_actors.wire.control import Tenant
 
 __all__ = ["SLOT_WAIT_S", "TENANT_FRESH_MS", "TenantReads", "TenantSlots"]
 
+# A tenant at its in-flight cap waits for a slot (real time) until its oldest attempt in flight
+# has run this long, then its message is deferred; a fast endpoint frees one within milliseconds.
 SLOT_WAIT_S = 0.25
 TENANT_FRESH_MS = 100  # how long a tenant row read for one delivery serves the next ones
 
@@ -40,10 +44,11 @@ class _TenantRead:
 
 
 class TenantSlots:
-    """Attempts in flight per tenant."""
+    """Attempts in flight per tenant. ``now`` is anyio's time (a test may give its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float] = anyio.current_time) -> None:
         self._by_tenant: dict[str, _Slots] = {}
+        self._now = now
 
     @property
     def tenants_in_flight(self) -> int:
@@ -59,7 +64,7 @@ class TenantSlots:
                 slots = self._by_tenant[tenant_id] = _Slots()
             if cap is None or len(slots.started) < cap:
                 break
-            wait_s = min(slots.started.values()) + SLOT_WAIT_S - anyio.current_time()
+            wait_s = min(slots.started.values()) + SLOT_WAIT_S - self._now()
             if wait_s <= 0:
                 return False
             freed = slots.freed
@@ -67,8 +72,16 @@ class TenantSlots:
                 freed = slots.freed = anyio.Event()
             with anyio.move_on_after(wait_s):
                 await freed.wait()
-        slots.started[key] = anyio.current_time()
+        slots.started[key] = self._now()
         return True
+
+    def busy_s(self, tenant_id: str) -> float:
+        """How long the tenant's oldest attempt in flight has run (0 with none): how slow its
+        endpoint is at least, now."""
+        slots = self._by_tenant.get(tenant_id)
+        if slots is None or not slots.started:
+            return 0.0
+        return max(0.0, self._now() - min(slots.started.values()))
 
     def free(self, tenant_id: str, key: str) -> None:
         slots = self._by_tenant.get(tenant_id)
