@@ -92,6 +92,18 @@ class AlarmBook:
             self._indexed[key] = at
             self.push(at, key)
 
+    def replace_index(self, index: AlarmIndex) -> None:
+        """The index was found damaged after the node began serving with it (``serve`` checks
+        it after its first answer) and set aside: ``index`` is a fresh one, written now with every
+        alarm the book holds (those set meanwhile); a scan of the actor files adds the rest
+        (``merge_found``). Raises what the write raised (the index stays incomplete)."""
+        self.index = index
+        self._lazy = {}
+        alarms = {key: e.at for key, e in self.entries.items()}
+        self._indexed = {}
+        index.apply(alarms)
+        self._indexed = alarms
+
     def scanning(self) -> None:
         """The node serves before it knows every alarm (its index's rows are read, or the actor
         files scanned, in the background): remember which keys change until ``merge_found``'s

@@ -20,7 +20,6 @@ import msgspec
 
 from mailbox_actors.cli.lifeline import stop_with_supervisor
 from mailbox_actors.cli.serve_args import add_arguments, add_config_arguments, flags_of
-from mailbox_actors.node.alarm_index import QuickCheckAhead
 from mailbox_actors.node.config import NodeConfig, ensure_id_secret, ensure_tokens, load_config
 from mailbox_actors.platform.descriptors import raise_nofile_limit
 from mailbox_actors.platform.locks import DataDirLocked
@@ -55,14 +54,10 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"mailbox-actors serve: {e}", file=sys.stderr)
         return 2
-    # The alarm index's quick check begins now, on another thread, while the node's modules load
-    # on this one (the serving stack is imported below, not with this module): SQLite releases
-    # the GIL while it checks, so a large index costs a restart little more than an empty one.
-    ahead = QuickCheckAhead(Path(os.path.abspath(cfg.data)) / "alarms.sqlite")
     from mailbox_actors.http.server import loop_backend_options
 
     try:
-        return anyio.run(serve, cfg, peers, ahead, backend="asyncio",
+        return anyio.run(serve, cfg, peers, backend="asyncio",
                          backend_options=loop_backend_options())
     except DataDirLocked as e:
         print(f"mailbox-actors serve: {e}", file=sys.stderr)
@@ -90,10 +85,9 @@ def parse_peers(text: str) -> list[tuple[str, str]]:
     return out
 
 
-async def serve(cfg: NodeConfig, peers: list[tuple[str, str]],
-                ahead: QuickCheckAhead | None = None) -> int:
+async def serve(cfg: NodeConfig, peers: list[tuple[str, str]]) -> int:
     """Run one node until SIGTERM or SIGINT (exit status 0), or until a background loop of the
-    node fails (1: a cluster supervisor restarts it). ``ahead``: its alarm index's check, begun."""
+    node fails (1: a cluster supervisor restarts it)."""
     from mailbox_actors.http.server import RpcHttpServer
     from mailbox_actors.node.app import NodeApp
     from mailbox_actors.node.forwarding import Peers
@@ -132,7 +126,7 @@ async def serve(cfg: NodeConfig, peers: list[tuple[str, str]],
     # Its control database and queues open once it answered (requests that need them wait).
     node = Node(cfg.runtime_settings(str(data)), peers=cluster, objects=objects,
                 progress=lambda text: print(f"{cfg.node_name}: {text}", file=sys.stderr),
-                answer_first=True, alarm_index_check=None if ahead is None else ahead.check)
+                answer_first=True)  # the alarm index is checked after the first answer
 
     def openapi() -> bytes:  # at its first request: it describes every object, so imports them
         from mailbox_actors.rpc.openapi import openapi_json

@@ -9,6 +9,11 @@ it is done (``AlarmBook.merge_scanned``): alarms due meanwhile fire late, never 
 the merge is durable a marker file beside the index (``alarms.sqlite.incomplete``) says the index
 does not hold every alarm yet, so a start after a crash part-way scans again (and keeps what the
 incomplete index already holds: only ever early).
+
+``serve`` does not wait for the index's quick check either: it opens the index trusting it, and
+checks it after its first answer, on a connection of a worker thread (``check_file``); damage
+found then sets the file aside as at a start (``rebuild_damaged``), the book takes the fresh index
+with every alarm set meanwhile (``AlarmBook.replace_index``), and the scan finds the rest.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.sqlite_files import damage_of, private_file
 
-__all__ = ["IndexCheckpoints", "OpenedIndex", "QuickCheckAhead", "finish_scan",
-           "incomplete_marker", "mark_incomplete", "open_alarm_index"]
+__all__ = ["IndexCheckpoints", "OpenedIndex", "check_file", "finish_scan", "incomplete_marker",
+           "mark_incomplete", "open_alarm_index", "rebuild_damaged"]
 
 Key = tuple[str, str]
 
@@ -46,46 +51,17 @@ def incomplete_marker(path: Path) -> Path:
     return path.with_name(path.name + ".incomplete")
 
 
-class QuickCheckAhead:
-    """The index's quick check begun on a thread of its own before the start needs it (``serve``
-    begins it before it imports the node: SQLite releases the GIL while it checks, so the two
-    share the cores), answered to ``open_alarm_index`` as its own check would be. A file missing
-    or marked incomplete when it began is not checked ahead (its opening checks nothing)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._answer: tuple[str | None] | None = None  # (problem,) once checked here
-        self._error: sqlite3.DatabaseError | None = None
-        self._thread: threading.Thread | None = None
-        if path.is_file() and not incomplete_marker(path).exists():
-            self._thread = threading.Thread(target=self._check, name="alarm-index-check",
-                                            daemon=True)
-            self._thread.start()
-
-    def _check(self) -> None:
-        try:
-            conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
-                                   isolation_level=None)
-            try:
-                rows = conn.execute("PRAGMA quick_check").fetchall()
-            finally:
-                conn.close()
-            self._answer = (None if rows == [("ok",)] else str(rows[0][0])[:200],)
-        except sqlite3.OperationalError:
-            pass  # locked, a descriptor short: not the file's fault; the start checks it itself
-        except sqlite3.DatabaseError as e:  # damage: the start sets the file aside
-            self._error = e
-
-    def check(self, index: AlarmIndex) -> str | None:
-        """What the quick check of ``index`` (the file this checked) finds."""
-        if self._thread is not None:
-            self._thread.join()
-        if index.path != self.path or (self._answer is None and self._error is None):
-            return index.quick_check()
-        if self._error is not None:
-            raise self._error
-        assert self._answer is not None
-        return self._answer[0]
+def check_file(path: Path) -> str | None:
+    """SQLite's quick check of the index at ``path`` on a connection of its own (a worker
+    thread's, while the node's connection writes): None if sound, else what it found. Damage
+    that stops the check itself raises ``sqlite3.DatabaseError``; a lock or a missing descriptor
+    raises ``sqlite3.OperationalError`` (not the file's fault)."""
+    conn = sqlite3.connect(path.absolute().as_uri() + "?mode=rw", uri=True, isolation_level=None)
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    finally:
+        conn.close()
+    return None if rows == [("ok",)] else str(rows[0][0])[:200]
 
 
 class IndexCheckpoints:
@@ -155,11 +131,12 @@ class IndexCheckpoints:
 
 def open_alarm_index(path: Path, *, durability_full: bool, now_ms: Callable[[], int],
                      say: Callable[[str], None],
-                     quick_check: Callable[[AlarmIndex], str | None] = AlarmIndex.quick_check,
+                     quick_check: Callable[[AlarmIndex], str | None] | None = AlarmIndex.quick_check,
                      ) -> OpenedIndex:
     """The index to serve with at once; ``complete`` False: a scan of the actor files must be
-    merged into it (``finish_scan``). ``quick_check``: a check begun ahead
-    (``QuickCheckAhead.check``), else made here."""
+    merged into it (``finish_scan``). ``quick_check`` None: the file is trusted now and checked
+    by the caller later (``check_file``, then ``rebuild_damaged`` if it is damaged); only its
+    header is checked here."""
     damage = damage_of(path) if path.is_file() else None
     if damage is not None:
         _set_aside(path, damage, now_ms(), say)
@@ -169,7 +146,8 @@ def open_alarm_index(path: Path, *, durability_full: bool, now_ms: Callable[[], 
     try:
         index = AlarmIndex(path, durability_full=durability_full,
                            checkpoints=IndexCheckpoints(path))
-        problem = quick_check(index)  # C only, no rows made: about 18 ms for 100,000 alarms
+        # C only, no rows made: about 18 ms for 100,000 alarms
+        problem = None if quick_check is None else quick_check(index)
         if problem is None:
             return OpenedIndex(index, True)
         index.close()
@@ -180,6 +158,14 @@ def open_alarm_index(path: Path, *, durability_full: bool, now_ms: Callable[[], 
             raise  # locked, out of descriptors, a full disk: not the file's fault
         _set_aside(path, type(e).__name__, now_ms(), say)
         return _incomplete(path, marker, durability_full, say)
+
+
+def rebuild_damaged(path: Path, problem: str, *, durability_full: bool, now_ms: Callable[[], int],
+                    say: Callable[[str], None]) -> OpenedIndex:
+    """Damage found after the node began serving with the index (``check_file``; the caller
+    closed it): the file is set aside and a fresh index opened, incomplete, as at a start."""
+    _set_aside(path, problem, now_ms(), say)
+    return _incomplete(path, incomplete_marker(path), durability_full, say)
 
 
 def _incomplete(path: Path, marker: Path, durability_full: bool,

@@ -25,7 +25,13 @@ import msgspec
 from mailbox_actors.alarms.book import AlarmBook
 from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.alarms.scheduler import AlarmScheduler
-from mailbox_actors.node.alarm_index import finish_scan, mark_incomplete, open_alarm_index
+from mailbox_actors.node.alarm_index import (
+    check_file,
+    finish_scan,
+    mark_incomplete,
+    open_alarm_index,
+    rebuild_damaged,
+)
 from mailbox_actors.node.forwarding import Forwarding, Peers
 from mailbox_actors.node.mail import transport_from_settings
 from mailbox_actors.node.shared_state import open_shared_state, shared_state
@@ -75,7 +81,7 @@ class Node:
                  placement: Placement | None = None,
                  shared_control: tuple[Any, Any] | None = None,
                  answer_first: bool = False,
-                 alarm_index_check: Callable[[AlarmIndex], str | None] | None = None,
+                 alarm_index_check: Callable[[Path], str | None] | None = None,
                  ) -> None:
         """``objects``: the classes served (default: the platform's, each imported at its
         namespace's first use, ``objects.deferred_objects``). ``placement`` and
@@ -83,10 +89,12 @@ class Node:
         to other slots go through the machine, and whose events go to the machine's control
         database and queues (opened, consumed and closed by the machine, not by this node).
         ``answer_first`` (``serve``): what a start can put off waits for the node's first answer
-        (``answered``, or half a second after ``start()`` returned): reading the alarm index's
-        rows, and making and opening the control database and queues (SQLite files), which
-        whatever needs them waits for (``shared_state_opened``). ``alarm_index_check``: the
-        index's quick check begun ahead (``QuickCheckAhead.check``), else made at start."""
+        (``answered``, or half a second after ``start()`` returned): the alarm index's quick
+        check and reading its rows (the index is served with meanwhile: a damaged one is then set
+        aside and rebuilt, alarms set meanwhile kept), and making and opening the control
+        database and queues (SQLite files), which whatever needs them waits for
+        (``shared_state_opened``). ``alarm_index_check``: that check of the index's file, run on
+        a worker thread (``alarm_index.check_file`` by default)."""
         self.log = get_logger("mailbox_actors.node")
         # OPS-4: never more open files than descriptors, nor more actors than memory holds.
         bound = memory_bound(actor_bound(settings.max_active_actors))
@@ -136,7 +144,7 @@ class Node:
         event_sink: EventSink = RecordingEventSink()
         self._shared_control: Any = None
         self._answer_first = answer_first and isinstance(self.clock, SystemClock)
-        self._index_check = alarm_index_check or AlarmIndex.quick_check
+        self._index_check = alarm_index_check or check_file
         self._shared_later = (self._answer_first and shared_control is None
                               and settings.postgres is None and settings.control_db is not None)
         # Set once the control database and queues are open (at once when there are none).
@@ -200,10 +208,12 @@ class Node:
         """Lock the data directory, find every pending alarm, start the loops."""
         self._lock.acquire()
         try:
+            # answer_first: the index is trusted until its check after the first answer.
             opened = open_alarm_index(
                 self.settings.path / "alarms.sqlite",
                 durability_full=self.settings.durability == Durability.FULL,
-                now_ms=self.clock.now_ms, say=self._say, quick_check=self._index_check)
+                now_ms=self.clock.now_ms, say=self._say,
+                quick_check=None if self._answer_first else AlarmIndex.quick_check)
             # The index's rows (and a scan, when it is incomplete) are read below: before serving
             # on a FakeClock, in the background on the system clock (a start does not grow with
             # the alarms; those due meanwhile fire late, never not at all).
@@ -403,8 +413,12 @@ class Node:
         if self._answer_first:  # the rows are read while the loop is busy answering otherwise
             with anyio.move_on_after(_PUT_OFF_AT_MOST_S):
                 await self._answered.wait()
+        fresh = self._answer_first and complete and not await self._index_sound(path)
+        if fresh:  # set aside: the book wrote what it holds to a fresh index; the scan fills it
+            complete = False
         try:
-            rows = await anyio.to_thread.run_sync(AlarmIndex.read, path, abandon_on_cancel=True)
+            rows = {} if fresh else await anyio.to_thread.run_sync(AlarmIndex.read, path,
+                                                                   abandon_on_cancel=True)
         except sqlite3.DatabaseError as e:  # damage the quick check did not see: scan instead
             if isinstance(e, sqlite3.OperationalError):
                 raise
@@ -427,6 +441,33 @@ class Node:
             stop.set()  # a node stopped meanwhile: the thread ends at its next file
         self._merge_scan(found)
         self.alarms_loaded.set()
+
+    async def _index_sound(self, path: Path) -> bool:
+        """The index the node serves with, checked (``answer_first``: after the first answer, on a
+        worker thread). Damaged: set aside and a fresh one taken by the book, with every alarm
+        set meanwhile; False (the actor files are scanned for the rest)."""
+        try:
+            problem = await anyio.to_thread.run_sync(self._index_check, path,
+                                                     abandon_on_cancel=True)
+        except sqlite3.DatabaseError as e:  # damage that stops the check itself
+            if isinstance(e, sqlite3.OperationalError):
+                raise  # locked, out of descriptors: not the file's fault
+            problem = type(e).__name__
+        if problem is None:
+            return True
+        book = self.alarm_book
+        assert book.index is not None
+        book.index.close()
+        opened = rebuild_damaged(path, problem,
+                                 durability_full=self.settings.durability == Durability.FULL,
+                                 now_ms=self.clock.now_ms, say=self._say)
+        try:
+            book.replace_index(opened.index)
+        except (sqlite3.Error, OSError) as e:  # a full disk: the book still fires them; the
+            # index stays marked incomplete, so the next start scans again
+            self.log.warning("alarm_index_rebuild_unsaved", node=self.settings.node_name,
+                             error=type(e).__name__, found=len(book.entries))
+        return False
 
     def _overdue(self) -> int:
         now = self.clock.now_ms()
