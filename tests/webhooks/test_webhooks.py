@@ -425,13 +425,16 @@ async def test_slow_endpoint_does_not_block_other_tenants(world: World, clock: F
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("busy_s", "deferred_ms"), [(0.3, 300), (50.0, 10_000)],
-                         ids=["busy-a-moment", "hung"])
+@pytest.mark.parametrize(("ran_s", "busy_s", "deferred_ms"), [
+    ((), 0.3, 300), ((), 50.0, 10_000), ((10.0,), 0.3, 10_000), ((10.0, 0.1), 0.3, 300)],
+    ids=["busy-a-moment", "hung", "hung-attempts-timed-out", "recovered"])
 async def test_a_deferral_lasts_about_as_long_as_the_tenant_has_been_busy(
-        world: World, clock: FakeClock, busy_s: float, deferred_ms: int) -> None:
+        world: World, clock: FakeClock, ran_s: tuple[float, ...], busy_s: float,
+        deferred_ms: int) -> None:
     """Q-4: a tenant at its in-flight cap whose oldest attempt has run 0.3 s has its next event
-    deferred 0.3 s, and one whose attempt has run past the attempt timeout (a hung endpoint) the
-    attempt timeout, 10 s; the event is re-sent unchanged (still attempt 1) and then delivered."""
+    deferred 0.3 s; one whose attempt has run past the attempt timeout (a hung endpoint), or
+    whose last finished attempt ran to the timeout, the attempt timeout, 10 s, until a finished
+    attempt is fast again; the event is re-sent unchanged (still attempt 1), then delivered."""
     receiver = Receiver(clock)
     async with serving(receiver) as port:
         tenant = await world.tenant(port)
@@ -439,7 +442,12 @@ async def test_a_deferral_lasts_about_as_long_as_the_tenant_has_been_busy(
         now = 100.0  # the slots' time (anyio's in a node), set by hand here
         deliverer._slots = TenantSlots(now=lambda: now)
         world.attach(deliverer)  # 2 consumers: a tenant may have 1 attempt in flight
-        assert await deliverer._slots.take(tenant, "held", deliverer.max_in_flight_per_tenant)
+        cap = deliverer.max_in_flight_per_tenant
+        for n, ran in enumerate(ran_s):  # attempts that ended before
+            assert await deliverer._slots.take(tenant, f"ended{n}", cap)
+            now += ran
+            deliverer._slots.free(tenant, f"ended{n}")
+        assert await deliverer._slots.take(tenant, "held", cap)
         now += busy_s
         await world.emit(tenant, 1)
         await clock.run_until_idle()

@@ -240,19 +240,20 @@ class WebhookDeliverer:
 
     async def _defer(self, msg: Message, ids: dict[str, Any], tenant_id: str) -> None:
         """Re-send the message unchanged (not an attempt) after about as long as the tenant's
-        oldest attempt in flight has already run, at least ``SLOT_WAIT_S``, at most the attempt
-        timeout, plus the jitter. That age is what this node knows of the endpoint's answer time
-        now (a lower bound); a flat attempt timeout sent an event of an endpoint busy for a
-        quarter second (a loaded node) 10 s late (commit-to-webhook p99 11.9 s, session 19).
-        Looked at again after its age, the same attempt is twice as old, so a message deferred
-        again and again waits 0.25, 0.5, 1, 2, 4, 8, then 10 s: an endpoint slow for a moment
-        delays its events about as long again as it was slow (a doubling, not a guess of how
-        long it will stay slow), and one that hangs gets the timeout's deferral, as before, once
-        its attempts have run that long (they end then and free their slots). The cost is with
-        the hung endpoint: its waiting events climb that ladder again with each new set of
-        attempts, about six re-sends each an attempt timeout instead of one (queue writes, never
-        attempts). Less than ``SLOT_WAIT_S`` would re-send faster than a delivery waits for a
-        slot; more than the timeout would wait past every attempt's end."""
+        endpoint is slow (``TenantSlots.busy_s``: how long its oldest attempt in flight has run,
+        or its last finished one ran if longer), at least ``SLOT_WAIT_S``, at most the attempt
+        timeout, plus the jitter. That is what this node knows of the endpoint's answer time
+        now; a flat attempt timeout sent an event of an endpoint busy for a quarter second (a
+        loaded node) 10 s late (commit-to-webhook p99 11.9 s, session 19). Looked at again after
+        its age, the same attempt is twice as old, so a message deferred again and again waits
+        0.25, 0.5, 1, 2, 4, 8, then 10 s: an endpoint slow for a moment delays its events about
+        as long again as it was slow (a doubling, not a guess of how long it will stay slow).
+        A hung endpoint's attempts end at the timeout, and from then on its last finished
+        attempt says so: its waiting events are deferred the full timeout at once, as before,
+        instead of climbing the ladder again (six re-sends each, queue writes on the consumers
+        the others need) with each new set of attempts. Less than ``SLOT_WAIT_S`` would re-send
+        faster than a delivery waits for a slot; more than the timeout would wait past every
+        attempt's end."""
         busy_s = min(self.attempt_timeout_s, max(SLOT_WAIT_S, self._slots.busy_s(tenant_id)))
         delay_s = round(busy_s * (1 + self.jitter_fraction * self._rng.random()), 3)
         await self._queues.send(WEBHOOKS_QUEUE, dict(msg.body), delay_seconds=delay_s)

@@ -48,6 +48,9 @@ class TenantSlots:
 
     def __init__(self, now: Callable[[], float] = anyio.current_time) -> None:
         self._by_tenant: dict[str, _Slots] = {}
+        # How long a tenant's last finished attempt ran, kept only when that was SLOT_WAIT_S or
+        # more (a slow or hung endpoint): a faster one is forgotten, as are all at 10,000.
+        self._slow_s: dict[str, float] = {}
         self._now = now
 
     @property
@@ -76,17 +79,26 @@ class TenantSlots:
         return True
 
     def busy_s(self, tenant_id: str) -> float:
-        """How long the tenant's oldest attempt in flight has run (0 with none): how slow its
-        endpoint is at least, now."""
+        """How slow the tenant's endpoint is, as far as this process knows: the longer of how
+        long its oldest attempt in flight has run and how long its last finished one ran, when
+        that was ``SLOT_WAIT_S`` or more (0 with neither)."""
         slots = self._by_tenant.get(tenant_id)
-        if slots is None or not slots.started:
-            return 0.0
-        return max(0.0, self._now() - min(slots.started.values()))
+        oldest_s = 0.0 if slots is None or not slots.started else \
+            self._now() - min(slots.started.values())
+        return max(0.0, oldest_s, self._slow_s.get(tenant_id, 0.0))
 
     def free(self, tenant_id: str, key: str) -> None:
         slots = self._by_tenant.get(tenant_id)
-        if slots is None or slots.started.pop(key, None) is None:
+        started = None if slots is None else slots.started.pop(key, None)
+        if slots is None or started is None:
             return
+        ran_s = self._now() - started
+        if ran_s < SLOT_WAIT_S:
+            self._slow_s.pop(tenant_id, None)
+        else:
+            if len(self._slow_s) >= 10_000:
+                self._slow_s.clear()
+            self._slow_s[tenant_id] = ran_s
         freed = slots.freed
         if freed is not None:  # wake every attempt waiting; later ones wait on a new event
             slots.freed = None
