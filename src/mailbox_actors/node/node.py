@@ -251,8 +251,8 @@ class Node:
                 for name, loop in loops:
                     self._tg.start_soon(self._guarded, name, loop)
         except BaseException:
-            # Close what was opened: the shared files' connections (and a checkpoint running in
-            # a worker thread) and the open actors must not outlive the error.
+            # Close what was opened: an aiosqlite connection left open keeps its (non-daemon)
+            # thread, and with it the process, alive after the error.
             with anyio.CancelScope(shield=True):
                 if self._tg is not None:
                     self._tg.cancel_scope.cancel()

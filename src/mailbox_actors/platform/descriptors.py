@@ -15,7 +15,7 @@ import resource
 __all__ = ["FDS_PER_ACTOR", "actor_bound", "nofile_limit", "raise_nofile_limit", "reserved_fds"]
 
 FDS_PER_ACTOR = 3
-_MIN_RESERVED = 96  # sockets, shared files, the alarm index, logs, worker threads' checkpoint connections
+_MIN_RESERVED = 96  # sockets, shared files, the alarm index, logs, aiosqlite's threads
 _CEILING = 1 << 20  # an "unlimited" hard limit is not a number to pass to setrlimit
 
 

@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import aiosqlite
 import anyio
 
 __all__ = ["STEPS_S", "execute_when_unlocked", "is_locked", "retry_while_locked"]
@@ -51,10 +52,8 @@ async def retry_while_locked(op: Callable[[], Awaitable[T]], timeout_ms: int) ->
         step += 1
 
 
-async def execute_when_unlocked(execute: Callable[[str], Awaitable[object]], sql: str,
-                                timeout_ms: int) -> None:
-    """Run a start-up statement (``execute(sql)``, a connection's) while other processes may hold
-    the lock. (Switching a fresh file to WAL takes an exclusive lock without consulting any busy
-    handler, so two processes starting at once both see "database is locked"; trying again is the
-    documented remedy.)"""
-    await retry_while_locked(lambda: execute(sql), timeout_ms)
+async def execute_when_unlocked(conn: aiosqlite.Connection, sql: str, timeout_ms: int) -> None:
+    """Run a start-up statement while other processes may hold the lock. (Switching a fresh file to
+    WAL takes an exclusive lock without consulting any busy handler, so two processes starting at
+    once both see "database is locked"; trying again is the documented remedy.)"""
+    await retry_while_locked(lambda: conn.execute(sql), timeout_ms)

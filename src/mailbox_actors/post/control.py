@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import aiosqlite
 import msgspec
 
 from mailbox_actors.core.post.order import Eligibility, eligibility, next_wake
@@ -32,7 +33,6 @@ from mailbox_actors.core.post.rules import (
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.rng import Rng
-from mailbox_actors.platform.sqlite.shared_file import SharedConnection
 from mailbox_actors.post import sql as q
 from mailbox_actors.post.executor import Claimed, Deliver, PostExecutor
 from mailbox_actors.post.routes import Route, Routes
@@ -172,7 +172,7 @@ class ControlPost:
 
     async def retry(self, key: str) -> RetryAction:
         """retry(key) in a transaction of its own; answers what it did."""
-        async def run(conn: SharedConnection) -> RetryAction:
+        async def run(conn: aiosqlite.Connection) -> RetryAction:
             rows = list(await conn.execute_fetchall(
                 "SELECT state FROM post_jobs WHERE key = ?", (check_key(key),)))
             if not rows:
@@ -213,7 +213,7 @@ class ControlPost:
     async def claim(self, now_ms: int, lease_until_ms: int) -> list[list[Claimed]]:
         return await self.db.transaction(functools.partial(self._claim, now_ms, lease_until_ms))
 
-    async def _claim(self, now: int, lease: int, conn: SharedConnection) -> list[list[Claimed]]:
+    async def _claim(self, now: int, lease: int, conn: aiosqlite.Connection) -> list[list[Claimed]]:
         chains: list[list[Claimed]] = []
         for seq, state, next_at, old_lease, runs, akey in await conn.execute_fetchall(q.HEADS):
             if len(chains) >= ROUND_ADDRESSES:
@@ -253,7 +253,7 @@ class ControlPost:
         return job
 
     async def start(self, job: Claimed, settled: list[tuple[Claimed, Settlement]]) -> bool:
-        async def run(conn: SharedConnection) -> bool:
+        async def run(conn: aiosqlite.Connection) -> bool:
             now = self.clock.now_ms()
             for done, s in settled:
                 await conn.execute(q.SETTLE, settle_values(done, s, now))

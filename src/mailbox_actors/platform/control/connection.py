@@ -12,12 +12,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+import aiosqlite
+
 from mailbox_actors.platform.clock import Clock
 from mailbox_actors.platform.control.schema import META, MIGRATIONS
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.platform.shared_store import SharedStore, Tx
-from mailbox_actors.platform.sqlite.shared_file import SharedConnection, SharedSqliteFile
+from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
 from mailbox_actors.platform.sqlite.store import SqliteStore
 from mailbox_actors.platform.sqlite_files import is_disk_full as _is_disk_full
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError, PlatformError, PlatformErrorKind
@@ -140,7 +142,7 @@ class ControlConnection:
 
         await self.run(all_of)
 
-    async def transaction(self, fn: Callable[[SharedConnection], Awaitable[T]]) -> T:
+    async def transaction(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
         """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction of the SQLite file: Post's
         executor on the control database (SQLite only) reads and writes in one."""
         if self._file is None:

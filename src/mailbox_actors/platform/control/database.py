@@ -1,8 +1,7 @@
 """The control database (Q-3, the seed's D1): tenants, identities, domains and ``event_index``.
 
-One SQLite file per cluster, shared by every node process through one connection each, used on the
-event loop's thread (``platform/sqlite/shared_file``: WAL and short ``BEGIN IMMEDIATE``
-transactions; a writer waits for another process's lock in small steps on the loop), or PostgreSQL
+One SQLite file per cluster, shared by every node process through aiosqlite (WAL and short
+``BEGIN IMMEDIATE`` transactions; a writer waits for another process's lock), or PostgreSQL
 with ``--postgres`` (CL-7): the same records and statements on either ``SharedStore`` (the
 connection, migrations and transactions are ``connection``'s; PostgreSQL's schema is
 ``postgres_schema``'s). Records are

@@ -1,6 +1,5 @@
-"""The cluster's durable queues (Q-1): one SQLite file shared by every node process (each through
-one connection on its event loop, ``platform.sqlite.shared_file``), or PostgreSQL (CL-7,
-``queues.postgres``), behind the same ``SharedStore``.
+"""The cluster's durable queues (Q-1): one SQLite file shared by every node process through
+aiosqlite, or PostgreSQL (CL-7, ``queues.postgres``), behind the same ``SharedStore``.
 
 Delivery is at least once. A receive claims messages atomically (one ``UPDATE ... RETURNING``) under
 a lease that lapses after the visibility timeout, so a consumer that dies mid-batch has its messages

@@ -1,13 +1,15 @@
 """The shared SQLite file as a ``SharedStore`` (Q-3): statements and transactions go to the
-file's one connection (``shared_file``); a transaction's ``tx`` is that connection."""
+file's one connection (``shared_file``); a transaction's ``tx`` is aiosqlite's connection itself."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+import aiosqlite
+
 from mailbox_actors.platform.shared_store import SQLITE, Dialect, Tx
-from mailbox_actors.platform.sqlite.shared_file import SharedConnection, SharedSqliteFile
+from mailbox_actors.platform.sqlite.shared_file import SharedSqliteFile
 
 __all__ = ["SqliteStore", "SqliteTx"]
 
@@ -46,11 +48,11 @@ class SqliteStore:
 
 
 class SqliteTx:
-    """The file's connection as a ``Tx``."""
+    """aiosqlite's connection as a ``Tx``."""
 
     __slots__ = ("conn",)
 
-    def __init__(self, conn: SharedConnection) -> None:
+    def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
 
     async def execute_fetchall(self, sql: str, parameters: Sequence[Any] = (), /
