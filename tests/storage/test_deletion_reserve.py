@@ -13,6 +13,8 @@ import pytest
 import actors_for_tests as afs
 from actors_for_tests import Scratch
 from mailbox_actors.platform.storage.limits import RESERVE_PAGES, Limits, page_limits
+from mailbox_actors.platform.storage.opening import open_storage
+from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import SqlStorage
 from mailbox_actors.runtime.actor import Call
 from mailbox_actors.testing import TestRuntime
@@ -140,3 +142,40 @@ async def test_the_ordinary_limit_holds_after_the_actor_opens_again(tmp_path: Pa
 
         pages, used = await afs.run(rt, oid, again)
         assert used <= cap and pages <= hard
+
+
+@pytest.mark.parametrize("implicit", [False, True])
+def test_the_page_limit_is_set_at_the_first_write_not_at_the_open(
+        tmp_path: Path, implicit: bool) -> None:
+    """RT-7: an open that only reads sets no page limit (its PRAGMA is a read transaction of its
+    own); the connection's first write transaction, explicit or implicit, sets the ordinary
+    limit before it writes, and a file reopened and filled stops there."""
+    path = tmp_path / "a.sqlite"
+
+    def opened() -> SqlStorage:
+        sql = open_storage(path, create=True, durability="normal", limits=LIMITS,
+                           now_ms=lambda: 0)
+        assert sql is not None
+        return sql
+
+    def max_pages(sql: SqlStorage) -> int:
+        return int(sql._sys("PRAGMA max_page_count").fetchone()[0])
+
+    sql = opened()
+    sql.exec("CREATE TABLE items (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+    sql.flush()
+    RuntimeStorage(sql).close()
+    sql = opened()
+    assert sql.exec("SELECT count(*) FROM items").one()[0] == 0
+    assert max_pages(sql) > page_limits(LIMITS)[1]  # SQLite's own: nothing set by the open
+    if implicit:
+        _put(sql, "first")
+        sql.flush()
+    else:
+        sql.transaction_sync(lambda tx: _put(tx, "first"))
+    assert max_pages(sql) == page_limits(LIMITS)[0]
+    RuntimeStorage(sql).close()
+    sql = opened()
+    assert _fill(sql, "k") > 0
+    assert _pages(sql)[0] <= page_limits(LIMITS)[0]
+    RuntimeStorage(sql).close()

@@ -27,7 +27,7 @@ from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavai
 from mailbox_actors.platform.storage.handle import close_connection, shed_caches
 from mailbox_actors.platform.storage.hooks import AlarmSink, TransactionHooks
 from mailbox_actors.platform.storage.known import KnownSchema
-from mailbox_actors.platform.storage.limits import Durability, Limits, page_limits
+from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 from mailbox_actors.platform.storage.transactions import PAST_CAP_KEY
 from mailbox_actors.platform.storage.wal_index import closed, examined, key, opening
@@ -148,18 +148,19 @@ def _connect(path: str | Path, create: bool, durability: str,
         raise
 
 
-def _settings_script(durability: str, limits: Limits) -> str:
+def _settings_script(durability: str) -> str:
     """The open-time PRAGMAs, as one script: executescript keeps none of them in the statement
-    cache, where each would hold a prepared statement for the connection's life (ADR 0012)."""
+    cache, where each would hold a prepared statement for the connection's life (ADR 0012).
+    Not the page limit: its PRAGMA is a read transaction of its own (about 6 us an open, most
+    of it the log's read locks), and only a write can grow the file, so it is set in the
+    connection's first write transaction (``Transactions._cap_pages``)."""
     return (
         # workerd builds SQLite with foreign keys enforced; an actor may still turn them off.
         "PRAGMA foreign_keys = ON; "
         # A busy actor's page cache stays within the memory budget max_active_actors is
         # derived from (platform/memory.py); pages past it are read again from the OS cache.
         f"PRAGMA cache_size = -{PAGE_CACHE_KIB}; "
-        f"PRAGMA synchronous = {'FULL' if durability == Durability.FULL else 'NORMAL'}; "
-        # Ordinary writes stop short of the limit: the rest is for deletions (``page_limits``).
-        f"PRAGMA max_page_count = {page_limits(limits)[0]};")
+        f"PRAGMA synchronous = {'FULL' if durability == Durability.FULL else 'NORMAL'};")
 
 
 class OpenedAhead(NamedTuple):
@@ -313,7 +314,7 @@ def _setup(durability: str, limits: Limits) -> Setup:
     was 100 bytecodes an open)."""
     made = _SETUPS.get((durability, limits))
     if made is None:
-        script = _settings_script(durability, limits)
+        script = _settings_script(durability)
         settings = ((sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limits.max_bound_parameters),
                     (sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_statement_bytes),
                     (sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes),

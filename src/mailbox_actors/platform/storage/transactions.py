@@ -46,6 +46,20 @@ R = TypeVar("R")
 
 
 _PAGE_COUNT = f"PRAGMA page_count /*{RUNTIME_TOKEN}*/"
+_MAX_PAGES: dict[Limits, str] = {}  # the page limit's PRAGMA text, per limits (``_max_pages``)
+
+
+def _max_pages(limits: Limits) -> str:
+    """The PRAGMA that sets the pages ordinary writes may fill (``page_limits``), made once per
+    limits."""
+    text = _MAX_PAGES.get(limits)
+    if text is None:
+        text = f"PRAGMA max_page_count = {page_limits(limits)[0]} /*{RUNTIME_TOKEN}*/"
+        if len(_MAX_PAGES) < 64:
+            _MAX_PAGES[limits] = text
+    return text
+
+
 _FREELIST_COUNT = f"PRAGMA freelist_count /*{RUNTIME_TOKEN}*/"
 # A freeing transaction removes content: SQLite overwrites what it frees with zeros while it runs,
 # and after its commit the WAL's frames, older copies of the removed pages, are checkpointed into
@@ -320,6 +334,7 @@ class Transactions(ScreenedConnection):
             return result
 
         self._sys(f"PRAGMA max_page_count = {hard} /*{self._token}*/").fetchone()
+        self._pages_capped = True  # set back to the cap below, never by the BEGIN's first look
         self._freeing = True
         try:
             with self._pragma_while("secure_delete", 1):
@@ -383,6 +398,22 @@ class Transactions(ScreenedConnection):
                                 "SQLite limit max_database_bytes="
                                 f"{self.limits.max_database_bytes} exceeded")
 
+    _pages_capped = False  # the connection's page limit set (``_cap_pages``); a class default
+
+    def _cap_pages(self) -> None:
+        """At the connection's first write transaction, right after its BEGIN: the pages
+        ordinary writes may fill (``page_limits``). Set here, not at the open, where its PRAGMA
+        was a read transaction of its own (about 6 us, most of it the WAL's read locks) at every
+        activation, though only a write can grow the file; inside the write transaction it
+        takes no lock of its own. A failure here rolls the BEGIN back."""
+        try:
+            self._sys(_max_pages(self.limits)).fetchone()
+        except BaseException:
+            if self._conn.in_transaction:
+                self._sys(self._rollback)
+            raise
+        self._pages_capped = True
+
     def _begin_top(self) -> tuple[AlarmRun | None, bool]:
         """BEGIN an outermost transaction; returns the alarm run it is part of and whether its
         handler had set an alarm before it, which a rollback restores (it undoes a set_alarm)."""
@@ -396,6 +427,8 @@ class Transactions(ScreenedConnection):
             self._sys(self._begin)
         if self._fence is not None:
             self._fenced()
+        if not self._pages_capped:
+            self._cap_pages()
         if self._past_cap is not False:
             self._pages_in_use()
         self._depth, self._state = 1, _EXPLICIT
@@ -563,6 +596,8 @@ class Transactions(ScreenedConnection):
         self._sys(self._begin)
         if self._fence is not None:
             self._fenced()
+        if not self._pages_capped:
+            self._cap_pages()
         if self._past_cap is not False:
             self._pages_in_use()
         self._state = _IMPLICIT
