@@ -284,6 +284,42 @@ async def test_without_the_look_a_request_read_during_a_turn_waits_for_that_turn
         await node.stop()
 
 
+EVICTED_ALARM_S = 0.0005  # about what an evicted actor's alarm takes of the loop (session 19)
+
+
+@pytest.mark.anyio
+async def test_alarms_as_long_as_an_evicted_actors_run_four_to_a_turn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28, AL-5: with nothing else waiting for the loop, a turn holds 2 ms of alarms, so a
+    burst of alarms each taking 0.5 ms of the loop (an evicted actor's open, run and close) opens
+    a turn about every fourth alarm, not at every alarm (with 0.5 ms turns: 40 openings for 40
+    alarms, each two rounds of the loop and a worker's wait that no request was waiting for)."""
+    opened = [0]
+    open_turn = AlarmPool._open_turn
+
+    def counted(pool: AlarmPool) -> None:
+        opened[0] += 1
+        open_turn(pool)
+
+    monkeypatch.setattr(AlarmPool, "_open_turn", counted)
+    # Turns end by the clock alone here: the look would end them whenever the burst's own
+    # workers are ready to start, which is not what this counts.
+    monkeypatch.setattr(alarm_pool, "_others_ready", lambda loop, pool: None)
+    node, clock = await _started(tmp_path, lambda: len(afs.ALARM_LOG) * EVICTED_ALARM_S)
+    assert node.scheduler is not None
+    try:
+        _, all_fired = await _due_together(node, clock, 40)
+        before = opened[0]
+        clock.offset_ms = 86_400_000 + 1
+        node.scheduler.book.wake_if_before(0)
+        with anyio.fail_after(GUARD_S):
+            await all_fired.wait()
+        assert len(afs.ALARM_LOG) == 40
+        assert opened[0] - before <= 40 // 4 + 2, opened[0] - before
+    finally:
+        await node.stop()
+
+
 @pytest.mark.anyio
 async def test_a_burst_collects_the_young_generation_between_turns(tmp_path: Path) -> None:
     """Issue 28: in a burst the collector's own count of young objects stays near zero (each

@@ -75,13 +75,18 @@ __all__ = ["TURN_S", "YOUNG_EVERY_S", "AlarmPool"]
 # Idle workers kept waiting for the next alarm; a worker that finds this many idle ends instead,
 # so a burst at a large ``alarm_concurrency`` does not leave thousands of tasks behind.
 _IDLE_KEPT = 32
-# How long the pool runs alarms before the loop goes round once (requests wait about this long,
-# plus the alarm under way, for the loop to look at them): this much of the loop thread's CPU, or
-# _WALL_TURNS times as much of the clock's when the thread waits meanwhile (the machine gave the
-# CPU to another process, the disk held a read). By CPU alone an alarm waiting for the disk would
-# hold the turn; by the clock alone a loaded machine cut turns to an alarm or two, and the turn's
-# cost, two rounds of the loop, grew to a tenth of a burst's alarms/s.
-TURN_S = 0.0005
+# How long the pool runs alarms before the loop goes round once when nothing else waits for it:
+# this much of the loop thread's CPU, or _WALL_TURNS times as much of the clock's when the thread
+# waits meanwhile (the machine gave the CPU to another process, the disk held a read). By CPU alone
+# an alarm waiting for the disk would hold the turn; by the clock alone a loaded machine cut turns
+# to an alarm or two, and the turn's cost, two rounds of the loop, grew to a tenth of a burst's
+# alarms/s. A request does not wait for the turn's end: the look between two pieces of the
+# pool's work ends the turn as soon as anything else is ready ("Requests first"); what waits for
+# it is what the look cannot see (uvloop's timers). 2 ms, not 0.5 (session 19): an evicted
+# actor's alarm is about 0.5 ms of the loop, so a turn ended about once an alarm (1.06, counted at
+# real speed; 0.38 at 2 ms), each end two rounds of the loop and a worker's wait for the next
+# turn, which no request was waiting for.
+TURN_S = 0.002
 _WALL_TURNS = 4
 # While turns open, the young generation is collected at a turn's opening at most this often.
 YOUNG_EVERY_S = 0.01
