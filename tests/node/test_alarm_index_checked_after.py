@@ -7,11 +7,7 @@ still fires: late, never lost."""
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -23,12 +19,12 @@ import anyio
 import pytest
 
 import actors_for_tests as afs
-from child_output import Lines
 from mailbox_actors.alarms.index import AlarmIndex
 from mailbox_actors.node.alarm_index import check_file, incomplete_marker
 from mailbox_actors.node.node import Node
 from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.runtime.settings import RuntimeSettings
+from serve_proc import serving
 
 
 def _settings(tmp_path: Path) -> RuntimeSettings:
@@ -153,31 +149,20 @@ def test_serve_answers_before_it_finds_its_index_damaged(tmp_path: Path) -> None
     and answers ``/healthz`` before it says the index was damaged (it checked it after its first
     answer); the file is set aside, kept, and the rebuilt index is complete again."""
     data = tmp_path / "node"
-    argv = [sys.executable, "-m", "mailbox_actors", "serve", "--data", str(data), "--port", "0",
-            "--log-level", "warning"]
     data.mkdir()
     _damaged_index(data / "alarms.sqlite", 2_000)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    lines = Lines(proc)
-    try:
-        listening = lines.until("listening on http://")[-1]
+    with serving(data) as lines:  # up to its start's last line, "operator token in"
+        listening = next(line for line in lines.seen if "listening on http://" in line)
         url = listening.split("listening on ")[1].split(" ")[0]
         with urllib.request.urlopen(url + "/healthz", timeout=60) as reply:
             assert reply.status == 200
-        lines.until("the alarm index was damaged")
+        if not any("alarm index was damaged" in line for line in lines.seen):
+            lines.until("the alarm index was damaged")
         said = lines.until("the alarm index is rebuilt")
         assert any("being rebuilt" in line for line in said + lines.seen)
         seen = lines.seen
         first_damage = next(i for i, line in enumerate(seen) if "alarm index was damaged" in line)
         assert seen.index(listening) < first_damage
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
     kept = [p for p in data.iterdir() if p.name.startswith("alarms.sqlite.damaged-")
             and not p.name.endswith(("-wal", "-shm"))]
     assert len(kept) == 1
