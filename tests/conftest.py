@@ -9,6 +9,7 @@ import pytest
 
 import actors_for_tests
 from mailbox_actors.platform.logging import reset_logging
+from sigterm_teardown import pytest_configure  # noqa: F401  (a hook: SIGTERM tears down)
 
 
 @pytest.fixture
