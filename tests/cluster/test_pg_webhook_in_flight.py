@@ -22,65 +22,46 @@ from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.webhooks.delivery import EVENT_ID_HEADER, WebhookDeliverer
 from mailbox_actors.webhooks.publish import ControlEventSink
 from mailbox_actors.wire.events import Event
+from raw_endpoint import RawEndpoint
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SECRET = "s" * 32
 
 
-class _Endpoint:
-    """A raw HTTP endpoint: ``hold`` keeps every request unanswered until stopped (counting them
-    in ``held``, and setting ``all_held`` at ``expect``), else it answers 200 and notes the event
-    id in ``got``."""
+class _Endpoint(RawEndpoint):
+    """``hold`` keeps every request unanswered until stopped (counting them in ``held``, and
+    setting ``all_held`` at ``expect``), else it answers 200 and notes the event id in ``got``."""
 
     def __init__(self, *, hold: bool, expect: int = 0) -> None:
-        self.hold = hold
+        super().__init__()
+        self.holding = hold
         self.expect = expect
         self.held = 0
         self.all_held = asyncio.Event()
         self.got: list[str] = []
         self.answered = asyncio.Event()
-        self._release = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[str]:
-        server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        port = await self.start()
         try:
-            yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+            yield f"http://127.0.0.1:{port}/hook"
         finally:
-            self._release.set()
-            server.close()
-            await server.wait_closed()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.stop()
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode().split("\r\n")
-                fields = {k.strip().lower(): v.strip() for k, _, v in
-                          (line.partition(":") for line in lines[1:] if line)}
-                await reader.readexactly(int(fields.get("content-length", "0")))
-                if self.hold:
-                    self.held += 1
-                    if self.held == self.expect:
-                        self.all_held.set()
-                    await self._release.wait()
-                    return
-                self.got.append(fields[EVENT_ID_HEADER.lower()])
-                self.answered.set()
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                await writer.drain()
-        except (OSError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
+    async def answer(self, fields: dict[str, str], writer: asyncio.StreamWriter) -> bool:
+        if self.holding:
+            self.held += 1
+            if self.held == self.expect:
+                self.all_held.set()
+            await self.hold()
+            return False
+        self.got.append(fields[EVENT_ID_HEADER.lower()])
+        self.answered.set()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        return True
 
 
 def _event(tenant_id: str, n: int) -> Event:

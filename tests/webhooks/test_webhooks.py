@@ -46,6 +46,7 @@ from mailbox_actors.webhooks.publish import ControlEventSink
 from mailbox_actors.webhooks.tenant_limits import TenantSlots
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
 from mailbox_actors.wire.events import Event
+from raw_endpoint import RawEndpoint
 
 T0 = 1_767_225_600_000
 SECRET = "whsec-0123456789abcdef"
@@ -106,56 +107,28 @@ class Receiver:
         return status, b"", "text/plain"
 
 
-class Scripted:
+class Scripted(RawEndpoint):
     """A raw HTTP endpoint that misbehaves on purpose, one behaviour per request: a status code,
     ``"close"`` (hang up without answering) or ``"hang"`` (never answer until stopped)."""
 
     def __init__(self, clock: FakeClock, script: list[int | str], *, then: int | str = 200) -> None:
+        super().__init__()
         self.clock = clock
         self.script = script
         self.then = then
         self.hits: list[tuple[int, str | int]] = []
         self.hanging = 0
-        self._release = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
 
-    async def start(self) -> int:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def stop(self) -> None:
-        self._release.set()
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
-            await reader.readexactly(length)
-            act = self.script.pop(0) if self.script else self.then
-            self.hits.append((self.clock.now_ms(), act))
-            if act == "hang":
-                self.hanging += 1
-                await self._release.wait()
-            elif isinstance(act, int):
-                writer.write(b"HTTP/1.1 %d X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n" % act)
-                await writer.drain()
-        except (OSError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+    async def answer(self, fields: dict[str, str], writer: asyncio.StreamWriter) -> bool:
+        act = self.script.pop(0) if self.script else self.then
+        self.hits.append((self.clock.now_ms(), act))
+        if act == "hang":
+            self.hanging += 1
+            await self.hold()
+        elif isinstance(act, int):
+            writer.write(b"HTTP/1.1 %d X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n" % act)
+            await writer.drain()
+        return False
 
 
 # ---- the cluster side ----------------------------------------------------------------------------
