@@ -1,5 +1,5 @@
 """An actor file opened in two steps (RT-2, RT-13, RT-14; issue 28's requests first): the first
-(``connect_recovered``) examines and connects the file and reads its runtime schema version, the
+(``connect_recovered``) looks at and connects the file and reads its runtime schema version, the
 file's first read; ``open_actor_storage`` with ``connected`` finishes it with the same meta, alarm
 and upgrades as the open in one step, and the first step reports a missing or damaged file as
 that open does.
@@ -15,7 +15,11 @@ import actors_for_tests as afs
 from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.errors import StorageCorrupt
 from mailbox_actors.platform.storage.limits import Durability, Limits
-from mailbox_actors.platform.storage.opening import connect_recovered, open_actor_storage
+from mailbox_actors.platform.storage.opening import (
+    connect_ahead,
+    connect_recovered,
+    open_actor_storage,
+)
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION
 from mailbox_actors.runtime.activation import META_KEYS
@@ -89,3 +93,23 @@ def test_no_file_is_none_and_a_damaged_one_is_corrupt(tmp_path: Path) -> None:
     with pytest.raises(StorageCorrupt):
         connect_recovered(damaged, Durability.NORMAL)
     assert wal_index.key(damaged) not in wal_index._open_here
+
+
+def test_an_empty_file_is_corrupt_and_its_log_is_kept(tmp_path: Path) -> None:
+    """OPS-2, REL-4: an actor file cut to zero bytes is refused as damaged, by either step and by
+    the open made ahead, before SQLite reads it (SQLite's first read of an empty database
+    deletes the log beside it, which may hold the object's pages): the log stays for an
+    operator."""
+    path = tmp_path / "empty.sqlite"
+    path.write_bytes(b"")
+    log = tmp_path / "empty.sqlite-wal"
+    log.write_bytes(b"pages " * 1000)
+    with pytest.raises(StorageCorrupt):
+        connect_recovered(path, Durability.NORMAL)
+    with pytest.raises(StorageCorrupt):
+        open_actor_storage(path, create=True, durability=Durability.NORMAL, limits=Limits(),
+                           now_ms=lambda: 0)
+    assert connect_ahead(path, Durability.NORMAL, Limits(), META_KEYS) is None
+    assert log.read_bytes() == b"pages " * 1000
+    assert path.read_bytes() == b""
+    assert wal_index.key(path) not in wal_index._open_here

@@ -13,6 +13,7 @@ import fcntl
 import os
 import platform
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -23,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from mailbox_actors.platform.storage import opening as opening_module
 from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.opening import connect_ahead, open_storage
@@ -335,43 +335,6 @@ def test_no_connection_of_this_process_to_the_file_is_made_while_its_index_is_em
     assert _index_size(path) == _FULL_INDEX
 
 
-def test_no_connection_of_this_process_to_the_file_is_made_while_its_header_is_checked(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Review s18 O13: the first opener's header check (``examine``, which opens and closes a
-    descriptor of the database: its close drops every POSIX lock of the process on the file) and
-    another thread's connection to that file are never at once: that opener waits in ``opening``
-    until the check is done, then connects and reads."""
-    path = tmp_path / "a.sqlite"
-    _cycle(path, 1)
-    clock = _Time()
-    monkeypatch.setattr(wal_index, "time", clock)
-    real = opening_module.examine
-    connected = threading.Event()
-    seen: list[str] = []
-    threads: list[threading.Thread] = []
-
-    def read() -> None:
-        with read_only(path) as conn:
-            assert conn is not None
-            connected.set()
-            seen.append(f"read {conn.execute('SELECT count(*) FROM t').fetchone()[0]}")
-
-    def watched(name: str) -> str | None:
-        reader = threading.Thread(target=read)
-        reader.start()
-        threads.append(reader)
-        while not (clock.slept.is_set() or connected.is_set()):
-            time.sleep(0)
-        seen.append("connected during the check" if connected.is_set() else "waited")
-        return real(name)
-
-    monkeypatch.setattr(opening_module, "examine", watched)
-    _cycle(path, 2)
-    threads[0].join()
-    assert seen in (["waited", "read 1"], ["waited", "read 2"])
-    assert wal_index.key(path) not in wal_index._open_here
-
-
 def test_an_index_mapped_past_its_writeback_is_left_for_the_next_open(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file whose index this process had mapped for ``FRESH_S`` or longer (written back by
@@ -434,6 +397,26 @@ def test_an_open_beside_a_reader_of_this_process_keeps_its_lock_on_the_database(
         assert _db_lock_of_this_process(path) == "READ"
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 2
     assert _values(path) == [1, 2]
+
+
+def test_an_open_beside_an_uncounted_connection_of_this_process_keeps_its_lock(
+        tmp_path: Path) -> None:
+    """Review s19 O15: opening an actor file never opens and closes a descriptor of the database
+    outside SQLite (whose close would drop every POSIX lock of the process on it): a connection
+    this module does not count (an embedding program's own) keeps its shared lock through an
+    alarm's open, write and close of the file, so no other process's close can take the log from
+    under it."""
+    path = tmp_path / "a.sqlite"
+    _cycle(path, 1)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+        assert _db_lock_of_this_process(path) == "READ"
+        _cycle(path, 2)
+        assert _db_lock_of_this_process(path) == "READ"
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 2
+    finally:
+        conn.close()
 
 
 def test_a_connection_made_ahead_and_not_used_closes_keeping_its_log(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from urllib.parse import quote_from_bytes
 
 from mailbox_actors.platform.memory import PAGE_CACHE_KIB
-from mailbox_actors.platform.sqlite_files import create_whole, examine
+from mailbox_actors.platform.sqlite_files import create_whole
 from mailbox_actors.platform.storage.allowlist import SQLITE_LIMITS
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageUnavailable
@@ -30,7 +30,7 @@ from mailbox_actors.platform.storage.known import KnownSchema
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.sql import RUNTIME_SCHEMA_VERSION, SqlStorage
 from mailbox_actors.platform.storage.transactions import PAST_CAP_KEY
-from mailbox_actors.platform.storage.wal_index import closed, examined, key, opening
+from mailbox_actors.platform.storage.wal_index import closed, key, opening
 
 __all__ = ["CACHED_STATEMENTS", "LAYOUT_QUERY", "OUTBOX_TABLE", "RUNTIME_TABLES", "Connected",
            "OpenedAhead", "SchemaLayout", "StorageUnavailable", "connect_ahead",
@@ -112,30 +112,26 @@ def _connect(path: str | Path, create: bool, durability: str,
     name = path if isinstance(path, str) else os.fspath(path.absolute())
     made = False
     counted = key(name)
-    # Counted before it exists: ``wal_index`` never empties an index under it. ``examine`` opens
-    # and closes a descriptor of the database: closing it would drop the POSIX locks another
-    # connection of this process holds on it (an inspector's shared lock), so it looks only at
-    # a file no other connection here has open (review s18 O1), and the file's other openers
-    # wait until it is done (s18 O13). One that is open is there, and its header SQLite checks
-    # at the first read anyway.
-    first = opening(counted, examine=True)
+    # Counted before it exists: ``wal_index`` never empties an index under it. The file is
+    # looked at without a descriptor of it: closing one would drop every POSIX lock this
+    # process holds on the database, an embedding program's own connection's shared lock too
+    # (review s19 O15). A ``stat`` says whether it exists and is empty; SQLite's first read
+    # checks the header itself (not a database, cut short: ``StorageCorrupt`` there, before
+    # any write). An empty file is refused here, since that read would delete its log.
+    opening(counted)
     try:
-        if first:
-            missing = False
-            try:
-                damage = examine(name)  # the header check and "does it exist" in one look
-            except FileNotFoundError:
-                damage, missing = None, True
-            finally:
-                examined(counted)
-            if missing:
-                if not create:
-                    closed(counted)
-                    return None, False  # no such object: the caller answers *_not_found
-                _create(Path(name), durability)
-                damage, made = None, True
-            if damage is not None:
-                raise StorageCorrupt(damage)
+        try:
+            size = os.stat(name).st_size
+        except FileNotFoundError:
+            if not create:
+                closed(counted)
+                return None, False  # no such object: the caller answers *_not_found
+            _create(Path(name), durability)
+            size, made = 1, True
+        except OSError:
+            size = 1  # not to be looked at now (permissions): the connect says why
+        if not size:
+            raise StorageCorrupt("it is empty (zero bytes)")
         return sqlite3.connect(_file_uri(name), uri=True, isolation_level=None,
                                cached_statements=CACHED_STATEMENTS), made
     except sqlite3.OperationalError as e:
@@ -184,11 +180,16 @@ def connect_ahead(path: Path, durability: str, limits: Limits,
     open-time settings made, which is where an evicted actor's open waits for the disk (SQLite
     releases the GIL meanwhile). What those reads left cached (pages, statements) is shed here
     too (``shed_caches``, as the loop's open does when it is done): on the loop each statement's
-    finalize and the ctypes call are as many points where a waiting thread takes the GIL. No
-    ``examine`` here (its four system calls each hand the GIL over once more): None when the file
-    is absent, damaged, refusing now or of another runtime schema, and the open on the loop
-    examines it as always, upgrades it or reports why. It only reads, as that open would."""
+    finalize and the ctypes call are as many points where a waiting thread takes the GIL. None
+    when the file is absent, empty (SQLite's first read would delete its log), damaged, refusing
+    now or of another runtime schema, and the open on the loop looks at it as always, upgrades
+    it or reports why. It only reads, as that open would."""
     name = os.fspath(path.absolute())
+    try:
+        if not os.stat(name).st_size:
+            return None
+    except OSError:
+        return None
     counted = key(name)
     opening(counted)  # given back by the connection's close (``handle.close_connection``)
     try:
@@ -234,7 +235,7 @@ class Connected(NamedTuple):
 
 
 def connect_recovered(path: str | Path, durability: str) -> Connected | None:
-    """The first step of an existing actor file's open on the event loop: the file examined and
+    """The first step of an existing actor file's open on the event loop: the file looked at and
     connected, and its runtime schema version read. That read is the file's first, where SQLite
     rebuilds the ``-shm`` index from the write-ahead log (most of an evicted actor's open), so the
     rest (``open_actor_storage`` with ``connected``: the first read of the meta and alarm, the

@@ -33,8 +33,8 @@ The truncate must never happen under a connection that has the index mapped:
   ``handle.close_connection``, ``OpenedAhead.close`` and ``readonly.read_only`` call ``closed``):
   **a connection to an actor file made elsewhere in the process is outside this contract** and
   must not be. The count's check and the truncate are one step for that file: a connection to
-  it waits in ``opening`` meanwhile, as it does while the file's first opener checks the
-  database's header (``examine``, another descriptor opened and closed). A count that is never
+  it waits in ``opening`` meanwhile. (The database itself is never opened outside SQLite: an
+  open looks at it with ``stat`` alone, ``opening._connect``.) A count that is never
   given back (a connection closed another way) only keeps that file's index as SQLite leaves
   it. A file with hard links is left alone: SQLite keeps one index per inode, named after the
   first path it was opened by, so another name's connection may have this one.
@@ -71,7 +71,7 @@ import time
 from pathlib import Path
 
 __all__ = ["FRESH_S", "INDEX_KEPT_BYTES", "closed", "empty_indexes_at_close", "emptying_on",
-           "examined", "key", "opening"]
+           "key", "opening"]
 
 INDEX_KEPT_BYTES = 3  # what SQLite's first opener truncates the index to (never 0: ext4's
 # auto_da_alloc writes a file truncated to 0 back at its next close, which costs more than this)
@@ -96,8 +96,8 @@ _EMPTYING_POLL_S = 0.0002  # how often a connection to a file whose index is emp
 _on = False  # ``empty_indexes_at_close``: off in a process that did not switch it on
 _open_here: dict[str, int] = {}  # connections of this process open on each file, by ``key``
 _since: dict[str, float] = {}  # when this process's first connection still open to it opened
-# Files a descriptor of which this process opens and closes outside SQLite now: the index
-# emptied (``closed``), the database's header checked (``opening`` with ``examine``).
+# Files whose index this process is emptying now (``closed``): a descriptor of it open outside
+# SQLite.
 _busy: set[str] = set()
 _kept: set[str] = set()  # files whose index someone else had mapped once: never emptied here
 _guard = threading.Lock()  # the four above
@@ -126,14 +126,11 @@ def key(path: str | Path) -> str:
     return os.path.abspath(path)
 
 
-def opening(name: str, examine: bool = False) -> bool:
+def opening(name: str) -> bool:
     """A connection to the file ``name`` (``key``) is about to be made: call before
     ``sqlite3.connect``, and ``closed`` once it is closed (or was never made). True when no
-    other connection of this process has the file open: only then may the caller open and close
-    a descriptor of it (closing one would drop the others' POSIX locks). With ``examine`` the
-    first caller does (the header check), and calls ``examined`` after, the file's other openers
-    waiting meanwhile. Waits while the file's index is being emptied or its header checked (a few
-    system calls); other files' connections never wait."""
+    other connection of this process has the file open. Waits while the file's index is being
+    emptied (a few system calls); other files' connections never wait."""
     while True:
         with _guard:
             if name not in _busy:
@@ -141,17 +138,8 @@ def opening(name: str, examine: bool = False) -> bool:
                 _open_here[name] = held + 1
                 if not held:
                     _since[name] = time.monotonic()
-                    if examine:
-                        _busy.add(name)
                 return not held
         time.sleep(_EMPTYING_POLL_S)  # rare: two connections to one file made at once
-
-
-def examined(name: str) -> None:
-    """The first opener's header check of ``name`` (``opening`` with ``examine``) is done: its
-    descriptor closed, so the file's other connections may be made."""
-    with _guard:
-        _busy.discard(name)
 
 
 def closed(name: str) -> bool:
