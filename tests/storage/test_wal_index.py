@@ -243,10 +243,13 @@ def test_sigkill_at_any_point_of_the_cycle_loses_no_acknowledged_write(
         tmp_path: Path, durability: str) -> None:
     """RT-2, RT-11: a process opening, writing and closing one file (its index emptied at each
     close) SIGKILLed by pid, six times at varying points, leaves every acknowledged write there,
-    in order, and the next process opens the file whatever its index was left as."""
+    in order, and the next process opens the file whatever its index was left as: emptied (3
+    bytes), whole, part way through SQLite's own rebuild (it grows the index a 4 KB page at a
+    time) or gone (a close that checkpointed a log past ``WAL_KEEP_BYTES`` deletes it; the
+    writer's log passes that bound every 30 cycles or so)."""
     path = tmp_path / "a.sqlite"
     acked = -1
-    sizes = set()
+    sizes: set[int | None] = set()
     for round_ in range(6):
         proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(acked + 1),
                                  durability], stdout=subprocess.PIPE, text=True)
@@ -263,12 +266,12 @@ def test_sigkill_at_any_point_of_the_cycle_loses_no_acknowledged_write(
             if proc.stdout is not None:
                 proc.stdout.close()
         acked = max([acked, *(int(x) for x in rest.split())])  # whole lines are acknowledged
-        sizes.add(_index_size(path))
+        sizes.add(os.path.getsize(f"{path}-shm") if os.path.exists(f"{path}-shm") else None)
         values = _values(path)
         assert values[:acked + 1] == list(range(acked + 1))  # every acknowledged one, in order
         acked = len(values) - 1  # a write done but not yet acknowledged is there too
         assert values == list(range(acked + 1))
-    assert sizes <= {wal_index.INDEX_KEPT_BYTES, _FULL_INDEX}
+    assert sizes <= {None, wal_index.INDEX_KEPT_BYTES, *range(4096, _FULL_INDEX + 1, 4096)}
 
 
 class _Time:
