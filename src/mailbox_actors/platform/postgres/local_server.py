@@ -37,16 +37,17 @@ class LocalPostgres:
 
     ``listen`` and ``trust_nets``: more addresses to listen on than 127.0.0.1, and the networks
     (CIDR) whose clients are trusted like it (the fault test's bridge); ``settings``, more of the
-    server's settings (``-c name=value``). Every client is trusted
+    server's settings (``-c name=value``); ``parent``, the directory its temporary directory is
+    made in (the system's temporary directory by default). Every client is trusted
     without a password: a server for this machine's own tests and demos only."""
 
     def __init__(self, bindir: Path, port: int, *, listen: Sequence[str] = ("127.0.0.1",),
-                 trust_nets: Sequence[str] = (), settings: Mapping[str, str] | None = None
-                 ) -> None:
+                 trust_nets: Sequence[str] = (), settings: Mapping[str, str] | None = None,
+                 parent: Path | None = None) -> None:
         self.bindir = bindir
         self.settings = dict(settings or {})  # more ``-c name=value`` of the server
         self.listen = tuple(listen)
-        self.root = Path(tempfile.mkdtemp(prefix="ma-pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix="ma-pg-", dir=parent))
         self.data = self.root / "data"
         self.port = port  # a free one (the caller's way of finding one)
         self.proc: subprocess.Popen[bytes] | None = None
