@@ -10,6 +10,7 @@ server fixture: skipped, with the reason, only on a machine without the binaries
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,9 +42,17 @@ def _parent() -> Path | None:
     session's server holds a database for every test that asked for one, a gigabyte or more; on
     a disk mounted with ``discard`` (this project's machines) removing them at the session's end
     took 20-49 s, on tmpfs under a second. Nothing a test checks depends on the disk: the
-    server's fsync is off already (above)."""
+    server's fsync is off already (above). Only with room for several such servers (4 GiB free:
+    a container's /dev/shm is often 64 MiB), else the system's temporary directory. A run killed
+    with SIGKILL leaves its servers' files there as it would on the disk, in memory until removed
+    or the machine restarts (SIGTERM and Ctrl-C stop and remove them: sigterm_teardown)."""
     shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        return None
+    return shm if shutil.disk_usage(shm).free >= _SHM_FREE_AT_LEAST else None
+
+
+_SHM_FREE_AT_LEAST = 4 << 30
 
 
 class PgServer(LocalPostgres):
