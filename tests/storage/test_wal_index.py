@@ -29,6 +29,7 @@ from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.opening import connect_ahead, open_storage
 from mailbox_actors.platform.storage.readonly import read_only
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+from sleeping_cycle import CHILD_ENV, cycle
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="open file description locks")
 
@@ -42,16 +43,6 @@ def _emptying() -> Iterator[None]:
     wal_index.empty_indexes_at_close()
     yield
     wal_index.empty_indexes_at_close(False)
-
-
-def _cycle(path: Path, value: int, durability: str = Durability.NORMAL) -> None:
-    """What an alarm on a sleeping actor does to its file: open, one write, close."""
-    sql = open_storage(path, create=True, durability=durability, limits=Limits(),
-                       now_ms=lambda: 0)
-    assert sql is not None
-    sql.exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
-    sql.exec("INSERT INTO t (v) VALUES (?)", value)
-    RuntimeStorage(sql).close()
 
 
 def _index_size(path: Path) -> int:
@@ -69,7 +60,7 @@ def test_a_closed_file_keeps_its_log_and_an_emptied_index(tmp_path: Path) -> Non
     checkpoint) and its index is 3 bytes; the next open reads every write from the log."""
     path = tmp_path / "a.sqlite"
     for n in range(3):
-        _cycle(path, n)
+        cycle(path, n)
         assert os.path.getsize(f"{path}-wal") > 0
         assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
     assert _values(path) == [0, 1, 2]
@@ -118,17 +109,17 @@ def test_a_reader_in_another_process_keeps_its_index_and_reads_every_commit(
     actor's connection leaves the index whole, and the inspector reads each new commit; once it
     is gone, the next close empties the index."""
     path = tmp_path / "a.sqlite"
-    _cycle(path, 1)
+    cycle(path, 1)
     with _reader(path) as proc:
         assert _ask(proc) == (1, 1)  # it has mapped the index (and holds its DMS byte)
         for n in range(2, 12):
-            _cycle(path, n)
+            cycle(path, n)
             assert _index_size(path) == _FULL_INDEX  # theirs: not truncated under them
             assert _ask(proc) == (n, n * (n + 1) // 2)
         assert proc.stdin is not None
         proc.stdin.close()
         assert proc.wait(timeout=30) == 0
-    _cycle(path, 12)
+    cycle(path, 12)
     assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
     assert _values(path) == list(range(1, 13))
 
@@ -139,11 +130,11 @@ def test_a_reader_of_this_process_keeps_its_index_and_reads_every_commit(
     close neither truncates the index under it nor drops its locks (no descriptor of the file is
     opened and closed meanwhile), and it reads every commit; its own close empties the index."""
     path = tmp_path / "a.sqlite"
-    _cycle(path, 1)
+    cycle(path, 1)
     with read_only(path) as conn:
         assert conn is not None
         for n in range(2, 6):
-            _cycle(path, n)
+            cycle(path, n)
             assert _index_size(path) == _FULL_INDEX
             assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == n
             # The kernel still has its shared lock on the index's DMS byte, which tells every
@@ -188,7 +179,7 @@ def test_an_opener_meanwhile_retries_and_then_reads_the_file_whole(tmp_path: Pat
     commit."""
     path = tmp_path / "a.sqlite"
     for n in range(3):
-        _cycle(path, n)
+        cycle(path, n)
     fd = os.open(f"{path}-shm", os.O_RDWR)
     try:
         fcntl.fcntl(fd, fcntl.F_OFD_SETLK, wal_index._WRITE_DMS)
@@ -209,9 +200,9 @@ def test_a_file_with_another_name_keeps_its_index(tmp_path: Path) -> None:
     """SQLite keeps one index per inode, named after the first path it was opened by: a file
     with hard links (the benchmark's populations) is left as SQLite leaves it."""
     path = tmp_path / "a.sqlite"
-    _cycle(path, 1)
+    cycle(path, 1)
     os.link(path, tmp_path / "b.sqlite")
-    _cycle(path, 2)
+    cycle(path, 2)
     assert _index_size(path) == _FULL_INDEX
 
 
@@ -297,7 +288,7 @@ def test_no_connection_of_this_process_to_the_file_is_made_while_its_index_is_em
     waits until its index is emptied, so no thread connects between the check and the truncate;
     a connection to another file does not wait."""
     path = tmp_path / "a.sqlite"
-    _cycle(path, 1)
+    cycle(path, 1)
     name = wal_index.key(path)
     clock = _Time()
     monkeypatch.setattr(wal_index, "time", clock)
@@ -325,7 +316,7 @@ def test_no_connection_of_this_process_to_the_file_is_made_while_its_index_is_em
         return empty(emptied, setlk)
 
     monkeypatch.setattr(wal_index, "_empty", watched)
-    _cycle(path, 2)
+    cycle(path, 2)
     threads[0].join()
     assert waited == [True]
     assert registered.is_set() and wal_index._open_here.get(name) == 1
@@ -354,7 +345,7 @@ def test_an_index_mapped_past_its_writeback_is_left_for_the_next_open(
     clock.now = wal_index.FRESH_S
     RuntimeStorage(sql).close()
     assert _index_size(path) == _FULL_INDEX
-    _cycle(path, 1)  # a short one again: emptied
+    cycle(path, 1)  # a short one again: emptied
     assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
     assert _values(path) == [0, 1]
 
@@ -366,7 +357,7 @@ def test_without_open_file_description_locks_the_index_stays_as_sqlite_leaves_it
     monkeypatch.setattr(wal_index, "_OFD_SETLK", None)
     path = tmp_path / "a.sqlite"
     for n in range(3):
-        _cycle(path, n)
+        cycle(path, n)
         assert _index_size(path) == _FULL_INDEX
     assert _values(path) == [0, 1, 2]
     assert wal_index.key(path) not in wal_index._open_here
@@ -391,12 +382,12 @@ def test_an_open_beside_a_reader_of_this_process_keeps_its_lock_on_the_database(
     descriptor of the database (the header check, ``examine``): that would drop the reader's
     shared lock on it, which tells other processes the file is in use (review s18 O1)."""
     path = tmp_path / "a.sqlite"
-    _cycle(path, 1)
+    cycle(path, 1)
     with read_only(path) as conn:
         assert conn is not None
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1
         assert _db_lock_of_this_process(path) == "READ"
-        _cycle(path, 2)
+        cycle(path, 2)
         assert _db_lock_of_this_process(path) == "READ"
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 2
     assert _values(path) == [1, 2]
@@ -410,12 +401,12 @@ def test_an_open_beside_an_uncounted_connection_of_this_process_keeps_its_lock(
     alarm's open, write and close of the file, so no other process's close can take the log from
     under it."""
     path = tmp_path / "a.sqlite"
-    _cycle(path, 1)
+    cycle(path, 1)
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1
         assert _db_lock_of_this_process(path) == "READ"
-        _cycle(path, 2)
+        cycle(path, 2)
         assert _db_lock_of_this_process(path) == "READ"
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 2
     finally:
@@ -427,7 +418,7 @@ def test_a_connection_made_ahead_and_not_used_closes_keeping_its_log(tmp_path: P
     actor activated meanwhile, a node stopping) closes as an evicted actor's does: the log kept
     for the next open, no checkpoint, its count given back and its index emptied."""
     path = tmp_path / "a.sqlite"
-    _cycle(path, 1)
+    cycle(path, 1)
     opened = connect_ahead(path, Durability.NORMAL, Limits(), ())
     assert opened is not None
     opened.close(path)
@@ -440,26 +431,16 @@ def test_a_connection_made_ahead_and_not_used_closes_keeping_its_log(tmp_path: P
 _UNCOUNTED = textwrap.dedent("""
     import sqlite3, sys
     from pathlib import Path
-    from mailbox_actors.platform.storage.limits import Durability, Limits
-    from mailbox_actors.platform.storage.opening import open_storage
-    from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
     from mailbox_actors.platform.storage.wal_index import empty_indexes_at_close
+    from sleeping_cycle import cycle
 
     empty_indexes_at_close()  # as serve: its guard for a connection it does not count
     path = Path(sys.argv[1])
-
-    def cycle(value):
-        sql = open_storage(path, create=True, durability=Durability.NORMAL, limits=Limits(),
-                           now_ms=lambda: 0)
-        sql.exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
-        sql.exec("INSERT INTO t (v) VALUES (?)", value)
-        RuntimeStorage(sql).close()
-
-    cycle(1)
+    cycle(path, 1)
     own = sqlite3.connect(path)  # not through storage: not counted
     assert own.execute("SELECT count(*) FROM t").fetchone()[0] == 1
     for n in range(2, 6):
-        cycle(n)
+        cycle(path, n)
         # A truncated index under this mapping would end the process with SIGBUS here.
         assert own.execute("SELECT count(*) FROM t").fetchone()[0] == n
     print(path.with_name(path.name + "-shm").stat().st_size)
@@ -476,6 +457,6 @@ def test_an_uncounted_connection_of_this_process_keeps_its_index(tmp_path: Path)
     a SIGBUS fails this test rather than ending the suite."""
     path = tmp_path / "a.sqlite"
     done = subprocess.run([sys.executable, "-c", _UNCOUNTED, str(path)], capture_output=True,
-                          text=True, timeout=60, check=False)
+                          text=True, timeout=60, check=False, env=CHILD_ENV)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert int(done.stdout) == _FULL_INDEX  # left as SQLite leaves it, never emptied under it

@@ -25,6 +25,7 @@ from mailbox_actors.rpc import Client
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.quota import QuotaInit, QuotaUsage
 from serve_proc import serving
+from sleeping_cycle import CHILD_ENV
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="open file description locks")
 
@@ -84,25 +85,15 @@ _EMBEDDING = textwrap.dedent("""
     import sqlite3, subprocess, sys
     from pathlib import Path
     from mailbox_actors.platform.storage import wal_index
-    from mailbox_actors.platform.storage.limits import Durability, Limits
-    from mailbox_actors.platform.storage.opening import open_storage
-    from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
+    from sleeping_cycle import cycle
 
     path = Path(sys.argv[1])
-
-    def cycle(value):
-        sql = open_storage(path, create=True, durability=Durability.NORMAL, limits=Limits(),
-                           now_ms=lambda: 0)
-        sql.exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
-        sql.exec("INSERT INTO t (v) VALUES (?)", value)
-        RuntimeStorage(sql).close()
-
     assert not wal_index.emptying_on()
-    cycle(1)
+    cycle(path, 1)
     own = sqlite3.connect(path)  # not through storage: not counted
     assert own.execute("SELECT count(*) FROM t").fetchone()[0] == 1
     for n in range(2, 6):
-        cycle(n)
+        cycle(path, n)
         assert own.execute("SELECT count(*) FROM t").fetchone()[0] == n
     # Another process: SQLite's first opener of an index (one that can write-lock its DMS byte,
     # which every connection that has it mapped holds shared) truncates and rebuilds it.
@@ -138,7 +129,7 @@ def test_an_embedding_programs_own_connection_keeps_its_index_and_its_lock(
     read. Run in a process of its own, so a SIGBUS fails this test rather than the suite."""
     path = tmp_path / "a.sqlite"
     done = subprocess.run([sys.executable, "-c", _EMBEDDING, str(path), _OTHER],
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=60, check=False, env=CHILD_ENV)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     other, size = done.stdout.split("\n")[:2]
     assert other == "not first"
