@@ -427,7 +427,9 @@ def test_a_node_restarted_since_the_start_is_stopped_too(tmp_path: Path) -> None
             doc["nodes"][0]["pid"] = restarted.pid  # as if node-0 had been restarted
             listing.write_text(json.dumps(doc))
         finally:
-            problems = await stop_spawned(sp)
+            # The sleeper never stops by itself: it is found outliving the grace, whatever its
+            # length (20 s by default; 2 s here, not to wait 20 s for nothing).
+            problems = await stop_spawned(sp, grace_s=2.0)
         return problems
 
     try:
