@@ -125,18 +125,20 @@ def _held() -> int | None:
 @pytest.mark.anyio
 async def test_idle_and_burst_windows_alternate_after_the_measured_burst(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 28's figure compares idle and burst windows of as many requests each, interleaved,
-    on a node of their own after the burst alarms_fired_per_s measures (which ran whole, every
-    alarm fired, as before):
+    """Issue 28's figure compares idle and burst windows, interleaved, an idle window holding
+    twice a burst window's requests (the idle p99 is the noisier half and its requests cost no
+    alarms), on a node of their own after the burst alarms_fired_per_s measures (which ran
+    whole, every alarm fired, as before):
     no alarm commits, and none more reaches the gate (an open, a run), while an idle window is
     counted (the burst is held at the bench actor's gate, before its write; the stream's actor
     has no alarm due), alarms commit in the burst windows, each side
-    holds rounds x window requests, and no alarm is left held once the phase is over."""
+    holds its rounds' requests, each round's two p99s are kept for the note, and no alarm is
+    left held once the phase is over."""
     made: list[_Watched] = []
     monkeypatch.setattr(ticker_figures, "Window", lambda size: _Watched(size, made))
     progress = Progress(enabled=False)
     data, first = await ticker_figures.make_population(tmp_path, TINY, progress)
-    stream = ticker_figures._Stream([], [], [], [], [])
+    stream = ticker_figures._Stream([], [], [], [], [], [])
     with anyio.fail_after(GUARD_S):
         per_s, fired, done, activations = await ticker_figures._throughput(
             data, first, TINY, progress, stream)
@@ -144,9 +146,11 @@ async def test_idle_and_burst_windows_alternate_after_the_measured_burst(
         assert stream.before and not made  # no window in the measured burst's phase
         await ticker_figures._windows(data, first, TINY, progress, stream)
     size, rounds = TINY.stream_window, TINY.stream_rounds
-    assert len(stream.idle) == len(stream.burst) == rounds * size
+    assert len(stream.idle) == 2 * rounds * size and len(stream.burst) == rounds * size
     assert len(made) == 2 * rounds
     idle, burst = made[0::2], made[1::2]
+    assert all(w.size == 2 * size for w in idle) and all(w.size == size for w in burst)
+    assert len(stream.rounds) == rounds and all(i > 0 and b > 0 for i, b in stream.rounds)
     assert all(w.commit_when_full == w.commit_before for w in idle)
     assert all(w.held_before is not None and w.held_when_full == w.held_before for w in idle), \
         [(w.held_before, w.held_when_full, w.commit_before, w.commit_when_full) for w in made]
@@ -160,20 +164,23 @@ async def test_the_limit_is_the_lower_of_the_idle_windows_and_the_idle_phase(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 28's limit is never one the burst raised: the lower of the idle windows' p99 and
     the p99 of the idle phase before the measured burst (a node of its own, nothing held), each
-    printed in the note, with what the windows flagged (a burst run dry)."""
+    printed in the note, with what the windows flagged (a burst run dry) and how far the
+    rounds' own ratios spread."""
 
     async def windows(data: Path, first: int, sizes: object, progress: object,
                       stream: ticker_figures._Stream) -> None:
         stream.idle.extend([0.2] * 100)
         stream.burst.extend([0.5] * 100)
         stream.flags.append("the burst ran out of alarms in burst window 2")
+        stream.rounds.extend([(0.25, 0.5), (0.2, 0.5)])
 
     monkeypatch.setattr(ticker_figures, "_windows", windows)
     monkeypatch.setenv(LOOP_ENV, "asyncio")
     for before, limit in ((0.1, 0.1), (0.3, 0.2)):
-        stream = ticker_figures._Stream([before] * 100, [1.0] * 100, [], [], [])
+        stream = ticker_figures._Stream([before] * 100, [1.0] * 100, [], [], [], [])
         burst, idle = await ticker_figures._stream_figures(
             tmp_path, 0, TINY, Progress(enabled=False), "tiny", stream)
         assert burst.limit == idle.value == limit and burst.value == 0.5
         assert f"({before:.2f} ms)" in (burst.note or "") and "p99 0.20 ms" in (burst.note or "")
         assert "ran out of alarms in burst window 2" in (burst.note or "")
+        assert "2.00-2.50x, median 2.25x" in (burst.note or "")

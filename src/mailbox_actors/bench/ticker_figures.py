@@ -211,14 +211,16 @@ async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
 class _Stream(NamedTuple):
     """The request stream's milliseconds: ``before`` the burst alarms_fired_per_s measures
     (``sizes.stream_idle_s``, nothing due) and during it (``continuous``); ``idle`` and ``burst``,
-    the interleaved windows on a node of their own (``_windows``), the figure's; ``flags``,
-    what the note must say about the windows (a settle cut short, a burst run dry)."""
+    the interleaved windows on a node of their own (``_windows``), the figure's, and each
+    round's p99s (``rounds``: idle window's, burst window's); ``flags``, what the note must say
+    about the windows (a settle cut short, a burst run dry)."""
 
     before: list[float]
     continuous: list[float]
     idle: list[float]
     burst: list[float]
     flags: list[str]
+    rounds: list[tuple[float, float]]
 
 
 async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
@@ -296,12 +298,19 @@ _SETTLE_S = 5.0
 # (closes behind in file threads, the kernel writing its pages back) has that long to fade.
 _QUIET_S = 0.5
 _WINDOW_GUARD_S = 300.0  # a window's requests answered within this, or the phase failed
+# An idle window holds this many times a burst window's requests. The burst windows' requests
+# are bounded by the alarms there are to fire (a quick run's 20,000 last about 10 s of burst),
+# an idle window's by nothing but time; and the idle p99 is the figure's noisier half: it is
+# set by the rare slow request of a machine that has nothing to do (0.205 and 0.327 ms in the
+# quiet runs that ended sessions 19 and 18), so it gets the more requests.
+_IDLE_SHARE = 2
 
 
 async def _interleaved(node: Node, clock: ShiftedClock, first: int, phases: list[list[float]],
                        stream: _Stream, sizes: Sizes, progress: Progress) -> None:
-    """``sizes.stream_rounds`` rounds of an idle window and a burst window, each of
-    ``sizes.stream_window`` requests (into ``stream.idle`` and ``stream.burst``): every alarm
+    """``sizes.stream_rounds`` rounds of an idle window of ``_IDLE_SHARE`` times
+    ``sizes.stream_window`` requests and a burst window of ``sizes.stream_window`` (into
+    ``stream.idle`` and ``stream.burst``, each round's p99s into ``stream.rounds``): every alarm
     due at once (past those the earlier phases re-armed), the burst held between windows by
     the bench actor's gate (``BenchTicker.held``: a handler waits there before its write) and let go for
     each burst window. Idle and burst windows alternate, a second or so each, so both see the
@@ -334,7 +343,7 @@ async def _interleaved(node: Node, clock: ShiftedClock, first: int, phases: list
                                     f"{_SETTLE_S:g} s, fewer than under way")
                 progress.say(f"alarms: request stream: {stream.flags[-1]}")
             await anyio.sleep(_QUIET_S)
-            idle = Window(size)
+            idle = Window(_IDLE_SHARE * size)
             phases.append(idle)
             with anyio.fail_after(_WINDOW_GUARD_S):
                 await idle.full.wait()
@@ -349,8 +358,9 @@ async def _interleaved(node: Node, clock: ShiftedClock, first: int, phases: list
             held = []
             BenchTicker.held = held
             phases.append([])
-            stream.idle.extend(idle[:size])
+            stream.idle.extend(idle[:idle.size])
             stream.burst.extend(burst[:size])
+            stream.rounds.append((percentile(idle[:idle.size], 99), percentile(burst[:size], 99)))
             progress.tick("  interleaved windows: {}/{} rounds", r + 1, sizes.stream_rounds)
     finally:
         BenchTicker.held = None
@@ -561,6 +571,9 @@ async def _stream_figures(data: Path, first: int, sizes: Sizes, progress: Progre
     which = ("the idle windows'" if limit == windows else
              f"the {sizes.stream_idle_s:g} s idle phase's, lower than the idle windows'")
     flags = "".join(f"; {flag}" for flag in stream.flags)
+    ratios = sorted(b / i for i, b in stream.rounds if i > 0)
+    spread = (f"; round by round, burst window p99 / idle window p99 {ratios[0]:.2f}-"
+              f"{ratios[-1]:.2f}x, median {median(ratios):.2f}x" if ratios else "")
     return [
         figure("request_p99_during_alarm_burst_ms", percentile(stream.burst, 99), "ms",
                goal=Goal("ratio_at_most", 3), limit=limit,
@@ -571,15 +584,16 @@ async def _stream_figures(data: Path, first: int, sizes: Sizes, progress: Progre
                     f"{sizes.stream_window:,} requests ({len(stream.burst):,}, p50 "
                     f"{percentile(stream.burst, 50):.2f} ms, max "
                     f"{max(stream.burst, default=math.nan):.1f} ms), each after an idle window "
-                    f"of as many on the same node, the burst held at the bench actor's gate "
-                    f"and {_QUIET_S:g} s let pass ({len(stream.idle):,} requests, p99 "
+                    f"of {_IDLE_SHARE} times as many on the same node, the burst held at the "
+                    f"bench actor's gate and {_QUIET_S:g} s let pass ({len(stream.idle):,} "
+                    f"requests, p99 "
                     f"{windows:.2f} ms, p50 {percentile(stream.idle, 50):.2f} ms, max "
                     f"{max(stream.idle, default=math.nan):.1f} ms); the limit is the lower of "
                     f"that p99 and the p99 of {len(stream.before):,} requests in the "
                     f"{sizes.stream_idle_s:g} s before the burst alarms_fired_per_s measures, "
                     f"on a node of its own, nothing due ({before:.2f} ms): {which}; during "
                     f"that burst the p99 was {percentile(stream.continuous, 99):.2f} ms "
-                    f"({len(stream.continuous):,} requests){flags}"),
+                    f"({len(stream.continuous):,} requests){spread}{flags}"),
         figure("request_p99_idle_ms", limit, "ms",
                note="the request stream's p99 with no alarm due (the limit above): the lower "
                     "of the idle windows' between the burst windows and the idle phase's "
@@ -596,7 +610,8 @@ async def tickers(work: Path, sizes: Sizes, progress: Progress, want: frozenset[
     scale = (f"{n:,} actors holding alarms" + ("" if n >= 100_000 else
              f" ({sizes.name} run; the full run uses 100,000)"))
     capacity: list[float] = []  # alarms_fired_per_s, for the phase within it
-    stream = _Stream([], [], [], [], [])  # the request stream's: the throughput phase, then after
+    # The request stream's: the throughput phase, then after.
+    stream = _Stream([], [], [], [], [], [])
 
     async def throughput() -> list[Figure]:
         found = await _throughput_figures(data, first, sizes, progress, scale, stream)
