@@ -1,8 +1,8 @@
-"""An evicted actor opened on the loop for its alarm is opened in two steps with the scheduler's
-turn between them (requests first, ADR 0023, issue 28): the file connected and its version read
-(where SQLite rebuilds the ``-shm`` index from the log), then the rest of the open; a request
-that comes between the steps runs before the rest, and whatever happened meanwhile (the actor
-opened by that request, the node stopping) leaves no connection behind.
+"""An evicted actor opened on the loop for its alarm is opened in three steps with the
+scheduler's turn between them (requests first, ADR 0023, issue 28): the file connected, its
+version read (where SQLite rebuilds the ``-shm`` index from the log), then the rest of the open; a
+request that comes between the steps runs before the rest, and whatever happened meanwhile (the
+actor opened by that request, the node stopping) leaves no connection behind.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import actors_for_tests as afs
 from actors_for_tests import Get, scratch
 from mailbox_actors.alarms.outcome import AlarmOutcome
-from mailbox_actors.platform.storage import wal_index
+from mailbox_actors.platform.storage import opening, wal_index
 from mailbox_actors.testing import TestRuntime
 
 
@@ -54,23 +54,39 @@ def _turns(then: Callable[[int], Awaitable[None]] | None = None,
 
 @pytest.mark.anyio
 async def test_an_open_on_the_loop_awaits_a_turn_between_its_steps(tmp_path: Path) -> None:
-    """RT-9, issue 28: with no file threads, an evicted actor's alarm awaits the turn twice: between
-    the open's two steps and between the open and the run; it opens the file once and fires."""
+    """RT-9, issue 28: with no file threads, an evicted actor's alarm awaits the turn three
+    times: after the file is connected, before its first read (SQLite's rebuild of the ``-shm``
+    index from the log, the longest piece of the open: session 20); after that read, before the
+    rest of the open; and between the open and the run. It opens the file once and fires."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=0) as rt:
         host = rt.node.host
         oid = await _evicted(rt, "steps")
         activations = host.activations
-        calls, turn = _turns()
-        result = await host.fire_alarm(("scratch", oid), 0, force=True, turn=turn)
+        steps: list[str] = []
+        recovered = opening.Connecting.recovered
+
+        def recovering(self: opening.Connecting, path: str | Path) -> opening.Connected:
+            steps.append("recovered")
+            return recovered(self, path)
+
+        async def turned(n: int) -> None:
+            steps.append(f"turn {n}")
+
+        calls, turn = _turns(turned)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(opening.Connecting, "recovered", recovering)
+            result = await host.fire_alarm(("scratch", oid), 0, force=True, turn=turn)
         assert result.outcome is AlarmOutcome.DONE
-        assert calls == [1, 2]
+        assert calls == [1, 2, 3]
+        assert steps == ["turn 1", "recovered", "turn 2", "turn 3"]
         assert host.activations - activations == 1
         assert [s.object_id for s in afs.ALARM_LOG] == [oid]
 
 
+@pytest.mark.parametrize("between", [1, 2])  # connected | recovered | the rest
 @pytest.mark.anyio
 async def test_a_request_between_the_steps_opens_the_actor_and_the_alarm_uses_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, between: int) -> None:
     """RT-9: a request that reaches the actor between the open's steps opens it itself; the
     alarm then runs on that activation and the actor stays open (a request used it); the
     connection of the first step is closed: once the actor is evicted no descriptor is left on
@@ -85,7 +101,7 @@ async def test_a_request_between_the_steps_opens_the_actor_and_the_alarm_uses_it
         activations = host.activations
 
         async def request(n: int) -> None:
-            if n == 1:
+            if n == between:
                 assert await scratch(rt, oid, Get(k="none")) is None
                 assert _open_descriptors(path) == 2  # the request's and the first step's
 
@@ -100,8 +116,10 @@ async def test_a_request_between_the_steps_opens_the_actor_and_the_alarm_uses_it
         assert wal_index.key(path) not in wal_index._open_here  # every count given back
 
 
+@pytest.mark.parametrize("between", [1, 2])
 @pytest.mark.anyio
-async def test_a_node_stopping_between_the_steps_ends_the_wake_busy(tmp_path: Path) -> None:
+async def test_a_node_stopping_between_the_steps_ends_the_wake_busy(tmp_path: Path,
+                                                                    between: int) -> None:
     """RT-11: the node stopping while the alarm waits for its turn between the open's steps ends
     the wake BUSY (the alarm stays stored, fired by the next start) and closes the connection."""
     async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=0) as rt:
@@ -110,7 +128,7 @@ async def test_a_node_stopping_between_the_steps_ends_the_wake_busy(tmp_path: Pa
         path = host.path_for("scratch", oid)
 
         async def stopping(n: int) -> None:
-            if n == 1:
+            if n == between:
                 host.stopping = True
 
         try:

@@ -32,7 +32,7 @@ from mailbox_actors.platform.sqlite_files import is_disk_full
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteFailed
 from mailbox_actors.platform.storage.fence import StaleEpoch
 from mailbox_actors.platform.storage.hooks import AlarmSink
-from mailbox_actors.platform.storage.opening import Connected, OpenedAhead, connect_recovered
+from mailbox_actors.platform.storage.opening import Connected, Connecting, OpenedAhead, connect_file
 from mailbox_actors.runtime import alarm_runs
 from mailbox_actors.runtime.activation import META_KEYS, Activation, Key, Opener
 from mailbox_actors.runtime.actor import Actor, Call
@@ -544,53 +544,63 @@ class ActorHost:
                             ) -> Activation | AlarmResult:
         """Activate an evicted actor for its alarm on the loop, or the outcome that ends the wake:
         GONE (no such actor), UNAVAILABLE (its file cannot be opened now), BUSY (the node stops
-        meanwhile). Two steps about as long, with ``turn`` awaited between (requests first, ADR
-        0023): the file connected and its version read, where SQLite rebuilds its ``-shm`` index
-        from the log (``opening.connect_recovered``); then the rest of the open and the
-        activation. In one step, a request that came during the open waited for all of it (the
-        longest piece of the loop's work in a burst on evicted actors, measured). A first step
-        that finds anything unusual (no file, damage, a refusal) leaves the file to the whole
-        open in one step, which reports it as always."""
+        meanwhile). Three steps, with ``turn`` awaited between them (requests first, ADR 0023):
+        the file looked at and connected (``opening.connect_file``); its version read, where
+        SQLite rebuilds its ``-shm`` index from the log (``Connecting.recovered``); then the
+        rest of the open and the activation. In one step, a request that came during the open
+        waited for all of it (the longest piece of the loop's work in a burst on evicted actors,
+        measured); in two (connected and recovered at once, then the rest), the first was still
+        the longest (session 20). A step that finds anything unusual (no file, damage, a
+        refusal) leaves the file to the whole open in one step, which reports it as always."""
         files = self._files
         # Does the disk make an open on the loop wait? Its steps timed while the threads are
-        # idle, when ``ahead_pays`` asked for it (the wait for the turn between them is not the
-        # open's): ``wall`` and, of it, ``busy`` on a CPU or queued for one.
+        # idle, when ``ahead_pays`` asked for it (the waits for the turns between them are not
+        # the open's): ``wall`` and, of it, ``busy`` on a CPU or queued for one.
         sample = files.enabled and files.timing and files.idle
         wall = busy = 0.0
         if sample:
             began, was = time.perf_counter(), files.busy_s()
-        connected = None
+        step: Connecting | Connected | None = None
         if turn is not None:
             try:
                 file = self.paths.file_for(*key, own=True)
-                connected = connect_recovered(file, self.settings.durability)
+                step = connect_file(file, self.settings.durability)
             except MailboxActorsError:
                 pass
-        if connected is not None:
+        connected: Connected | None = None
+        while step is not None:
             if sample:
-                wall, busy = time.perf_counter() - began, files.busy_s() - was
+                wall += time.perf_counter() - began
+                busy += files.busy_s() - was
             assert turn is not None
             self._opening[key] = True
             try:
                 await turn()
             except BaseException:
-                connected.close(file)  # cancelled (a node stop): nobody takes it any more
+                step.close(file)  # cancelled (a node stop): nobody takes it any more
                 raise
             finally:
                 fresh = self._opening.pop(key, False)
-            if self.stopping or not fresh:
-                # Opened or closed on the loop meanwhile (a request, an eviction, a
-                # delete_all): the file under this connection may be one since removed.
-                connected.close(file)
-                connected = None
-                if self.stopping:
-                    return AlarmResult(AlarmOutcome.BUSY, None)
             sample = sample and files.idle
             if sample:
                 began, was = time.perf_counter(), files.busy_s()
+            if self.stopping or not fresh:
+                # Opened or closed on the loop meanwhile (a request, an eviction, a
+                # delete_all): the file under this connection may be one since removed.
+                step.close(file)
+                if self.stopping:
+                    return AlarmResult(AlarmOutcome.BUSY, None)
+                break
+            if isinstance(step, Connected):
+                connected = step
+                break
+            try:
+                step = step.recovered(file)
+            except MailboxActorsError:
+                break  # closed: the whole open in one step reports it
         try:
-            # The rest of the open; or, after a first step that found anything unusual, the
-            # whole open in one step.
+            # The rest of the open; or, after a step that found anything unusual, the whole
+            # open in one step.
             return self._activated(cls, key, None, None, shed=False, connected=connected)
         finally:
             if sample:

@@ -33,8 +33,8 @@ from mailbox_actors.platform.storage.transactions import PAST_CAP_KEY
 from mailbox_actors.platform.storage.wal_index import closed, key, opening
 
 __all__ = ["CACHED_STATEMENTS", "LAYOUT_QUERY", "OUTBOX_TABLE", "RUNTIME_TABLES", "Connected",
-           "OpenedAhead", "SchemaLayout", "StorageUnavailable", "connect_ahead",
-           "connect_recovered", "fresh_layout",
+           "Connecting", "OpenedAhead", "SchemaLayout", "StorageUnavailable", "connect_ahead",
+           "connect_file", "connect_recovered", "fresh_layout",
            "open_actor_storage", "open_storage", "schema_layout", "schema_text"]
 
 # Prepared statements kept per connection (LRU): each costs a few KB of SQLite heap, so a large
@@ -222,7 +222,8 @@ def _close(conn: sqlite3.Connection, counted: str) -> None:
 
 class Connected(NamedTuple):
     """An existing actor file's connection made on the event loop by ``connect_recovered``, with
-    its runtime schema version read: the first of an open's two steps."""
+    its runtime schema version read: the open's steps before the rest (``open_actor_storage``
+    with ``connected``)."""
 
     conn: sqlite3.Connection
     version: int
@@ -234,26 +235,51 @@ class Connected(NamedTuple):
         close_connection(self.conn, path, keep_wal=True)
 
 
-def connect_recovered(path: str | Path, durability: str) -> Connected | None:
+class Connecting(NamedTuple):
+    """An existing actor file looked at and connected on the event loop by ``connect_file``,
+    nothing read yet: the open's first step. ``recovered`` is the second."""
+
+    conn: sqlite3.Connection
+
+    def recovered(self, path: str | Path) -> Connected:
+        """The file's runtime schema version read: its first read, where SQLite rebuilds the
+        ``-shm`` index from the write-ahead log. Raises as ``open_actor_storage`` does and
+        closes the connection if it does."""
+        conn = self.conn
+        try:
+            return Connected(conn, conn.execute("PRAGMA user_version").fetchone()[0])
+        except BaseException as e:
+            _close(conn, key(path))
+            if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
+                raise StorageUnavailable(type(e).__name__) from e
+            if isinstance(e, sqlite3.DatabaseError):
+                raise StorageCorrupt(type(e).__name__) from e
+            raise
+
+    def close(self, path: str | Path) -> None:
+        """Close the connection unused, as ``Connected.close`` does."""
+        close_connection(self.conn, path, keep_wal=True)
+
+
+def connect_file(path: str | Path, durability: str) -> Connecting | None:
     """The first step of an existing actor file's open on the event loop: the file looked at and
-    connected, and its runtime schema version read. That read is the file's first, where SQLite
-    rebuilds the ``-shm`` index from the write-ahead log (most of an evicted actor's open), so the
-    rest (``open_actor_storage`` with ``connected``: the first read of the meta and alarm, the
-    settings, the storage) is a step about as long: a caller on the loop lets other work run
-    between the two (the host: requests first, ADR 0023). None: no such file. Raises as
-    ``open_actor_storage`` does; closes the connection if it does."""
+    connected, nothing read (about a third of the open's steps before the rest; the version
+    read after it, ``Connecting.recovered``, rebuilds the ``-shm`` index from the log and is
+    the longest). None: no such file. Raises as ``open_actor_storage`` does."""
     conn, _made = _connect(path, False, durability)  # raises StorageUnavailable itself
-    if conn is None:
-        return None
-    try:
-        return Connected(conn, conn.execute("PRAGMA user_version").fetchone()[0])
-    except BaseException as e:
-        _close(conn, key(path))
-        if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
-            raise StorageUnavailable(type(e).__name__) from e
-        if isinstance(e, sqlite3.DatabaseError):
-            raise StorageCorrupt(type(e).__name__) from e
-        raise
+    return None if conn is None else Connecting(conn)
+
+
+def connect_recovered(path: str | Path, durability: str) -> Connected | None:
+    """``connect_file`` and ``Connecting.recovered`` at once: the file looked at and connected,
+    and its runtime schema version read. That read is the file's first, where SQLite rebuilds
+    the ``-shm`` index from the write-ahead log (most of an evicted actor's open), so the rest
+    (``open_actor_storage`` with ``connected``: the first read of the meta and alarm, the
+    settings, the storage) is a step about as long: a caller on the loop lets other work run
+    between them (the host: requests first, ADR 0023). None: no such file. Raises as
+    ``open_actor_storage`` does; closes the connection if it does."""
+    connecting = connect_file(path, durability)
+    return None if connecting is None else connecting.recovered(path)
 
 
 def _meta_query(keys: Sequence[str]) -> str:
