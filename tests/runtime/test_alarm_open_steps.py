@@ -141,3 +141,27 @@ async def test_a_node_stopping_between_the_steps_ends_the_wake_busy(tmp_path: Pa
         assert _open_descriptors(path) == 0
         assert wal_index.key(path) not in wal_index._open_here
         assert afs.ALARM_LOG == []
+
+
+@pytest.mark.anyio
+async def test_an_alarm_opened_on_the_loop_makes_its_file_path_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RT-9, issue 28: the open's second step is made on the path text its first step made (the
+    id's form checked and the path formatted once an alarm, not once a step)."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, file_threads=0) as rt:
+        host = rt.node.host
+        oid = await _evicted(rt, "one-path")
+        made: list[str] = []
+        paths = type(host.paths)
+        real = paths.file_for
+
+        def file_for(self: object, namespace: str, object_id: str, own: bool = False) -> str:
+            made.append(object_id)
+            return real(self, namespace, object_id, own)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(paths, "file_for", file_for)
+        _calls, turn = _turns()
+        result = await host.fire_alarm(("scratch", oid), 0, force=True, turn=turn)
+        assert result.outcome is AlarmOutcome.DONE
+        assert made == [oid]
+        assert [s.object_id for s in afs.ALARM_LOG] == [oid]

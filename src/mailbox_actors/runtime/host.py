@@ -143,7 +143,7 @@ class ActorHost:
 
     def activate(self, cls: type[Actor[Any]], object_id: str, *, create: bool,
                  ahead: OpenedAhead | None = None,
-                 path: Path | None = None, alarm: bool = True,
+                 path: str | Path | None = None, alarm: bool = True,
                  shed: bool = True, own: bool = False,
                  connected: Connected | None = None) -> Activation | None:
         """Return the live activation, opening the file when needed (None: no such object);
@@ -153,17 +153,19 @@ class ActorHost:
         ``alarm``: read the stored alarm at open (False for a request, which rarely needs it);
         ``shed``: False, the caller sheds the open's caches if the actor stays open
         (``Opener.open``); ``own``: the id is an alarm's key, which the node recorded itself
-        (its form is checked, not its HMAC: ``ActorPaths.check_own``)."""
+        (its form is checked, not its HMAC: ``ActorPaths.check_own``); ``path``: the file, when
+        the caller made its path already (``paths.file_for``'s text, or ``path_for``'s)."""
         key = (cls.namespace, object_id)
         act = self._active.get(key)
         if act is not None:
             # Activated meanwhile (a request): the connection made ahead, or by an open's first
             # step, goes.
+            if path is None:
+                path = self.paths.file_for(cls.namespace, object_id, own)
             if ahead is not None:
-                ahead.close(path if path is not None else
-                            Path(self.paths.file_for(cls.namespace, object_id, own)))
+                ahead.close(Path(path))
             if connected is not None:
-                connected.close(self.paths.file_for(cls.namespace, object_id, own))
+                connected.close(path)
             return act
         if ahead is None and key in self._opening:
             self._opening[key] = False
@@ -561,6 +563,7 @@ class ActorHost:
         if sample:
             began, was = time.perf_counter(), files.busy_s()
         step: Connecting | Connected | None = None
+        file: str | None = None
         if turn is not None:
             try:
                 file = self.paths.file_for(*key, own=True)
@@ -572,7 +575,7 @@ class ActorHost:
             if sample:
                 wall += time.perf_counter() - began
                 busy += files.busy_s() - was
-            assert turn is not None
+            assert turn is not None and file is not None
             self._opening[key] = True
             try:
                 await turn()
@@ -600,8 +603,8 @@ class ActorHost:
                 break  # closed: the whole open in one step reports it
         try:
             # The rest of the open; or, after a step that found anything unusual, the whole
-            # open in one step.
-            return self._activated(cls, key, None, None, shed=False, connected=connected)
+            # open in one step (on the path made for the first: named once an alarm).
+            return self._activated(cls, key, None, file, shed=False, connected=connected)
         finally:
             if sample:
                 files.opened_on_loop(wall + time.perf_counter() - began,
@@ -641,7 +644,7 @@ class ActorHost:
 
 
     def _activated(self, cls: type[Actor[Any]], key: Key, ahead: OpenedAhead | None,
-                   path: Path | None, shed: bool = True,
+                   path: str | Path | None, shed: bool = True,
                    connected: Connected | None = None) -> Activation | AlarmResult:
         opened = key not in self._active  # else a request activated it while a thread opened
         try:
