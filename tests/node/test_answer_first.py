@@ -15,17 +15,33 @@ import pytest
 import actors_for_tests as afs
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.node import Node
+from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.classes import DeferredActor
 from mailbox_actors.runtime.settings import RuntimeSettings
 from mailbox_actors.wire.events import Event
 
 pytestmark = pytest.mark.anyio
 
 
+def _settings(tmp_path: Path) -> RuntimeSettings:
+    return RuntimeSettings(data_dir=str(tmp_path / "data"),
+                           control_db=str(tmp_path / "data" / "control.sqlite"),
+                           queues_db=str(tmp_path / "data" / "queues.sqlite"))
+
+
 def _node(tmp_path: Path) -> Node:
-    settings = RuntimeSettings(data_dir=str(tmp_path / "data"),
-                               control_db=str(tmp_path / "data" / "control.sqlite"),
-                               queues_db=str(tmp_path / "data" / "queues.sqlite"))
-    return Node(settings, objects=afs.ALL_OBJECTS, answer_first=True)
+    return Node(_settings(tmp_path), objects=afs.ALL_OBJECTS, answer_first=True)
+
+
+def _deferred(cls: type[Actor]) -> DeferredActor:
+    return DeferredActor(cls.namespace, lambda: cls)
+
+
+def _served_node(tmp_path: Path) -> Node:
+    """As ``serve`` makes it: every object deferred, so its actor side is made after the first
+    answer (tests/node/test_serve_imports.py checks what that leaves unimported)."""
+    return Node(_settings(tmp_path), objects=[_deferred(c) for c in afs.ALL_OBJECTS],
+                answer_first=True)
 
 
 async def test_the_node_answers_before_its_control_database_is_made(tmp_path: Path) -> None:
@@ -87,3 +103,38 @@ async def test_the_alarm_index_is_read_once_the_node_answered(tmp_path: Path) ->
             await restarted.alarms_loaded.wait()
         assert restarted.alarm_book.pending_count == 1
         assert restarted.alarm_book.entries[("scratch", oid)].at == due
+
+
+async def test_a_served_node_fires_alarms_with_no_request_and_no_answer(tmp_path: Path) -> None:
+    """AL-4, issue 28 items 3-4: a node whose actor side waits for its first answer still makes
+    it when no answer comes (a moment after its start), so an alarm due fires though nobody
+    ever asked the node anything."""
+    async with Node(_settings(tmp_path), objects=afs.ALL_OBJECTS) as first:
+        oid = await afs.new_scratch(first, "ticking")
+        await afs.scratch(first, oid, afs.SetAlarm(at_ms=first.clock.now_ms() + 300))
+    fired = anyio.Event()
+
+    async def seen(_actor: afs.Scratch, _info: object) -> None:
+        fired.set()
+
+    afs.ALARM_HOOKS[oid] = seen
+    async with _served_node(tmp_path):
+        with anyio.fail_after(30):  # a bound on a hang, not a timing
+            await fired.wait()
+    assert [a.object_id for a in afs.ALARM_LOG] == [oid]
+
+
+async def test_a_served_node_serves_a_call_that_comes_before_any_answer(tmp_path: Path) -> None:
+    """Issue 28 item 3: the first call to a node whose actor side is put off makes it at once
+    (it does not wait for the put-off); health answers before it and after, and a node stopped
+    with no call made stops cleanly."""
+    node = _served_node(tmp_path)
+    async with node:
+        assert node.health()["status"] == "ok"
+        assert node.health()["actors_active"] == 0
+        oid = await afs.new_scratch(node, "early")
+        assert await afs.scratch(node, oid, afs.Put(k="a", v="1")) == {"k": "a"}
+        assert node.health()["actors_active"] == 1
+    async with _served_node(tmp_path) as idle:
+        assert idle.health()["alarms_pending"] == 0
+    assert not node.failed.is_set() and not idle.failed.is_set()

@@ -27,13 +27,29 @@ NOT_AT_START = ("mailbox_actors.objects.identity_mailbox", "mailbox_actors.objec
 # installed in the development environment (import-linter brings it), as in many users' own, and
 # structlog's __init__ imports its console renderer, which imports rich, pygments and colorama.
 NOT_AT_START_OFF_A_TERMINAL = ("structlog", "rich", "pygments", "colorama")
+# The actor side: the router, the host, the actor base and actor storage (the node makes them once
+# it answered, or at its first call).
+ACTOR_SIDE = ("mailbox_actors.rpc.router", "mailbox_actors.runtime.host",
+              "mailbox_actors.runtime.actor", "mailbox_actors.platform.storage.sql",
+              "mailbox_actors.platform.storage.opening", "mailbox_actors.alarms.scheduler")
 
-# Runs serve in this process; a thread reads its output, asks /healthz once it listens, then for
-# the modules loaded at that moment, makes one TenantQuota call, reads them again and stops it.
+# Runs serve in this process; a thread reads its output, asks /healthz once it listens (the node
+# notes the modules loaded as it gives that first answer: what it puts off begins right after),
+# makes one TenantQuota call, reads them again and stops it.
 _PROGRAM = """
 import gc, io, json, os, signal, sys, threading, urllib.request
 base = set(sys.modules)  # this program's own (urllib brings email): not serve's
 from mailbox_actors.cli import main
+from mailbox_actors.node.node import Node
+
+at_answer = []
+_answered = Node.answered
+
+def answered(self):
+    at_answer.append(sorted(set(sys.modules) - base))
+    _answered(self)
+
+Node.answered = answered
 
 listening = threading.Event()
 url = []
@@ -56,7 +72,7 @@ def after_start():
 def ask():
     listening.wait()
     urllib.request.urlopen(url[0] + "/healthz", timeout=60).read()
-    first = sorted(set(sys.modules) - base)
+    first = at_answer[0]
     collecting = gc.isenabled()
     token = open(os.path.join(sys.argv[1], "cluster.token")).read().strip()
     req = urllib.request.Request(url[0] + "/ids/tenant_quota/by-name/q",
@@ -83,8 +99,9 @@ def _loaded(modules: list[str], packages: tuple[str, ...]) -> list[str]:
 
 
 def test_serve_answers_before_importing_any_object(tmp_path: Path) -> None:
-    """PERF (issue 28): when ``serve`` first answers, none of NOT_AT_START is loaded; after one
-    TenantQuota call, TenantQuota's module is, and the other objects' code still is not."""
+    """PERF (issue 28): when ``serve`` first answers, none of NOT_AT_START nor of the actor side
+    is loaded; after one TenantQuota call, the actor side and TenantQuota's module are, and the
+    other objects' code still is not."""
     result = tmp_path / "modules.json"
     done = subprocess.run([sys.executable, "-c", _PROGRAM, str(tmp_path / "data"), str(result)],
                           capture_output=True, text=True, timeout=120)
@@ -92,6 +109,8 @@ def test_serve_answers_before_importing_any_object(tmp_path: Path) -> None:
     seen = json.loads(result.read_text())
     assert _loaded(seen["first"], NOT_AT_START) == []
     assert _loaded(seen["first"], NOT_AT_START_OFF_A_TERMINAL) == []
+    assert _loaded(seen["first"], ACTOR_SIDE) == []
+    assert _loaded(seen["after_call"], ACTOR_SIDE) == sorted(ACTOR_SIDE)
     assert seen["collecting"]  # the collector, off while it started, is on once it serves
     assert "mailbox_actors.objects.tenant_quota" in seen["after_call"]
     others = ("mailbox_actors.objects.identity_mailbox", "mailbox_actors.objects.domain_monitor",

@@ -6,7 +6,6 @@ removing one node moves only that node's objects.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 __all__ = ["Rendezvous", "owner_index"]
@@ -18,6 +17,8 @@ def owner_index(nodes: Sequence[str], namespace: str, object_id: str) -> int:
         raise ValueError("the node list is empty")
     if len(nodes) == 1:
         return 0
+    import hashlib  # here: a single node (serve alone) never loads OpenSSL's digests for it
+
     key = f"{namespace}/{object_id}".encode()
     best, best_score = 0, b""
     for i, node in enumerate(nodes):
@@ -39,6 +40,8 @@ class Rendezvous:
     def __init__(self, names: Sequence[str]) -> None:
         if not names:
             raise ValueError("the name list is empty")
+        import hashlib
+
         self.names = tuple(names)
         self._states = [hashlib.blake2b(key=n.encode()[:64], digest_size=8) for n in self.names]
         self._cache: dict[tuple[str, str], int] = {}

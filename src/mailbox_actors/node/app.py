@@ -8,11 +8,10 @@ carry a stack trace, message content or addresses.
 
 from __future__ import annotations
 
-import hmac
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
 import msgspec
@@ -24,6 +23,9 @@ from mailbox_actors.platform.logging import get_logger
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError, UnknownPath
 from mailbox_actors.wire.shared_replies import IdReply
 
+if TYPE_CHECKING:
+    from mailbox_actors.rpc.router import Router
+
 # /admin/{root}/... of operator inspection (node.inspection_http, imported at its first request)
 INSPECTION_ROOTS = frozenset({"actors", "inspect", "queues", "events"})
 
@@ -33,6 +35,20 @@ Plain = tuple[int, bytes, str]
 Response = Plain | tuple[int, bytes, str, Mapping[str, str]]
 _JSON = "application/json"
 _ENC = msgspec.json.Encoder()
+
+
+def _compare_first(a: bytes, b: bytes) -> bool:
+    """``hmac.compare_digest``, imported at the first token compared (``_compare`` is then that
+    function itself): ``hmac`` loads OpenSSL's digests, which the first answer (``/healthz``, no
+    token) does not need."""
+    global _compare
+    from hmac import compare_digest
+
+    _compare = compare_digest
+    return compare_digest(a, b)
+
+
+_compare: Callable[[bytes, bytes], bool] = _compare_first
 
 
 def error_response(code: ErrorCode, message: str, *,
@@ -63,7 +79,8 @@ class NodeApp:
         self._openapi = openapi
         self._log = get_logger("mailbox_actors.http")
         self._codes: dict[int, tuple[tuple[str, str], ...]] = {}  # status -> its label, made once
-        self._router = node.router
+        # The node's router, taken at the first call (serve makes it after its first answer).
+        self._router: Router | None = None
         self._ns_labels: dict[str, tuple[tuple[str, str], ...]] = {}  # namespace -> its label
         self._first = True  # until the first answer (the node may then open what it put off)
         m = node.metrics
@@ -83,9 +100,9 @@ class NodeApp:
         given = token.strip().encode()
         want, other = (self._operator, self._cluster) if operator else (self._cluster,
                                                                        self._operator)
-        if hmac.compare_digest(given, want):
+        if _compare(given, want):
             return None
-        if hmac.compare_digest(given, other):
+        if _compare(given, other):
             return error_response(
                 ErrorCode.PERMISSION_DENIED,
                 "this endpoint needs the " + ("operator" if operator else "cluster")
@@ -193,7 +210,7 @@ class NodeApp:
                    path: str) -> Response:
         # The cluster token as every client sends it is one constant-time comparison; anything
         # else takes _auth's whole reading (scheme case, spacing, the operator token's answer).
-        if self._cluster_header is None or not hmac.compare_digest(
+        if self._cluster_header is None or not _compare(
                 headers.get("authorization", "").encode(), self._cluster_header):
             denied = self._auth(headers, False)
             if denied is not None:
@@ -208,10 +225,13 @@ class NodeApp:
                     details={"owner": self.peers[owner]}).to_body()}), _JSON
             return await self._forward_to(owner, path, headers, body)
         started = time.perf_counter()
-        out = await self._router.call_bytes(namespace, object_id, body)
+        router = self._router
+        if router is None:
+            router = self._router = self.node.router
+        out = await router.call_bytes(namespace, object_id, body)
         labels = self._ns_labels.get(namespace)
         if labels is None:
-            labels = (("namespace", namespace if self._router.has_namespace(namespace)
+            labels = (("namespace", namespace if router.has_namespace(namespace)
                        else "?"),)
             if labels[0][1] != "?":  # only known names are kept: the table stays bounded
                 self._ns_labels[namespace] = labels

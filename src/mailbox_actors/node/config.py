@@ -222,9 +222,9 @@ def ensure_tokens(cfg: NodeConfig, data_dir: Path) -> Tokens:
     operator, operator_file = pick(cfg.operator_token, cfg.operator_token_file, "operator.token")
     if len(cluster) < 16 or len(operator) < 16:
         raise SettingsError("tokens must be at least 16 characters")
-    import hmac  # the node's app compares tokens with it too
-
-    if hmac.compare_digest(cluster, operator):
+    # A plain comparison: both are the node's own settings, no caller's guess (the app compares
+    # what callers send in constant time); hmac would load OpenSSL's digests before serving.
+    if cluster == operator:
         raise SettingsError("the cluster token and the operator token must differ")
     return Tokens(cluster, operator, cluster_file, operator_file)
 

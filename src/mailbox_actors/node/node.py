@@ -24,7 +24,6 @@ import msgspec
 
 from mailbox_actors.alarms.book import AlarmBook
 from mailbox_actors.alarms.index import AlarmIndex
-from mailbox_actors.alarms.scheduler import AlarmScheduler
 from mailbox_actors.node.alarm_index import (
     check_file,
     finish_scan,
@@ -47,11 +46,7 @@ from mailbox_actors.platform.process_metrics import register_process_metrics
 from mailbox_actors.platform.rng import Rng, SystemRng
 from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.storage.limits import Durability
-from mailbox_actors.rpc.router import Placement, Router
-from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.classes import DeferredActor
-from mailbox_actors.runtime.host import ActorHost
-from mailbox_actors.runtime.outbox import EventSink, RecordingEventSink
 from mailbox_actors.runtime.settings import (
     DEFAULT_ID_SECRET,
     DEFAULT_MAX_ACTIVE_ACTORS,
@@ -59,9 +54,14 @@ from mailbox_actors.runtime.settings import (
 )
 
 if TYPE_CHECKING:  # what a node without a control database or a transport never imports
+    from mailbox_actors.alarms.scheduler import AlarmScheduler
     from mailbox_actors.platform.control.database import ControlDb
     from mailbox_actors.platform.mail.transport import Transport
     from mailbox_actors.platform.queues import QueueService
+    from mailbox_actors.rpc.router import Placement, Router
+    from mailbox_actors.runtime.actor import Actor
+    from mailbox_actors.runtime.host import ActorHost
+    from mailbox_actors.runtime.outbox import EventSink
     from mailbox_actors.wire.carrier import InspectionPage
 
 __all__ = ["METRIC_PREFIX", "Node"]
@@ -91,9 +91,11 @@ class Node:
         ``answer_first`` (``serve``): what a start can put off waits for the node's first answer
         (``answered``, or half a second after ``start()`` returned): the alarm index's quick
         check and reading its rows (the index is served with meanwhile: a damaged one is then set
-        aside and rebuilt, alarms set meanwhile kept), and making and opening the control
+        aside and rebuilt, alarms set meanwhile kept), making and opening the control
         database and queues (SQLite files), which whatever needs them waits for
-        (``shared_state_opened``). ``alarm_index_check``: that check of the index's file, run on
+        (``shared_state_opened``), and, when every object is deferred, making the actor side
+        (``router``, ``host``, ``scheduler``: the actor and storage code), which the first call
+        makes at once if it comes before. ``alarm_index_check``: that check of the index's file, run on
         a worker thread (``alarm_index.check_file`` by default)."""
         self.log = get_logger("mailbox_actors.node")
         # OPS-4: never more open files than descriptors, nor more actors than memory holds.
@@ -141,7 +143,7 @@ class Node:
         # unreachable PostgreSQL must stop a start with its setting's error).
         self.control_db: ControlDb | None = None
         self.queues: QueueService | None = None
-        event_sink: EventSink = RecordingEventSink()
+        event_sink: EventSink | None = None  # None: the runtime's recording sink
         self._shared_control: Any = None
         self._answer_first = answer_first and isinstance(self.clock, SystemClock)
         self._index_check = alarm_index_check or check_file
@@ -165,20 +167,21 @@ class Node:
         self.alarm_book = AlarmBook(self.clock.now_ms)
         # The cluster (CL-2, RPC-9): for the HTTP app's requests and this node's actors' calls.
         self.forwarding = Forwarding(peers, now_ms=self.clock.now_ms, metrics=self.metrics, log=self.log)
-        self.router = Router(settings, ids=self.ids, clock=self.clock, rng=self.rng,
-                             metrics=self.metrics, alarm_sinks=self.alarm_book,
-                             event_sink=event_sink, events_days=self._events_days,
-                             services=_with_resolver(services, settings),
-                             placement=placement or self.forwarding)
-        self.host: ActorHost = self.router.host
-        for cls in self._objects:
-            self.router.register(cls)
-        self.scheduler = AlarmScheduler(self.alarm_book, self.host, clock=self.clock,
-                                        rng=self.rng, concurrency=settings.alarm_concurrency,
-                                        metrics=self.metrics)
+        # The actor side (the router, the host it delivers to, the scheduler that runs the host's
+        # alarms): made now, or, for answer_first with every object deferred (serve without
+        # objects of the user's), once the node answered or at its first use: it imports the
+        # actor and storage code, which the first answer (/healthz) does not need.
+        self._actor_parts = (event_sink, services, placement or self.forwarding)
+        self._router: Router | None = None
+        self._host: ActorHost | None = None
+        self._scheduler: AlarmScheduler | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._actors_later = self._answer_first and all(
+            isinstance(entry, DeferredActor) for entry in self._objects)
+        if not self._actors_later:
+            self._make_actors()
         self.webhooks: Any = None  # a WebhookDeliverer once the control database is open
         self.consumers: list[Any] = []
-        self._tg: anyio.abc.TaskGroup | None = None
         self._started = False
         # Set when a background loop (alarms, eviction, a queue consumer) ended with an error:
         # the node can no longer keep its promises, so whoever runs it should stop it.
@@ -233,6 +236,8 @@ class Node:
             # answers none: its advance() steps the work).
             loops = [(name, loop) for name, w in self._timed_work()
                      if (loop := self.clock.loop_for(w)) is not None]
+            if self._actors_later:
+                loops.append(("actors", self._make_actors_once_answered))
             if loops:
                 loops.append(("alarm_index_load", functools.partial(
                     self._load_alarms_in_background, opened.complete)))
@@ -277,8 +282,9 @@ class Node:
                 self._tg = None
             for _, work in self._timed_work():
                 self.clock.release(work)
-            await self.host.stop(grace_ms)
-            self.scheduler.flush_index()
+            if self._host is not None:  # else no request came: nothing in flight
+                await self._host.stop(grace_ms)
+            self.alarm_book.flush_index()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._close_files()
@@ -376,8 +382,73 @@ class Node:
         return None if tenant is None else tenant.events_days
 
     def _timed_work(self) -> list[tuple[str, TimedWork]]:
-        return [("alarm_scheduler", self.scheduler), ("eviction", self.host),
-                *((f"consumer:{c.queue}", c) for c in self.consumers)]
+        return [*self._actor_work(), *((f"consumer:{c.queue}", c) for c in self.consumers)]
+
+    def _actor_work(self) -> list[tuple[str, TimedWork]]:
+        if self._scheduler is None or self._host is None:  # not made yet (answer_first)
+            return []
+        return [("alarm_scheduler", self._scheduler), ("eviction", self._host)]
+
+    # ---- the actor side --------------------------------------------------------------------
+
+    @property
+    def router(self) -> Router:
+        """The node's front door for calls (made at its first use when the start put it off)."""
+        return self._router or self._make_actors()
+
+    @property
+    def host(self) -> ActorHost:
+        """The live activations, and the only way a request or alarm reaches an actor."""
+        if self._host is None:
+            self._make_actors()
+            assert self._host is not None
+        return self._host
+
+    @property
+    def scheduler(self) -> AlarmScheduler:
+        """Fires the book's due alarms through the host."""
+        if self._scheduler is None:
+            self._make_actors()
+            assert self._scheduler is not None
+        return self._scheduler
+
+    def _make_actors(self) -> Router:
+        """The router, its host and the alarm scheduler, the objects registered; on a started
+        node (a start that put them off), their loops begin now."""
+        from mailbox_actors.alarms.scheduler import AlarmScheduler
+        from mailbox_actors.rpc.router import Router
+
+        event_sink, services, placement = self._actor_parts
+        if event_sink is None:
+            from mailbox_actors.runtime.outbox import RecordingEventSink
+
+            event_sink = RecordingEventSink()
+        st = self.settings
+        router = Router(st, ids=self.ids, clock=self.clock, rng=self.rng, metrics=self.metrics,
+                        alarm_sinks=self.alarm_book, event_sink=event_sink,
+                        events_days=self._events_days, services=_with_resolver(services, st),
+                        placement=placement)
+        for cls in self._objects:
+            router.register(cls)
+        self._scheduler = AlarmScheduler(self.alarm_book, router.host, clock=self.clock,
+                                         rng=self.rng, concurrency=st.alarm_concurrency,
+                                         metrics=self.metrics)
+        self._host = router.host
+        self._router = router
+        if self._tg is not None:  # started: the loops the start could not begin
+            for name, work in self._actor_work():
+                loop = self.clock.loop_for(work)
+                if loop is not None:
+                    self._tg.start_soon(self._guarded, name, loop)
+        return router
+
+    async def _make_actors_once_answered(self) -> None:
+        """answer_first: the actor side, made once the node answered (or a moment after its
+        start), unless a request made it first."""
+        with anyio.move_on_after(_PUT_OFF_AT_MOST_S):
+            await self._answered.wait()
+        if self._router is None:
+            self._make_actors()
 
     async def _guarded(self, name: str, loop: Loop) -> None:
         """Run a background loop; if it ends with an error, say where and set ``failed`` (a node
@@ -497,7 +568,7 @@ class Node:
 
     async def call_bytes(self, namespace: str, object_id: str, body: bytes) -> bytes:
         """The whole RPC path, envelope bytes in, result bytes out."""
-        return await self.router.call_bytes(namespace, object_id, body)
+        return await (self._router or self._make_actors()).call_bytes(namespace, object_id, body)
 
     async def call(self, namespace: str, object_id: str, req: Any, *,
                    tenant_id: str | None = None, identity_id: str | None = None,
@@ -538,12 +609,13 @@ class Node:
     # ---- observing -------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
+        host = self._host  # None: no actor made yet (answer_first)
         return {
-            "status": "ok" if self._started and not self.host.stopping else "stopping",
+            "status": "ok" if self._started and not (host is not None and host.stopping) else "stopping",
             "node": self.settings.node_name,
             "pid": os.getpid(),
-            "actors_active": self.host.active_count,
-            "alarms_pending": self.scheduler.pending_count,
+            "actors_active": 0 if host is None else host.active_count,
+            "alarms_pending": self.alarm_book.pending_count,
             "data_dir": str(self.settings.path),
         }
 
@@ -569,9 +641,10 @@ class Node:
         m.describe("queue_dead_letters_total", "Queue messages moved to a dead-letter queue, by "
                    "queue", "counter", ("queue",))
         register_process_metrics(m)
-        m.register_gauge_fn("actors_active", lambda: float(self.host.active_count),
+        m.register_gauge_fn("actors_active", lambda: float(0 if self._host is None
+                                                           else self._host.active_count),
                             "Actors with an open SQLite file")
-        m.register_gauge_fn("alarms_pending", lambda: float(self.scheduler.pending_count),
+        m.register_gauge_fn("alarms_pending", lambda: float(self.alarm_book.pending_count),
                             "Alarms this node holds, evicted actors included")
 
 

@@ -13,11 +13,14 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from mailbox_actors.node.config import OBJECT_SPEC
-from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.classes import DeferredActor
 from mailbox_actors.runtime.settings import SettingsError
+
+if TYPE_CHECKING:  # imported with the user's first class: serve without one answers before it
+    from mailbox_actors.runtime.actor import Actor
 
 __all__ = ["check_spec", "load_objects", "served_entries", "served_objects"]
 
@@ -29,6 +32,10 @@ def check_spec(spec: str) -> None:
 
 def load_objects(specs: Sequence[str]) -> list[type[Actor]]:
     """The classes ``specs`` name, imported and checked (see the module doc)."""
+    if not specs:
+        return []
+    from mailbox_actors.runtime.actor import Actor
+
     here = os.getcwd()
     if here not in sys.path:
         sys.path.insert(0, here)

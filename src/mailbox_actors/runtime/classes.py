@@ -11,9 +11,10 @@ and must declare the namespace it was registered under.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mailbox_actors.runtime.actor import Actor
+if TYPE_CHECKING:  # a start makes DeferredActors before it imports any actor code
+    from mailbox_actors.runtime.actor import Actor
 
 __all__ = ["ActorClasses", "DeferredActor"]
 

@@ -10,7 +10,7 @@ import msgspec
 
 from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.platform.dns.resolver import DnsSettings
-from mailbox_actors.platform.storage.sql import Durability, Limits
+from mailbox_actors.platform.storage.limits import Durability, Limits
 
 __all__ = ["DEFAULT_ID_SECRET", "SECRET_SETTINGS", "SMTP_TLS_MODES", "TRANSPORTS", "RuntimeSettings",
            "SettingsError"]
