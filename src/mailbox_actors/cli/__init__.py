@@ -154,9 +154,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.disable()
     # A command named first is the only one the parser needs (its help, its errors); a top-level
     # option before it (--help) lists them all.
-    parser = build_parser(chosen if chosen in SUBCOMMANDS else None,
-                          alone=chosen in SUBCOMMANDS and argv[0] == chosen)
-    args = parser.parse_args(argv)
+    args: Any = None
+    if chosen == "serve" and argv[0] == chosen:  # flags written out in full: read without argparse
+        from mailbox_actors.cli.serve_args import read_serve_flags
+
+        args = read_serve_flags(argv[1:])
+    if args is None:
+        parser = build_parser(chosen if chosen in SUBCOMMANDS else None,
+                              alone=chosen in SUBCOMMANDS and argv[0] == chosen)
+        args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

@@ -7,12 +7,12 @@ starts it with ``--peers`` so it can forward requests for ids another node owns.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import signal
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -29,6 +29,8 @@ from mailbox_actors.runtime.settings import SettingsError
 from mailbox_actors.wire.errors import MailboxActorsError
 
 if TYPE_CHECKING:
+    import argparse
+
     from mailbox_actors.http.client import HttpPool
 
 __all__ = ["add_arguments", "add_config_arguments", "package_version", "run", "serve"]
@@ -40,7 +42,7 @@ def package_version() -> str:
     return __version__
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace | SimpleNamespace) -> int:
     stop_with_supervisor()  # a node of a cluster never outlives its supervisor (OPS-1)
     raise_nofile_limit()  # OPS-4: all the descriptors we may have; Node bounds its actors by it
     # Every connection to an actor file in this process is the node's own (counted): a sleeping

@@ -9,8 +9,11 @@ only).
 
 from __future__ import annotations
 
-import argparse
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["DESCRIPTION", "METAVAR", "add_postgres_arguments"]
 
@@ -26,18 +29,19 @@ def add_postgres_arguments(p: argparse.ArgumentParser, *, where: str) -> None:
     (the data commands, ``console``, ``slots``, ``migrate-to-postgres``): the flag's text is the
     ``postgres`` setting's own description and ``where`` says what the command does without one;
     node/shared_state's ``postgres_from`` reads the value, by serve's precedence."""
+    import argparse  # here: serve reads the settings' declaration, which reads this module
+
+    class ConfigFile(argparse.Action):
+        """``--config FILE`` stands for ``MAILBOX_ACTORS_CONFIG=FILE`` in this command's process."""
+
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                     values: object, option_string: str | None = None) -> None:
+            os.environ["MAILBOX_ACTORS_CONFIG"] = str(values)
+            setattr(namespace, self.dest, values)
+
     p.add_argument("--postgres", metavar=METAVAR,
                    help=f"{DESCRIPTION.split(';')[0]} (default $MAILBOX_ACTORS_POSTGRES, then the "
                    f"config file's postgres key; without any: {where})")
-    p.add_argument("--config", metavar="FILE", action=_ConfigFile,
+    p.add_argument("--config", metavar="FILE", action=ConfigFile,
                    help="the TOML file the cluster runs with: its postgres key is read "
                    "(default $MAILBOX_ACTORS_CONFIG)")
-
-
-class _ConfigFile(argparse.Action):
-    """``--config FILE`` stands for ``MAILBOX_ACTORS_CONFIG=FILE`` in this command's process."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        os.environ["MAILBOX_ACTORS_CONFIG"] = str(values)
-        setattr(namespace, self.dest, values)
