@@ -84,14 +84,20 @@ async def test_a_file_of_the_earlier_layout_is_upgraded_by_the_second_step(
 
 def test_no_file_is_none_and_a_damaged_one_is_corrupt(tmp_path: Path) -> None:
     """RT-13, REL-4: the first step finds no object where no file is (and leaves none behind),
-    and reports a file that is no database as corrupt, as the open in one step does."""
+    and reports a file that is no database as corrupt, as the open in one step does, naming
+    what SQLite's first read found (its result code, never its message)."""
     missing = tmp_path / "missing.sqlite"
     assert connect_recovered(missing, Durability.NORMAL) is None
     assert not missing.exists()
     damaged = tmp_path / "damaged.sqlite"
     damaged.write_bytes(b"not a database " * 400)
-    with pytest.raises(StorageCorrupt):
+    with pytest.raises(StorageCorrupt) as refused:
         connect_recovered(damaged, Durability.NORMAL)
+    assert refused.value.details == {"storage": "SQLITE_NOTADB"}  # what SQLite's read found
+    with pytest.raises(StorageCorrupt) as refused:
+        open_actor_storage(damaged, create=False, durability=Durability.NORMAL, limits=Limits(),
+                           now_ms=lambda: 0)
+    assert refused.value.details == {"storage": "SQLITE_NOTADB"}
     assert wal_index.key(damaged) not in wal_index._open_here
 
 

@@ -253,7 +253,7 @@ class Connecting(NamedTuple):
             if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
                 raise StorageUnavailable(type(e).__name__) from e
             if isinstance(e, sqlite3.DatabaseError):
-                raise StorageCorrupt(type(e).__name__) from e
+                raise StorageCorrupt(_found(e)) from e
             raise
 
     def close(self, path: str | Path) -> None:
@@ -488,8 +488,15 @@ def open_actor_storage(path: str | Path, *, create: bool, durability: str, limit
         if isinstance(e, sqlite3.OperationalError):  # locked, out of descriptors, I/O: retry
             raise StorageUnavailable(type(e).__name__) from e
         if isinstance(e, sqlite3.DatabaseError):
-            raise StorageCorrupt(type(e).__name__) from e
+            raise StorageCorrupt(_found(e)) from e
         raise
+
+
+def _found(e: sqlite3.DatabaseError) -> str:
+    """What SQLite found wrong with a file, as its result code's name (``SQLITE_NOTADB``: not a
+    database; ``SQLITE_CORRUPT``: cut short or damaged inside): its first read is the header
+    check (``_connect``). A code, never SQLite's message, which may quote the schema."""
+    return getattr(e, "sqlite_errorname", None) or type(e).__name__
 
 
 def _prepare(conn: sqlite3.Connection, meta_keys: tuple[str, ...], script: str,
