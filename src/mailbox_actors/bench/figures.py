@@ -174,7 +174,7 @@ FULL = Sizes(name="full", rounds=9, state_calls=10_000, cold_actors=3_000, cold_
              alarm_lead_ms=1_000, alarm_phase_s=300, raw_alarm_sample=10_000, memory_active=2_000,
              max_active=1_000, burst_actors=1_000)
 TINY = Sizes(name="tiny", rounds=2, state_calls=30, cold_actors=8, cold_rows=3,
-             alarm_actors=200, alarm_rate=10_000, paced_alarm_s=0.5, alarm_batch_ms=1,
+             alarm_actors=200, alarm_rate=10_000, paced_alarm_s=0.1, alarm_batch_ms=1,
              alarm_lead_ms=300, alarm_phase_s=20, raw_alarm_sample=20, memory_active=20,
              max_active=50, burst_actors=20, restart_actors=(0, 10, 20), start_rounds=2,
              stream_rounds=2, stream_window=20, stream_idle_s=0.2)
