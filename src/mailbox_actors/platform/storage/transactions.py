@@ -17,7 +17,6 @@ from pathlib import Path
 from types import CoroutineType
 from typing import Any, Generic, Self, TypeVar
 
-from mailbox_actors.platform.storage.checkpoints import LOOK_EVERY, LogWatch, truncate_soon, watch
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
 from mailbox_actors.platform.storage.errors import (
     StorageCorrupt,
@@ -66,7 +65,6 @@ _FREELIST_COUNT = f"PRAGMA freelist_count /*{RUNTIME_TOKEN}*/"
 # and after its commit the WAL's frames, older copies of the removed pages, are checkpointed into
 # the file and the WAL truncated. Nothing removed stays readable in either file.
 _TRUNCATE_WAL = f"PRAGMA wal_checkpoint(TRUNCATE) /*{RUNTIME_TOKEN}*/"
-_LOOK_MASK = LOOK_EVERY - 1
 
 # A runtime meta key (``_ma_meta``): the file has more pages than ordinary writes may fill, which
 # only a freeing transaction makes so (and for good: a file never shrinks). It sorts after every
@@ -319,8 +317,8 @@ class Transactions(ScreenedConnection):
         at every open), so every later activation counts the pages in use at its commits.
         What it removes leaves no copy in the file's free pages or in its WAL (RPC-4, IN-6):
         freed pages are overwritten with zeros, and after the commit the WAL is checkpointed
-        and truncated (``_truncate_wal``; when a reader's snapshot or the checkpoint thread is
-        in the way, by that thread soon after). Nested in another transaction, its
+        and truncated (``_truncate_wal``; a reader holding an older snapshot keeps the frames
+        it needs until the next freeing transaction). Nested in another transaction, its
         freed pages are zeroed and the WAL is left as the outer transaction leaves it."""
         if self._depth:  # its freed pages are zeroed; the outer transaction's WAL is kept
             with self._pragma_while("secure_delete", 1):
@@ -350,36 +348,16 @@ class Transactions(ScreenedConnection):
 
     def _truncate_wal(self) -> None:
         """After a freeing transaction's commit: its WAL's frames checkpointed into the file and
-        the WAL truncated, without waiting. When that is refused, busy (the checkpoint thread at
-        this file, or a reader holding an older snapshot: the runtime's inspection reads, a
-        backup beside it), the checkpoint answers at once instead of holding the loop for the
-        busy timeout, and the checkpoint thread truncates the WAL as soon as it can
-        (``checkpoints.truncate_soon``; a snapshot held longer than it tries keeps the frames
-        until the next freeing transaction). A checkpoint that fails (a full disk) leaves the
-        commit as it is: the delete stands, the frames wait as well."""
+        the WAL truncated, without waiting. A reader holding an older snapshot (the runtime's
+        inspection reads, a backup beside it) keeps the frames it needs: the checkpoint answers
+        busy at once instead of holding the loop for the busy timeout, and the next freeing
+        transaction takes them. A checkpoint that fails (a full disk) leaves the commit as it
+        is: the delete stands, the frames wait as well."""
         with self._pragma_while("busy_timeout", 0):
             try:
-                busy = self._sys(_TRUNCATE_WAL).fetchone()[0]
+                self._sys(_TRUNCATE_WAL).fetchall()
             except sqlite3.Error:
-                return  # the frames wait for the next freeing transaction
-        if busy:
-            truncate_soon(self.path)
-
-    # The log's checkpoints (``checkpoints``): commits made, and the watch made at the
-    # ``LOOK_EVERY``-th (class defaults: an activation that commits fewer times never sets them,
-    # and keeps SQLite's own checkpoint inside its commits).
-    _commits = 0
-    # False: not made yet; None: SQLite keeps its own checkpoints (``watch``).
-    _log_watch: LogWatch | bool | None = False
-
-    def _look_at_log(self) -> None:
-        """Every ``LOOK_EVERY`` commits: the log handed to the checkpoint thread when it grew
-        past its bound (``LogWatch``)."""
-        log = self._log_watch
-        if log is False:
-            log = self._log_watch = watch(self._conn, self.path)
-        if isinstance(log, LogWatch):
-            log.committed()
+                pass  # the frames wait for the next freeing transaction, as with a reader
 
     @contextmanager
     def _pragma_while(self, name: str, value: int) -> Iterator[None]:
@@ -531,9 +509,6 @@ class Transactions(ScreenedConnection):
         except LimitExceeded:  # more pages in use than ordinary writes may fill
             self._undo_top(before)
             raise
-        self._commits += 1
-        if not self._commits & _LOOK_MASK:
-            self._look_at_log()
         if self._alarm_dirty:
             self._alarm_dirty = False
             self._alarm_sink.committed(self._alarm)
@@ -657,9 +632,6 @@ class Transactions(ScreenedConnection):
             if isinstance(e, LimitExceeded):
                 raise
             raise self._map_error(e) from e
-        self._commits += 1
-        if not self._commits & _LOOK_MASK:
-            self._look_at_log()
         self._after_commit()
 
     def _writes_lost(self, generations: Sequence[int]) -> bool:
