@@ -362,7 +362,11 @@ class ActorHost:
         if self._inflight:
             self.log.warning("shutdown_grace_expired", inflight=self._inflight)
         self._files.stop()  # what is queued still runs; from now on files close here
-        self._evict_all(list(self._active.values()), trim=True)
+        # The allocator is asked to give memory back (a full collection and malloc_trim) only
+        # when actors are evicted now or were since it last was: a machine stops a node for
+        # every slot it holds, most of which never opened an actor.
+        trim = bool(self._active) or self._evicted_since_trim > 0
+        self._evict_all(list(self._active.values()), trim=trim)
         await anyio.to_thread.run_sync(self._files.join, 10.0)
 
     # ---- alarms: the host's side of the scheduler's ``AlarmRunner`` (AL-3, AL-4, RT-9) ----------
