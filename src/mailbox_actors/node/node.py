@@ -399,14 +399,11 @@ class Node:
     @property
     def host(self) -> ActorHost:
         """The live activations, and the only way a request or alarm reaches an actor."""
-        if self._host is None:
-            self._make_actors()
-            assert self._host is not None
-        return self._host
+        return self.router.host
 
     @property
     def scheduler(self) -> AlarmScheduler:
-        """Fires the book's due alarms through the host."""
+        """Fires the book's due alarms through the host (made with the router)."""
         if self._scheduler is None:
             self._make_actors()
             assert self._scheduler is not None
