@@ -38,9 +38,10 @@ _FULL_INDEX = 32 * 1024  # one region of SQLite's WAL index, as a mapped index h
 
 @pytest.fixture(autouse=True)
 def _emptying() -> Iterator[None]:
-    """These tests' process empties indexes as ``serve``'s does (``serve`` switches it on at its
-    start); the default, off, is test_wal_index_processes.py's."""
-    wal_index.empty_indexes_at_close()
+    """These tests' process empties indexes in the closing thread, as ``serve``'s does when its
+    helper process cannot take them (``serve`` switches the emptying on at its start, into the
+    helper: test_wal_index_helper.py); the default, off, is test_wal_index_processes.py's."""
+    wal_index.empty_indexes_at_close(elsewhere=False)
     yield
     wal_index.empty_indexes_at_close(False)
 
@@ -434,7 +435,8 @@ _UNCOUNTED = textwrap.dedent("""
     from mailbox_actors.platform.storage.wal_index import empty_indexes_at_close
     from sleeping_cycle import cycle
 
-    empty_indexes_at_close()  # as serve: its guard for a connection it does not count
+    # As serve without its helper: its guard for a connection it does not count.
+    empty_indexes_at_close(elsewhere=False)
     path = Path(sys.argv[1])
     cycle(path, 1)
     own = sqlite3.connect(path)  # not through storage: not counted

@@ -29,6 +29,7 @@ from mailbox_actors.platform.memory import give_back
 from mailbox_actors.platform.rng import Rng
 from mailbox_actors.platform.services import Services
 from mailbox_actors.platform.sqlite_files import is_disk_full
+from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.errors import StorageCorrupt, StorageWriteFailed
 from mailbox_actors.platform.storage.fence import StaleEpoch
 from mailbox_actors.platform.storage.hooks import AlarmSink
@@ -368,6 +369,8 @@ class ActorHost:
         trim = bool(self._active) or self._evicted_since_trim > 0
         self._evict_all(list(self._active.values()), trim=trim)
         await anyio.to_thread.run_sync(self._files.join, 10.0)
+        if wal_index.unsettled():  # the indexes of the files just closed emptied before the end
+            await anyio.to_thread.run_sync(wal_index.settle)
 
     # ---- alarms: the host's side of the scheduler's ``AlarmRunner`` (AL-3, AL-4, RT-9) ----------
     # Which actor a wake is for, opening it if it was evicted, admitting the run; the run itself

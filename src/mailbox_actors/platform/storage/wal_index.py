@@ -57,21 +57,45 @@ is not enough: after the first refusal its uncounted connection holds no lock on
 another process's first open of that file would rebuild the index under its mapping. Off, a close
 never opens the index at all; the counting goes on (the opens use it: ``opening``).
 
+**Where the truncate runs** (session 21). Switched on with ``empty_indexes_at_close()`` (as
+``serve`` does), the truncate runs in a helper process, not in the closing thread: freeing the
+index's dirty pages, with the open, the lock and the close around it, was 50-90 us of the event
+loop's CPU an evicted alarm (a sixth of it), most of it in the kernel. ``closed`` adds the file's
+name to a batch; the batch goes down a pipe when it holds ``_BATCH`` names, or ``_SEND_AFTER_S``
+after its first (a sender thread, asleep while nothing waits). The helper, a bare interpreter,
+does to each name what ``_empty`` does, under an OFD lock of its own process: it is granted only
+while no connection anywhere has the index mapped, a connection of this process included, and
+its close drops no lock of this process (so the helper needs neither the count's check nor
+``_kept``: a connection of this process that opens the file again meanwhile, counted or not,
+holds the DMS byte and the helper leaves that index whole; one that opens it while the helper
+holds the lock gets SQLITE_BUSY and retries, as above). The helper ends after the names sent when
+this process's end of the pipe closes, at its exit or its SIGKILL. Whatever the helper cannot
+take now is emptied here as before (``_empty_here``: the count checked again): no helper (not
+started, or within ``_RESTART_AFTER_S`` of one that died: a SIGKILLed helper is found by the
+broken pipe), or its pipe full (a helper that does not read never makes a close wait). Names in
+the pipe when the helper is killed, or in a batch when this process is, are left as SQLite
+leaves them, as a crash between a close and its emptying always did. A node's stop waits until
+the helper has done every name it was sent (``settle``). ``elsewhere=False`` keeps the truncate
+in the closing thread (tests of those guards).
+
 Linux only (open file description locks, Linux 3.15); elsewhere the index stays as SQLite
 leaves it.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import select
 import struct
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 __all__ = ["FRESH_S", "INDEX_KEPT_BYTES", "closed", "empty_indexes_at_close", "emptying_on",
-           "key", "opening"]
+           "helper_pid", "key", "opening", "send", "settle", "unsettled"]
 
 INDEX_KEPT_BYTES = 3  # what SQLite's first opener truncates the index to (never 0: ext4's
 # auto_da_alloc writes a file truncated to 0 back at its next close, which costs more than this)
@@ -100,16 +124,77 @@ _since: dict[str, float] = {}  # when this process's first connection still open
 # SQLite.
 _busy: set[str] = set()
 _kept: set[str] = set()  # files whose index someone else had mapped once: never emptied here
-_guard = threading.Lock()  # the four above
+_guard = threading.Lock()  # the four above, and the helper's queue (below)
+
+# The emptying process (``elsewhere``): the names of files whose last connection closed, sent
+# to it in batches; ``_pending`` waits for the next batch (the sender's thread, ``_sender``,
+# sends it ``_SEND_AFTER_S`` after its first name; a close that fills ``_BATCH`` sends at once).
+_elsewhere = False
+_pending: list[str] = []
+_wake = threading.Event()  # set while ``_pending`` waits for the sender's thread
+_BATCH = 64
+_SEND_AFTER_S = 0.02
+_FS_ENCODING = sys.getfilesystemencoding()
+_PIPE_BUF = 4096  # a write of at most this much to a pipe is whole or refused, never cut
+_RESTART_AFTER_S = 5.0  # after the helper died or could not start: emptied here meanwhile
+_send_lock = threading.Lock()  # the helper and its pipe: one sender at a time
+_helper: subprocess.Popen[bytes] | None = None
+_down_until = 0.0
+_unsettled = False  # names were sent since the helper last said it had emptied all before
+_sender: threading.Thread | None = None
+
+# The helper: a bare interpreter (no site, no environment) reading NUL-ended file names and
+# emptying each one's index as ``_empty`` does, under an open file description lock of its own
+# process (so its close never drops a lock of the node's); an empty name asks it to say it has
+# done every name before (one byte back). It ends when the node's end of the pipe closes,
+# after the names already sent (the node exited or was killed); SIGINT and SIGTERM, which a
+# terminal or a supervisor sends the node's whole group, do not cut that short.
+_HELPER = r'''
+import fcntl, os, signal, struct, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+lock = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, int(sys.argv[2]), 1, 0)
+setlk, kept = fcntl.F_OFD_SETLK, int(sys.argv[1])
+flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+rest = b""
+while True:
+    data = os.read(0, 65536)
+    if not data:
+        break
+    *names, rest = (rest + data).split(b"\0")
+    for name in names:
+        if not name:
+            os.write(1, b".")
+            continue
+        try:
+            if os.stat(name).st_nlink != 1:
+                continue
+            fd = os.open(name + b"-shm", flags)
+        except OSError:
+            continue
+        try:
+            fcntl.fcntl(fd, setlk, lock)
+            os.ftruncate(fd, kept)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+'''
 
 
-def empty_indexes_at_close(on: bool = True) -> None:
+def empty_indexes_at_close(on: bool = True, elsewhere: bool = True) -> None:
     """Switch the emptying on (or off again) for this process. Only a process that makes every
     connection to actor files through ``platform/storage`` switches it on: ``serve`` and
     ``machine`` do, at their start. Off (the default) the indexes stay as SQLite leaves them, and
-    a connection this module does not count is never put at risk (the module's docstring)."""
-    global _on
+    a connection this module does not count is never put at risk (the module's docstring).
+    ``elsewhere``: in a helper process (the default: the truncate's kernel work, most of the
+    emptying, is off this process's threads); False, in the closing thread."""
+    global _on, _elsewhere, _down_until
+    if not (on and elsewhere):
+        _stop_helper()
+    _down_until = 0.0
     _on = on
+    _elsewhere = on and elsewhere and _OFD_SETLK is not None
 
 
 def emptying_on() -> bool:
@@ -159,12 +244,209 @@ def closed(name: str) -> bool:
         setlk = _OFD_SETLK
         if not _on or setlk is None or name in _kept or time.monotonic() - since >= FRESH_S:
             return False
-        _busy.add(name)  # no connection of this process to it until the index is done
+        if _elsewhere:
+            _pending.append(name)
+            if len(_pending) < _BATCH or _helper is None:
+                if not _wake.is_set():
+                    _wake.set()
+                    if _sender is None:
+                        _start_sender()
+                return True
+            batch = _pending[:]
+            _pending.clear()
+        else:
+            _busy.add(name)  # no connection of this process to it until the index is done
+    if _elsewhere:
+        _send(batch)
+        return True
     try:
         return _empty(name, setlk)
     finally:
         with _guard:
             _busy.discard(name)
+
+
+def _empty_here(name: str) -> bool:
+    """Empty ``name``'s index in this process (when the helper cannot take it), as ``closed``
+    does, if no connection of this process has the file open again meanwhile."""
+    setlk = _OFD_SETLK
+    with _guard:
+        if setlk is None or name in _open_here or name in _busy or name in _kept:
+            return False
+        _busy.add(name)
+    try:
+        return _empty(name, setlk)
+    finally:
+        with _guard:
+            _busy.discard(name)
+
+
+def _start_sender() -> None:
+    """The thread that sends what waits in ``_pending`` (called under ``_guard``)."""
+    global _sender
+    _sender = threading.Thread(target=_send_waiting, name="wal-index-sender", daemon=True)
+    _sender.start()
+
+
+def _send_waiting() -> None:
+    while True:
+        _wake.wait()
+        time.sleep(_SEND_AFTER_S)
+        with _guard:
+            batch = _pending[:]
+            _pending.clear()
+            _wake.clear()
+        if batch:
+            _send(batch)
+
+
+def _helper_fd() -> int | None:
+    """The helper's end of the pipe, starting the helper if there is none (under
+    ``_send_lock``); None while it cannot be started."""
+    global _helper, _down_until
+    if _helper is not None:
+        assert _helper.stdin is not None
+        return _helper.stdin.fileno()
+    if time.monotonic() < _down_until:
+        return None
+    try:
+        _helper = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _HELPER, str(INDEX_KEPT_BYTES), str(_DMS_BYTE)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            close_fds=True)
+    except OSError:
+        _down_until = time.monotonic() + _RESTART_AFTER_S
+        return None
+    assert _helper.stdin is not None
+    fd = _helper.stdin.fileno()
+    os.set_blocking(fd, False)  # a stalled helper never holds a close: emptied here instead
+    return fd
+
+
+def _helper_gone() -> None:
+    """The helper died (or will not read): another is started after ``_RESTART_AFTER_S``."""
+    global _helper, _down_until, _unsettled
+    proc, _helper = _helper, None
+    _down_until = time.monotonic() + _RESTART_AFTER_S
+    _unsettled = False
+    if proc is not None:
+        _close_helper(proc, wait=False)
+
+
+def _close_helper(proc: subprocess.Popen[bytes], wait: bool) -> None:
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+    if wait:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    else:
+        proc.poll()  # reaped now if it has ended; else by the next Popen's cleanup
+
+
+def _send(batch: list[str]) -> None:
+    """Hand ``batch`` to the helper; what it cannot take now (none running, its pipe full or
+    broken) is emptied here."""
+    global _unsettled
+    here: list[str] = []
+    names = [name.encode(_FS_ENCODING, "surrogateescape") + b"\0" for name in batch]
+    with _send_lock:
+        start = 0
+        while start < len(batch):
+            fd = _helper_fd()
+            if fd is None:
+                here += batch[start:]
+                break
+            # Whole names, at most _PIPE_BUF bytes a write: each write is taken whole or not.
+            end, size = start, 0
+            while end < len(batch):
+                size += len(names[end])
+                if size > _PIPE_BUF and end > start:
+                    break
+                end += 1
+            data = b"".join(names[start:end])
+            try:
+                if len(data) > _PIPE_BUF:
+                    raise BlockingIOError  # one name past what a pipe takes whole
+                os.write(fd, data)
+                _unsettled = True
+            except BlockingIOError:
+                here += batch[start:end]
+            except OSError:  # the helper ended: its pipe is broken
+                _helper_gone()
+                here += batch[start:end]
+            start = end
+    for name in here:
+        _empty_here(name)
+
+
+def send() -> None:
+    """Send what waits for the helper now, without waiting for it."""
+    with _guard:
+        batch = _pending[:]
+        _pending.clear()
+    if batch:
+        _send(batch)
+
+
+def settle(timeout: float = 10.0) -> bool:
+    """Send what waits and wait until the helper has emptied (or left) every index handed to
+    it (a node's stop, tests). True when it has, or nothing was handed over."""
+    global _unsettled
+    send()
+    with _send_lock:
+        proc = _helper
+        if proc is None or not _unsettled:
+            return True
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            _r, room, _x = select.select([], [proc.stdin.fileno()], [], timeout)
+            if room:
+                os.write(proc.stdin.fileno(), b"\0")
+                ready, _w, _x = select.select([proc.stdout.fileno()], [], [], timeout)
+            if not room or not ready or os.read(proc.stdout.fileno(), 1) != b".":
+                _helper_gone()
+                return False
+        except OSError:
+            _helper_gone()
+            return False
+        _unsettled = False
+        return True
+
+
+def unsettled() -> bool:
+    """Whether names wait to be sent, or were sent since the helper last said it had emptied
+    every one before (``settle`` would wait)."""
+    return bool(_pending) or _unsettled
+
+
+def helper_pid() -> int | None:
+    """The emptying helper's process id, while one runs."""
+    proc = _helper
+    return None if proc is None else proc.pid
+
+
+def _stop_helper() -> None:
+    """Send what waits, end the helper once it has emptied all (switching the emptying off or
+    into this process, and at the interpreter's exit)."""
+    global _helper, _unsettled
+    if _helper is None and not _pending:
+        return
+    settle()
+    with _send_lock:
+        proc, _helper = _helper, None
+        _unsettled = False
+    if proc is not None:
+        _close_helper(proc, wait=True)
+
+
+atexit.register(_stop_helper)
 
 
 def _locked_here(fd: int) -> bool:
