@@ -5,7 +5,6 @@ whose every query is valid PromQL over metrics a node exports."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import actors_for_tests as afs
+from debian_packages import apt_install
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.testing import TestRuntime
 
@@ -27,17 +27,9 @@ DASHBOARD = ROOT / "ops" / "grafana" / "mailbox-actors.json"
 @pytest.fixture(scope="session")
 def promtool() -> Iterator[str]:
     """Debian's promtool, installed (package ``prometheus``, as root) when the machine lacks it."""
-    found = shutil.which("promtool")
-    if found is None:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"]
-        done = subprocess.run(install, capture_output=True, text=True, timeout=900, env=env)
-        if done.returncode != 0:  # a bare machine's package lists may be empty: fetch them once
-            subprocess.run(["apt-get", "update"], capture_output=True, text=True, timeout=900,
-                           env=env, check=True)
-            subprocess.run(install, capture_output=True, text=True, timeout=900, env=env,
-                           check=True)
-        found = shutil.which("promtool") or "/usr/bin/promtool"
+    apt_install(["prometheus"], lambda: shutil.which("promtool") is not None,
+                why="the alert rules' tests")
+    found = shutil.which("promtool") or "/usr/bin/promtool"
     yield found
 
 

@@ -1,6 +1,8 @@
 """A test run stopped with SIGTERM stops the PostgreSQL server its fixture started (by pid, in
 the fixture's teardown) instead of leaving it running with no parent: the same run without the
-suite's hook (``sigterm_teardown``) leaves it, which this test then stops itself."""
+suite's hook (``sigterm_teardown``) leaves it, which this test then stops itself. So does a run
+in worker processes (``make test``'s ``-n``), whose SIGTERM goes to the run's pid, not to the
+worker holding the server: the run passes it on to its workers."""
 
 from __future__ import annotations
 
@@ -44,19 +46,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _postmaster_after_sigterm(tmp_path: Path, hook: bool) -> tuple[int, Path]:
+def _postmaster_after_sigterm(tmp_path: Path, hook: bool, workers: int = 0) -> tuple[int, Path]:
     """Run the holding test in a pytest of its own, SIGTERM it once its server is up, wait for
     it to end: the server's pid and directory."""
-    run = tmp_path / ("with" if hook else "without")
+    run = tmp_path / f"{'with' if hook else 'without'}-{workers}"
     run.mkdir()
     (run / "conftest.py").write_text(_HOOK if hook else "")
     (run / "test_holding.py").write_text(_HOLDING)
     fifo = run / "pg.fifo"
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    env = {**os.environ, "PYTHONPATH": str(SUPPORT), "PG_PID_FIFO": str(fifo)}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+           "PYTHONPATH": str(SUPPORT), "PG_PID_FIFO": str(fifo)}  # a run of its own, not a worker
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "--rootdir", str(run), str(run / "test_holding.py")],
+                             "--rootdir", str(run), "-n", str(workers), str(run / "test_holding.py")],
                             cwd=run, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     said = b""
     try:
@@ -81,17 +84,21 @@ def _postmaster_after_sigterm(tmp_path: Path, hook: bool) -> tuple[int, Path]:
     return int(pid), Path(root)
 
 
-def test_a_run_stopped_with_sigterm_stops_its_postgresql(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 2], ids=["one_process", "two_workers"])
+def test_a_run_stopped_with_sigterm_stops_its_postgresql(tmp_path: Path, workers: int) -> None:
     if find_binaries()[0] is None:
         pytest.fail("PostgreSQL's binaries are needed (make test installs them)")
-    left, root = _postmaster_after_sigterm(tmp_path, hook=False)
-    try:
-        assert _alive(left)  # Python's own SIGTERM: no teardown, the server runs on
-    finally:
-        if _alive(left):
-            os.kill(left, signal.SIGKILL)
-        shutil.rmtree(root, ignore_errors=True)
-    stopped, root = _postmaster_after_sigterm(tmp_path, hook=True)
+    if not workers:
+        left, root = _postmaster_after_sigterm(tmp_path, hook=False)
+        try:
+            assert _alive(left)  # Python's own SIGTERM: no teardown, the server runs on
+        finally:
+            if _alive(left):
+                os.kill(left, signal.SIGKILL)
+            shutil.rmtree(root, ignore_errors=True)
+    # In workers, the hook passes the run's SIGTERM on to each worker, which tears its fixtures
+    # down as a run in one process does.
+    stopped, root = _postmaster_after_sigterm(tmp_path, hook=True, workers=workers)
     if _alive(stopped):
         os.kill(stopped, signal.SIGKILL)
         shutil.rmtree(root, ignore_errors=True)

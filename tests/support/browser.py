@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from debian_packages import apt_install
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -26,16 +27,9 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def ensure_chromium() -> None:
     """Install Debian's Chromium and its driver when either is missing; fail (never skip) when
     that is impossible here."""
-    if os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER):
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RuntimeError("the console's browser tests need Debian's chromium and chromium-driver: "
-                           "apt-get install chromium chromium-driver (as root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"]
-    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, check=True, capture_output=True)
-        subprocess.run(install, env=env, check=True, capture_output=True)
+    apt_install(["chromium", "chromium-driver"],
+                lambda: os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER),
+                why="the console's browser tests")
 
 
 @dataclass
