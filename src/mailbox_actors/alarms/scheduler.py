@@ -312,7 +312,7 @@ class AlarmScheduler:
         finally:
             self._running.discard(key)
         self._record(key, retry, due, result, started)
-        if self._unreported:
+        if self._unreported and turn is None:  # a queued key's (``turn``): at the run's end
             self._report_fired()
         return result[0] is _DONE
 
