@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +35,12 @@ def find_binaries() -> tuple[Path | None, str]:
 # server or a client killed with SIGKILL, or a restart, loses nothing a test can see; only the
 # machine's own crash could, which no test makes. With fsync on, a session's server spent up to
 # a minute in its shutdown checkpoint on a busy disk, and every commit waited for the disk.
-TEST_SETTINGS = {"fsync": "off"}
+#
+# Its dynamic shared memory in files under its data directory (``mmap``), not in /dev/shm's
+# ``PostgreSQL.<n>`` segments: a server a test kills with SIGKILL (on purpose, or with a killed
+# run) leaves those behind, one MiB each, which nothing of ours can tell from another server's.
+# Under its data directory they go with it.
+TEST_SETTINGS = {"fsync": "off", "dynamic_shared_memory_type": "mmap"}
 
 
 def _parent() -> Path | None:
@@ -49,10 +55,55 @@ def _parent() -> Path | None:
     shm = Path("/dev/shm")
     if not (shm.is_dir() and os.access(shm, os.W_OK)):
         return None
+    if not _swept:
+        _swept.append(sweep_leftovers(shm))
     return shm if shutil.disk_usage(shm).free >= _SHM_FREE_AT_LEAST else None
 
 
 _SHM_FREE_AT_LEAST = 4 << 30
+_swept: list[int] = []
+_LEFT_FOR_S = 120
+_OWNER = "owner.pid"  # the test process that made the server, which removes it
+
+
+def sweep_leftovers(parent: Path) -> int:
+    """Remove the test servers' directories (``ma-pg-*``) that runs killed with SIGKILL left in
+    ``parent`` (their teardown never ran): those whose test process (``owner.pid``) is gone and
+    whose server is not running. Without this, each killed run kept its servers' files in memory
+    until the machine restarted, and once /dev/shm had less than 4 GiB free every later run's
+    servers went to the disk. A directory made before the owner file was written (an older
+    run's) goes once its server is gone and it is two minutes old. How many were removed."""
+    removed = 0
+    for root in parent.glob("ma-pg-*"):
+        try:
+            owner = int((root / _OWNER).read_text())
+        except FileNotFoundError:
+            owner = 0
+        except (OSError, ValueError):
+            continue
+        try:
+            server = int((root / "data" / "postmaster.pid").read_text().split("\n", 1)[0])
+        except FileNotFoundError:
+            server = 0
+        except (OSError, ValueError):
+            continue
+        if (owner and _running(owner)) or (server and _running(server)):
+            continue
+        if not owner and (not server or time.time() - root.stat().st_mtime < _LEFT_FOR_S):
+            continue
+        shutil.rmtree(root, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class PgServer(LocalPostgres):
@@ -63,6 +114,7 @@ class PgServer(LocalPostgres):
                  trust_nets: Sequence[str] = ()) -> None:
         super().__init__(bindir, free_port(), listen=listen, trust_nets=trust_nets,
                          settings=TEST_SETTINGS, parent=_parent())
+        (self.root / _OWNER).write_text(str(os.getpid()))
 
 
 @contextmanager
