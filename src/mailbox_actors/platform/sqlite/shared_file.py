@@ -3,7 +3,8 @@ opening it whole (never recreated when damaged, OPS-2), WAL, its migrations, and
 or a ``BEGIN IMMEDIATE`` transaction runs on it.
 
 One aiosqlite connection per process and per file; a statement or transaction holds the
-connection's lock (a transaction must not interleave with another task's statements). SQLite's busy
+connection's lock (a transaction must not interleave with another task's statements). The
+connection's thread runs as SCHED_BATCH (``_no_wakeup_preemption``). SQLite's busy
 timeout is 0: a writer waits for another process's lock in small steps (``shared_sqlite``) and past
 the timeout gets what ``map_error`` makes of SQLite's error. The owner says what the file is called
 in messages, how its schema is brought up to date (``migrate``, called once the connection is open)
@@ -12,6 +13,7 @@ and whether statements run shielded from cancellation.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -36,6 +38,19 @@ _PRAGMAS = ("PRAGMA busy_timeout = 0",
 
 def _unchanged(e: sqlite3.Error) -> Exception:
     return e
+
+
+def _no_wakeup_preemption() -> None:
+    """Run in the connection's own thread: make it SCHED_BATCH (Linux), the same share of the CPU
+    as before, but its wake-ups no longer preempt the thread that woke it. Each statement handed to
+    the connection wakes its thread from the event loop; under load the kernel used to switch to
+    the woken thread on the loop's CPU at once, and the loop then waited for a CPU again (the
+    thread soon blocks on the GIL the loop holds). Where the policy is unknown or refused, nothing
+    changes."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
 
 
 class SharedSqliteFile:
@@ -74,6 +89,9 @@ class SharedSqliteFile:
         except (sqlite3.Error, OSError) as e:
             raise self._unopenable(e) from e
         try:
+            # aiosqlite runs a call in the connection's thread only through _execute (no public
+            # form): the policy must be set from that thread, which has no name to find it by.
+            await conn._execute(_no_wakeup_preemption)  # type: ignore[no-untyped-call]
             for pragma in self._pragmas:
                 await execute_when_unlocked(conn, pragma, self.busy_timeout_ms)
             self._conn = conn
