@@ -596,6 +596,7 @@ async def test_each_caller_counts_a_call_even_when_its_warm_up_call_outlasts_the
     figures = await measure_calls(slow_first, concurrency=2, seconds=0.05, warmup_s=0.05)
     assert figures["calls"] == 2 and figures["errors"] == 0  # one a task, after the window
     assert figures["p50_ms"] < 200
+    assert figures["calls_per_s"] < 2 / 0.05  # over the time to their end, not the window's
 
 
 def test_loop_backend_options_fall_back_to_asyncio() -> None:

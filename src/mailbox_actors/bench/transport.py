@@ -37,9 +37,10 @@ async def measure_calls(call: Callable[[], Awaitable[object]], *, concurrency: i
 
     Only calls that start after the warm-up count, and each task makes at least one that counts
     (on a machine so loaded that its first call outlasts the whole window, the figure is then of
-    that one call, not of none). Returns ``calls``, ``errors``, ``calls_per_s``,
-    ``p50_ms``, ``p99_ms``, ``concurrency``, ``seconds`` and ``cpu_us_per_call`` (this process's
-    CPU time per call made, warm-up included); a call that raises counts as an error.
+    that one call, not of none, and its rate is over the time to that call's end). Returns
+    ``calls``, ``errors``, ``calls_per_s``, ``p50_ms``, ``p99_ms``, ``concurrency``, ``seconds``
+    and ``cpu_us_per_call`` (this process's CPU time per call made, warm-up included); a call
+    that raises counts as an error.
     """
     if concurrency < 1 or seconds <= 0 or warmup_s < 0:
         raise ValueError("concurrency >= 1, seconds > 0, warmup_s >= 0")
@@ -49,9 +50,10 @@ async def measure_calls(call: Callable[[], Awaitable[object]], *, concurrency: i
     latencies: list[float] = []
     errors = 0
     attempts = 0
+    ended = stop  # when the last call counted though it started after the window ended
 
     async def worker() -> None:
-        nonlocal errors, attempts
+        nonlocal errors, attempts, ended
         record = latencies.append
         counted = False
         while True:
@@ -67,18 +69,22 @@ async def measure_calls(call: Callable[[], Awaitable[object]], *, concurrency: i
                     errors += 1
                 continue
             if t0 >= start:
-                record(clock() - t0)
+                t1 = clock()
+                record(t1 - t0)
+                if t0 >= stop:
+                    ended = max(ended, t1)
 
     cpu0 = time.process_time()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     cpu = time.process_time() - cpu0
     latencies.sort()
     n = len(latencies)
+    span = seconds + (ended - stop)  # the window, or to the end of the calls counted after it
     return {
         "calls": n,
         "cpu_us_per_call": cpu / attempts * 1e6 if attempts else float("nan"),
         "errors": errors,
-        "calls_per_s": n / seconds,
+        "calls_per_s": n / span,
         "p50_ms": latencies[n // 2] * 1e3 if n else float("nan"),
         "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1e3 if n else float("nan"),
         "concurrency": concurrency,
