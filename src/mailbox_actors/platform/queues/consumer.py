@@ -120,9 +120,16 @@ class Consumer:
         if self._wake is not None:
             self._wake.set()
 
-    def _wake_for_handoff(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
+    def _wake_for_handoff(self, rouse: bool = True) -> bool:
+        """A hand-off's news (``Handoff.put``); True when it roused this consumer from its wait.
+        Busy (handling a batch, or reading the file), it is always told, so it looks at the
+        hand-off before it next waits; idle, it is woken only when ``rouse``. One woken already
+        that has not run yet counts as busy: two hand-offs in one turn rouse two consumers."""
+        wake = self._wake
+        if wake is None or wake.is_set() or (self.waiting and not rouse):
+            return False
+        wake.set()
+        return self.waiting
 
     def on_visible(self, at_ms: int) -> None:
         # May be earlier than the real due time (a batch timeout not yet passed): a run_due that

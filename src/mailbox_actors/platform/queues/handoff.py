@@ -52,7 +52,9 @@ class Handoff:
         self.max_retries = max_retries
         self.dead_letter_queue = dead_letter_queue
         self.room = room
-        self.wakers: list[Callable[[], None]] = []  # one per running consumer
+        # One per running consumer: ``wake(rouse)`` tells it of a hand-off and says whether that
+        # roused it from its wait (``Consumer._wake_for_handoff``).
+        self.wakers: list[Callable[[bool], bool]] = []
         self.look_at = 0.0  # when the running consumers next read the queue file (anyio time)
         self.looker: object | None = None  # the one of them that waits for that time (Consumer)
         self.quiet = 0  # their looks in a row that found nothing (Consumer: the next is later)
@@ -69,11 +71,15 @@ class Handoff:
         return max(0, self.room - len(self._held))
 
     def put(self, now_ms: int, messages: list[Message]) -> None:
-        """Hold ``messages`` and wake the running consumers (without making them look at the
-        file: a hand-off is not news of the file)."""
+        """Hold ``messages``, rouse as many idle running consumers as there are messages and tell
+        the busy ones (without making any look at the file: a hand-off is not news of the file).
+        The other idle ones sleep on: waking every consumer for each message cost about 13 us
+        a consumer woken for nothing, a third of a hand-off's instructions with 8 consumers."""
         self._held.extend((now_ms, m) for m in messages)
-        for wake in self.wakers:  # all: some may be busy with a message
-            wake()
+        idle = len(messages)
+        for wake in self.wakers:
+            if wake(idle > 0):
+                idle -= 1
 
     def take(self, limit: int, now_ms: int) -> tuple[list[Message], list[Message]]:
         """Up to ``limit`` messages to handle, and those held too long (``STALE_MS`` or half the

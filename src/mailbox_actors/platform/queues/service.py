@@ -242,7 +242,7 @@ class QueueService(DeadLetterRecords, QueueReads):
 
     # ---- hand-off to consumers in this process ---------------------------------------------------
 
-    def join_handoff(self, queue: str, wake: Callable[[], None], *, visibility_ms: int,
+    def join_handoff(self, queue: str, wake: Callable[[bool], bool], *, visibility_ms: int,
                      max_retries: int | None, dead_letter_queue: str | None, room: int
                      ) -> Handoff | None:
         """A running consumer of ``queue`` offers to take messages this process sends to it
@@ -261,7 +261,8 @@ class QueueService(DeadLetterRecords, QueueReads):
         handoff.room += room
         return handoff
 
-    async def leave_handoff(self, handoff: Handoff, wake: Callable[[], None], room: int) -> None:
+    async def leave_handoff(self, handoff: Handoff, wake: Callable[[bool], bool], room: int
+                            ) -> None:
         """The consumer stops taking; the last one out gives back what is still held."""
         handoff.wakers.remove(wake)
         handoff.room -= room
