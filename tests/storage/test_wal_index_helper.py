@@ -286,3 +286,19 @@ def test_a_stalled_helper_never_holds_a_close(
         os.kill(helper, signal.SIGCONT)
     assert wal_index.settle()
     assert _values(path) == [0, 1]
+
+
+def test_switched_off_a_close_handed_over_late_starts_no_helper(tmp_path: Path) -> None:
+    """Switching the emptying off (or into the closing thread) ends the helper after what it was
+    handed; a name handed over after that (a close that raced the switch) is emptied here, and
+    no helper is started again for it."""
+    path = tmp_path / "a.sqlite"
+    cycle(path, 0)
+    assert wal_index.settle()
+    assert wal_index.helper_pid() is not None
+    wal_index.empty_indexes_at_close(elsewhere=False)
+    assert wal_index.helper_pid() is None
+    os.truncate(f"{path}-shm", _FULL_INDEX)  # as a close that raced the switch leaves it
+    wal_index._send([wal_index.key(path)])
+    assert wal_index.helper_pid() is None
+    assert _index_size(path) == wal_index.INDEX_KEPT_BYTES

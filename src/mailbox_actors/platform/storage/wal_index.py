@@ -190,11 +190,12 @@ def empty_indexes_at_close(on: bool = True, elsewhere: bool = True) -> None:
     ``elsewhere``: in a helper process (the default: the truncate's kernel work, most of the
     emptying, is off this process's threads); False, in the closing thread."""
     global _on, _elsewhere, _down_until
-    if not (on and elsewhere):
-        _stop_helper()
-    _down_until = 0.0
-    _on = on
+    # Switched first: a close from here on never hands a name to a helper being stopped.
     _elsewhere = on and elsewhere and _OFD_SETLK is not None
+    _on = on
+    if not _elsewhere:
+        _stop_helper()  # what it was handed is done first
+    _down_until = 0.0
 
 
 def emptying_on() -> bool:
@@ -307,8 +308,8 @@ def _helper_fd() -> int | None:
     if _helper is not None:
         assert _helper.stdin is not None
         return _helper.stdin.fileno()
-    if time.monotonic() < _down_until:
-        return None
+    if not _elsewhere or time.monotonic() < _down_until:
+        return None  # switched off or into this process meanwhile, or within the restart's wait
     try:
         _helper = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _HELPER, str(INDEX_KEPT_BYTES), str(_DMS_BYTE)],
