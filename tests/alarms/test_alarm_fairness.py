@@ -37,6 +37,7 @@ GUARD_S = 60  # only against a hang
 BURST = 160  # alarms due at one instant, five times the default 32 workers
 PER_TURN = 4  # alarms in a turn, by the test's turn clock
 ARRIVES_AFTER = 10  # the request arrives once this many alarms ran
+METRICS_BURST = 60  # evicted actors' alarms whose alarms_fired_total reports are counted
 
 
 class MovableClock(SystemClock):
@@ -637,5 +638,46 @@ async def test_a_burst_is_handed_to_the_pool_a_piece_a_round_of_the_loop(
         assert ready_ran_at and ready_ran_at[0] < BURST, (ready_ran_at, pieces)
         assert sorted(seen.object_id for seen in afs.ALARM_LOG) == sorted(oids)
         assert node.scheduler.fired == BURST
+    finally:
+        await node.stop()
+
+
+@pytest.mark.anyio
+async def test_alarms_on_evicted_actors_are_reported_once_a_run_not_once_an_alarm(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``alarms_fired_total`` hears of a burst's alarms on evicted actors once a worker's run of
+    the pool, as it does of open actors': not once an alarm, which was a tenth of a burst's
+    scheduler work an alarm (callgrind, session 21). The pool's turns are measured by a clock
+    that never moves, with no look, so a worker's run ends only when the queue is empty."""
+    monkeypatch.setattr(alarm_pool, "_others_ready", lambda loop, pool: None)
+    node, clock = await _started(tmp_path, lambda: 0.0, file_threads=0)
+    assert node.scheduler is not None
+    try:
+        _, all_fired = await _due_together(node, clock, METRICS_BURST)
+        node.host.evict_all_idle()
+        assert node.host.active_count == 0
+        reports: list[float] = []
+        all_reported = anyio.Event()
+        inc = node.metrics.inc
+
+        def counted(name: str, labels: Any = (), value: float = 1) -> None:
+            if name == "alarms_fired_total":
+                reports.append(value)
+                if sum(reports) >= METRICS_BURST:
+                    all_reported.set()
+            inc(name, labels, value)
+
+        node.metrics.inc = counted  # type: ignore[method-assign]
+        opened = node.host.activations
+        clock.offset_ms = 86_400_000
+        node.scheduler.book.wake_if_before(0)
+        with anyio.fail_after(GUARD_S):
+            await all_fired.wait()
+            await all_reported.wait()  # the last run's report, at its end
+        assert node.host.activations - opened == METRICS_BURST  # each opened for its alarm
+        assert sum(reports) == METRICS_BURST
+        assert node.metrics.get("alarms_fired_total", (("namespace", "scratch"),)) == \
+            METRICS_BURST
+        assert len(reports) <= METRICS_BURST // 4  # a report a run of several, not one each
     finally:
         await node.stop()

@@ -30,6 +30,9 @@ from mailbox_actors.platform.storage.opening import connect_ahead, open_storage
 from mailbox_actors.platform.storage.readonly import read_only
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 from sleeping_cycle import CHILD_ENV, cycle
+from sleeping_cycle import dms_lock_of_this_process as _dms_lock_of_this_process
+from sleeping_cycle import index_size as _index_size
+from sleeping_cycle import values as _values
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="open file description locks")
 
@@ -44,16 +47,6 @@ def _emptying() -> Iterator[None]:
     wal_index.empty_indexes_at_close(elsewhere=False)
     yield
     wal_index.empty_indexes_at_close(False)
-
-
-def _index_size(path: Path) -> int:
-    return os.path.getsize(f"{path}-shm")
-
-
-def _values(path: Path) -> list[int]:
-    with read_only(path) as conn:
-        assert conn is not None
-        return [v for (v,) in conn.execute("SELECT v FROM t ORDER BY k")]
 
 
 def test_a_closed_file_keeps_its_log_and_an_emptied_index(tmp_path: Path) -> None:
@@ -142,17 +135,6 @@ def test_a_reader_of_this_process_keeps_its_index_and_reads_every_commit(
             # other process's opener that the index is in use.
             assert _dms_lock_of_this_process(path) == "READ"
     assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
-
-
-def _dms_lock_of_this_process(path: Path) -> str | None:
-    """The POSIX lock this process holds on the index's DMS byte, as /proc/locks lists it."""
-    st = os.stat(f"{path}-shm")
-    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in Path("/proc/locks").read_text().splitlines():
-        f = line.split()
-        if f[1] == "POSIX" and f[4] == str(os.getpid()) and f[5] == inode and f[6] == "128":
-            return f[3]
-    return None
 
 
 _OPENER = textwrap.dedent("""

@@ -20,9 +20,13 @@ from pathlib import Path
 
 import pytest
 
+import actors_for_tests as afs
 from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.readonly import read_only
-from sleeping_cycle import CHILD_ENV, cycle
+from mailbox_actors.testing import TestRuntime
+from sleeping_cycle import CHILD_ENV, cycle, dms_lock_of_this_process
+from sleeping_cycle import index_size as _index_size
+from sleeping_cycle import values as _values
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="open file description locks")
 
@@ -38,14 +42,17 @@ def _helper() -> Iterator[None]:
     assert wal_index.helper_pid() is None
 
 
-def _index_size(path: Path) -> int:
-    return os.path.getsize(f"{path}-shm")
+def _emptied_here(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names whose index is emptied in this process from now on (``_empty`` watched)."""
+    here: list[str] = []
+    empty = wal_index._empty
 
+    def watched(name: str, setlk: int) -> bool:
+        here.append(name)
+        return empty(name, setlk)
 
-def _values(path: Path) -> list[int]:
-    with read_only(path) as conn:
-        assert conn is not None
-        return [v for (v,) in conn.execute("SELECT v FROM t ORDER BY k")]
+    monkeypatch.setattr(wal_index, "_empty", watched)
+    return here
 
 
 def _not_here(name: str, setlk: int) -> bool:
@@ -178,14 +185,7 @@ def test_a_killed_helper_leaves_the_closes_emptied_here_then_by_a_new_one(
     os.kill(first, signal.SIGKILL)
     while not _gone(first):
         time.sleep(0.01)
-    here: list[str] = []
-    empty = wal_index._empty
-
-    def watched(name: str, setlk: int) -> bool:
-        here.append(name)
-        return empty(name, setlk)
-
-    monkeypatch.setattr(wal_index, "_empty", watched)
+    here = _emptied_here(monkeypatch)
     cycle(path, 1)
     assert wal_index.settle()
     assert here == [wal_index.key(path)]
@@ -261,14 +261,7 @@ def test_a_stalled_helper_never_holds_a_close(
     helper = wal_index.helper_pid()
     assert helper is not None
     os.kill(helper, signal.SIGSTOP)
-    here: list[str] = []
-    empty = wal_index._empty
-
-    def watched(name: str, setlk: int) -> bool:
-        here.append(name)
-        return empty(name, setlk)
-
-    monkeypatch.setattr(wal_index, "_empty", watched)
+    here = _emptied_here(monkeypatch)
     try:
         # The name of a file that does not exist, as long as the actor's, until the pipe has
         # no room for one more (the helper skips them later).
@@ -302,3 +295,51 @@ def test_switched_off_a_close_handed_over_late_starts_no_helper(tmp_path: Path) 
     wal_index._send([wal_index.key(path)])
     assert wal_index.helper_pid() is None
     assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
+
+
+def test_a_file_reopened_here_before_its_late_hand_over_keeps_its_index_and_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review R1 (a): with the helper down (within its restart's wait), a name handed over is
+    emptied in this process, but not if a connection of this process has the file open again
+    since its close: that connection keeps its index whole and its shared lock on the index's
+    DMS byte (the closing thread's attempt would be refused by it and its descriptor's close
+    would drop that lock), and the file is not given up on (``_kept``)."""
+    monkeypatch.setattr(wal_index, "_down_until", time.monotonic() + 600)
+    path = tmp_path / "a.sqlite"
+    cycle(path, 0)
+    with read_only(path) as conn:  # counted, and its index mapped
+        assert conn is not None
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+        wal_index._send([wal_index.key(path)])
+        assert wal_index.helper_pid() is None
+        assert _index_size(path) == _FULL_INDEX
+        assert dms_lock_of_this_process(path) == "READ"
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+    assert wal_index.key(path) not in wal_index._kept
+    assert wal_index.settle()
+    assert _index_size(path) == wal_index.INDEX_KEPT_BYTES  # the reader's own close emptied it
+
+
+def test_a_file_with_another_name_keeps_its_index_with_the_helper(tmp_path: Path) -> None:
+    """Review R1 (b): SQLite keeps one index per inode, named after the first path it was opened
+    by, so the helper leaves a file with hard links as SQLite leaves it, as the closing thread
+    does (test_wal_index.py)."""
+    path = tmp_path / "a.sqlite"
+    cycle(path, 1)
+    os.link(path, tmp_path / "b.sqlite")
+    cycle(path, 2)
+    assert wal_index.settle()
+    assert wal_index.helper_pid() is not None
+    assert _index_size(path) == _FULL_INDEX
+
+
+@pytest.mark.anyio
+async def test_a_node_stop_returns_once_the_helper_emptied_its_files_indexes(
+        tmp_path: Path) -> None:
+    """RT-11: a node's stop closes every file and returns only once the helper has emptied
+    their indexes (``settle``), not up to ``_SEND_AFTER_S`` later."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oids = [await afs.new_scratch(rt, f"s{i}") for i in range(3)]
+        paths = [rt.node.host.path_for("scratch", oid) for oid in oids]
+    assert not wal_index.unsettled()
+    assert [_index_size(path) for path in paths] == [wal_index.INDEX_KEPT_BYTES] * 3

@@ -232,8 +232,8 @@ def closed(name: str) -> bool:
     """A connection ``opening`` counted is closed: when it was the last of this process on the
     file, the emptying is on (``empty_indexes_at_close``) and the file's index was mapped for
     less than ``FRESH_S``, empty the index unless a connection of another process has it
-    mapped. True when the index was emptied (or there was none). A name never counted is left
-    alone."""
+    mapped. True when the index was emptied (or there was none), or its name handed to the
+    helper (``empty_indexes_at_close``'s ``elsewhere``). A name never counted is left alone."""
     with _guard:
         held = _open_here.get(name, 0)
         if held != 1:
