@@ -143,43 +143,9 @@ _down_until = 0.0
 _unsettled = False  # names were sent since the helper last said it had emptied all before
 _sender: threading.Thread | None = None
 
-# The helper: a bare interpreter (no site, no environment) reading NUL-ended file names and
-# emptying each one's index as ``_empty`` does, under an open file description lock of its own
-# process (so its close never drops a lock of the node's); an empty name asks it to say it has
-# done every name before (one byte back). It ends when the node's end of the pipe closes,
-# after the names already sent (the node exited or was killed); SIGINT and SIGTERM, which a
-# terminal or a supervisor sends the node's whole group, do not cut that short.
-_HELPER = r'''
-import fcntl, os, signal, struct, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-lock = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, int(sys.argv[2]), 1, 0)
-setlk, kept = fcntl.F_OFD_SETLK, int(sys.argv[1])
-flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
-rest = b""
-while True:
-    data = os.read(0, 65536)
-    if not data:
-        break
-    *names, rest = (rest + data).split(b"\0")
-    for name in names:
-        if not name:
-            os.write(1, b".")
-            continue
-        try:
-            if os.stat(name).st_nlink != 1:
-                continue
-            fd = os.open(name + b"-shm", flags)
-        except OSError:
-            continue
-        try:
-            fcntl.fcntl(fd, setlk, lock)
-            os.ftruncate(fd, kept)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-'''
+# The helper: ``shm_helper.py``, a program of its own run by path in a bare interpreter (no
+# site, no environment: it imports nothing of this package).
+_HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shm_helper.py")
 
 
 def empty_indexes_at_close(on: bool = True, elsewhere: bool = True) -> None:
@@ -312,7 +278,7 @@ def _helper_fd() -> int | None:
         return None  # switched off or into this process meanwhile, or within the restart's wait
     try:
         _helper = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _HELPER, str(INDEX_KEPT_BYTES), str(_DMS_BYTE)],
+            [sys.executable, "-I", "-S", _HELPER, str(INDEX_KEPT_BYTES), str(_DMS_BYTE)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             close_fds=True)
     except OSError:
