@@ -91,7 +91,11 @@ class ScreenedConnection:
         self._sys_mode = False
         self._deny_reason = None
         self._plans = {}
-        self._counter = RowCounter(_runtime_sql(self), self._token)
+        # A weak reference: a bound method (or a closure over self) would make conn -> counter
+        # -> conn a cycle, and every evicted actor's storage would wait for the cyclic collector
+        # (a full pass over thousands of them holds the event loop) instead of going when its
+        # last reference does.
+        self._counter = RowCounter(weakref.ref(self), self._token)
         self._facts = facts
         self._screenings = 0
         if facts is None:
@@ -242,18 +246,3 @@ class ScreenedConnection:
         finally:
             self._sys_mode = False
 
-
-def _runtime_sql(conn: ScreenedConnection) -> Callable[[str, Sequence[Any]], sqlite3.Cursor]:
-    """``conn._sys`` for its row counter, through a weak reference: a bound method would make
-    conn -> counter -> method -> conn a cycle, and every evicted actor's storage would wait for
-    the cyclic collector (a full pass over thousands of them holds the event loop) instead of
-    going when its last reference does."""
-    ref = weakref.ref(conn)
-
-    def run(query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-        owner = ref()
-        if owner is None:  # the storage is gone: nothing can ask its counter any more
-            raise sqlite3.ProgrammingError("the actor's storage is closed")
-        return owner._sys(query, params)
-
-    return run

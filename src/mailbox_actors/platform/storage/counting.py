@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = ["RowCounter", "WriteShape"]
 
@@ -36,25 +36,41 @@ def _scan_text(token: str) -> str:
     return f"SELECT nscan, run FROM sqlite_stmt WHERE sql = ? /*{token}*/"
 
 
+class RunsSql(Protocol):
+    """What a counter runs its runtime-only statements on (``ScreenedConnection._sys``)."""
+
+    def _sys(self, query: str, params: tuple[Any, ...]) -> sqlite3.Cursor: ...
+
+
 class RowCounter:
-    """Per-connection bookkeeping for the two counters; ``sys`` runs runtime-only SQL."""
+    """Per-connection bookkeeping for the two counters; ``owner`` (a weak reference to the
+    connection) runs its runtime-only SQL."""
 
     # One per open actor: slots, not an instance dict.
-    __slots__ = ("_counted", "_indexes", "_recording", "_scan_sql", "_scans", "_shapes", "_sys",
+    __slots__ = ("_counted", "_indexes", "_owner", "_recording", "_scan_sql", "_scans", "_shapes",
                  "index_rows")
 
-    def __init__(self, sys: Callable[[str, tuple[Any, ...]], sqlite3.Cursor], token: str) -> None:
-        self._sys = sys
+    def __init__(self, owner: Callable[[], RunsSql | None], token: str) -> None:
+        self._owner = owner
         self._scan_sql = _scan_text(token)
         self._shapes: dict[str, WriteShape] = {}
         self._recording: list[tuple[str, str | None]] | None = None
         self._indexes: dict[str, list[frozenset[str] | None]] = {}  # None: an expression index
-        self._scans: dict[str, tuple[int, int]] = {}  # text -> (nscan, run) when last looked at
-        self._counted: dict[str, tuple[str, ...]] = {}  # text -> tables its count(*) reads whole
+        # Made at their first use (most actors never ask for rows read): text -> (nscan, run) when
+        # last looked at; text -> tables its count(*) reads whole
+        self._scans: dict[str, tuple[int, int]] | None = None
+        self._counted: dict[str, tuple[str, ...]] | None = None
         # text -> index rows written per changed row, from its shape and the schema: worked out
         # once per statement, not on each run (``exec`` reads it: a statement found here has its
         # shape recorded, and needs one lookup per run); cleared with the schema
         self.index_rows: dict[str, int] = {}
+
+    def _sys(self, query: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        """Runtime-only SQL on the counter's connection (``ScreenedConnection._sys``)."""
+        owner = self._owner()
+        if owner is None:  # the storage is gone: nothing can ask its counter any more
+            raise sqlite3.ProgrammingError("the actor's storage is closed")
+        return owner._sys(query, params)
 
     # ---- written --------------------------------------------------------------------------
 
@@ -165,24 +181,30 @@ class RowCounter:
         if not rows:
             return 0
         nscan, run = max((int(r[0]), int(r[1])) for r in rows)
-        base_scan, base_run = self._scans.get(query, (0, 0))
+        scans = self._scans
+        if scans is None:
+            scans = self._scans = {}
+        base_scan, base_run = scans.get(query, (0, 0))
         if run < base_run or nscan < base_scan:  # re-prepared since: counters started again
             base_scan, base_run = 0, 0
         runs = max(1, run - base_run)
         steps = (nscan - base_scan) // runs  # runs nobody asked about: their average
-        if finished and len(self._scans) < _MAX_SHAPES:
-            self._scans[query] = (nscan, run)
+        if finished and len(scans) < _MAX_SHAPES:
+            scans[query] = (nscan, run)
         # SQLite counts the steps from one row to the next; the first row of a scan is read too.
         return (steps + 1 if steps else 0) + self._counted_rows(query)
 
     def _counted_rows(self, query: str) -> int:
         """A bare ``count(*)`` never steps through its table (SQLite's Count opcode reads the
         b-tree's size), yet workerd bills every row of it: add them."""
-        tables = self._counted.get(query)
+        counted = self._counted
+        if counted is None:
+            counted = self._counted = {}
+        tables = counted.get(query)
         if tables is None:
             tables = self._count_tables(query)
-            if len(self._counted) < _MAX_SHAPES:
-                self._counted[query] = tables
+            if len(counted) < _MAX_SHAPES:
+                counted[query] = tables
         total = 0
         for table in tables:
             quoted = '"' + table.replace('"', '""') + '"'

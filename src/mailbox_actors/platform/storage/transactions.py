@@ -39,6 +39,7 @@ __all__ = ["PAST_CAP_KEY", "AlarmRun", "Transactions", "TxState"]
 
 _NO_HOOKS = NoTransactionHooks()  # a storage opened alone: no request, no scheduler
 _NO_SINK = NoAlarmSink()
+_NONE_LOST: frozenset[int] = frozenset()  # every storage's ``_lost`` until one is lost
 _NOT_IN_RUN: tuple[AlarmRun | None, bool] = (None, False)  # a transaction outside an alarm run
 
 T = TypeVar("T")
@@ -148,7 +149,7 @@ class Transactions(ScreenedConnection):
     _alarm_dirty: bool
     _alarm_run: AlarmRun | None
     _gen: int  # the current (or last) implicit transaction
-    _lost: set[int]  # implicit transactions SQLite rolled back
+    _lost: set[int] | frozenset[int]  # implicit transactions SQLite rolled back
     # Bumped by every rollback, whole or to a savepoint, and by delete_all: what the runtime
     # learnt of the file (``_known``) holds while this has not moved since.
     _undone: int
@@ -187,7 +188,7 @@ class Transactions(ScreenedConnection):
         self._alarm_dirty = False
         self._alarm_run = None
         self._gen = 0
-        self._lost = set()
+        self._lost = _NONE_LOST
         self._undone = 0
         self._known = UNKNOWN  # made at the runtime's first look (``_known_now``)
         self._fence = None  # set by the opener on many machines (``fence``)
@@ -267,7 +268,7 @@ class Transactions(ScreenedConnection):
                 self._state, self._ended_by = _ENDED, mapped
             elif self._state is _IMPLICIT:
                 self._state = _NONE
-                self._lost.add(self._gen)
+                self._lose()
                 self._reload_alarm()
         return mapped
 
@@ -616,7 +617,7 @@ class Transactions(ScreenedConnection):
         self._state = _NONE
         if not self._conn.in_transaction:  # SQLite rolled it back itself
             self._rolled_back()
-            self._lost.add(self._gen)
+            self._lose()
             self._reload_alarm()
             return
         try:
@@ -624,7 +625,7 @@ class Transactions(ScreenedConnection):
                 self._within_cap()
             self._sys(self._commit)
         except (sqlite3.Error, LimitExceeded) as e:
-            self._lost.add(self._gen)
+            self._lose()
             self._rolled_back()
             if self._conn.in_transaction:
                 self._sys(self._rollback)
@@ -633,6 +634,14 @@ class Transactions(ScreenedConnection):
                 raise
             raise self._map_error(e) from e
         self._after_commit()
+
+    def _lose(self) -> None:
+        """The current implicit transaction was rolled back."""
+        lost = self._lost
+        if isinstance(lost, set):
+            lost.add(self._gen)
+        else:  # the shared empty one (``_NONE_LOST``): an empty set is 216 B an open actor
+            self._lost = {self._gen}
 
     def _writes_lost(self, generations: Sequence[int]) -> bool:
         return any(g in self._lost for g in generations)
