@@ -19,6 +19,8 @@ import signal
 import struct
 import sys
 
+__all__ = ["empty", "main"]
+
 
 def empty(name: bytes, lock: bytes, kept: int) -> None:
     """Truncate ``name``'s index to ``kept`` bytes, unless someone has it mapped."""
