@@ -122,12 +122,12 @@ class Activation:
                  "key", "last_used_ms", "namespace", "owner", "pending", "runtime_storage",
                  "starting")
 
-    def __init__(self, opener: Opener, object_id: str, storage: RuntimeStorage, owner: Owner,
+    def __init__(self, opener: Opener, key: Key, storage: RuntimeStorage, owner: Owner,
                  gate: InputGate, ctx: ActorContext) -> None:
         self.cls = opener.cls
-        self.namespace = namespace = opener.namespace
-        self.id = object_id
-        self.key: Key = (namespace, object_id)
+        self.namespace = key[0]
+        self.id = key[1]
+        self.key = key  # the host's own tuple, not another one
         self.runtime_storage = storage
         self.owner = owner
         self.gate = gate
@@ -167,14 +167,15 @@ class Activation:
 class Opener:
     """What every activation of one class on one host is opened with, made at the class's first
     activation: the storage's settings, the schema's fingerprints, the owner's rules, the
-    context's environment. An activation then passes only what is its own (id, file, alarm
-    sink, reset), so opening an actor builds its few objects and little else."""
+    context's environment. An activation then passes only what is its own (key, file, alarm
+    sink), so opening an actor builds its few objects and little else."""
 
-    __slots__ = ("_clock", "_env", "_fence", "_hooks", "_now_ms", "_settings", "cls", "namespace",
-                 "newest", "owner_rules", "sources", "starts")
+    __slots__ = ("_clock", "_env", "_fence", "_hooks", "_now_ms", "_on_reset", "_settings", "cls",
+                 "namespace", "newest", "owner_rules", "sources", "starts")
 
     def __init__(self, cls: type[Actor[Any]], settings: RuntimeSettings, clock: Clock,
-                 hooks: TransactionHooks, env: ActorEnv, metrics: Any, log: Any) -> None:
+                 hooks: TransactionHooks, env: ActorEnv, metrics: Any, log: Any,
+                 on_reset: Callable[[Key], None]) -> None:
         self.cls = cls
         self.namespace = cls.namespace
         self.sources, self.newest = _sources(cls)
@@ -186,9 +187,12 @@ class Opener:
         self._hooks = hooks
         self._env = env
         self._fence = env.services.get(SLOT_FENCE)  # on many machines: the slot's (CL-11)
+        # Drops an activation whose ``block_concurrency_while`` failed, given its key (its gate
+        # calls it so): one callable for the class, not one made per actor.
+        self._on_reset = on_reset
 
-    def open(self, object_id: str, path: str | Path, create: bool, alarm_sink: AlarmSink,
-             on_reset: Callable[[], None], ahead: OpenedAhead | None = None,
+    def open(self, key: Key, path: str | Path, create: bool, alarm_sink: AlarmSink,
+             ahead: OpenedAhead | None = None,
              alarm: bool = True, shed: bool = True,
              connected: Connected | None = None) -> Activation | None:
         """Open the actor's file and build its activation (None: no such object and not
@@ -200,6 +204,7 @@ class Opener:
         actor stays open: ``ActorHost.fire_alarm``)."""
         settings = self._settings
         clock = self._clock
+        object_id = key[1]
         opened = open_actor_storage(path, create=create, durability=settings.durability,
                                     limits=settings.limits, now_ms=self._now_ms,
                                     hooks=self._hooks, alarm_sink=alarm_sink,
@@ -217,10 +222,10 @@ class Opener:
             sources = self.sources
             version = len(sources) - 1 if storage.schema_known else \
                 _migrate(storage, self.cls, meta, sources)
-            gate = InputGate(clock, on_reset, settings.block_concurrency_timeout_ms)
+            gate = InputGate(clock, self._on_reset, key, settings.block_concurrency_timeout_ms)
             ctx = ActorContext(namespace=self.namespace, object_id=object_id, storage=storage,
                                owner=owner, gate=gate, schema_version=version, env=self._env)
-            act = Activation(self, object_id, storage, owner, gate, ctx)
+            act = Activation(self, key, storage, owner, gate, ctx)
             if shed and (ahead is None or not storage.schema_known):
                 # The meta, migration and alarm reads are done. A connection made ahead shed
                 # its caches in its thread, and only a migration would have read since.

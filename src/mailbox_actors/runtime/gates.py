@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
@@ -41,12 +41,15 @@ class BlockConcurrencyTimeout(MailboxActorsError):
 class InputGate:
     """One activation's ``block_concurrency_while``."""
 
-    __slots__ = ("_clock", "_depth", "_on_failure", "_reset", "_timeout_ms", "_waiters")
+    __slots__ = ("_clock", "_depth", "_of", "_on_failure", "_reset", "_timeout_ms", "_waiters")
 
-    def __init__(self, clock: Clock, on_failure: Callable[[], None],
+    def __init__(self, clock: Clock, on_failure: Callable[[Any], None], of: Any,
                  timeout_ms: int | None = None) -> None:
+        """``on_failure(of)``: the host drops the activation ``of`` names, keeping its storage (one
+        callable for every gate, not one made per actor)."""
         self._clock = clock
-        self._on_failure = on_failure  # the host drops the activation (storage kept)
+        self._on_failure = on_failure
+        self._of = of
         self._timeout_ms = timeout_ms  # workerd gives up on a critical section after 30 s
         self._depth = 0
         # Made by the first waiter: an idle actor's gate holds no queue (an empty deque is 600 B,
@@ -73,12 +76,12 @@ class InputGate:
             return await self._bounded(fn)
         except BlockConcurrencyTimeout:
             self._reset = True
-            self._on_failure()
+            self._on_failure(self._of)
             raise
         except BaseException:
             if reset_on_error:
                 self._reset = True
-                self._on_failure()
+                self._on_failure(self._of)
             raise
         finally:
             _held.reset(held)
@@ -121,7 +124,7 @@ class InputGate:
         """``ctx.abort``: drop the activation now (storage kept); queued requests are answered
         ``unavailable``, and so are those in flight when they finish."""
         self._reset = True
-        self._on_failure()
+        self._on_failure(self._of)
         self._open()
 
     def _open(self) -> None:

@@ -9,7 +9,6 @@ fire (that is the scheduler's); it opens and admits an alarm's wake (below), who
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections import OrderedDict
@@ -173,11 +172,12 @@ class ActorHost:
         opener = self._openers.get(cls.namespace)
         if opener is None or opener.cls is not cls:
             opener = self._openers[cls.namespace] = Opener(
-                cls, self.settings, self.clock, self._hooks, self._env, self.metrics, self.log)
+                cls, self.settings, self.clock, self._hooks, self._env, self.metrics, self.log,
+                self._reset)
         file = self.paths.file_for(cls.namespace, object_id, own) if path is None else path
         try:
-            act = opener.open(object_id, file, create, self._alarm_sinks.sink(key),
-                              functools.partial(self._reset, key), ahead, alarm, shed, connected)
+            act = opener.open(key, file, create, self._alarm_sinks.sink(key), ahead, alarm, shed,
+                              connected)
             if act is None:
                 return None
         except MailboxActorsError as e:
