@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from mailbox_actors.platform.postgres.local_server import LocalPostgres, postgres_binaries
+from mailbox_actors.platform.processes import pid_alive
 from mailbox_actors.testing.ports import free_port
 
 __all__ = ["PgServer", "find_binaries", "new_database", "serving", "terminate_backends"]
@@ -87,7 +88,7 @@ def sweep_leftovers(parent: Path) -> int:
             server = 0
         except (OSError, ValueError):
             continue
-        if (owner and _running(owner)) or (server and _running(server)):
+        if (owner and pid_alive(owner)) or (server and pid_alive(server)):
             continue
         if not owner and (not server or time.time() - root.stat().st_mtime < _LEFT_FOR_S):
             continue
@@ -95,15 +96,6 @@ def sweep_leftovers(parent: Path) -> int:
         removed += 1
     return removed
 
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class PgServer(LocalPostgres):
