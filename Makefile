@@ -47,7 +47,7 @@ docs: venv
 
 # The suite in TEST_WORKERS processes (pytest-xdist, ADR 0024): its tests wait on servers, disks
 # and other processes much of the time, so the second core does the other worker's tests meanwhile
-# (a fresh clone's `make test` took 10 minutes, 14-14.5 in one process). `make test
+# (a fresh clone's `make test` took 8-10 minutes, 14-14.5 in one process). `make test
 # TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 2
 
