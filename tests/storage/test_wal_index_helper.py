@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import actors_for_tests as afs
+from mailbox_actors.platform.processes import pid_alive
 from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.readonly import read_only
 from mailbox_actors.testing import TestRuntime
@@ -165,12 +166,14 @@ def test_an_uncounted_connection_keeps_its_index_and_its_lock(tmp_path: Path) ->
     assert kept == "True"
 
 
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie no parent reaped has too)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+def _helper_after_a_first_cycle(path: Path) -> int:
+    """The helper's pid, once a first write and close of ``path`` has started it and it has
+    emptied that file's index."""
+    cycle(path, 0)
+    assert wal_index.settle()
+    pid = wal_index.helper_pid()
+    assert pid is not None
+    return pid
 
 
 def test_a_killed_helper_leaves_the_closes_emptied_here_then_by_a_new_one(
@@ -178,12 +181,9 @@ def test_a_killed_helper_leaves_the_closes_emptied_here_then_by_a_new_one(
     """A SIGKILL of the helper: the next hand-over finds its pipe broken and the index is
     emptied in the closing process instead, until another helper is started."""
     path = tmp_path / "a.sqlite"
-    cycle(path, 0)
-    assert wal_index.settle()
-    first = wal_index.helper_pid()
-    assert first is not None
+    first = _helper_after_a_first_cycle(path)
     os.kill(first, signal.SIGKILL)
-    while not _gone(first):
+    while pid_alive(first):
         time.sleep(0.01)
     here = _emptied_here(monkeypatch)
     cycle(path, 1)
@@ -243,7 +243,7 @@ def test_a_killed_node_process_leaves_its_helper_to_empty_what_it_was_sent(
         proc.stdout.close()
     os.kill(helper, signal.SIGCONT)
     deadline = time.monotonic() + 30
-    while not _gone(helper):
+    while pid_alive(helper):
         assert time.monotonic() < deadline, "the helper did not end"
         time.sleep(0.01)
     assert [_index_size(path) for path in paths] == [wal_index.INDEX_KEPT_BYTES] * count
@@ -256,10 +256,7 @@ def test_a_stalled_helper_never_holds_a_close(
     """A helper that does not read (stopped, its pipe full) never makes a close wait: what its
     pipe does not take is emptied in the closing process."""
     path = tmp_path / "a.sqlite"
-    cycle(path, 0)
-    assert wal_index.settle()
-    helper = wal_index.helper_pid()
-    assert helper is not None
+    helper = _helper_after_a_first_cycle(path)
     os.kill(helper, signal.SIGSTOP)
     here = _emptied_here(monkeypatch)
     try:
