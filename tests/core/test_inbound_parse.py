@@ -194,7 +194,7 @@ def test_the_plain_body_reads_a_one_part_message_as_the_walk_does() -> None:
     disposition, a transfer encoding or another type is left to the walk. Over the hand-written
     and generated hostile corpus and the split cases, with tight caps too."""
     from mailbox_actors.core.inbound.mime import Body
-    from mailbox_actors.core.inbound.split import split_simple
+    from mailbox_actors.core.inbound.split import split_fields, split_simple
     from mailbox_actors.core.inbound.text import Defects
 
     extra = [b"Subject: x\r\nContent-Type: text/plain; charset=latin-1\r\n\r\ncaf\xe9",
@@ -210,17 +210,37 @@ def test_the_plain_body_reads_a_one_part_message_as_the_walk_does() -> None:
     read = 0
     for lim in (InboundLimits(), InboundLimits(max_text_bytes=5)):
         for raw in corpus:
-            msg = split_simple(raw)
-            if msg is None:
+            split = split_fields(raw)
+            if split is None:
                 continue
             direct, walked = Body(lim, Defects()), Body(lim, Defects())
-            if not direct.plain(msg):
+            if not direct.plain(split):
                 continue
             walked.walk(split_simple(raw))
             read += 1
             assert (direct.text, direct.html, direct.attachments, list(direct.d.items)) == \
                 (walked.text, walked.html, walked.attachments, list(walked.d.items))
     assert read > 20
+
+
+def test_a_message_split_without_the_feed_parser_parses_as_the_feed_parser_reads_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """IN-1: parse_message reads a one-part message from its split (header items and body bytes,
+    no compat32 message built for a plain-text body) to exactly what it reads when the feed
+    parser splits it: every field, text, attachment and defect, over the hand-written and
+    generated hostile corpus and the split cases, with tight caps too; many take the split."""
+    from mailbox_actors.core.inbound import parse, split
+
+    corpus = [GOOD, *HAND_WRITTEN.values(), *(raw for _, raw in generated(11, 300)),
+              *_SPLIT_CASES]
+    taken = sum(split.split_fields(raw) is not None for raw in corpus)
+    for lim in (LIMITS, InboundLimits(max_text_bytes=5, max_header_value_bytes=8)):
+        fast = [parse_message(raw, lim) for raw in corpus]
+        with monkeypatch.context() as m:
+            m.setattr(parse, "split_fields", lambda raw: None)  # the feed parser for all
+            slow = [parse_message(raw, lim) for raw in corpus]
+        assert fast == slow
+    assert taken > 50
 
 
 def test_the_canonical_date_form_is_read_as_the_standard_library_reads_it() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+from collections.abc import Callable
 from email import policy
 from email.message import Message
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import msgspec
 
 from mailbox_actors.core.inbound.limits import InboundLimits
+from mailbox_actors.core.inbound.split import Split
 from mailbox_actors.core.inbound.text import Defects, cap_utf8, guard, text_of
 
 __all__ = ["Body", "ParsedAttachment"]
@@ -40,18 +42,30 @@ def _charset_of(content_type: str) -> str | None:
 
 def _charset(part: Message) -> str | None:
     value = part.get("content-type")
-    if value is None:
-        return "us-ascii"
-    if isinstance(value, str) and value.isascii():
-        # Only short values are kept: the cache is per process, and hostile mail can carry
-        # Content-Type values as long as a header may be (256 of those would pin a lot).
-        return _charset_of(value) if len(value) <= _CACHED_VALUE_CHARS else \
-            _charset_of.__wrapped__(value)
+    if value is None or (isinstance(value, str) and value.isascii()):
+        return _ascii_charset(value)
     return part.get_content_charset("us-ascii")  # 8-bit bytes: compat32 wraps them in a Header
 
 
+def _ascii_charset(value: str | None) -> str | None:
+    """The charset of a part whose first Content-Type value is ``value`` (plain ASCII) or that
+    has none."""
+    if value is None:
+        return "us-ascii"
+    # Only short values are kept: the cache is per process, and hostile mail can carry
+    # Content-Type values as long as a header may be (256 of those would pin a lot).
+    return _charset_of(value) if len(value) <= _CACHED_VALUE_CHARS else \
+        _charset_of.__wrapped__(value)
+
+
 def _decode_text(part: Message, data: bytes, d: Defects) -> str:
-    charset = guard(lambda: _charset(part), "us-ascii", d, "charset_unreadable") or "us-ascii"
+    return _decoded(lambda: _charset(part), data, d)
+
+
+def _decoded(charset_of: Callable[[], str | None], data: bytes, d: Defects) -> str:
+    """``data`` as text in the charset ``charset_of`` reads (UTF-8 or replaced characters when
+    it cannot be used), with a defect for what could not be read."""
+    charset = guard(charset_of, "us-ascii", d, "charset_unreadable") or "us-ascii"
     try:
         codecs.lookup(charset)
     except (LookupError, ValueError):
@@ -122,16 +136,17 @@ class Body:
                 continue
             self.leaf(part, ctype)
 
-    def plain(self, msg: Message) -> bool:
-        """What ``walk`` reads from a message ``split_simple`` built (one part; no multipart or
-        ``message/`` type named in its headers), read directly when it is plain text with no
-        disposition, no name and no transfer encoding to undo: its text. False: nothing was
-        read; ``walk`` it. (The walk's type, disposition and name readers cost more than the
-        decoding on such a message.) Tested equal to ``walk`` over the hostile corpus."""
+    def plain(self, split: Split) -> bool:
+        """What ``walk`` reads from the message ``split.as_message(split)`` builds (one part; no
+        multipart or ``message/`` type named in its headers), read from the split itself when it
+        is plain text with no disposition, no name and no transfer encoding to undo: its text.
+        False: nothing was read; ``walk`` the message. (The walk's type, disposition and name
+        readers, and building the message, cost more than the decoding on such a message.)
+        Tested equal to ``walk`` over the hostile corpus."""
         if self.lim.max_mime_parts < 1:
             return False
         ctype = cte = None
-        for name, value in msg.raw_items():  # compat32 reads the first field of each name
+        for name, value in split[0]:  # compat32 reads the first field of each name
             low = name.lower()
             if low == "content-type":
                 ctype = value if ctype is None else ctype
@@ -147,10 +162,11 @@ class Body:
                 return False
         if cte is not None and (not cte.isascii() or cte.lower() in _DECODED):
             return False
-        data = msg.get_payload(decode=True)  # the body's bytes, as the walk's leaf reads them
-        if not isinstance(data, bytes):
-            return False
-        self.text, cut = cap_utf8(_decode_text(msg, data, self.d), self.lim.max_text_bytes)
+        # The body's bytes, as the walk's leaf reads them: compat32's get_payload(decode=True)
+        # gives back the bytes its payload was decoded from when there is nothing to undo.
+        data = split[1]
+        self.text, cut = cap_utf8(_decoded(functools.partial(_ascii_charset, ctype), data,
+                                           self.d), self.lim.max_text_bytes)
         if cut:
             self.d.add("text_truncated")
         return True

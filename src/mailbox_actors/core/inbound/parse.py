@@ -13,6 +13,7 @@ import base64
 import binascii
 import email.utils
 import re
+from collections.abc import Iterable
 from email import policy
 from email.message import Message
 from email.parser import BytesParser
@@ -22,7 +23,7 @@ import msgspec
 from mailbox_actors.core.inbound.dates import date_ms
 from mailbox_actors.core.inbound.limits import InboundLimits
 from mailbox_actors.core.inbound.mime import Body, ParsedAttachment
-from mailbox_actors.core.inbound.split import split_simple
+from mailbox_actors.core.inbound.split import as_message, split_fields
 from mailbox_actors.core.inbound.text import Defects, cap_utf8, text_of
 from mailbox_actors.core.inbound.threads import MAX_ID_CHARS, msg_ids
 
@@ -78,11 +79,13 @@ def _read_header(name: str, raw: str, d: Defects) -> str:
         return _FOLD.sub(" ", value).strip()
 
 
-def _headers(msg: Message, lim: InboundLimits, d: Defects) -> list[tuple[str, str]]:
+def _headers(items: Iterable[tuple[str, str]], lim: InboundLimits, d: Defects
+             ) -> list[tuple[str, str]]:
+    """The raw header items (compat32's ``raw_items``) decoded, under the caps."""
     out: list[tuple[str, str]] = []
     total = 0
     cap = lim.max_header_value_bytes
-    for i, (name, raw) in enumerate(msg.raw_items()):
+    for i, (name, raw) in enumerate(items):
         if i >= lim.max_headers:
             d.add("headers_truncated")
             break
@@ -181,20 +184,30 @@ def parse_message(raw: bytes, lim: InboundLimits) -> ParsedMessage:
     split_body = containers <= _MAX_MULTIPART_SCAN
     if not split_body:
         d.add("mime_too_complex")
-    simple = split_simple(raw) if containers == 0 else None  # most mail: one part
-    try:
-        msg = simple or BytesParser(policy=policy.compat32).parsebytes(
-            raw, headersonly=not split_body)
-    except RecursionError:
-        d.add("mime_too_complex")
-        msg = BytesParser(policy=policy.compat32).parsebytes(raw, headersonly=True)
-        split_body = False
-    headers = _headers(msg, lim, d)
+    simple = split_fields(raw) if containers == 0 else None  # most mail: one part
+    msg: Message | None = None
+    items: Iterable[tuple[str, str]]
+    if simple is not None:
+        items = simple[0]
+    else:
+        try:
+            msg = BytesParser(policy=policy.compat32).parsebytes(raw,
+                                                                 headersonly=not split_body)
+        except RecursionError:
+            d.add("mime_too_complex")
+            msg = BytesParser(policy=policy.compat32).parsebytes(raw, headersonly=True)
+            split_body = False
+        items = msg.raw_items()
+    headers = _headers(items, lim, d)
     body = Body(lim, d)
     if split_body:
-        if simple is None or not body.plain(msg):
+        # A plain-text body is read from the split; any other part builds the message to walk.
+        if simple is not None and not body.plain(simple):
+            msg = as_message(simple)
+        if msg is not None:
             body.walk(msg)
     else:
+        assert msg is not None  # only the feed parser reads a message with too many containers
         payload = msg.get_payload()
         data = payload.encode("ascii", "surrogateescape") if isinstance(payload, str) else b""
         body.text, cut = cap_utf8(data.decode("utf-8", "replace").replace("\0", "\ufffd"),

@@ -2,13 +2,16 @@
 of well-formed header lines, and for that the standard library's line-by-line feed parser is
 most of the cost of a parse.
 
-``split_simple`` builds the same ``compat32`` ``Message`` the feed parser would (the same raw
-header items, the body as its payload, no defects) when the message is certainly simple, and
-answers None otherwise, leaving the message to the feed parser: anything it would read
+``split_fields`` answers the header items the feed parser would read (name and raw value, in
+order) and the body's bytes when the message is certainly simple, and None otherwise, leaving
+the message to the feed parser: anything it would read
 differently or record a defect for (a line that is not a header, a continuation first, a
 ``From `` line, a lone CR, no blank line after the headers) and any message that could hold
 parts (a multipart or ``message/`` type named anywhere in the headers). Equivalence with the
-feed parser is tested over the hostile corpus.
+feed parser is tested over the hostile corpus. ``split_simple`` (and ``as_message`` of a split)
+is the same split as the ``compat32`` ``Message`` the feed parser would build (the same raw
+header items, the body as its payload, no defects); a plain-text body is read from the split
+itself (``mime.Body.plain``), so most mail never builds one.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import re
 from email import policy
 from email.message import Message
 
-__all__ = ["split_simple"]
+__all__ = ["Split", "as_message", "split_fields", "split_simple"]
 
 # A header field as the feed parser reads one: a name of printable ASCII other than ':' (at least
 # one character), ':', the rest of its line, and the continuation lines (a space or tab first)
@@ -26,8 +29,29 @@ _FIELD = re.compile(r"([\x21-\x39\x3b-\x7e]+):([^\r\n]*\r?\n(?:[ \t][^\r\n]*\r?\
 _BLANK = re.compile(rb"\n\r?\n")  # the end of the header block: a line end, then an empty line
 
 
+# The header items (name, raw value as compat32 keeps it) and the body's bytes.
+Split = tuple[list[tuple[str, str]], bytes]
+
+
 def split_simple(raw: bytes) -> Message | None:
     """The message as the feed parser would build it, or None when it might read it otherwise."""
+    split = split_fields(raw)
+    return None if split is None else as_message(split)
+
+
+def as_message(split: Split) -> Message:
+    """The ``compat32`` ``Message`` the feed parser builds of a message ``split_fields`` split
+    (the bytes parser hands the feed parser the text decoded so: 8-bit bytes as surrogates)."""
+    msg = Message(policy=policy.compat32)
+    for name, value in split[0]:
+        msg.set_raw(name, value)
+    msg.set_payload(split[1].decode("ascii", "surrogateescape"))
+    return msg
+
+
+def split_fields(raw: bytes) -> Split | None:
+    """The header items and body of a message the feed parser would read as ``as_message``
+    builds it, or None when it might read it otherwise."""
     end = _BLANK.search(raw)
     if end is None:
         return None
@@ -38,7 +62,7 @@ def split_simple(raw: bytes) -> Message | None:
         return None  # a lone CR, a type that could hold parts, a unix From line: the feed parser
     # The bytes parser hands the feed parser the text decoded so (8-bit bytes as surrogates).
     text = block.decode("ascii", "surrogateescape")
-    msg = Message(policy=policy.compat32)
+    items: list[tuple[str, str]] = []
     match = _FIELD.match
     pos, size = 0, len(text)
     while pos < size:
@@ -49,7 +73,6 @@ def split_simple(raw: bytes) -> Message | None:
             return None
         # compat32's header_source_parse: the first line's blanks after ':' and the last line
         # end go; continuation lines are kept as they are.
-        msg.set_raw(field[1], field[2].lstrip(" \t").rstrip("\r\n"))
+        items.append((field[1], field[2].lstrip(" \t").rstrip("\r\n")))
         pos = field.end()
-    msg.set_payload(raw[end.end():].decode("ascii", "surrogateescape"))
-    return msg
+    return items, raw[end.end():]
