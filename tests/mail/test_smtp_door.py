@@ -136,6 +136,35 @@ async def test_a_message_through_the_door_arrives_and_a_wait_sees_it(tmp_path: P
 
 
 @pytest.mark.anyio
+async def test_a_message_to_two_addresses_of_one_identity_is_delivered_to_each(
+        tmp_path: Path) -> None:
+    """IN-5: one envelope with two addresses of the same identity is answered 250, and the
+    mailbox holds a copy for each address (its Delivered-To); the client's retry after a lost 250
+    stores nothing more. (The source id once hashed the identity and the bytes only, so the
+    second copy, with other bytes, was a conflict and the whole DATA was refused with 554.)"""
+    async with door(tmp_path) as d:
+        ids = {"tenant_id": d.bob.tenant_id, "identity_id": d.bob.id}
+        both = ["bob@example.com", "bob.alias@example.com"]
+        waits = [await d.rt.call(NS, d.bob.mailbox_id, RegisterWait(
+            filter=WaitFilter(to=to), expires_at_ms=d.rt.now_ms() + 60_000), **ids)
+            for to in both]
+        raw = letter(to="someone-else@example.com", subject="twice")
+        errors, reply = await d.send(raw, both)
+        assert errors == {} and reply.startswith("2.0.0")
+        assert await d.messages(d.bob) == 2
+        delivered = set()
+        for wait in waits:  # each address's wait sees the copy delivered to it
+            got = await d.rt.call(NS, d.bob.mailbox_id, WaitPoll(wait_id=wait["wait_id"]), **ids)
+            view = await d.rt.call(NS, d.bob.mailbox_id,
+                                   GetMessage(message_id=got["message_id"]), **ids)
+            delivered.add(view["headers"][0][1])
+        assert delivered == {"bob@example.com", "bob.alias@example.com"}
+        errors, reply = await d.send(raw, both)  # a client retrying after a lost 250
+        assert errors == {} and reply.startswith("2.0.0")
+        assert await d.messages(d.bob) == 2
+
+
+@pytest.mark.anyio
 async def test_the_door_refuses_unknown_recipients_at_rcpt(tmp_path: Path) -> None:
     """IN-5: an unknown recipient is refused at RCPT with 550 5.1.1; the known one of the same
     message is still delivered."""

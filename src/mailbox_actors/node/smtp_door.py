@@ -11,7 +11,8 @@ another session has a message on its way to it (its recipient accepted, DATA not
 wait of at most ``smtp_batch.LINGER_S``), commit in one transaction (``smtp_batch``), each
 answered as it would be alone.
 The door prepends ``Delivered-To`` (so a Bcc recipient's waits can match on ``to``) and derives the
-source id from the recipient and the bytes, so a client's retry after a lost 250 is a duplicate.
+source id from the recipient (identity and address) and the bytes, so a client's retry after a
+lost 250 is a duplicate, and two addresses of one identity get a copy each.
 Nothing it logs carries an address; aiosmtpd's own logger is cut to warnings without arguments.
 In dev mode (UI-6) an unknown recipient of a configured domain (a domain of the control database,
 or the domain of an identity's address) is taken into that tenant's ``catch-all`` identity,
@@ -332,7 +333,10 @@ class SmtpDoor:
     async def deliver(self, address: str, rcpt: Recipient, raw: bytes) -> str:
         """Ingest ``raw`` into the recipient's IdentityMailbox; the SMTP reply for it."""
         data = b"Delivered-To: " + address.encode("utf-8", "replace") + b"\r\n" + raw
-        source = "smtp:" + hashlib.sha256(rcpt.identity_id.encode() + b"\0" + raw).hexdigest()
+        # The identity and the bytes as stored, Delivered-To included: a retry of the same
+        # message to the same address is a duplicate; its copy for another address of the same
+        # identity is a message of its own, not a conflict.
+        source = "smtp:" + hashlib.sha256(rcpt.identity_id.encode() + b"\0" + data).hexdigest()
         item = Ingest(source_id=source, raw=data)
         if self.owned_here is None or not self.owned_here(rcpt.mailbox_id):
             return await self._forward(rcpt, item)
