@@ -143,9 +143,10 @@ async def test_idle_and_burst_windows_alternate_after_the_measured_burst(
     data, first = await ticker_figures.make_population(tmp_path, TINY, progress)
     stream = ticker_figures._Stream([], [], [], [], [], [])
     with anyio.fail_after(GUARD_S):
-        per_s, fired, done, activations = await ticker_figures._throughput(
+        burst = await ticker_figures._throughput(
             data, first, msgspec.structs.replace(TINY, stream_idle_s=0.001), progress, stream)
-        assert done and fired == TINY.alarm_actors and per_s > 0 and activations > 0
+        assert burst.done and burst.fired == TINY.alarm_actors and burst.per_s > 0
+        assert burst.activations > 0
         assert stream.before and not made  # no window in the measured burst's phase
         await ticker_figures._windows(data, first, TINY, progress, stream)
     size, rounds = TINY.stream_window, TINY.stream_rounds

@@ -143,6 +143,11 @@ class AlarmScheduler:
     def pending_count(self) -> int:
         return self.book.pending_count
 
+    @property
+    def running_count(self) -> int:
+        """Keys handed out (queued for a worker, or under way) and not yet recorded."""
+        return len(self._running)
+
     def _more_due(self) -> bool:
         """Due alarms handed out wait for a worker (a burst's rest): the wakes' ``more_due``."""
         return bool(self._queue)

@@ -3,8 +3,9 @@
 Alarms fired/s (the capacity: all overdue at once), lateness p99 at 0.7 of that capacity and at an
 overload of ``alarm_rate`` (real clock; a node started on a shifted clock stands in for waiting
 days), memory per evicted and per active actor, and the raw open-write-close limit of an alarm on an
-evicted actor. The population is made through the runtime: one actor per alarm millisecond is
-created by ``init`` calls and its file copied for the others; a node start then indexes them all.
+evicted actor, measured in chunks between the windows of the burst it is the limit of. The
+population is made through the runtime: one actor per alarm millisecond is created by ``init``
+calls and its file copied for the others; a node start then indexes them all.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import math
+import multiprocessing
 import os
 import shutil
 import sqlite3
@@ -22,9 +24,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 import anyio
+import anyio.to_thread
 import msgspec
 
 from mailbox_actors.alarms.book import AlarmBook
+from mailbox_actors.alarms.scheduler import AlarmScheduler
 from mailbox_actors.bench.actors import REARM_MS, BenchTicker, TickInit, ticker_name
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
 from mailbox_actors.bench.memory_figures import active_memory, evicted_memory
@@ -223,30 +227,75 @@ class _Stream(NamedTuple):
     rounds: list[tuple[float, float]]
 
 
+# The raw cycle's chunks: files a chunk opens, writes and closes (one thread, or ``file_threads``).
+_RAW_CHUNK = 250
+# How often the end of a hold is looked for (``_held_still``): counted in the burst's time.
+_HOLD_POLL_S = 0.002
+
+
+class _Burst(NamedTuple):
+    """What ``_throughput`` measured: the burst's rate over its windows (``per_s``), the alarms
+    fired and files opened by the node over the whole phase, whether it fired every alarm it
+    was to (``done``), and the raw cycle's chunk rates taken between its windows, one thread
+    (``single``) and ``file_threads`` at once (``pooled``)."""
+
+    per_s: float
+    fired: int
+    done: bool
+    activations: int
+    single: list[float]
+    pooled: list[float]
+    rates: list[float]  # each window's alarms/s
+
+
 async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
-                      stream: _Stream | None = None) -> tuple[float, int, bool, int]:
-    """Every alarm overdue at once; returns (fired/s, fired, all fired, activations), read when
-    the burst's phase ends. Without ``stream`` they are overdue when the node starts. With it,
-    an outside caller's requests (``request_stream``) run first for ``sizes.stream_idle_s`` on the
-    started node with nothing due (into ``stream.before``), then the node's clock moves past
-    every alarm and the same caller's requests go on while the burst fires (into
-    ``stream.continuous``)."""
+                      stream: _Stream | None = None, raw: list[Path] | None = None,
+                      threads: int = 1) -> _Burst:
+    """Every alarm overdue at once, fired in windows with the raw cycle's chunks between them
+    (``raw``: the files it opens, copies the node does not know). The node starts with
+    nothing due; with ``stream``, an outside caller's requests (``request_stream``) run first
+    for ``sizes.stream_idle_s`` (into ``stream.before``) and go on through the burst (into
+    ``stream.continuous`` while a window runs). Then the node's clock moves past every alarm,
+    and the burst is held at the bench actor's gate (``BenchTicker.held``: a handler waits
+    there, before its write) except in its windows: a raw chunk, then a window of
+    ``sizes.alarm_phase_s`` / windows, then the next chunk. A window's time runs from its
+    release to the end of the next hold (the alarms under way at the gate, the index writes
+    they left written), so it pays for everything its alarms left to do; the alarms held at
+    the gate when a window starts were opened in the one before (the first window's before
+    any, untimed; the last window's are opened and never counted). Chunks left when the
+    burst runs out of alarms run after it."""
     n = sizes.alarm_actors
-    progress.say(f"alarms: throughput, {n:,} alarms overdue at "
-                 f"{'start' if stream is None else 'once, with a request stream'} "
-                 f"(stops after {sizes.alarm_phase_s:g} s)")
+    raw = raw or []
+    windows = max(2, len(raw) // _RAW_CHUNK)
+    per_chunk = -(-len(raw) // windows) if raw else 0
+    chunks = [raw[i:i + per_chunk] for i in range(0, len(raw), per_chunk)] if raw else []
+    window_s = sizes.alarm_phase_s / windows
+    reach = n
+    progress.say(f"alarms: throughput, {n:,} alarms overdue at once"
+                 f"{'' if stream is None else ', with a request stream'}, in {windows} windows "
+                 f"of {window_s:g} s, each after a chunk of the raw cycle")
     # Past every alarm (first ones and those re-armed in the lateness phase); what fires here
     # re-arms a day after this clock, so no actor fires twice.
     past = first + 2 * REARM_MS
-    node, clock = await _started(data, sizes, past if stream is None else first - 3_600_000)
+    # The raw cycle runs in a process of its own, started (and its imports made) before the
+    # node: in the node's process it would share the node's interpreter lock and SQLite's
+    # process-wide list of open files (the alarms held at the gate keep theirs open).
+    cycle = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(
+        "spawn"))
+    await anyio.to_thread.run_sync(cycle.submit(_raw_chunk, [], 1).result)
+    node, clock = await _started(data, sizes, first - 3_600_000)  # nothing due yet
+    single: list[float] = []
+    pooled: list[float] = []
+    rates: list[float] = []
+    held: list[asyncio.Future[None]] = []
     try:
         sched = node.scheduler
         assert sched is not None
         async with anyio.create_task_group() as tg:
             ended = anyio.Event()
+            await node.alarms_loaded.wait()  # idle: the index loaded, nothing due
+            phases: list[list[float]] = [[] if stream is None else stream.before]
             if stream is not None:
-                await node.alarms_loaded.wait()  # idle: the index loaded, nothing due
-                phases: list[list[float]] = [stream.before]
                 tg.start_soon(request_stream, node, TENANT, phases, ended)
                 with _stalls_recorded("idle"):
                     await anyio.sleep(sizes.stream_idle_s)
@@ -256,20 +305,108 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
                         if stream.before:
                             break
                         await anyio.sleep(0.01)
-                phases.append(stream.continuous)
-                clock.offset_ms = past - _real_ms()
-                sched.book.wake_if_before(0)  # the loop looks now, not at its next wait's end
-            t0, before, opened = time.perf_counter(), sched.fired, node.host.activations
+            phases.append([])  # a hold and a raw chunk: counted nowhere
+            BenchTicker.held = held
+            BenchTicker.yield_after = None  # each alarm one transaction
+            fired0, opened0 = sched.fired, node.host.activations
+            clock.offset_ms = past - _real_ms()
+            sched.book.wake_if_before(0)  # the loop looks now, not at its next wait's end
+            await _held_still(sched, held, reach - (sched.fired - fired0))
+            busy, counted, w, done = 0.0, 0, 0, False
             with _stalls_recorded("burst" if stream is not None else "throughput"):
-                t1, done = await _wait_fired(node, n, sizes.alarm_phase_s, progress,
-                                             "throughput")
-            fired = sched.fired - before
-            activations = node.host.activations - opened
+                for w in range(windows):
+                    if w < len(chunks):
+                        rate = await _raw_in(cycle, chunks[w], 1 if w % 2 == 0 else threads)
+                        (single if w % 2 == 0 else pooled).append(rate)
+                    phases.append([] if stream is None else stream.continuous)
+                    t0, before = time.perf_counter(), sched.fired
+                    BenchTicker.held = None
+                    await _let_go(held)
+                    stop = t0 + window_s
+                    while time.perf_counter() < stop and sched.fired - fired0 < reach:  # noqa: ASYNC110
+                        await anyio.sleep(0.005)  # as _wait_fired: a count, not an event
+                    held = []
+                    BenchTicker.held = held
+                    await _held_still(sched, held, reach - (sched.fired - fired0))
+                    took = time.perf_counter() - t0
+                    busy += took
+                    counted += sched.fired - before
+                    rates.append((sched.fired - before) / took)
+                    phases.append([])
+                    progress.tick("  throughput: window {}/{}, {:,}/{:,} fired", w + 1, windows,
+                                  sched.fired - fired0, reach)
+                    done = sched.fired - fired0 >= reach
+                    if done:
+                        break
+            for k in range(w + 1, len(chunks)):  # the burst ran out of alarms first
+                rate = await _raw_in(cycle, chunks[k], 1 if k % 2 == 0 else threads)
+                (single if k % 2 == 0 else pooled).append(rate)
+            # Each alarm held at the gate now had its file opened for it, and fires later.
+            opened = node.host.activations - opened0 - len(held)
             ended.set()
     finally:
+        BenchTicker.held = None
+        BenchTicker.yield_after = 0.0  # from now on, so that stopping the node cancels promptly
+        await _let_go(held)
         await node.stop()
         BenchTicker.yield_after = None
-    return fired / (t1 - t0), fired, done, activations
+        # Waited for: its CPU is the bench's own in the notes (``cpu_share``), not others'.
+        await anyio.to_thread.run_sync(cycle.shutdown)
+    # The alarms held when the first window opened were opened before it, untimed; those held
+    # when the last ended were opened in it, and are not counted.
+    return _Burst(counted / busy if busy > 0 else 0.0, counted, done,
+                  opened, single, pooled, rates)
+
+
+async def _held_still(sched: AlarmScheduler, held: list[asyncio.Future[None]],
+                      left: int) -> None:
+    """The burst held: as many alarms wait at the gate as can be under way (the pool's workers,
+    or the ``left`` not fired yet, or those the queue still has), looked at every
+    ``_HOLD_POLL_S`` (or ``_SETTLE_S`` passed); then the index writes the burst left are made
+    at once, the work the scheduler's loop would do in pieces when its next flush is due (up
+    to ``_LAZY_FLUSH_MS``, 200 ms, later: an idle wait the window would count)."""
+    end = time.perf_counter() + _SETTLE_S
+    while time.perf_counter() < end:
+        await anyio.sleep(_HOLD_POLL_S)
+        if len(held) >= min(sched.running_count, sched.concurrency, max(0, left)):
+            break
+    sched.flush_index()
+
+
+def _copied(sources: list[Path], to: Path) -> list[Path]:
+    """Copies of actor files in ``to`` (each with its log and index, where it has them); their
+    paths, in order."""
+    to.mkdir(parents=True, exist_ok=True)
+    out = []
+    for k, src in enumerate(sources):
+        dest = to / f"{k:06d}.sqlite"
+        shutil.copyfile(src, dest)
+        for suffix in ("-wal", "-shm"):
+            side = src.with_name(src.name + suffix)
+            if side.exists():
+                shutil.copyfile(side, dest.with_name(dest.name + suffix))
+        out.append(dest)
+    return out
+
+
+async def _raw_in(cycle: concurrent.futures.Executor, paths: list[Path], threads: int) -> float:
+    """``_raw_chunk`` run in ``cycle``'s process (the node's loop goes on meanwhile)."""
+    return await anyio.to_thread.run_sync(cycle.submit(_raw_chunk, paths, threads).result)
+
+
+def _raw_chunk(paths: list[Path], threads: int) -> float:
+    """The rate of one chunk of raw open-write-close runs over ``paths``, in ``threads``
+    threads (the runtime opens and closes evicted actors' files in as many: ``file_threads``)."""
+    if not paths:
+        return 0.0  # the process started and its imports made
+    t = time.perf_counter()
+    if threads <= 1:
+        for p in paths:
+            raw_alarm_write(p)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            list(pool.map(_raw_writes, [paths[i::threads] for i in range(threads)]))
+    return len(paths) / (time.perf_counter() - t)
 
 
 async def _windows(data: Path, first: int, sizes: Sizes, progress: Progress,
@@ -426,25 +563,6 @@ def raw_alarm_write(path: Path) -> None:
     conn.close()
 
 
-def _raw_rates(paths: list[Path], progress: Progress, threads: int = 1) -> list[float]:
-    """Rates of chunks of up to 250 raw open-write-close runs, spread over ``threads`` threads
-    (the runtime opens and closes evicted actors' files in as many: ``file_threads``)."""
-    progress.say(f"alarms: raw open + write + close on {len(paths):,} of the actor files, "
-                 f"{threads} thread{'s' if threads > 1 else ''}")
-    rates = []
-    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
-        for start in range(0, len(paths), 250):
-            chunk = paths[start:start + 250]
-            t = time.perf_counter()
-            if threads <= 1:
-                for p in chunk:
-                    raw_alarm_write(p)
-            else:
-                list(pool.map(_raw_writes, [chunk[i::threads] for i in range(threads)]))
-            rates.append(len(chunk) / (time.perf_counter() - t))
-    return rates
-
-
 def _raw_writes(paths: list[Path]) -> None:
     for p in paths:
         raw_alarm_write(p)
@@ -520,49 +638,57 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
                               scale: str, stream: _Stream) -> list[Figure]:
     n = sizes.alarm_actors
     target = Node(RuntimeSettings(data_dir=str(data)), objects=(BenchTicker,))  # not started
+    # The raw cycle's files: copies of a sample of the population, each with its log and its
+    # emptied -shm, as a sleeping actor leaves them, written to disk before the phase (as the
+    # population is): neither side opens a file the other wrote in the phase.
     step = max(1, n // sizes.raw_alarm_sample)
-    paths = [target.host.path_for(NS, target.id_from_name(NS, ticker_name(i)))
-             for i in range(0, n, step)][:sizes.raw_alarm_sample]
-    half, quarter = len(paths) // 2, len(paths) // 4
-    # Half before the runtime, half after; in each, a part in one thread and a part in as many
-    # threads as the runtime opens and closes files in. The limit is the better of the two.
-    threads = _settings(data, sizes).file_threads
-    single = _raw_rates(paths[:quarter], progress)
-    pooled = _raw_rates(paths[quarter:half], progress, threads)
-    # What the raw cycle just wrote (a -shm rebuilt and a log for each of its files, cheaper to
-    # open again while not yet written back) is written now: the burst fires the lowest tickers
-    # first, the same files this half opened, and would open them in that cheaper state, which
-    # no sleeping actor's file is in (session 17's review, R5). The second half's files are
-    # beyond the burst's reach, so nothing of the runtime's run is in them.
+    sources = [target.host.path_for(NS, target.id_from_name(NS, ticker_name(i)))
+               for i in range(0, n, step)][:sizes.raw_alarm_sample]
+    copies = data.parent / "raw-cycle"
+    paths = _copied(sources, copies)
     os.sync()
+    threads = _settings(data, sizes).file_threads
     loop = _alarm_loop()
-    per_s, fired, done, activations = await on_loop(loop, _throughput, data, first, sizes,
-                                                    progress, stream)
-    single += _raw_rates(paths[half:half + quarter], progress)
-    pooled += _raw_rates(paths[half + quarter:], progress, threads)
+    try:
+        burst = await on_loop(loop, _throughput, data, first, sizes, progress, stream, paths,
+                              threads)
+    finally:
+        shutil.rmtree(copies, ignore_errors=True)
+    single, pooled = burst.single, burst.pooled
     raw = max(median(single), median(pooled))
-    cut = "" if done else f"; stopped after {sizes.alarm_phase_s:g} s with {fired:,} fired"
+    cut = "" if burst.done else f"; the windows fired {burst.fired:,} of the {n:,}"
     return [
-        figure("alarms_fired_per_s", per_s, "alarms/s", goal=Goal("ratio_at_least", 0.6),
+        figure("alarms_fired_per_s", burst.per_s, "alarms/s", goal=Goal("ratio_at_least", 0.6),
                limit=raw,
                note=f"{scale}, all overdue at once, the node on {loop}'s loop; at most "
-                    f"{sizes.max_active:,} open{cut}; limit = raw open + write + close of "
-                    f"evicted actors' files, the better of one file at a time and {threads} at "
-                    f"once (the node opens and closes files in up to {threads} worker threads, "
-                    "file_threads, its commits on the event loop)"),
+                    f"{sizes.max_active:,} open; fired in {len(burst.rates)} windows of "
+                    f"{sizes.alarm_phase_s / max(2, len(paths) // _RAW_CHUNK):g} s "
+                    f"({_spread(burst.rates)} alarms/s), the burst held at the bench actor's "
+                    "gate between them while a chunk of the raw cycle ran, alternating with "
+                    f"them{cut}; limit = raw open + write + close "
+                    f"of evicted actors' files, the better of one file at a time and {threads} "
+                    f"at once (the node opens and closes files in up to {threads} worker "
+                    "threads, file_threads, its commits on the event loop)"),
         figure("raw_open_write_close_per_s", raw, "tx/s",
-               note=f"the better of two medians of chunks over {len(paths):,} actor files: "
-                    f"one thread {median(single):,.0f}/s ({len(single)} chunks), {threads} "
-                    f"threads {median(pooled):,.0f}/s ({len(pooled)} chunks; the runtime opens "
+               note=f"the better of two medians of chunks over copies of {len(paths):,} actor "
+                    f"files (written to disk before the phase, as the population is), each "
+                    f"chunk run before one of the burst's windows: one "
+                    f"thread {median(single):,.0f}/s ({len(single)} chunks, {_spread(single)}), "
+                    f"{threads} threads {median(pooled):,.0f}/s ({len(pooled)} chunks, "
+                    f"{_spread(pooled)}; the runtime opens "
                     f"and closes evicted actors' files in {threads}, file_threads); each run "
                     "sqlite3.connect, WAL, synchronous=NORMAL, the log kept on close "
                     "(NO_CKPT_ON_CLOSE, as the runtime sets it), one write transaction, close; "
                     "not locking_mode=EXCLUSIVE, which the runtime cannot use (ADR 0012)"),
-        figure("activations_per_fired_alarm", activations / max(1, fired), "activations",
-               goal=Goal("below", 1.05),
-               note=f"files opened by the node per alarm fired in the throughput phase "
-                    f"({activations:,} for {fired:,})"),
+        figure("activations_per_fired_alarm", burst.activations / max(1, burst.fired),
+               "activations", goal=Goal("below", 1.05),
+               note=f"files opened by the node per alarm fired in the throughput phase's "
+                    f"windows ({burst.activations:,} for {burst.fired:,})"),
     ]
+
+
+def _spread(rates: list[float]) -> str:
+    return f"{min(rates, default=0):,.0f}-{max(rates, default=0):,.0f}"
 
 
 async def _stream_figures(data: Path, first: int, sizes: Sizes, progress: Progress,
