@@ -16,6 +16,7 @@ import re
 import signal
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from mailbox_actors.bench import command
@@ -447,32 +448,83 @@ def test_a_node_restarted_since_the_start_is_stopped_too(tmp_path: Path) -> None
     assert leftover == []
 
 
+def _bench_event(eid: str, n: int) -> bytes:
+    from mailbox_actors.bench.webhook_receiver import EVENT_TYPE
+
+    return json.dumps({"id": eid, "type": EVENT_TYPE, "sequence": n, "tenant_id": "t_1",
+                       "identity_id": "idn_1", "occurred_at_ms": 1, "data": {"n": n}}).encode()
+
+
 def test_webhook_receiver_dedupes_and_checks_signatures() -> None:
     """The bench's receiver notes each event id once, counts duplicates and bad signatures, and
-    answers 200 at once (400 to a body that is not an event)."""
+    answers 200 at once (400 to a body that is not an event); GET /seen/K answers the arrivals
+    from the K-th on."""
     import time
 
     import anyio
 
-    from mailbox_actors.bench.event_figures import EVENT_TYPE, SECRET, WebhookReceiver
+    from mailbox_actors.bench.webhook_receiver import SECRET, Seen, WebhookReceiver
     from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, sign
-
-    def body(eid: str, n: int) -> bytes:
-        return json.dumps({"id": eid, "type": EVENT_TYPE, "sequence": n, "tenant_id": "t_1",
-                           "identity_id": "idn_1", "occurred_at_ms": 1, "data": {"n": n}}).encode()
 
     async def main() -> WebhookReceiver:
         rx = WebhookReceiver(SECRET)
         now = int(time.time())
         for eid, n, secret in (("evt_a", 1, SECRET), ("evt_a", 1, SECRET), ("evt_b", 2, "y" * 32)):
-            b = body(eid, n)
+            b = _bench_event(eid, n)
             status, _, _ = await rx("POST", "/hook", {SIGNATURE_HEADER: sign(secret, now, b)}, b)
             assert status == 200
         assert (await rx("POST", "/hook", {}, b"nope"))[0] == 400
-        assert await rx.wait_for([1, 2], 1.0)
-        assert not await rx.wait_for([3], 0.05)
+        status, body, _ = await rx("GET", "/seen/1", {}, b"")
+        assert status == 200
+        seen = msgspec.json.decode(body, type=Seen)
+        assert [n for n, _ in seen.arrivals] == [2] and seen.arrivals[0][1] == rx.by_n[2]
+        assert (seen.duplicates, seen.bad_signatures, seen.malformed) == (1, 1, 1)
         return rx
 
     rx = anyio.run(main)
     assert (rx.duplicates, rx.bad_signatures, rx.malformed) == (1, 1, 1)
     assert sorted(rx.by_n) == [1, 2] and sorted(rx.first_seen) == ["evt_a", "evt_b"]
+
+
+def test_webhook_receiver_process_times_arrivals_on_the_bench_clock() -> None:
+    """The event figures' receiver runs in a process of its own (a user's endpoint is): the bench
+    reads its arrivals, each timed on the clock the bench times commits with (between the POST's
+    start and its answer in this process), and its counts; stop() ends the process."""
+    import time
+
+    import anyio
+
+    from mailbox_actors.bench.webhook_receiver import SECRET, ReceiverProcess
+    from mailbox_actors.http.client import HttpPool
+    from mailbox_actors.platform.processes import pid_alive
+    from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, sign
+
+    async def main() -> None:
+        rx = await ReceiverProcess.start()
+        try:
+            assert rx.pid != os.getpid()
+            assert not await rx.wait_for([1], 0.05)
+            spans: dict[int, tuple[float, float]] = {}
+            async with HttpPool() as pool:
+                for eid, n, secret in (("evt_a", 1, SECRET), ("evt_a", 1, SECRET),
+                                       ("evt_b", 2, "y" * 32), ("evt_c", 3, SECRET)):
+                    b = _bench_event(eid, n)
+                    headers = {SIGNATURE_HEADER: sign(secret, int(time.time()), b)}
+                    t0 = time.perf_counter()
+                    status, _ = await pool.request(rx.base_url, "POST", "/hook", headers, b,
+                                                   timeout_s=10)
+                    spans.setdefault(n, (t0, time.perf_counter()))
+                    assert status == 200
+                assert (await pool.request(rx.base_url, "POST", "/hook", {}, b"nope",
+                                           timeout_s=10))[0] == 400
+            assert await rx.wait_for([1, 2, 3], 10)
+            assert sorted(rx.by_n) == [1, 2, 3]
+            for n, (t0, t1) in spans.items():
+                assert t0 <= rx.by_n[n] <= t1
+            assert await rx.wait_types("identity.bench", 3, 10)
+            assert (rx.duplicates, rx.bad_signatures, rx.malformed) == (1, 1, 1)
+        finally:
+            await rx.stop()
+        assert rx._proc.returncode is not None and not pid_alive(rx.pid)
+
+    anyio.run(main)

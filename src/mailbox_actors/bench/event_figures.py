@@ -3,13 +3,14 @@ and the latency from the change's commit to the receipt, beside the durable stat
 runtime figure measured in the same run.
 
 The node side is a real local cluster started by the bench (``mailbox-actors cluster``; one
-``serve`` process when the plan says so). A tenant's webhook points at a receiver this process runs
-(``RpcHttpServer`` with an app that notes the arrival time of each event id, checks the signature
-and answers 200 at once). State changes are ``identity_mailbox.emit_event`` calls through the
-project's client, one caller per identity; each event carries ``data.n``, and its commit time is the
-moment the call returns. The path measured is the whole outbox: the change's transaction writes the
-event, the outbox alarm indexes it in the control database and queues it, a webhook consumer claims
-it and POSTs it, signed.
+``serve`` process when the plan says so). A tenant's webhook points at a receiver in a process of
+its own, as a user's endpoint is (``webhook_receiver``: it notes the arrival time of each event id,
+checks the signature and answers 200 at once; the bench's callers do not share its loop). State
+changes are ``identity_mailbox.emit_event`` calls through the project's client, one caller per
+identity; each event carries ``data.n``, and its commit time is the moment the call returns. The
+path measured is the whole outbox: the change's transaction writes the event, the outbox alarm
+indexes it in the control database and queues it, a webhook consumer claims it and POSTs it,
+signed.
 
 Two phases per round: a throughput phase (every caller back to back for a while; events/s = the
 events received / (last receipt - first call), so a backlog drained late counts against it), then a
@@ -23,8 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,16 +35,15 @@ import msgspec
 from mailbox_actors.bench.figures import Figure, Goal, Progress, Sizes, figure, median, percentile
 from mailbox_actors.bench.runtime_figures import state_changes
 from mailbox_actors.bench.servers import Spawned, start_cluster, start_node, stop_spawned
-from mailbox_actors.http.server import RpcHttpServer
+from mailbox_actors.bench.webhook_receiver import EVENT_TYPE, SECRET, ReceiverProcess
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.platform.clock import SystemClock
 from mailbox_actors.platform.control.database import ControlDb
 from mailbox_actors.platform.ids import Ids
 from mailbox_actors.platform.rng import SystemRng
 from mailbox_actors.rpc import Client, RpcError
-from mailbox_actors.webhooks.delivery import SIGNATURE_HEADER, verify
 from mailbox_actors.wire.control import Identity
-from mailbox_actors.wire.events import EmitEvent, Event
+from mailbox_actors.wire.events import EmitEvent
 
 __all__ = [
     "EVENT_FIGURES",
@@ -52,7 +51,6 @@ __all__ = [
     "EventPlan",
     "EventRun",
     "EventSide",
-    "WebhookReceiver",
     "event_figures",
     "event_plan",
     "event_round",
@@ -62,10 +60,6 @@ __all__ = [
 
 EVENT_FIGURES = ("events_per_s", "event_latency_p50_ms", "event_latency_p99_ms",
                  "event_emit_calls_per_s", "event_runtime_state_changes_per_s")
-EVENT_TYPE = "identity.bench"
-SECRET = "x" * 32
-HOST = "127.0.0.1"
-_JSON = "application/json"
 
 
 @dataclass(frozen=True)
@@ -94,65 +88,6 @@ def event_plan(sizes: Sizes) -> EventPlan:
     return _PLANS.get(sizes.name, _PLANS["quick"])
 
 
-# ---- the receiver --------------------------------------------------------------------------
-
-
-class WebhookReceiver:
-    """An ``HttpApp``: notes when each event id first arrives (``perf_counter``), deduplicates on
-    the id, checks the signature, and answers 200 at once (a bad signature is counted, not refused,
-    so a bench bug cannot turn into retries that distort the figures)."""
-
-    def __init__(self, secret: str) -> None:
-        self.secret = secret
-        self.first_seen: dict[str, float] = {}
-        self.by_n: dict[int, float] = {}  # data.n of EVENT_TYPE events -> first arrival
-        self.types: Counter[str] = Counter()
-        self.duplicates = 0
-        self.bad_signatures = 0
-        self.malformed = 0
-        self._decode = msgspec.json.Decoder(Event).decode
-
-    async def __call__(self, method: str, path: str, headers: Mapping[str, str],
-                       body: bytes) -> tuple[int, bytes, str]:
-        t = time.perf_counter()
-        if method != "POST":
-            return 405, b'{"err":"POST only"}', _JSON
-        try:
-            event = self._decode(body)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            self.malformed += 1
-            return 400, b'{"err":"not an event"}', _JSON
-        if not verify(self.secret, headers.get(SIGNATURE_HEADER, ""), body,
-                      now_s=int(time.time())):
-            self.bad_signatures += 1
-        if event.id in self.first_seen:
-            self.duplicates += 1
-            return 200, b'{"ok":true}', _JSON
-        self.first_seen[event.id] = t
-        self.types[event.type] += 1
-        n = event.data.get("n")
-        if event.type == EVENT_TYPE and isinstance(n, int):
-            self.by_n[n] = t
-        return 200, b'{"ok":true}', _JSON
-
-    async def wait_for(self, ns: Iterable[int], timeout_s: float) -> bool:
-        """Wait until every ``data.n`` in ``ns`` has arrived; False if some never did in time."""
-        pending = [n for n in ns if n not in self.by_n]
-        with anyio.move_on_after(timeout_s):
-            while pending:
-                await anyio.sleep(0.01)
-                pending = [n for n in pending if n not in self.by_n]
-            return True
-        return False
-
-    async def wait_types(self, type_: str, count: int, timeout_s: float) -> bool:
-        with anyio.move_on_after(timeout_s):
-            while self.types[type_] < count:  # noqa: ASYNC110 - counted by the app; a poll is enough
-                await anyio.sleep(0.01)
-            return True
-        return False
-
-
 # ---- the phases ----------------------------------------------------------------------------
 
 
@@ -175,7 +110,7 @@ class _Phase:
 
 
 class _Driver:
-    def __init__(self, client: Client, idents: Sequence[Identity], rx: WebhookReceiver,
+    def __init__(self, client: Client, idents: Sequence[Identity], rx: ReceiverProcess,
                  drain_s: float, progress: Progress) -> None:
         self.progress = progress
         self.client = client
@@ -271,7 +206,7 @@ class EventRun:
     flat: list[_Phase]
     paced: list[_Phase]
     rates: list[float]
-    rx: WebhookReceiver
+    rx: ReceiverProcess
     where: str
 
     @property
@@ -298,10 +233,8 @@ async def event_side(work: Path, plan: EventPlan, progress: Progress, errors: li
                      ) -> AsyncIterator[EventSide]:
     """A cluster started in ``work`` (its control data and queues in PostgreSQL when
     ``postgres``, a DSN, is given: CL-7; else in its SQLite files), a tenant whose webhook is a
-    receiver of this process, ``plan.callers`` identities, a warm-up; stopped on exit."""
-    rx = WebhookReceiver(SECRET)
-    server = RpcHttpServer(rx)
-    port = await server.start(HOST, 0)
+    receiver process (``ReceiverProcess``), ``plan.callers`` identities, a warm-up; stopped on exit."""
+    rx = await ReceiverProcess.start()
     sp: Spawned | None = None
     db: ControlDb | None = None
     backend = "PostgreSQL" if postgres else "SQLite"
@@ -323,12 +256,12 @@ async def event_side(work: Path, plan: EventPlan, progress: Progress, errors: li
             db = control_on(PgDatabase(postgres, max_size=2), clock=clock,
                             ids=Ids(clock, SystemRng()))
         await db.open()
-        tenant = await db.create_tenant("bench-events", webhook_url=f"http://{HOST}:{port}/hook",
-                                        webhook_secret=SECRET)
+        tenant = await db.create_tenant("bench-events", webhook_url=rx.url, webhook_secret=SECRET)
         async with (Client.from_data_dir(sp.data) if plan.nodes > 1
                     else Client(sp.urls[0], sp.token)) as client:
             progress.say(f"{label}: {where} (pid {sp.pid}); creating {plan.callers} identities of "
-                         f"one tenant whose webhook is this process's receiver on port {port}")
+                         f"one tenant whose webhook is a receiver process of its own (pid {rx.pid}, "
+                     f"port {rx.port})")
             idents = [await create_identity(db, client, tenant.id, f"bench-{i}")
                       for i in range(plan.callers)]
             if not await rx.wait_types("identity.created", len(idents), plan.drain_s):
@@ -343,7 +276,7 @@ async def event_side(work: Path, plan: EventPlan, progress: Progress, errors: li
                 await db.close()
             if sp is not None:
                 errors.extend(await stop_spawned(sp))
-            await server.stop()
+            await rx.stop()
     for what, count in (("deliveries with a bad signature", rx.bad_signatures),
                         ("deliveries that were not an event", rx.malformed)):
         if count:
@@ -383,7 +316,7 @@ async def measure_events(work: Path, plan: EventPlan, progress: Progress, errors
 
 
 def _figures(plan: EventPlan, runtime: Figure, flat: list[_Phase], paced: list[_Phase],
-             rates: list[float], rx: WebhookReceiver, where: str) -> list[Figure]:
+             rates: list[float], rx: ReceiverProcess, where: str) -> list[Figure]:
     eps = median([f.events_per_s for f in flat])
     cps = median([f.calls_per_s for f in flat])
     sc = runtime.value
@@ -399,8 +332,8 @@ def _figures(plan: EventPlan, runtime: Figure, flat: list[_Phase], paced: list[_
                     note=(f"identity_mailbox.emit_event through mailbox_actors.rpc.Client to "
                           f"{where}, {plan.callers} callers (one identity each) back to back "
                           f"for {plan.drive_events:,} calls; events/s = events received / (last "
-                          f"receipt - first call); webhook receiver in the bench process answering 200 at "
-                          f"once; limit = the runtime figure's state changes/s in this run; "
+                          f"receipt - first call); webhook receiver in a process of its own answering "
+                          f"200 at once; limit = the runtime figure's state changes/s in this run; "
                           f"{eps / cps if cps else math.nan:.2f} of the emit calls/s of the same "
                           f"phases; latency while saturated: p50 {percentile(sat, 50):.0f} ms, "
                           f"p99 {percentile(sat, 99):.0f} ms; {rounds}{tail}"))

@@ -90,7 +90,7 @@ async def _events(work: Path, sizes: Sizes, progress: Progress, errors: list[str
 
 def _event_figures(callers: int, drive: int, lite: EventRun, pg: EventRun) -> list[Figure]:
     how = (f"identity_mailbox.emit_event, {callers} callers back to back for {drive:,} calls, to "
-           f"webhooks in the bench process (the events group's phases); median of "
+           f"webhooks received by a process of its own (the events group's phases); median of "
            f"{len(pg.flat)} round(s) each, one cluster at a time in the order SQLite, PostgreSQL, "
            f"PostgreSQL, SQLite")
     events = figure("pg_events_per_s", pg.events_per_s, "events/s",
