@@ -35,6 +35,21 @@ def roused(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     yield seen
 
 
+def _idle(c: Consumer) -> bool:
+    """Waiting for news, and not woken already (a woken one still says it waits until it runs)."""
+    return c.waiting and c._wake is not None and not c._wake.is_set()
+
+
+async def _all_wait(consumers: list[Consumer]) -> None:
+    """Until every consumer is idle. A task that awaits the queue file's thread counts as blocked
+    too, so all tasks blocked is not enough: one consumer may still be reading the file (the
+    others waiting for its lock), or woken and not yet run; look again each time they all are."""
+    with anyio.fail_after(5):
+        while not all(_idle(c) for c in consumers):
+            await anyio.wait_all_tasks_blocked()
+            await anyio.lowlevel.checkpoint()
+
+
 async def _hand_off(tmp_path: Path, batches: list[int], roused: list[bool]) -> list[int]:
     """Run CONSUMERS idle consumers, send each batch (its size in messages) once every consumer
     waits again, and return how many consumers each batch roused."""
@@ -59,8 +74,7 @@ async def _hand_off(tmp_path: Path, batches: list[int], roused: list[bool]) -> l
                 tg.start_soon(c.run)
             n = 0
             for size in batches:
-                await anyio.wait_all_tasks_blocked()
-                assert all(c.waiting for c in consumers)
+                await _all_wait(consumers)
                 roused.clear()
                 await queues.send_batch("webhooks", [{"v": 1, "kind": "t", "n": n + i}
                                                      for i in range(size)])

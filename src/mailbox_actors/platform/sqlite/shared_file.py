@@ -71,7 +71,10 @@ class SharedSqliteFile:
         self._shielded = shielded
         self._not_open = not_open
         self._conn: aiosqlite.Connection | None = None
-        self._lock = anyio.Lock()
+        # A free lock is taken without a turn of the loop (anyio yields one by default): the
+        # statement's hand-over to the thread follows at once, and on a busy loop a turn is a
+        # wait at the back of its ready queue. Callers that find it held still queue in order.
+        self._lock = anyio.Lock(fast_acquire=True)
 
     @property
     def is_open(self) -> bool:
