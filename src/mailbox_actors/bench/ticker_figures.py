@@ -227,8 +227,11 @@ class _Stream(NamedTuple):
     rounds: list[tuple[float, float]]
 
 
-# The raw cycle's chunks: files a chunk opens, writes and closes (one thread, or ``file_threads``).
-_RAW_CHUNK = 250
+# A window of the evicted actors' burst, between two chunks of the raw cycle.
+_WINDOW_S = 1.0
+# The least files a chunk of the raw cycle opens, writes and closes (one thread, or
+# ``file_threads``): there is a chunk before each window, and fewer when the sample is short.
+_MIN_CHUNK = 100
 # How often the end of a hold is looked for (``_held_still``): counted in the burst's time.
 _HOLD_POLL_S = 0.002
 
@@ -258,7 +261,8 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
     ``stream.continuous`` while a window runs). Then the node's clock moves past every alarm,
     and the burst is held at the bench actor's gate (``BenchTicker.held``: a handler waits
     there, before its write) except in its windows: a raw chunk, then a window of
-    ``sizes.alarm_phase_s`` / windows, then the next chunk. A window's time runs from its
+    ``_WINDOW_S``, then the next chunk, for ``sizes.alarm_phase_s`` of windows at most (once
+    the chunks ran out, the rest of it in one window). A window's time runs from its
     release to the end of the next hold (the alarms under way at the gate, the index writes
     they left written), so it pays for everything its alarms left to do; the alarms held at
     the gate when a window starts were opened in the one before (the first window's before
@@ -266,14 +270,14 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
     burst runs out of alarms run after it."""
     n = sizes.alarm_actors
     raw = raw or []
-    windows = max(2, len(raw) // _RAW_CHUNK)
-    per_chunk = -(-len(raw) // windows) if raw else 0
+    planned = max(1, round(sizes.alarm_phase_s / _WINDOW_S))
+    count = min(planned, max(2, len(raw) // _MIN_CHUNK)) if raw else 0
+    per_chunk = -(-len(raw) // count) if raw else 0
     chunks = [raw[i:i + per_chunk] for i in range(0, len(raw), per_chunk)] if raw else []
-    window_s = sizes.alarm_phase_s / windows
     reach = n
     progress.say(f"alarms: throughput, {n:,} alarms overdue at once"
-                 f"{'' if stream is None else ', with a request stream'}, in {windows} windows "
-                 f"of {window_s:g} s, each after a chunk of the raw cycle")
+                 f"{'' if stream is None else ', with a request stream'}, in windows of "
+                 f"{_WINDOW_S:g} s, each after a chunk of the raw cycle ({len(chunks)} chunks)")
     # Past every alarm (first ones and those re-armed in the lateness phase); what fires here
     # re-arms a day after this clock, so no actor fires twice.
     past = first + 2 * REARM_MS
@@ -314,15 +318,17 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
             await _held_still(sched, held, reach - (sched.fired - fired0))
             busy, counted, w, done = 0.0, 0, 0, False
             with _stalls_recorded("burst" if stream is not None else "throughput"):
-                for w in range(windows):
-                    if w < len(chunks):
+                while not done and busy < sizes.alarm_phase_s:
+                    interleaved = w < len(chunks)
+                    if interleaved:
                         rate = await _raw_in(cycle, chunks[w], 1 if w % 2 == 0 else threads)
                         (single if w % 2 == 0 else pooled).append(rate)
                     phases.append([] if stream is None else stream.continuous)
                     t0, before = time.perf_counter(), sched.fired
                     BenchTicker.held = None
                     await _let_go(held)
-                    stop = t0 + window_s
+                    left = sizes.alarm_phase_s - busy
+                    stop = t0 + (min(_WINDOW_S, left) if interleaved else left)
                     while time.perf_counter() < stop and sched.fired - fired0 < reach:  # noqa: ASYNC110
                         await anyio.sleep(0.005)  # as _wait_fired: a count, not an event
                     held = []
@@ -333,12 +339,11 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
                     counted += sched.fired - before
                     rates.append((sched.fired - before) / took)
                     phases.append([])
-                    progress.tick("  throughput: window {}/{}, {:,}/{:,} fired", w + 1, windows,
+                    w += 1
+                    progress.tick("  throughput: window {}, {:,}/{:,} fired", w,
                                   sched.fired - fired0, reach)
                     done = sched.fired - fired0 >= reach
-                    if done:
-                        break
-            for k in range(w + 1, len(chunks)):  # the burst ran out of alarms first
+            for k in range(w, len(chunks)):  # the burst ran out of alarms, or time, first
                 rate = await _raw_in(cycle, chunks[k], 1 if k % 2 == 0 else threads)
                 (single if k % 2 == 0 else pooled).append(rate)
             # Each alarm held at the gate now had its file opened for it, and fires later.
@@ -662,10 +667,10 @@ async def _throughput_figures(data: Path, first: int, sizes: Sizes, progress: Pr
                limit=raw,
                note=f"{scale}, all overdue at once, the node on {loop}'s loop; at most "
                     f"{sizes.max_active:,} open; fired in {len(burst.rates)} windows of "
-                    f"{sizes.alarm_phase_s / max(2, len(paths) // _RAW_CHUNK):g} s "
-                    f"({_spread(burst.rates)} alarms/s), the burst held at the bench actor's "
-                    "gate between them while a chunk of the raw cycle ran, alternating with "
-                    f"them{cut}; limit = raw open + write + close "
+                    f"{_WINDOW_S:g} s ({_spread(burst.rates)} alarms/s), the burst held at the "
+                    "bench actor's gate between them while a chunk of the raw cycle ran "
+                    f"({len(burst.single) + len(burst.pooled)} chunks){cut}; limit = raw "
+                    "open + write + close "
                     f"of evicted actors' files, the better of one file at a time and {threads} "
                     f"at once (the node opens and closes files in up to {threads} worker "
                     "threads, file_threads, its commits on the event loop)"),
