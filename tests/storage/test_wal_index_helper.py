@@ -25,7 +25,7 @@ from mailbox_actors.platform.processes import pid_alive
 from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.readonly import read_only
 from mailbox_actors.testing import TestRuntime
-from sleeping_cycle import CHILD_ENV, cycle, dms_lock_of_this_process
+from sleeping_cycle import CHILD_ENV, cycle, dms_lock_of_this_process, stop
 from sleeping_cycle import index_size as _index_size
 from sleeping_cycle import values as _values
 
@@ -207,14 +207,14 @@ _NODE = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     from mailbox_actors.platform.storage import wal_index
-    from sleeping_cycle import cycle
+    from sleeping_cycle import cycle, stop
 
     wal_index.empty_indexes_at_close()  # as serve
     paths = [Path(sys.argv[1]) / f"{i}.sqlite" for i in range(int(sys.argv[2]))]
     cycle(paths[0], 0)
     assert wal_index.settle()
     helper = wal_index.helper_pid()
-    os.kill(helper, signal.SIGSTOP)
+    stop(helper)
     for path in paths:
         cycle(path, 1)
     wal_index.send()
@@ -257,7 +257,7 @@ def test_a_stalled_helper_never_holds_a_close(
     pipe does not take is emptied in the closing process."""
     path = tmp_path / "a.sqlite"
     helper = _helper_after_a_first_cycle(path)
-    os.kill(helper, signal.SIGSTOP)
+    stop(helper)
     here = _emptied_here(monkeypatch)
     try:
         # The name of a file that does not exist, as long as the actor's, until the pipe has

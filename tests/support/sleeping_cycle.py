@@ -4,6 +4,8 @@ run in processes of their own (which get this folder on their ``PYTHONPATH``: ``
 from __future__ import annotations
 
 import os
+import signal
+import time
 from pathlib import Path
 
 from mailbox_actors.platform.storage.limits import Durability, Limits
@@ -11,7 +13,7 @@ from mailbox_actors.platform.storage.opening import open_storage
 from mailbox_actors.platform.storage.readonly import read_only
 from mailbox_actors.platform.storage.runtime_access import RuntimeStorage
 
-__all__ = ["CHILD_ENV", "cycle", "dms_lock_of_this_process", "index_size", "values"]
+__all__ = ["CHILD_ENV", "cycle", "dms_lock_of_this_process", "index_size", "stop", "values"]
 
 # The environment of a child program that imports this module.
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
@@ -48,3 +50,14 @@ def dms_lock_of_this_process(path: Path) -> str | None:
         if f[1] == "POSIX" and f[4] == str(os.getpid()) and f[5] == inode and f[6] == "128":
             return f[3]
     return None
+
+
+def stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and return once it is stopped (``T`` in /proc). The signal takes effect
+    only when the process next runs: until then a helper blocked in ``read`` on its pipe still
+    takes what is written there (at load, a whole pipe's worth)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
+        assert time.monotonic() < deadline, f"process {pid} did not stop"
+        time.sleep(0.001)

@@ -219,12 +219,10 @@ def closed(name: str) -> bool:
                     if _sender is None:
                         _start_sender()
                 return True
-            batch = _pending[:]
-            _pending.clear()
         else:
             _busy.add(name)  # no connection of this process to it until the index is done
     if _elsewhere:
-        _send(batch)
+        send()
         return True
     try:
         return _empty(name, setlk)
@@ -259,12 +257,7 @@ def _send_waiting() -> None:
     while True:
         _wake.wait()
         time.sleep(_SEND_AFTER_S)
-        with _guard:
-            batch = _pending[:]
-            _pending.clear()
-            _wake.clear()
-        if batch:
-            _send(batch)
+        send(woken=True)
 
 
 def _helper_fd() -> int | None:
@@ -320,46 +313,58 @@ def _close_helper(proc: subprocess.Popen[bytes], wait: bool) -> None:
 def _send(batch: list[str]) -> None:
     """Hand ``batch`` to the helper; what it cannot take now (none running, its pipe full or
     broken) is emptied here."""
+    with _send_lock:
+        _hand_over(batch)
+
+
+def _hand_over(batch: list[str]) -> None:
+    """``_send``'s work, under ``_send_lock``: the emptying here too, so that a ``settle`` that
+    gets the lock next finds every name of the batch done or with the helper."""
     global _unsettled
     here: list[str] = []
     names = [name.encode(_FS_ENCODING, "surrogateescape") + b"\0" for name in batch]
-    with _send_lock:
-        start = 0
-        while start < len(batch):
-            fd = _helper_fd()
-            if fd is None:
-                here += batch[start:]
+    start = 0
+    while start < len(batch):
+        fd = _helper_fd()
+        if fd is None:
+            here += batch[start:]
+            break
+        # Whole names, at most _PIPE_BUF bytes a write: each write is taken whole or not.
+        end, size = start, 0
+        while end < len(batch):
+            size += len(names[end])
+            if size > _PIPE_BUF and end > start:
                 break
-            # Whole names, at most _PIPE_BUF bytes a write: each write is taken whole or not.
-            end, size = start, 0
-            while end < len(batch):
-                size += len(names[end])
-                if size > _PIPE_BUF and end > start:
-                    break
-                end += 1
-            data = b"".join(names[start:end])
-            try:
-                if len(data) > _PIPE_BUF:
-                    raise BlockingIOError  # one name past what a pipe takes whole
-                os.write(fd, data)
-                _unsettled = True
-            except BlockingIOError:
-                here += batch[start:end]
-            except OSError:  # the helper ended: its pipe is broken
-                _helper_gone()
-                here += batch[start:end]
-            start = end
+            end += 1
+        data = b"".join(names[start:end])
+        try:
+            if len(data) > _PIPE_BUF:
+                raise BlockingIOError  # one name past what a pipe takes whole
+            os.write(fd, data)
+            _unsettled = True
+        except BlockingIOError:
+            here += batch[start:end]
+        except OSError:  # the helper ended: its pipe is broken
+            _helper_gone()
+            here += batch[start:end]
+        start = end
     for name in here:
         _empty_here(name)
 
 
-def send() -> None:
-    """Send what waits for the helper now, without waiting for it."""
-    with _guard:
-        batch = _pending[:]
-        _pending.clear()
-    if batch:
-        _send(batch)
+def send(woken: bool = False) -> None:
+    """Send what waits for the helper now, without waiting for it. The batch leaves
+    ``_pending`` under ``_send_lock`` and is done (handed over, or emptied here) before the lock
+    is let go, so a ``settle`` that takes the lock after it waits for that batch too (a node's
+    stop that looked while the sender's thread held a batch returned before it was sent)."""
+    with _send_lock:
+        with _guard:
+            batch = _pending[:]
+            _pending.clear()
+            if woken:
+                _wake.clear()
+        if batch:
+            _hand_over(batch)
 
 
 def settle(timeout: float = 10.0) -> bool:
@@ -388,9 +393,9 @@ def settle(timeout: float = 10.0) -> bool:
 
 
 def unsettled() -> bool:
-    """Whether names wait to be sent, or were sent since the helper last said it had emptied
-    every one before (``settle`` would wait)."""
-    return bool(_pending) or _unsettled
+    """Whether names wait to be sent, are being sent, or were sent since the helper last said it
+    had emptied every one before (``settle`` would wait)."""
+    return bool(_pending) or _unsettled or _send_lock.locked()
 
 
 def helper_pid() -> int | None:
@@ -403,9 +408,7 @@ def _stop_helper() -> None:
     """Send what waits, end the helper once it has emptied all (switching the emptying off or
     into this process, and at the interpreter's exit)."""
     global _helper, _unsettled
-    if _helper is None and not _pending:
-        return
-    settle()
+    settle()  # waits for a batch the sender's thread holds, as for what waits in ``_pending``
     with _send_lock:
         proc, _helper = _helper, None
         _unsettled = False
