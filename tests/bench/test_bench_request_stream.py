@@ -136,18 +136,31 @@ async def test_idle_and_burst_windows_alternate_after_the_measured_burst(
     holds its rounds' requests, each round's two p99s are kept for the note, and no alarm is
     left held once the phase is over. The idle phase before the measured burst holds at least
     its first answer, however short it is asked to be (a loaded machine's first answer, a cold
-    open, can outlast the tests' 0.2 s: here the phase is asked for 1 ms)."""
+    open, can outlast the tests' 0.2 s: here the phase is asked for 1 ms), and the stream ends
+    with it, before the burst's first alarm commits (alarms_fired_per_s is measured beside a
+    raw cycle that serves no requests)."""
     made: list[_Watched] = []
     monkeypatch.setattr(ticker_figures, "Window", lambda size: _Watched(size, made))
     progress = Progress(enabled=False)
     data, first = await ticker_figures.make_population(tmp_path, TINY, progress)
-    stream = ticker_figures._Stream([], [], [], [], [], [])
+    stream = ticker_figures._Stream([], [], [], [], [])
+    real_stream = ticker_figures.request_stream
+    commits_when_the_stream_ended: list[float] = []
+
+    async def stream_ends(*args: object) -> None:
+        await real_stream(*args)  # type: ignore[arg-type]
+        commits_when_the_stream_ended.append(BenchTicker.last_commit)
+
+    monkeypatch.setattr(ticker_figures, "request_stream", stream_ends)
+    no_alarm_yet = BenchTicker.last_commit
     with anyio.fail_after(GUARD_S):
         burst = await ticker_figures._throughput(
             data, first, msgspec.structs.replace(TINY, stream_idle_s=0.001), progress, stream)
         assert burst.done and burst.fired == TINY.alarm_actors and burst.per_s > 0
         assert burst.activations > 0
         assert stream.before and not made  # no window in the measured burst's phase
+        # The stream and its caller ended before the burst's first alarm committed.
+        assert commits_when_the_stream_ended == [no_alarm_yet] < [BenchTicker.last_commit]
         await ticker_figures._windows(data, first, TINY, progress, stream)
     size, rounds = TINY.stream_window, TINY.stream_rounds
     assert len(stream.idle) == 2 * rounds * size and len(stream.burst) == rounds * size
@@ -181,7 +194,7 @@ async def test_the_limit_is_the_lower_of_the_idle_windows_and_the_idle_phase(
     monkeypatch.setattr(ticker_figures, "_windows", windows)
     monkeypatch.setenv(LOOP_ENV, "asyncio")
     for before, limit in ((0.1, 0.1), (0.3, 0.2)):
-        stream = ticker_figures._Stream([before] * 100, [1.0] * 100, [], [], [], [])
+        stream = ticker_figures._Stream([before] * 100, [], [], [], [])
         burst, idle = await ticker_figures._stream_figures(
             tmp_path, 0, TINY, Progress(enabled=False), "tiny", stream)
         assert burst.limit == idle.value == limit and burst.value == 0.5

@@ -214,13 +214,13 @@ async def _lateness(data: Path, first: int, sizes: Sizes, progress: Progress,
 
 class _Stream(NamedTuple):
     """The request stream's milliseconds: ``before`` the burst alarms_fired_per_s measures
-    (``sizes.stream_idle_s``, nothing due) and during it (``continuous``); ``idle`` and ``burst``,
-    the interleaved windows on a node of their own (``_windows``), the figure's, and each
-    round's p99s (``rounds``: idle window's, burst window's); ``flags``, what the note must say
-    about the windows (a settle cut short, a burst run dry)."""
+    (``sizes.stream_idle_s``, nothing due; the stream ends there: that figure's limit, the raw
+    cycle, serves no requests); ``idle`` and ``burst``, the interleaved windows on a node of
+    their own (``_windows``), the figure's, and each round's p99s (``rounds``: idle window's,
+    burst window's); ``flags``, what the note must say about the windows (a settle cut short, a
+    burst run dry)."""
 
     before: list[float]
-    continuous: list[float]
     idle: list[float]
     burst: list[float]
     flags: list[str]
@@ -257,8 +257,10 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
     """Every alarm overdue at once, fired in windows with the raw cycle's chunks between them
     (``raw``: the files it opens, copies the node does not know). The node starts with
     nothing due; with ``stream``, an outside caller's requests (``request_stream``) run first
-    for ``sizes.stream_idle_s`` (into ``stream.before``) and go on through the burst (into
-    ``stream.continuous`` while a window runs). Then the node's clock moves past every alarm,
+    for ``sizes.stream_idle_s`` (into ``stream.before``), and end (the caller's process too)
+    before the burst: the raw cycle it is measured beside serves none, and the requests during
+    a burst are ``request_p99_during_alarm_burst_ms``'s, in windows of their own (``_windows``).
+    Then the node's clock moves past every alarm,
     and the burst is held at the bench actor's gate (``BenchTicker.held``: a handler waits
     there, before its write) except in its windows: a raw chunk, then a window of
     ``_WINDOW_S``, then the next chunk, for ``sizes.alarm_phase_s`` of windows at most (once
@@ -276,7 +278,7 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
     chunks = [raw[i:i + per_chunk] for i in range(0, len(raw), per_chunk)] if raw else []
     reach = n
     progress.say(f"alarms: throughput, {n:,} alarms overdue at once"
-                 f"{'' if stream is None else ', with a request stream'}, in windows of "
+                 f"{'' if stream is None else ' after an idle request stream'}, in windows of "
                  f"{_WINDOW_S:g} s, each after a chunk of the raw cycle ({len(chunks)} chunks)")
     # Past every alarm (first ones and those re-armed in the lateness phase); what fires here
     # re-arms a day after this clock, so no actor fires twice.
@@ -295,12 +297,11 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
     try:
         sched = node.scheduler
         assert sched is not None
-        async with anyio.create_task_group() as tg:
-            ended = anyio.Event()
-            await node.alarms_loaded.wait()  # idle: the index loaded, nothing due
-            phases: list[list[float]] = [[] if stream is None else stream.before]
-            if stream is not None:
-                tg.start_soon(request_stream, node, TENANT, phases, ended)
+        await node.alarms_loaded.wait()  # idle: the index loaded, nothing due
+        if stream is not None:
+            async with anyio.create_task_group() as tg:
+                ended = anyio.Event()
+                tg.start_soon(request_stream, node, TENANT, [stream.before], ended)
                 with _stalls_recorded("idle"):
                     await anyio.sleep(sizes.stream_idle_s)
                     # ...and until its first answer (a cold open): on a loaded machine a short
@@ -309,46 +310,43 @@ async def _throughput(data: Path, first: int, sizes: Sizes, progress: Progress,
                         if stream.before:
                             break
                         await anyio.sleep(0.01)
-            phases.append([])  # a hold and a raw chunk: counted nowhere
-            BenchTicker.held = held
-            BenchTicker.yield_after = None  # each alarm one transaction
-            fired0, opened0 = sched.fired, node.host.activations
-            clock.offset_ms = past - _real_ms()
-            sched.book.wake_if_before(0)  # the loop looks now, not at its next wait's end
-            await _held_still(sched, held, reach - (sched.fired - fired0))
-            busy, counted, w, done = 0.0, 0, 0, False
-            with _stalls_recorded("burst" if stream is not None else "throughput"):
-                while not done and busy < sizes.alarm_phase_s:
-                    interleaved = w < len(chunks)
-                    if interleaved:
-                        rate = await _raw_in(cycle, chunks[w], 1 if w % 2 == 0 else threads)
-                        (single if w % 2 == 0 else pooled).append(rate)
-                    phases.append([] if stream is None else stream.continuous)
-                    t0, before = time.perf_counter(), sched.fired
-                    BenchTicker.held = None
-                    await _let_go(held)
-                    left = sizes.alarm_phase_s - busy
-                    stop = t0 + (min(_WINDOW_S, left) if interleaved else left)
-                    while time.perf_counter() < stop and sched.fired - fired0 < reach:  # noqa: ASYNC110
-                        await anyio.sleep(0.005)  # as _wait_fired: a count, not an event
-                    held = []
-                    BenchTicker.held = held
-                    await _held_still(sched, held, reach - (sched.fired - fired0))
-                    took = time.perf_counter() - t0
-                    busy += took
-                    counted += sched.fired - before
-                    rates.append((sched.fired - before) / took)
-                    phases.append([])
-                    w += 1
-                    progress.tick("  throughput: window {}, {:,}/{:,} fired", w,
-                                  sched.fired - fired0, reach)
-                    done = sched.fired - fired0 >= reach
-            for k in range(w, len(chunks)):  # the burst ran out of alarms, or time, first
-                rate = await _raw_in(cycle, chunks[k], 1 if k % 2 == 0 else threads)
-                (single if k % 2 == 0 else pooled).append(rate)
-            # Each alarm held at the gate now had its file opened for it, and fires later.
-            opened = node.host.activations - opened0 - len(held)
-            ended.set()
+                ended.set()  # the stream and its caller's process end here
+        BenchTicker.held = held
+        BenchTicker.yield_after = None  # each alarm one transaction
+        fired0, opened0 = sched.fired, node.host.activations
+        clock.offset_ms = past - _real_ms()
+        sched.book.wake_if_before(0)  # the loop looks now, not at its next wait's end
+        await _held_still(sched, held, reach - (sched.fired - fired0))
+        busy, counted, w, done = 0.0, 0, 0, False
+        with _stalls_recorded("burst" if stream is not None else "throughput"):
+            while not done and busy < sizes.alarm_phase_s:
+                interleaved = w < len(chunks)
+                if interleaved:
+                    rate = await _raw_in(cycle, chunks[w], 1 if w % 2 == 0 else threads)
+                    (single if w % 2 == 0 else pooled).append(rate)
+                t0, before = time.perf_counter(), sched.fired
+                BenchTicker.held = None
+                await _let_go(held)
+                left = sizes.alarm_phase_s - busy
+                stop = t0 + (min(_WINDOW_S, left) if interleaved else left)
+                while time.perf_counter() < stop and sched.fired - fired0 < reach:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)  # as _wait_fired: a count, not an event
+                held = []
+                BenchTicker.held = held
+                await _held_still(sched, held, reach - (sched.fired - fired0))
+                took = time.perf_counter() - t0
+                busy += took
+                counted += sched.fired - before
+                rates.append((sched.fired - before) / took)
+                w += 1
+                progress.tick("  throughput: window {}, {:,}/{:,} fired", w,
+                              sched.fired - fired0, reach)
+                done = sched.fired - fired0 >= reach
+        for k in range(w, len(chunks)):  # the burst ran out of alarms, or time, first
+            rate = await _raw_in(cycle, chunks[k], 1 if k % 2 == 0 else threads)
+            (single if k % 2 == 0 else pooled).append(rate)
+        # Each alarm held at the gate now had its file opened for it, and fires later.
+        opened = node.host.activations - opened0 - len(held)
     finally:
         BenchTicker.held = None
         BenchTicker.yield_after = 0.0  # from now on, so that stopping the node cancels promptly
@@ -728,9 +726,8 @@ async def _stream_figures(data: Path, first: int, sizes: Sizes, progress: Progre
                     f"{max(stream.idle, default=math.nan):.1f} ms); the limit is the lower of "
                     f"that p99 and the p99 of {len(stream.before):,} requests in the "
                     f"{sizes.stream_idle_s:g} s before the burst alarms_fired_per_s measures, "
-                    f"on a node of its own, nothing due ({before:.2f} ms): {which}; during "
-                    f"that burst the p99 was {percentile(stream.continuous, 99):.2f} ms "
-                    f"({len(stream.continuous):,} requests){spread}{flags}"),
+                    f"on a node of its own, nothing due ({before:.2f} ms): {which}"
+                    f"{spread}{flags}"),
         figure("request_p99_idle_ms", limit, "ms",
                note="the request stream's p99 with no alarm due (the limit above): the lower "
                     "of the idle windows' between the burst windows and the idle phase's "
@@ -748,7 +745,7 @@ async def tickers(work: Path, sizes: Sizes, progress: Progress, want: frozenset[
              f" ({sizes.name} run; the full run uses 100,000)"))
     capacity: list[float] = []  # alarms_fired_per_s, for the phase within it
     # The request stream's: the throughput phase, then after.
-    stream = _Stream([], [], [], [], [], [])
+    stream = _Stream([], [], [], [], [])
 
     async def throughput() -> list[Figure]:
         found = await _throughput_figures(data, first, sizes, progress, scale, stream)
