@@ -7,7 +7,11 @@ that open does.
 
 from __future__ import annotations
 
+import sqlite3
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -16,6 +20,8 @@ from mailbox_actors.platform.storage import wal_index
 from mailbox_actors.platform.storage.errors import StorageCorrupt
 from mailbox_actors.platform.storage.limits import Durability, Limits
 from mailbox_actors.platform.storage.opening import (
+    Connected,
+    OpenedAhead,
     connect_ahead,
     connect_recovered,
     open_actor_storage,
@@ -119,3 +125,49 @@ def test_an_empty_file_is_corrupt_and_its_log_is_kept(tmp_path: Path) -> None:
     assert log.read_bytes() == b"pages " * 1000
     assert path.read_bytes() == b""
     assert wal_index.key(path) not in wal_index._open_here
+
+
+
+def _update_wrapper_misses(open_file: Callable[[], object]) -> tuple[object, list[str]]:
+    """What ``open_file`` returned, and the names ``functools.update_wrapper`` failed to read
+    meanwhile (an AttributeError raised and caught in it): CPython 3.11 wraps every new
+    connection in ``functools.lru_cache``, its statement cache."""
+    misses: list[str] = []
+
+    def local(frame: FrameType, event: str, arg: object) -> object:
+        if event == "exception":
+            misses.append(frame.f_locals.get("attr", "?"))
+        return local
+
+    def calls(frame: FrameType, event: str, arg: object) -> object:
+        return local if frame.f_code.co_name == "update_wrapper" else None
+
+    sys.settrace(calls)  # type: ignore[arg-type]
+    try:
+        opened = open_file()
+    finally:
+        sys.settrace(None)
+    return opened, misses
+
+
+async def test_an_actor_connection_costs_its_statement_cache_one_missing_name(
+        tmp_path: Path) -> None:
+    """RT-2: an actor file's connection, made on the loop or ahead in a thread, has the names the
+    statement cache's ``update_wrapper`` copies but ``__qualname__`` (which a class cannot
+    hold), so its making raises one AttributeError there, not three (about 8 K instructions an
+    open; a bare ``sqlite3.Connection`` misses ``__name__`` and ``__annotations__`` too)."""
+    path, _at = await _scratch_file(tmp_path)
+    bare, bare_misses = _update_wrapper_misses(lambda: sqlite3.connect(path))
+    bare.close()  # type: ignore[attr-defined]
+    assert bare_misses == ["__name__", "__qualname__", "__annotations__"]
+    connected, misses = _update_wrapper_misses(
+        lambda: connect_recovered(path, Durability.NORMAL))
+    assert misses == ["__qualname__"]
+    assert isinstance(connected, Connected)
+    connected.close(path)
+    ahead, misses = _update_wrapper_misses(
+        lambda: connect_ahead(path, Durability.NORMAL, Limits(), META_KEYS))
+    assert misses == ["__qualname__"]
+    assert isinstance(ahead, OpenedAhead)
+    ahead.close(path)
+    assert _open(path)[0] is not None  # the file opens and reads as before

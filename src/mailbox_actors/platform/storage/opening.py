@@ -97,6 +97,21 @@ def _create(path: Path, durability: str) -> None:
         raise StorageUnavailable(type(e).__name__) from e
 
 
+class _ActorConnection(sqlite3.Connection):
+    """An actor file's connection: ``sqlite3.Connection`` with the names ``functools.update_wrapper``
+    copies. CPython 3.11's ``Connection.__init__`` wraps the connection in ``functools.lru_cache``
+    (its statement cache), whose ``update_wrapper`` reads the wrapped object's ``__name__``,
+    ``__qualname__`` and ``__annotations__``: each one missing raises an ``AttributeError`` that
+    formats its message, about 8 K instructions at every open for the two given here (callgrind;
+    ``__qualname__`` cannot be a class attribute: ``type`` takes it from the class body).
+    Nothing else reads them; no slot added, so the object's layout is the base's
+    (``handle``)."""
+
+    __slots__ = ()
+    __name__ = "Connection"
+    __annotations__ = {}  # read once by update_wrapper, never written
+
+
 def _file_uri(name: str) -> str:
     """``name`` as a URI that opens the file read-write and never creates it; the path is escaped
     as Path.as_uri does ('#', '%', '?'), unless no character of it needs escaping (an actor
@@ -133,7 +148,8 @@ def _connect(path: str | Path, create: bool, durability: str,
         if not size:
             raise StorageCorrupt("it is empty (zero bytes)")
         return sqlite3.connect(_file_uri(name), uri=True, isolation_level=None,
-                               cached_statements=CACHED_STATEMENTS), made
+                               cached_statements=CACHED_STATEMENTS,
+                               factory=_ActorConnection), made
     except sqlite3.OperationalError as e:
         closed(counted)
         if not os.path.exists(name):
@@ -195,7 +211,7 @@ def connect_ahead(path: Path, durability: str, limits: Limits,
     try:
         conn = sqlite3.connect(_file_uri(name), uri=True,
                                isolation_level=None, cached_statements=CACHED_STATEMENTS,
-                               check_same_thread=False)
+                               check_same_thread=False, factory=_ActorConnection)
     except sqlite3.Error:
         closed(counted)
         return None
