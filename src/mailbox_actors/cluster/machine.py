@@ -271,7 +271,10 @@ class Machine:
                 # (renewed at the same epoch later, it is opened again).
                 self.log.warning("slot_suspended", slot=host.slot, epoch=host.lease.epoch)
                 self._spawn(self._suspend, host)
-            elif host.node is None and overdue < 0:
+            elif host.node is None and host.stop is None and overdue < 0:
+                # Renewed again (CL-17): opened once the suspended node has stopped and let the
+                # volume go (``stop`` is None then); opened while it still stops, the new node
+                # would find the volume locked and give the lease up, to be taken at a new epoch.
                 self._spawn(self._open, host)
         if not reachable:
             return
@@ -331,8 +334,8 @@ class Machine:
         """Start the slot's node on its volume (its lock; its alarm index, overdue alarms fire
         now), in a task of its own that also stops it (a node starts and stops in one task).
         A volume another process holds: the lease is left, to be taken again later."""
-        if host.node is not None or host.closing or host.opening:
-            return
+        if host.node is not None or host.stop is not None or host.closing or host.opening:
+            return  # serving, or its node still stopping (the next period opens it)
         host.opening = True
         try:
             assert self._tg is not None
