@@ -165,6 +165,22 @@ async def test_a_message_to_two_addresses_of_one_identity_is_delivered_to_each(
 
 
 @pytest.mark.anyio
+async def test_an_address_written_in_another_case_is_the_same_recipient_once(
+        tmp_path: Path) -> None:
+    """IN-5: addresses are looked up without case, and stored so: one envelope naming an address
+    in two cases holds one copy, its Delivered-To as the book has it; a retry that writes it in a
+    third case is a duplicate (the door hashed the address as typed: two copies, review R1)."""
+    async with door(tmp_path) as d:
+        raw = letter(to="someone-else@example.com", subject="cases")
+        errors, reply = await d.send(raw, ["Bob@Example.com", "bob@example.com"])
+        assert errors == {} and reply.startswith("2.0.0")
+        assert await d.messages(d.bob) == 1
+        errors, reply = await d.send(raw, ["BOB@EXAMPLE.COM"])  # a retry after a lost 250
+        assert errors == {} and reply.startswith("2.0.0")
+        assert await d.messages(d.bob) == 1
+
+
+@pytest.mark.anyio
 async def test_the_door_refuses_unknown_recipients_at_rcpt(tmp_path: Path) -> None:
     """IN-5: an unknown recipient is refused at RCPT with 550 5.1.1; the known one of the same
     message is still delivered."""

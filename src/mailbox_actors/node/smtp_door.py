@@ -332,7 +332,10 @@ class SmtpDoor:
 
     async def deliver(self, address: str, rcpt: Recipient, raw: bytes) -> str:
         """Ingest ``raw`` into the recipient's IdentityMailbox; the SMTP reply for it."""
-        data = b"Delivered-To: " + address.encode("utf-8", "replace") + b"\r\n" + raw
+        # The address as the identity's book knows it (the client's case is not kept): a retry
+        # that writes it in another case, or one envelope naming it twice so, is one message.
+        shown = normalize_address(address) or address
+        data = b"Delivered-To: " + shown.encode("utf-8", "replace") + b"\r\n" + raw
         # The identity and the bytes as stored, Delivered-To included: a retry of the same
         # message to the same address is a duplicate; its copy for another address of the same
         # identity is a message of its own, not a conflict.
