@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -328,6 +329,40 @@ def test_a_file_with_another_name_keeps_its_index_with_the_helper(tmp_path: Path
     assert wal_index.settle()
     assert wal_index.helper_pid() is not None
     assert _index_size(path) == _FULL_INDEX
+
+
+def test_a_batch_the_senders_thread_holds_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RT-11: while the sender's thread holds a batch it took out of the waiting names (the
+    helper starting, its pipe being written), ``unsettled`` says so and ``settle`` (a node's
+    stop, the exit) returns only after that batch is handed over. (It once looked in that window,
+    found nothing waiting and returned: the indexes were still 32 KB after a node's stop.)"""
+    entered, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def held(batch: list[str]) -> None:
+        entered.set()
+        assert release.wait(30)
+        order.append("handed")
+
+    monkeypatch.setattr(wal_index, "_hand_over", held)
+    monkeypatch.setattr(wal_index, "_pending", ["/nowhere/a.sqlite"])
+    sender = threading.Thread(target=wal_index.send, kwargs={"woken": True})
+    sender.start()
+    assert entered.wait(30)
+    assert not wal_index._pending and wal_index.unsettled()
+
+    def stop() -> None:
+        wal_index.settle()
+        order.append("settled")
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    stopper.join(0.2)
+    assert stopper.is_alive()  # waiting for the batch
+    release.set()
+    sender.join(30)
+    stopper.join(30)
+    assert order == ["handed", "settled"]
 
 
 @pytest.mark.anyio

@@ -222,7 +222,7 @@ def closed(name: str) -> bool:
         else:
             _busy.add(name)  # no connection of this process to it until the index is done
     if _elsewhere:
-        send()
+        send(wait=False)  # a full batch: now, unless another batch is being sent (then later)
         return True
     try:
         return _empty(name, setlk)
@@ -352,12 +352,21 @@ def _hand_over(batch: list[str]) -> None:
         _empty_here(name)
 
 
-def send(woken: bool = False) -> None:
+def send(woken: bool = False, wait: bool = True) -> None:
     """Send what waits for the helper now, without waiting for it. The batch leaves
     ``_pending`` under ``_send_lock`` and is done (handed over, or emptied here) before the lock
     is let go, so a ``settle`` that takes the lock after it waits for that batch too (a node's
-    stop that looked while the sender's thread held a batch returned before it was sent)."""
-    with _send_lock:
+    stop that looked while the sender's thread held a batch returned before it was sent).
+    ``wait=False`` (a close that filled a batch): when another batch holds the lock, the
+    sender's thread sends this one after it, and the close goes on (that batch may be emptied
+    here, a file at a time, when the helper is down or its pipe full)."""
+    if not _send_lock.acquire(blocking=wait):
+        with _guard:
+            _wake.set()
+            if _sender is None:
+                _start_sender()
+        return
+    try:
         with _guard:
             batch = _pending[:]
             _pending.clear()
@@ -365,6 +374,8 @@ def send(woken: bool = False) -> None:
                 _wake.clear()
         if batch:
             _hand_over(batch)
+    finally:
+        _send_lock.release()
 
 
 def settle(timeout: float = 10.0) -> bool:
