@@ -142,11 +142,12 @@ def _update_wrapper_misses(open_file: Callable[[], object]) -> tuple[object, lis
     def calls(frame: FrameType, event: str, arg: object) -> object:
         return local if frame.f_code.co_name == "update_wrapper" else None
 
+    before = sys.gettrace()
     sys.settrace(calls)  # type: ignore[arg-type]
     try:
         opened = open_file()
     finally:
-        sys.settrace(None)
+        sys.settrace(before)  # a debugger's or coverage's tracer, if one was there
     return opened, misses
 
 
@@ -154,12 +155,12 @@ async def test_an_actor_connection_costs_its_statement_cache_one_missing_name(
         tmp_path: Path) -> None:
     """RT-2: an actor file's connection, made on the loop or ahead in a thread, has the names the
     statement cache's ``update_wrapper`` copies but ``__qualname__`` (which a class cannot
-    hold), so its making raises one AttributeError there, not three (about 8 K instructions an
+    hold), so its making raises one AttributeError there, not three or more (about 8 K instructions an
     open; a bare ``sqlite3.Connection`` misses ``__name__`` and ``__annotations__`` too)."""
     path, _at = await _scratch_file(tmp_path)
     bare, bare_misses = _update_wrapper_misses(lambda: sqlite3.connect(path))
     bare.close()  # type: ignore[attr-defined]
-    assert bare_misses == ["__name__", "__qualname__", "__annotations__"]
+    assert {"__name__", "__qualname__", "__annotations__"} <= set(bare_misses)
     connected, misses = _update_wrapper_misses(
         lambda: connect_recovered(path, Durability.NORMAL))
     assert misses == ["__qualname__"]

@@ -110,6 +110,7 @@ class _ActorConnection(sqlite3.Connection):
     __slots__ = ()
     __name__ = "Connection"
     __annotations__ = {}  # read once by update_wrapper, never written
+    __type_params__ = ()  # copied too from Python 3.12 on
 
 
 def _file_uri(name: str) -> str:
