@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from mailbox_actors.cluster.lease_table import LeaseTable, TableUnreachable
-from mailbox_actors.cluster.machine import Machine, MachineSettings
+from mailbox_actors.cluster.machine import Machine, MachineSettings, SlotHost
 from mailbox_actors.cluster.slots import secret_fingerprint
 from mailbox_actors.runtime.settings import DEFAULT_ID_SECRET, RuntimeSettings
 
@@ -49,12 +49,12 @@ async def test_cl17_a_suspended_slot_still_stopping_is_reopened_at_its_epoch(
                                       ttl_s=TTL_S, renew_s=RENEW_S),
                       RuntimeSettings(data_dir=str(tmp_path / "v")), table,
                       cluster_token="c" * 32, operator_token="o" * 32, monotonic=clock)
+    let_go = anyio.Event()
     await machine.start()
     try:
         host = machine.hosts[0]
         assert host.node is not None and host.lease.epoch == 1
         node = host.node
-        let_go = anyio.Event()
         stop = node.stop
 
         async def slow_stop(grace_ms: int | None = None) -> None:
@@ -76,8 +76,18 @@ async def test_cl17_a_suspended_slot_still_stopping_is_reopened_at_its_epoch(
         # PostgreSQL is back: the renewal at the same epoch succeeds while the node still stops;
         # the volume is still locked by it, so nothing may be opened yet.
         monkeypatch.setattr(machine.keeper, "renew", renew)
+        opened_while_stopping: list[int] = []
+        real_open = machine._open
+
+        async def watched_open(h: SlotHost) -> None:
+            if not let_go.is_set():
+                opened_while_stopping.append(h.slot)
+            await real_open(h)
+
+        monkeypatch.setattr(machine, "_open", watched_open)
         await machine.tick()
-        await anyio.sleep(0.5)  # what the tick spawned runs (a start would meet the lock)
+        await anyio.wait_all_tasks_blocked()  # what the tick spawned has begun
+        assert opened_while_stopping == []  # a start now would meet the volume's lock
         assert machine.hosts.get(0) is host and host.lease.epoch == 1
         let_go.set()
         await _until(lambda: host.stop is None, "the suspended node stopped")
@@ -90,5 +100,6 @@ async def test_cl17_a_suspended_slot_still_stopping_is_reopened_at_its_epoch(
         assert host.node is not None and host.node is not node  # opened again, same epoch
         assert [r.epoch for r in await table.slot_map()] == [1]
     finally:
+        let_go.set()  # a failed assertion above must not leave the machine's stop waiting
         await machine.stop()
         await table.close()
