@@ -57,6 +57,12 @@ def _emptied_here(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return here
 
 
+def _hand(name: str) -> None:
+    """Hand ``name`` over now, as a close's full batch is (``send``)."""
+    wal_index._pending.append(name)
+    wal_index.send()
+
+
 def _not_here(name: str, setlk: int) -> bool:
     raise AssertionError(f"emptied in the closing process: {name}")
 
@@ -265,7 +271,7 @@ def test_a_stalled_helper_never_holds_a_close(
         # no room for one more (the helper skips them later).
         filler = wal_index.key(tmp_path / "b.sqlite")
         for _ in range(1_000_000 // len(filler)):
-            wal_index._send([filler])
+            _hand(filler)
             if filler in here:
                 break
         assert filler in here, here
@@ -290,7 +296,7 @@ def test_switched_off_a_close_handed_over_late_starts_no_helper(tmp_path: Path) 
     wal_index.empty_indexes_at_close(elsewhere=False)
     assert wal_index.helper_pid() is None
     os.truncate(f"{path}-shm", _FULL_INDEX)  # as a close that raced the switch leaves it
-    wal_index._send([wal_index.key(path)])
+    _hand(wal_index.key(path))
     assert wal_index.helper_pid() is None
     assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
 
@@ -308,7 +314,7 @@ def test_a_file_reopened_here_before_its_late_hand_over_keeps_its_index_and_lock
     with read_only(path) as conn:  # counted, and its index mapped
         assert conn is not None
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1
-        wal_index._send([wal_index.key(path)])
+        _hand(wal_index.key(path))
         assert wal_index.helper_pid() is None
         assert _index_size(path) == _FULL_INDEX
         assert dms_lock_of_this_process(path) == "READ"

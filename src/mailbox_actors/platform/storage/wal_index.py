@@ -214,10 +214,7 @@ def closed(name: str) -> bool:
         if _elsewhere:
             _pending.append(name)
             if len(_pending) < _BATCH or _helper is None:
-                if not _wake.is_set():
-                    _wake.set()
-                    if _sender is None:
-                        _start_sender()
+                _rouse_sender()
                 return True
         else:
             _busy.add(name)  # no connection of this process to it until the index is done
@@ -244,6 +241,15 @@ def _empty_here(name: str) -> bool:
     finally:
         with _guard:
             _busy.discard(name)
+
+
+def _rouse_sender() -> None:
+    """Have the sender's thread send what waits in ``_pending`` after ``_SEND_AFTER_S``
+    (called under ``_guard``), starting it the first time."""
+    if not _wake.is_set():
+        _wake.set()
+        if _sender is None:
+            _start_sender()
 
 
 def _start_sender() -> None:
@@ -310,16 +316,10 @@ def _close_helper(proc: subprocess.Popen[bytes], wait: bool) -> None:
         proc.poll()  # reaped now if it has ended; else by the next Popen's cleanup
 
 
-def _send(batch: list[str]) -> None:
-    """Hand ``batch`` to the helper; what it cannot take now (none running, its pipe full or
-    broken) is emptied here."""
-    with _send_lock:
-        _hand_over(batch)
-
-
 def _hand_over(batch: list[str]) -> None:
-    """``_send``'s work, under ``_send_lock``: the emptying here too, so that a ``settle`` that
-    gets the lock next finds every name of the batch done or with the helper."""
+    """Hand ``batch`` to the helper; what it cannot take now (none running, its pipe full or
+    broken) is emptied here. Under ``_send_lock`` (``send``), the emptying here too, so that a
+    ``settle`` that gets the lock next finds every name of the batch done or with the helper."""
     global _unsettled
     here: list[str] = []
     names = [name.encode(_FS_ENCODING, "surrogateescape") + b"\0" for name in batch]
@@ -362,9 +362,7 @@ def send(woken: bool = False, wait: bool = True) -> None:
     here, a file at a time, when the helper is down or its pipe full)."""
     if not _send_lock.acquire(blocking=wait):
         with _guard:
-            _wake.set()
-            if _sender is None:
-                _start_sender()
+            _rouse_sender()
         return
     try:
         with _guard:
