@@ -3,10 +3,12 @@ replayable in order, never lost across SIGKILL (EV-1..EV-5, AL-6)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -144,6 +146,52 @@ async def test_an_event_emitted_while_the_run_publishes_goes_out_with_the_next_r
         await rt.run_until_idle()
         assert [(e.type, e.sequence) for e in rt.events.events()] == [
             ("identity.created", 1), ("identity.updated", 2)]
+        status = await rt.call("identity_mailbox", m, MailboxStatus(), **IDS)
+        assert status["alarm"] == rt.now_ms() + 86_400_000
+
+
+def _undispatched_in_file(path: Path) -> list[int]:
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        return [r[0] for r in conn.execute(
+            "SELECT sequence FROM outbox WHERE dispatched_at IS NULL ORDER BY sequence")]
+
+
+@pytest.mark.anyio
+async def test_events_appended_while_the_run_publishes_go_out_in_that_run_marked_once(
+        tmp_path: Path) -> None:
+    """EV-2, EV-3: events requests append while the outbox run publishes are published by the
+    same run, before its closing commit, which marks them all: each event is published once,
+    and none is marked before it was published."""
+    started, release = anyio.Event(), anyio.Event()
+    seen: list[tuple[list[int], list[int]]] = []  # (sequences published, undispatched in file)
+    path: list[Path] = []
+
+    class Held:
+        def __init__(self, inner: EventSink) -> None:
+            self.inner = inner
+
+        async def publish(self, ns: str, oid: str, events: Sequence[Event]) -> None:
+            seen.append(([e.sequence for e in events], _undispatched_in_file(path[0])))
+            if not release.is_set():
+                started.set()
+                await release.wait()
+            await self.inner.publish(ns, oid, events)
+
+    async with TestRuntime(tmp_path, wrap_event_sink=Held) as rt:
+        m = rt.id_from_name("identity_mailbox", "a")
+        await rt.call("identity_mailbox", m, MailboxInit(), **IDS)
+        path.append(Path(rt.node.host.path_for("identity_mailbox", m)))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rt.run_until_idle)  # the outbox run: held in its first publish
+            await started.wait()
+            for n in range(2):
+                await rt.call("identity_mailbox", m, EmitEvent(type="identity.updated",
+                                                               data={"n": n}), **IDS)
+            release.set()
+        await rt.run_until_idle()
+        assert seen == [([1], [1]), ([2, 3], [1, 2, 3])]  # 1 still unmarked: no commit between
+        assert [e.sequence for e in rt.events.events()] == [1, 2, 3]
+        assert _undispatched_in_file(path[0]) == []
         status = await rt.call("identity_mailbox", m, MailboxStatus(), **IDS)
         assert status["alarm"] == rt.now_ms() + 86_400_000
 

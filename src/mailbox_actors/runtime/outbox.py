@@ -47,6 +47,9 @@ RUNTIME_PURPOSES = (OUTBOX_PURPOSE, PRUNE_PURPOSE)  # run by the runtime, never 
 PRUNE_EVERY_MS = DAY_MS
 
 OUTBOX_BATCH = 200
+# Publishes one outbox run makes in a row for events appended while it published, before its
+# closing commit marks them all (``dispatch``).
+_CATCH_UP = 8
 DEFAULT_EVENTS_DAYS = 30  # a tenant the control database does not know (embedded use)
 _MAX_DATA_BYTES = 4096
 _FORBIDDEN_KEYS = frozenset({"body", "text", "html", "subject", "content", "attachment",
@@ -180,12 +183,18 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
 
     ``leave_last``: the last batch is published but not marked; its last sequence is returned
     for the caller to mark (``mark_dispatched``) in the transaction that ends its alarm run, so
-    a run costs one commit, not two. A crash before that commit publishes the batch again (EV-3:
-    at least once; consumers deduplicate on the event id)."""
+    a run costs one commit, not two. Events appended while it published (requests commit during
+    the publish's await) are published in the same run, still unmarked, up to ``_CATCH_UP``
+    publishes and ``OUTBOX_BATCH`` events in all, so a steady stream of events costs one
+    closing commit a few publishes, not one a publish, each of them with a run of its own after
+    it. A crash before that commit publishes those events again (EV-3: at least once; consumers
+    deduplicate on the event id)."""
+    first = _first_undispatched(sql)
+    unmarked = rounds = rows_last = 0
     while True:
-        rows = _undispatched(sql, _first_undispatched(sql))
+        rows = _undispatched(sql, first)
         if not rows:
-            return None
+            return rows_last if unmarked else None
         try:
             await sink.publish(namespace, object_id, [_DEC.decode(r[1]) for r in rows])
         except BaseException:
@@ -193,10 +202,16 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
             # outbox's retries does not also keep every event body emitted meanwhile.
             sql._known_now().unsent = None
             raise
-        last = rows[-1][0]
-        if leave_last and len(rows) < OUTBOX_BATCH:
-            return last
-        sql.transaction_sync(functools.partial(mark_dispatched, last))
+        rows_last = rows[-1][0]
+        first = rows_last + 1
+        unmarked += len(rows)
+        rounds += 1
+        if leave_last and unmarked < OUTBOX_BATCH:
+            if rounds < _CATCH_UP and _appended_after(sql, rows_last):
+                continue  # appended meanwhile: published now, marked with the rest
+            return rows_last
+        sql.transaction_sync(functools.partial(mark_dispatched, rows_last))
+        unmarked = 0
         if len(rows) < OUTBOX_BATCH:
             return None
 
@@ -252,6 +267,15 @@ async def prune_due(storage: RuntimeStorage, tenant: RetentionSource) -> None:
             storage.put_meta(_PRUNE_KEY, str(tx.now_ms() + PRUNE_EVERY_MS))
 
     storage.sql.transaction_sync(run)
+
+
+def _appended_after(sql: SqlStorage, sequence: int) -> bool:
+    """Whether an event after ``sequence`` (published, not yet marked) was appended: known
+    without a read while this connection appended the newest event (``has_undispatched``)."""
+    last = sql._known_now().last
+    if last is not None:
+        return last > sequence
+    return bool(sql.exec("SELECT 1 FROM outbox WHERE sequence > ? LIMIT 1", sequence).all())
 
 
 def has_undispatched(sql: SqlStorage) -> bool:
