@@ -36,7 +36,7 @@ def test_due_keys_come_in_the_books_order_without_stale_or_running_ones(count: i
     assert due == wanted
     # Nothing due is left behind; the later ones, and the running one's noted drop, remain.
     assert book.pop_due(now, set()) == []
-    assert book.take_dropped(_key(1))
+    assert book.take_dropped(_key(1), book.entries[_key(1)].at)
     assert book.next_due_ms(set()) == now + 5
 
 
@@ -68,6 +68,47 @@ def test_a_burst_is_taken_in_pieces_in_the_same_order_and_what_moves_meanwhile_i
             break
         got += piece
     assert got == [k for k in order if k not in (moved, deleted, running)]
-    assert pieces.take_dropped(running)
+    assert pieces.take_dropped(running, pieces.entries[running].at)
     assert pieces.next_due_ms(set()) == now + 60_000
     assert pieces.heap_size >= 1
+
+
+def test_a_run_that_moved_its_key_pushes_it_again_only_for_an_entry_dropped_at_its_new_time(
+        ) -> None:
+    """AL-5: the loop drops a running key's heap entries it meets; when the run ends, the key is
+    pushed again only if an entry for the time it has then was among them. An entry dropped for
+    the time it ran from (moved since by the run's commit, which pushed the new time's) needs
+    none: before, every drop pushed a second entry, one for every alarm of a burst whose keys
+    had two entries each (the index's, then a request's set to the same time)."""
+    book = AlarmBook(lambda: 0)
+    key = _key(1)
+    book.put(key, 1_000)
+    book.put(key, 1_000)  # a second entry for the same time (a request set it again)
+    assert book.pop_due(1_000, set()) == [key]
+    assert book.next_due_ms({key}) is None  # the second entry, met while the key runs: dropped
+    book.committed(key, 90_000)  # the run re-arms it: the new time's entry is pushed
+    assert not book.take_dropped(key, 90_000)
+    assert book.dropped == {}
+    assert book.next_due_ms(set()) == 90_000
+    # Dropped at the time it has when the run ends: said, so the scheduler pushes it again.
+    assert book.pop_due(90_000, {key}) == []
+    assert book.take_dropped(key, 90_000)
+
+
+def test_a_commit_that_sets_a_keys_time_again_adds_no_heap_entry_and_it_still_fires() -> None:
+    """AL-5: a commit that sets the time a key has already (a request setting it again after the
+    node loaded it from the index) leaves the key's heap entry as it is: the key is due once, not
+    once an entry; while it runs (its entry popped), the run's end pushes it again (the
+    scheduler, ``take_dropped``/``at == due``), so it is not lost either."""
+    book = AlarmBook(lambda: 0)
+    key, other = _key(1), _key(2)
+    book.put(key, 1_000)
+    book.put(other, 2_000)
+    book.committed(key, 1_000)
+    assert book.heap_size == 2
+    assert book.pop_due(1_000, set()) == [key]
+    assert book.heap_size == 1  # nothing of the key's left behind to drop later
+    book.committed(key, 1_000)  # set again while it runs: the run's end pushes it
+    assert book.heap_size == 1
+    book.push(1_000, key)  # what the scheduler does at the run's end (the time it ran for)
+    assert book.pop_due(1_000, set()) == [key]

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import math
 import os
 import select
 import selectors
@@ -98,11 +97,12 @@ class AlarmPool:
     quarter of the clock's time when that is more)."""
 
     __slots__ = ("_check_at", "_clock", "_close_look", "_concurrency", "_ended_at", "_fire",
-                 "_idle", "_loop", "_next_turn", "_others_ready", "_queue", "_resuming",
+                 "_idle", "_look_parts", "_loop", "_next_turn", "_others_ready", "_over", "_queue",
+                 "_resuming",
                  "_running", "_starting", "_tg", "_turn_ends", "_waiting", "_workers",
                  "_young_at")
 
-    def __init__(self, fire: Callable[[float, Callable[[], float]], Awaitable[bool]],
+    def __init__(self, fire: Callable[[float, Callable[[float], bool]], Awaitable[bool]],
                  tg: anyio.abc.TaskGroup,
                  concurrency: int, queue: deque[Key], running: set[Key],
                  clock: Callable[[], float] | None = None) -> None:
@@ -112,7 +112,14 @@ class AlarmPool:
         self._queue = queue
         self._running = running
         self._loop = asyncio.get_running_loop()
-        self._clock = _turn_clock(self._loop) if clock is None else clock
+        reached: Callable[[float], bool]
+        if clock is None:
+            self._clock, reached = _turn_clock(self._loop)
+        else:
+            self._clock = clock
+
+            def reached(until: float) -> bool:
+                return clock() >= until
         self._idle: list[asyncio.Future[None]] = []  # one per worker waiting for a key
         self._starting: set[asyncio.Task[None]] = set()  # workers asked for by a loop callback
         # Workers waiting for a turn, each woken with True for a turn just opened (it runs one
@@ -131,6 +138,10 @@ class AlarmPool:
         look = _others_ready(self._loop, self)
         self._others_ready: Callable[[], bool] | None = None if look is None else look[0]
         self._close_look = _nothing if look is None else look[1]
+        # The look's pieces, read in one call with the clock between alarms, when the clock is
+        # the pool's own (a test's clock, or a look of another kind, goes through the calls).
+        self._look_parts = look[2] if look is not None and clock is None else None
+        self._over = _over(self, reached)
 
     def hand_out(self, keys: list[Key]) -> None:
         """Queue due keys (in order) and get a worker onto them (the turn's own ``_check`` adds
@@ -186,7 +197,7 @@ class AlarmPool:
         self._check_at = None
         if not self._queue:
             self._release_waiting()
-        if self._turn_clock() < self._turn_ends:
+        if not self._over(self._turn_ends):
             if not self._hand_turn() and self._queue:
                 self._more()
         elif (self._resuming or self._waiting or (self._queue and self._room())) \
@@ -197,20 +208,22 @@ class AlarmPool:
             # returned.
             self._next_turn = self._loop.call_soon(self._after_poll)
 
-    def _turn_clock(self) -> float:
-        """``clock``, or infinity once anything else waits for the loop (requests first: the
-        turn is over)."""
-        others = self._others_ready
-        return math.inf if others is not None and others() else self._clock()
-
     def _after_poll(self) -> None:
         """One round of the loop since the last turn ended, its I/O polled: the tasks that it
         woke (a request's, its bytes read) run in the next round, and the turn opens there
-        behind them."""
+        behind them. When the look finds nothing else waiting for the loop (no handle ready
+        besides this one, no timer due, nothing to read), nobody is to go first: the turn
+        opens here, a round sooner (in a burst with no request, a round of the loop and its
+        poll fewer every turn; on uvloop this round's poll comes after its ready handles,
+        and the look's own poll sees what it would read)."""
         self._ended_at = self._clock()
+        others = self._others_ready
+        if others is not None and not others():
+            self._open_turn(nothing_else=True)
+            return
         self._next_turn = self._loop.call_soon(self._open_turn)
 
-    def _open_turn(self) -> None:
+    def _open_turn(self, nothing_else: bool = False) -> None:
         """The loop went round since the last turn ended: a new one, for the first alarm waiting
         to resume or the first waiting worker, woken whatever the time now (it runs one alarm at
         least: a check of the clock here could find the turn over already on a loaded machine,
@@ -223,7 +236,8 @@ class AlarmPool:
             if not self._resuming:
                 return
         others = self._others_ready
-        if others is not None and others() and self._clock() < self._ended_at + TURN_S:
+        if not nothing_else and others is not None and others() \
+                and self._clock() < self._ended_at + TURN_S:
             self._next_turn = self._loop.call_soon(self._open_turn)
             return
         now = self._loop.time()
@@ -259,7 +273,7 @@ class AlarmPool:
         before it goes on with its work on the loop: it waits for a turn, unless one is open and
         nothing else waits for the loop. Without it, every alarm whose open had finished ran on
         in one round of the loop, a request behind them all (5-25 activations, up to 10 ms)."""
-        while self._turn_clock() >= self._turn_ends:
+        while self._over(self._turn_ends):
             if await self._wait_turn(self._resuming):
                 return
 
@@ -281,13 +295,13 @@ class AlarmPool:
 
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
-        queue, idle, fire, clock = self._queue, self._idle, self._fire, self._turn_clock
+        queue, idle, fire, over_at = self._queue, self._idle, self._fire, self._over
         try:
             while True:
                 over = False  # ``fire`` ended at a look that found the turn over
                 while queue:
                     ends = self._turn_ends
-                    if not over and clock() < ends:
+                    if not over and not over_at(ends):
                         # Queued keys until none is left or the turn ends (at least one: a
                         # worker that resumes inside an alarm finishes it whatever the time).
                         # If it waits inside one with the turn still open, the look after its
@@ -298,7 +312,7 @@ class AlarmPool:
                         # and waits for a turn of its own rather than taking the open one on,
                         # which leaves the loop to requests sooner (review O5, session 17).
                         self._look()
-                        over = await fire(ends, clock)
+                        over = await fire(ends, over_at)
                     else:
                         # Over: no look again (fire's was the last thing this task did, and
                         # time and what waits for the loop only grow meanwhile).
@@ -307,7 +321,7 @@ class AlarmPool:
                             # A turn opened for this worker: one alarm at least, even if the
                             # loop's other work (or a loaded machine) used the turn up. (Handed
                             # an open turn on, it looks at the clock first, as above.)
-                            over = await fire(self._turn_ends, clock)
+                            over = await fire(self._turn_ends, over_at)
                 if len(idle) >= _IDLE_KEPT:
                     return
                 woken = loop.create_future()
@@ -344,36 +358,115 @@ class AlarmPool:
         self._resuming.clear()
 
 
-def _turn_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+def _turn_clock(loop: asyncio.AbstractEventLoop,
+                ) -> tuple[Callable[[], float], Callable[[float], bool]]:
     """Seconds of the loop thread's CPU since now, or of the loop's clock over ``_WALL_TURNS``
-    when that is more (the thread waited meanwhile)."""
-    wall0, cpu0, thread_time = loop.time(), time.thread_time(), time.thread_time
-    wall = loop.time
+    when that is more (the thread waited meanwhile); and whether that clock reached a time.
+    The second reads the thread's CPU (a system call, not the vDSO's: about 0.45 us, at every
+    look between two alarms before) only once the real time says it could have reached it: a
+    thread's CPU time never runs ahead of the real time, so the CPU part now is at most its
+    value at the last read plus the real time since, and until that bound reaches ``until``
+    the CPU part has not (at a turn's opening the pool reads the clock, so in a turn the call
+    is made only in its last stretch, about once a turn when nothing else runs)."""
+    thread_time = time.thread_time
+    wall = _loop_time(loop)
+    real = time.monotonic
+    wall0, cpu0 = wall(), thread_time()
+    real_is_wall = wall is real
+    last_value, last_real = 0.0, real()  # the clock's last reading, and the real time before it
 
     def clock() -> float:
-        return max((wall() - wall0) / _WALL_TURNS, thread_time() - cpu0)
+        nonlocal last_value, last_real
+        at = real()
+        value = max((wall() - wall0) / _WALL_TURNS, thread_time() - cpu0)
+        last_value, last_real = value, at
+        return value
 
-    return clock
+    def reached(until: float) -> bool:
+        now = real()
+        if last_value + (now - last_real) < until and (
+                (now if real_is_wall else wall()) - wall0) / _WALL_TURNS < until:
+            return False
+        return clock() >= until
+
+    return clock, reached
+
+
+def _loop_time(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """The loop's clock: ``time.monotonic`` itself where the loop's ``time`` is asyncio's (which
+    returns it: a Python call less at every read), else the loop's own (uvloop's: libuv's time,
+    read at the start of the loop's round)."""
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return time.monotonic
+    return loop.time
+
+
+def _over(pool: AlarmPool, reached: Callable[[float], bool]) -> Callable[[float], bool]:
+    """Whether the turn that ends at ``until`` is over: anything else waits for the loop (the
+    pool's look, ``AlarmPool._others_ready``: requests first), or the turn's clock reached it.
+    Read after every alarm of a turn: where the look is a known loop's, the look's pieces are
+    read here in one call (four calls of the look and three of the clock an alarm before)."""
+    look = pool._look_parts
+
+    if look is None:
+        def over(until: float) -> bool:
+            others = pool._others_ready
+            return (others is not None and others()) or reached(until)
+        return over
+
+    ready, timers, now, poll, most, own_fds, own_on_sight = look
+
+    def over_fused(until: float) -> bool:
+        if pool._others_ready is not None:  # None once the pool stopped: the clock alone
+            n = len(ready)
+            if n > 1 or (n == 1 and ready[0] is not pool._check_at):
+                return True
+            if timers and timers[0].when() <= now():
+                return True
+            for fd, _ in poll(0, most):
+                if fd not in own_fds and (own_on_sight is None or not own_on_sight(fd)):
+                    return True
+        return reached(until)
+
+    return over_fused
 
 
 class _Look(NamedTuple):
     """What the pool reads to see whether anything else waits for the loop: its queue of ready
     handles, whether a timer is due, and whether a descriptor is ready (other than the loop's
-    own wake-up by threads); ``close`` lets go of what the look holds open."""
+    own wake-up by threads); ``close`` lets go of what the look holds open. ``parts``: the
+    same read in pieces, for the pool's one-call look between alarms (``_over``), where the
+    descriptors are an epoll set."""
 
     ready: deque[object]
     timer_due: Callable[[], bool]
     io_ready: Callable[[], bool]
     close: Callable[[], None]
+    parts: _LookParts | None = None
+
+
+class _LookParts(NamedTuple):
+    """The look's pieces (``_Look.parts``): the ready queue; the loop's timers (empty where they
+    cannot be seen) and its clock; the epoll set's zero-timeout ``poll`` and how many events to
+    take; the loop's own descriptors, and what tells one on sight (or None)."""
+
+    ready: deque[object]
+    timers: list[asyncio.TimerHandle]
+    now: Callable[[], float]
+    poll: Callable[[float, int], list[tuple[int, int]]]
+    most: int
+    own_fds: frozenset[int]
+    own_on_sight: Callable[[int], bool] | None
 
 
 def _others_ready(loop: asyncio.AbstractEventLoop, pool: AlarmPool,
-                  ) -> tuple[Callable[[], bool], Callable[[], None]] | None:
+                  ) -> tuple[Callable[[], bool], Callable[[], None], _LookParts | None] | None:
     """Whether anything but the pool waits for the loop to run it: a handle ready (the pool's
     own look aside), a timer due, or a descriptor ready to read or write (the loop's wake-up by
-    threads aside: what a thread hands back is in the ready queue already); and how to close
-    the look. None where the loop is neither asyncio's selector loop nor uvloop's, or does not
-    look as expected: turns then end by the clock alone."""
+    threads aside: what a thread hands back is in the ready queue already); how to close
+    the look; and its pieces, for the pool's look between alarms (``_over``). None where the
+    loop is neither asyncio's selector loop nor uvloop's, or does not look as expected: turns
+    then end by the clock alone."""
     look = _asyncio_look(loop) or _uvloop_look(loop)
     if look is None:
         return None
@@ -385,7 +478,7 @@ def _others_ready(loop: asyncio.AbstractEventLoop, pool: AlarmPool,
             return True
         return timer_due() or io_ready()
 
-    return others_ready, look.close
+    return others_ready, look.close, look.parts
 
 
 def _asyncio_look(loop: asyncio.AbstractEventLoop) -> _Look | None:
@@ -401,21 +494,25 @@ def _asyncio_look(loop: asyncio.AbstractEventLoop) -> _Look | None:
         return None
     own_fd = ssock.fileno() if isinstance(ssock, socket.socket) else -1
     epoll = getattr(selector, "_selector", None)
-    now = loop.time
+    now = _loop_time(loop)
 
     def timer_due() -> bool:
         return bool(timers) and timers[0].when() <= now()
 
     io_ready: Callable[[], bool]
+    parts = None
     if isinstance(selector, selectors.EpollSelector) and isinstance(epoll, select.epoll):
-        io_ready = _epoll_ready(epoll, frozenset((own_fd,)))
+        own_fds = frozenset((own_fd,))
+        io_ready = _epoll_ready(epoll, own_fds)
+        parts = _LookParts(ready, timers, now, epoll.poll, len(own_fds) + _MORE_EVENTS, own_fds,
+                           None)
     else:
         peek = selector.select
 
         def io_ready() -> bool:
             return any(key.fd != own_fd for key, _ in peek(0))
 
-    return _Look(ready, timer_due, io_ready, _nothing)
+    return _Look(ready, timer_due, io_ready, _nothing, parts)
 
 
 def _uvloop_look(loop: asyncio.AbstractEventLoop) -> _Look | None:
@@ -447,9 +544,13 @@ def _uvloop_look(loop: asyncio.AbstractEventLoop) -> _Look | None:
     # round finds the wake-up's eventfd not there yet, so one ready later is told on sight.
     wake_fds = frozenset(fd for fd in registered if _is_eventfd(fd))
     epoll = select.epoll.fromfd(os.dup(epfd))
-    return _Look(ready, _never, _epoll_ready(epoll, wake_fds, _is_eventfd), epoll.close)
+    parts = _LookParts(ready, [], loop.time, epoll.poll, len(wake_fds) + _MORE_EVENTS, wake_fds,
+                       _is_eventfd)
+    return _Look(ready, _never, _epoll_ready(epoll, wake_fds, _is_eventfd), epoll.close, parts)
 
 
+# Events a look takes from the epoll set beyond the loop's own descriptors: one of them is another's.
+_MORE_EVENTS = 4
 # Flags that would make a look at the epoll set consume what it sees.
 _NOT_LEVEL = getattr(select, "EPOLLET", 1 << 31) | getattr(select, "EPOLLONESHOT", 1 << 30)
 
@@ -478,8 +579,7 @@ def _epoll_ready(epoll: select.epoll, own_fds: frozenset[int],
     The loop's own are ``own_fds`` and those ``own_on_sight`` says are (asked only of a
     descriptor found ready, so only when something is)."""
     poll = epoll.poll
-    # A few events more than the loop's own descriptors: one of them is another's.
-    most = len(own_fds) + 4
+    most = len(own_fds) + _MORE_EVENTS
 
     def io_ready() -> bool:
         for fd, _ in poll(0, most):

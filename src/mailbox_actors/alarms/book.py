@@ -72,8 +72,9 @@ class AlarmBook:
         self._waiter: asyncio.Future[None] | None = None
         self._looks_at = 0
         # Keys whose live heap entry the loop popped while they ran (``pop_due``,
-        # ``next_due_ms``): the scheduler pushes them again when their run ends.
-        self._dropped: set[Key] = set()
+        # ``next_due_ms``), and those entries' times: the scheduler pushes a key again when its
+        # run ends if the time it then has was among them (``take_dropped``).
+        self.dropped: dict[Key, list[int]] = {}
         self._index_failing = False  # the last flush could not write (a full disk)
         self.retry_flush_at = 0  # after a failed flush: not before this (the real-time loop)
         # While a scan of the actor files rebuilds the index (``scanning``): the keys whose alarm
@@ -220,9 +221,16 @@ class AlarmBook:
         e = self.entries.get(key)
         if e is None:
             self.entries[key] = Entry(at)
-        else:
+            self.push(at, key)
+        elif e.at != at:
             e.at, e.retry = at, 0
-        self.push(at, key)
+            self.push(at, key)
+        else:
+            # Set again to the time it has: its heap entry stands, or, popped for a run under
+            # way, the run's end pushes it again (the scheduler's ``_record``). Pushed here as
+            # well, a burst's keys set again to their time by a request each (the index's
+            # entry, then the request's) were each handed out, dropped and pushed once more.
+            e.retry = 0
         if self._indexed.get(key) != at:
             self._lazy[key] = at
         due_now = self.on_due_now
@@ -251,13 +259,16 @@ class AlarmBook:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def take_dropped(self, key: Key) -> bool:
-        """Whether the loop dropped the key's live heap entry while it ran (and forget it)."""
-        dropped = self._dropped
-        if key in dropped:
-            dropped.discard(key)
-            return True
-        return False
+    def take_dropped(self, key: Key, at: int | None) -> bool:
+        """Whether the loop dropped the key's live heap entry for ``at`` while it ran (and forget
+        what it dropped of the key's). An entry it dropped for another time (the one the run
+        started from, its time since moved by the run's commit) needs no push: the commit
+        pushed the new time's, still in the heap unless dropped too (then it is said here).
+        Before, any entry dropped pushed the key again: in a burst whose heap held two entries
+        a key (the index's, then a request's set to the same time), a second entry for every
+        alarm fired."""
+        ats = self.dropped.pop(key, None)
+        return ats is not None and at in ats
 
     def flush_index(self, at_most: int | None = None) -> bool:
         """Write the lazy (later-or-deleted) changes to the index in one transaction: all of
@@ -316,7 +327,7 @@ class AlarmBook:
         if e is None or e.at != at:
             return True
         if key in running:
-            self._dropped.add(key)
+            self.dropped.setdefault(key, []).append(at)
             return True
         return False
 
@@ -368,7 +379,7 @@ class AlarmBook:
             if e is None or e.at != at or key in seen:
                 continue
             if key in running:
-                self._dropped.add(key)
+                self.dropped.setdefault(key, []).append(at)
                 continue
             seen.add(key)
             out.append(key)

@@ -194,27 +194,32 @@ class AlarmScheduler:
             tg.start_soon(self._worker)
 
     async def _worker(self) -> None:
-        no_time = _no_time
         try:
             while self._queue:
-                await self._fire_queued(0.0, no_time)  # one alarm
+                await self._fire_queued(0.0, _over_now)  # one alarm
                 # Handlers that never suspend would otherwise hold the loop for the whole queue,
                 # starving requests, other workers and shutdown.
                 await anyio.lowlevel.checkpoint()
         finally:
             self._workers -= 1
 
-    async def _fire_queued(self, until: float, clock: Callable[[], float]) -> bool:
-        """Fire queued keys, one after another in this task, until none is left or ``clock()``
-        reaches ``until`` (after the first); True: it stopped there, at a look of ``clock``
-        that found the time used (the pool's worker does not look again). An open actor's run
-        is started and ended by the runner around its step, awaited here (``begin_alarm``): no
-        coroutine, scope or task of its own beyond the handler's; any other wake goes the whole
-        way (``_fire``). Each outcome is recorded once its run ended, so no alarm is
+    async def _fire_queued(self, until: float, over: Callable[[float], bool]) -> bool:
+        """Fire queued keys, one after another in this task, until none is left or ``over``
+        says the turn that ends at ``until`` is (after the first); True: it stopped there, at a
+        look that found the turn over (the pool's worker does not look again). An open actor's
+        run is started and ended by the runner around its step, awaited here (``begin_alarm``):
+        no coroutine, scope or task of its own beyond the handler's; any other wake goes the
+        whole way (``_fire``). Each outcome is recorded once its run ended, so no alarm is
         acknowledged before its actor's transaction committed; ``alarms_fired_total`` hears of
-        them at the end."""
-        queue, entries, runner = self._queue, self.book.entries, self._runner
-        now = self._clock.now_ms()
+        them at the end. A run over at once and done (a burst's usual alarm on an open actor:
+        committed in its first step, re-armed) is recorded here (``_done``'s steps written out:
+        a call, a tuple and the outcome's dispatch fewer an alarm)."""
+        queue, book, runner, running = self._queue, self.book, self._runner, self._running
+        entries, begin, dropped = book.entries, runner.begin_alarm, book.dropped
+        unreported = self._unreported
+        lateness = self.lateness_ms
+        now_ms = self._clock.now_ms
+        now = now_ms()
         try:
             while queue:
                 key = queue.popleft()
@@ -223,22 +228,40 @@ class AlarmScheduler:
                 if e is not None:
                     retry, due = e.retry, e.at
                     # The run starts here: begin_alarm runs the handler's first step already.
-                    began = 0 if self.lateness_ms is None else self._clock.now_ms()
+                    began = 0 if lateness is None else now_ms()
                     try:
-                        started = runner.begin_alarm(key, retry, now)
+                        started = begin(key, retry, now)
                     except Exception as exc:  # a bug guard, as ``_fire``'s: a failed run, retried
-                        self._running.discard(key)
+                        running.discard(key)
                         self._log.error("alarm_fire_crashed", namespace=key[0], object_id=key[1],
                                         error=type(exc).__name__)
                         self._record(key, retry, due, AlarmResult(AlarmOutcome.FAILED, None), now)
-                        if clock() >= until:
+                        if over(until):
                             return True
                         continue
                 if started is None:
                     await self._fire(key, turn=self._turn, more_due=self._more_due)
                 elif isinstance(started, AlarmResult):  # over already: committed, settled
-                    self._running.discard(key)
-                    self._record(key, retry, due, started, began)
+                    running.discard(key)
+                    if started[0] is _DONE:
+                        # ``_record``'s success, written out (see there).
+                        self.fired += 1
+                        ns = key[0]
+                        unreported[ns] = unreported.get(ns, 0) + 1
+                        if lateness is not None:
+                            lateness.append(began - due)
+                        e = entries.get(key)
+                        if e is None:
+                            if key in dropped:
+                                book.take_dropped(key, None)
+                        else:
+                            at = e.at
+                            e.retry = 0
+                            if (key in dropped and book.take_dropped(key, at)) or at == due:
+                                book.push(at, key)
+                            book.wake_if_before(at)
+                    else:
+                        self._record(key, retry, due, started, began)
                 else:
                     try:
                         await started.step
@@ -250,11 +273,11 @@ class AlarmScheduler:
                     else:
                         result = self._ended(key, started, None)
                     self._record(key, retry, due, result, began)
-                if clock() >= until:
+                if over(until):
                     return True
             return False
         finally:
-            if self._unreported:  # once a turn, not once an alarm
+            if unreported:  # once a turn, not once an alarm
                 self._report_fired()
 
     def _ended(self, key: Key, started: StartedAlarm, error: BaseException | None) -> AlarmResult:
@@ -331,8 +354,8 @@ class AlarmScheduler:
         # key ran (``take_dropped``); a time set meanwhile was pushed when it was committed. So
         # a successful run pushes its key again only when it is still due as before, or when
         # the loop dropped its entry; every other outcome below pushes the key's time itself.
-        dropped = book.take_dropped(key)
         e = book.entries.get(key)
+        dropped = book.take_dropped(key, None if e is None else e.at)
         if outcome is _DONE:
             self.fired += 1
             unreported = self._unreported
@@ -496,8 +519,9 @@ class AlarmScheduler:
                 pool.stop(book)
 
 
-def _no_time() -> float:
-    return 0.0
+def _over_now(until: float) -> bool:
+    """A turn of one alarm (the FakeClock's workers)."""
+    return True
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
