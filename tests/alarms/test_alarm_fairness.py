@@ -681,3 +681,66 @@ async def test_alarms_on_evicted_actors_are_reported_once_a_run_not_once_an_alar
         assert len(reports) <= METRICS_BURST // 4  # a report a run of several, not one each
     finally:
         await node.stop()
+
+
+@pytest.mark.anyio
+async def test_the_turn_clock_says_reached_as_its_reading_does_without_a_cpu_read_far_from_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ADR 0023, issue 28: whether the pool's turn clock reached a time agrees with its reading
+    (the loop thread's CPU, or a quarter of the loop's clock when more), and far from that time
+    it is said without reading the thread's CPU (a system call, at every look between two
+    alarms before): the CPU time since the last reading cannot exceed the real time since."""
+    reads = [0]
+    real_thread_time = alarm_pool.time.thread_time
+
+    def counted() -> float:
+        reads[0] += 1
+        return real_thread_time()
+
+    monkeypatch.setattr(alarm_pool.time, "thread_time", counted)
+    clock, reached = alarm_pool._turn_clock(asyncio.get_running_loop())
+    now = clock()
+    before = reads[0]
+    assert not reached(now + 3600.0)  # an hour of CPU cannot have passed since the reading
+    assert reads[0] == before
+    assert reached(now)  # the reading itself: reached, read again to say so
+    assert reads[0] == before + 1
+    for _ in range(100):  # never reached before a reading says so, always once one has
+        at = clock() + 0.000_01
+        if reached(at):
+            assert clock() >= at
+        assert reached(clock())
+
+
+@pytest.mark.anyio
+async def test_the_pools_look_between_alarms_ends_a_turn_for_a_request_waiting_on_a_socket() -> None:
+    """ADR 0023, on both loops: the one call the pool makes between two alarms (``_over``: the
+    look and the clock together) says the turn is over as soon as a request's bytes wait on a
+    socket the loop watches, and not while nothing else waits and the turn's time is not up;
+    at or past the turn's end it is over either way."""
+
+    async def no_alarms(until: float, over: Callable[[float], bool]) -> None:
+        raise AssertionError("no alarm is queued")
+
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    try:
+        async with anyio.create_task_group() as tg:
+            pool = AlarmPool(no_alarms, tg, 4, deque(), set())
+            assert pool._look_parts is not None  # the one-call look on both loops
+            received = loop.create_task(loop.sock_recv(ours, 1))
+            for _ in range(3):
+                await asyncio.sleep(0)
+            ends = pool._clock() + 3600.0
+            assert not pool._over(ends)
+            assert pool._over(pool._clock())
+            theirs.send(b"r")
+            assert pool._over(ends)
+            assert await received == b"r"
+            assert not pool._over(ends)
+            pool.stop(AlarmBook(lambda: 0))
+            assert not pool._over(ends)  # stopped: the clock alone
+    finally:
+        ours.close()
+        theirs.close()
