@@ -15,6 +15,7 @@ import pytest
 import actors_for_tests as afs
 from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.node import Node
+from mailbox_actors.platform.clock import FakeClock
 from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.classes import DeferredActor
 from mailbox_actors.runtime.settings import RuntimeSettings
@@ -109,7 +110,11 @@ async def test_a_served_node_fires_alarms_with_no_request_and_no_answer(tmp_path
     """AL-4, issue 28 items 3-4: a node whose actor side waits for its first answer still makes
     it when no answer comes (a moment after its start), so an alarm due fires though nobody
     ever asked the node anything."""
-    async with Node(_settings(tmp_path), objects=afs.ALL_OBJECTS) as first:
+    async with Node(_settings(tmp_path), clock=FakeClock(), objects=afs.ALL_OBJECTS) as first:
+        # The fake clock stands in 2026-01-01 and never moves: the alarm cannot fire before the
+        # restart (due 300 ms ahead on the system clock, a first node slow to stop fired it,
+        # before the hook below was set, and the served node waited for it in vain), and it is
+        # long overdue on the served node's system clock.
         oid = await afs.new_scratch(first, "ticking")
         await afs.scratch(first, oid, afs.SetAlarm(at_ms=first.clock.now_ms() + 300))
     fired = anyio.Event()
