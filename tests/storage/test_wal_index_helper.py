@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 import actors_for_tests as afs
 from mailbox_actors.platform.processes import pid_alive
@@ -193,11 +194,16 @@ def test_a_killed_helper_leaves_the_closes_emptied_here_then_by_a_new_one(
     while pid_alive(first):
         time.sleep(0.01)
     here = _emptied_here(monkeypatch)
-    cycle(path, 1)
-    assert wal_index.settle()
+    with structlog.testing.capture_logs() as logs:
+        cycle(path, 1)
+        assert wal_index.settle()
     assert here == [wal_index.key(path)]
     assert _index_size(path) == wal_index.INDEX_KEPT_BYTES
     assert wal_index.helper_pid() is None
+    # Said once, with the cause and the dead helper's status (a loss seen in CI had neither).
+    assert [(e["event"], e["why"], e["exit_status"]) for e in logs
+            if e["event"] == "wal_index_helper_gone"] == \
+        [("wal_index_helper_gone", "its pipe broke", -signal.SIGKILL)]
     monkeypatch.setattr(wal_index, "_down_until", 0.0)  # the restart's wait over
     cycle(path, 2)
     assert wal_index.settle()

@@ -94,6 +94,8 @@ import threading
 import time
 from pathlib import Path
 
+from mailbox_actors.platform.logging import get_logger
+
 __all__ = ["FRESH_S", "INDEX_KEPT_BYTES", "closed", "empty_indexes_at_close", "emptying_on",
            "helper_pid", "key", "opening", "send", "settle", "unsettled"]
 
@@ -139,6 +141,7 @@ _PIPE_BUF = 4096  # a write of at most this much to a pipe is whole or refused, 
 _RESTART_AFTER_S = 5.0  # after the helper died or could not start: emptied here meanwhile
 _send_lock = threading.Lock()  # the helper and its pipe: one sender at a time
 _helper: subprocess.Popen[bytes] | None = None
+_log = get_logger("mailbox_actors.storage")
 _down_until = 0.0
 _unsettled = False  # names were sent since the helper last said it had emptied all before
 _sender: threading.Thread | None = None
@@ -280,8 +283,10 @@ def _helper_fd() -> int | None:
             [sys.executable, "-I", "-S", _HELPER, str(INDEX_KEPT_BYTES), str(_DMS_BYTE)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             close_fds=True)
-    except OSError:
+    except OSError as e:
         _down_until = time.monotonic() + _RESTART_AFTER_S
+        _log.warning("wal_index_helper_gone", why="it could not start", error=type(e).__name__,
+                     retry_after_s=_RESTART_AFTER_S)
         return None
     assert _helper.stdin is not None
     fd = _helper.stdin.fileno()
@@ -289,14 +294,19 @@ def _helper_fd() -> int | None:
     return fd
 
 
-def _helper_gone() -> None:
-    """The helper died (or will not read): another is started after ``_RESTART_AFTER_S``."""
+def _helper_gone(why: str) -> None:
+    """The helper died (or will not read): another is started after ``_RESTART_AFTER_S``. Said
+    in the log with ``why`` and the helper's exit status (None: still running, not answering),
+    so that a loss seen once (the indexes emptied by the closing process meanwhile) has a cause
+    to read."""
     global _helper, _down_until, _unsettled
     proc, _helper = _helper, None
     _down_until = time.monotonic() + _RESTART_AFTER_S
     _unsettled = False
     if proc is not None:
         _close_helper(proc, wait=False)
+        _log.warning("wal_index_helper_gone", why=why, exit_status=proc.returncode,
+                     retry_after_s=_RESTART_AFTER_S)
 
 
 def _close_helper(proc: subprocess.Popen[bytes], wait: bool) -> None:
@@ -345,7 +355,7 @@ def _hand_over(batch: list[str]) -> None:
         except BlockingIOError:
             here += batch[start:end]
         except OSError:  # the helper ended: its pipe is broken
-            _helper_gone()
+            _helper_gone("its pipe broke")
             here += batch[start:end]
         start = end
     for name in here:
@@ -392,10 +402,10 @@ def settle(timeout: float = 10.0) -> bool:
                 os.write(proc.stdin.fileno(), b"\0")
                 ready, _w, _x = select.select([proc.stdout.fileno()], [], [], timeout)
             if not room or not ready or os.read(proc.stdout.fileno(), 1) != b".":
-                _helper_gone()
+                _helper_gone("no answer to a settle" if room else "its pipe stayed full")
                 return False
         except OSError:
-            _helper_gone()
+            _helper_gone("its pipe broke")
             return False
         _unsettled = False
         return True
