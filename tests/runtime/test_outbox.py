@@ -393,19 +393,24 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["committed", "published"])
+@pytest.mark.parametrize("mode", ["committed", "published", "caught_up"])
 async def test_sigkill_between_outbox_steps_loses_no_event(tmp_path: Path, mode: str) -> None:
-    """EV-3, REL-1: a node killed with SIGKILL after the outbox commit (before dispatch) or after
-    dispatch (before dispatched_at) delivers the event after restart: maybe twice, never not at
-    all, and deduplicating by id leaves it once."""
+    """EV-3, REL-1: a node killed with SIGKILL after the outbox commit (before dispatch), after
+    dispatch (before dispatched_at), or after a run published an event committed during its
+    publish as well (before its closing commit marked either) delivers every event after
+    restart: maybe twice, never not at all, and deduplicating by id leaves each once."""
     data = tmp_path / "node"
     proc = _start(data, mode)
     try:
         _, mid, tenant = _read_line(proc, "committed").split()
-        if mode == "published":
-            _read_line(proc, "published")
+        if mode == "caught_up":
+            _read_line(proc, "committed-second")
+        if mode in ("published", "caught_up"):
+            published = _read_line(proc, "published")
     finally:
         _kill(proc)
+    types = ["identity.created", "identity.updated"] if mode == "caught_up" \
+        else ["identity.created"]
     received: list[str] = []
 
     async def receiver(method: str, path: str, headers: Mapping[str, str],
@@ -417,22 +422,27 @@ async def test_sigkill_between_outbox_steps_loses_no_event(tmp_path: Path, mode:
     port = await server.start("127.0.0.1", 0)
     try:
         async with TestRuntime(data, control=True) as rt:
+            # As the kill left it: every event undispatched, so each is published again.
+            left = _undispatched_in_file(Path(rt.node.host.path_for("identity_mailbox", mid)))
+            assert left == list(range(1, len(types) + 1))
             db = rt.node.control_db
             assert db is not None
             await db.set_webhook(tenant, f"http://127.0.0.1:{port}/hook", "s" * 32)
             await rt.run_until_idle()
             indexed = await db.events(tenant)
-            assert [r.type for r in indexed] == ["identity.created"]  # INSERT OR IGNORE: once
+            assert [r.type for r in indexed] == types  # INSERT OR IGNORE: once each
             page = await rt.call("identity_mailbox", mid, GetEvents(), tenant_id=tenant,
                                  identity_id="idt_crash")
-            assert [e["type"] for e in page["events"]] == ["identity.created"]
-            event_id = page["events"][0]["id"]
+            assert [e["type"] for e in page["events"]] == types
+            event_ids = [e["id"] for e in page["events"]]
     finally:
         await server.stop()
     assert received, "the event never reached the webhook receiver"
-    assert set(received) == {event_id}  # maybe twice, never not at all; dedupe leaves one
+    assert set(received) == set(event_ids)  # maybe twice, never not at all; dedupe leaves one
     if mode == "committed":
         assert len(received) == 1
+    if mode == "caught_up":  # the second event went out before the kill, unmarked
+        assert published.split()[1] == event_ids[1]
 
 
 class SlowControlPlane:
