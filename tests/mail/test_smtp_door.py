@@ -5,6 +5,7 @@ its logs (no address in clear, CL-5)."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosmtplib
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 
@@ -23,7 +25,12 @@ from mailbox_actors.node.app import NodeApp
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.node.forwarding import Peers
 from mailbox_actors.node.smtp_door import SmtpDoor
-from mailbox_actors.platform.control.addresses import add_addresses, addresses_of, resolve
+from mailbox_actors.platform.control.addresses import (
+    AddressBook,
+    add_addresses,
+    addresses_of,
+    resolve,
+)
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.wire.control import Identity
 from mailbox_actors.wire.errors import ErrorCode, MailboxActorsError
@@ -229,6 +236,44 @@ async def test_recipients_follow_address_and_identity_changes_at_once(tmp_path: 
             await d.send(letter(subject="erased"), ["bob@example.com"])
         assert info.value.recipients[0].code == 550 and "5.1.1" in info.value.recipients[0].message
         assert await d.messages(d.bob) == 2
+
+
+@pytest.mark.anyio
+async def test_the_address_book_reads_the_change_count_once_a_turn(tmp_path: Path) -> None:
+    """IN-5: the recipients one turn of the event loop resolves share one read of the control
+    file's change count; a change another connection commits during a turn is seen from the
+    next turn on (as if committed just after that turn's read): the address it removed is
+    then refused."""
+    async with door(tmp_path) as d:
+        db = d.rt.node.control_db
+        assert db is not None and db.path is not None
+        book = AddressBook(db)
+        source = book._source
+        assert source is not None
+        reads = 0
+        read = source.read
+
+        def counted() -> int | None:
+            nonlocal reads
+            reads += 1
+            return read()
+
+        source.read = counted  # type: ignore[method-assign]
+        try:
+            for address in ("bob@example.com", "bob.alias@example.com"):
+                assert await book.resolve(address) is not None  # known from now on
+            await anyio.lowlevel.checkpoint()
+            reads = 0
+            assert await book.resolve("bob@example.com") is not None
+            with sqlite3.connect(db.path) as other:  # committed during this turn
+                other.execute("DELETE FROM addresses WHERE address = 'bob.alias@example.com'")
+            assert await book.resolve("bob.alias@example.com") is not None  # this turn's read
+            assert reads == 1
+            await anyio.lowlevel.checkpoint()
+            assert await book.resolve("bob.alias@example.com") is None
+            assert reads == 2
+        finally:
+            book.close()
 
 
 @pytest.mark.anyio
