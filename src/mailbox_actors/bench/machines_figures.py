@@ -16,6 +16,7 @@ one PostgreSQL beside the single-machine cluster in the same run, the takeover t
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -49,6 +50,7 @@ from mailbox_actors.bench.servers import (
     stop_spawned,
 )
 from mailbox_actors.cluster.lease_table import LeaseTable
+from mailbox_actors.cluster.leases import SlotLease
 from mailbox_actors.cluster.slots import secret_fingerprint
 from mailbox_actors.http.client import HttpPool
 from mailbox_actors.node import Node
@@ -99,11 +101,11 @@ async def machines_figures(work: Path, sizes: Sizes, progress: Progress, want: f
 # ---- the epoch check (CL-11) ---------------------------------------------------------------
 
 
-class _Lease:
-    slot, epoch = 0, 1
-
-    def serving(self) -> bool:
-        return True
+def _lease() -> SlotLease:
+    """The fenced node's lease: a machine's own (``cluster.leases.SlotLease``, its monotonic
+    clock read at every transaction), renewed past the run, not a stand-in that answers without
+    reading the clock (0.75 K instructions a transaction less, about 0.2% of a call)."""
+    return SlotLease(0, 1, math.inf, time.monotonic)
 
 
 # Calls a side makes before the other side's turn within a round (about 20 ms at 12,000/s).
@@ -158,7 +160,7 @@ async def _epoch_pair(work: Path, n: int, rounds: range, plain_first: bool,
     """``rounds`` of the epoch check on a fresh fenced node and a fresh plain one (made, opened
     and warmed in the order ``plain_first`` says), each round's rates and ratios appended."""
     def make(name: str) -> Node:
-        services = Services({SLOT_FENCE: EpochFence(_Lease())}) if name == "fenced" else None
+        services = Services({SLOT_FENCE: EpochFence(_lease())}) if name == "fenced" else None
         return Node(RuntimeSettings(data_dir=str(work / name)), objects=(TenantQuota,),
                     services=services)
 
