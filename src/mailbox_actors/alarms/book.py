@@ -10,6 +10,7 @@ scheduler reads due keys from the book and records each outcome in it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import operator
@@ -38,19 +39,25 @@ class Entry:
 
 
 class _Sink:
-    """What one actor's storage calls when its alarm changes (``platform.storage.hooks.AlarmSink``)."""
+    """What one actor's storage calls when its alarm changes (``platform.storage.hooks.AlarmSink``).
+    An alarm moved no earlier than the index holds needs nothing before its commit (the index
+    hears of it lazily after): said here without a call into the book, the usual case of every
+    alarm re-armed a day later; ``committed`` is the book's, bound to the key (no call of ours
+    between)."""
 
-    __slots__ = ("_book", "_key")
+    __slots__ = ("_book", "_key", "committed")
 
     def __init__(self, book: AlarmBook, key: Key) -> None:
         self._book = book
         self._key = key
+        self.committed: Callable[[int | None], None] = functools.partial(book.committed, key)
 
     def before_commit(self, at_ms: int) -> None:
-        self._book.before_commit(self._key, at_ms)
-
-    def committed(self, at_ms: int | None) -> None:
-        self._book.committed(self._key, at_ms)
+        book = self._book  # its index's dict is read here: ``replace_index`` makes a new one
+        indexed = book._indexed.get(self._key)
+        if indexed is not None and at_ms >= indexed and book._touched is None:
+            return  # ``AlarmBook.before_commit`` would do nothing
+        book.before_commit(self._key, at_ms)
 
 
 class AlarmBook:
@@ -174,10 +181,13 @@ class AlarmBook:
     def push(self, at: int, key: Key) -> None:
         heapq.heappush(self._heap, (at, next(self._seq), key))
         if len(self._heap) > 2 * len(self.entries) + 1024:
-            # Moves leave stale entries behind; rebuild before they outnumber the live ones.
-            self._heap = [(e.at, next(self._seq), k) for k, e in self.entries.items()]
-            heapq.heapify(self._heap)
-            self._due = []  # every live entry is in the heap again
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Moves leave stale entries behind; rebuilt before they outnumber the live ones."""
+        self._heap = [(e.at, next(self._seq), k) for k, e in self.entries.items()]
+        heapq.heapify(self._heap)
+        self._due = []  # every live entry is in the heap again
 
     def put(self, key: Key, at: int, retry: int = 0) -> None:
         """The key is due at ``at`` (with ``retry`` failed runs behind it)."""
@@ -218,13 +228,17 @@ class AlarmBook:
             return
         if self._touched is not None:
             self._touched.add(key)
-        e = self.entries.get(key)
-        if e is None:
-            self.entries[key] = Entry(at)
-            self.push(at, key)
-        elif e.at != at:
-            e.at, e.retry = at, 0
-            self.push(at, key)
+        entries = self.entries
+        e = entries.get(key)
+        if e is None or e.at != at:
+            if e is None:
+                entries[key] = Entry(at)
+            else:
+                e.at, e.retry = at, 0
+            heap = self._heap
+            heapq.heappush(heap, (at, next(self._seq), key))  # ``push``, written out
+            if len(heap) > 2 * len(entries) + 1024:
+                self._rebuild()
         else:
             # Set again to the time it has: its heap entry stands, or, popped for a run under
             # way, the run's end pushes it again (the scheduler's ``_record``). Pushed here as
