@@ -128,6 +128,10 @@ async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str
                 await getattr(actor, method_name)()
             clear = functools.partial(_clear, storage, purpose, pending[purpose],
                                       method_name is None, published)
+            # A request's ctx.transaction begun while this run awaited refuses the commit
+            # below (StorageBusy: joined to it, its rollback would undo the clear and re-arm
+            # after the run was settled, review s23 R5); the run fails and is retried (AL-3).
+            # No await here: CLEARED_WITHOUT_AWAIT.
             if n < len(due) - 1:
                 sql.transaction_sync(clear)
             else:
@@ -137,7 +141,9 @@ async def run_due(storage: RuntimeStorage, actor: Any, methods: Mapping[str, str
                 finished = True
     finally:
         try:
-            if still_open() and not finished:
+            if still_open() and not finished and not sql.async_open:
+                # (Under another task's ctx.transaction it is not written: the file's alarm is
+                # still the one that fired, due, which the retry finds.)
                 sql.transaction_sync(lambda _tx: rearm(storage))
         finally:
             storage.purposes_running = False

@@ -10,8 +10,8 @@ from mailbox_actors.wire.errors import (
     platform_code,
 )
 
-__all__ = ["StatementRefused", "StorageCorrupt", "StorageUnavailable", "StorageWriteFailed",
-           "TransactionRolledBack"]
+__all__ = ["StatementRefused", "StorageBusy", "StorageCorrupt", "StorageUnavailable",
+           "StorageWriteFailed", "TransactionRolledBack"]
 
 
 class StatementRefused(MailboxActorsError):
@@ -58,3 +58,15 @@ class StorageUnavailable(PlatformError):
     def __init__(self, detail: str) -> None:
         super().__init__(PlatformErrorKind.UNAVAILABLE, "actor_storage", detail,
                          "the actor's storage cannot be opened now", details={"storage": detail})
+
+
+class StorageBusy(PlatformError):
+    """A write from a task outside the actor's open ``ctx.transaction`` (RT-16): another request
+    or alarm run of the actor, already under way when that transaction began. Joined to it, the
+    write would be answered as stored and then undone with it if it rolled back; refused, nothing
+    of it is stored and the caller retries (``unavailable``)."""
+
+    def __init__(self) -> None:
+        super().__init__(PlatformErrorKind.UNAVAILABLE, "actor_storage", "transaction_open",
+                         "another request's transaction is open on this actor; nothing of this "
+                         "write was stored", details={"storage": "transaction_open"})

@@ -108,8 +108,8 @@ class SqlStorage(Transactions):
             raise LimitExceeded("max_bound_parameters", self.limits.max_bound_parameters,
                                 f"{len(params)} bound parameters; the limit is "
                                 f"{self.limits.max_bound_parameters}")
-        if writes and self._state is not _EXPLICIT:  # inside transaction_sync: nothing to do
-            self._before_write()
+        if writes and (self._state is not _EXPLICIT or self._async_open):
+            self._before_write()  # in transaction_sync: nothing to do; in ctx.transaction: whose
         if len(statements) > 1:
             return self._exec_script(statements, writes, ddl, params)
         query = statements[0]
@@ -274,7 +274,7 @@ class SqlStorage(Transactions):
         self._write_alarm(None)
 
     def _write_alarm(self, at_ms: int | None) -> None:
-        if self._state is not _EXPLICIT:  # inside transaction_sync: nothing to do
+        if self._state is not _EXPLICIT or self._async_open:  # in transaction_sync: nothing
             self._before_write()
         if at_ms is None:
             self._run_sys(_DELETE_ALARM, ())

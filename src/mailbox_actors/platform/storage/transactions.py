@@ -13,12 +13,14 @@ import enum
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from types import CoroutineType
 from typing import Any, Generic, Self, TypeVar
 
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
 from mailbox_actors.platform.storage.errors import (
+    StorageBusy,
     StorageCorrupt,
     StorageUnavailable,
     TransactionRolledBack,
@@ -39,6 +41,10 @@ __all__ = ["PAST_CAP_KEY", "AlarmRun", "Transactions", "TxState"]
 
 _NO_HOOKS = NoTransactionHooks()  # a storage opened alone: no request, no scheduler
 _NO_SINK = NoAlarmSink()
+# The storage whose ``ctx.transaction`` (RT-16) the running task is inside: set in that
+# transaction's own task, and so in every task it starts (a task copies its creator's context);
+# a task already under way when it began (another request's, an alarm run's) does not see it.
+_INSIDE: ContextVar[object | None] = ContextVar("mailbox_actors_inside_transaction", default=None)
 _NONE_LOST: frozenset[int] = frozenset()  # every storage's ``_lost`` until one is lost
 _NOT_IN_RUN: tuple[AlarmRun | None, bool] = (None, False)  # a transaction outside an alarm run
 
@@ -140,6 +146,9 @@ class Transactions(ScreenedConnection):
     _alarm_sink: AlarmSink
     _state: TxState
     _depth: int  # transaction_sync nesting: 1 is the transaction, more are savepoints
+    # A ``ctx.transaction`` (RT-16) is the open transaction: a write from a task outside it (one
+    # already under way when it began) is refused (``StorageBusy``).
+    _async_open: bool
     _ended_by: BaseException | None  # TxState.ENDED: what SQLite ended it with
     _txn_now: int | None
     # The stored alarm, once read (``_alarm_unread`` until then: a request's activation does
@@ -179,6 +188,7 @@ class Transactions(ScreenedConnection):
         self._alarm_sink = alarm_sink or _NO_SINK
         self._state = _NONE
         self._depth = 0
+        self._async_open = False
         self._ended_by = None
         self._txn_now = None
         if alarm is None:
@@ -230,6 +240,8 @@ class Transactions(ScreenedConnection):
         transaction_sync, join (or open) the implicit transaction and tell the request."""
         state = self._state
         if state is _EXPLICIT:
+            if self._async_open and _INSIDE.get() is not self:
+                raise StorageBusy()
             return
         if state is _ENDED:
             raise TransactionRolledBack(self._ended_by)
@@ -291,6 +303,8 @@ class Transactions(ScreenedConnection):
         transaction.)
         """
         if self._depth:
+            if self._async_open and _INSIDE.get() is not self:
+                raise StorageBusy()  # not a savepoint in another task's ctx.transaction
             return self._savepoint(fn)
         before = self._begin_top()
         try:
@@ -322,6 +336,8 @@ class Transactions(ScreenedConnection):
         it needs until the next freeing transaction). Nested in another transaction, its
         freed pages are zeroed and the WAL is left as the outer transaction leaves it."""
         if self._depth:  # its freed pages are zeroed; the outer transaction's WAL is kept
+            if self._async_open and _INSIDE.get() is not self:
+                raise StorageBusy()
             with self._pragma_while("secure_delete", 1):
                 return self._savepoint(fn)
         if self._state is _IMPLICIT:  # writes before it commit under the ordinary limit
@@ -521,8 +537,12 @@ class Transactions(ScreenedConnection):
         returns, roll back when it raises. Only ``ActorContext.transaction`` calls this, holding
         the actor's input gate around it; nested inside another it is a savepoint."""
         if self._depth:
+            if self._async_open and _INSIDE.get() is not self:
+                raise StorageBusy()
             return await self._savepoint_async(fn)
         before = self._begin_top()
+        self._async_open = True
+        inside = _INSIDE.set(self)
         try:
             result = await fn(self)
             if self._state is _ENDED:
@@ -531,8 +551,17 @@ class Transactions(ScreenedConnection):
             self._end_explicit()
             self._undo_top(before)
             raise
+        finally:
+            _INSIDE.reset(inside)
+            self._async_open = False
         self._commit_top(before)
         return result
+
+    @property
+    def async_open(self) -> bool:
+        """A ``ctx.transaction`` (RT-16) is open on this connection: a write from a task outside
+        it is refused (``StorageBusy``)."""
+        return self._async_open
 
     async def _savepoint_async(self, fn: Callable[[Self], Awaitable[T]]) -> T:
         name = f"_ma_sp{self._depth}"

@@ -1,0 +1,198 @@
+"""RT-16 with other tasks under way: an actor's ``ctx.transaction`` holds its input gate, so no
+new request or alarm is delivered while it is open; but a request (or an alarm run) already
+under way when it began goes on at its next step. A write of such a task must never become a
+part of the open transaction: answered as stored, it would be undone by that transaction's
+rollback (review s23 R7, R5). It is refused instead (``unavailable``, retryable, nothing of it
+stored); an alarm run refused so runs again.
+Real SQLite files, the full RPC path; the order of steps is fixed by events, not by time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import actors_for_tests as afs
+from mailbox_actors.runtime.actor import Actor
+from mailbox_actors.runtime.outbox import EventSink
+from mailbox_actors.testing import TestRuntime
+from mailbox_actors.wire.errors import MailboxActorsError
+from mailbox_actors.wire.events import Event
+
+pytestmark = pytest.mark.anyio
+
+WRITES: dict[str, Callable[[Any], Any]] = {
+    "transaction_sync": lambda actor: actor.sql.transaction_sync(
+        lambda tx: tx.exec("INSERT INTO items (k, v) VALUES ('a', '1')")),
+    "implicit": lambda actor: actor.sql.exec("INSERT INTO items (k, v) VALUES ('a', '1')"),
+    "set_alarm": lambda actor: actor.sql.set_alarm(actor.sql.now_ms() + 60_000),
+}
+
+
+async def _settled() -> None:
+    for _ in range(50):  # let every task that can run, run (no clock: steps, not time)
+        await anyio.lowlevel.checkpoint()
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+async def test_a_request_under_way_cannot_write_into_anothers_transaction(
+        tmp_path: Any, write: str) -> None:
+    """Request A waits; request B opens ctx.transaction, writes 'b' and waits; A resumes and
+    writes: refused with ``unavailable`` (retryable), not a savepoint of B's. B rolls back; A's
+    retry then stores its write, and 'b' is gone as B's rollback says."""
+    release_a, a_waiting, b_in, release_b = (anyio.Event(), anyio.Event(), anyio.Event(),
+                                             anyio.Event())
+    answers: dict[str, Any] = {}
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+
+        async def a(actor: Any, _call: Any, _arg: Any) -> Any:
+            a_waiting.set()
+            await release_a.wait()
+            WRITES[write](actor)
+            return "a stored"
+
+        async def b(actor: Any, _call: Any, _arg: Any) -> Any:
+            async def work(tx: Any) -> None:
+                tx.exec("INSERT INTO items (k, v) VALUES ('b', '1')")
+                b_in.set()
+                await release_b.wait()
+                raise LookupError("undo")
+            try:
+                await actor.ctx.transaction(work)
+            except LookupError:
+                return "b rolled back"
+            return "b committed"
+
+        async def call(name: str, fn: Any) -> None:
+            try:
+                answers[name] = await afs.run(rt, oid, fn)
+            except MailboxActorsError as e:
+                answers[name] = (e.code.value, e.retryable)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "a", a)
+            with anyio.fail_after(10):  # a bound on a hang, not a timing
+                await a_waiting.wait()
+            tg.start_soon(call, "b", b)
+            with anyio.fail_after(10):
+                await b_in.wait()
+            release_a.set()
+            await _settled()
+            assert answers == {"a": ("unavailable", True)}  # answered before B ended, refused
+            release_b.set()
+        assert answers["b"] == "b rolled back"
+        dump = await afs.scratch(rt, oid, afs.Dump())
+        assert dump["keys"] == []  # nothing of A's refused write, nothing of B's
+        release_a = anyio.Event()
+        release_a.set()
+        assert await afs.run(rt, oid, a) == "a stored"  # the retry
+        if write != "set_alarm":
+            assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == ["a"]
+
+
+async def test_a_task_started_inside_the_transaction_writes_into_it(tmp_path: Any) -> None:
+    """A task the transaction's own code starts is part of it (it inherits the transaction's
+    context): its writes join it and are undone with it."""
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS) as rt:
+        oid = await afs.new_scratch(rt, "a")
+
+        async def b(actor: Any, _call: Any, _arg: Any) -> Any:
+            async def child() -> None:
+                await anyio.lowlevel.checkpoint()
+                actor.sql.exec("INSERT INTO items (k, v) VALUES ('child', '1')")
+
+            async def work(tx: Any) -> None:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(child)
+                assert tx.exec("SELECT k FROM items").all()[0]["k"] == "child"
+                raise LookupError("undo")
+            try:
+                await actor.ctx.transaction(work)
+            except LookupError:
+                return "rolled back"
+            return "committed"
+
+        assert await afs.run(rt, oid, b) == "rolled back"
+        assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == []
+
+
+async def test_an_alarm_runs_closing_commit_is_refused_under_an_open_transaction(
+        tmp_path: Any) -> None:
+    """AL-3, EV-2, EV-3, review s23 R5: an outbox run awaiting its publish while a request opens
+    ctx.transaction, which then rolls back. The run's closing commit (the events marked, the
+    purpose cleared, the alarm re-armed) is refused rather than joined to it (its rollback would
+    undo them after the run was settled, and the event would wait a day for the daily prune's
+    alarm): the run fails and runs again, publishing the event a second time (at least once),
+    and marks it."""
+    started, release, tx_in, tx_go = anyio.Event(), anyio.Event(), anyio.Event(), anyio.Event()
+    published: list[int] = []
+
+    class Held:
+        def __init__(self, inner: EventSink) -> None:
+            self.inner = inner
+
+        async def publish(self, ns: str, oid: str, events: Sequence[Event]) -> None:
+            published.extend(e.sequence for e in events)
+            if not release.is_set():
+                started.set()
+                await release.wait()
+            await self.inner.publish(ns, oid, events)
+
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, wrap_event_sink=Held) as rt:
+        oid = await afs.new_scratch(rt, "a")
+
+        async def outbox_too(actor: Any, info: Any) -> None:
+            await Actor.alarm(actor, info)
+        afs.ALARM_HOOKS[oid] = outbox_too
+
+        async def emit_one(actor: Any, _call: Any, arg: Any) -> Any:
+            actor.sql.transaction_sync(lambda tx: actor.ctx.emit(tx, "scratch.x", {"n": arg}))
+
+        async def doomed(actor: Any, _call: Any, _arg: Any) -> Any:
+            async def work(tx: Any) -> None:
+                tx.exec("INSERT INTO items (k, v) VALUES ('doomed', '1')")
+                tx_in.set()
+                await tx_go.wait()
+                raise LookupError("undo")
+            try:
+                await actor.ctx.transaction(work)
+            except LookupError:
+                return "rolled back"
+            return "committed"
+
+        await afs.run(rt, oid, emit_one, 1)
+        result: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rt.run_until_idle)  # the outbox run, held in its first publish
+
+            async def request() -> None:
+                result.append(await afs.run(rt, oid, doomed))
+            with anyio.fail_after(10):
+                await started.wait()
+            tg.start_soon(request)
+            with anyio.fail_after(10):
+                await tx_in.wait()
+            release.set()  # the publish returns while the transaction is open
+            await _settled()
+            tx_go.set()
+        await rt.run_until_idle()
+        assert result == ["rolled back"]
+        assert published == [1]
+        await rt.advance(60_000)  # past the failed run's retry
+        await rt.run_until_idle()
+        assert published == [1, 1]  # published again by the retry: at least once (EV-3)
+
+        async def state(actor: Any, _call: Any, _arg: Any) -> Any:
+            return (actor.sql.exec("SELECT count(*) AS n FROM outbox "
+                                   "WHERE dispatched_at IS NULL").one()["n"],
+                    actor.ctx.scheduled())
+        undispatched, purposes = await afs.run(rt, oid, state)
+        assert undispatched == 0  # marked by the retry's closing commit
+        assert "outbox" not in purposes
+        await afs.run(rt, oid, emit_one, 2)  # the next event goes out at once, not a day later
+        await rt.run_until_idle()
+        assert published == [1, 1, 2]
