@@ -1,16 +1,6 @@
 """The door's SMTP session (IN-5): aiosmtpd's ``SMTP``, answering every command as it does, with
-four of its per-message costs taken off: the command loop, the addresses of MAIL and RCPT, the
-idle timer, and the DATA lines.
-
-- aiosmtpd's command loop logs every line twice at debug and info level (each a sanitised copy
-  of its arguments, for loggers the door keeps at warnings), and its MAIL and RCPT parse their
-  parameters and await their HELO and AUTH checks whatever the command. Here the loop is the
-  session's own, answering each line as aiosmtpd's does (greeting, empty, undecodable, over-long
-  and unknown commands, the unknown-command budget, a failed command's 500), for sessions
-  without PROXY, TLS, call limits or AUTH (the door's; others run aiosmtpd's loop); a plain
-  MAIL (no parameter, or only an acceptable SIZE, which is what aiosmtplib sends) or RCPT (no
-  parameter) after its HELO is answered directly, anything else by aiosmtpd; and a reply's
-  drain is awaited only when it could wait (the writer paused, the connection closing).
+three of its per-message costs taken off: the addresses of MAIL and RCPT, the idle timer, and
+the DATA lines.
 
 - aiosmtpd reads every address with the email package's header parser, about 70 us each (two a
   message, a quarter of the session's CPU). A plain ``<local@domain>`` (a dot-atom local part, a
@@ -30,9 +20,7 @@ one: after DATA, RSET, HELO or EHLO, or when the connection goes), which the doo
 which messages are still on their way to a mailbox.
 
 The addresses and DATA are tested equal to stock aiosmtpd, replies and content, over
-hand-written and generated input sent in pieces of every size; whole sessions over loopback,
-byte for byte and envelope for envelope, over hand-written and generated command sequences; the
-timer, to close a connection
+hand-written and generated input sent in pieces of every size; the timer, to close a connection
 when it has been idle for the timeout and not before. The benchmark's no-op yardstick is stock
 aiosmtpd.
 """
@@ -40,11 +28,10 @@ aiosmtpd.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from typing import Any
 
-from aiosmtpd.smtp import BOGUS_LIMIT, MISSING, SMTP, syntax
+from aiosmtpd.smtp import MISSING, SMTP, syntax
 
 __all__ = ["DoorSession", "smtp_server"]
 
@@ -53,7 +40,6 @@ _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
 _PLAIN_ANGLE = re.compile(rf"<({_ATEXT}+(?:\.{_ATEXT}+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)>")
 _END = b"\r\n.\r\n"  # the end line, with the line end before it
 _NOMINAL, _TOO_LONG, _TOO_MUCH = "nominal", "too_long", "too_much"
-_mail_log = logging.getLogger("mail.log")  # aiosmtpd's logger (the door keeps its warnings only)
 
 
 def _verdict(data: bytes, size_limit: int | None, line_limit: int) -> str:
@@ -85,25 +71,11 @@ def _unstuffed(data: bytes) -> bytes:
     return data.replace(b"\r\n.", b"\r\n") if b"\r\n." in data else data
 
 
-def _size_only(params: str, size_limit: int | None) -> list[str] | None:
-    """MAIL's options when its parameters are a SIZE alone that aiosmtpd accepts (ASCII digits,
-    within the limit), or None: aiosmtpd is to read them."""
-    options = params.upper().split()
-    if len(options) != 1 or options[0][:5] != "SIZE=":
-        return None
-    size = options[0][5:]
-    if not (size.isascii() and size.isdigit()) or (size_limit and int(size) > size_limit):
-        return None
-    return options
-
-
 class DoorSession(SMTP):
     """aiosmtpd's session with plain addresses, DATA and the idle timeout done cheaply (module
     docstring)."""
 
     _idle_deadline: float = 0.0
-    _paused: bool  # asyncio's flow control (FlowControlMixin): the writer waits for room
-    _connection_lost: bool
 
     def _reset_timeout(self, duration: float | None = None) -> None:
         # aiosmtpd cancels its idle timer and schedules a new one for every command (3 us each,
@@ -153,162 +125,12 @@ class DoorSession(SMTP):
             return None, None
         return addr, rest
 
-    # ---- the command loop -----------------------------------------------------------------
-
-    def _lean(self) -> bool:
-        """Whether ``_handle_client``'s own loop serves this session: none of the features it
-        leaves to aiosmtpd's loop is on (PROXY, TLS, call limits, AUTH required, 7-bit only)."""
-        return (self._proxy_timeout is None and not self._enforce_call_limit
-                and self.tls_context is None and not self._auth_required
-                and self.enable_SMTPUTF8)
-
-    async def _handle_client(self) -> None:
-        """aiosmtpd's command loop, answering each line as it does (greeting, over-long and empty
-        lines, undecodable commands, size limits, unknown commands and their budget, a failed
-        command's 500), without its per-line debug logging: one line's work is most of what the
-        session costs a command."""
-        if not self._lean():
-            await super()._handle_client()
-            return
-        assert self.session is not None
-        await self.push(f"220 {self.hostname} {self.__ident__}")
-        reader = self._reader
-        bogus = BOGUS_LIMIT
-        while self.transport is not None:
-            try:
-                try:
-                    line = await reader.readuntil()
-                except asyncio.LimitOverrunError as error:
-                    await self._skip_line(error.consumed)
-                    await self.push("500 Command line too long")
-                    continue
-                line = line.rstrip(b"\r\n")
-                if not line:
-                    await self.push("500 Error: bad syntax")
-                    continue
-                name, _, rest = line.partition(b" ")
-                try:
-                    command = name.upper().decode("ascii")
-                except UnicodeDecodeError:
-                    await self.push("500 Error: bad syntax")
-                    continue
-                # 8-bit arguments kept byte for byte (SMTPUTF8 is on: ``_lean``)
-                arg = str(rest.strip(), "utf-8", "surrogateescape") if rest else None
-                limit = (self.command_size_limits[command] if self.session.extended_smtp
-                         else self.command_size_limit)
-                if len(line) > limit:
-                    await self.push("500 Command line too long")
-                    continue
-                method = self._smtp_methods.get(command)
-                if method is None:
-                    _mail_log.warning("%r unrecognised: %s", self.session.peer, command)
-                    bogus -= 1
-                    if bogus < 1:
-                        _mail_log.warning("%r too many bogus commands", self.session.peer)
-                        await self.push("502 5.5.1 Too many unrecognized commands, goodbye.")
-                        self.transport.close()
-                        continue
-                    await self.push(f'500 Error: command "{command}" not recognized')
-                    continue
-                self._reset_timeout()
-                await method(arg)
-            except (asyncio.CancelledError, ConnectionResetError):
-                self._writer.close()  # the connection went (during DATA, or reset)
-                raise
-            except Exception as error:
-                await self.push(await self._failed(error))
-
-    async def _skip_line(self, consumed: int) -> None:
-        """The rest of a line longer than the reader holds, read and dropped."""
-        reader = self._reader
-        await reader.read(consumed)
-        while True:
-            try:
-                await reader.readuntil()
-                return
-            except asyncio.LimitOverrunError as e:
-                await reader.read(e.consumed)
-
-    async def _failed(self, error: Exception) -> str:
-        """The reply to a command that raised ``error``: the handler's ``handle_exception``, or
-        aiosmtpd's 500 naming the error's type."""
-        try:
-            return await self.handle_exception(error)
-        except Exception as inner:
-            try:
-                peer = self.session.peer if self.session is not None else None
-                _mail_log.exception("%r Exception in handle_exception()", peer)
-                return f"500 Error: ({inner.__class__.__name__}) {inner}"
-            except Exception:
-                return "500 Error: Cannot describe error"
-
-    async def push(self, status: str | bytes) -> None:
-        """aiosmtpd's reply, without its debug log; its drain only when the drain could do
-        anything (the writer paused, the connection closing or gone, the reader failed)."""
-        response = bytes(status, "utf-8" if self.enable_SMTPUTF8 else "ascii") \
-            if isinstance(status, str) else status
-        assert isinstance(response, bytes)
-        self._writer.write(response + b"\r\n")
-        transport = self.transport  # the writer's (aiosmtpd keeps the two the same)
-        if transport is None or self._paused or self._connection_lost or \
-                transport.is_closing() or self._reader.exception() is not None:
-            await self._writer.drain()
-
-    def _ready(self, needs: str) -> bool:
-        """No HELO, AUTH or earlier command is missing for ``needs`` (MAIL, RCPT): aiosmtpd's
-        checks, which answer the refusals themselves, can be skipped."""
-        session, envelope = self.session, self.envelope
-        if session is None or envelope is None or not session.host_name or self._auth_required:
-            return False
-        return not envelope.mail_from if needs == "MAIL" else bool(envelope.mail_from)
-
-    @syntax("MAIL FROM: <address>", extended=" [SP <mail-parameters>]")
-    async def smtp_MAIL(self, arg: str | None) -> None:
-        # A plain "FROM:<address>", in order, with no parameter or only SIZE within the limit
-        # (what aiosmtplib sends): aiosmtpd's answer without its parameter parsing; anything
-        # else is aiosmtpd's to answer.
-        if arg is None or arg[:5].upper() != "FROM:" or not self._ready("MAIL"):
-            await super().smtp_MAIL(arg)
-            return
-        assert self.session is not None  # _ready
-        address, params = self._getaddr(arg[5:].strip())
-        options = _size_only(params, self.data_size_limit) if params else []
-        if not address or options is None or (options and not self.session.extended_smtp):
-            await super().smtp_MAIL(arg)
-            return
-        assert self.envelope is not None
-        self.envelope.smtp_utf8 = False
-        status = await self._call_handler_hook("MAIL", address, options)
-        if status is MISSING:
-            self.envelope.mail_from = address
-            self.envelope.mail_options.extend(options)
-            status = "250 OK"
-        await self.push(status)
-
-    @syntax("RCPT TO: <address>", extended=" [SP <mail-parameters>]")
-    async def smtp_RCPT(self, arg: str | None) -> None:
-        # As MAIL: a plain "TO:<address>" after MAIL, else aiosmtpd's answer.
-        if arg is None or arg[:3].upper() != "TO:" or not self._ready("RCPT"):
-            await super().smtp_RCPT(arg)
-            return
-        address, params = self._getaddr(arg[3:].strip())
-        if not address or params:
-            await super().smtp_RCPT(arg)
-            return
-        status = await self._call_handler_hook("RCPT", address, [])
-        if status is MISSING:
-            assert self.envelope is not None
-            self.envelope.rcpt_tos.append(address)
-            status = "250 OK"
-        await self.push(status)
-
     @syntax("DATA")
     async def smtp_DATA(self, arg: str) -> None:
         if self._decode_data or "DATA" not in self._handle_hooks:
             await super().smtp_DATA(arg)  # a str content, or the old process_message hook
             return
-        if (self.session is None or not self.session.host_name or self._auth_required) and (
-                await self.check_helo_needed() or await self.check_auth_needed("DATA")):
+        if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
             return
         assert self.envelope is not None
         if not self.envelope.rcpt_tos:
