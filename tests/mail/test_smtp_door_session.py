@@ -315,3 +315,43 @@ def test_a_shorter_timeout_moves_the_timer_earlier() -> None:
     assert [t.when() for t in clock.armed()] == [6.0]
     clock.fire_at(6.0)
     assert transport.closed_at == 6.0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_junk_commands_on_over_long_lines_leave_the_line_limits_as_they_were() -> None:
+    """IN-5, hostile input is capped (review s23 R1): after EHLO, 2,000 distinct junk command
+    names each on a line past the limit are each answered ``500 Command line too long``, and
+    the session's line limits hold only what EHLO raised (MAIL's), not a key a junk name;
+    aiosmtpd's process-wide mapping is not grown either. Real sockets on loopback."""
+    loop = asyncio.get_running_loop()
+    made: list[DoorSession] = []
+
+    def session() -> DoorSession:
+        made.append(DoorSession(_Handler(), loop=loop))
+        return made[-1]
+
+    before = len(SMTP.command_size_limits)
+    server = await loop.create_server(session, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await reader.readline()  # the greeting
+        writer.write(b"EHLO client.example\r\n")
+        while not (await reader.readline()).startswith(b"250 "):
+            pass
+        n = 2_000
+        writer.write(b"".join(b"Z%07d %s\r\n" % (i, b"A" * 900) for i in range(n)))
+        replies = [await reader.readline() for _ in range(n)]
+        assert set(replies) == {b"500 Command line too long\r\n"}
+        writer.write(b"NOOP\r\n")
+        assert await reader.readline() == b"250 OK\r\n"  # the session still serves
+        writer.write(b"QUIT\r\n")
+        await reader.readline()
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert sorted(made[0].command_size_limits) == ["MAIL"]
+    assert len(SMTP.command_size_limits) == before
