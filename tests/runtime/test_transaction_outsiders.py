@@ -120,14 +120,16 @@ async def test_a_task_started_inside_the_transaction_writes_into_it(tmp_path: An
         assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == []
 
 
+@pytest.mark.parametrize("emits", [False, True], ids=["writes", "emits"])
 async def test_an_alarm_runs_closing_commit_is_refused_under_an_open_transaction(
-        tmp_path: Any) -> None:
+        tmp_path: Any, emits: bool) -> None:
     """AL-3, EV-2, EV-3, review s23 R5: an outbox run awaiting its publish while a request opens
     ctx.transaction, which then rolls back. The run's closing commit (the events marked, the
     purpose cleared, the alarm re-armed) is refused rather than joined to it (its rollback would
     undo them after the run was settled, and the event would wait a day for the daily prune's
     alarm): the run fails and runs again, publishing the event a second time (at least once),
-    and marks it."""
+    and marks it. An event the transaction emits is never published by the run meanwhile
+    (review s23 R4): it was not committed, and rolled back."""
     started, release, tx_in, tx_go = anyio.Event(), anyio.Event(), anyio.Event(), anyio.Event()
     published: list[int] = []
 
@@ -150,11 +152,15 @@ async def test_an_alarm_runs_closing_commit_is_refused_under_an_open_transaction
         afs.ALARM_HOOKS[oid] = outbox_too
 
         async def emit_one(actor: Any, _call: Any, arg: Any) -> Any:
-            actor.sql.transaction_sync(lambda tx: actor.ctx.emit(tx, "scratch.x", {"n": arg}))
+            return actor.sql.transaction_sync(
+                lambda tx: actor.ctx.emit(tx, "scratch.x", {"n": arg})).id
 
         async def doomed(actor: Any, _call: Any, _arg: Any) -> Any:
             async def work(tx: Any) -> None:
-                tx.exec("INSERT INTO items (k, v) VALUES ('doomed', '1')")
+                if emits:
+                    actor.ctx.emit(tx, "scratch.doomed", {"n": 99})
+                else:
+                    tx.exec("INSERT INTO items (k, v) VALUES ('doomed', '1')")
                 tx_in.set()
                 await tx_go.wait()
                 raise LookupError("undo")
@@ -164,7 +170,7 @@ async def test_an_alarm_runs_closing_commit_is_refused_under_an_open_transaction
                 return "rolled back"
             return "committed"
 
-        await afs.run(rt, oid, emit_one, 1)
+        first_id = await afs.run(rt, oid, emit_one, 1)
         result: list[Any] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.run_until_idle)  # the outbox run, held in its first publish
@@ -193,6 +199,9 @@ async def test_an_alarm_runs_closing_commit_is_refused_under_an_open_transaction
         undispatched, purposes = await afs.run(rt, oid, state)
         assert undispatched == 0  # marked by the retry's closing commit
         assert "outbox" not in purposes
-        await afs.run(rt, oid, emit_one, 2)  # the next event goes out at once, not a day later
+        second_id = await afs.run(rt, oid, emit_one, 2)  # out at once, not a day later
         await rt.run_until_idle()
         assert published == [1, 1, 2]
+        # Nothing of the rolled-back transaction, and each sequence one event.
+        assert {(e.sequence, e.id, e.type) for e in rt.events.events()} == \
+            {(1, first_id, "scratch.x"), (2, second_id, "scratch.x")}

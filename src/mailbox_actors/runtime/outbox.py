@@ -207,7 +207,10 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
         unmarked += len(rows)
         rounds += 1
         if leave_last and unmarked < OUTBOX_BATCH:
-            if rounds < _CATCH_UP and _appended_after(sql, rows_last):
+            # Not while another task's ctx.transaction is open (RT-16): what it appended is
+            # not committed, and may roll back (review s23 R4: a phantom event, its sequence
+            # given again to the next).
+            if rounds < _CATCH_UP and not sql.async_open and _appended_after(sql, rows_last):
                 continue  # appended meanwhile: published now, marked with the rest
             return rows_last
         sql.transaction_sync(functools.partial(mark_dispatched, rows_last))
