@@ -24,11 +24,17 @@ from mailbox_actors.wire.events import Event
 
 pytestmark = pytest.mark.anyio
 
-WRITES: dict[str, Callable[[Any], Any]] = {
-    "transaction_sync": lambda actor: actor.sql.transaction_sync(
-        lambda tx: tx.exec("INSERT INTO items (k, v) VALUES ('a', '1')")),
-    "implicit": lambda actor: actor.sql.exec("INSERT INTO items (k, v) VALUES ('a', '1')"),
-    "set_alarm": lambda actor: actor.sql.set_alarm(actor.sql.now_ms() + 60_000),
+# Each statement a request under way makes, and the keys its retry leaves in ``items``.
+STATEMENTS: dict[str, tuple[Callable[[Any], Any], list[str]]] = {
+    "transaction_sync": (lambda actor: actor.sql.transaction_sync(
+        lambda tx: tx.exec("INSERT INTO items (k, v) VALUES ('a', '1')")), ["a"]),
+    "implicit": (lambda actor: actor.sql.exec("INSERT INTO items (k, v) VALUES ('a', '1')"),
+                 ["a"]),
+    "set_alarm": (lambda actor: actor.sql.set_alarm(actor.sql.now_ms() + 60_000), []),
+    # A read would answer with what the transaction has not committed (review s23 R9).
+    "select": (lambda actor: actor.sql.exec("SELECT k FROM items").all(), []),
+    "kv_get": (lambda actor: actor.ctx.storage.kv.get("b"), []),
+    "kv_put": (lambda actor: actor.ctx.storage.kv.put("a", 1), []),
 }
 
 
@@ -37,12 +43,13 @@ async def _settled() -> None:
         await anyio.lowlevel.checkpoint()
 
 
-@pytest.mark.parametrize("write", sorted(WRITES))
-async def test_a_request_under_way_cannot_write_into_anothers_transaction(
-        tmp_path: Any, write: str) -> None:
+@pytest.mark.parametrize("statement", sorted(STATEMENTS))
+async def test_a_request_under_way_cannot_use_anothers_transaction(
+        tmp_path: Any, statement: str) -> None:
     """Request A waits; request B opens ctx.transaction, writes 'b' and waits; A resumes and
-    writes: refused with ``unavailable`` (retryable), not a savepoint of B's. B rolls back; A's
-    retry then stores its write, and 'b' is gone as B's rollback says."""
+    writes or reads: refused with ``unavailable`` (retryable), neither a savepoint of B's nor a
+    read of what B has not committed. B rolls back; A's retry then runs, and 'b' is gone as
+    B's rollback says."""
     release_a, a_waiting, b_in, release_b = (anyio.Event(), anyio.Event(), anyio.Event(),
                                              anyio.Event())
     answers: dict[str, Any] = {}
@@ -52,7 +59,7 @@ async def test_a_request_under_way_cannot_write_into_anothers_transaction(
         async def a(actor: Any, _call: Any, _arg: Any) -> Any:
             a_waiting.set()
             await release_a.wait()
-            WRITES[write](actor)
+            STATEMENTS[statement][0](actor)
             return "a stored"
 
         async def b(actor: Any, _call: Any, _arg: Any) -> Any:
@@ -90,8 +97,7 @@ async def test_a_request_under_way_cannot_write_into_anothers_transaction(
         release_a = anyio.Event()
         release_a.set()
         assert await afs.run(rt, oid, a) == "a stored"  # the retry
-        if write != "set_alarm":
-            assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == ["a"]
+        assert (await afs.scratch(rt, oid, afs.Dump()))["keys"] == STATEMENTS[statement][1]
 
 
 async def test_a_task_started_inside_the_transaction_writes_into_it(tmp_path: Any) -> None:

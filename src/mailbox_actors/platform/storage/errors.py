@@ -61,12 +61,14 @@ class StorageUnavailable(PlatformError):
 
 
 class StorageBusy(PlatformError):
-    """A write from a task outside the actor's open ``ctx.transaction`` (RT-16): another request
-    or alarm run of the actor, already under way when that transaction began. Joined to it, the
-    write would be answered as stored and then undone with it if it rolled back; refused, nothing
-    of it is stored and the caller retries (``unavailable``)."""
+    """A statement from a task outside the actor's open ``ctx.transaction`` (RT-16): another
+    request or alarm run of the actor, already under way when that transaction began. Joined to
+    it, a write would be answered as stored and then undone with it if it rolled back, and a read
+    would answer with what it has not committed; refused, the statement does not run (nothing of
+    it is stored) and the caller retries (``unavailable``)."""
 
     def __init__(self) -> None:
         super().__init__(PlatformErrorKind.UNAVAILABLE, "actor_storage", "transaction_open",
-                         "another request's transaction is open on this actor; nothing of this "
-                         "write was stored", details={"storage": "transaction_open"})
+                         "another request's transaction is open on this actor; this statement "
+                         "did not run and nothing of it was stored",
+                         details={"storage": "transaction_open"})

@@ -77,7 +77,7 @@ class SqlStorage(Transactions):
         """The key-value API over this file (made at its first use)."""
         kv = self._kv
         if kv is None:
-            kv = self._kv = KvStorage(self._runtime_exec, self.transaction_sync,
+            kv = self._kv = KvStorage(self._kv_exec, self.transaction_sync,
                                         self.limits.max_value_bytes, self.delete_all)
         return kv
 
@@ -100,6 +100,8 @@ class SqlStorage(Transactions):
         A script that writes runs all or nothing (RT-13): a statement refused or failing anywhere
         in it leaves nothing of it behind.
         """
+        if self._async_open:  # a ctx.transaction: this task's, or refused (StorageBusy)
+            self._refuse_outsider()
         plan = self._plans.get(query)
         if plan is None:
             plan = self._plan(query)
@@ -244,6 +246,13 @@ class SqlStorage(Transactions):
         if writes:
             self._sys(f"RELEASE _ma_script /*{self._token}*/")
         return cur
+
+    def _kv_exec(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """``_runtime_exec`` for the KV API (the actor's own reads and writes): refused, as
+        ``exec``'s statements are, to a task outside an open ctx.transaction."""
+        if self._async_open:
+            self._refuse_outsider()
+        return self._runtime_exec(query, params)
 
     def _runtime_exec(self, query: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """A statement on the runtime's own tables (meta, KV), in the actor's transactions; only

@@ -557,6 +557,13 @@ class Transactions(ScreenedConnection):
         self._commit_top(before)
         return result
 
+    def _refuse_outsider(self) -> None:
+        """Raise ``StorageBusy`` in a task outside the open ``ctx.transaction`` (one already
+        under way when it began): a statement of its, read or write, would see or change what
+        that transaction has not committed (review s23 R7, R9)."""
+        if _INSIDE.get() is not self:
+            raise StorageBusy()
+
     @property
     def async_open(self) -> bool:
         """A ``ctx.transaction`` (RT-16) is open on this connection: a write from a task outside
