@@ -185,7 +185,8 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
     for the caller to mark (``mark_dispatched``) in the transaction that ends its alarm run, so
     a run costs one commit, not two. Events appended while it published (requests commit during
     the publish's await) are published in the same run, still unmarked, up to ``_CATCH_UP``
-    publishes and ``OUTBOX_BATCH`` events in all, so a steady stream of events costs one
+    publishes while fewer than ``OUTBOX_BATCH`` are unmarked (the last read may take a batch
+    more: at most ``2 * OUTBOX_BATCH - 1`` unmarked), so a steady stream of events costs one
     closing commit a few publishes, not one a publish, each of them with a run of its own after
     it. A crash before that commit publishes those events again (EV-3: at least once; consumers
     deduplicate on the event id)."""
