@@ -235,16 +235,21 @@ def test_cl8_a_machine_with_another_s_secret_or_dsn_exits_2_naming_the_setting(
 
     shared = tmp_path / "s"
     shared.mkdir()
-    m = MachineProc(pg_dsn, "m1", tmp_path / "v", shared, extra=("--slots", "8"))
-    assert "setting 'slots' is 8 but the cluster was created with 4" in refused(m)
-    m = MachineProc(pg_dsn, "m1", tmp_path / "v", shared,
-                    extra_env={"MAILBOX_ACTORS_ID_SECRET": "another-secret-0123456789"})
-    assert "setting 'id_secret' differs" in refused(m)
-    m = MachineProc("host=127.0.0.1 port=1 user=x dbname=x connect_timeout=2", "m1",
-                    tmp_path / "v", shared)
-    assert "setting 'postgres': cannot reach PostgreSQL" in refused(m)
-    m = MachineProc(pg_dsn, "m9", tmp_path / "v", shared)
-    assert "setting 'machine': 'm9' is not a machine of this cluster" in refused(m)
+    # Started together: each is refused before it locks anything (the cluster's row, the
+    # database's reach, the machine's registration come before the front node's volume lock).
+    bad = {"setting 'slots' is 8 but the cluster was created with 4":
+           MachineProc(pg_dsn, "m1", tmp_path / "v", shared, extra=("--slots", "8")),
+           "setting 'id_secret' differs":
+           MachineProc(pg_dsn, "m1", tmp_path / "v", shared,
+                       extra_env={"MAILBOX_ACTORS_ID_SECRET": "another-secret-0123456789"}),
+           "setting 'postgres': cannot reach PostgreSQL":
+           MachineProc("host=127.0.0.1 port=1 user=x dbname=x connect_timeout=2", "m1",
+                       tmp_path / "v", shared),
+           "setting 'machine': 'm9' is not a machine of this cluster":
+           MachineProc(pg_dsn, "m9", tmp_path / "v", shared)}
+    for why, m in bad.items():
+        assert why in refused(m), why
+    assert not list((tmp_path / "v").rglob("*.sqlite")), "a refused machine opened a file"
     # Two processes of one machine on one volume directory: the second is refused, naming the
     # holder's pid.
     first = MachineProc(pg_dsn, "m1", tmp_path / "v", shared)
