@@ -241,9 +241,10 @@ async def test_recipients_follow_address_and_identity_changes_at_once(tmp_path: 
 @pytest.mark.anyio
 async def test_the_address_book_reads_the_change_count_once_a_turn(tmp_path: Path) -> None:
     """IN-5: the recipients one turn of the event loop resolves share one read of the control
-    file's change count; a change another connection commits during a turn is seen from the
-    next turn on (as if committed just after that turn's read): the address it removed is
-    then refused."""
+    file's change count, so a change another connection commits during a turn is seen from
+    the next turn on, as if committed just after that turn's read: within that one turn (the
+    window this gives up; review s23 R8) a RCPT for the address it removed is still accepted,
+    and from the next turn it is refused."""
     async with door(tmp_path) as d:
         db = d.rt.node.control_db
         assert db is not None and db.path is not None
