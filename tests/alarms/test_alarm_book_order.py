@@ -112,3 +112,32 @@ def test_a_commit_that_sets_a_keys_time_again_adds_no_heap_entry_and_it_still_fi
     assert book.heap_size == 1
     book.push(1_000, key)  # what the scheduler does at the run's end (the time it ran for)
     assert book.pop_due(1_000, set()) == [key]
+
+
+def test_the_next_due_time_drops_stale_entries_a_piece_at_a_time_when_asked_to() -> None:
+    """Issue 28 ("a burst of 100,000 due alarms does not starve requests"), AL-5: alarms moved
+    earlier than the times the node loaded leave their old entries stale, all at the heap's top
+    once the burst is handed out; the real-time loop drops at most a piece of them a round
+    (dropping 100,000 in one step held the loop 175 ms). Cut short, the time given is that of the
+    first entry left: never later than the first live one, so the loop only looks early; asked
+    again, it drops on and comes to the live entry's time."""
+    book = AlarmBook(lambda: 0)
+    moved = [_key(i) for i in range(100)]
+    for key in moved:
+        book.put(key, 2_000)  # as the index had them
+    for key in moved:
+        book.put(key, 1_000)  # moved earlier: the entries at 2,000 are stale
+    later = _key(999)
+    book.put(later, 5_000)
+    assert book.pop_due(1_000, set()) == moved
+    running = set(moved)
+    before = book.heap_size
+    assert book.next_due_ms(running, 16) == 2_000  # a stale entry's time: early, not late
+    assert book.heap_size == before - 16
+    looks = 1
+    while (at := book.next_due_ms(running, 16)) != 5_000:
+        assert at is not None and at <= 5_000
+        looks += 1
+    assert looks == 100 // 16  # six cut short, the seventh reaches the live one
+    assert book.heap_size == 1
+    assert book.next_due_ms(running) == 5_000  # unbounded: all the way at once, as before
