@@ -20,9 +20,11 @@ import anyio.lowlevel
 import msgspec
 import pytest
 
+import actors_for_tests as afs
 from mailbox_actors.http.server import RpcHttpServer
 from mailbox_actors.node.control_ops import create_identity
 from mailbox_actors.platform.control.database import ControlDb
+from mailbox_actors.runtime.actor import Actor
 from mailbox_actors.runtime.outbox import EventSink
 from mailbox_actors.testing import TestRuntime
 from mailbox_actors.webhooks.publish import ControlEventSink
@@ -194,6 +196,104 @@ async def test_events_appended_while_the_run_publishes_go_out_in_that_run_marked
         assert _undispatched_in_file(path[0]) == []
         status = await rt.call("identity_mailbox", m, MailboxStatus(), **IDS)
         assert status["alarm"] == rt.now_ms() + 86_400_000
+
+
+async def _scratch_with_a_marked_event(rt: TestRuntime, handler: Any) -> tuple[str, Any]:
+    """A scratch actor whose alarm ``handler`` runs the purposes (the outbox), with one event
+    published and marked: the connection then answers the outbox's reads from memory."""
+    oid = await afs.new_scratch(rt, "a")
+    afs.ALARM_HOOKS[oid] = handler
+
+    async def emit_one(actor: Any, _call: Any, arg: Any) -> Any:
+        return actor.sql.transaction_sync(
+            lambda tx: actor.ctx.emit(tx, "scratch.x", {"n": arg})).sequence
+
+    await afs.run(rt, oid, emit_one, 0)
+    await rt.run_until_idle()
+    return oid, emit_one
+
+
+def _doomed(tx_in: anyio.Event, tx_go: anyio.Event) -> Any:
+    async def doomed(actor: Any, _call: Any, _arg: Any) -> Any:
+        async def work(tx: Any) -> None:
+            actor.ctx.emit(tx, "scratch.doomed", {"n": 99})
+            tx_in.set()
+            await tx_go.wait()
+            raise LookupError("undo")
+        try:
+            await actor.ctx.transaction(work)
+        except LookupError:
+            return "rolled back"
+        return "committed"
+    return doomed
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("where", ["first_read", "catch_up"])
+async def test_a_run_never_publishes_an_event_of_an_open_transaction(tmp_path: Path,
+                                                                     where: str) -> None:
+    """EV-1, EV-2, RT-16 (review s23 R4, R10, R11): while another request's ctx.transaction is
+    open with an event it appended, an outbox run whose first read comes then (its handler
+    awaited before the purposes) or whose publish returns then (its catch-up) publishes only
+    committed events; the transaction rolls back, and its event is never published, nor its
+    sequence given twice. The connection answers from memory (an event marked first)."""
+    hold_run, run_held = anyio.Event(), anyio.Event()
+    hold_publish, publish_held = anyio.Event(), anyio.Event()
+    tx_in, tx_go = anyio.Event(), anyio.Event()
+    published: list[tuple[int, str]] = []
+
+    class Held:
+        def __init__(self, inner: EventSink) -> None:
+            self.inner = inner
+
+        async def publish(self, ns: str, oid: str, events: Sequence[Event]) -> None:
+            published.extend((e.sequence, e.type) for e in events)
+            if where == "catch_up" and not hold_publish.is_set():
+                publish_held.set()
+                await hold_publish.wait()
+            await self.inner.publish(ns, oid, events)
+
+    async with TestRuntime(tmp_path, objects=afs.ALL_OBJECTS, wrap_event_sink=Held) as rt:
+        async def await_then_purposes(actor: Any, info: Any) -> None:
+            if where == "first_read" and not hold_run.is_set():
+                run_held.set()
+                await hold_run.wait()
+            await Actor.alarm(actor, info)
+
+        hold_run.set()
+        hold_publish.set()
+        oid, emit_one = await _scratch_with_a_marked_event(rt, await_then_purposes)
+        assert [s for s, _ in published] == [1]  # published and marked
+        hold_run, hold_publish = anyio.Event(), anyio.Event()
+        published.clear()
+        await afs.run(rt, oid, emit_one, 1)  # sequence 2: the outbox due now
+        result: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rt.run_until_idle)
+            with anyio.fail_after(10):  # a bound on a hang, not a timing
+                await (run_held if where == "first_read" else publish_held).wait()
+
+            async def request() -> None:
+                result.append(await afs.run(rt, oid, _doomed(tx_in, tx_go)))
+            tg.start_soon(request)
+            with anyio.fail_after(10):
+                await tx_in.wait()  # sequence 3 appended, not committed
+            hold_run.set()
+            hold_publish.set()
+            for _ in range(50):  # the run goes on while the transaction is open
+                await anyio.lowlevel.checkpoint()
+            tx_go.set()
+        await rt.run_until_idle()
+        await rt.advance(120_000)  # past a refused run's retry
+        await rt.run_until_idle()
+        last = await afs.run(rt, oid, emit_one, 3)
+        await rt.run_until_idle()
+        assert result == ["rolled back"]
+        assert ("scratch.doomed" not in {t for _, t in published}
+                and "scratch.doomed" not in {e.type for e in rt.events.events()})
+        assert last == 3  # the rolled-back event's sequence, given once
+        assert sorted({(e.sequence, e.type) for e in rt.events.events()}) == [
+            (1, "scratch.x"), (2, "scratch.x"), (3, "scratch.x")]
 
 
 @pytest.mark.anyio

@@ -190,6 +190,13 @@ async def dispatch(sql: SqlStorage, sink: EventSink, namespace: str, object_id: 
     closing commit a few publishes, not one a publish, each of them with a run of its own after
     it. A crash before that commit publishes those events again (EV-3: at least once; consumers
     deduplicate on the event id)."""
+    if sql.async_open:
+        # Another task's ctx.transaction (RT-16) may have appended events it has not committed:
+        # what the connection knows of the outbox includes them, and a read of the file is
+        # refused (review s23 R9). Refused here too (review R10: a run that awaited before its
+        # outbox, an override's own await, published such an event): the run is retried, as
+        # its closing commit would be refused (daa31c7).
+        sql._refuse_outsider()
     first = _first_undispatched(sql)
     unmarked = rounds = rows_last = 0
     while True:
