@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from mailbox_actors.alarms import book as book_module
 from mailbox_actors.alarms.book import AlarmBook, Key
 
 
@@ -141,3 +142,30 @@ def test_the_next_due_time_drops_stale_entries_a_piece_at_a_time_when_asked_to()
     assert looks == 100 // 16  # six cut short, the seventh reaches the live one
     assert book.heap_size == 1
     assert book.next_due_ms(running) == 5_000  # unbounded: all the way at once, as before
+
+
+def test_a_rest_of_stale_entries_is_looked_through_a_piece_a_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28, AL-5: with a limit, ``pop_due`` looks at a bounded number of a burst's rest in
+    one call, live or not: a rest of entries gone stale (alarms moved later meanwhile) is dropped
+    a piece a call, not looked through at once (100,000: about 40 ms of the loop); the live keys
+    still all come, in order, and the loop's next due time stays due meanwhile."""
+    monkeypatch.setattr(book_module, "_LOOK_AT_ONCE", 16)
+    book = AlarmBook(lambda: 0)
+    keys = [_key(i) for i in range(200)]
+    for key in keys:
+        book.put(key, 1_000)
+    got = book.pop_due(1_000, set(), 10)
+    assert got == keys[:10]
+    live = keys[10:20] + keys[190:]  # the rest: all moved later but these
+    for key in keys[20:190]:
+        book.put(key, 9_000)
+    pieces: list[int] = []
+    while len(got) < 10 + len(live):
+        piece = book.pop_due(1_000, set(), 10)
+        pieces.append(len(piece))
+        got += piece
+        assert len(pieces) < 100
+    assert got == keys[:10] + live
+    assert 0 in pieces  # calls that met only stale entries within their look: none given
+    assert book.pop_due(1_000, set(), 10) == []
