@@ -115,13 +115,12 @@ def test_a_commit_that_sets_a_keys_time_again_adds_no_heap_entry_and_it_still_fi
     assert book.pop_due(1_000, set()) == [key]
 
 
-def test_the_next_due_time_drops_stale_entries_a_piece_at_a_time_when_asked_to() -> None:
+def test_entries_that_will_not_fire_are_dropped_a_piece_at_a_time_when_asked_to() -> None:
     """Issue 28 ("a burst of 100,000 due alarms does not starve requests"), AL-5: alarms moved
     earlier than the times the node loaded leave their old entries stale, all at the heap's top
     once the burst is handed out; the real-time loop drops at most a piece of them a round
-    (dropping 100,000 in one step held the loop 175 ms). Cut short, the time given is that of the
-    first entry left: never later than the first live one, so the loop only looks early; asked
-    again, it drops on and comes to the live entry's time."""
+    (``drop_passed``; dropping 100,000 in one step held the loop 175 ms), told whether more may be
+    left, and the next due time is the live entry's once they are gone."""
     book = AlarmBook(lambda: 0)
     moved = [_key(i) for i in range(100)]
     for key in moved:
@@ -133,15 +132,15 @@ def test_the_next_due_time_drops_stale_entries_a_piece_at_a_time_when_asked_to()
     assert book.pop_due(1_000, set()) == moved
     running = set(moved)
     before = book.heap_size
-    assert book.next_due_ms(running, 16) == 2_000  # a stale entry's time: early, not late
+    assert book.drop_passed(running, 16)
     assert book.heap_size == before - 16
-    looks = 1
-    while (at := book.next_due_ms(running, 16)) != 5_000:
-        assert at is not None and at <= 5_000
-        looks += 1
-    assert looks == 100 // 16  # six cut short, the seventh reaches the live one
+    rounds = 1
+    while book.drop_passed(running, 16):
+        rounds += 1
+    assert rounds == 100 // 16  # six full pieces, the seventh found the live entry on top
     assert book.heap_size == 1
-    assert book.next_due_ms(running) == 5_000  # unbounded: all the way at once, as before
+    assert not book.drop_passed(running, 16)
+    assert book.next_due_ms(running) == 5_000
 
 
 def test_a_rest_of_stale_entries_is_looked_through_a_piece_a_call(

@@ -324,25 +324,34 @@ class AlarmBook:
                 self._indexed[key] = at
         return bool(self._lazy)
 
-    def next_due_ms(self, running: Collection[Key], at_most: int | None = None) -> int | None:
+    def next_due_ms(self, running: Collection[Key]) -> int | None:
         """When the first live entry is due: a burst's rest (``pop_due``'s limit, due already)
-        or the heap's; the entries before it, stale or running, are dropped on the way, at most
-        ``at_most`` of them (None: all). Cut short, the time is the first entry's left, stale or
-        not: no later than the first live one's, so a wait until then is early at worst (the
-        real-time loop: alarms moved earlier than their indexed times leave their old entries
-        stale, all at the heap's top once the burst is handed out, and dropping 100,000 of them
-        held the loop 175 ms in one step; 20,000, 18 ms)."""
+        or the heap's; the entries before it, stale or running, are dropped on the way."""
         rest, heap = self._due, self._heap
-        left = -1 if at_most is None else at_most
+        while rest and self._passed(rest[-1], running):
+            rest.pop()
+        while heap and self._passed(heap[0], running):
+            heapq.heappop(heap)
+        if rest:
+            return rest[-1][0] if not heap else min(rest[-1][0], heap[0][0])
+        return heap[0][0] if heap else None
+
+    def drop_passed(self, running: Collection[Key], at_most: int) -> bool:
+        """Drop at most ``at_most`` entries that will not fire (stale or running) from the top of
+        the burst's rest and of the heap, as ``next_due_ms`` does on its way; True: that many
+        were dropped, and more may be left (the real-time loop drops on a round later, where
+        ``next_due_ms`` dropped them all in one step: alarms moved earlier than the times a node
+        loaded leave their old entries stale, all at the heap's top once the burst is handed
+        out, and 100,000 of them held the loop 175 ms; 20,000, 18 ms)."""
+        rest, heap = self._due, self._heap
+        left = at_most
         while rest and left and self._passed(rest[-1], running):
             rest.pop()
             left -= 1
         while heap and left and self._passed(heap[0], running):
             heapq.heappop(heap)
             left -= 1
-        if rest:
-            return rest[-1][0] if not heap else min(rest[-1][0], heap[0][0])
-        return heap[0][0] if heap else None
+        return left == 0
 
     def _passed(self, entry: tuple[int, int, Key], running: Collection[Key]) -> bool:
         """Whether ``entry`` will not fire: stale (its key moved or deleted since), or its key's
