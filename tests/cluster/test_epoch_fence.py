@@ -319,3 +319,61 @@ async def test_cl11_another_commit_that_keeps_the_stamp_lets_writes_through(
             await node.call("scratch", oid, Put(k=f"y{i}", v="1", tx=tx), tenant_id=TENANT)
         assert _stamp(path) == "2"
         assert len((await node.call("scratch", oid, Dump(), tenant_id=TENANT))["keys"]) == 9
+
+
+def test_cl11_after_its_first_looks_a_transaction_runs_no_statement_and_still_sees_others(
+        tmp_path: Path) -> None:
+    """From the third transaction of an activation a fenced transaction begins IMMEDIATE and
+    reads the pager's data version through ctypes instead of a statement; another connection's
+    commit still sends it to the file's stamp, and a newer stamp is refused."""
+    from mailbox_actors.platform.storage.fence import StaleEpoch
+    from mailbox_actors.platform.storage.limits import Limits
+    from mailbox_actors.platform.storage.opening import open_storage
+
+    path = tmp_path / "a.sqlite"
+    st = open_storage(path, create=True, durability="normal", limits=Limits(), now_ms=lambda: 1)
+    assert st is not None
+    st.exec("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+    lease = Lease(2, 5)
+    st._fence = EpochFence(lease)
+    statements: list[str] = []
+    st._conn.set_trace_callback(statements.append)
+
+    def write(k: int) -> None:
+        st.transaction_sync(lambda s: s.exec("INSERT INTO t (k, v) VALUES (?, 'x')", k))
+
+    def read() -> None:
+        st.transaction_sync(lambda s: s.exec("SELECT v FROM t WHERE k = 1").one())
+
+    write(1)
+    write(2)  # the activation's two looks (the second under BEGIN IMMEDIATE)
+    assert _stamp(path) == "5"
+    looks = sum("data_version" in q for q in statements)
+    asked = lease.asked
+    for k in range(3, 13):
+        write(k)
+        read()
+    assert sum("data_version" in q for q in statements) == looks  # no statement of the fence
+    assert sum(q.startswith("BEGIN IMMEDIATE") for q in statements) >= 20
+    assert lease.asked == asked + 20  # the lease still asked at every transaction
+    # Another connection commits, leaving the stamp: one look, then quiet again.
+    with sqlite3.connect(path) as other:
+        other.execute("INSERT INTO t (k, v) VALUES (100, 'other')")
+    other.close()
+    read()
+    assert sum("data_version" in q for q in statements) == looks + 1
+    write(13)
+    read()
+    assert sum("data_version" in q for q in statements) == looks + 1
+    # A newer holder stamps the file: the next transaction, read-only, is refused.
+    with sqlite3.connect(path) as other:
+        other.execute("UPDATE _ma_meta SET v = '6' WHERE k = 'slot_epoch'")
+    other.close()
+    with pytest.raises(StaleEpoch):
+        read()
+    with pytest.raises(StaleEpoch):
+        write(14)
+    lease.ok = False
+    with pytest.raises(MailboxActorsError):
+        read()
+    st._conn.close()
