@@ -19,10 +19,7 @@ The file is read only when it may have changed under the actor: a transaction fi
 file's data version (``PRAGMA data_version``, which moves when another connection commits to the
 file, never for this connection's own commits); while it is where the last look found the lease's
 epoch stamped, and this connection undid nothing since, the stamp still stands and the fence only
-asks the lease (``Transactions._fenced``). After an activation's first look its transactions begin
-``BEGIN IMMEDIATE`` (the snapshot comes with BEGIN, every COMMIT moves the pager's data version by
-one) and read that version through ctypes (``PagerVersion``) instead of the statement: a version
-other than the last look's plus this connection's commits is a look again.
+asks the lease (``Transactions._fenced``).
 
 Outside machine mode a storage has no fence and pays one attribute test per transaction.
 """
@@ -37,17 +34,12 @@ from mailbox_actors.platform.services import ServiceKey
 from mailbox_actors.platform.storage.connection import RUNTIME_TOKEN, ScreenedConnection
 from mailbox_actors.wire.errors import PlatformError, PlatformErrorKind
 
-__all__ = ["BEGIN_IMMEDIATE", "DATA_VERSION", "EPOCH_KEY", "SLOT_FENCE", "EpochFence", "LeaseView",
-           "PagerVersion", "StaleEpoch", "pager_version"]
+__all__ = ["DATA_VERSION", "EPOCH_KEY", "SLOT_FENCE", "EpochFence", "LeaseView", "StaleEpoch"]
 
 EPOCH_KEY = "slot_epoch"  # in _ma_meta
 _READ = f"SELECT v FROM _ma_meta WHERE k = 'slot_epoch' /*{RUNTIME_TOKEN}*/"
 # Read by the transaction on its own connection (``Transactions._fenced``), in its snapshot.
 DATA_VERSION = f"PRAGMA data_version /*{RUNTIME_TOKEN}*/"
-# A fenced transaction's BEGIN after its activation's first look: its snapshot and the log's write
-# lock come with it, so the pager's data version read right after it is this transaction's.
-BEGIN_IMMEDIATE = f"BEGIN IMMEDIATE /*{RUNTIME_TOKEN}*/"
-_FCNTL_DATA_VERSION = 35
 _STAMP = f"INSERT OR REPLACE INTO _ma_meta (k, v) VALUES ('slot_epoch', ?) /*{RUNTIME_TOKEN}*/"
 
 
@@ -56,40 +48,6 @@ _log = get_logger("mailbox_actors.storage")
 
 def _always() -> bool:
     return True
-
-
-class PagerVersion:
-    """A connection's pager data version (``SQLITE_FCNTL_DATA_VERSION``) through ctypes, the GIL
-    kept: it moves at each of this connection's commits (by one) and whenever a transaction's
-    snapshot finds the file changed by another connection."""
-
-    __slots__ = ("_args", "_call", "_out")
-
-    def __init__(self, handle: int) -> None:
-        import ctypes
-
-        from mailbox_actors.platform.storage.handle import _holding_gil
-
-        call = _holding_gil().sqlite3_file_control
-        call.restype = ctypes.c_int
-        self._out = ctypes.c_uint(0)
-        self._call = call
-        self._args = (ctypes.c_void_p(handle), ctypes.c_char_p(b"main"),
-                      ctypes.c_int(_FCNTL_DATA_VERSION), ctypes.c_void_p(ctypes.addressof(self._out)))
-
-    def __call__(self) -> int | None:
-        if self._call(*self._args) != 0:
-            return None
-        return int(self._out.value)
-
-
-def pager_version(conn: object, path: object) -> PagerVersion | None:
-    """The connection's pager version reader, or None where its handle cannot be proved
-    (``handle._handle``: CPython on Linux)."""
-    from mailbox_actors.platform.storage.handle import _handle
-
-    handle = _handle(conn, path)  # type: ignore[arg-type]
-    return None if not handle else PagerVersion(handle)
 
 
 class LeaseView(Protocol):

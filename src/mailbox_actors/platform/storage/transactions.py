@@ -25,13 +25,7 @@ from mailbox_actors.platform.storage.errors import (
     StorageUnavailable,
     TransactionRolledBack,
 )
-from mailbox_actors.platform.storage.fence import (
-    BEGIN_IMMEDIATE,
-    DATA_VERSION,
-    EpochFence,
-    PagerVersion,
-    pager_version,
-)
+from mailbox_actors.platform.storage.fence import DATA_VERSION, EpochFence
 from mailbox_actors.platform.storage.hooks import (
     AlarmSink,
     NoAlarmSink,
@@ -177,8 +171,6 @@ class Transactions(ScreenedConnection):
     _fence_version: int | None
     _fence_undone: int
     _fence_reads: sqlite3.Cursor | None
-    _fence_pager: PagerVersion | None  # made at the first look where the handle is proved
-    _fence_next: int | None  # the pager version the next transaction finds if nothing moved
     # Whether the file has more pages than ordinary writes may fill (``page_limits``): only a
     # freeing transaction grows it so far, and then an ordinary commit checks the pages in use
     # (``_within_cap``). None: not known; the next transaction looks (``_pages_in_use``).
@@ -213,8 +205,6 @@ class Transactions(ScreenedConnection):
         self._fence_version = None
         self._fence_undone = 0
         self._fence_reads = None
-        self._fence_pager = None
-        self._fence_next = None
         self._past_cap = None
         self._freeing = False
         self._used_at_begin = 0
@@ -466,26 +456,15 @@ class Transactions(ScreenedConnection):
     def _fenced(self) -> None:
         """The slot's fence, right after BEGIN (CL-10, CL-11): a refusal rolls the BEGIN back.
 
-        A look: the file's data version (``PRAGMA data_version``), read first, sets this
-        transaction's snapshot. While it and ``_undone`` are where they were at the last
-        transaction that read the stamp, no other connection committed to the file since, and this
-        one neither rolled back (a stamp it wrote then went) nor ran ``delete_all`` (which removes
-        the stamp): the lease's epoch is still stamped there, and only the lease is asked
-        (``EpochFence.serving``). Otherwise the fence reads the stamp in this snapshot, and writes
-        it if it is older (``EpochFence.check``).
+        The file's data version, read first, sets this transaction's snapshot. While it and
+        ``_undone`` are where they were at the last transaction that read the stamp, no other
+        connection committed to the file since, and this one neither rolled back (a stamp it
+        wrote then went) nor ran ``delete_all`` (which removes the stamp): the lease's epoch
+        is still stamped there, and only the lease is asked (``EpochFence.serving``).
+        Otherwise the fence reads the stamp in this snapshot, and writes it if it is older
+        (``EpochFence.check``).
 
-        Without a statement: at the activation's first look, where ``handle`` proves the
-        connection's handle, this storage's BEGIN becomes ``BEGIN IMMEDIATE`` (``_begin``): its
-        snapshot comes with BEGIN, and each such transaction, read-only too, is a write
-        transaction whose COMMIT moves the pager's data version (``SQLITE_FCNTL_DATA_VERSION``,
-        ``fence.PagerVersion``) by exactly one; a snapshot that finds the file changed by another
-        connection moves it as well. So once a look under ``BEGIN IMMEDIATE`` set
-        ``_fence_next``, a transaction reads that version through ctypes (about 2 K instructions
-        against the statement's 8 K) and, when it is ``_fence_next`` and ``_undone`` did not
-        move, only asks the lease, after its snapshot was taken; anything else is a look, as
-        above.
-
-        The look's cursor is its own, so it leaves BEGIN's statement on ``_own`` as it is
+        The read's cursor is its own, so it leaves BEGIN's statement on ``_own`` as it is
         (resetting that cost about 1.2 K instructions a transaction), and is kept in a plain
         field: a descriptor's lookup cost about 1 K more. Its rows are tuples: a cursor takes its
         connection's row factory, the actor's ``sqlite3.Row``, whose making cost 0.8 K more. The
@@ -494,15 +473,6 @@ class Transactions(ScreenedConnection):
         fence = self._fence
         assert fence is not None
         try:
-            nxt = self._fence_next
-            if nxt is not None and self._undone == self._fence_undone:
-                pager = self._fence_pager
-                assert pager is not None
-                if pager() == nxt:  # this BEGIN IMMEDIATE's snapshot: nothing moved but our commits
-                    self._fence_next = nxt + 1  # this transaction's commit (a rollback moves _undone)
-                    if not fence.serving():
-                        fence.serve()  # refuses, naming slot and epoch
-                    return
             reads = self._fence_reads
             if reads is None:
                 reads = self._fence_reads = self._conn.cursor()
@@ -514,17 +484,7 @@ class Transactions(ScreenedConnection):
             else:
                 fence.check(self, self._fence_version is None)
                 self._fence_version, self._fence_undone = version, self._undone
-            if self._begin is BEGIN_IMMEDIATE:
-                pager = self._fence_pager
-                assert pager is not None
-                now = pager()
-                self._fence_next = None if now is None else now + 1
-            elif fence.checks:
-                pager = self._fence_pager = pager_version(self._conn, self.path)
-                if pager is not None:
-                    self._begin = BEGIN_IMMEDIATE  # from the next transaction on
         except BaseException:
-            self._fence_next = None
             if self._conn.in_transaction:
                 self._sys(self._rollback)
             raise
