@@ -38,6 +38,22 @@ STATEMENTS: dict[str, tuple[Callable[[Any], Any], list[str]]] = {
 }
 
 
+async def _doomed(actor: Any, write: Callable[[Any], Any], inside: anyio.Event,
+                  go: anyio.Event) -> str:
+    """``write`` in a ctx.transaction that then waits for ``go`` (``inside`` set meanwhile) and
+    raises: "rolled back" (or "committed", which no test here expects)."""
+    async def work(tx: Any) -> None:
+        write(tx)
+        inside.set()
+        await go.wait()
+        raise LookupError("undo")
+    try:
+        await actor.ctx.transaction(work)
+    except LookupError:
+        return "rolled back"
+    return "committed"
+
+
 async def _settled() -> None:
     for _ in range(50):  # let every task that can run, run (no clock: steps, not time)
         await anyio.lowlevel.checkpoint()
@@ -63,16 +79,8 @@ async def test_a_request_under_way_cannot_use_anothers_transaction(
             return "a stored"
 
         async def b(actor: Any, _call: Any, _arg: Any) -> Any:
-            async def work(tx: Any) -> None:
-                tx.exec("INSERT INTO items (k, v) VALUES ('b', '1')")
-                b_in.set()
-                await release_b.wait()
-                raise LookupError("undo")
-            try:
-                await actor.ctx.transaction(work)
-            except LookupError:
-                return "b rolled back"
-            return "b committed"
+            return await _doomed(actor, lambda tx: tx.exec(
+                "INSERT INTO items (k, v) VALUES ('b', '1')"), b_in, release_b)
 
         async def call(name: str, fn: Any) -> None:
             try:
@@ -91,7 +99,7 @@ async def test_a_request_under_way_cannot_use_anothers_transaction(
             await _settled()
             assert answers == {"a": ("unavailable", True)}  # answered before B ended, refused
             release_b.set()
-        assert answers["b"] == "b rolled back"
+        assert answers["b"] == "rolled back"
         dump = await afs.scratch(rt, oid, afs.Dump())
         assert dump["keys"] == []  # nothing of A's refused write, nothing of B's
         release_a = anyio.Event()
@@ -162,19 +170,12 @@ async def test_an_alarm_runs_closing_commit_is_refused_under_an_open_transaction
                 lambda tx: actor.ctx.emit(tx, "scratch.x", {"n": arg})).id
 
         async def doomed(actor: Any, _call: Any, _arg: Any) -> Any:
-            async def work(tx: Any) -> None:
+            def write(tx: Any) -> None:
                 if emits:
                     actor.ctx.emit(tx, "scratch.doomed", {"n": 99})
                 else:
                     tx.exec("INSERT INTO items (k, v) VALUES ('doomed', '1')")
-                tx_in.set()
-                await tx_go.wait()
-                raise LookupError("undo")
-            try:
-                await actor.ctx.transaction(work)
-            except LookupError:
-                return "rolled back"
-            return "committed"
+            return await _doomed(actor, write, tx_in, tx_go)
 
         first_id = await afs.run(rt, oid, emit_one, 1)
         result: list[Any] = []
