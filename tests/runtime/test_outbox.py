@@ -215,16 +215,8 @@ async def _scratch_with_a_marked_event(rt: TestRuntime, handler: Any) -> tuple[s
 
 def _doomed(tx_in: anyio.Event, tx_go: anyio.Event) -> Any:
     async def doomed(actor: Any, _call: Any, _arg: Any) -> Any:
-        async def work(tx: Any) -> None:
-            actor.ctx.emit(tx, "scratch.doomed", {"n": 99})
-            tx_in.set()
-            await tx_go.wait()
-            raise LookupError("undo")
-        try:
-            await actor.ctx.transaction(work)
-        except LookupError:
-            return "rolled back"
-        return "committed"
+        return await afs.doomed_transaction(
+            actor, lambda tx: actor.ctx.emit(tx, "scratch.doomed", {"n": 99}), tx_in, tx_go)
     return doomed
 
 

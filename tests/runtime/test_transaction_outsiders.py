@@ -38,22 +38,6 @@ STATEMENTS: dict[str, tuple[Callable[[Any], Any], list[str]]] = {
 }
 
 
-async def _doomed(actor: Any, write: Callable[[Any], Any], inside: anyio.Event,
-                  go: anyio.Event) -> str:
-    """``write`` in a ctx.transaction that then waits for ``go`` (``inside`` set meanwhile) and
-    raises: "rolled back" (or "committed", which no test here expects)."""
-    async def work(tx: Any) -> None:
-        write(tx)
-        inside.set()
-        await go.wait()
-        raise LookupError("undo")
-    try:
-        await actor.ctx.transaction(work)
-    except LookupError:
-        return "rolled back"
-    return "committed"
-
-
 async def _settled() -> None:
     for _ in range(50):  # let every task that can run, run (no clock: steps, not time)
         await anyio.lowlevel.checkpoint()
@@ -79,7 +63,7 @@ async def test_a_request_under_way_cannot_use_anothers_transaction(
             return "a stored"
 
         async def b(actor: Any, _call: Any, _arg: Any) -> Any:
-            return await _doomed(actor, lambda tx: tx.exec(
+            return await afs.doomed_transaction(actor, lambda tx: tx.exec(
                 "INSERT INTO items (k, v) VALUES ('b', '1')"), b_in, release_b)
 
         async def call(name: str, fn: Any) -> None:
@@ -175,7 +159,7 @@ async def test_an_alarm_runs_closing_commit_is_refused_under_an_open_transaction
                     actor.ctx.emit(tx, "scratch.doomed", {"n": 99})
                 else:
                     tx.exec("INSERT INTO items (k, v) VALUES ('doomed', '1')")
-            return await _doomed(actor, write, tx_in, tx_go)
+            return await afs.doomed_transaction(actor, write, tx_in, tx_go)
 
         first_id = await afs.run(rt, oid, emit_one, 1)
         result: list[Any] = []

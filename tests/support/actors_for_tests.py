@@ -375,3 +375,19 @@ async def writes_then_loses_them(actor: Scratch, _info: object) -> None:
     actor.sql.exec("INSERT INTO items (k, v) VALUES ('x', '1')")
     with contextlib.suppress(sqlite3.IntegrityError):
         actor.sql.exec("INSERT OR ROLLBACK INTO items (k, v) VALUES ('x', '2')")
+
+
+async def doomed_transaction(actor: Any, write: Callable[[Any], Any], inside: Any,
+                             go: Any) -> str:
+    """``write`` in the actor's ctx.transaction (RT-16), which then waits for the event ``go``
+    (``inside`` set meanwhile) and raises: "rolled back" (or "committed")."""
+    async def work(tx: Any) -> None:
+        write(tx)
+        inside.set()
+        await go.wait()
+        raise LookupError("undo")
+    try:
+        await actor.ctx.transaction(work)
+    except LookupError:
+        return "rolled back"
+    return "committed"
